@@ -1,0 +1,318 @@
+//! All I/O with the API server: read, conditional write, retry, and the Event.
+//!
+//! One retry layer: kube's own 429/503/504 retry is switched off (`default_retry = false`) and
+//! transient errors are retried here with `backon`, bounded only by the run's deadline, which
+//! `main` enforces around the whole run. Conflicts (409, or 422 from the failed
+//! resourceVersion `test`) are answered by one fresh read and a new plan.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use backon::{BackoffBuilder, ExponentialBuilder, Retryable};
+use json_patch::Patch as JsonPatch;
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::core::GroupVersionKind;
+use kube::{Client, Config};
+use serde_json::{Value, json};
+use tracing::{debug, warn};
+
+use crate::config::ObjectKey;
+use crate::error::Error;
+use crate::plan::{Malformed, Plan};
+
+/// The field manager of every write, so `managedFields` says who changed what.
+pub const FIELD_MANAGER: &str = "workload-update-guard";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    KubeVirt,
+    ManagedChart,
+}
+
+impl Kind {
+    fn resource(self) -> ApiResource {
+        match self {
+            Kind::KubeVirt => ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk("kubevirt.io", "v1", "KubeVirt"),
+                "kubevirts",
+            ),
+            Kind::ManagedChart => ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk("management.cattle.io", "v3", "ManagedChart"),
+                "managedcharts",
+            ),
+        }
+    }
+}
+
+/// One object the guard reads and writes.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub kind: Kind,
+    pub key: ObjectKey,
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?} {}/{}", self.kind, self.key.namespace, self.key.name)
+    }
+}
+
+/// What a conditional write came to.
+#[derive(Debug)]
+pub enum Written {
+    /// The patch was applied (or, in a dry run, accepted); the object as the server returned it.
+    Changed { plan: Plan, object: Value },
+    /// Nothing to do: the object already is as planned.
+    Unchanged { plan: Plan },
+    /// The object was deleted under us.
+    Missing,
+}
+
+/// How an API error is handled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Class {
+    Transient,
+    Conflict,
+    NotFound,
+    Permanent,
+}
+
+/// 429, 5xx and connection-level failures are transient; 409 and the failed `test` (422 with
+/// no details) are conflicts; everything else the server says is final.
+pub fn classify(e: &kube::Error) -> Class {
+    match e {
+        kube::Error::Api(s) => match s.code {
+            409 => Class::Conflict,
+            422 if s.details.as_ref().is_none_or(|d| d.causes.is_empty() && d.name.is_empty()) => Class::Conflict,
+            404 => Class::NotFound,
+            429 | 500 | 502 | 503 | 504 => Class::Transient,
+            _ => Class::Permanent,
+        },
+        kube::Error::HyperError(_) | kube::Error::Service(_) => Class::Transient,
+        _ => Class::Permanent,
+    }
+}
+
+/// The last transient error seen, for the message when the deadline cuts the retries short.
+#[derive(Debug, Clone, Default)]
+pub struct LastError(Arc<Mutex<Option<String>>>);
+
+impl LastError {
+    pub fn set(&self, e: String) {
+        *self.0.lock().expect("not poisoned") = Some(e);
+    }
+    pub fn get(&self) -> String {
+        self.0.lock().expect("not poisoned").clone().unwrap_or_else(|| "none (a request was still in flight)".into())
+    }
+}
+
+pub struct Cluster {
+    client: Client,
+    dry_run: bool,
+    last_error: LastError,
+}
+
+fn backoff() -> ExponentialBuilder {
+    ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(100))
+        .with_max_delay(Duration::from_secs(5))
+        .with_factor(2.0)
+        .with_jitter()
+        .without_max_times()
+}
+
+impl Cluster {
+    /// A client from the in-cluster config or KUBECONFIG, with kube's own retry layer off.
+    pub async fn connect(dry_run: bool, last_error: LastError) -> Result<Self, Error> {
+        let mut config = Config::infer()
+            .await
+            .map_err(|e| Error::Config(format!("cannot load Kubernetes client configuration: {e}")))?;
+        config.default_retry = false;
+        config.connect_timeout = Some(Duration::from_secs(5));
+        config.read_timeout = Some(Duration::from_secs(30));
+        config.write_timeout = Some(Duration::from_secs(30));
+        let client = Client::try_from(config)
+            .map_err(|e| Error::Config(format!("cannot build the Kubernetes client: {e}")))?;
+        Ok(Self { client, dry_run, last_error })
+    }
+
+    pub fn from_client(client: Client, dry_run: bool) -> Self {
+        Self { client, dry_run, last_error: LastError::default() }
+    }
+
+    fn api(&self, kind: Kind, namespace: &str) -> Api<DynamicObject> {
+        Api::namespaced_with(self.client.clone(), namespace, &kind.resource())
+    }
+
+    /// Runs one request, retrying transient failures until the run's deadline drops it.
+    async fn call<T, F, Fut>(&self, what: &str, f: F) -> Result<T, kube::Error>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, kube::Error>>,
+    {
+        f.retry(backoff())
+            .sleep(tokio::time::sleep)
+            .when(|e| classify(e) == Class::Transient)
+            .notify(|e, wait| {
+                warn!(request = what, error = %e, retry_in_ms = wait.as_millis() as u64, "transient error, retrying");
+                self.last_error.set(format!("{what}: {e}"));
+            })
+            .await
+    }
+
+    /// The object's JSON, or `None` if it does not exist. A 404 for the resource itself (no CRD)
+    /// is a permanent error.
+    pub async fn get(&self, target: &Target) -> Result<Option<Value>, Error> {
+        let api = self.api(target.kind, &target.key.namespace);
+        let what = format!("get {target}");
+        match self.call(&what, || api.get(&target.key.name)).await {
+            Ok(obj) => Ok(Some(serde_json::to_value(obj).expect("objects serialize"))),
+            Err(kube::Error::Api(s)) if s.code == 404 => {
+                if s.details.as_ref().is_some_and(|d| d.name == target.key.name) {
+                    Ok(None)
+                } else {
+                    Err(Error::Permanent {
+                        object: target.to_string(),
+                        message: format!(
+                            "the resource {} is not served (is its CRD installed?): {}",
+                            target.kind.resource().plural,
+                            s.message.trim()
+                        ),
+                    })
+                }
+            }
+            Err(e) => Err(permanent(target, e)),
+        }
+    }
+
+    /// Plans against `current` and writes the plan conditionally; on a conflict, reads again and
+    /// plans again, until the plan applies or there is nothing to do.
+    pub async fn converge(
+        &self,
+        target: &Target,
+        mut current: Value,
+        plan: impl Fn(&Value) -> Result<Plan, Malformed>,
+    ) -> Result<Written, Error> {
+        let mut conflicts = backoff().with_min_delay(Duration::from_millis(10)).build();
+        loop {
+            let p = plan(&current).map_err(|m| malformed(target, m))?;
+            let Some(patch) = p.patch.clone() else { return Ok(Written::Unchanged { plan: p }) };
+            match self.patch(target, &patch).await {
+                Ok(object) => return Ok(Written::Changed { plan: p, object }),
+                Err(e) if classify(&e) == Class::NotFound => return Ok(Written::Missing),
+                Err(e) if classify(&e) == Class::Conflict => {
+                    let before = rv(&current).map(str::to_string);
+                    current = match self.get(target).await? {
+                        Some(obj) => obj,
+                        None => return Ok(Written::Missing),
+                    };
+                    // A failed patch on an unchanged object is not a conflict: it would fail forever.
+                    if rv(&current) == before.as_deref() {
+                        return Err(permanent(target, e));
+                    }
+                    debug!(object = %target, resource_version = rv(&current), "conflict: read again");
+                    tokio::time::sleep(conflicts.next().unwrap_or_default()).await;
+                }
+                Err(e) => return Err(permanent(target, e)),
+            }
+        }
+    }
+
+    async fn patch(&self, target: &Target, patch: &JsonPatch) -> Result<Value, kube::Error> {
+        let api = self.api(target.kind, &target.key.namespace);
+        let params = PatchParams { field_manager: Some(FIELD_MANAGER.into()), dry_run: self.dry_run, ..Default::default() };
+        let what = format!("patch {target}");
+        let obj = self
+            .call(&what, || async {
+                api.patch(&target.key.name, &params, &Patch::<()>::Json(patch.clone())).await
+            })
+            .await?;
+        Ok(serde_json::to_value(obj).expect("objects serialize"))
+    }
+
+    /// Migrations whose names start with `prefix`, in all namespaces (for `status`).
+    pub async fn list_migrations(&self, prefix: &str) -> Result<Vec<Value>, Error> {
+        let resource = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("kubevirt.io", "v1", "VirtualMachineInstanceMigration"),
+            "virtualmachineinstancemigrations",
+        );
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource);
+        let mut out = Vec::new();
+        let mut params = ListParams::default().limit(500);
+        loop {
+            let page = self
+                .call("list virtualmachineinstancemigrations", || api.list(&params))
+                .await
+                .map_err(|e| Error::Permanent { object: "VirtualMachineInstanceMigrations".into(), message: e.to_string() })?;
+            out.extend(
+                page.items
+                    .into_iter()
+                    .filter(|m| m.metadata.name.as_deref().is_some_and(|n| n.starts_with(prefix)))
+                    .map(|m| serde_json::to_value(m).expect("objects serialize")),
+            );
+            match page.metadata.continue_ {
+                Some(c) if !c.is_empty() => params = params.continue_token(&c),
+                _ => return Ok(out),
+            }
+        }
+    }
+
+    /// A Normal Event on the KubeVirt CR, so `kubectl describe kubevirt` tells the story.
+    /// Best effort: a failure is logged, never fatal.
+    pub async fn event(&self, kubevirt: &Value, reason: &str, message: &str) {
+        if self.dry_run {
+            return;
+        }
+        let meta = &kubevirt["metadata"];
+        let namespace = meta["namespace"].as_str().unwrap_or_default().to_string();
+        let now = jiff::Timestamp::now().to_string();
+        let event = json!({
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": format!("{}.", meta["name"].as_str().unwrap_or("kubevirt")), "namespace": namespace},
+            "involvedObject": {
+                "apiVersion": "kubevirt.io/v1", "kind": "KubeVirt",
+                "name": meta["name"], "namespace": meta["namespace"],
+                "uid": meta["uid"], "resourceVersion": meta["resourceVersion"],
+            },
+            "reason": reason,
+            "message": message,
+            "type": "Normal",
+            "source": {"component": FIELD_MANAGER},
+            "reportingComponent": FIELD_MANAGER,
+            "reportingInstance": std::env::var("HOSTNAME").unwrap_or_else(|_| FIELD_MANAGER.into()),
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        });
+        let resource = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", "Event"), "events");
+        let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), &namespace, &resource);
+        let event: DynamicObject = serde_json::from_value(event).expect("a valid Event");
+        // One attempt: an Event is not worth delaying the upgrade for.
+        if let Err(e) = api.create(&PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() }, &event).await {
+            warn!(error = %e, reason, "could not record the Event on the KubeVirt CR");
+        }
+    }
+}
+
+fn rv(obj: &Value) -> Option<&str> {
+    obj.pointer("/metadata/resourceVersion").and_then(Value::as_str)
+}
+
+fn malformed(target: &Target, m: Malformed) -> Error {
+    Error::Malformed { object: target.to_string(), reason: m.0 }
+}
+
+fn permanent(target: &Target, e: kube::Error) -> Error {
+    match e {
+        kube::Error::Api(s) => Error::Refused {
+            object: target.to_string(),
+            code: s.code,
+            message: s.message.trim().replace('\n', " "),
+        },
+        other => Error::Permanent { object: target.to_string(), message: other.to_string().replace('\n', " ") },
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,308 @@
+//! Configuration from environment variables. Every invalid value is one line naming the
+//! variable and what it accepts; nothing is sent to the API server before this succeeds.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::plan::KubeVirtRef;
+
+/// Name, default and meaning of every variable: `--help` prints this table.
+pub const VARIABLES: &[(&str, &str, &str)] = &[
+    ("PHASE", "(required)", "pre | post | status"),
+    ("KUBEVIRT_NAMESPACE", "harvester-system", "namespace of the KubeVirt CR"),
+    ("KUBEVIRT_NAME", "kubevirt", "name of the KubeVirt CR"),
+    ("MANAGEDCHART_NAMESPACE", "fleet-local", "namespace of the ManagedChart"),
+    ("MANAGEDCHART_NAME", "harvester", "name of the ManagedChart; empty switches the ManagedChart steps off"),
+    ("STEP_KUBEVIRT", "true", "patch the KubeVirt CR's workloadUpdateMethods"),
+    ("STEP_COMPARE_PATCHES", "true", "add/remove the ManagedChart comparePatches pointer"),
+    ("STEP_CHART_VALUES", "true", "set/restore the ManagedChart values override"),
+    ("FALLBACK_METHODS", "(empty: none)", "comma-separated LiveMigrate,Evict; post applies it only without a record and with methods []"),
+    ("DRY_RUN", "false", "print the planned patches and send them with server-side dry run; change nothing"),
+    ("DEADLINE_SECONDS", "300", "deadline for the whole run, retries included (1..=86400)"),
+    ("LOG_FORMAT", "text", "text | json (json also makes `status` print JSON)"),
+    ("RUST_LOG", "info", "tracing filter, e.g. debug or workload_update_guard=debug"),
+    ("TERMINATION_MESSAGE_PATH", "/dev/termination-log", "where the one-line JSON summary goes; empty: nowhere"),
+    ("KUBECONFIG", "(in-cluster)", "kubeconfig for runs outside a pod"),
+];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    Pre,
+    Post,
+    Status,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectKey {
+    pub namespace: String,
+    pub name: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    pub phase: Phase,
+    pub kubevirt: ObjectKey,
+    /// `None`: plain KubeVirt without Fleet; the ManagedChart steps are off.
+    pub chart: Option<ObjectKey>,
+    pub step_kubevirt: bool,
+    pub step_compare_patches: bool,
+    pub step_chart_values: bool,
+    pub fallback: Option<Vec<String>>,
+    pub dry_run: bool,
+    pub deadline: Duration,
+    pub log_format: LogFormat,
+    pub termination_message_path: Option<PathBuf>,
+}
+
+/// The raw variables, all optional strings: validation below gives the messages.
+#[derive(Debug, Default, Deserialize)]
+struct Raw {
+    phase: Option<String>,
+    kubevirt_namespace: Option<String>,
+    kubevirt_name: Option<String>,
+    managedchart_namespace: Option<String>,
+    managedchart_name: Option<String>,
+    step_kubevirt: Option<String>,
+    step_compare_patches: Option<String>,
+    step_chart_values: Option<String>,
+    fallback_methods: Option<String>,
+    dry_run: Option<String>,
+    deadline_seconds: Option<String>,
+    log_format: Option<String>,
+    termination_message_path: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
+fn invalid(var: &str, value: &str, accepted: &str) -> ConfigError {
+    ConfigError(format!("{var}={value:?} is invalid: expected {accepted}"))
+}
+
+impl Config {
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_vars(std::env::vars())
+    }
+
+    pub fn from_vars(vars: impl IntoIterator<Item = (String, String)>) -> Result<Self, ConfigError> {
+        let raw: Raw = envy::from_iter(vars).map_err(|e| ConfigError(e.to_string()))?;
+        let phase = match raw.phase.as_deref() {
+            Some("pre") => Phase::Pre,
+            Some("post") => Phase::Post,
+            Some("status") => Phase::Status,
+            None => return Err(ConfigError("PHASE is not set: expected pre, post or status".into())),
+            Some(other) => return Err(invalid("PHASE", other, "pre, post or status")),
+        };
+        let kubevirt = ObjectKey {
+            namespace: namespace("KUBEVIRT_NAMESPACE", raw.kubevirt_namespace, "harvester-system")?,
+            name: name("KUBEVIRT_NAME", raw.kubevirt_name, "kubevirt")?,
+        };
+        let chart_namespace = namespace("MANAGEDCHART_NAMESPACE", raw.managedchart_namespace, "fleet-local")?;
+        let chart = match raw.managedchart_name.as_deref() {
+            Some("") => None,
+            _ => Some(ObjectKey {
+                namespace: chart_namespace,
+                name: name("MANAGEDCHART_NAME", raw.managedchart_name, "harvester")?,
+            }),
+        };
+        let step_kubevirt = boolean("STEP_KUBEVIRT", raw.step_kubevirt, true)?;
+        let step_compare_patches = boolean("STEP_COMPARE_PATCHES", raw.step_compare_patches, true)?;
+        let step_chart_values = boolean("STEP_CHART_VALUES", raw.step_chart_values, true)?;
+        let fallback = fallback(raw.fallback_methods)?;
+        let dry_run = boolean("DRY_RUN", raw.dry_run, false)?;
+        let deadline = match raw.deadline_seconds.as_deref() {
+            None => Duration::from_secs(300),
+            Some(s) => match s.parse::<u64>() {
+                Ok(n @ 1..=86_400) => Duration::from_secs(n),
+                _ => return Err(invalid("DEADLINE_SECONDS", s, "a whole number of seconds from 1 to 86400")),
+            },
+        };
+        let log_format = match raw.log_format.as_deref() {
+            None | Some("text") => LogFormat::Text,
+            Some("json") => LogFormat::Json,
+            Some(other) => return Err(invalid("LOG_FORMAT", other, "text or json")),
+        };
+        let termination_message_path = match raw.termination_message_path.as_deref() {
+            None => Some(PathBuf::from("/dev/termination-log")),
+            Some("") => None,
+            Some(p) if p.starts_with('/') => Some(PathBuf::from(p)),
+            Some(p) => return Err(invalid("TERMINATION_MESSAGE_PATH", p, "an absolute path, or empty")),
+        };
+        let config = Config {
+            phase,
+            kubevirt,
+            chart,
+            step_kubevirt,
+            step_compare_patches,
+            step_chart_values,
+            fallback,
+            dry_run,
+            deadline,
+            log_format,
+            termination_message_path,
+        };
+        if phase != Phase::Status && !config.kubevirt_step() && !config.chart_step() {
+            return Err(ConfigError(
+                "nothing to do: STEP_KUBEVIRT is false and the ManagedChart steps are off \
+                 (MANAGEDCHART_NAME empty, or STEP_COMPARE_PATCHES and STEP_CHART_VALUES false)"
+                    .into(),
+            ));
+        }
+        Ok(config)
+    }
+
+    pub fn kubevirt_step(&self) -> bool {
+        self.step_kubevirt
+    }
+
+    /// The ManagedChart is written when it is named and at least one of its steps is on.
+    pub fn chart_step(&self) -> bool {
+        self.chart.is_some() && (self.step_compare_patches || self.step_chart_values)
+    }
+
+    pub fn kubevirt_ref(&self) -> KubeVirtRef {
+        KubeVirtRef { namespace: self.kubevirt.namespace.clone(), name: self.kubevirt.name.clone() }
+    }
+}
+
+fn boolean(var: &str, value: Option<String>, default: bool) -> Result<bool, ConfigError> {
+    match value.as_deref().map(str::to_ascii_lowercase).as_deref() {
+        None => Ok(default),
+        Some("true" | "1" | "yes") => Ok(true),
+        Some("false" | "0" | "no") => Ok(false),
+        Some(_) => Err(invalid(var, value.as_deref().unwrap_or_default(), "true or false")),
+    }
+}
+
+/// RFC 1123 label: what a namespace name must be.
+fn namespace(var: &str, value: Option<String>, default: &str) -> Result<String, ConfigError> {
+    let v = value.unwrap_or_else(|| default.to_string());
+    let ok = !v.is_empty()
+        && v.len() <= 63
+        && v.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !v.starts_with('-')
+        && !v.ends_with('-');
+    if ok { Ok(v) } else { Err(invalid(var, &v, "a namespace name (RFC 1123 label: a-z, 0-9, '-', at most 63)")) }
+}
+
+/// RFC 1123 subdomain: what an object name must be.
+fn name(var: &str, value: Option<String>, default: &str) -> Result<String, ConfigError> {
+    let v = value.unwrap_or_else(|| default.to_string());
+    let ok = !v.is_empty()
+        && v.len() <= 253
+        && v.split('.').all(|part| {
+            !part.is_empty()
+                && part.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !part.starts_with('-')
+                && !part.ends_with('-')
+        });
+    if ok { Ok(v) } else { Err(invalid(var, &v, "an object name (RFC 1123 subdomain: a-z, 0-9, '-', '.')")) }
+}
+
+fn fallback(value: Option<String>) -> Result<Option<Vec<String>>, ConfigError> {
+    let Some(v) = value.filter(|v| !v.trim().is_empty()) else { return Ok(None) };
+    let list: Vec<String> = v.split(',').map(|m| m.trim().to_string()).collect();
+    let valid = list.iter().all(|m| m == "LiveMigrate" || m == "Evict");
+    let unique = list.iter().enumerate().all(|(i, m)| !list[..i].contains(m));
+    if valid && unique {
+        Ok(Some(list))
+    } else {
+        Err(invalid("FALLBACK_METHODS", &v, "a comma-separated list of distinct LiveMigrate and Evict, or empty"))
+    }
+}
+
+/// The `--help` text.
+pub fn help() -> String {
+    let mut out = format!(
+        "workload-update-guard {}\n\
+         Suspends KubeVirt automated workload updates before a Harvester upgrade (PHASE=pre),\n\
+         restores exactly what was there after it (PHASE=post), or reports (PHASE=status).\n\n\
+         Environment variables:\n",
+        env!("CARGO_PKG_VERSION")
+    );
+    for (var, default, meaning) in VARIABLES {
+        out.push_str(&format!("  {var:<25} default {default:<22} {meaning}\n"));
+    }
+    out.push_str(
+        "\nExit codes: 0 success (incl. already so); 2 bad configuration; 3 permanent refusal or\n\
+         malformed object; 4 transient failures until the deadline; 5 interrupted (SIGTERM/SIGINT).\n",
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        Config::from_vars(vars.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+    }
+
+    #[test]
+    fn defaults_are_harvester_ones() {
+        let c = cfg(&[("PHASE", "pre")]).unwrap();
+        assert_eq!(c.kubevirt, ObjectKey { namespace: "harvester-system".into(), name: "kubevirt".into() });
+        assert_eq!(c.chart, Some(ObjectKey { namespace: "fleet-local".into(), name: "harvester".into() }));
+        assert!(c.step_kubevirt && c.step_compare_patches && c.step_chart_values && !c.dry_run);
+        assert_eq!((c.fallback, c.deadline), (None, Duration::from_secs(300)));
+        assert_eq!(c.termination_message_path, Some(PathBuf::from("/dev/termination-log")));
+    }
+
+    #[test]
+    fn empty_chart_name_switches_chart_steps_off() {
+        let c = cfg(&[("PHASE", "post"), ("MANAGEDCHART_NAME", ""), ("FALLBACK_METHODS", "LiveMigrate, Evict")]).unwrap();
+        assert!(!c.chart_step());
+        assert_eq!(c.fallback, Some(vec!["LiveMigrate".into(), "Evict".into()]));
+    }
+
+    #[test]
+    fn every_invalid_value_is_one_line_naming_the_variable() {
+        let cases: &[(&[(&str, &str)], &str)] = &[
+            (&[], "PHASE"),
+            (&[("PHASE", "pre-upgrade")], "PHASE"),
+            (&[("PHASE", "")], "PHASE"),
+            (&[("PHASE", "pre"), ("KUBEVIRT_NAMESPACE", "Harvester_System")], "KUBEVIRT_NAMESPACE"),
+            (&[("PHASE", "pre"), ("KUBEVIRT_NAMESPACE", "")], "KUBEVIRT_NAMESPACE"),
+            (&[("PHASE", "pre"), ("KUBEVIRT_NAME", "")], "KUBEVIRT_NAME"),
+            (&[("PHASE", "pre"), ("KUBEVIRT_NAME", "kube virt")], "KUBEVIRT_NAME"),
+            (&[("PHASE", "pre"), ("MANAGEDCHART_NAMESPACE", "-x")], "MANAGEDCHART_NAMESPACE"),
+            (&[("PHASE", "pre"), ("MANAGEDCHART_NAME", "Harvester")], "MANAGEDCHART_NAME"),
+            (&[("PHASE", "pre"), ("STEP_KUBEVIRT", "maybe")], "STEP_KUBEVIRT"),
+            (&[("PHASE", "pre"), ("STEP_COMPARE_PATCHES", "")], "STEP_COMPARE_PATCHES"),
+            (&[("PHASE", "pre"), ("STEP_CHART_VALUES", "2")], "STEP_CHART_VALUES"),
+            (&[("PHASE", "post"), ("FALLBACK_METHODS", "LiveMigrate,Bogus")], "FALLBACK_METHODS"),
+            (&[("PHASE", "post"), ("FALLBACK_METHODS", "LiveMigrate,LiveMigrate")], "FALLBACK_METHODS"),
+            (&[("PHASE", "post"), ("FALLBACK_METHODS", "LiveMigrate,")], "FALLBACK_METHODS"),
+            (&[("PHASE", "pre"), ("DRY_RUN", "yes please")], "DRY_RUN"),
+            (&[("PHASE", "pre"), ("DEADLINE_SECONDS", "0")], "DEADLINE_SECONDS"),
+            (&[("PHASE", "pre"), ("DEADLINE_SECONDS", "5m")], "DEADLINE_SECONDS"),
+            (&[("PHASE", "pre"), ("DEADLINE_SECONDS", "86401")], "DEADLINE_SECONDS"),
+            (&[("PHASE", "pre"), ("LOG_FORMAT", "yaml")], "LOG_FORMAT"),
+            (&[("PHASE", "pre"), ("TERMINATION_MESSAGE_PATH", "relative/path")], "TERMINATION_MESSAGE_PATH"),
+            (&[("PHASE", "pre"), ("STEP_KUBEVIRT", "false"), ("MANAGEDCHART_NAME", "")], "nothing to do"),
+        ];
+        for (vars, want) in cases {
+            let err = cfg(vars).unwrap_err().to_string();
+            assert!(err.contains(want), "{vars:?}: {err}");
+            assert!(!err.contains('\n'), "{vars:?}: one line: {err}");
+        }
+    }
+
+    #[test]
+    fn help_lists_every_variable() {
+        let h = help();
+        for (var, _, _) in VARIABLES {
+            assert!(h.contains(var), "{var}");
+        }
+    }
+}

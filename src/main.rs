@@ -1,0 +1,104 @@
+//! Entry point: configuration, logging, the deadline and signals around one phase, and the
+//! Job contract (exit code, termination message).
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use tokio::signal::unix::{SignalKind, signal};
+use tracing::{error, info};
+use tracing_subscriber::EnvFilter;
+use workload_update_guard::cluster::{Cluster, LastError};
+use workload_update_guard::config::{self, Config, LogFormat};
+use workload_update_guard::error::{Error, exit};
+use workload_update_guard::phases;
+use workload_update_guard::summary::Summary;
+
+fn main() -> ExitCode {
+    match std::env::args().nth(1).as_deref() {
+        Some("--help" | "-h") => {
+            print!("{}", config::help());
+            return ExitCode::SUCCESS;
+        }
+        Some("--version" | "-V") => {
+            println!("workload-update-guard {}", env!("CARGO_PKG_VERSION"));
+            return ExitCode::SUCCESS;
+        }
+        Some(other) => {
+            eprintln!("error: unexpected argument {other:?}: configuration is by environment variables (see --help)");
+            return ExitCode::from(exit::CONFIG);
+        }
+        None => {}
+    }
+    let cfg = match Config::from_env() {
+        Ok(cfg) => cfg,
+        Err(e) => {
+            eprintln!("error: {e}");
+            let mut summary = Summary::new(None, false);
+            summary.exit_code = exit::CONFIG;
+            summary.error = Some(e.to_string());
+            // The path itself may be what is invalid: only the default is tried then.
+            let path = std::env::var("TERMINATION_MESSAGE_PATH").unwrap_or_else(|_| "/dev/termination-log".into());
+            if path.starts_with('/') {
+                let _ = std::fs::write(path, summary.to_line());
+            }
+            return ExitCode::from(exit::CONFIG);
+        }
+    };
+    init_logging(cfg.log_format);
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime");
+    let code = runtime.block_on(run(&cfg));
+    ExitCode::from(code)
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.with_ansi(false).init(),
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+    }
+}
+
+async fn run(cfg: &Config) -> u8 {
+    let mut summary = Summary::new(Some(cfg.phase), cfg.dry_run);
+    let last_error = LastError::default();
+    let deadline = tokio::time::Instant::now() + cfg.deadline;
+    let (mut sigterm, mut sigint) = match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+        (Ok(t), Ok(i)) => (t, i),
+        _ => return finish(cfg, summary, Err(Error::Config("cannot install signal handlers".into()))),
+    };
+    info!(phase = ?cfg.phase, dry_run = cfg.dry_run, deadline_s = cfg.deadline.as_secs(), "starting");
+    let result = {
+        let work = async {
+            let cluster = Cluster::connect(cfg.dry_run, last_error.clone()).await?;
+            let mut stdout = std::io::stdout().lock();
+            phases::run(cfg, &cluster, &mut summary, &mut stdout).await
+        };
+        tokio::select! {
+            r = work => r,
+            _ = sigterm.recv() => Err(Error::Interrupted("SIGTERM")),
+            _ = sigint.recv() => Err(Error::Interrupted("SIGINT")),
+            _ = tokio::time::sleep_until(deadline) => Err(Error::Deadline { seconds: cfg.deadline.as_secs(), last: last_error.get() }),
+        }
+    };
+    finish(cfg, summary, result)
+}
+
+fn finish(cfg: &Config, mut summary: Summary, result: Result<(), Error>) -> u8 {
+    match &result {
+        Ok(()) => info!(summary = %summary.to_line(), "done"),
+        Err(e) => {
+            summary.exit_code = e.exit_code();
+            summary.error = Some(e.to_string());
+            error!("{e}");
+        }
+    }
+    let line = summary.to_line();
+    if let Some(path) = &cfg.termination_message_path
+        && let Err(e) = std::fs::write(path, &line)
+    {
+        error!(path = %path.display(), error = %e, "cannot write the termination message");
+    }
+    let _ = std::io::stdout().flush();
+    summary.exit_code
+}

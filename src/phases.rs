@@ -1,0 +1,134 @@
+//! The order of the steps. `pre` changes the ManagedChart first and the KubeVirt CR second;
+//! `post` the reverse, so the values Helm would apply always agree with what we own (DESIGN §4.3).
+//! Every object is read and planned before the first write: a malformed object means no write.
+
+use std::io::Write;
+
+use serde_json::{Value, json};
+use tracing::{info, warn};
+
+use crate::cluster::{Cluster, Kind, Target, Written};
+use crate::config::{Config, LogFormat, Phase};
+use crate::error::Error;
+use crate::plan::{self, Malformed, Plan};
+use crate::report::{self, MIGRATION_PREFIX, Report};
+use crate::summary::{Outcome, Summary};
+
+pub async fn run(cfg: &Config, cluster: &Cluster, summary: &mut Summary, out: &mut impl Write) -> Result<(), Error> {
+    match cfg.phase {
+        Phase::Status => status(cfg, cluster, out).await,
+        Phase::Pre | Phase::Post => change(cfg, cluster, summary, out).await,
+    }
+}
+
+fn targets(cfg: &Config) -> Vec<Target> {
+    let kubevirt = Target { kind: Kind::KubeVirt, key: cfg.kubevirt.clone() };
+    let chart = cfg.chart.clone().map(|key| Target { kind: Kind::ManagedChart, key });
+    match cfg.phase {
+        Phase::Pre => chart.into_iter().chain([kubevirt]).collect(),
+        _ => [kubevirt].into_iter().chain(chart).collect(),
+    }
+}
+
+fn enabled(cfg: &Config, kind: Kind) -> bool {
+    match kind {
+        Kind::KubeVirt => cfg.kubevirt_step(),
+        Kind::ManagedChart => cfg.chart_step(),
+    }
+}
+
+fn plan_for(cfg: &Config, kind: Kind, obj: &Value) -> Result<Plan, Malformed> {
+    let kv = cfg.kubevirt_ref();
+    let (values, compare) = (cfg.step_chart_values, cfg.step_compare_patches);
+    match (cfg.phase, kind) {
+        (Phase::Pre, Kind::KubeVirt) => plan::kubevirt_pre(obj),
+        (Phase::Pre, Kind::ManagedChart) => plan::chart_pre(obj, &kv, values, compare),
+        (_, Kind::KubeVirt) => plan::kubevirt_post(obj, cfg.fallback.as_deref()),
+        (_, Kind::ManagedChart) => plan::chart_post(obj, &kv, values, compare),
+    }
+}
+
+async fn change(cfg: &Config, cluster: &Cluster, summary: &mut Summary, out: &mut impl Write) -> Result<(), Error> {
+    let mut work = Vec::new();
+    for target in targets(cfg) {
+        if !enabled(cfg, target.kind) {
+            summary.step(target.to_string(), Outcome::Disabled, vec![]);
+            continue;
+        }
+        summary.step(target.to_string(), Outcome::NotReached, vec![]);
+        work.push(target);
+    }
+    // Read and plan everything first.
+    let mut read = Vec::new();
+    for target in work {
+        match cluster.get(&target).await? {
+            None => {
+                warn!(object = %target, "not found: step skipped");
+                summary.step(target.to_string(), Outcome::Missing, vec![]);
+            }
+            Some(obj) => {
+                if let Err(m) = plan_for(cfg, target.kind, &obj) {
+                    summary.step(target.to_string(), Outcome::Failed, vec![]);
+                    return Err(Error::Malformed { object: target.to_string(), reason: m.0 });
+                }
+                read.push((target, obj));
+            }
+        }
+    }
+    for (target, obj) in read {
+        let written = cluster.converge(&target, obj, |o| plan_for(cfg, target.kind, o)).await;
+        let written = written.inspect_err(|_| summary.step(target.to_string(), Outcome::Failed, vec![]))?;
+        match written {
+            Written::Missing => {
+                warn!(object = %target, "deleted while we worked: step skipped");
+                summary.step(target.to_string(), Outcome::Missing, vec![]);
+            }
+            Written::Unchanged { plan } => {
+                info!(object = %target, actions = ?plan.actions, "already as wanted: nothing to write");
+                summary.step(target.to_string(), Outcome::Unchanged, plan.actions);
+            }
+            Written::Changed { plan, object } => {
+                let patch = plan.patch.as_ref().expect("a change has a patch");
+                if cfg.dry_run {
+                    let line = json!({"object": target.to_string(), "dryRun": true, "patch": patch});
+                    writeln!(out, "{line}").ok();
+                }
+                info!(object = %target, dry_run = cfg.dry_run, actions = ?plan.actions, "written");
+                if target.kind == Kind::KubeVirt {
+                    let (reason, verb) = match cfg.phase {
+                        Phase::Pre => ("WorkloadUpdatesSuspended", "Suspended automated workload updates"),
+                        _ => ("WorkloadUpdatesRestored", "Restored automated workload updates"),
+                    };
+                    let message = format!("{verb} ({FIELD}): {}", plan.actions.join("; "), FIELD = crate::cluster::FIELD_MANAGER);
+                    cluster.event(&object, reason, &message).await;
+                }
+                summary.step(target.to_string(), Outcome::Changed, plan.actions);
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn status(cfg: &Config, cluster: &Cluster, out: &mut impl Write) -> Result<(), Error> {
+    let kubevirt = Target { kind: Kind::KubeVirt, key: cfg.kubevirt.clone() };
+    let kv = cluster.get(&kubevirt).await?;
+    let chart = match &cfg.chart {
+        Some(key) => {
+            let target = Target { kind: Kind::ManagedChart, key: key.clone() };
+            let obj = cluster.get(&target).await?;
+            Some(report::chart(target.to_string(), obj.as_ref(), &cfg.kubevirt_ref()))
+        }
+        None => None,
+    };
+    let migrations = cluster.list_migrations(MIGRATION_PREFIX).await?;
+    let report = Report {
+        kubevirt: Some(report::kubevirt(kubevirt.to_string(), kv.as_ref())),
+        managed_chart: chart,
+        unfinished_migrations: report::unfinished(&migrations),
+    };
+    match cfg.log_format {
+        LogFormat::Json => writeln!(out, "{}", serde_json::to_string(&report).expect("report serializes")),
+        LogFormat::Text => write!(out, "{report}"),
+    }
+    .map_err(|e| Error::Permanent { object: "stdout".into(), message: e.to_string() })
+}

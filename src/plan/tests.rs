@@ -1,0 +1,481 @@
+use super::*;
+use proptest::prelude::*;
+use serde_json::json;
+
+fn kv() -> KubeVirtRef {
+    KubeVirtRef { namespace: "harvester-system".into(), name: "kubevirt".into() }
+}
+
+/// Applies a plan the way the API server would (the `test` op included).
+fn apply(obj: &Value, plan: &Plan) -> Value {
+    let mut doc = obj.clone();
+    if let Some(p) = &plan.patch {
+        json_patch::patch(&mut doc, p).expect("plan applies to the object it was planned from");
+    }
+    doc
+}
+
+fn ops(plan: &Plan) -> Value {
+    serde_json::to_value(plan.patch.as_ref().expect("a patch")).unwrap()
+}
+
+fn pre_kv(obj: &Value) -> Value {
+    apply(obj, &kubevirt_pre(obj).unwrap())
+}
+fn post_kv(obj: &Value, fallback: Option<&[String]>) -> Value {
+    apply(obj, &kubevirt_post(obj, fallback).unwrap())
+}
+fn pre_chart(obj: &Value) -> Value {
+    apply(obj, &chart_pre(obj, &kv(), true, true).unwrap())
+}
+fn post_chart(obj: &Value) -> Value {
+    apply(obj, &chart_post(obj, &kv(), true, true).unwrap())
+}
+
+fn kubevirt(methods: Option<Value>) -> Value {
+    let mut obj = json!({
+        "apiVersion": "kubevirt.io/v1", "kind": "KubeVirt",
+        "metadata": {"name": "kubevirt", "namespace": "harvester-system", "resourceVersion": "7"},
+        "spec": {"workloadUpdateStrategy": {"batchEvictionSize": 10}},
+    });
+    if let Some(m) = methods {
+        obj["spec"]["workloadUpdateStrategy"]["workloadUpdateMethods"] = m;
+    }
+    obj
+}
+
+#[test]
+fn pre_sets_empty_list_and_records_original_in_one_conditional_patch() {
+    let obj = kubevirt(Some(json!(["LiveMigrate", "Evict"])));
+    let plan = kubevirt_pre(&obj).unwrap();
+    assert_eq!(
+        ops(&plan),
+        json!([
+            {"op": "test", "path": "/metadata/resourceVersion", "value": "7"},
+            {"op": "add", "path": "/spec/workloadUpdateStrategy/workloadUpdateMethods", "value": []},
+            {"op": "add", "path": "/metadata/annotations",
+             "value": {KUBEVIRT_RECORD: r#"{"present":true,"value":["LiveMigrate","Evict"]}"#}},
+        ])
+    );
+    let after = apply(&obj, &plan);
+    // Never [Evict]: that would evict every outdated VM.
+    assert_eq!(after["spec"]["workloadUpdateStrategy"]["workloadUpdateMethods"], json!([]));
+    assert_eq!(after["spec"]["workloadUpdateStrategy"]["batchEvictionSize"], json!(10));
+}
+
+#[test]
+fn pre_records_an_absent_field_and_the_parents_it_creates() {
+    let obj = json!({"metadata": {"resourceVersion": "1", "annotations": {"a": "b"}}, "spec": {}});
+    let after = pre_kv(&obj);
+    assert_eq!(after["spec"], json!({"workloadUpdateStrategy": {"workloadUpdateMethods": []}}));
+    let record: ValueRecord = read_record(&after, KUBEVIRT_RECORD).unwrap().unwrap();
+    assert_eq!(
+        record,
+        ValueRecord { present: false, value: None, created_parents: vec!["/spec/workloadUpdateStrategy".into()] }
+    );
+    assert_eq!(post_kv(&after, None), obj);
+}
+
+#[test]
+fn pre_on_an_empty_list_still_records_it_so_post_does_not_apply_the_fallback() {
+    let obj = kubevirt(Some(json!([])));
+    let after = pre_kv(&obj);
+    assert_eq!(after["spec"], obj["spec"]);
+    let fallback = vec!["LiveMigrate".to_string()];
+    assert_eq!(post_kv(&after, Some(&fallback)), obj);
+}
+
+#[test]
+fn second_pre_keeps_the_first_record() {
+    let obj = kubevirt(Some(json!(["LiveMigrate"])));
+    let once = pre_kv(&obj);
+    assert_eq!(kubevirt_pre(&once).unwrap().patch, None);
+    // Something put LiveMigrate back in between: pre suspends again but keeps the first record.
+    let mut reverted = once.clone();
+    reverted["spec"]["workloadUpdateStrategy"]["workloadUpdateMethods"] = json!(["LiveMigrate"]);
+    let again = pre_kv(&reverted);
+    assert_eq!(again, once);
+}
+
+#[test]
+fn post_without_record_changes_nothing_unless_fallback_and_empty() {
+    let fallback = vec!["LiveMigrate".to_string()];
+    for m in [None, Some(json!(["Evict"])), Some(json!(["LiveMigrate"]))] {
+        let obj = kubevirt(m);
+        assert_eq!(kubevirt_post(&obj, Some(&fallback)).unwrap().patch, None);
+    }
+    let obj = kubevirt(Some(json!([])));
+    assert_eq!(kubevirt_post(&obj, None).unwrap().patch, None);
+    let restored = post_kv(&obj, Some(&fallback));
+    assert_eq!(restored["spec"]["workloadUpdateStrategy"]["workloadUpdateMethods"], json!(["LiveMigrate"]));
+}
+
+#[test]
+fn malformed_objects_are_refused_with_a_clear_message() {
+    let cases = [
+        (kubevirt(Some(json!("LiveMigrate"))), "workloadUpdateMethods is not a list"),
+        (kubevirt(Some(json!([1]))), "workloadUpdateMethods is not a list"),
+        (json!({"metadata": {"resourceVersion": "1"}, "spec": {"workloadUpdateStrategy": 3}}), "spec.workloadUpdateStrategy is not a map"),
+        (json!({"metadata": {}, "spec": {}}), "resourceVersion is missing"),
+        (json!({"metadata": {"resourceVersion": "1", "annotations": {KUBEVIRT_RECORD: "{oops"}}}), "is corrupted"),
+        (json!({"metadata": {"resourceVersion": "1", "annotations": {KUBEVIRT_RECORD: r#"{"present":true}"#}}}), "is corrupted"),
+        (json!({"metadata": {"resourceVersion": "1", "annotations": {KUBEVIRT_RECORD: r#"{"present":true,"value":["x",2]}"#}}}), "is corrupted"),
+        (json!({"metadata": {"resourceVersion": "1", "annotations": "x"}}), "annotations is not a map"),
+        (json!([]), "not a JSON map"),
+    ];
+    for (obj, want) in cases {
+        for err in [kubevirt_pre(&obj).unwrap_err(), kubevirt_post(&obj, None).unwrap_err()] {
+            assert!(err.0.contains(want), "{obj}: {err} does not mention {want:?}");
+            assert!(!err.0.contains('\n'), "one line: {err}");
+        }
+    }
+    let chart_cases = [
+        (json!({"metadata": {"resourceVersion": "1"}, "spec": {"values": {"kubevirt": []}}}), "spec.values.kubevirt is not a map"),
+        (json!({"metadata": {"resourceVersion": "1"}, "spec": {"values": {"kubevirt": {"spec": "x"}}}}), "spec.values.kubevirt.spec is not a map"),
+        (json!({"metadata": {"resourceVersion": "1"}, "spec": {"diff": {"comparePatches": {}}}}), "comparePatches is not a list"),
+        (json!({"metadata": {"resourceVersion": "1"}, "spec": {"diff": []}}), "spec.diff is not a map"),
+        (json!({"metadata": {"resourceVersion": "1"}, "spec": {"diff": {"comparePatches": [
+            {"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt", "name": "kubevirt", "jsonPointers": "x"}]}}}), "jsonPointers is not a list"),
+        (json!({"metadata": {"resourceVersion": "1", "annotations": {COMPARE_RECORD: r#"{"added":"everything"}"#}}, "spec": {}}), "is corrupted"),
+        (json!({"metadata": {"resourceVersion": "1", "annotations": {VALUES_RECORD: "absent"}}, "spec": {}}), "is corrupted"),
+    ];
+    for (obj, want) in chart_cases {
+        let err = chart_pre(&obj, &kv(), true, true).unwrap_err();
+        assert!(err.0.contains(want), "{obj}: {err} does not mention {want:?}");
+        // post only inspects what it has a record of.
+        if !want.contains("jsonPointers") {
+            let err = chart_post(&obj, &kv(), true, true).unwrap_err();
+            assert!(err.0.contains(want), "{obj}: {err} does not mention {want:?}");
+        }
+    }
+}
+
+fn chart(values: Value, compare: Option<Value>) -> Value {
+    let mut obj = json!({
+        "apiVersion": "management.cattle.io/v3", "kind": "ManagedChart",
+        "metadata": {"name": "harvester", "namespace": "fleet-local", "resourceVersion": "42"},
+        "spec": {"chart": "harvester", "values": values},
+    });
+    if let Some(c) = compare {
+        obj["spec"]["diff"] = json!({"comparePatches": c});
+    }
+    obj
+}
+
+fn longhorn_entry() -> Value {
+    json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "name": "harvester-longhorn",
+           "jsonPointers": ["/metadata/annotations"]})
+}
+
+#[test]
+fn chart_pre_appends_an_entry_and_overrides_values_in_one_patch() {
+    let obj = chart(json!({"kubevirt": {"spec": {"configuration": {"x": 1}}}}), Some(json!([longhorn_entry()])));
+    let plan = chart_pre(&obj, &kv(), true, true).unwrap();
+    assert_eq!(
+        ops(&plan),
+        json!([
+            {"op": "test", "path": "/metadata/resourceVersion", "value": "42"},
+            {"op": "add", "path": "/spec/values/kubevirt/spec/workloadUpdateStrategy",
+             "value": {"workloadUpdateMethods": []}},
+            {"op": "add", "path": "/metadata/annotations", "value": {VALUES_RECORD:
+              r#"{"present":false,"createdParents":["/spec/values/kubevirt/spec/workloadUpdateStrategy"]}"#}},
+            {"op": "add", "path": "/spec/diff/comparePatches/-", "value": {
+              "apiVersion": "kubevirt.io/v1", "kind": "KubeVirt", "name": "kubevirt",
+              "namespace": "harvester-system", "jsonPointers": [METHODS_POINTER]}},
+            {"op": "add", "path": "/metadata/annotations/workload-update-guard.harvesterhci.io~1compare-patch",
+             "value": r#"{"added":"entry"}"#},
+        ])
+    );
+    let after = apply(&obj, &plan);
+    assert_eq!(after["spec"]["diff"]["comparePatches"][0], longhorn_entry());
+    assert_eq!(post_chart(&after), obj);
+}
+
+#[test]
+fn chart_pre_appends_to_an_existing_entry_for_the_same_object() {
+    for ns in [json!(""), json!("harvester-system"), Value::Null] {
+        let mut entry = json!({"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt", "name": "kubevirt",
+                               "jsonPointers": ["/spec/configuration"]});
+        if !ns.is_null() {
+            entry["namespace"] = ns;
+        }
+        let obj = chart(json!({}), Some(json!([longhorn_entry(), entry])));
+        let after = pre_chart(&obj);
+        let list = after["spec"]["diff"]["comparePatches"].as_array().unwrap();
+        assert_eq!(list.len(), 2, "no second entry");
+        assert_eq!(list[1]["jsonPointers"], json!(["/spec/configuration", METHODS_POINTER]));
+        assert_eq!(post_chart(&after), obj);
+    }
+}
+
+#[test]
+fn a_preexisting_pointer_is_left_in_place_by_post() {
+    let entry = json!({"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt", "name": "kubevirt",
+                       "namespace": "harvester-system", "jsonPointers": [METHODS_POINTER]});
+    let obj = chart(json!({}), Some(json!([entry])));
+    let after = pre_chart(&obj);
+    assert_eq!(after["spec"]["diff"], obj["spec"]["diff"]);
+    let restored = post_chart(&after);
+    assert_eq!(restored, obj);
+}
+
+#[test]
+fn entries_for_other_objects_do_not_cover_ours() {
+    let others = [
+        json!({"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt", "name": "other", "jsonPointers": [METHODS_POINTER]}),
+        json!({"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt", "name": "kubevirt", "namespace": "kubevirt", "jsonPointers": [METHODS_POINTER]}),
+        json!({"apiVersion": "kubevirt.io/v1alpha3", "kind": "KubeVirt", "name": "kubevirt", "jsonPointers": [METHODS_POINTER]}),
+    ];
+    for other in others {
+        let obj = chart(json!({}), Some(json!([other.clone()])));
+        let after = pre_chart(&obj);
+        assert_eq!(after["spec"]["diff"]["comparePatches"].as_array().unwrap().len(), 2, "{other}");
+        assert_eq!(after["spec"]["diff"]["comparePatches"][0], other);
+        assert_eq!(post_chart(&after), obj);
+    }
+}
+
+#[test]
+fn post_keeps_pointers_others_added_to_our_entry() {
+    let obj = chart(json!({}), None);
+    let mut after = pre_chart(&obj);
+    after["spec"]["diff"]["comparePatches"][0]["jsonPointers"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!("/spec/configuration"));
+    after["spec"]["diff"]["comparePatches"].as_array_mut().unwrap().push(longhorn_entry());
+    let restored = post_chart(&after);
+    assert_eq!(
+        restored["spec"]["diff"]["comparePatches"],
+        json!([
+            {"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt", "name": "kubevirt",
+             "namespace": "harvester-system", "jsonPointers": ["/spec/configuration"]},
+            longhorn_entry(),
+        ])
+    );
+    assert!(restored["metadata"].get("annotations").is_none());
+}
+
+#[test]
+fn switches_limit_the_chart_plan_to_the_enabled_steps() {
+    let obj = chart(json!({}), None);
+    let only_values = apply(&obj, &chart_pre(&obj, &kv(), true, false).unwrap());
+    assert!(only_values["spec"].get("diff").is_none());
+    let only_compare = apply(&obj, &chart_pre(&obj, &kv(), false, true).unwrap());
+    assert_eq!(only_compare["spec"]["values"], json!({}));
+    assert_eq!(chart_pre(&obj, &kv(), false, false).unwrap().patch, None);
+}
+
+// ---- property tests over random states ----
+
+fn methods_strategy() -> impl Strategy<Value = Option<Value>> {
+    let name = prop_oneof![Just("LiveMigrate"), Just("Evict")];
+    prop_oneof![
+        Just(None),
+        proptest::collection::vec(name, 0..4).prop_map(|v| Some(json!(v))),
+    ]
+}
+
+fn annotations_strategy() -> impl Strategy<Value = Option<Value>> {
+    prop_oneof![
+        Just(None),
+        Just(Some(json!({"kubevirt.io/latest-observed-api-version": "v1"}))),
+        Just(Some(json!({"a/b~c": "x", "field.cattle.io/description": "keep"}))),
+    ]
+}
+
+prop_compose! {
+    fn kubevirt_strategy()(
+        methods in methods_strategy(),
+        strategy_present in any::<bool>(),
+        sibling in any::<bool>(),
+        spec_present in any::<bool>(),
+        spec_sibling in any::<bool>(),
+        annotations in annotations_strategy(),
+    ) -> Value {
+        let mut obj = json!({"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt",
+                             "metadata": {"name": "kubevirt", "resourceVersion": "5"}});
+        if let Some(a) = annotations { obj["metadata"]["annotations"] = a; }
+        if spec_present || methods.is_some() || strategy_present {
+            let mut spec = json!({});
+            if spec_sibling { spec["configuration"] = json!({"developerConfiguration": {"featureGates": ["HotplugVolumes"]}}); }
+            if strategy_present || methods.is_some() {
+                let mut s = json!({});
+                if sibling { s["batchEvictionSize"] = json!(10); s["batchEvictionInterval"] = json!("1m0s"); }
+                if let Some(m) = methods { s["workloadUpdateMethods"] = m; }
+                spec["workloadUpdateStrategy"] = s;
+            }
+            obj["spec"] = spec;
+        }
+        obj
+    }
+}
+
+fn entry_strategy() -> impl Strategy<Value = Value> {
+    let kv_entry = (
+        prop_oneof![Just(None), Just(Some("")), Just(Some("harvester-system")), Just(Some("other-ns"))],
+        prop_oneof![Just("kubevirt"), Just("other")],
+        prop_oneof![
+            Just(None),
+            Just(Some(json!([]))),
+            Just(Some(json!([METHODS_POINTER]))),
+            Just(Some(json!(["/spec/configuration", METHODS_POINTER]))),
+            Just(Some(json!(["/spec/configuration"]))),
+        ],
+        any::<bool>(),
+    )
+        .prop_map(|(ns, name, pointers, ops)| {
+            let mut e = json!({"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt", "name": name});
+            if let Some(ns) = ns { e["namespace"] = json!(ns); }
+            if let Some(p) = pointers { e["jsonPointers"] = p; }
+            if ops { e["operations"] = json!([{"op": "remove", "path": "/spec/x"}]); }
+            e
+        });
+    prop_oneof![
+        Just(longhorn_entry()),
+        Just(json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+                    "name": "rancher-monitoring-admission", "operations": [{"op": "remove", "path": "/webhooks"}]})),
+        Just(json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                    "name": "volumes.longhorn.io", "jsonPointers": ["/status/acceptedNames", "/status/conditions"]})),
+        kv_entry,
+    ]
+}
+
+fn leaf_strategy() -> impl Strategy<Value = Option<Value>> {
+    prop_oneof![methods_strategy(), Just(Some(json!("LiveMigrate"))), Just(Some(Value::Null))]
+}
+
+prop_compose! {
+    fn chart_strategy()(
+        depth in 0usize..6,
+        leaf in leaf_strategy(),
+        siblings in proptest::collection::vec(any::<bool>(), 5),
+        diff in prop_oneof![Just(0u8), Just(1), Just(2)],
+        entries in proptest::collection::vec(entry_strategy(), 0..5),
+        diff_sibling in any::<bool>(),
+        annotations in annotations_strategy(),
+        paused in any::<bool>(),
+    ) -> Value {
+        let mut obj = json!({"apiVersion": "management.cattle.io/v3", "kind": "ManagedChart",
+                             "metadata": {"name": "harvester", "resourceVersion": "9"},
+                             "spec": {"chart": "harvester", "paused": paused}});
+        if let Some(a) = annotations { obj["metadata"]["annotations"] = a; }
+        // Values nested to a random depth along the path, with siblings at each level.
+        let keys = ["values", "kubevirt", "spec", "workloadUpdateStrategy"];
+        let mut node = &mut obj["spec"];
+        for (i, key) in keys.iter().enumerate().take(depth.min(4)) {
+            node[*key] = json!({});
+            node = &mut node[*key];
+            if siblings[i] { node[format!("sibling{i}")] = json!({"keep": i}); }
+        }
+        if depth > 4 && let Some(l) = leaf { node["workloadUpdateMethods"] = l; }
+        if diff >= 1 {
+            obj["spec"]["diff"] = json!({});
+            if diff_sibling { obj["spec"]["diff"]["other"] = json!(true); }
+        }
+        if diff == 2 { obj["spec"]["diff"]["comparePatches"] = json!(entries); }
+        obj
+    }
+}
+
+/// What `pre` may touch, removed: everything else must be equal.
+fn untouched(obj: &Value) -> Value {
+    let mut o = obj.clone();
+    if let Some(a) = o.pointer_mut("/metadata/annotations").and_then(Value::as_object_mut) {
+        a.retain(|k, _| !k.starts_with(ANNOTATION_PREFIX));
+        if a.is_empty() {
+            o["metadata"].as_object_mut().unwrap().remove("annotations");
+        }
+    }
+    if let Some(s) = o.pointer_mut("/spec/values/kubevirt/spec/workloadUpdateStrategy").and_then(Value::as_object_mut) {
+        s.remove("workloadUpdateMethods");
+    }
+    if let Some(list) = o.pointer_mut("/spec/diff/comparePatches").and_then(Value::as_array_mut) {
+        list.retain(|e| !entry_covers(e, &kv()));
+    }
+    prune_empty(&mut o);
+    o
+}
+
+fn prune_empty(v: &mut Value) {
+    if let Value::Object(m) = v {
+        for child in m.values_mut() {
+            prune_empty(child);
+        }
+        m.retain(|_, c| !matches!(c, Value::Object(x) if x.is_empty()) && !matches!(c, Value::Array(x) if x.is_empty()));
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    #[test]
+    fn kubevirt_post_pre_is_identity(s in kubevirt_strategy()) {
+        let after = pre_kv(&s);
+        prop_assert_eq!(&after["spec"]["workloadUpdateStrategy"]["workloadUpdateMethods"], &json!([]));
+        prop_assert_eq!(post_kv(&after, None), s.clone());
+        // A configured fallback never overrides a record.
+        prop_assert_eq!(post_kv(&after, Some(&["LiveMigrate".to_string()])), s);
+    }
+
+    #[test]
+    fn kubevirt_pre_and_post_are_idempotent(s in kubevirt_strategy()) {
+        let once = pre_kv(&s);
+        prop_assert_eq!(kubevirt_pre(&once).unwrap().patch, None);
+        let restored = post_kv(&once, None);
+        prop_assert_eq!(kubevirt_post(&restored, None).unwrap().patch, None);
+    }
+
+    #[test]
+    fn kubevirt_pre_touches_only_methods_and_records(s in kubevirt_strategy()) {
+        let mut a = pre_kv(&s);
+        let mut b = s.clone();
+        for o in [&mut a, &mut b] {
+            if let Some(st) = o.pointer_mut("/spec/workloadUpdateStrategy").and_then(Value::as_object_mut) {
+                st.remove("workloadUpdateMethods");
+            }
+        }
+        prop_assert_eq!(untouched(&a), untouched(&b));
+    }
+
+    #[test]
+    fn chart_post_pre_is_identity(s in chart_strategy()) {
+        let after = pre_chart(&s);
+        prop_assert_eq!(&after["spec"]["values"]["kubevirt"]["spec"]["workloadUpdateStrategy"]["workloadUpdateMethods"], &json!([]));
+        prop_assert!(find_pointer(compare_list(&after).unwrap(), &kv()).unwrap().is_some());
+        prop_assert_eq!(post_chart(&after), s);
+    }
+
+    #[test]
+    fn chart_pre_and_post_are_idempotent(s in chart_strategy()) {
+        let once = pre_chart(&s);
+        prop_assert_eq!(chart_pre(&once, &kv(), true, true).unwrap().patch, None);
+        let restored = post_chart(&once);
+        prop_assert_eq!(chart_post(&restored, &kv(), true, true).unwrap().patch, None);
+    }
+
+    #[test]
+    fn chart_pre_never_changes_other_entries_or_fields(s in chart_strategy()) {
+        let after = pre_chart(&s);
+        prop_assert_eq!(untouched(&after), untouched(&s));
+        // Entries that do not cover our object keep their order and content.
+        let others = |o: &Value| -> Vec<Value> {
+            compare_list(o).unwrap().map(|l| l.iter().filter(|e| !entry_covers(e, &kv())).cloned().collect()).unwrap_or_default()
+        };
+        prop_assert_eq!(others(&after), others(&s));
+    }
+
+    #[test]
+    fn others_changes_between_pre_and_post_survive(s in chart_strategy(), extra in entry_strategy()) {
+        let mut after = pre_chart(&s);
+        // Someone else appends an entry and an annotation while the upgrade runs.
+        if let Some(list) = after.pointer_mut("/spec/diff/comparePatches").and_then(Value::as_array_mut) {
+            list.push(extra.clone());
+        }
+        after["metadata"]["annotations"]["someone/else"] = json!("x");
+        let restored = post_chart(&after);
+        let list = compare_list(&restored).unwrap().cloned().unwrap_or_default();
+        prop_assert!(list.contains(&extra));
+        prop_assert_eq!(&restored["metadata"]["annotations"]["someone/else"], &json!("x"));
+    }
+}

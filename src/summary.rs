@@ -1,0 +1,96 @@
+//! The one-line JSON summary for the termination-message path (DESIGN §6).
+
+use serde::Serialize;
+
+use crate::config::Phase;
+
+/// The kubelet reads at most 4096 bytes of a termination message.
+pub const MAX_BYTES: usize = 4096;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Outcome {
+    /// Written (or, in a dry run, accepted by the server).
+    Changed,
+    /// Already as wanted: nothing written.
+    Unchanged,
+    /// The object does not exist: step skipped with a warning.
+    Missing,
+    /// Switched off by configuration.
+    Disabled,
+    /// The run stopped before this step.
+    NotReached,
+    Failed,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Step {
+    pub object: String,
+    pub outcome: Outcome,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub actions: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Summary {
+    pub phase: Option<Phase>,
+    pub dry_run: bool,
+    pub exit_code: u8,
+    pub steps: Vec<Step>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl Summary {
+    pub fn new(phase: Option<Phase>, dry_run: bool) -> Self {
+        Self { phase, dry_run, exit_code: 0, steps: Vec::new(), error: None }
+    }
+
+    pub fn step(&mut self, object: impl Into<String>, outcome: Outcome, actions: Vec<String>) {
+        let object = object.into();
+        self.steps.retain(|s| s.object != object);
+        self.steps.push(Step { object, outcome, actions });
+    }
+
+    /// One line of JSON under [`MAX_BYTES`]: the step actions go first, then the error is cut.
+    pub fn to_line(&self) -> String {
+        let line = serde_json::to_string(self).expect("summary serializes");
+        if line.len() < MAX_BYTES {
+            return line;
+        }
+        let mut short = self.clone();
+        short.steps.iter_mut().for_each(|s| s.actions.clear());
+        loop {
+            let line = serde_json::to_string(&short).expect("summary serializes");
+            match &mut short.error {
+                Some(e) if line.len() >= MAX_BYTES && !e.is_empty() => {
+                    let mut cut = e.len() / 2;
+                    while !e.is_char_boundary(cut) {
+                        cut -= 1;
+                    }
+                    e.truncate(cut);
+                }
+                _ => return line,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_line_stays_under_4096_bytes() {
+        let mut s = Summary::new(Some(Phase::Pre), false);
+        s.step("KubeVirt a/b", Outcome::Changed, vec!["x".repeat(3000)]);
+        s.step("ManagedChart c/d", Outcome::Changed, vec!["y".repeat(3000)]);
+        s.error = Some("é".repeat(5000));
+        let line = s.to_line();
+        assert!(line.len() < MAX_BYTES, "{}", line.len());
+        assert!(!line.contains('\n'));
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["steps"][1]["outcome"], "changed");
+    }
+}
