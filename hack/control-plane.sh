@@ -10,6 +10,7 @@
 # Environment:
 #   KUBE_VERSION   pinned Kubernetes release built from the k8s.io/kubernetes module (default v1.35.4)
 #   ETCD_VERSION   go.etcd.io/etcd/server/v3 version (default v3.6.5, the one that release requires)
+#   CP_OWNER_PID   if set, the control plane is stopped when that process exits (used by tests)
 #   CP_CACHE_DIR   binary cache (default ${XDG_CACHE_HOME:-$HOME/.cache}/workload-update-guard/control-plane)
 set -euo pipefail
 
@@ -102,12 +103,15 @@ up() {
     openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=wug-ca" \
       -keyout ca.key -out ca.crt >/dev/null 2>&1
     openssl req -newkey rsa:2048 -nodes -subj "/CN=127.0.0.1" -keyout serving.key -out serving.csr >/dev/null 2>&1
-    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' > san.ext
+    # X.509 v3 everywhere: rustls refuses v1 certificates.
+    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n' > san.ext
+    printf 'extendedKeyUsage=clientAuth\nkeyUsage=digitalSignature,keyEncipherment\n' > client.ext
     openssl x509 -req -in serving.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 \
       -extfile san.ext -out serving.crt >/dev/null 2>&1
     openssl req -newkey rsa:2048 -nodes -subj "/O=system:masters/CN=wug-admin" \
       -keyout admin.key -out admin.csr >/dev/null 2>&1
-    openssl x509 -req -in admin.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -out admin.crt >/dev/null 2>&1
+    openssl x509 -req -in admin.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 \
+      -extfile client.ext -out admin.crt >/dev/null 2>&1
     openssl genrsa -out sa.key 2048 >/dev/null 2>&1
     openssl rsa -in sa.key -pubout -out sa.pub >/dev/null 2>&1
   ) || die "openssl failed creating credentials"
@@ -148,6 +152,11 @@ KC
     || { down "$dir"; die "installing CRD fixtures failed"; }
   "$BIN_DIR/kubectl" --kubeconfig "$dir/kubeconfig" wait --for condition=Established --timeout=60s \
     -f "$CRD_DIR" >/dev/null || { down "$dir"; die "CRDs did not become Established"; }
+  if [[ -n "${CP_OWNER_PID:-}" ]]; then
+    # Reaper: when the owning process (a test run) exits, however it exits, stop everything.
+    setsid bash -c 'while kill -0 "$1" 2>/dev/null; do sleep 0.5; done; "$2" down "$3"' _ \
+      "$CP_OWNER_PID" "$REPO_ROOT/hack/control-plane.sh" "$dir" </dev/null >/dev/null 2>&1 &
+  fi
   log "ready in $((ready_ms - start_ms)) ms (CRDs established after $(( $(date +%s%3N) - start_ms )) ms): $dir"
   echo "$dir"
 }

@@ -20,8 +20,7 @@ use crate::config::ObjectKey;
 use crate::error::Error;
 use crate::plan::{Malformed, Plan};
 
-/// The field manager of every write, so `managedFields` says who changed what.
-pub const FIELD_MANAGER: &str = "workload-update-guard";
+pub use crate::plan::FIELD_MANAGER;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -53,7 +52,11 @@ pub struct Target {
 
 impl std::fmt::Display for Target {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:?} {}/{}", self.kind, self.key.namespace, self.key.name)
+        write!(
+            f,
+            "{:?} {}/{}",
+            self.kind, self.key.namespace, self.key.name
+        )
     }
 }
 
@@ -83,7 +86,13 @@ pub fn classify(e: &kube::Error) -> Class {
     match e {
         kube::Error::Api(s) => match s.code {
             409 => Class::Conflict,
-            422 if s.details.as_ref().is_none_or(|d| d.causes.is_empty() && d.name.is_empty()) => Class::Conflict,
+            422 if s
+                .details
+                .as_ref()
+                .is_none_or(|d| d.causes.is_empty() && d.name.is_empty()) =>
+            {
+                Class::Conflict
+            }
             404 => Class::NotFound,
             429 | 500 | 502 | 503 | 504 => Class::Transient,
             _ => Class::Permanent,
@@ -102,7 +111,11 @@ impl LastError {
         *self.0.lock().expect("not poisoned") = Some(e);
     }
     pub fn get(&self) -> String {
-        self.0.lock().expect("not poisoned").clone().unwrap_or_else(|| "none (a request was still in flight)".into())
+        self.0
+            .lock()
+            .expect("not poisoned")
+            .clone()
+            .unwrap_or_else(|| "none (a request was still in flight)".into())
     }
 }
 
@@ -124,20 +137,28 @@ fn backoff() -> ExponentialBuilder {
 impl Cluster {
     /// A client from the in-cluster config or KUBECONFIG, with kube's own retry layer off.
     pub async fn connect(dry_run: bool, last_error: LastError) -> Result<Self, Error> {
-        let mut config = Config::infer()
-            .await
-            .map_err(|e| Error::Config(format!("cannot load Kubernetes client configuration: {e}")))?;
+        let mut config = Config::infer().await.map_err(|e| {
+            Error::Config(format!("cannot load Kubernetes client configuration: {e}"))
+        })?;
         config.default_retry = false;
         config.connect_timeout = Some(Duration::from_secs(5));
         config.read_timeout = Some(Duration::from_secs(30));
         config.write_timeout = Some(Duration::from_secs(30));
         let client = Client::try_from(config)
             .map_err(|e| Error::Config(format!("cannot build the Kubernetes client: {e}")))?;
-        Ok(Self { client, dry_run, last_error })
+        Ok(Self {
+            client,
+            dry_run,
+            last_error,
+        })
     }
 
     pub fn from_client(client: Client, dry_run: bool) -> Self {
-        Self { client, dry_run, last_error: LastError::default() }
+        Self {
+            client,
+            dry_run,
+            last_error: LastError::default(),
+        }
     }
 
     fn api(&self, kind: Kind, namespace: &str) -> Api<DynamicObject> {
@@ -168,7 +189,10 @@ impl Cluster {
         match self.call(&what, || api.get(&target.key.name)).await {
             Ok(obj) => Ok(Some(serde_json::to_value(obj).expect("objects serialize"))),
             Err(kube::Error::Api(s)) if s.code == 404 => {
-                if s.details.as_ref().is_some_and(|d| d.name == target.key.name) {
+                if s.details
+                    .as_ref()
+                    .is_some_and(|d| d.name == target.key.name)
+                {
                     Ok(None)
                 } else {
                     Err(Error::Permanent {
@@ -196,7 +220,9 @@ impl Cluster {
         let mut conflicts = backoff().with_min_delay(Duration::from_millis(10)).build();
         loop {
             let p = plan(&current).map_err(|m| malformed(target, m))?;
-            let Some(patch) = p.patch.clone() else { return Ok(Written::Unchanged { plan: p }) };
+            let Some(patch) = p.patch.clone() else {
+                return Ok(Written::Unchanged { plan: p });
+            };
             match self.patch(target, &patch).await {
                 Ok(object) => return Ok(Written::Changed { plan: p, object }),
                 Err(e) if classify(&e) == Class::NotFound => return Ok(Written::Missing),
@@ -220,11 +246,16 @@ impl Cluster {
 
     async fn patch(&self, target: &Target, patch: &JsonPatch) -> Result<Value, kube::Error> {
         let api = self.api(target.kind, &target.key.namespace);
-        let params = PatchParams { field_manager: Some(FIELD_MANAGER.into()), dry_run: self.dry_run, ..Default::default() };
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            dry_run: self.dry_run,
+            ..Default::default()
+        };
         let what = format!("patch {target}");
         let obj = self
             .call(&what, || async {
-                api.patch(&target.key.name, &params, &Patch::<()>::Json(patch.clone())).await
+                api.patch(&target.key.name, &params, &Patch::<()>::Json(patch.clone()))
+                    .await
             })
             .await?;
         Ok(serde_json::to_value(obj).expect("objects serialize"))
@@ -241,13 +272,23 @@ impl Cluster {
         let mut params = ListParams::default().limit(500);
         loop {
             let page = self
-                .call("list virtualmachineinstancemigrations", || api.list(&params))
+                .call("list virtualmachineinstancemigrations", || {
+                    api.list(&params)
+                })
                 .await
-                .map_err(|e| Error::Permanent { object: "VirtualMachineInstanceMigrations".into(), message: e.to_string() })?;
+                .map_err(|e| Error::Permanent {
+                    object: "VirtualMachineInstanceMigrations".into(),
+                    message: e.to_string(),
+                })?;
             out.extend(
                 page.items
                     .into_iter()
-                    .filter(|m| m.metadata.name.as_deref().is_some_and(|n| n.starts_with(prefix)))
+                    .filter(|m| {
+                        m.metadata
+                            .name
+                            .as_deref()
+                            .is_some_and(|n| n.starts_with(prefix))
+                    })
                     .map(|m| serde_json::to_value(m).expect("objects serialize")),
             );
             match page.metadata.continue_ {
@@ -285,22 +326,37 @@ impl Cluster {
             "lastTimestamp": now,
             "count": 1,
         });
-        let resource = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", "Event"), "events");
-        let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), &namespace, &resource);
+        let resource =
+            ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", "Event"), "events");
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), &namespace, &resource);
         let event: DynamicObject = serde_json::from_value(event).expect("a valid Event");
         // One attempt: an Event is not worth delaying the upgrade for.
-        if let Err(e) = api.create(&PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() }, &event).await {
+        if let Err(e) = api
+            .create(
+                &PostParams {
+                    field_manager: Some(FIELD_MANAGER.into()),
+                    ..Default::default()
+                },
+                &event,
+            )
+            .await
+        {
             warn!(error = %e, reason, "could not record the Event on the KubeVirt CR");
         }
     }
 }
 
 fn rv(obj: &Value) -> Option<&str> {
-    obj.pointer("/metadata/resourceVersion").and_then(Value::as_str)
+    obj.pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
 }
 
 fn malformed(target: &Target, m: Malformed) -> Error {
-    Error::Malformed { object: target.to_string(), reason: m.0 }
+    Error::Malformed {
+        object: target.to_string(),
+        reason: m.0,
+    }
 }
 
 fn permanent(target: &Target, e: kube::Error) -> Error {
@@ -310,7 +366,10 @@ fn permanent(target: &Target, e: kube::Error) -> Error {
             code: s.code,
             message: s.message.trim().replace('\n', " "),
         },
-        other => Error::Permanent { object: target.to_string(), message: other.to_string().replace('\n', " ") },
+        other => Error::Permanent {
+            object: target.to_string(),
+            message: other.to_string().replace('\n', " "),
+        },
     }
 }
 

@@ -11,20 +11,72 @@ use crate::plan::KubeVirtRef;
 /// Name, default and meaning of every variable: `--help` prints this table.
 pub const VARIABLES: &[(&str, &str, &str)] = &[
     ("PHASE", "(required)", "pre | post | status"),
-    ("KUBEVIRT_NAMESPACE", "harvester-system", "namespace of the KubeVirt CR"),
+    (
+        "KUBEVIRT_NAMESPACE",
+        "harvester-system",
+        "namespace of the KubeVirt CR",
+    ),
     ("KUBEVIRT_NAME", "kubevirt", "name of the KubeVirt CR"),
-    ("MANAGEDCHART_NAMESPACE", "fleet-local", "namespace of the ManagedChart"),
-    ("MANAGEDCHART_NAME", "harvester", "name of the ManagedChart; empty switches the ManagedChart steps off"),
-    ("STEP_KUBEVIRT", "true", "patch the KubeVirt CR's workloadUpdateMethods"),
-    ("STEP_COMPARE_PATCHES", "true", "add/remove the ManagedChart comparePatches pointer"),
-    ("STEP_CHART_VALUES", "true", "set/restore the ManagedChart values override"),
-    ("FALLBACK_METHODS", "(empty: none)", "comma-separated LiveMigrate,Evict; post applies it only without a record and with methods []"),
-    ("DRY_RUN", "false", "print the planned patches and send them with server-side dry run; change nothing"),
-    ("DEADLINE_SECONDS", "300", "deadline for the whole run, retries included (1..=86400)"),
-    ("LOG_FORMAT", "text", "text | json (json also makes `status` print JSON)"),
-    ("RUST_LOG", "info", "tracing filter, e.g. debug or workload_update_guard=debug"),
-    ("TERMINATION_MESSAGE_PATH", "/dev/termination-log", "where the one-line JSON summary goes; empty: nowhere"),
-    ("KUBECONFIG", "(in-cluster)", "kubeconfig for runs outside a pod"),
+    (
+        "MANAGEDCHART_NAMESPACE",
+        "fleet-local",
+        "namespace of the ManagedChart",
+    ),
+    (
+        "MANAGEDCHART_NAME",
+        "harvester",
+        "name of the ManagedChart; empty switches the ManagedChart steps off",
+    ),
+    (
+        "STEP_KUBEVIRT",
+        "true",
+        "patch the KubeVirt CR's workloadUpdateMethods",
+    ),
+    (
+        "STEP_COMPARE_PATCHES",
+        "true",
+        "add/remove the ManagedChart comparePatches pointer",
+    ),
+    (
+        "STEP_CHART_VALUES",
+        "true",
+        "set/restore the ManagedChart values override",
+    ),
+    (
+        "FALLBACK_METHODS",
+        "(empty: none)",
+        "comma-separated LiveMigrate,Evict; post applies it only without a record and with methods []",
+    ),
+    (
+        "DRY_RUN",
+        "false",
+        "print the planned patches and send them with server-side dry run; change nothing",
+    ),
+    (
+        "DEADLINE_SECONDS",
+        "300",
+        "deadline for the whole run, retries included (1..=86400)",
+    ),
+    (
+        "LOG_FORMAT",
+        "text",
+        "text | json (json also makes `status` print JSON)",
+    ),
+    (
+        "RUST_LOG",
+        "info",
+        "tracing filter, e.g. debug or workload_update_guard=debug",
+    ),
+    (
+        "TERMINATION_MESSAGE_PATH",
+        "/dev/termination-log",
+        "where the one-line JSON summary goes; empty: nowhere",
+    ),
+    (
+        "KUBECONFIG",
+        "(in-cluster)",
+        "kubeconfig for runs outside a pod",
+    ),
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -94,20 +146,34 @@ impl Config {
         Self::from_vars(std::env::vars())
     }
 
-    pub fn from_vars(vars: impl IntoIterator<Item = (String, String)>) -> Result<Self, ConfigError> {
+    pub fn from_vars(
+        vars: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, ConfigError> {
         let raw: Raw = envy::from_iter(vars).map_err(|e| ConfigError(e.to_string()))?;
         let phase = match raw.phase.as_deref() {
             Some("pre") => Phase::Pre,
             Some("post") => Phase::Post,
             Some("status") => Phase::Status,
-            None => return Err(ConfigError("PHASE is not set: expected pre, post or status".into())),
+            None => {
+                return Err(ConfigError(
+                    "PHASE is not set: expected pre, post or status".into(),
+                ));
+            }
             Some(other) => return Err(invalid("PHASE", other, "pre, post or status")),
         };
         let kubevirt = ObjectKey {
-            namespace: namespace("KUBEVIRT_NAMESPACE", raw.kubevirt_namespace, "harvester-system")?,
+            namespace: namespace(
+                "KUBEVIRT_NAMESPACE",
+                raw.kubevirt_namespace,
+                "harvester-system",
+            )?,
             name: name("KUBEVIRT_NAME", raw.kubevirt_name, "kubevirt")?,
         };
-        let chart_namespace = namespace("MANAGEDCHART_NAMESPACE", raw.managedchart_namespace, "fleet-local")?;
+        let chart_namespace = namespace(
+            "MANAGEDCHART_NAMESPACE",
+            raw.managedchart_namespace,
+            "fleet-local",
+        )?;
         let chart = match raw.managedchart_name.as_deref() {
             Some("") => None,
             _ => Some(ObjectKey {
@@ -124,7 +190,13 @@ impl Config {
             None => Duration::from_secs(300),
             Some(s) => match s.parse::<u64>() {
                 Ok(n @ 1..=86_400) => Duration::from_secs(n),
-                _ => return Err(invalid("DEADLINE_SECONDS", s, "a whole number of seconds from 1 to 86400")),
+                _ => {
+                    return Err(invalid(
+                        "DEADLINE_SECONDS",
+                        s,
+                        "a whole number of seconds from 1 to 86400",
+                    ));
+                }
             },
         };
         let log_format = match raw.log_format.as_deref() {
@@ -136,7 +208,13 @@ impl Config {
             None => Some(PathBuf::from("/dev/termination-log")),
             Some("") => None,
             Some(p) if p.starts_with('/') => Some(PathBuf::from(p)),
-            Some(p) => return Err(invalid("TERMINATION_MESSAGE_PATH", p, "an absolute path, or empty")),
+            Some(p) => {
+                return Err(invalid(
+                    "TERMINATION_MESSAGE_PATH",
+                    p,
+                    "an absolute path, or empty",
+                ));
+            }
         };
         let config = Config {
             phase,
@@ -171,7 +249,10 @@ impl Config {
     }
 
     pub fn kubevirt_ref(&self) -> KubeVirtRef {
-        KubeVirtRef { namespace: self.kubevirt.namespace.clone(), name: self.kubevirt.name.clone() }
+        KubeVirtRef {
+            namespace: self.kubevirt.namespace.clone(),
+            name: self.kubevirt.name.clone(),
+        }
     }
 }
 
@@ -180,7 +261,11 @@ fn boolean(var: &str, value: Option<String>, default: bool) -> Result<bool, Conf
         None => Ok(default),
         Some("true" | "1" | "yes") => Ok(true),
         Some("false" | "0" | "no") => Ok(false),
-        Some(_) => Err(invalid(var, value.as_deref().unwrap_or_default(), "true or false")),
+        Some(_) => Err(invalid(
+            var,
+            value.as_deref().unwrap_or_default(),
+            "true or false",
+        )),
     }
 }
 
@@ -189,10 +274,19 @@ fn namespace(var: &str, value: Option<String>, default: &str) -> Result<String, 
     let v = value.unwrap_or_else(|| default.to_string());
     let ok = !v.is_empty()
         && v.len() <= 63
-        && v.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && v.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !v.starts_with('-')
         && !v.ends_with('-');
-    if ok { Ok(v) } else { Err(invalid(var, &v, "a namespace name (RFC 1123 label: a-z, 0-9, '-', at most 63)")) }
+    if ok {
+        Ok(v)
+    } else {
+        Err(invalid(
+            var,
+            &v,
+            "a namespace name (RFC 1123 label: a-z, 0-9, '-', at most 63)",
+        ))
+    }
 }
 
 /// RFC 1123 subdomain: what an object name must be.
@@ -202,22 +296,38 @@ fn name(var: &str, value: Option<String>, default: &str) -> Result<String, Confi
         && v.len() <= 253
         && v.split('.').all(|part| {
             !part.is_empty()
-                && part.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && part
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
                 && !part.starts_with('-')
                 && !part.ends_with('-')
         });
-    if ok { Ok(v) } else { Err(invalid(var, &v, "an object name (RFC 1123 subdomain: a-z, 0-9, '-', '.')")) }
+    if ok {
+        Ok(v)
+    } else {
+        Err(invalid(
+            var,
+            &v,
+            "an object name (RFC 1123 subdomain: a-z, 0-9, '-', '.')",
+        ))
+    }
 }
 
 fn fallback(value: Option<String>) -> Result<Option<Vec<String>>, ConfigError> {
-    let Some(v) = value.filter(|v| !v.trim().is_empty()) else { return Ok(None) };
+    let Some(v) = value.filter(|v| !v.trim().is_empty()) else {
+        return Ok(None);
+    };
     let list: Vec<String> = v.split(',').map(|m| m.trim().to_string()).collect();
     let valid = list.iter().all(|m| m == "LiveMigrate" || m == "Evict");
     let unique = list.iter().enumerate().all(|(i, m)| !list[..i].contains(m));
     if valid && unique {
         Ok(Some(list))
     } else {
-        Err(invalid("FALLBACK_METHODS", &v, "a comma-separated list of distinct LiveMigrate and Evict, or empty"))
+        Err(invalid(
+            "FALLBACK_METHODS",
+            &v,
+            "a comma-separated list of distinct LiveMigrate and Evict, or empty",
+        ))
     }
 }
 
@@ -251,16 +361,36 @@ mod tests {
     #[test]
     fn defaults_are_harvester_ones() {
         let c = cfg(&[("PHASE", "pre")]).unwrap();
-        assert_eq!(c.kubevirt, ObjectKey { namespace: "harvester-system".into(), name: "kubevirt".into() });
-        assert_eq!(c.chart, Some(ObjectKey { namespace: "fleet-local".into(), name: "harvester".into() }));
+        assert_eq!(
+            c.kubevirt,
+            ObjectKey {
+                namespace: "harvester-system".into(),
+                name: "kubevirt".into()
+            }
+        );
+        assert_eq!(
+            c.chart,
+            Some(ObjectKey {
+                namespace: "fleet-local".into(),
+                name: "harvester".into()
+            })
+        );
         assert!(c.step_kubevirt && c.step_compare_patches && c.step_chart_values && !c.dry_run);
         assert_eq!((c.fallback, c.deadline), (None, Duration::from_secs(300)));
-        assert_eq!(c.termination_message_path, Some(PathBuf::from("/dev/termination-log")));
+        assert_eq!(
+            c.termination_message_path,
+            Some(PathBuf::from("/dev/termination-log"))
+        );
     }
 
     #[test]
     fn empty_chart_name_switches_chart_steps_off() {
-        let c = cfg(&[("PHASE", "post"), ("MANAGEDCHART_NAME", ""), ("FALLBACK_METHODS", "LiveMigrate, Evict")]).unwrap();
+        let c = cfg(&[
+            ("PHASE", "post"),
+            ("MANAGEDCHART_NAME", ""),
+            ("FALLBACK_METHODS", "LiveMigrate, Evict"),
+        ])
+        .unwrap();
         assert!(!c.chart_step());
         assert_eq!(c.fallback, Some(vec!["LiveMigrate".into(), "Evict".into()]));
     }
@@ -271,25 +401,83 @@ mod tests {
             (&[], "PHASE"),
             (&[("PHASE", "pre-upgrade")], "PHASE"),
             (&[("PHASE", "")], "PHASE"),
-            (&[("PHASE", "pre"), ("KUBEVIRT_NAMESPACE", "Harvester_System")], "KUBEVIRT_NAMESPACE"),
-            (&[("PHASE", "pre"), ("KUBEVIRT_NAMESPACE", "")], "KUBEVIRT_NAMESPACE"),
+            (
+                &[("PHASE", "pre"), ("KUBEVIRT_NAMESPACE", "Harvester_System")],
+                "KUBEVIRT_NAMESPACE",
+            ),
+            (
+                &[("PHASE", "pre"), ("KUBEVIRT_NAMESPACE", "")],
+                "KUBEVIRT_NAMESPACE",
+            ),
             (&[("PHASE", "pre"), ("KUBEVIRT_NAME", "")], "KUBEVIRT_NAME"),
-            (&[("PHASE", "pre"), ("KUBEVIRT_NAME", "kube virt")], "KUBEVIRT_NAME"),
-            (&[("PHASE", "pre"), ("MANAGEDCHART_NAMESPACE", "-x")], "MANAGEDCHART_NAMESPACE"),
-            (&[("PHASE", "pre"), ("MANAGEDCHART_NAME", "Harvester")], "MANAGEDCHART_NAME"),
-            (&[("PHASE", "pre"), ("STEP_KUBEVIRT", "maybe")], "STEP_KUBEVIRT"),
-            (&[("PHASE", "pre"), ("STEP_COMPARE_PATCHES", "")], "STEP_COMPARE_PATCHES"),
-            (&[("PHASE", "pre"), ("STEP_CHART_VALUES", "2")], "STEP_CHART_VALUES"),
-            (&[("PHASE", "post"), ("FALLBACK_METHODS", "LiveMigrate,Bogus")], "FALLBACK_METHODS"),
-            (&[("PHASE", "post"), ("FALLBACK_METHODS", "LiveMigrate,LiveMigrate")], "FALLBACK_METHODS"),
-            (&[("PHASE", "post"), ("FALLBACK_METHODS", "LiveMigrate,")], "FALLBACK_METHODS"),
+            (
+                &[("PHASE", "pre"), ("KUBEVIRT_NAME", "kube virt")],
+                "KUBEVIRT_NAME",
+            ),
+            (
+                &[("PHASE", "pre"), ("MANAGEDCHART_NAMESPACE", "-x")],
+                "MANAGEDCHART_NAMESPACE",
+            ),
+            (
+                &[("PHASE", "pre"), ("MANAGEDCHART_NAME", "Harvester")],
+                "MANAGEDCHART_NAME",
+            ),
+            (
+                &[("PHASE", "pre"), ("STEP_KUBEVIRT", "maybe")],
+                "STEP_KUBEVIRT",
+            ),
+            (
+                &[("PHASE", "pre"), ("STEP_COMPARE_PATCHES", "")],
+                "STEP_COMPARE_PATCHES",
+            ),
+            (
+                &[("PHASE", "pre"), ("STEP_CHART_VALUES", "2")],
+                "STEP_CHART_VALUES",
+            ),
+            (
+                &[("PHASE", "post"), ("FALLBACK_METHODS", "LiveMigrate,Bogus")],
+                "FALLBACK_METHODS",
+            ),
+            (
+                &[
+                    ("PHASE", "post"),
+                    ("FALLBACK_METHODS", "LiveMigrate,LiveMigrate"),
+                ],
+                "FALLBACK_METHODS",
+            ),
+            (
+                &[("PHASE", "post"), ("FALLBACK_METHODS", "LiveMigrate,")],
+                "FALLBACK_METHODS",
+            ),
             (&[("PHASE", "pre"), ("DRY_RUN", "yes please")], "DRY_RUN"),
-            (&[("PHASE", "pre"), ("DEADLINE_SECONDS", "0")], "DEADLINE_SECONDS"),
-            (&[("PHASE", "pre"), ("DEADLINE_SECONDS", "5m")], "DEADLINE_SECONDS"),
-            (&[("PHASE", "pre"), ("DEADLINE_SECONDS", "86401")], "DEADLINE_SECONDS"),
+            (
+                &[("PHASE", "pre"), ("DEADLINE_SECONDS", "0")],
+                "DEADLINE_SECONDS",
+            ),
+            (
+                &[("PHASE", "pre"), ("DEADLINE_SECONDS", "5m")],
+                "DEADLINE_SECONDS",
+            ),
+            (
+                &[("PHASE", "pre"), ("DEADLINE_SECONDS", "86401")],
+                "DEADLINE_SECONDS",
+            ),
             (&[("PHASE", "pre"), ("LOG_FORMAT", "yaml")], "LOG_FORMAT"),
-            (&[("PHASE", "pre"), ("TERMINATION_MESSAGE_PATH", "relative/path")], "TERMINATION_MESSAGE_PATH"),
-            (&[("PHASE", "pre"), ("STEP_KUBEVIRT", "false"), ("MANAGEDCHART_NAME", "")], "nothing to do"),
+            (
+                &[
+                    ("PHASE", "pre"),
+                    ("TERMINATION_MESSAGE_PATH", "relative/path"),
+                ],
+                "TERMINATION_MESSAGE_PATH",
+            ),
+            (
+                &[
+                    ("PHASE", "pre"),
+                    ("STEP_KUBEVIRT", "false"),
+                    ("MANAGEDCHART_NAME", ""),
+                ],
+                "nothing to do",
+            ),
         ];
         for (vars, want) in cases {
             let err = cfg(vars).unwrap_err().to_string();

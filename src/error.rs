@@ -22,7 +22,11 @@ pub enum Error {
     #[error("{object}: malformed object: {reason}")]
     Malformed { object: String, reason: String },
     #[error("{object}: refused by the API server (HTTP {code}): {message}")]
-    Refused { object: String, code: u16, message: String },
+    Refused {
+        object: String,
+        code: u16,
+        message: String,
+    },
     #[error("{object}: {message}")]
     Permanent { object: String, message: String },
     #[error("deadline of {seconds}s exceeded while retrying; last error: {last}")]
@@ -35,7 +39,9 @@ impl Error {
     pub fn exit_code(&self) -> u8 {
         match self {
             Error::Config(_) => exit::CONFIG,
-            Error::Malformed { .. } | Error::Refused { .. } | Error::Permanent { .. } => exit::PERMANENT,
+            Error::Malformed { .. } | Error::Refused { .. } | Error::Permanent { .. } => {
+                exit::PERMANENT
+            }
             Error::Deadline { .. } => exit::TRANSIENT,
             Error::Interrupted(_) => exit::INTERRUPTED,
         }

@@ -24,7 +24,9 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Some(other) => {
-            eprintln!("error: unexpected argument {other:?}: configuration is by environment variables (see --help)");
+            eprintln!(
+                "error: unexpected argument {other:?}: configuration is by environment variables (see --help)"
+            );
             return ExitCode::from(exit::CONFIG);
         }
         None => {}
@@ -37,7 +39,8 @@ fn main() -> ExitCode {
             summary.exit_code = exit::CONFIG;
             summary.error = Some(e.to_string());
             // The path itself may be what is invalid: only the default is tried then.
-            let path = std::env::var("TERMINATION_MESSAGE_PATH").unwrap_or_else(|_| "/dev/termination-log".into());
+            let path = std::env::var("TERMINATION_MESSAGE_PATH")
+                .unwrap_or_else(|_| "/dev/termination-log".into());
             if path.starts_with('/') {
                 let _ = std::fs::write(path, summary.to_line());
             }
@@ -45,14 +48,19 @@ fn main() -> ExitCode {
         }
     };
     init_logging(cfg.log_format);
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
     let code = runtime.block_on(run(&cfg));
     ExitCode::from(code)
 }
 
 fn init_logging(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.with_ansi(false).init(),
         LogFormat::Json => builder.json().flatten_event(true).init(),
@@ -63,9 +71,18 @@ async fn run(cfg: &Config) -> u8 {
     let mut summary = Summary::new(Some(cfg.phase), cfg.dry_run);
     let last_error = LastError::default();
     let deadline = tokio::time::Instant::now() + cfg.deadline;
-    let (mut sigterm, mut sigint) = match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+    let (mut sigterm, mut sigint) = match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
         (Ok(t), Ok(i)) => (t, i),
-        _ => return finish(cfg, summary, Err(Error::Config("cannot install signal handlers".into()))),
+        _ => {
+            return finish(
+                cfg,
+                summary,
+                Err(Error::Config("cannot install signal handlers".into())),
+            );
+        }
     };
     info!(phase = ?cfg.phase, dry_run = cfg.dry_run, deadline_s = cfg.deadline.as_secs(), "starting");
     let result = {

@@ -14,7 +14,12 @@ use crate::plan::{self, Malformed, Plan};
 use crate::report::{self, MIGRATION_PREFIX, Report};
 use crate::summary::{Outcome, Summary};
 
-pub async fn run(cfg: &Config, cluster: &Cluster, summary: &mut Summary, out: &mut impl Write) -> Result<(), Error> {
+pub async fn run(
+    cfg: &Config,
+    cluster: &Cluster,
+    summary: &mut Summary,
+    out: &mut impl Write,
+) -> Result<(), Error> {
     match cfg.phase {
         Phase::Status => status(cfg, cluster, out).await,
         Phase::Pre | Phase::Post => change(cfg, cluster, summary, out).await,
@@ -22,8 +27,14 @@ pub async fn run(cfg: &Config, cluster: &Cluster, summary: &mut Summary, out: &m
 }
 
 fn targets(cfg: &Config) -> Vec<Target> {
-    let kubevirt = Target { kind: Kind::KubeVirt, key: cfg.kubevirt.clone() };
-    let chart = cfg.chart.clone().map(|key| Target { kind: Kind::ManagedChart, key });
+    let kubevirt = Target {
+        kind: Kind::KubeVirt,
+        key: cfg.kubevirt.clone(),
+    };
+    let chart = cfg.chart.clone().map(|key| Target {
+        kind: Kind::ManagedChart,
+        key,
+    });
     match cfg.phase {
         Phase::Pre => chart.into_iter().chain([kubevirt]).collect(),
         _ => [kubevirt].into_iter().chain(chart).collect(),
@@ -48,7 +59,12 @@ fn plan_for(cfg: &Config, kind: Kind, obj: &Value) -> Result<Plan, Malformed> {
     }
 }
 
-async fn change(cfg: &Config, cluster: &Cluster, summary: &mut Summary, out: &mut impl Write) -> Result<(), Error> {
+async fn change(
+    cfg: &Config,
+    cluster: &Cluster,
+    summary: &mut Summary,
+    out: &mut impl Write,
+) -> Result<(), Error> {
     let mut work = Vec::new();
     for target in targets(cfg) {
         if !enabled(cfg, target.kind) {
@@ -69,15 +85,21 @@ async fn change(cfg: &Config, cluster: &Cluster, summary: &mut Summary, out: &mu
             Some(obj) => {
                 if let Err(m) = plan_for(cfg, target.kind, &obj) {
                     summary.step(target.to_string(), Outcome::Failed, vec![]);
-                    return Err(Error::Malformed { object: target.to_string(), reason: m.0 });
+                    return Err(Error::Malformed {
+                        object: target.to_string(),
+                        reason: m.0,
+                    });
                 }
                 read.push((target, obj));
             }
         }
     }
     for (target, obj) in read {
-        let written = cluster.converge(&target, obj, |o| plan_for(cfg, target.kind, o)).await;
-        let written = written.inspect_err(|_| summary.step(target.to_string(), Outcome::Failed, vec![]))?;
+        let written = cluster
+            .converge(&target, obj, |o| plan_for(cfg, target.kind, o))
+            .await;
+        let written =
+            written.inspect_err(|_| summary.step(target.to_string(), Outcome::Failed, vec![]))?;
         match written {
             Written::Missing => {
                 warn!(object = %target, "deleted while we worked: step skipped");
@@ -90,16 +112,27 @@ async fn change(cfg: &Config, cluster: &Cluster, summary: &mut Summary, out: &mu
             Written::Changed { plan, object } => {
                 let patch = plan.patch.as_ref().expect("a change has a patch");
                 if cfg.dry_run {
-                    let line = json!({"object": target.to_string(), "dryRun": true, "patch": patch});
+                    let line =
+                        json!({"object": target.to_string(), "dryRun": true, "patch": patch});
                     writeln!(out, "{line}").ok();
                 }
                 info!(object = %target, dry_run = cfg.dry_run, actions = ?plan.actions, "written");
                 if target.kind == Kind::KubeVirt {
                     let (reason, verb) = match cfg.phase {
-                        Phase::Pre => ("WorkloadUpdatesSuspended", "Suspended automated workload updates"),
-                        _ => ("WorkloadUpdatesRestored", "Restored automated workload updates"),
+                        Phase::Pre => (
+                            "WorkloadUpdatesSuspended",
+                            "Suspended automated workload updates",
+                        ),
+                        _ => (
+                            "WorkloadUpdatesRestored",
+                            "Restored automated workload updates",
+                        ),
                     };
-                    let message = format!("{verb} ({FIELD}): {}", plan.actions.join("; "), FIELD = crate::cluster::FIELD_MANAGER);
+                    let message = format!(
+                        "{verb} ({FIELD}): {}",
+                        plan.actions.join("; "),
+                        FIELD = crate::cluster::FIELD_MANAGER
+                    );
                     cluster.event(&object, reason, &message).await;
                 }
                 summary.step(target.to_string(), Outcome::Changed, plan.actions);
@@ -110,13 +143,23 @@ async fn change(cfg: &Config, cluster: &Cluster, summary: &mut Summary, out: &mu
 }
 
 async fn status(cfg: &Config, cluster: &Cluster, out: &mut impl Write) -> Result<(), Error> {
-    let kubevirt = Target { kind: Kind::KubeVirt, key: cfg.kubevirt.clone() };
+    let kubevirt = Target {
+        kind: Kind::KubeVirt,
+        key: cfg.kubevirt.clone(),
+    };
     let kv = cluster.get(&kubevirt).await?;
     let chart = match &cfg.chart {
         Some(key) => {
-            let target = Target { kind: Kind::ManagedChart, key: key.clone() };
+            let target = Target {
+                kind: Kind::ManagedChart,
+                key: key.clone(),
+            };
             let obj = cluster.get(&target).await?;
-            Some(report::chart(target.to_string(), obj.as_ref(), &cfg.kubevirt_ref()))
+            Some(report::chart(
+                target.to_string(),
+                obj.as_ref(),
+                &cfg.kubevirt_ref(),
+            ))
         }
         None => None,
     };
@@ -127,8 +170,15 @@ async fn status(cfg: &Config, cluster: &Cluster, out: &mut impl Write) -> Result
         unfinished_migrations: report::unfinished(&migrations),
     };
     match cfg.log_format {
-        LogFormat::Json => writeln!(out, "{}", serde_json::to_string(&report).expect("report serializes")),
+        LogFormat::Json => writeln!(
+            out,
+            "{}",
+            serde_json::to_string(&report).expect("report serializes")
+        ),
         LogFormat::Text => write!(out, "{report}"),
     }
-    .map_err(|e| Error::Permanent { object: "stdout".into(), message: e.to_string() })
+    .map_err(|e| Error::Permanent {
+        object: "stdout".into(),
+        message: e.to_string(),
+    })
 }

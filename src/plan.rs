@@ -20,6 +20,9 @@ pub const VALUES_RECORD: &str =
 /// On the ManagedChart: what the guard added to `spec.diff.comparePatches`.
 pub const COMPARE_RECORD: &str = "workload-update-guard.harvesterhci.io/compare-patch";
 
+/// The field manager of every write, so `managedFields` says who changed what.
+pub const FIELD_MANAGER: &str = "workload-update-guard";
+
 /// The pointer that Fleet must ignore on the KubeVirt CR.
 pub const METHODS_POINTER: &str = "/spec/workloadUpdateStrategy/workloadUpdateMethods";
 const METHODS_PATH: &[&str] = &["spec", "workloadUpdateStrategy", "workloadUpdateMethods"];
@@ -99,15 +102,20 @@ pub fn kubevirt_pre(obj: &Value) -> Result<Plan, Malformed> {
     match record {
         Some(_) => ed.note("kept the existing record of the original"),
         None => {
-            ed.note(format!("recorded original workloadUpdateMethods {}", describe(&current)));
+            ed.note(format!(
+                "recorded original workloadUpdateMethods {}",
+                describe(&current)
+            ));
             ed.write_record(KUBEVIRT_RECORD, &value_record(current, created))?;
         }
     }
     Ok(ed.finish())
 }
 
-/// `post` on the KubeVirt CR: the recorded original back, exactly; without a record, the
-/// fallback list, and only if the methods are currently `[]`.
+/// `post` on the KubeVirt CR: the recorded original back, exactly. Without a record, the fallback
+/// list, and only if the methods are `[]` *and* that `[]` was written by us (our field manager
+/// owns it): then our record was lost. A `[]` that anyone else set, including an administrator's
+/// own `[]` that an earlier `post` restored, is left alone, so a rerun of `post` is a no-op.
 pub fn kubevirt_post(obj: &Value, fallback: Option<&[String]>) -> Result<Plan, Malformed> {
     let mut ed = Editor::new(obj)?;
     let current = methods(obj)?;
@@ -124,17 +132,33 @@ pub fn kubevirt_post(obj: &Value, fallback: Option<&[String]>) -> Result<Plan, M
             ed.remove_annotation(KUBEVIRT_RECORD);
         }
         None => match fallback {
-            Some(list) if current.as_ref() == Some(&json!([])) => {
+            Some(list) if current.as_ref() == Some(&json!([])) && methods_owned_by_us(obj) => {
                 ed.note("no record of the original; applying the configured fallback");
                 ed.ensure(METHODS_PATH, json!(list), "workloadUpdateMethods")?;
             }
             _ => ed.note(format!(
-                "no record of the original and no fallback applies (methods are {}): nothing to restore",
-                describe(&current)
+                "no record of the original and no fallback applies (methods are {}, {}): nothing to restore",
+                describe(&current),
+                if methods_owned_by_us(obj) { "set by us" } else { "not set by us" }
             )),
         },
     }
     Ok(ed.finish())
+}
+
+/// Whether our field manager owns `workloadUpdateMethods` according to `managedFields`.
+pub fn methods_owned_by_us(obj: &Value) -> bool {
+    obj.pointer("/metadata/managedFields")
+        .and_then(Value::as_array)
+        .is_some_and(|entries| {
+            entries.iter().any(|e| {
+                e["manager"] == FIELD_MANAGER
+                    && e.pointer(
+                        "/fieldsV1/f:spec/f:workloadUpdateStrategy/f:workloadUpdateMethods",
+                    )
+                    .is_some()
+            })
+        })
 }
 
 /// `pre` on the ManagedChart: the values override and the comparePatches pointer, each switchable.
@@ -150,7 +174,10 @@ pub fn chart_pre(
         let record: Option<ValueRecord> = read_record(obj, VALUES_RECORD)?;
         let created = ed.ensure(VALUES_PATH, json!([]), "values override")?;
         if record.is_none() {
-            ed.note(format!("recorded original values override {}", describe(&current)));
+            ed.note(format!(
+                "recorded original values override {}",
+                describe(&current)
+            ));
             ed.write_record(VALUES_RECORD, &value_record(current, created))?;
         }
     }
@@ -163,11 +190,17 @@ pub fn chart_pre(
         } else if let Some(i) = find_entry(list, kubevirt) {
             let entry = &list.expect("an entry was found")[i];
             if entry.get("jsonPointers").is_some() {
-                ed.add(&format!("{}/{i}/jsonPointers/-", pointer(COMPARE_PATH)), json!(METHODS_POINTER));
+                ed.add(
+                    &format!("{}/{i}/jsonPointers/-", pointer(COMPARE_PATH)),
+                    json!(METHODS_POINTER),
+                );
                 ed.note(format!("appended the pointer to comparePatches entry {i}"));
                 (Added::Pointer, Vec::new())
             } else {
-                ed.add(&format!("{}/{i}/jsonPointers", pointer(COMPARE_PATH)), json!([METHODS_POINTER]));
+                ed.add(
+                    &format!("{}/{i}/jsonPointers", pointer(COMPARE_PATH)),
+                    json!([METHODS_POINTER]),
+                );
                 ed.note(format!("added jsonPointers to comparePatches entry {i}"));
                 (Added::PointerList, Vec::new())
             }
@@ -176,13 +209,20 @@ pub fn chart_pre(
             ed.note("appended a comparePatches entry for the KubeVirt CR");
             (Added::Entry, Vec::new())
         } else {
-            let mut created = ed.ensure(COMPARE_PATH, json!([our_entry(kubevirt)]), "comparePatches")?;
+            let mut created =
+                ed.ensure(COMPARE_PATH, json!([our_entry(kubevirt)]), "comparePatches")?;
             created.push(pointer(COMPARE_PATH));
             ed.note("created comparePatches with an entry for the KubeVirt CR");
             (Added::Entry, created)
         };
         if record.is_none() {
-            ed.write_record(COMPARE_RECORD, &CompareRecord { added, created_parents: created })?;
+            ed.write_record(
+                COMPARE_RECORD,
+                &CompareRecord {
+                    added,
+                    created_parents: created,
+                },
+            )?;
         }
     }
     Ok(ed.finish())
@@ -240,7 +280,9 @@ fn remove_our_pointer(
         ed.note(format!("removed our comparePatches entry {i}"));
     } else if added == Added::PointerList && pointers == 1 {
         ed.remove(&format!("{base}/jsonPointers"));
-        ed.note(format!("removed the jsonPointers we added to comparePatches entry {i}"));
+        ed.note(format!(
+            "removed the jsonPointers we added to comparePatches entry {i}"
+        ));
     } else {
         ed.remove(&format!("{base}/jsonPointers/{j}"));
         ed.note(format!("removed our pointer from comparePatches entry {i}"));
@@ -278,7 +320,11 @@ pub fn find_pointer(
     kubevirt: &KubeVirtRef,
 ) -> Result<Option<(usize, usize)>, Malformed> {
     let Some(list) = list else { return Ok(None) };
-    for (i, entry) in list.iter().enumerate().filter(|(_, e)| entry_covers(e, kubevirt)) {
+    for (i, entry) in list
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| entry_covers(e, kubevirt))
+    {
         let pointers = match entry.get("jsonPointers") {
             None => continue,
             Some(Value::Array(p)) => p,
@@ -345,7 +391,9 @@ pub fn read_record<T: DeserializeOwned>(obj: &Value, key: &str) -> Result<Option
         Some(Value::String(s)) => serde_json::from_str(s)
             .map(Some)
             .map_err(|e| Malformed(format!("annotation {key} is corrupted ({e}): {s:?}"))),
-        Some(other) => Err(Malformed(format!("annotation {key} is not a string: {other}"))),
+        Some(other) => Err(Malformed(format!(
+            "annotation {key} is not a string: {other}"
+        ))),
     }
 }
 
@@ -365,12 +413,17 @@ fn is_string_list(v: &Value) -> bool {
 }
 
 fn value_record(current: Option<Value>, created_parents: Vec<String>) -> ValueRecord {
-    ValueRecord { present: current.is_some(), value: current, created_parents }
+    ValueRecord {
+        present: current.is_some(),
+        value: current,
+        created_parents,
+    }
 }
 
 /// A value for logs: `absent`, or its compact JSON.
 pub fn describe(v: &Option<Value>) -> String {
-    v.as_ref().map_or_else(|| "absent".to_string(), Value::to_string)
+    v.as_ref()
+        .map_or_else(|| "absent".to_string(), Value::to_string)
 }
 
 /// A JSON pointer from path segments (RFC 6901 escaping).
@@ -398,7 +451,11 @@ impl Editor {
             .and_then(Value::as_str)
             .filter(|rv| !rv.is_empty())
             .ok_or_else(|| Malformed("metadata.resourceVersion is missing".into()))?;
-        let mut ed = Self { doc: obj.clone(), ops: Vec::new(), actions: Vec::new() };
+        let mut ed = Self {
+            doc: obj.clone(),
+            ops: Vec::new(),
+            actions: Vec::new(),
+        };
         ed.push(json!({"op": "test", "path": "/metadata/resourceVersion", "value": rv}));
         Ok(ed)
     }
@@ -424,24 +481,29 @@ impl Editor {
 
     /// Sets `path` to `value` unless it already is; missing parent maps are created in the same
     /// op. Returns the pointers of the maps it created.
-    fn ensure(&mut self, path: &[&str], value: Value, what: &str) -> Result<Vec<String>, Malformed> {
+    fn ensure(
+        &mut self,
+        path: &[&str],
+        value: Value,
+        what: &str,
+    ) -> Result<Vec<String>, Malformed> {
         let current = lookup(&self.doc, path)?;
         if current == Some(&value) {
             return Ok(Vec::new());
         }
         let before = describe(&current.cloned());
         // Depth of the first missing parent map, if any.
-        let missing = (1..path.len()).find(|&d| lookup(&self.doc, &path[..d]).ok().flatten().is_none());
+        let missing =
+            (1..path.len()).find(|&d| lookup(&self.doc, &path[..d]).ok().flatten().is_none());
         let created = match missing {
             None => {
                 self.add(&pointer(path), value.clone());
                 Vec::new()
             }
             Some(d) => {
-                let nested = path[d..]
-                    .iter()
-                    .rev()
-                    .fold(value.clone(), |v, seg| Value::Object(Map::from_iter([(seg.to_string(), v)])));
+                let nested = path[d..].iter().rev().fold(value.clone(), |v, seg| {
+                    Value::Object(Map::from_iter([(seg.to_string(), v)]))
+                });
                 self.add(&pointer(&path[..d]), nested);
                 (d..path.len()).map(|e| pointer(&path[..e])).collect()
             }
@@ -453,7 +515,12 @@ impl Editor {
     }
 
     /// Puts a recorded value back: the exact value, or no value and no parents we created.
-    fn restore(&mut self, path: &[&str], record: &ValueRecord, what: &str) -> Result<(), Malformed> {
+    fn restore(
+        &mut self,
+        path: &[&str],
+        record: &ValueRecord,
+        what: &str,
+    ) -> Result<(), Malformed> {
         if record.present {
             self.ensure(path, record.value.clone().unwrap_or(Value::Null), what)?;
         } else if lookup(&self.doc, path)?.is_some() {
@@ -487,18 +554,31 @@ impl Editor {
     }
 
     fn remove_annotation(&mut self, key: &str) {
-        if self.doc.pointer("/metadata/annotations").and_then(|a| a.get(key)).is_some() {
+        if self
+            .doc
+            .pointer("/metadata/annotations")
+            .and_then(|a| a.get(key))
+            .is_some()
+        {
             self.remove(&pointer(&["metadata", "annotations", key]));
         }
-        if self.doc.pointer("/metadata/annotations").and_then(Value::as_object).is_some_and(Map::is_empty) {
+        if self
+            .doc
+            .pointer("/metadata/annotations")
+            .and_then(Value::as_object)
+            .is_some_and(Map::is_empty)
+        {
             self.remove("/metadata/annotations");
         }
     }
 
     fn finish(self) -> Plan {
         // Only the resourceVersion test: nothing to do.
-        let patch = (self.ops.len() > 1).then(|| Patch(self.ops));
-        Plan { patch, actions: self.actions }
+        let patch = (self.ops.len() > 1).then_some(Patch(self.ops));
+        Plan {
+            patch,
+            actions: self.actions,
+        }
     }
 }
 

@@ -47,7 +47,10 @@ fn text(obj: &Value, ptr: &str) -> Option<String> {
 }
 
 fn annotation(obj: &Value, key: &str) -> Option<String> {
-    obj.pointer("/metadata/annotations").and_then(|a| a.get(key)).and_then(Value::as_str).map(str::to_string)
+    obj.pointer("/metadata/annotations")
+        .and_then(|a| a.get(key))
+        .and_then(Value::as_str)
+        .map(str::to_string)
 }
 
 pub fn kubevirt(object: String, obj: Option<&Value>) -> KubeVirtReport {
@@ -68,11 +71,16 @@ pub fn kubevirt(object: String, obj: Option<&Value>) -> KubeVirtReport {
 
 pub fn chart(object: String, obj: Option<&Value>, kubevirt: &KubeVirtRef) -> ChartReport {
     let obj = obj.cloned().unwrap_or(Value::Null);
-    let list = obj.pointer("/spec/diff/comparePatches").and_then(Value::as_array);
+    let list = obj
+        .pointer("/spec/diff/comparePatches")
+        .and_then(Value::as_array);
     ChartReport {
         object,
         found: !obj.is_null(),
-        paused: obj.pointer("/spec/paused").and_then(Value::as_bool).unwrap_or(false),
+        paused: obj
+            .pointer("/spec/paused")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
         compare_patches_pointer: plan::find_pointer(list, kubevirt).ok().flatten().is_some(),
         values_override: obj
             .pointer("/spec/values/kubevirt/spec/workloadUpdateStrategy/workloadUpdateMethods")
@@ -86,7 +94,12 @@ pub fn chart(object: String, obj: Option<&Value>, kubevirt: &KubeVirtRef) -> Cha
 pub fn unfinished(migrations: &[Value]) -> Vec<String> {
     migrations
         .iter()
-        .filter(|m| !matches!(m.pointer("/status/phase").and_then(Value::as_str), Some("Succeeded" | "Failed")))
+        .filter(|m| {
+            !matches!(
+                m.pointer("/status/phase").and_then(Value::as_str),
+                Some("Succeeded" | "Failed")
+            )
+        })
         .map(|m| {
             format!(
                 "{}/{} ({})",
@@ -101,13 +114,19 @@ pub fn unfinished(migrations: &[Value]) -> Vec<String> {
 impl std::fmt::Display for Report {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let or = |v: &Option<String>, d: &str| v.clone().unwrap_or_else(|| d.to_string());
-        let json = |v: &Option<Value>| v.as_ref().map_or_else(|| "absent".to_string(), Value::to_string);
+        let json = |v: &Option<Value>| {
+            v.as_ref()
+                .map_or_else(|| "absent".to_string(), Value::to_string)
+        };
         if let Some(k) = &self.kubevirt {
             writeln!(f, "{}", k.object)?;
             if !k.found {
                 writeln!(f, "  not found")?;
             } else {
-                let suspended = k.workload_update_methods.as_ref().is_none_or(|m| m.as_array().is_some_and(Vec::is_empty));
+                let suspended = k
+                    .workload_update_methods
+                    .as_ref()
+                    .is_none_or(|m| m.as_array().is_some_and(Vec::is_empty));
                 writeln!(f, "  {:<28}{}", "phase", or(&k.phase, "-"))?;
                 writeln!(
                     f,
@@ -116,14 +135,35 @@ impl std::fmt::Display for Report {
                     or(&k.observed_kube_virt_version, "-"),
                     or(&k.target_kube_virt_version, "-")
                 )?;
-                writeln!(f, "  {:<28}{}", "workloadUpdateMethods", json(&k.workload_update_methods))?;
-                writeln!(f, "  {:<28}{}", "automated updates", if suspended { "off" } else { "on" })?;
-                writeln!(f, "  {:<28}{}", "saved original", or(&k.saved_original, "none"))?;
-                let outdated = k.outdated_virtual_machine_instance_workloads.map_or("-".into(), |n| n.to_string());
+                writeln!(
+                    f,
+                    "  {:<28}{}",
+                    "workloadUpdateMethods",
+                    json(&k.workload_update_methods)
+                )?;
+                writeln!(
+                    f,
+                    "  {:<28}{}",
+                    "automated updates",
+                    if suspended { "off" } else { "on" }
+                )?;
+                writeln!(
+                    f,
+                    "  {:<28}{}",
+                    "saved original",
+                    or(&k.saved_original, "none")
+                )?;
+                let outdated = k
+                    .outdated_virtual_machine_instance_workloads
+                    .map_or("-".into(), |n| n.to_string());
                 writeln!(f, "  {:<28}{}", "outdated VMI workloads", outdated)?;
             }
         }
-        writeln!(f, "workload-update migrations not finished: {}", self.unfinished_migrations.len())?;
+        writeln!(
+            f,
+            "workload-update migrations not finished: {}",
+            self.unfinished_migrations.len()
+        )?;
         for m in &self.unfinished_migrations {
             writeln!(f, "  {m}")?;
         }
@@ -133,10 +173,29 @@ impl std::fmt::Display for Report {
                 writeln!(f, "  not found")?;
             } else {
                 writeln!(f, "  {:<28}{}", "paused", c.paused)?;
-                writeln!(f, "  {:<28}{}", "comparePatches pointer", if c.compare_patches_pointer { "present" } else { "absent" })?;
+                writeln!(
+                    f,
+                    "  {:<28}{}",
+                    "comparePatches pointer",
+                    if c.compare_patches_pointer {
+                        "present"
+                    } else {
+                        "absent"
+                    }
+                )?;
                 writeln!(f, "  {:<28}{}", "values override", json(&c.values_override))?;
-                writeln!(f, "  {:<28}{}", "values record", or(&c.values_record, "none"))?;
-                writeln!(f, "  {:<28}{}", "compare-patch record", or(&c.compare_patch_record, "none"))?;
+                writeln!(
+                    f,
+                    "  {:<28}{}",
+                    "values record",
+                    or(&c.values_record, "none")
+                )?;
+                writeln!(
+                    f,
+                    "  {:<28}{}",
+                    "compare-patch record",
+                    or(&c.compare_patch_record, "none")
+                )?;
             }
         }
         Ok(())
@@ -163,6 +222,12 @@ mod tests {
             m("c", "kubevirt-workload-update-3", None),
             m("d", "kubevirt-workload-update-4", Some("Failed")),
         ];
-        assert_eq!(unfinished(&list), vec!["a/kubevirt-workload-update-1 (Running)", "c/kubevirt-workload-update-3 (Pending)"]);
+        assert_eq!(
+            unfinished(&list),
+            vec![
+                "a/kubevirt-workload-update-1 (Running)",
+                "c/kubevirt-workload-update-3 (Pending)"
+            ]
+        );
     }
 }

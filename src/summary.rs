@@ -44,13 +44,23 @@ pub struct Summary {
 
 impl Summary {
     pub fn new(phase: Option<Phase>, dry_run: bool) -> Self {
-        Self { phase, dry_run, exit_code: 0, steps: Vec::new(), error: None }
+        Self {
+            phase,
+            dry_run,
+            exit_code: 0,
+            steps: Vec::new(),
+            error: None,
+        }
     }
 
     pub fn step(&mut self, object: impl Into<String>, outcome: Outcome, actions: Vec<String>) {
         let object = object.into();
         self.steps.retain(|s| s.object != object);
-        self.steps.push(Step { object, outcome, actions });
+        self.steps.push(Step {
+            object,
+            outcome,
+            actions,
+        });
     }
 
     /// One line of JSON under [`MAX_BYTES`]: the step actions go first, then the error is cut.

@@ -3,7 +3,10 @@ use proptest::prelude::*;
 use serde_json::json;
 
 fn kv() -> KubeVirtRef {
-    KubeVirtRef { namespace: "harvester-system".into(), name: "kubevirt".into() }
+    KubeVirtRef {
+        namespace: "harvester-system".into(),
+        name: "kubevirt".into(),
+    }
 }
 
 /// Applies a plan the way the API server would (the `test` op included).
@@ -59,19 +62,32 @@ fn pre_sets_empty_list_and_records_original_in_one_conditional_patch() {
     );
     let after = apply(&obj, &plan);
     // Never [Evict]: that would evict every outdated VM.
-    assert_eq!(after["spec"]["workloadUpdateStrategy"]["workloadUpdateMethods"], json!([]));
-    assert_eq!(after["spec"]["workloadUpdateStrategy"]["batchEvictionSize"], json!(10));
+    assert_eq!(
+        after["spec"]["workloadUpdateStrategy"]["workloadUpdateMethods"],
+        json!([])
+    );
+    assert_eq!(
+        after["spec"]["workloadUpdateStrategy"]["batchEvictionSize"],
+        json!(10)
+    );
 }
 
 #[test]
 fn pre_records_an_absent_field_and_the_parents_it_creates() {
     let obj = json!({"metadata": {"resourceVersion": "1", "annotations": {"a": "b"}}, "spec": {}});
     let after = pre_kv(&obj);
-    assert_eq!(after["spec"], json!({"workloadUpdateStrategy": {"workloadUpdateMethods": []}}));
+    assert_eq!(
+        after["spec"],
+        json!({"workloadUpdateStrategy": {"workloadUpdateMethods": []}})
+    );
     let record: ValueRecord = read_record(&after, KUBEVIRT_RECORD).unwrap().unwrap();
     assert_eq!(
         record,
-        ValueRecord { present: false, value: None, created_parents: vec!["/spec/workloadUpdateStrategy".into()] }
+        ValueRecord {
+            present: false,
+            value: None,
+            created_parents: vec!["/spec/workloadUpdateStrategy".into()]
+        }
     );
     assert_eq!(post_kv(&after, None), obj);
 }
@@ -104,48 +120,114 @@ fn post_without_record_changes_nothing_unless_fallback_and_empty() {
         let obj = kubevirt(m);
         assert_eq!(kubevirt_post(&obj, Some(&fallback)).unwrap().patch, None);
     }
-    let obj = kubevirt(Some(json!([])));
+    // An [] that someone else set (an administrator, or the original an earlier post restored).
+    let mut obj = kubevirt(Some(json!([])));
+    obj["metadata"]["managedFields"] = json!([{"manager": "kubectl-patch", "operation": "Update",
+        "fieldsV1": {"f:spec": {"f:workloadUpdateStrategy": {"f:workloadUpdateMethods": {}}}}}]);
+    assert_eq!(kubevirt_post(&obj, Some(&fallback)).unwrap().patch, None);
+    // Our [] whose record was lost: the fallback applies.
+    obj["metadata"]["managedFields"][0]["manager"] = json!(FIELD_MANAGER);
     assert_eq!(kubevirt_post(&obj, None).unwrap().patch, None);
     let restored = post_kv(&obj, Some(&fallback));
-    assert_eq!(restored["spec"]["workloadUpdateStrategy"]["workloadUpdateMethods"], json!(["LiveMigrate"]));
+    assert_eq!(
+        restored["spec"]["workloadUpdateStrategy"]["workloadUpdateMethods"],
+        json!(["LiveMigrate"])
+    );
 }
 
 #[test]
 fn malformed_objects_are_refused_with_a_clear_message() {
     let cases = [
-        (kubevirt(Some(json!("LiveMigrate"))), "workloadUpdateMethods is not a list"),
-        (kubevirt(Some(json!([1]))), "workloadUpdateMethods is not a list"),
-        (json!({"metadata": {"resourceVersion": "1"}, "spec": {"workloadUpdateStrategy": 3}}), "spec.workloadUpdateStrategy is not a map"),
-        (json!({"metadata": {}, "spec": {}}), "resourceVersion is missing"),
-        (json!({"metadata": {"resourceVersion": "1", "annotations": {KUBEVIRT_RECORD: "{oops"}}}), "is corrupted"),
-        (json!({"metadata": {"resourceVersion": "1", "annotations": {KUBEVIRT_RECORD: r#"{"present":true}"#}}}), "is corrupted"),
-        (json!({"metadata": {"resourceVersion": "1", "annotations": {KUBEVIRT_RECORD: r#"{"present":true,"value":["x",2]}"#}}}), "is corrupted"),
-        (json!({"metadata": {"resourceVersion": "1", "annotations": "x"}}), "annotations is not a map"),
+        (
+            kubevirt(Some(json!("LiveMigrate"))),
+            "workloadUpdateMethods is not a list",
+        ),
+        (
+            kubevirt(Some(json!([1]))),
+            "workloadUpdateMethods is not a list",
+        ),
+        (
+            json!({"metadata": {"resourceVersion": "1"}, "spec": {"workloadUpdateStrategy": 3}}),
+            "spec.workloadUpdateStrategy is not a map",
+        ),
+        (
+            json!({"metadata": {}, "spec": {}}),
+            "resourceVersion is missing",
+        ),
+        (
+            json!({"metadata": {"resourceVersion": "1", "annotations": {KUBEVIRT_RECORD: "{oops"}}}),
+            "is corrupted",
+        ),
+        (
+            json!({"metadata": {"resourceVersion": "1", "annotations": {KUBEVIRT_RECORD: r#"{"present":true}"#}}}),
+            "is corrupted",
+        ),
+        (
+            json!({"metadata": {"resourceVersion": "1", "annotations": {KUBEVIRT_RECORD: r#"{"present":true,"value":["x",2]}"#}}}),
+            "is corrupted",
+        ),
+        (
+            json!({"metadata": {"resourceVersion": "1", "annotations": "x"}}),
+            "annotations is not a map",
+        ),
         (json!([]), "not a JSON map"),
     ];
     for (obj, want) in cases {
-        for err in [kubevirt_pre(&obj).unwrap_err(), kubevirt_post(&obj, None).unwrap_err()] {
-            assert!(err.0.contains(want), "{obj}: {err} does not mention {want:?}");
+        for err in [
+            kubevirt_pre(&obj).unwrap_err(),
+            kubevirt_post(&obj, None).unwrap_err(),
+        ] {
+            assert!(
+                err.0.contains(want),
+                "{obj}: {err} does not mention {want:?}"
+            );
             assert!(!err.0.contains('\n'), "one line: {err}");
         }
     }
     let chart_cases = [
-        (json!({"metadata": {"resourceVersion": "1"}, "spec": {"values": {"kubevirt": []}}}), "spec.values.kubevirt is not a map"),
-        (json!({"metadata": {"resourceVersion": "1"}, "spec": {"values": {"kubevirt": {"spec": "x"}}}}), "spec.values.kubevirt.spec is not a map"),
-        (json!({"metadata": {"resourceVersion": "1"}, "spec": {"diff": {"comparePatches": {}}}}), "comparePatches is not a list"),
-        (json!({"metadata": {"resourceVersion": "1"}, "spec": {"diff": []}}), "spec.diff is not a map"),
-        (json!({"metadata": {"resourceVersion": "1"}, "spec": {"diff": {"comparePatches": [
-            {"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt", "name": "kubevirt", "jsonPointers": "x"}]}}}), "jsonPointers is not a list"),
-        (json!({"metadata": {"resourceVersion": "1", "annotations": {COMPARE_RECORD: r#"{"added":"everything"}"#}}, "spec": {}}), "is corrupted"),
-        (json!({"metadata": {"resourceVersion": "1", "annotations": {VALUES_RECORD: "absent"}}, "spec": {}}), "is corrupted"),
+        (
+            json!({"metadata": {"resourceVersion": "1"}, "spec": {"values": {"kubevirt": []}}}),
+            "spec.values.kubevirt is not a map",
+        ),
+        (
+            json!({"metadata": {"resourceVersion": "1"}, "spec": {"values": {"kubevirt": {"spec": "x"}}}}),
+            "spec.values.kubevirt.spec is not a map",
+        ),
+        (
+            json!({"metadata": {"resourceVersion": "1"}, "spec": {"diff": {"comparePatches": {}}}}),
+            "comparePatches is not a list",
+        ),
+        (
+            json!({"metadata": {"resourceVersion": "1"}, "spec": {"diff": []}}),
+            "spec.diff is not a map",
+        ),
+        (
+            json!({"metadata": {"resourceVersion": "1"}, "spec": {"diff": {"comparePatches": [
+            {"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt", "name": "kubevirt", "jsonPointers": "x"}]}}}),
+            "jsonPointers is not a list",
+        ),
+        (
+            json!({"metadata": {"resourceVersion": "1", "annotations": {COMPARE_RECORD: r#"{"added":"everything"}"#}}, "spec": {}}),
+            "is corrupted",
+        ),
+        (
+            json!({"metadata": {"resourceVersion": "1", "annotations": {VALUES_RECORD: "absent"}}, "spec": {}}),
+            "is corrupted",
+        ),
     ];
     for (obj, want) in chart_cases {
         let err = chart_pre(&obj, &kv(), true, true).unwrap_err();
-        assert!(err.0.contains(want), "{obj}: {err} does not mention {want:?}");
+        assert!(
+            err.0.contains(want),
+            "{obj}: {err} does not mention {want:?}"
+        );
         // post only inspects what it has a record of.
         if !want.contains("jsonPointers") {
             let err = chart_post(&obj, &kv(), true, true).unwrap_err();
-            assert!(err.0.contains(want), "{obj}: {err} does not mention {want:?}");
+            assert!(
+                err.0.contains(want),
+                "{obj}: {err} does not mention {want:?}"
+            );
         }
     }
 }
@@ -169,7 +251,10 @@ fn longhorn_entry() -> Value {
 
 #[test]
 fn chart_pre_appends_an_entry_and_overrides_values_in_one_patch() {
-    let obj = chart(json!({"kubevirt": {"spec": {"configuration": {"x": 1}}}}), Some(json!([longhorn_entry()])));
+    let obj = chart(
+        json!({"kubevirt": {"spec": {"configuration": {"x": 1}}}}),
+        Some(json!([longhorn_entry()])),
+    );
     let plan = chart_pre(&obj, &kv(), true, true).unwrap();
     assert_eq!(
         ops(&plan),
@@ -203,7 +288,10 @@ fn chart_pre_appends_to_an_existing_entry_for_the_same_object() {
         let after = pre_chart(&obj);
         let list = after["spec"]["diff"]["comparePatches"].as_array().unwrap();
         assert_eq!(list.len(), 2, "no second entry");
-        assert_eq!(list[1]["jsonPointers"], json!(["/spec/configuration", METHODS_POINTER]));
+        assert_eq!(
+            list[1]["jsonPointers"],
+            json!(["/spec/configuration", METHODS_POINTER])
+        );
         assert_eq!(post_chart(&after), obj);
     }
 }
@@ -229,7 +317,14 @@ fn entries_for_other_objects_do_not_cover_ours() {
     for other in others {
         let obj = chart(json!({}), Some(json!([other.clone()])));
         let after = pre_chart(&obj);
-        assert_eq!(after["spec"]["diff"]["comparePatches"].as_array().unwrap().len(), 2, "{other}");
+        assert_eq!(
+            after["spec"]["diff"]["comparePatches"]
+                .as_array()
+                .unwrap()
+                .len(),
+            2,
+            "{other}"
+        );
         assert_eq!(after["spec"]["diff"]["comparePatches"][0], other);
         assert_eq!(post_chart(&after), obj);
     }
@@ -243,7 +338,10 @@ fn post_keeps_pointers_others_added_to_our_entry() {
         .as_array_mut()
         .unwrap()
         .push(json!("/spec/configuration"));
-    after["spec"]["diff"]["comparePatches"].as_array_mut().unwrap().push(longhorn_entry());
+    after["spec"]["diff"]["comparePatches"]
+        .as_array_mut()
+        .unwrap()
+        .push(longhorn_entry());
     let restored = post_chart(&after);
     assert_eq!(
         restored["spec"]["diff"]["comparePatches"],
@@ -279,8 +377,12 @@ fn methods_strategy() -> impl Strategy<Value = Option<Value>> {
 fn annotations_strategy() -> impl Strategy<Value = Option<Value>> {
     prop_oneof![
         Just(None),
-        Just(Some(json!({"kubevirt.io/latest-observed-api-version": "v1"}))),
-        Just(Some(json!({"a/b~c": "x", "field.cattle.io/description": "keep"}))),
+        Just(Some(
+            json!({"kubevirt.io/latest-observed-api-version": "v1"})
+        )),
+        Just(Some(
+            json!({"a/b~c": "x", "field.cattle.io/description": "keep"})
+        )),
     ]
 }
 
@@ -313,7 +415,12 @@ prop_compose! {
 
 fn entry_strategy() -> impl Strategy<Value = Value> {
     let kv_entry = (
-        prop_oneof![Just(None), Just(Some("")), Just(Some("harvester-system")), Just(Some("other-ns"))],
+        prop_oneof![
+            Just(None),
+            Just(Some("")),
+            Just(Some("harvester-system")),
+            Just(Some("other-ns"))
+        ],
         prop_oneof![Just("kubevirt"), Just("other")],
         prop_oneof![
             Just(None),
@@ -326,23 +433,37 @@ fn entry_strategy() -> impl Strategy<Value = Value> {
     )
         .prop_map(|(ns, name, pointers, ops)| {
             let mut e = json!({"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt", "name": name});
-            if let Some(ns) = ns { e["namespace"] = json!(ns); }
-            if let Some(p) = pointers { e["jsonPointers"] = p; }
-            if ops { e["operations"] = json!([{"op": "remove", "path": "/spec/x"}]); }
+            if let Some(ns) = ns {
+                e["namespace"] = json!(ns);
+            }
+            if let Some(p) = pointers {
+                e["jsonPointers"] = p;
+            }
+            if ops {
+                e["operations"] = json!([{"op": "remove", "path": "/spec/x"}]);
+            }
             e
         });
     prop_oneof![
         Just(longhorn_entry()),
-        Just(json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
-                    "name": "rancher-monitoring-admission", "operations": [{"op": "remove", "path": "/webhooks"}]})),
-        Just(json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-                    "name": "volumes.longhorn.io", "jsonPointers": ["/status/acceptedNames", "/status/conditions"]})),
+        Just(
+            json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+                    "name": "rancher-monitoring-admission", "operations": [{"op": "remove", "path": "/webhooks"}]})
+        ),
+        Just(
+            json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                    "name": "volumes.longhorn.io", "jsonPointers": ["/status/acceptedNames", "/status/conditions"]})
+        ),
         kv_entry,
     ]
 }
 
 fn leaf_strategy() -> impl Strategy<Value = Option<Value>> {
-    prop_oneof![methods_strategy(), Just(Some(json!("LiveMigrate"))), Just(Some(Value::Null))]
+    prop_oneof![
+        methods_strategy(),
+        Just(Some(json!("LiveMigrate"))),
+        Just(Some(Value::Null))
+    ]
 }
 
 prop_compose! {
@@ -381,16 +502,25 @@ prop_compose! {
 /// What `pre` may touch, removed: everything else must be equal.
 fn untouched(obj: &Value) -> Value {
     let mut o = obj.clone();
-    if let Some(a) = o.pointer_mut("/metadata/annotations").and_then(Value::as_object_mut) {
+    if let Some(a) = o
+        .pointer_mut("/metadata/annotations")
+        .and_then(Value::as_object_mut)
+    {
         a.retain(|k, _| !k.starts_with(ANNOTATION_PREFIX));
         if a.is_empty() {
             o["metadata"].as_object_mut().unwrap().remove("annotations");
         }
     }
-    if let Some(s) = o.pointer_mut("/spec/values/kubevirt/spec/workloadUpdateStrategy").and_then(Value::as_object_mut) {
+    if let Some(s) = o
+        .pointer_mut("/spec/values/kubevirt/spec/workloadUpdateStrategy")
+        .and_then(Value::as_object_mut)
+    {
         s.remove("workloadUpdateMethods");
     }
-    if let Some(list) = o.pointer_mut("/spec/diff/comparePatches").and_then(Value::as_array_mut) {
+    if let Some(list) = o
+        .pointer_mut("/spec/diff/comparePatches")
+        .and_then(Value::as_array_mut)
+    {
         list.retain(|e| !entry_covers(e, &kv()));
     }
     prune_empty(&mut o);
@@ -402,7 +532,10 @@ fn prune_empty(v: &mut Value) {
         for child in m.values_mut() {
             prune_empty(child);
         }
-        m.retain(|_, c| !matches!(c, Value::Object(x) if x.is_empty()) && !matches!(c, Value::Array(x) if x.is_empty()));
+        m.retain(|_, c| {
+            !matches!(c, Value::Object(x) if x.is_empty())
+                && !matches!(c, Value::Array(x) if x.is_empty())
+        });
     }
 }
 

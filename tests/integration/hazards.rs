@@ -1,0 +1,535 @@
+//! Each hazard of DESIGN §4, end to end: the real binary against the real API server.
+
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
+use serde_json::{Value, json};
+
+use workload_update_guard::cluster::{Cluster, Kind, Target, Written};
+use workload_update_guard::config::ObjectKey;
+use workload_update_guard::plan::{self, KubeVirtRef, METHODS_POINTER};
+
+use crate::support::*;
+
+fn methods(kv: &Value) -> Option<&Value> {
+    kv.pointer("/spec/workloadUpdateStrategy/workloadUpdateMethods")
+}
+
+fn rv(obj: &Value) -> String {
+    obj["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+fn outcomes(run: &Run) -> Vec<String> {
+    let summary = run.summary.as_ref().expect("a termination message");
+    summary["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["outcome"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn assert_ok(run: &Run) {
+    assert_eq!(run.code, 0, "{run:?}");
+}
+
+/// Hazards 1, 2, 5 and 6: every starting value comes back exactly; reruns change nothing.
+#[tokio::test]
+async fn pre_then_post_restores_every_original_exactly() {
+    let client = admin().await;
+    for original in [
+        Some(json!(["LiveMigrate"])),
+        Some(json!(["LiveMigrate", "Evict"])),
+        Some(json!(["Evict", "LiveMigrate"])),
+        Some(json!(["Evict"])),
+        Some(json!([])),
+        None,
+    ] {
+        let ns = namespace(&client, "exact").await;
+        let (kv0, chart0) = harvester(&client, &ns, original.clone()).await;
+
+        assert_ok(&run_phase(&ns, "pre").await);
+        let kv = get(&client, "KubeVirt", &ns, "kubevirt").await;
+        let chart = get(&client, "ManagedChart", &ns, "harvester").await;
+        // Suspended with [], never by dropping LiveMigrate alone ([Evict] evicts every VM).
+        assert_eq!(methods(&kv), Some(&json!([])), "{original:?}");
+        assert_eq!(
+            kv["spec"]["workloadUpdateStrategy"]["batchEvictionSize"],
+            json!(10)
+        );
+        assert_eq!(
+            chart
+                .pointer("/spec/values/kubevirt/spec/workloadUpdateStrategy/workloadUpdateMethods"),
+            Some(&json!([]))
+        );
+        let list = chart["spec"]["diff"]["comparePatches"].as_array().unwrap();
+        assert_eq!(
+            &list[..3],
+            chart0["spec"]["diff"]["comparePatches"]
+                .as_array()
+                .unwrap()
+                .as_slice()
+        );
+        assert_eq!(list[3]["jsonPointers"], json!([METHODS_POINTER]));
+        let record: plan::ValueRecord = plan::read_record(&kv, plan::KUBEVIRT_RECORD)
+            .unwrap()
+            .unwrap();
+        assert_eq!(record.value, original);
+
+        // Record once: a second pre keeps the first record and writes nothing.
+        let again = run_phase(&ns, "pre").await;
+        assert_ok(&again);
+        assert_eq!(outcomes(&again), ["unchanged", "unchanged"]);
+        assert_eq!(
+            rv(&get(&client, "KubeVirt", &ns, "kubevirt").await),
+            rv(&kv)
+        );
+
+        // post with the Harvester fallback configured: the record wins.
+        let mut env = env_for(&ns, "post");
+        env.insert("FALLBACK_METHODS".into(), "LiveMigrate".into());
+        let post = run_bin(&control_plane().kubeconfig(), env.clone()).await;
+        assert_ok(&post);
+        assert_eq!(outcomes(&post), ["changed", "changed"]);
+        let kv1 = get(&client, "KubeVirt", &ns, "kubevirt").await;
+        let chart1 = get(&client, "ManagedChart", &ns, "harvester").await;
+        assert_eq!(content(&kv1)["spec"], content(&kv0)["spec"], "{original:?}");
+        assert_eq!(content(&kv1)["metadata"], content(&kv0)["metadata"]);
+        assert_eq!(content(&chart1), content(&chart0));
+
+        // A second post is a no-op.
+        let again = run_bin(&control_plane().kubeconfig(), env).await;
+        assert_ok(&again);
+        assert_eq!(outcomes(&again), ["unchanged", "unchanged"]);
+        assert_eq!(
+            rv(&get(&client, "KubeVirt", &ns, "kubevirt").await),
+            rv(&kv1)
+        );
+    }
+}
+
+/// Hazard 2: without a record, post changes nothing, unless a fallback is set and the methods
+/// are an `[]` that we wrote (our record was lost). An administrator's `[]` is never touched.
+#[tokio::test]
+async fn post_without_a_record_applies_the_fallback_only_to_our_own_empty_list() {
+    let client = admin().await;
+    let ns = namespace(&client, "norecord").await;
+    let (kv0, _) = harvester(&client, &ns, Some(json!([]))).await;
+    let mut with_fallback = env_for(&ns, "post");
+    with_fallback.insert("FALLBACK_METHODS".into(), "LiveMigrate".into());
+    for env in [env_for(&ns, "post"), with_fallback.clone()] {
+        let run = run_bin(&control_plane().kubeconfig(), env).await;
+        assert_ok(&run);
+        assert_eq!(outcomes(&run), ["unchanged", "unchanged"]);
+        assert!(run.stderr.contains("no record of the original"), "{run:?}");
+        assert_eq!(
+            rv(&get(&client, "KubeVirt", &ns, "kubevirt").await),
+            rv(&kv0)
+        );
+    }
+
+    // Our suspension whose record was lost (someone stripped the annotation).
+    let ns = namespace(&client, "lostrecord").await;
+    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+    assert_ok(&run_phase(&ns, "pre").await);
+    let key = plan::KUBEVIRT_RECORD.replace('/', "~1");
+    json_patch(
+        &client,
+        "KubeVirt",
+        &ns,
+        "kubevirt",
+        json!([{"op": "remove", "path": format!("/metadata/annotations/{key}")}]),
+    )
+    .await
+    .unwrap();
+    assert_ok(&run_phase(&ns, "post").await);
+    assert_eq!(
+        methods(&get(&client, "KubeVirt", &ns, "kubevirt").await),
+        Some(&json!([])),
+        "no fallback configured"
+    );
+    let mut env = env_for(&ns, "post");
+    env.insert("FALLBACK_METHODS".into(), "LiveMigrate".into());
+    assert_ok(&run_bin(&control_plane().kubeconfig(), env).await);
+    assert_eq!(
+        methods(&get(&client, "KubeVirt", &ns, "kubevirt").await),
+        Some(&json!(["LiveMigrate"]))
+    );
+}
+
+/// Hazard 6: an existing entry for our object gets our pointer; post takes only our pointer.
+#[tokio::test]
+async fn an_existing_kubevirt_entry_is_extended_not_duplicated() {
+    let client = admin().await;
+    let ns = namespace(&client, "entry").await;
+    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+    let entry = json!({"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt", "name": "kubevirt", "namespace": "",
+                       "jsonPointers": ["/spec/configuration/developerConfiguration"]});
+    json_patch(
+        &client,
+        "ManagedChart",
+        &ns,
+        "harvester",
+        json!([{"op": "add", "path": "/spec/diff/comparePatches/-", "value": entry}]),
+    )
+    .await
+    .unwrap();
+    let chart0 = get(&client, "ManagedChart", &ns, "harvester").await;
+    assert_ok(&run_phase(&ns, "pre").await);
+    let chart = get(&client, "ManagedChart", &ns, "harvester").await;
+    let list = chart["spec"]["diff"]["comparePatches"].as_array().unwrap();
+    assert_eq!(list.len(), 4, "no second KubeVirt entry");
+    assert_eq!(
+        list[3]["jsonPointers"],
+        json!([
+            "/spec/configuration/developerConfiguration",
+            METHODS_POINTER
+        ])
+    );
+    assert_ok(&run_phase(&ns, "post").await);
+    assert_eq!(
+        content(&get(&client, "ManagedChart", &ns, "harvester").await),
+        content(&chart0)
+    );
+}
+
+/// Hazard 6: a pointer that was there before pre is still there after post.
+#[tokio::test]
+async fn a_pointer_that_was_there_before_stays_after_post() {
+    let client = admin().await;
+    let ns = namespace(&client, "ours").await;
+    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+    let entry = json!({"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt", "name": "kubevirt", "namespace": ns,
+                       "jsonPointers": [METHODS_POINTER]});
+    json_patch(
+        &client,
+        "ManagedChart",
+        &ns,
+        "harvester",
+        json!([{"op": "add", "path": "/spec/diff/comparePatches/-", "value": entry}]),
+    )
+    .await
+    .unwrap();
+    let chart0 = get(&client, "ManagedChart", &ns, "harvester").await;
+    assert_ok(&run_phase(&ns, "pre").await);
+    assert_ok(&run_phase(&ns, "post").await);
+    assert_eq!(
+        content(&get(&client, "ManagedChart", &ns, "harvester").await),
+        content(&chart0)
+    );
+}
+
+/// Hazard 4: a writer that adds an entry between our read and our write loses nothing.
+#[tokio::test]
+async fn a_write_between_our_read_and_our_write_is_not_lost() {
+    let client = admin().await;
+    let ns = namespace(&client, "lost").await;
+    let (_, stale) = harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+    // Another writer adds its entry after our read.
+    let theirs = json!({"apiVersion": "v1", "kind": "ConfigMap", "name": "theirs", "jsonPointers": ["/data"]});
+    json_patch(
+        &client,
+        "ManagedChart",
+        &ns,
+        "harvester",
+        json!([{"op": "add", "path": "/spec/diff/comparePatches/-", "value": theirs}]),
+    )
+    .await
+    .unwrap();
+    let cluster = Cluster::from_client(client.clone(), false);
+    let target = Target {
+        kind: Kind::ManagedChart,
+        key: ObjectKey {
+            namespace: ns.clone(),
+            name: "harvester".into(),
+        },
+    };
+    let kv = KubeVirtRef {
+        namespace: ns.clone(),
+        name: "kubevirt".into(),
+    };
+    let written = cluster
+        .converge(&target, stale, |o| plan::chart_pre(o, &kv, true, true))
+        .await
+        .unwrap();
+    assert!(matches!(written, Written::Changed { .. }));
+    let chart = get(&client, "ManagedChart", &ns, "harvester").await;
+    let list = chart["spec"]["diff"]["comparePatches"].as_array().unwrap();
+    assert!(list.contains(&theirs), "their entry survived");
+    assert!(
+        plan::find_pointer(Some(list), &kv).unwrap().is_some(),
+        "ours is there too"
+    );
+}
+
+/// The KubeVirt CR as Helm would render it: the chart default under the ManagedChart's values.
+fn rendered(ns: &str, chart: &Value) -> Value {
+    let mut spec = json!({"workloadUpdateStrategy": {"workloadUpdateMethods": ["LiveMigrate"]}});
+    if let Some(Value::Object(values)) = chart.pointer("/spec/values/kubevirt/spec") {
+        for (k, v) in values {
+            match (spec.get_mut(k), v) {
+                (Some(Value::Object(dst)), Value::Object(src)) => dst.extend(src.clone()),
+                _ => {
+                    spec[k] = v.clone();
+                }
+            }
+        }
+    }
+    json!({"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt", "metadata": {"name": "kubevirt", "namespace": ns}, "spec": spec})
+}
+
+async fn helm_apply(client: &kube::Client, ns: &str) -> Result<Value, kube::Error> {
+    let chart = get(client, "ManagedChart", ns, "harvester").await;
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &resource("KubeVirt"));
+    let obj: DynamicObject = serde_json::from_value(rendered(ns, &chart)).unwrap();
+    // Helm 4 server-side apply: field manager `helm`, no force.
+    api.patch("kubevirt", &PatchParams::apply("helm"), &Patch::Apply(&obj))
+        .await
+        .map(|o| serde_json::to_value(o).unwrap())
+}
+
+/// Hazard 3: a Helm-4-like apply before pre, after pre and after post never meets a conflict.
+#[tokio::test]
+async fn helm_server_side_apply_never_conflicts_with_the_guard() {
+    let client = admin().await;
+    let ns = namespace(&client, "helm").await;
+    let chart = create(&client, "ManagedChart", &ns, harvester_chart(&ns)).await;
+    // Helm installs the KubeVirt CR: `helm` owns workloadUpdateMethods.
+    let kv = helm_apply(&client, &ns).await.expect("install");
+    assert_eq!(methods(&kv), Some(&json!(["LiveMigrate"])));
+    helm_apply(&client, &ns).await.expect("apply before pre");
+
+    assert_ok(&run_phase(&ns, "pre").await);
+    let kv = helm_apply(&client, &ns)
+        .await
+        .expect("apply after pre: no conflict");
+    assert_eq!(
+        methods(&kv),
+        Some(&json!([])),
+        "Helm's desired state agrees with the suspension"
+    );
+    let managers: Vec<&str> = kv["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["manager"].as_str())
+        .collect();
+    assert!(managers.contains(&"workload-update-guard"), "{managers:?}");
+
+    assert_ok(&run_phase(&ns, "post").await);
+    let kv = helm_apply(&client, &ns)
+        .await
+        .expect("apply after post: no conflict");
+    assert_eq!(methods(&kv), Some(&json!(["LiveMigrate"])));
+    assert_eq!(
+        content(&get(&client, "ManagedChart", &ns, "harvester").await),
+        content(&chart)
+    );
+}
+
+/// The control for the test above: without the values step, the direct patch alone makes
+/// Helm's apply conflict. This is the upstream failure the values override prevents.
+#[tokio::test]
+async fn without_the_values_override_helm_apply_conflicts() {
+    let client = admin().await;
+    let ns = namespace(&client, "helmctl").await;
+    create(&client, "ManagedChart", &ns, harvester_chart(&ns)).await;
+    helm_apply(&client, &ns).await.expect("install");
+    let mut env = env_for(&ns, "pre");
+    env.insert("STEP_CHART_VALUES".into(), "false".into());
+    assert_ok(&run_bin(&control_plane().kubeconfig(), env).await);
+    let err = helm_apply(&client, &ns).await.unwrap_err();
+    let kube::Error::Api(s) = err else {
+        panic!("{err}")
+    };
+    assert_eq!(s.code, 409, "{s:?}");
+    assert!(s.message.contains("workload-update-guard"), "{}", s.message);
+}
+
+/// DRY_RUN prints the exact patches, sends them with server-side dry run, changes nothing.
+#[tokio::test]
+async fn dry_run_prints_the_patches_and_changes_nothing() {
+    let client = admin().await;
+    let ns = namespace(&client, "dryrun").await;
+    let (kv0, chart0) = harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+    let mut env = env_for(&ns, "pre");
+    env.insert("DRY_RUN".into(), "true".into());
+    let run = run_bin(&control_plane().kubeconfig(), env).await;
+    assert_ok(&run);
+    let lines: Vec<Value> = run
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "{run:?}");
+    assert_eq!(lines[0]["object"], format!("ManagedChart {ns}/harvester"));
+    assert_eq!(
+        lines[0]["patch"],
+        serde_json::to_value(
+            plan::chart_pre(
+                &chart0,
+                &KubeVirtRef {
+                    namespace: ns.clone(),
+                    name: "kubevirt".into()
+                },
+                true,
+                true
+            )
+            .unwrap()
+            .patch
+        )
+        .unwrap()
+    );
+    assert_eq!(
+        lines[1]["patch"],
+        serde_json::to_value(plan::kubevirt_pre(&kv0).unwrap().patch).unwrap()
+    );
+    assert_eq!(
+        rv(&get(&client, "KubeVirt", &ns, "kubevirt").await),
+        rv(&kv0)
+    );
+    assert_eq!(
+        rv(&get(&client, "ManagedChart", &ns, "harvester").await),
+        rv(&chart0)
+    );
+    assert_eq!(run.summary.unwrap()["dryRun"], json!(true));
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), &ns);
+    assert!(
+        events
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+}
+
+/// `kubectl describe kubevirt` tells the story: one Event for suspend, one for restore.
+#[tokio::test]
+async fn events_record_suspend_and_restore_on_the_kubevirt_cr() {
+    let client = admin().await;
+    let ns = namespace(&client, "events").await;
+    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+    assert_ok(&run_phase(&ns, "pre").await);
+    assert_ok(&run_phase(&ns, "post").await);
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), &ns);
+    let mut reasons: Vec<String> = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .inspect(|e| assert_eq!(e.involved_object.kind.as_deref(), Some("KubeVirt")))
+        .filter_map(|e| e.reason)
+        .collect();
+    reasons.sort();
+    assert_eq!(
+        reasons,
+        ["WorkloadUpdatesRestored", "WorkloadUpdatesSuspended"]
+    );
+    let described = kubectl_ok(&["-n", &ns, "describe", "kubevirt", "kubevirt"]);
+    assert!(
+        described.contains("WorkloadUpdatesSuspended"),
+        "{described}"
+    );
+}
+
+/// A missing object is skipped with a warning, and the summary says so; plain KubeVirt
+/// (no ManagedChart name) switches the chart steps off.
+#[tokio::test]
+async fn missing_objects_are_skipped_and_reported() {
+    let client = admin().await;
+    let ns = namespace(&client, "missing").await;
+    let run = run_phase(&ns, "pre").await;
+    assert_ok(&run);
+    assert_eq!(outcomes(&run), ["missing", "missing"]);
+    assert!(run.stderr.contains("not found: step skipped"), "{run:?}");
+
+    let mut env = env_for(&ns, "pre");
+    env.insert("MANAGEDCHART_NAME".into(), String::new());
+    create(&client, "KubeVirt", &ns, json!({"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt",
+        "metadata": {"name": "kubevirt"}, "spec": {"workloadUpdateStrategy": {"workloadUpdateMethods": ["LiveMigrate"]}}}))
+    .await;
+    let run = run_bin(&control_plane().kubeconfig(), env).await;
+    assert_ok(&run);
+    assert_eq!(outcomes(&run), ["changed"]);
+}
+
+/// `status` reports without writing: methods, record, outdated count, pending migrations.
+#[tokio::test]
+async fn status_reports_read_only() {
+    let client = admin().await;
+    let ns = namespace(&client, "status").await;
+    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+    for (name, phase) in [
+        ("kubevirt-workload-update-aaaa", "Running"),
+        ("kubevirt-workload-update-bbbb", "Succeeded"),
+        ("manual-migration", "Running"),
+    ] {
+        create(&client, "VirtualMachineInstanceMigration", &ns, json!({"apiVersion": "kubevirt.io/v1",
+            "kind": "VirtualMachineInstanceMigration", "metadata": {"name": name}, "spec": {"vmiName": "vm1"}})).await;
+        set_status(
+            &client,
+            "VirtualMachineInstanceMigration",
+            &ns,
+            name,
+            json!({"phase": phase}),
+        )
+        .await;
+    }
+    assert_ok(&run_phase(&ns, "pre").await);
+    let before = rv(&get(&client, "KubeVirt", &ns, "kubevirt").await);
+    let text = run_phase(&ns, "status").await;
+    assert_ok(&text);
+    for want in [
+        "Deployed",
+        "v1.4.0 / v1.5.0",
+        "automated updates           off",
+        "present",
+        &format!("{ns}/kubevirt-workload-update-aaaa (Running)"),
+    ] {
+        assert!(text.stdout.contains(want), "{want:?} in\n{}", text.stdout);
+    }
+    assert!(!text.stdout.contains("bbbb") && !text.stdout.contains("manual-migration"));
+    let mut env = env_for(&ns, "status");
+    env.insert("LOG_FORMAT".into(), "json".into());
+    let json_run = run_bin(&control_plane().kubeconfig(), env).await;
+    assert_ok(&json_run);
+    let report: Value = serde_json::from_str(&json_run.stdout).unwrap();
+    assert_eq!(report["kubevirt"]["workloadUpdateMethods"], json!([]));
+    assert_eq!(
+        report["kubevirt"]["outdatedVirtualMachineInstanceWorkloads"],
+        json!(3)
+    );
+    assert_eq!(
+        report["kubevirt"]["savedOriginal"],
+        json!(r#"{"present":true,"value":["LiveMigrate"]}"#)
+    );
+    assert_eq!(report["managedChart"]["comparePatchesPointer"], json!(true));
+    assert_eq!(report["managedChart"]["valuesOverride"], json!([]));
+    assert_eq!(
+        rv(&get(&client, "KubeVirt", &ns, "kubevirt").await),
+        before,
+        "status writes nothing"
+    );
+}
+
+/// A permanent refusal (403) fails at once with the permanent exit code.
+#[tokio::test]
+async fn forbidden_is_a_permanent_failure() {
+    let client = admin().await;
+    let ns = namespace(&client, "forbid").await;
+    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+    kubectl_ok(&["-n", &ns, "create", "serviceaccount", "nobody"]);
+    let started = std::time::Instant::now();
+    let run = run_bin(
+        &token_kubeconfig(&sa_token(&ns, "nobody")),
+        env_for(&ns, "pre"),
+    )
+    .await;
+    assert_eq!(run.code, 3, "{run:?}");
+    assert!(started.elapsed().as_secs() < 10, "no retries on 403");
+    let error = run.summary.unwrap()["error"].as_str().unwrap().to_string();
+    assert!(error.contains("HTTP 403"), "{error}");
+}

@@ -1,0 +1,5 @@
+//! Integration tests against a real kube-apiserver and etcd (see `support`).
+
+mod control_plane;
+mod hazards;
+mod support;

@@ -1,0 +1,362 @@
+//! One real control plane (kube-apiserver + etcd from `hack/control-plane.sh`) for the whole
+//! test binary; each test works in namespaces of its own, so tests run in parallel.
+//!
+//! If the control plane cannot be built or started, every test that needs it FAILS with the
+//! script's message. Nothing is skipped.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::core::GroupVersionKind;
+use kube::{Client, Config};
+use serde_json::{Value, json};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_workload-update-guard");
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub struct ControlPlane {
+    pub dir: PathBuf,
+    pub bin_dir: PathBuf,
+}
+
+impl ControlPlane {
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.dir.join("kubeconfig")
+    }
+
+    pub fn server(&self) -> String {
+        format!(
+            "https://127.0.0.1:{}",
+            std::fs::read_to_string(self.dir.join("api.port"))
+                .unwrap()
+                .trim()
+        )
+    }
+
+    pub fn kubectl(&self) -> Command {
+        let mut c = Command::new(self.bin_dir.join("kubectl"));
+        c.arg("--kubeconfig").arg(self.kubeconfig());
+        c
+    }
+}
+
+/// The shared control plane, started on first use and stopped when this process exits.
+pub fn control_plane() -> &'static ControlPlane {
+    static CP: OnceLock<ControlPlane> = OnceLock::new();
+    CP.get_or_init(|| {
+        let script = repo_root().join("hack/control-plane.sh");
+        let out = Command::new("bash")
+            .arg(&script)
+            .arg("up")
+            .env("CP_OWNER_PID", std::process::id().to_string())
+            .stderr(Stdio::inherit())
+            .output()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "integration tests need a real API server: cannot run {}: {e}",
+                    script.display()
+                )
+            });
+        assert!(
+            out.status.success(),
+            "integration tests need a real API server, and `hack/control-plane.sh up` failed ({}); \
+             see its message above. These tests never skip.",
+            out.status
+        );
+        let dir = PathBuf::from(
+            String::from_utf8(out.stdout)
+                .unwrap()
+                .lines()
+                .last()
+                .expect("the state dir")
+                .trim(),
+        );
+        let bin = Command::new("bash")
+            .arg(&script)
+            .arg("bin-dir")
+            .output()
+            .unwrap();
+        let bin_dir = PathBuf::from(String::from_utf8(bin.stdout).unwrap().trim());
+        ControlPlane { dir, bin_dir }
+    })
+}
+
+pub async fn client_for(kubeconfig: &Path) -> Client {
+    let kc = Kubeconfig::read_from(kubeconfig).expect("kubeconfig");
+    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .expect("config");
+    Client::try_from(config).expect("client")
+}
+
+pub async fn admin() -> Client {
+    client_for(&control_plane().kubeconfig()).await
+}
+
+pub fn resource(kind: &str) -> ApiResource {
+    match kind {
+        "KubeVirt" => ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("kubevirt.io", "v1", "KubeVirt"),
+            "kubevirts",
+        ),
+        "ManagedChart" => ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("management.cattle.io", "v3", "ManagedChart"),
+            "managedcharts",
+        ),
+        "VirtualMachineInstanceMigration" => ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("kubevirt.io", "v1", "VirtualMachineInstanceMigration"),
+            "virtualmachineinstancemigrations",
+        ),
+        other => panic!("unknown kind {other}"),
+    }
+}
+
+/// A fresh namespace per test; the name carries the test's label and a counter.
+pub async fn namespace(client: &Client, label: &str) -> String {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let name = format!(
+        "{label}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::SeqCst)
+    );
+    let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    let ns = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+    api.create(&PostParams::default(), &ns)
+        .await
+        .expect("create namespace");
+    name
+}
+
+pub async fn create(client: &Client, kind: &str, ns: &str, obj: Value) -> Value {
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &resource(kind));
+    let obj: DynamicObject = serde_json::from_value(obj).unwrap();
+    serde_json::to_value(
+        api.create(&PostParams::default(), &obj)
+            .await
+            .expect("create"),
+    )
+    .unwrap()
+}
+
+pub async fn get(client: &Client, kind: &str, ns: &str, name: &str) -> Value {
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &resource(kind));
+    serde_json::to_value(api.get(name).await.expect("get")).unwrap()
+}
+
+pub async fn json_patch(
+    client: &Client,
+    kind: &str,
+    ns: &str,
+    name: &str,
+    ops: Value,
+) -> Result<Value, kube::Error> {
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &resource(kind));
+    let patch: json_patch::Patch = serde_json::from_value(ops).unwrap();
+    let pp = PatchParams {
+        field_manager: Some("another-writer".into()),
+        ..Default::default()
+    };
+    api.patch(name, &pp, &Patch::<()>::Json(patch))
+        .await
+        .map(|o| serde_json::to_value(o).unwrap())
+}
+
+pub async fn set_status(client: &Client, kind: &str, ns: &str, name: &str, status: Value) {
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &resource(kind));
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": status})),
+    )
+    .await
+    .expect("patch status");
+}
+
+/// A Harvester-like pair in `ns`: the KubeVirt CR (Deployed, outdated workloads) and the
+/// `harvester` ManagedChart with the comparePatches entries real clusters carry.
+pub async fn harvester(client: &Client, ns: &str, methods: Option<Value>) -> (Value, Value) {
+    let mut strategy = json!({"batchEvictionSize": 10, "batchEvictionInterval": "1m0s"});
+    if let Some(m) = methods {
+        strategy["workloadUpdateMethods"] = m;
+    }
+    let kv = create(
+        client,
+        "KubeVirt",
+        ns,
+        json!({"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt",
+               "metadata": {"name": "kubevirt", "namespace": ns,
+                            "annotations": {"kubevirt.io/latest-observed-api-version": "v1"}},
+               "spec": {"configuration": {"developerConfiguration": {"featureGates": ["LiveMigration"]}},
+                        "workloadUpdateStrategy": strategy}}),
+    )
+    .await;
+    set_status(
+        client,
+        "KubeVirt",
+        ns,
+        "kubevirt",
+        json!({"phase": "Deployed", "observedKubeVirtVersion": "v1.4.0", "targetKubeVirtVersion": "v1.5.0",
+               "outdatedVirtualMachineInstanceWorkloads": 3}),
+    )
+    .await;
+    let _ = kv;
+    let chart = create(client, "ManagedChart", ns, harvester_chart(ns)).await;
+    (get(client, "KubeVirt", ns, "kubevirt").await, chart)
+}
+
+pub fn harvester_chart(ns: &str) -> Value {
+    json!({"apiVersion": "management.cattle.io/v3", "kind": "ManagedChart",
+           "metadata": {"name": "harvester", "namespace": ns},
+           "spec": {"chart": "harvester", "releaseName": "harvester", "version": "1.6.0", "paused": false,
+                    "defaultNamespace": "harvester-system",
+                    "values": {"kubevirt": {"spec": {"configuration": {"vmStateStorageClass": "vmstate-persistence"}}},
+                               "longhorn": {"enabled": true}},
+                    "diff": {"comparePatches": [
+                        {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "name": "harvester-longhorn",
+                         "jsonPointers": ["/metadata/annotations"]},
+                        {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                         "name": "engineimages.longhorn.io", "jsonPointers": ["/status/acceptedNames", "/status/conditions", "/status/storedVersions"]},
+                        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+                         "name": "rancher-monitoring-admission", "operations": [{"op": "remove", "path": "/webhooks"}]}]}}})
+}
+
+/// The result of one run of the binary.
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+    pub summary: Option<Value>,
+}
+
+impl std::fmt::Debug for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "exit {}\nstdout: {}\nstderr: {}\nsummary: {:?}",
+            self.code, self.stdout, self.stderr, self.summary
+        )
+    }
+}
+
+/// Environment for a run against objects in `ns` (both the KubeVirt CR and the ManagedChart).
+pub fn env_for(ns: &str, phase: &str) -> BTreeMap<String, String> {
+    [
+        ("PHASE", phase),
+        ("KUBEVIRT_NAMESPACE", ns),
+        ("MANAGEDCHART_NAMESPACE", ns),
+        ("DEADLINE_SECONDS", "60"),
+        ("RUST_LOG", "info"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}
+
+/// Runs the binary (in a blocking thread) with exactly `env` plus a kubeconfig and a
+/// termination-message file.
+pub async fn run_bin(kubeconfig: &Path, env: BTreeMap<String, String>) -> Run {
+    let kubeconfig = kubeconfig.to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        let dir = tempfile_dir();
+        let term = dir.join("termination-log");
+        let mut cmd = Command::new(BIN);
+        cmd.env_clear()
+            .env("KUBECONFIG", &kubeconfig)
+            .env("TERMINATION_MESSAGE_PATH", &term)
+            .envs(&env);
+        let out: Output = cmd.output().expect("run the binary");
+        let summary = std::fs::read_to_string(&term)
+            .ok()
+            .map(|s| serde_json::from_str(&s).expect("summary is JSON"));
+        let _ = std::fs::remove_dir_all(&dir);
+        Run {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into(),
+            stderr: String::from_utf8_lossy(&out.stderr).into(),
+            summary,
+        }
+    })
+    .await
+    .unwrap()
+}
+
+pub async fn run_phase(ns: &str, phase: &str) -> Run {
+    run_bin(&control_plane().kubeconfig(), env_for(ns, phase)).await
+}
+
+pub fn tempfile_dir() -> PathBuf {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "wug-test-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::SeqCst)
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The object without what the server manages, for comparing states.
+pub fn content(obj: &Value) -> Value {
+    let mut o = obj.clone();
+    if let Some(m) = o.get_mut("metadata").and_then(Value::as_object_mut) {
+        for k in [
+            "resourceVersion",
+            "managedFields",
+            "generation",
+            "creationTimestamp",
+            "uid",
+        ] {
+            m.remove(k);
+        }
+    }
+    o
+}
+
+/// A kubeconfig that authenticates only with `token`.
+pub fn token_kubeconfig(token: &str) -> PathBuf {
+    let cp = control_plane();
+    let path = tempfile_dir().join("kubeconfig");
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: local\n  cluster:\n    server: {}\n    certificate-authority: {}\n\
+         users:\n- name: sa\n  user:\n    token: {token}\ncontexts:\n- name: local\n  context: {{cluster: local, user: sa}}\n\
+         current-context: local\n",
+        cp.server(),
+        cp.dir.join("ca.crt").display()
+    );
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// A ServiceAccount token from the TokenRequest API (`kubectl create token`).
+pub fn sa_token(ns: &str, sa: &str) -> String {
+    let out = control_plane()
+        .kubectl()
+        .args(["-n", ns, "create", "token", sa, "--duration=1h"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "create token: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+pub fn kubectl_ok(args: &[&str]) -> String {
+    let out = control_plane().kubectl().args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
