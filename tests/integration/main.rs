@@ -2,4 +2,5 @@
 
 mod control_plane;
 mod hazards;
+mod manifests;
 mod support;
