@@ -227,6 +227,9 @@ impl Cluster {
                 Ok(object) => return Ok(Written::Changed { plan: p, object }),
                 Err(e) if classify(&e) == Class::NotFound => return Ok(Written::Missing),
                 Err(e) if classify(&e) == Class::Conflict => {
+                    // Back off before the fresh read, never between read and write: the plan
+                    // must go out while its resourceVersion is still current.
+                    tokio::time::sleep(conflicts.next().unwrap_or_default()).await;
                     let before = rv(&current).map(str::to_string);
                     current = match self.get(target).await? {
                         Some(obj) => obj,
@@ -237,7 +240,6 @@ impl Cluster {
                         return Err(permanent(target, e));
                     }
                     debug!(object = %target, resource_version = rv(&current), "conflict: read again");
-                    tokio::time::sleep(conflicts.next().unwrap_or_default()).await;
                 }
                 Err(e) => return Err(permanent(target, e)),
             }

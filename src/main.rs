@@ -14,6 +14,8 @@ use workload_update_guard::phases;
 use workload_update_guard::summary::Summary;
 
 fn main() -> ExitCode {
+    #[cfg(feature = "failpoints")]
+    let _failpoints = fail::FailScenario::setup();
     match std::env::args().nth(1).as_deref() {
         Some("--help" | "-h") => {
             print!("{}", config::help());

@@ -136,6 +136,8 @@ async fn change(
                     cluster.event(&object, reason, &message).await;
                 }
                 summary.step(target.to_string(), Outcome::Changed, plan.actions);
+                #[cfg(feature = "failpoints")]
+                failpoint_after_write(target.kind);
             }
         }
     }
@@ -181,4 +183,20 @@ async fn status(cfg: &Config, cluster: &Cluster, out: &mut impl Write) -> Result
         object: "stdout".into(),
         message: e.to_string(),
     })
+}
+
+/// Test builds only: `FAILPOINTS=after-write-managedchart=return` kills the process with SIGKILL
+/// right after that write; `...=sleep(3000)` pauses there (for API server restarts).
+#[cfg(feature = "failpoints")]
+fn failpoint_after_write(kind: Kind) {
+    let name = match kind {
+        Kind::KubeVirt => "after-write-kubevirt",
+        Kind::ManagedChart => "after-write-managedchart",
+    };
+    fail::fail_point!(name, |_| {
+        // SAFETY: kill(2) on our own pid; nothing is left to clean up, which is the point.
+        unsafe {
+            libc::kill(libc::getpid(), libc::SIGKILL);
+        }
+    });
 }

@@ -3,4 +3,5 @@
 mod control_plane;
 mod hazards;
 mod manifests;
+#[path = "../support/mod.rs"]
 mod support;

@@ -35,9 +35,18 @@ fn pipe(mut cmd: Command, input: &str) -> String {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
     let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "{cmd:?}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout).unwrap()
 }
 
@@ -49,11 +58,17 @@ fn render(dir: &str) -> Vec<Value> {
     let mut convert = control_plane().kubectl();
     convert.args(["create", "--dry-run=client", "-o", "json", "-f", "-"]);
     let json = pipe(convert, &out);
-    serde_json::Deserializer::from_str(&json).into_iter::<Value>().map(Result::unwrap).collect()
+    serde_json::Deserializer::from_str(&json)
+        .into_iter::<Value>()
+        .map(Result::unwrap)
+        .collect()
 }
 
 fn job(dir: &str) -> Value {
-    render(dir).into_iter().find(|o| o["kind"] == "Job").expect("a Job")
+    render(dir)
+        .into_iter()
+        .find(|o| o["kind"] == "Job")
+        .expect("a Job")
 }
 
 fn job_env(job: &Value) -> BTreeMap<String, String> {
@@ -61,7 +76,12 @@ fn job_env(job: &Value) -> BTreeMap<String, String> {
         .as_array()
         .unwrap()
         .iter()
-        .map(|e| (e["name"].as_str().unwrap().to_string(), e["value"].as_str().unwrap().to_string()))
+        .map(|e| {
+            (
+                e["name"].as_str().unwrap().to_string(),
+                e["value"].as_str().unwrap().to_string(),
+            )
+        })
         .collect()
 }
 
@@ -84,11 +104,21 @@ fn the_pod_failure_policy_names_the_binary_exit_codes() {
             rules
                 .iter()
                 .filter(|r| r["action"] == action && r.get("onExitCodes").is_some())
-                .flat_map(|r| r["onExitCodes"]["values"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u8))
+                .flat_map(|r| {
+                    r["onExitCodes"]["values"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|v| v.as_u64().unwrap() as u8)
+                })
                 .collect()
         };
         assert_eq!(codes("FailJob"), [exit::CONFIG, exit::PERMANENT], "{dir}");
-        assert_eq!(codes("Count"), [exit::TRANSIENT, exit::INTERRUPTED], "{dir}");
+        assert_eq!(
+            codes("Count"),
+            [exit::TRANSIENT, exit::INTERRUPTED],
+            "{dir}"
+        );
         assert!(rules.iter().all(|r| r["onExitCodes"].is_null() || r["onExitCodes"]["containerName"] == "guard"));
     }
 }
@@ -102,20 +132,32 @@ fn the_jobs_are_hardened_and_outlast_the_tool_deadline() {
         let c = &pod["containers"][0];
         let env = job_env(&job);
         assert_eq!(env["PHASE"], phase);
-        assert_eq!(env.get("FALLBACK_METHODS").map(String::as_str), (phase == "post").then_some("LiveMigrate"));
+        assert_eq!(
+            env.get("FALLBACK_METHODS").map(String::as_str),
+            (phase == "post").then_some("LiveMigrate")
+        );
         let deadline: u64 = env["DEADLINE_SECONDS"].parse().unwrap();
         let attempts = spec["backoffLimit"].as_u64().unwrap() + 1;
-        assert!(spec["activeDeadlineSeconds"].as_u64().unwrap() > attempts * deadline, "{dir}");
+        assert!(
+            spec["activeDeadlineSeconds"].as_u64().unwrap() > attempts * deadline,
+            "{dir}"
+        );
         assert!(spec["ttlSecondsAfterFinished"].as_u64().is_some());
         assert_eq!(pod["restartPolicy"], "Never");
         assert_eq!(pod["serviceAccountName"], "workload-update-guard");
         assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
-        assert_eq!(pod["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
+        assert_eq!(
+            pod["securityContext"]["seccompProfile"]["type"],
+            "RuntimeDefault"
+        );
         assert_eq!(c["terminationMessagePolicy"], "FallbackToLogsOnError");
         assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
         assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
         assert_eq!(c["securityContext"]["capabilities"]["drop"], json!(["ALL"]));
-        assert!(c["resources"]["limits"]["memory"].is_string() && c["resources"]["requests"]["cpu"].is_string());
+        assert!(
+            c["resources"]["limits"]["memory"].is_string()
+                && c["resources"]["requests"]["cpu"].is_string()
+        );
     }
 }
 
@@ -126,10 +168,18 @@ fn the_rbac_names_its_objects_and_grants_no_wildcards_or_secrets() {
             for rule in rules {
                 let text = rule.to_string();
                 assert!(!text.contains('*') && !text.contains("secrets"), "{text}");
-                let verbs: Vec<&str> = rule["verbs"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+                let verbs: Vec<&str> = rule["verbs"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.as_str().unwrap())
+                    .collect();
                 let names = rule["resourceNames"].as_array();
                 // create cannot be limited by name; every other verb on our objects is.
-                assert!(verbs == ["create"] || verbs == ["list"] || names.is_some_and(|n| n.len() == 1), "{text}");
+                assert!(
+                    verbs == ["create"] || verbs == ["list"] || names.is_some_and(|n| n.len() == 1),
+                    "{text}"
+                );
             }
         }
     }
@@ -141,7 +191,11 @@ fn the_rbac_names_its_objects_and_grants_no_wildcards_or_secrets() {
 async fn the_service_account_token_runs_every_phase_and_nothing_else() {
     ensure_harvester_namespaces();
     let client = admin().await;
-    kubectl_ok(&["apply", "-k", repo_root().join("manifests/base").to_str().unwrap()]);
+    kubectl_ok(&[
+        "apply",
+        "-k",
+        repo_root().join("manifests/base").to_str().unwrap(),
+    ]);
     let kv_ns = "harvester-system";
     let kv0 = create(&client, "KubeVirt", kv_ns, json!({"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt",
         "metadata": {"name": "kubevirt"},
@@ -149,7 +203,13 @@ async fn the_service_account_token_runs_every_phase_and_nothing_else() {
     let mut chart = harvester_chart("fleet-local");
     chart["metadata"]["namespace"] = json!("fleet-local");
     let chart0 = create(&client, "ManagedChart", "fleet-local", chart).await;
-    create(&client, "KubeVirt", kv_ns, json!({"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt", "metadata": {"name": "other"}})).await;
+    create(
+        &client,
+        "KubeVirt",
+        kv_ns,
+        json!({"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt", "metadata": {"name": "other"}}),
+    )
+    .await;
     let mut other_chart = harvester_chart("fleet-local");
     other_chart["metadata"]["name"] = json!("other");
     create(&client, "ManagedChart", "fleet-local", other_chart).await;
@@ -161,27 +221,48 @@ async fn the_service_account_token_runs_every_phase_and_nothing_else() {
         assert_eq!(run.code, 0, "{dir}: {run:?}");
         if dir == "pre" {
             let kv = get(&client, "KubeVirt", kv_ns, "kubevirt").await;
-            assert_eq!(kv["spec"]["workloadUpdateStrategy"]["workloadUpdateMethods"], json!([]));
+            assert_eq!(
+                kv["spec"]["workloadUpdateStrategy"]["workloadUpdateMethods"],
+                json!([])
+            );
         }
         if dir == "status" {
             assert!(run.stdout.contains("automated updates"), "{run:?}");
         }
     }
-    assert_eq!(content(&get(&client, "KubeVirt", kv_ns, "kubevirt").await)["spec"], content(&kv0)["spec"]);
-    assert_eq!(content(&get(&client, "ManagedChart", "fleet-local", "harvester").await), content(&chart0));
+    assert_eq!(
+        content(&get(&client, "KubeVirt", kv_ns, "kubevirt").await)["spec"],
+        content(&kv0)["spec"]
+    );
+    assert_eq!(
+        content(&get(&client, "ManagedChart", "fleet-local", "harvester").await),
+        content(&chart0)
+    );
 
     // The same token, anywhere else: 403.
     let sa = client_for(&kubeconfig).await;
     let add_label = json!([{"op": "add", "path": "/metadata/labels", "value": {"x": "y"}}]);
     for (kind, ns) in [("KubeVirt", kv_ns), ("ManagedChart", "fleet-local")] {
-        let err = json_patch(&sa, kind, ns, "other", add_label.clone()).await.unwrap_err();
-        assert!(matches!(&err, kube::Error::Api(s) if s.code == 403), "{kind} other: {err}");
+        let err = json_patch(&sa, kind, ns, "other", add_label.clone())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, kube::Error::Api(s) if s.code == 403),
+            "{kind} other: {err}"
+        );
     }
-    let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> = kube::Api::namespaced(sa.clone(), kv_ns);
+    let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
+        kube::Api::namespaced(sa.clone(), kv_ns);
     let err = secrets.list(&Default::default()).await.unwrap_err();
-    assert!(matches!(&err, kube::Error::Api(s) if s.code == 403), "{err}");
+    assert!(
+        matches!(&err, kube::Error::Api(s) if s.code == 403),
+        "{err}"
+    );
     let err = secrets.get("anything").await.unwrap_err();
-    assert!(matches!(&err, kube::Error::Api(s) if s.code == 403), "{err}");
+    assert!(
+        matches!(&err, kube::Error::Api(s) if s.code == 403),
+        "{err}"
+    );
     // And the binary pointed at the other KubeVirt fails permanently, writing nothing.
     let mut env = job_env(&job("pre"));
     env.insert("KUBEVIRT_NAME".into(), "other".into());

@@ -1,3 +1,4 @@
+#![allow(dead_code)] // Shared by two test binaries; each uses a part.
 //! One real control plane (kube-apiserver + etcd from `hack/control-plane.sh`) for the whole
 //! test binary; each test works in namespaces of its own, so tests run in parallel.
 //!

@@ -1,0 +1,682 @@
+//! Faults, races and bad input against the real kube-apiserver: the guard converges and loses
+//! nobody's data. Built only with `--features failpoints` (test-only failpoints in the binary).
+//!
+//! These tests stop and restart the API server of their control plane, so they run one at a
+//! time (the `SERIAL` lock); the control plane is this binary's own.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tokio::sync::Mutex;
+use workload_update_guard::error::exit;
+use workload_update_guard::plan;
+
+use support::*;
+
+static SERIAL: Mutex<()> = Mutex::const_new(());
+
+fn script(args: &[&str]) {
+    let cp = control_plane();
+    let out = Command::new("bash")
+        .arg(repo_root().join("hack/control-plane.sh"))
+        .args(args)
+        .arg(&cp.dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn stop_apiserver() {
+    script(&["stop-apiserver"]);
+}
+
+fn start_apiserver() {
+    script(&["start-apiserver"]);
+}
+
+fn rv(obj: &Value) -> String {
+    obj["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// The binary as a child process, for tests that signal it or restart the server under it.
+fn spawn(
+    kubeconfig: &std::path::Path,
+    env: &BTreeMap<String, String>,
+    term: &std::path::Path,
+) -> std::process::Child {
+    Command::new(BIN)
+        .env_clear()
+        .env("KUBECONFIG", kubeconfig)
+        .env("TERMINATION_MESSAGE_PATH", term)
+        .envs(env)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+async fn wait(child: std::process::Child) -> std::process::Output {
+    tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
+        .await
+        .unwrap()
+}
+
+async fn both(client: &kube::Client, ns: &str) -> (Value, Value) {
+    (
+        get(client, "KubeVirt", ns, "kubevirt").await,
+        get(client, "ManagedChart", ns, "harvester").await,
+    )
+}
+
+/// The state after a clean `pre` of a fresh Harvester-like pair, for comparison.
+async fn clean_pre_state(client: &kube::Client) -> (Value, Value) {
+    let ns = namespace(client, "clean").await;
+    harvester(client, &ns, Some(json!(["LiveMigrate", "Evict"]))).await;
+    let run = run_phase(&ns, "pre").await;
+    assert_eq!(run.code, 0, "{run:?}");
+    let (kv, chart) = both(client, &ns).await;
+    (normalize(&kv, &ns), normalize(&chart, &ns))
+}
+
+/// Content with the namespace name replaced, so states in two namespaces compare.
+fn normalize(obj: &Value, ns: &str) -> Value {
+    let text = content(obj).to_string().replace(ns, "NS");
+    serde_json::from_str(&text).unwrap()
+}
+
+#[tokio::test]
+async fn the_phase_succeeds_when_the_api_server_comes_up_late() {
+    let _serial = SERIAL.lock().await;
+    let client = admin().await;
+    let ns = namespace(&client, "late").await;
+    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+    stop_apiserver();
+    let term = tempfile_dir().join("term");
+    let started = Instant::now();
+    let child = spawn(&control_plane().kubeconfig(), &env_for(&ns, "pre"), &term);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    start_apiserver();
+    let out = wait(child).await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("transient error, retrying"),
+        "it did wait: {stderr}"
+    );
+    let (kv, _) = both(&client, &ns).await;
+    assert_eq!(
+        kv["spec"]["workloadUpdateStrategy"]["workloadUpdateMethods"],
+        json!([])
+    );
+    eprintln!(
+        "late API server: phase done {:?} after start",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn an_api_server_restart_between_the_two_writes_is_survived() {
+    let _serial = SERIAL.lock().await;
+    let client = admin().await;
+    let (clean_kv, clean_chart) = clean_pre_state(&client).await;
+    let ns = namespace(&client, "restart").await;
+    let (kv0, chart0) = harvester(&client, &ns, Some(json!(["LiveMigrate", "Evict"]))).await;
+    let mut env = env_for(&ns, "pre");
+    env.insert(
+        "FAILPOINTS".into(),
+        "after-write-managedchart=sleep(2000)".into(),
+    );
+    let term = tempfile_dir().join("term");
+    let child = spawn(&control_plane().kubeconfig(), &env, &term);
+    // The ManagedChart write happens at once; restart the server during the pause after it.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    stop_apiserver();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    start_apiserver();
+    let out = wait(child).await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (kv, chart) = both(&client, &ns).await;
+    assert_eq!(
+        (normalize(&kv, &ns), normalize(&chart, &ns)),
+        (clean_kv, clean_chart)
+    );
+    assert_eq!(run_phase(&ns, "post").await.code, 0);
+    let (kv, chart) = both(&client, &ns).await;
+    assert_eq!(content(&kv)["spec"], content(&kv0)["spec"]);
+    assert_eq!(content(&chart), content(&chart0));
+}
+
+/// SIGKILL after each write of pre and of post, then a rerun: the end state equals a clean run
+/// and post still restores the exact original.
+#[tokio::test]
+async fn a_kill_after_any_write_then_a_rerun_converges() {
+    let _serial = SERIAL.lock().await;
+    let client = admin().await;
+    let (clean_kv, clean_chart) = clean_pre_state(&client).await;
+    let mut runs = 0;
+    for original in [
+        Some(json!(["LiveMigrate"])),
+        Some(json!(["LiveMigrate", "Evict"])),
+        Some(json!([])),
+        None,
+    ] {
+        for (phase, point) in [
+            ("pre", "after-write-managedchart"),
+            ("pre", "after-write-kubevirt"),
+            ("post", "after-write-kubevirt"),
+            ("post", "after-write-managedchart"),
+        ] {
+            let ns = namespace(&client, "kill").await;
+            let (kv0, chart0) = harvester(&client, &ns, original.clone()).await;
+            if phase == "post" {
+                assert_eq!(run_phase(&ns, "pre").await.code, 0);
+            }
+            let mut env = env_for(&ns, phase);
+            env.insert("FALLBACK_METHODS".into(), "LiveMigrate".into());
+            let mut killed = env.clone();
+            killed.insert("FAILPOINTS".into(), format!("{point}=return"));
+            let run = run_bin(&control_plane().kubeconfig(), killed).await;
+            runs += 1;
+            // Killed by the signal right after the write: no exit code, no summary.
+            assert_eq!(run.code, -1, "{phase} {point}: {run:?}");
+            let rerun = run_bin(&control_plane().kubeconfig(), env.clone()).await;
+            assert_eq!(rerun.code, 0, "{rerun:?}");
+            if phase == "pre" {
+                let (kv, chart) = both(&client, &ns).await;
+                if original == Some(json!(["LiveMigrate", "Evict"])) {
+                    assert_eq!(normalize(&kv, &ns), clean_kv, "{point}");
+                    assert_eq!(normalize(&chart, &ns), clean_chart, "{point}");
+                }
+                assert_eq!(
+                    kv["spec"]["workloadUpdateStrategy"]["workloadUpdateMethods"],
+                    json!([])
+                );
+                let record: plan::ValueRecord = plan::read_record(&kv, plan::KUBEVIRT_RECORD)
+                    .unwrap()
+                    .unwrap();
+                assert_eq!(
+                    record.value, original,
+                    "{point}: the record is the first one"
+                );
+                let mut post = env.clone();
+                post.insert("PHASE".into(), "post".into());
+                assert_eq!(run_bin(&control_plane().kubeconfig(), post).await.code, 0);
+            }
+            let (kv, chart) = both(&client, &ns).await;
+            assert_eq!(
+                content(&kv)["spec"],
+                content(&kv0)["spec"],
+                "{original:?} {phase} {point}"
+            );
+            assert_eq!(
+                content(&kv)["metadata"]["annotations"],
+                content(&kv0)["metadata"]["annotations"]
+            );
+            assert_eq!(
+                content(&chart),
+                content(&chart0),
+                "{original:?} {phase} {point}"
+            );
+        }
+    }
+    eprintln!("kill tests: {runs} killed runs, each rerun converged to the clean state");
+}
+
+/// Another writer adds and removes its own comparePatches entries, values keys and annotations
+/// on both objects while pre and post run again and again: every change of theirs survives.
+#[tokio::test]
+async fn concurrent_writers_lose_nothing() {
+    let _serial = SERIAL.lock().await;
+    let client = admin().await;
+    let ns = namespace(&client, "race").await;
+    let (kv0, chart0) = harvester(&client, &ns, Some(json!(["LiveMigrate", "Evict"]))).await;
+    const MIN_WRITES: usize = 400;
+    const PHASES: usize = 30;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (client, ns, stop) = (client.clone(), ns.clone(), stop.clone());
+        tokio::spawn(async move { other_writer(&client, &ns, MIN_WRITES, &stop).await })
+    };
+    let mut guard_conflicts = 0;
+    let mut env = env_for(&ns, "post");
+    env.insert("FALLBACK_METHODS".into(), "LiveMigrate".into());
+    env.insert("RUST_LOG".into(), "debug".into());
+    for i in 0..PHASES {
+        env.insert(
+            "PHASE".into(),
+            if i % 2 == 0 { "pre" } else { "post" }.into(),
+        );
+        let run = run_bin(&control_plane().kubeconfig(), env.clone()).await;
+        assert_eq!(run.code, 0, "{run:?}");
+        guard_conflicts += run.stderr.matches("conflict: read again").count();
+    }
+    stop.store(true, Ordering::SeqCst);
+    let (expected, writes, conflicts) = writer.await.unwrap();
+    let (kv, chart) = both(&client, &ns).await;
+    // Everything the other writer left is there; nothing of ours is.
+    let mut survivors = 0;
+    for (kind, obj) in [("KubeVirt", &kv), ("ManagedChart", &chart)] {
+        let have = theirs(obj);
+        assert_eq!(have, expected[kind], "{kind}: the other writer's items");
+        survivors += have.len();
+        let annotations = obj["metadata"]["annotations"]
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
+        assert!(
+            annotations
+                .keys()
+                .all(|k| !k.starts_with(plan::ANNOTATION_PREFIX)),
+            "{annotations:?}"
+        );
+    }
+    assert_eq!(
+        kv["spec"]["workloadUpdateStrategy"],
+        kv0["spec"]["workloadUpdateStrategy"]
+    );
+    let ours = chart["spec"]["diff"]["comparePatches"].as_array().unwrap();
+    assert_eq!(
+        &ours[..3],
+        &chart0["spec"]["diff"]["comparePatches"].as_array().unwrap()[..3]
+    );
+    assert!(
+        chart
+            .pointer("/spec/values/kubevirt/spec/workloadUpdateStrategy/workloadUpdateMethods")
+            .is_none()
+    );
+    eprintln!(
+        "concurrent writers: {writes} writes by the other writer ({conflicts} of its attempts met a conflict), \
+         {PHASES} guard phases ({guard_conflicts} conflicts re-read and re-planned), \
+         {survivors} of its items expected at the end and all present"
+    );
+}
+
+/// The other writer's items on an object: comparePatches entries, values keys, annotations.
+fn theirs(obj: &Value) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for e in obj
+        .pointer("/spec/diff/comparePatches")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        if let Some(n) = e["name"].as_str().filter(|n| n.starts_with("w-")) {
+            out.insert(format!("entry {n}"));
+        }
+    }
+    for path in [
+        "/spec/values/other",
+        "/spec/values/kubevirt/spec/workloadUpdateStrategy",
+    ] {
+        for k in obj
+            .pointer(path)
+            .and_then(Value::as_object)
+            .into_iter()
+            .flat_map(|m| m.keys())
+        {
+            if k.starts_with("w-") {
+                out.insert(format!("value {path}/{k}"));
+            }
+        }
+    }
+    for k in obj
+        .pointer("/metadata/annotations")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flat_map(|m| m.keys())
+    {
+        if k.starts_with("other.example/w-") {
+            out.insert(format!("annotation {k}"));
+        }
+    }
+    out
+}
+
+/// Writes like a well-behaved controller: read, change its own items, JSON Patch conditional
+/// on the resourceVersion, retry on conflict. Returns what it expects to find at the end.
+async fn other_writer(
+    client: &kube::Client,
+    ns: &str,
+    min_writes: usize,
+    stop: &AtomicBool,
+) -> (BTreeMap<&'static str, BTreeSet<String>>, usize, usize) {
+    let mut expected: BTreeMap<&'static str, BTreeSet<String>> = BTreeMap::new();
+    let mut conflicts = 0;
+    let mut i = 0;
+    // Bounded: it stops once the guard is done and it has made at least `min_writes` writes.
+    while i < min_writes || !stop.load(Ordering::SeqCst) {
+        assert!(i < 100_000, "the other writer is bounded");
+        let kind = if i % 2 == 0 {
+            "KubeVirt"
+        } else {
+            "ManagedChart"
+        };
+        let name = if kind == "KubeVirt" {
+            "kubevirt"
+        } else {
+            "harvester"
+        };
+        loop {
+            let obj = get(client, kind, ns, name).await;
+            let mine = theirs(&obj);
+            let remove = i % 5 == 4 && !mine.is_empty();
+            let mut ops =
+                vec![json!({"op": "test", "path": "/metadata/resourceVersion", "value": rv(&obj)})];
+            let item: String;
+            if remove {
+                // Remove the oldest of its items.
+                item = mine.iter().next().unwrap().clone();
+                ops.push(remove_op(&obj, &item));
+            } else {
+                let key = format!("w-{i}");
+                match (i / 2) % 3 {
+                    0 => {
+                        let ann = format!("other.example/{key}");
+                        if obj["metadata"]["annotations"].is_object() {
+                            ops.push(json!({"op": "add", "path": format!("/metadata/annotations/{}", ann.replace('/', "~1")), "value": "x"}));
+                        } else {
+                            ops.push(json!({"op": "add", "path": "/metadata/annotations", "value": {ann.clone(): "x"}}));
+                        }
+                        item = format!("annotation {ann}");
+                    }
+                    1 if kind == "ManagedChart" => {
+                        ops.push(json!({"op": "add", "path": "/spec/diff/comparePatches/-",
+                                        "value": {"apiVersion": "v1", "kind": "ConfigMap", "name": key, "jsonPointers": ["/data"]}}));
+                        item = format!("entry {key}");
+                    }
+                    _ => {
+                        // A values key beside ours (on the KubeVirt CR, an unknown field is kept too).
+                        let path = "/spec/values/other";
+                        if obj.pointer(path).is_some() {
+                            ops.push(
+                                json!({"op": "add", "path": format!("{path}/{key}"), "value": i}),
+                            );
+                        } else if obj.pointer("/spec/values").is_some() {
+                            ops.push(json!({"op": "add", "path": path, "value": {key.clone(): i}}));
+                        } else {
+                            ops.push(json!({"op": "add", "path": "/spec/values", "value": {"other": {key.clone(): i}}}));
+                        }
+                        item = format!("value {path}/{key}");
+                    }
+                }
+            }
+            match json_patch(client, kind, ns, name, Value::Array(ops)).await {
+                Ok(_) => {
+                    let set = expected.entry(kind).or_default();
+                    if remove {
+                        set.remove(&item);
+                    } else {
+                        set.insert(item);
+                    }
+                    break;
+                }
+                Err(kube::Error::Api(s)) if s.code == 409 || s.code == 422 => conflicts += 1,
+                Err(e) => panic!("other writer: {e}"),
+            }
+        }
+        i += 1;
+    }
+    expected.entry("KubeVirt").or_default();
+    expected.entry("ManagedChart").or_default();
+    (expected, i, conflicts)
+}
+
+fn remove_op(obj: &Value, item: &str) -> Value {
+    if let Some(ann) = item.strip_prefix("annotation ") {
+        json!({"op": "remove", "path": format!("/metadata/annotations/{}", ann.replace('/', "~1"))})
+    } else if let Some(name) = item.strip_prefix("entry ") {
+        let i = obj["spec"]["diff"]["comparePatches"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .position(|e| e["name"] == name)
+            .unwrap();
+        json!({"op": "remove", "path": format!("/spec/diff/comparePatches/{i}")})
+    } else {
+        json!({"op": "remove", "path": item.strip_prefix("value ").unwrap()})
+    }
+}
+
+#[tokio::test]
+async fn sigterm_during_a_retry_loop_exits_promptly_with_the_interrupted_code() {
+    let _serial = SERIAL.lock().await;
+    let client = admin().await;
+    let ns = namespace(&client, "sigterm").await;
+    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+    stop_apiserver();
+    let term = tempfile_dir().join("term");
+    let child = spawn(&control_plane().kubeconfig(), &env_for(&ns, "pre"), &term);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let sent = Instant::now();
+    // SAFETY: kill(2) to our own child process.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+    }
+    let out = wait(child).await;
+    let took = sent.elapsed();
+    start_apiserver();
+    assert_eq!(
+        out.status.code(),
+        Some(i32::from(exit::INTERRUPTED)),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        took < Duration::from_secs(2),
+        "exited {took:?} after SIGTERM"
+    );
+    let summary: Value = serde_json::from_str(&std::fs::read_to_string(&term).unwrap()).unwrap();
+    assert_eq!(summary["exitCode"], json!(exit::INTERRUPTED));
+    assert_eq!(summary["error"], "interrupted by SIGTERM");
+    eprintln!("SIGTERM: exited {took:?} after the signal");
+}
+
+#[tokio::test]
+async fn an_unreachable_api_server_ends_at_the_deadline_with_the_transient_code() {
+    let _serial = SERIAL.lock().await;
+    // A kubeconfig for a port where nothing listens.
+    let dir = tempfile_dir();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: 'https://127.0.0.1:{port}', insecure-skip-tls-verify: true}}\n\
+             users:\n- name: u\n  user: {{token: t}}\ncontexts:\n- name: c\n  context: {{cluster: c, user: u}}\ncurrent-context: c\n"
+        ),
+    )
+    .unwrap();
+    let mut env = env_for("harvester-system", "pre");
+    env.insert("DEADLINE_SECONDS".into(), "3".into());
+    let started = Instant::now();
+    let run = run_bin(&kubeconfig, env).await;
+    assert_eq!(run.code, i32::from(exit::TRANSIENT), "{run:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(6),
+        "{:?}",
+        started.elapsed()
+    );
+    let error = run.summary.unwrap()["error"].as_str().unwrap().to_string();
+    assert!(
+        error.starts_with("deadline of 3s exceeded while retrying; last error:"),
+        "{error}"
+    );
+    assert!(error.to_lowercase().contains("connect"), "{error}");
+}
+
+/// Every invalid setting and every malformed object: one clear line, the documented exit
+/// code, and no write to either object.
+#[tokio::test]
+async fn bad_input_gives_one_line_the_documented_code_and_no_write() {
+    let _serial = SERIAL.lock().await;
+    let client = admin().await;
+    let ns = namespace(&client, "bad").await;
+    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+    let (kv0, chart0) = both(&client, &ns).await;
+    let bad_env: &[(&str, &str)] = &[
+        ("PHASE", "upgrade"),
+        ("KUBEVIRT_NAMESPACE", "Not_A_Namespace"),
+        ("KUBEVIRT_NAME", ""),
+        ("MANAGEDCHART_NAMESPACE", "x".repeat(64).leak()),
+        ("MANAGEDCHART_NAME", "UPPER"),
+        ("STEP_KUBEVIRT", "maybe"),
+        ("STEP_COMPARE_PATCHES", "2"),
+        ("STEP_CHART_VALUES", "on"),
+        ("FALLBACK_METHODS", "LiveMigrate,Restart"),
+        ("DRY_RUN", "perhaps"),
+        ("DEADLINE_SECONDS", "-1"),
+        ("LOG_FORMAT", "xml"),
+        ("TERMINATION_MESSAGE_PATH", "relative"),
+    ];
+    let mut cases = 0;
+    for (var, value) in bad_env {
+        for phase in ["pre", "post", "status"] {
+            let mut env = env_for(&ns, phase);
+            env.insert(var.to_string(), value.to_string());
+            let run = run_bin(&control_plane().kubeconfig(), env).await;
+            assert_eq!(run.code, i32::from(exit::CONFIG), "{var}={value}: {run:?}");
+            let lines: Vec<&str> = run.stderr.lines().collect();
+            assert_eq!(lines.len(), 1, "{var}: one line: {run:?}");
+            assert!(
+                lines[0].starts_with("error: ") && lines[0].contains(var),
+                "{var}: {}",
+                lines[0]
+            );
+            cases += 1;
+        }
+    }
+    assert_eq!(
+        both(&client, &ns).await,
+        (kv0.clone(), chart0.clone()),
+        "no write on bad configuration"
+    );
+
+    // Malformed objects: each on one object, the other one healthy; neither is written.
+    let record_key = |k: &str| format!("/metadata/annotations/{}", k.replace('/', "~1"));
+    let malformed: Vec<(&str, &str, Value, &str)> = vec![
+        (
+            "ManagedChart",
+            "harvester",
+            json!({"op": "add", "path": "/spec/values/kubevirt", "value": "oops"}),
+            "spec.values.kubevirt is not a map",
+        ),
+        (
+            "ManagedChart",
+            "harvester",
+            json!({"op": "add", "path": "/spec/values/kubevirt/spec", "value": [1]}),
+            "spec.values.kubevirt.spec is not a map",
+        ),
+        (
+            "ManagedChart",
+            "harvester",
+            json!({"op": "add", "path": "/metadata/annotations", "value": {plan::VALUES_RECORD: "{broken"}}),
+            "is corrupted",
+        ),
+        (
+            "ManagedChart",
+            "harvester",
+            json!({"op": "add", "path": "/metadata/annotations", "value": {plan::COMPARE_RECORD: r#"{"added":"all"}"#}}),
+            "is corrupted",
+        ),
+        (
+            "KubeVirt",
+            "kubevirt",
+            json!({"op": "add", "path": record_key(plan::KUBEVIRT_RECORD), "value": r#"{"present":true,"value":"LiveMigrate"}"#}),
+            "is corrupted",
+        ),
+        (
+            "KubeVirt",
+            "kubevirt",
+            json!({"op": "add", "path": record_key(plan::KUBEVIRT_RECORD), "value": "LiveMigrate"}),
+            "is corrupted",
+        ),
+    ];
+    for (kind, name, op, want) in malformed {
+        for phase in ["pre", "post"] {
+            let ns = namespace(&client, "malformed").await;
+            harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+            json_patch(&client, kind, &ns, name, json!([op]))
+                .await
+                .unwrap();
+            let before = both(&client, &ns).await;
+            let run = run_phase(&ns, phase).await;
+            assert_eq!(
+                run.code,
+                i32::from(exit::PERMANENT),
+                "{kind} {want}: {run:?}"
+            );
+            let error = run.summary.as_ref().unwrap()["error"]
+                .as_str()
+                .unwrap()
+                .to_string();
+            assert!(
+                error.contains(want) && error.contains("malformed object") && !error.contains('\n'),
+                "{error}"
+            );
+            assert_eq!(
+                run.stderr.lines().filter(|l| l.contains("ERROR")).count(),
+                1,
+                "{run:?}"
+            );
+            assert_eq!(
+                both(&client, &ns).await,
+                before,
+                "{kind} {want}: no write at all"
+            );
+            cases += 1;
+        }
+    }
+    // What the schema forbids never reaches the guard: the API server refuses it first.
+    let ns2 = namespace(&client, "schema").await;
+    harvester(&client, &ns2, None).await;
+    for (kind, name, op) in [
+        (
+            "KubeVirt",
+            "kubevirt",
+            json!({"op": "add", "path": "/spec/workloadUpdateStrategy/workloadUpdateMethods", "value": "LiveMigrate"}),
+        ),
+        (
+            "ManagedChart",
+            "harvester",
+            json!({"op": "add", "path": "/spec/diff/comparePatches", "value": {"a": 1}}),
+        ),
+    ] {
+        let err = json_patch(&client, kind, &ns2, name, json!([op]))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, kube::Error::Api(s) if s.code == 422),
+            "{err}"
+        );
+    }
+    eprintln!("bad input: {cases} cases, each one line, the documented code, no write");
+}
