@@ -1,5 +1,6 @@
 //! Integration tests against a real kube-apiserver and etcd (see `support`).
 
+mod cli;
 mod control_plane;
 mod hazards;
 mod manifests;
