@@ -10,15 +10,26 @@ use crate::support::*;
 
 #[test]
 fn help_and_version_need_no_configuration() {
-    let help = Command::new(BIN).arg("--help").env_clear().output().unwrap();
+    let help = Command::new(BIN)
+        .arg("--help")
+        .env_clear()
+        .output()
+        .unwrap();
     assert_eq!(help.status.code(), Some(0));
     let text = String::from_utf8(help.stdout).unwrap();
     for (var, _, _) in VARIABLES {
         assert!(text.contains(var), "--help lists {var}");
     }
     assert!(text.contains("Exit codes"));
-    let version = Command::new(BIN).arg("--version").env_clear().output().unwrap();
-    assert_eq!(String::from_utf8(version.stdout).unwrap().trim(), format!("workload-update-guard {}", env!("CARGO_PKG_VERSION")));
+    let version = Command::new(BIN)
+        .arg("--version")
+        .env_clear()
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8(version.stdout).unwrap().trim(),
+        format!("workload-update-guard {}", env!("CARGO_PKG_VERSION"))
+    );
     let bad = Command::new(BIN).arg("pre").env_clear().output().unwrap();
     assert_eq!(bad.status.code(), Some(i32::from(exit::CONFIG)));
 }
@@ -34,7 +45,10 @@ fn a_configuration_error_still_writes_the_termination_message() {
         .unwrap();
     assert_eq!(out.status.code(), Some(i32::from(exit::CONFIG)));
     let stderr = String::from_utf8(out.stderr).unwrap();
-    assert_eq!(stderr, "error: PHASE=\"during\" is invalid: expected pre, post or status\n");
+    assert_eq!(
+        stderr,
+        "error: PHASE=\"during\" is invalid: expected pre, post or status\n"
+    );
     let summary: Value = serde_json::from_str(&std::fs::read_to_string(&term).unwrap()).unwrap();
     assert_eq!(summary["exitCode"], i64::from(exit::CONFIG));
     assert!(summary["error"].as_str().unwrap().contains("PHASE"));
@@ -57,8 +71,15 @@ async fn logs_never_contain_the_token() {
         assert!(run.stderr.len() > 1000, "trace logging is on");
         // Neither the token nor any sizeable piece of it (its signature part).
         let signature = token.rsplit('.').next().unwrap();
-        for text in [&run.stderr, &run.stdout, &run.summary.as_ref().unwrap().to_string()] {
-            assert!(!text.contains(&token) && !text.contains(&signature[..20]), "token leaked");
+        for text in [
+            &run.stderr,
+            &run.stdout,
+            &run.summary.as_ref().unwrap().to_string(),
+        ] {
+            assert!(
+                !text.contains(&token) && !text.contains(&signature[..20]),
+                "token leaked"
+            );
         }
     }
 }

@@ -166,15 +166,7 @@ async fn an_existing_kubevirt_entry_is_extended_not_duplicated() {
     harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
     let entry = json!({"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt", "name": "kubevirt", "namespace": "",
                        "jsonPointers": ["/spec/configuration/developerConfiguration"]});
-    json_patch(
-        &client,
-        "ManagedChart",
-        &ns,
-        "harvester",
-        json!([{"op": "add", "path": "/spec/diff/comparePatches/-", "value": entry}]),
-    )
-    .await
-    .unwrap();
+    append_compare_patch(&client, &ns, entry).await;
     let chart0 = get(&client, "ManagedChart", &ns, "harvester").await;
     assert_ok(&run_phase(&ns, "pre").await);
     let chart = get(&client, "ManagedChart", &ns, "harvester").await;
@@ -202,15 +194,7 @@ async fn a_pointer_that_was_there_before_stays_after_post() {
     harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
     let entry = json!({"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt", "name": "kubevirt", "namespace": ns,
                        "jsonPointers": [METHODS_POINTER]});
-    json_patch(
-        &client,
-        "ManagedChart",
-        &ns,
-        "harvester",
-        json!([{"op": "add", "path": "/spec/diff/comparePatches/-", "value": entry}]),
-    )
-    .await
-    .unwrap();
+    append_compare_patch(&client, &ns, entry).await;
     let chart0 = get(&client, "ManagedChart", &ns, "harvester").await;
     assert_ok(&run_phase(&ns, "pre").await);
     assert_ok(&run_phase(&ns, "post").await);
@@ -228,15 +212,7 @@ async fn a_write_between_our_read_and_our_write_is_not_lost() {
     let (_, stale) = harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
     // Another writer adds its entry after our read.
     let theirs = json!({"apiVersion": "v1", "kind": "ConfigMap", "name": "theirs", "jsonPointers": ["/data"]});
-    json_patch(
-        &client,
-        "ManagedChart",
-        &ns,
-        "harvester",
-        json!([{"op": "add", "path": "/spec/diff/comparePatches/-", "value": theirs}]),
-    )
-    .await
-    .unwrap();
+    append_compare_patch(&client, &ns, theirs.clone()).await;
     let cluster = Cluster::from_client(client.clone(), false);
     let target = Target {
         kind: Kind::ManagedChart,

@@ -170,6 +170,14 @@ pub async fn json_patch(
         .map(|o| serde_json::to_value(o).unwrap())
 }
 
+/// Appends an entry to the `harvester` ManagedChart's comparePatches, as another writer.
+pub async fn append_compare_patch(client: &Client, ns: &str, entry: Value) {
+    let op = json!([{"op": "add", "path": "/spec/diff/comparePatches/-", "value": entry}]);
+    json_patch(client, "ManagedChart", ns, "harvester", op)
+        .await
+        .expect("append an entry");
+}
+
 pub async fn set_status(client: &Client, kind: &str, ns: &str, name: &str, status: Value) {
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &resource(kind));
     api.patch_status(
