@@ -238,6 +238,20 @@ async fn the_service_account_token_runs_every_phase_and_nothing_else() {
         content(&get(&client, "ManagedChart", "fleet-local", "harvester").await),
         content(&chart0)
     );
+    // The Role's `create events` was enough for both Events.
+    let events: kube::Api<k8s_openapi::api::core::v1::Event> =
+        kube::Api::namespaced(client.clone(), kv_ns);
+    let reasons: Vec<String> = events
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|e| e.reason)
+        .collect();
+    for want in ["WorkloadUpdatesSuspended", "WorkloadUpdatesRestored"] {
+        assert!(reasons.iter().any(|r| r == want), "{want} in {reasons:?}");
+    }
 
     // The same token, anywhere else: 403.
     let sa = client_for(&kubeconfig).await;
