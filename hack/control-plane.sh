@@ -6,6 +6,8 @@
 #                                      prints the state dir; $DIR/kubeconfig is the admin kubeconfig
 #   hack/control-plane.sh down DIR     stop exactly the processes started in DIR and remove it
 #   hack/control-plane.sh env DIR      print `export KUBECONFIG=...` etc. for eval
+#   hack/control-plane.sh stop-apiserver DIR | start-apiserver DIR   (fault tests; etcd keeps running)
+#   hack/control-plane.sh bin-dir      print where the binaries are cached
 #
 # Environment:
 #   KUBE_VERSION   pinned Kubernetes release built from the k8s.io/kubernetes module (default v1.35.4)
@@ -208,15 +210,6 @@ down() {
   rm -rf "$dir"
 }
 
-# Restart only the API server (etcd keeps the data), for fault tests.
-restart_apiserver() {
-  local dir="${1:?usage: restart-apiserver DIR [DOWN_SECONDS]}" pause="${2:-0}"
-  stop_pid "$dir/apiserver.pid"
-  sleep "$pause"
-  start_apiserver "$dir"
-  wait_ready "$dir" 60 || die "kube-apiserver did not come back"
-}
-
 cmd="${1:-}"; shift || true
 case "$cmd" in
   build) build ;;
@@ -225,7 +218,6 @@ case "$cmd" in
   down) down "$@" ;;
   stop-apiserver) stop_pid "${1:?DIR}/apiserver.pid" ;;
   start-apiserver) start_apiserver "${1:?DIR}"; wait_ready "$1" 60 || die "kube-apiserver did not become ready" ;;
-  restart-apiserver) restart_apiserver "$@" ;;
   env) d="${1:?usage: env DIR}"; echo "export KUBECONFIG=$d/kubeconfig PATH=$BIN_DIR:\$PATH" ;;
-  *) sed -n '2,13p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,16p' "$0" >&2; exit 2 ;;
 esac
