@@ -69,6 +69,20 @@ fn spawn(
         .unwrap()
 }
 
+/// A Harvester-like pair in a new namespace, the API server stopped, and `pre` started against
+/// it. Returns the namespace, the child, and its termination-message path.
+async fn pre_with_the_api_server_down(
+    client: &kube::Client,
+    label: &str,
+) -> (String, std::process::Child, std::path::PathBuf) {
+    let ns = namespace(client, label).await;
+    harvester(client, &ns, Some(json!(["LiveMigrate"]))).await;
+    stop_apiserver();
+    let term = tempfile_dir().join("term");
+    let child = spawn(&control_plane().kubeconfig(), &env_for(&ns, "pre"), &term);
+    (ns, child, term)
+}
+
 async fn wait(child: std::process::Child) -> std::process::Output {
     tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
         .await
@@ -102,12 +116,8 @@ fn normalize(obj: &Value, ns: &str) -> Value {
 async fn the_phase_succeeds_when_the_api_server_comes_up_late() {
     let _serial = SERIAL.lock().await;
     let client = admin().await;
-    let ns = namespace(&client, "late").await;
-    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
-    stop_apiserver();
-    let term = tempfile_dir().join("term");
     let started = Instant::now();
-    let child = spawn(&control_plane().kubeconfig(), &env_for(&ns, "pre"), &term);
+    let (ns, child, _) = pre_with_the_api_server_down(&client, "late").await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     start_apiserver();
     let out = wait(child).await;
@@ -466,11 +476,7 @@ fn remove_op(obj: &Value, item: &str) -> Value {
 async fn sigterm_during_a_retry_loop_exits_promptly_with_the_interrupted_code() {
     let _serial = SERIAL.lock().await;
     let client = admin().await;
-    let ns = namespace(&client, "sigterm").await;
-    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
-    stop_apiserver();
-    let term = tempfile_dir().join("term");
-    let child = spawn(&control_plane().kubeconfig(), &env_for(&ns, "pre"), &term);
+    let (_, child, term) = pre_with_the_api_server_down(&client, "sigterm").await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let sent = Instant::now();
     // SAFETY: kill(2) to our own child process.
