@@ -65,8 +65,8 @@ impl std::fmt::Display for Target {
 pub enum Written {
     /// The patch was applied (or, in a dry run, accepted); the object as the server returned it.
     Changed { plan: Plan, object: Value },
-    /// Nothing to do: the object already is as planned.
-    Unchanged { plan: Plan },
+    /// Nothing to do: the object (as last read) already is as planned.
+    Unchanged { plan: Plan, object: Value },
     /// The object was deleted under us.
     Missing,
 }
@@ -221,7 +221,10 @@ impl Cluster {
         loop {
             let p = plan(&current).map_err(|m| malformed(target, m))?;
             let Some(patch) = p.patch.clone() else {
-                return Ok(Written::Unchanged { plan: p });
+                return Ok(Written::Unchanged {
+                    plan: p,
+                    object: current,
+                });
             };
             match self.patch(target, &patch).await {
                 Ok(object) => return Ok(Written::Changed { plan: p, object }),

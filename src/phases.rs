@@ -10,7 +10,7 @@ use tracing::{info, warn};
 use crate::cluster::{Cluster, Kind, Target, Written};
 use crate::config::{Config, LogFormat, Phase};
 use crate::error::Error;
-use crate::plan::{self, Malformed, Plan};
+use crate::plan::{self, Malformed, Plan, ValueRecord};
 use crate::report::{self, MIGRATION_PREFIX, Report};
 use crate::summary::{Outcome, Summary};
 
@@ -48,13 +48,35 @@ fn enabled(cfg: &Config, kind: Kind) -> bool {
     }
 }
 
-fn plan_for(cfg: &Config, kind: Kind, obj: &Value) -> Result<Plan, Malformed> {
+/// What one object's plan needs to know of the other: the KubeVirt CR's original (for `pre`
+/// to copy to the ManagedChart) and the ManagedChart's copy of it (for the KubeVirt plan).
+#[derive(Default)]
+struct Hints {
+    kubevirt_original: Option<ValueRecord>,
+    chart_copy: Option<ValueRecord>,
+}
+
+impl Hints {
+    /// Learns from an object as read or written.
+    fn learn(&mut self, kind: Kind, obj: &Value) -> Result<(), Malformed> {
+        match kind {
+            Kind::KubeVirt => self.kubevirt_original = Some(plan::kubevirt_original(obj)?),
+            Kind::ManagedChart => self.chart_copy = plan::kubevirt_copy(obj)?,
+        }
+        Ok(())
+    }
+}
+
+fn plan_for(cfg: &Config, kind: Kind, obj: &Value, hints: &Hints) -> Result<Plan, Malformed> {
     let kv = cfg.kubevirt_ref();
     let (values, compare) = (cfg.step_chart_values, cfg.step_compare_patches);
+    let copy = hints.chart_copy.as_ref();
     match (cfg.phase, kind) {
-        (Phase::Pre, Kind::KubeVirt) => plan::kubevirt_pre(obj),
-        (Phase::Pre, Kind::ManagedChart) => plan::chart_pre(obj, &kv, values, compare),
-        (_, Kind::KubeVirt) => plan::kubevirt_post(obj, cfg.fallback.as_deref()),
+        (Phase::Pre, Kind::KubeVirt) => plan::kubevirt_pre(obj, copy),
+        (Phase::Pre, Kind::ManagedChart) => {
+            plan::chart_pre(obj, &kv, values, compare, hints.kubevirt_original.as_ref())
+        }
+        (_, Kind::KubeVirt) => plan::kubevirt_post(obj, cfg.fallback.as_deref(), copy),
         (_, Kind::ManagedChart) => plan::chart_post(obj, &kv, values, compare),
     }
 }
@@ -76,6 +98,7 @@ async fn change(
     }
     // Read and plan everything first.
     let mut read = Vec::new();
+    let mut hints = Hints::default();
     for target in work {
         match cluster.get(&target).await? {
             None => {
@@ -83,20 +106,19 @@ async fn change(
                 summary.step(target.to_string(), Outcome::Missing, vec![]);
             }
             Some(obj) => {
-                if let Err(m) = plan_for(cfg, target.kind, &obj) {
-                    summary.step(target.to_string(), Outcome::Failed, vec![]);
-                    return Err(Error::Malformed {
-                        object: target.to_string(),
-                        reason: m.0,
-                    });
-                }
+                hints
+                    .learn(target.kind, &obj)
+                    .map_err(|m| failed(summary, &target, m))?;
                 read.push((target, obj));
             }
         }
     }
+    for (target, obj) in &read {
+        plan_for(cfg, target.kind, obj, &hints).map_err(|m| failed(summary, target, m))?;
+    }
     for (target, obj) in read {
         let written = cluster
-            .converge(&target, obj, |o| plan_for(cfg, target.kind, o))
+            .converge(&target, obj, |o| plan_for(cfg, target.kind, o, &hints))
             .await;
         let written =
             written.inspect_err(|_| summary.step(target.to_string(), Outcome::Failed, vec![]))?;
@@ -105,9 +127,12 @@ async fn change(
                 warn!(object = %target, "deleted while we worked: step skipped");
                 summary.step(target.to_string(), Outcome::Missing, vec![]);
             }
-            Written::Unchanged { plan } => {
+            Written::Unchanged { plan, object } => {
                 info!(object = %target, actions = ?plan.actions, "already as wanted: nothing to write");
                 summary.step(target.to_string(), Outcome::Unchanged, plan.actions);
+                hints
+                    .learn(target.kind, &object)
+                    .map_err(|m| failed(summary, &target, m))?;
             }
             Written::Changed { plan, object } => {
                 let patch = plan.patch.as_ref().expect("a change has a patch");
@@ -136,12 +161,24 @@ async fn change(
                     cluster.event(&object, reason, &message).await;
                 }
                 summary.step(target.to_string(), Outcome::Changed, plan.actions);
+                hints
+                    .learn(target.kind, &object)
+                    .map_err(|m| failed(summary, &target, m))?;
                 #[cfg(feature = "failpoints")]
                 failpoint_after_write(target.kind);
             }
         }
     }
     Ok(())
+}
+
+/// Marks the step failed and makes the error for a malformed object.
+fn failed(summary: &mut Summary, target: &Target, m: Malformed) -> Error {
+    summary.step(target.to_string(), Outcome::Failed, vec![]);
+    Error::Malformed {
+        object: target.to_string(),
+        reason: m.0,
+    }
 }
 
 async fn status(cfg: &Config, cluster: &Cluster, out: &mut impl Write) -> Result<(), Error> {

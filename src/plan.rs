@@ -17,6 +17,12 @@ pub const KUBEVIRT_RECORD: &str =
 /// On the ManagedChart: the original `spec.values.kubevirt.spec.workloadUpdateStrategy.workloadUpdateMethods`.
 pub const VALUES_RECORD: &str =
     "workload-update-guard.harvesterhci.io/original-values-workload-update-methods";
+/// On the ManagedChart: a copy of the KubeVirt CR's original methods, written by `pre` in the
+/// first write (before the CR is touched) and removed by `post` in the last. If Fleet re-renders
+/// the CR with `[]` between our two writes (say the Job was killed in between), this copy still
+/// holds the true original.
+pub const KUBEVIRT_COPY: &str =
+    "workload-update-guard.harvesterhci.io/kubevirt-original-workload-update-methods";
 /// On the ManagedChart: what the guard added to `spec.diff.comparePatches`.
 pub const COMPARE_RECORD: &str = "workload-update-guard.harvesterhci.io/compare-patch";
 
@@ -90,8 +96,9 @@ pub struct CompareRecord {
     pub created_parents: Vec<String>,
 }
 
-/// `pre` on the KubeVirt CR: methods to `[]`, the original recorded once.
-pub fn kubevirt_pre(obj: &Value) -> Result<Plan, Malformed> {
+/// `pre` on the KubeVirt CR: methods to `[]`, the original recorded once. Without a record on
+/// the CR, the original is the ManagedChart's `copy` if there is one, else the current value.
+pub fn kubevirt_pre(obj: &Value, copy: Option<&ValueRecord>) -> Result<Plan, Malformed> {
     let mut ed = Editor::new(obj)?;
     let current = methods(obj)?;
     let record: Option<ValueRecord> = read_record(obj, KUBEVIRT_RECORD)?;
@@ -99,9 +106,23 @@ pub fn kubevirt_pre(obj: &Value) -> Result<Plan, Malformed> {
         check_methods_record(r)?;
     }
     let created = ed.ensure(METHODS_PATH, json!([]), "workloadUpdateMethods")?;
-    match record {
-        Some(_) => ed.note("kept the existing record of the original"),
-        None => {
+    match (record, copy) {
+        (Some(_), _) => ed.note("kept the existing record of the original"),
+        (None, Some(c)) => {
+            let original = if c.present { c.value.clone() } else { None };
+            if original != current {
+                ed.note(format!(
+                    "the CR was changed to {} after the ManagedChart was written; the ManagedChart's copy holds the original",
+                    describe(&current)
+                ));
+            }
+            ed.note(format!(
+                "recorded original workloadUpdateMethods {}",
+                describe(&original)
+            ));
+            ed.write_record(KUBEVIRT_RECORD, &value_record(original, created))?;
+        }
+        (None, None) => {
             ed.note(format!(
                 "recorded original workloadUpdateMethods {}",
                 describe(&current)
@@ -112,11 +133,41 @@ pub fn kubevirt_pre(obj: &Value) -> Result<Plan, Malformed> {
     Ok(ed.finish())
 }
 
-/// `post` on the KubeVirt CR: the recorded original back, exactly. Without a record, the fallback
+/// What `pre` records as the KubeVirt CR's original: its record if it has one, else its
+/// current methods. `pre` copies this to the ManagedChart.
+pub fn kubevirt_original(obj: &Value) -> Result<ValueRecord, Malformed> {
+    match read_record::<ValueRecord>(obj, KUBEVIRT_RECORD)? {
+        Some(r) => {
+            check_methods_record(&r)?;
+            Ok(ValueRecord {
+                created_parents: Vec::new(),
+                ..r
+            })
+        }
+        None => Ok(value_record(methods(obj)?, Vec::new())),
+    }
+}
+
+/// The ManagedChart's copy of the KubeVirt CR's original, if `pre` left one.
+pub fn kubevirt_copy(chart: &Value) -> Result<Option<ValueRecord>, Malformed> {
+    let copy = read_record::<ValueRecord>(chart, KUBEVIRT_COPY)?;
+    if let Some(c) = &copy {
+        check_methods_record(c)
+            .map_err(|_| Malformed(format!("annotation {KUBEVIRT_COPY} is corrupted")))?;
+    }
+    Ok(copy)
+}
+
+/// `post` on the KubeVirt CR: the recorded original back, exactly. Without a record on the CR
+/// but with the ManagedChart's `copy`, and methods `[]`: the copy. Without either, the fallback
 /// list, and only if the methods are `[]` *and* that `[]` was written by us (our field manager
 /// owns it): then our record was lost. A `[]` that anyone else set, including an administrator's
 /// own `[]` that an earlier `post` restored, is left alone, so a rerun of `post` is a no-op.
-pub fn kubevirt_post(obj: &Value, fallback: Option<&[String]>) -> Result<Plan, Malformed> {
+pub fn kubevirt_post(
+    obj: &Value,
+    fallback: Option<&[String]>,
+    copy: Option<&ValueRecord>,
+) -> Result<Plan, Malformed> {
     let mut ed = Editor::new(obj)?;
     let current = methods(obj)?;
     match read_record::<ValueRecord>(obj, KUBEVIRT_RECORD)? {
@@ -130,6 +181,19 @@ pub fn kubevirt_post(obj: &Value, fallback: Option<&[String]>) -> Result<Plan, M
             }
             ed.restore(METHODS_PATH, &r, "workloadUpdateMethods")?;
             ed.remove_annotation(KUBEVIRT_RECORD);
+        }
+        None if copy.is_some() => {
+            let copy = copy.expect("checked");
+            if current.as_ref() == Some(&json!([])) {
+                ed.note("no record on the CR; restoring the ManagedChart's copy of the original");
+                let copy = ValueRecord { created_parents: Vec::new(), ..copy.clone() };
+                ed.restore(METHODS_PATH, &copy, "workloadUpdateMethods")?;
+            } else {
+                ed.note(format!(
+                    "no record on the CR, and its methods are {}, not []: left as they are",
+                    describe(&current)
+                ));
+            }
         }
         None => match fallback {
             Some(list) if current.as_ref() == Some(&json!([])) && methods_owned_by_us(obj) => {
@@ -161,14 +225,25 @@ pub fn methods_owned_by_us(obj: &Value) -> bool {
         })
 }
 
-/// `pre` on the ManagedChart: the values override and the comparePatches pointer, each switchable.
+/// `pre` on the ManagedChart: the values override and the comparePatches pointer, each
+/// switchable, and a copy of the KubeVirt CR's `kubevirt_original` (once).
 pub fn chart_pre(
     obj: &Value,
     kubevirt: &KubeVirtRef,
     values: bool,
     compare: bool,
+    kubevirt_original: Option<&ValueRecord>,
 ) -> Result<Plan, Malformed> {
     let mut ed = Editor::new(obj)?;
+    if let Some(original) = kubevirt_original
+        && kubevirt_copy(obj)?.is_none()
+    {
+        ed.note(format!(
+            "copied the KubeVirt CR's original methods {}",
+            describe(&original.value.clone().filter(|_| original.present))
+        ));
+        ed.write_record(KUBEVIRT_COPY, original)?;
+    }
     if values {
         let current = lookup(obj, VALUES_PATH)?.cloned();
         let record: Option<ValueRecord> = read_record(obj, VALUES_RECORD)?;
@@ -236,6 +311,8 @@ pub fn chart_post(
     compare: bool,
 ) -> Result<Plan, Malformed> {
     let mut ed = Editor::new(obj)?;
+    kubevirt_copy(obj)?;
+    ed.remove_annotation(KUBEVIRT_COPY);
     if values {
         lookup(obj, VALUES_PATH)?;
         match read_record::<ValueRecord>(obj, VALUES_RECORD)? {

@@ -3,7 +3,9 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::plan::{self, COMPARE_RECORD, KUBEVIRT_RECORD, KubeVirtRef, VALUES_RECORD};
+use crate::plan::{
+    self, COMPARE_RECORD, KUBEVIRT_COPY, KUBEVIRT_RECORD, KubeVirtRef, VALUES_RECORD,
+};
 
 /// Migrations that KubeVirt's workload updater creates carry this name prefix.
 pub const MIGRATION_PREFIX: &str = "kubevirt-workload-update-";
@@ -40,6 +42,7 @@ pub struct ChartReport {
     pub values_override: Option<Value>,
     pub values_record: Option<String>,
     pub compare_patch_record: Option<String>,
+    pub kubevirt_copy: Option<String>,
 }
 
 fn text(obj: &Value, ptr: &str) -> Option<String> {
@@ -87,6 +90,7 @@ pub fn chart(object: String, obj: Option<&Value>, kubevirt: &KubeVirtRef) -> Cha
             .cloned(),
         values_record: annotation(&obj, VALUES_RECORD),
         compare_patch_record: annotation(&obj, COMPARE_RECORD),
+        kubevirt_copy: annotation(&obj, KUBEVIRT_COPY),
     }
 }
 
@@ -111,6 +115,15 @@ pub fn unfinished(migrations: &[Value]) -> Vec<String> {
         .collect()
 }
 
+/// One `  label   value` line of the human report.
+fn row(
+    f: &mut std::fmt::Formatter<'_>,
+    label: &str,
+    value: impl std::fmt::Display,
+) -> std::fmt::Result {
+    writeln!(f, "  {label:<28}{value}")
+}
+
 impl std::fmt::Display for Report {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let or = |v: &Option<String>, d: &str| v.clone().unwrap_or_else(|| d.to_string());
@@ -121,42 +134,28 @@ impl std::fmt::Display for Report {
         if let Some(k) = &self.kubevirt {
             writeln!(f, "{}", k.object)?;
             if !k.found {
-                writeln!(f, "  not found")?;
+                row(f, "not found", "")?;
             } else {
-                let suspended = k
-                    .workload_update_methods
+                let methods = &k.workload_update_methods;
+                let off = methods
                     .as_ref()
                     .is_none_or(|m| m.as_array().is_some_and(Vec::is_empty));
-                writeln!(f, "  {:<28}{}", "phase", or(&k.phase, "-"))?;
-                writeln!(
-                    f,
-                    "  {:<28}{} / {}",
-                    "observed / target version",
+                row(f, "phase", or(&k.phase, "-"))?;
+                let versions = format!(
+                    "{} / {}",
                     or(&k.observed_kube_virt_version, "-"),
                     or(&k.target_kube_virt_version, "-")
-                )?;
-                writeln!(
+                );
+                row(f, "observed / target version", versions)?;
+                row(f, "workloadUpdateMethods", json(methods))?;
+                row(f, "automated updates", if off { "off" } else { "on" })?;
+                row(f, "saved original", or(&k.saved_original, "none"))?;
+                let outdated = k.outdated_virtual_machine_instance_workloads;
+                row(
                     f,
-                    "  {:<28}{}",
-                    "workloadUpdateMethods",
-                    json(&k.workload_update_methods)
+                    "outdated VMI workloads",
+                    outdated.map_or("-".into(), |n| n.to_string()),
                 )?;
-                writeln!(
-                    f,
-                    "  {:<28}{}",
-                    "automated updates",
-                    if suspended { "off" } else { "on" }
-                )?;
-                writeln!(
-                    f,
-                    "  {:<28}{}",
-                    "saved original",
-                    or(&k.saved_original, "none")
-                )?;
-                let outdated = k
-                    .outdated_virtual_machine_instance_workloads
-                    .map_or("-".into(), |n| n.to_string());
-                writeln!(f, "  {:<28}{}", "outdated VMI workloads", outdated)?;
             }
         }
         writeln!(
@@ -170,32 +169,26 @@ impl std::fmt::Display for Report {
         if let Some(c) = &self.managed_chart {
             writeln!(f, "{}", c.object)?;
             if !c.found {
-                writeln!(f, "  not found")?;
+                row(f, "not found", "")?;
             } else {
-                writeln!(f, "  {:<28}{}", "paused", c.paused)?;
-                writeln!(
+                row(f, "paused", c.paused)?;
+                row(
                     f,
-                    "  {:<28}{}",
                     "comparePatches pointer",
                     if c.compare_patches_pointer {
                         "present"
                     } else {
                         "absent"
-                    }
+                    },
                 )?;
-                writeln!(f, "  {:<28}{}", "values override", json(&c.values_override))?;
-                writeln!(
+                row(f, "values override", json(&c.values_override))?;
+                row(f, "values record", or(&c.values_record, "none"))?;
+                row(
                     f,
-                    "  {:<28}{}",
-                    "values record",
-                    or(&c.values_record, "none")
-                )?;
-                writeln!(
-                    f,
-                    "  {:<28}{}",
                     "compare-patch record",
-                    or(&c.compare_patch_record, "none")
+                    or(&c.compare_patch_record, "none"),
                 )?;
+                row(f, "copy of KubeVirt original", or(&c.kubevirt_copy, "none"))?;
             }
         }
         Ok(())

@@ -126,7 +126,7 @@ async fn a_conflict_reads_again_and_replans() {
     )
     .unwrap();
     let written = cluster
-        .converge(&target(), current, crate::plan::kubevirt_pre)
+        .converge(&target(), current, |o| crate::plan::kubevirt_pre(o, None))
         .await
         .unwrap();
     assert!(matches!(written, Written::Changed { .. }));
@@ -147,7 +147,7 @@ async fn a_failed_patch_on_an_unchanged_object_is_permanent() {
     let server = serve(handle, vec![status(422, json!({})), object("1")]);
     let current = json!({"metadata": {"name": "kubevirt", "resourceVersion": "1"}, "spec": {}});
     let err = cluster
-        .converge(&target(), current, crate::plan::kubevirt_pre)
+        .converge(&target(), current, |o| crate::plan::kubevirt_pre(o, None))
         .await
         .unwrap_err();
     assert_eq!(err.exit_code(), crate::error::exit::PERMANENT, "{err}");
@@ -166,7 +166,7 @@ async fn a_schema_rejection_is_permanent() {
     );
     let current = json!({"metadata": {"name": "kubevirt", "resourceVersion": "1"}, "spec": {}});
     let err = cluster
-        .converge(&target(), current, crate::plan::kubevirt_pre)
+        .converge(&target(), current, |o| crate::plan::kubevirt_pre(o, None))
         .await
         .unwrap_err();
     assert_eq!(err.exit_code(), crate::error::exit::PERMANENT, "{err}");

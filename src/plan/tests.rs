@@ -23,13 +23,13 @@ fn ops(plan: &Plan) -> Value {
 }
 
 fn pre_kv(obj: &Value) -> Value {
-    apply(obj, &kubevirt_pre(obj).unwrap())
+    apply(obj, &kubevirt_pre(obj, None).unwrap())
 }
 fn post_kv(obj: &Value, fallback: Option<&[String]>) -> Value {
-    apply(obj, &kubevirt_post(obj, fallback).unwrap())
+    apply(obj, &kubevirt_post(obj, fallback, None).unwrap())
 }
 fn pre_chart(obj: &Value) -> Value {
-    apply(obj, &chart_pre(obj, &kv(), true, true).unwrap())
+    apply(obj, &chart_pre(obj, &kv(), true, true, None).unwrap())
 }
 fn post_chart(obj: &Value) -> Value {
     apply(obj, &chart_post(obj, &kv(), true, true).unwrap())
@@ -50,7 +50,7 @@ fn kubevirt(methods: Option<Value>) -> Value {
 #[test]
 fn pre_sets_empty_list_and_records_original_in_one_conditional_patch() {
     let obj = kubevirt(Some(json!(["LiveMigrate", "Evict"])));
-    let plan = kubevirt_pre(&obj).unwrap();
+    let plan = kubevirt_pre(&obj, None).unwrap();
     assert_eq!(
         ops(&plan),
         json!([
@@ -105,7 +105,7 @@ fn pre_on_an_empty_list_still_records_it_so_post_does_not_apply_the_fallback() {
 fn second_pre_keeps_the_first_record() {
     let obj = kubevirt(Some(json!(["LiveMigrate"])));
     let once = pre_kv(&obj);
-    assert_eq!(kubevirt_pre(&once).unwrap().patch, None);
+    assert_eq!(kubevirt_pre(&once, None).unwrap().patch, None);
     // Something put LiveMigrate back in between: pre suspends again but keeps the first record.
     let mut reverted = once.clone();
     reverted["spec"]["workloadUpdateStrategy"]["workloadUpdateMethods"] = json!(["LiveMigrate"]);
@@ -118,16 +118,22 @@ fn post_without_record_changes_nothing_unless_fallback_and_empty() {
     let fallback = vec!["LiveMigrate".to_string()];
     for m in [None, Some(json!(["Evict"])), Some(json!(["LiveMigrate"]))] {
         let obj = kubevirt(m);
-        assert_eq!(kubevirt_post(&obj, Some(&fallback)).unwrap().patch, None);
+        assert_eq!(
+            kubevirt_post(&obj, Some(&fallback), None).unwrap().patch,
+            None
+        );
     }
     // An [] that someone else set (an administrator, or the original an earlier post restored).
     let mut obj = kubevirt(Some(json!([])));
     obj["metadata"]["managedFields"] = json!([{"manager": "kubectl-patch", "operation": "Update",
         "fieldsV1": {"f:spec": {"f:workloadUpdateStrategy": {"f:workloadUpdateMethods": {}}}}}]);
-    assert_eq!(kubevirt_post(&obj, Some(&fallback)).unwrap().patch, None);
+    assert_eq!(
+        kubevirt_post(&obj, Some(&fallback), None).unwrap().patch,
+        None
+    );
     // Our [] whose record was lost: the fallback applies.
     obj["metadata"]["managedFields"][0]["manager"] = json!(FIELD_MANAGER);
-    assert_eq!(kubevirt_post(&obj, None).unwrap().patch, None);
+    assert_eq!(kubevirt_post(&obj, None, None).unwrap().patch, None);
     let restored = post_kv(&obj, Some(&fallback));
     assert_eq!(
         restored["spec"]["workloadUpdateStrategy"]["workloadUpdateMethods"],
@@ -174,8 +180,8 @@ fn malformed_objects_are_refused_with_a_clear_message() {
     ];
     for (obj, want) in cases {
         for err in [
-            kubevirt_pre(&obj).unwrap_err(),
-            kubevirt_post(&obj, None).unwrap_err(),
+            kubevirt_pre(&obj, None).unwrap_err(),
+            kubevirt_post(&obj, None, None).unwrap_err(),
         ] {
             assert!(
                 err.0.contains(want),
@@ -216,7 +222,7 @@ fn malformed_objects_are_refused_with_a_clear_message() {
         ),
     ];
     for (obj, want) in chart_cases {
-        let err = chart_pre(&obj, &kv(), true, true).unwrap_err();
+        let err = chart_pre(&obj, &kv(), true, true, None).unwrap_err();
         assert!(
             err.0.contains(want),
             "{obj}: {err} does not mention {want:?}"
@@ -255,7 +261,7 @@ fn chart_pre_appends_an_entry_and_overrides_values_in_one_patch() {
         json!({"kubevirt": {"spec": {"configuration": {"x": 1}}}}),
         Some(json!([longhorn_entry()])),
     );
-    let plan = chart_pre(&obj, &kv(), true, true).unwrap();
+    let plan = chart_pre(&obj, &kv(), true, true, None).unwrap();
     assert_eq!(
         ops(&plan),
         json!([
@@ -357,11 +363,65 @@ fn post_keeps_pointers_others_added_to_our_entry() {
 #[test]
 fn switches_limit_the_chart_plan_to_the_enabled_steps() {
     let obj = chart(json!({}), None);
-    let only_values = apply(&obj, &chart_pre(&obj, &kv(), true, false).unwrap());
+    let only_values = apply(&obj, &chart_pre(&obj, &kv(), true, false, None).unwrap());
     assert!(only_values["spec"].get("diff").is_none());
-    let only_compare = apply(&obj, &chart_pre(&obj, &kv(), false, true).unwrap());
+    let only_compare = apply(&obj, &chart_pre(&obj, &kv(), false, true, None).unwrap());
     assert_eq!(only_compare["spec"]["values"], json!({}));
-    assert_eq!(chart_pre(&obj, &kv(), false, false).unwrap().patch, None);
+    assert_eq!(
+        chart_pre(&obj, &kv(), false, false, None).unwrap().patch,
+        None
+    );
+}
+
+#[test]
+fn a_corrupted_copy_on_the_chart_is_refused() {
+    let obj = json!({"metadata": {"resourceVersion": "1", "annotations": {KUBEVIRT_COPY: r#"{"present":true,"value":"x"}"#}}, "spec": {}});
+    let original = kubevirt_original(&kubevirt(None)).unwrap();
+    for err in [
+        chart_pre(&obj, &kv(), true, true, Some(&original)).unwrap_err(),
+        chart_post(&obj, &kv(), true, true).unwrap_err(),
+        kubevirt_copy(&obj).unwrap_err(),
+    ] {
+        assert!(
+            err.0.contains(KUBEVIRT_COPY) && err.0.contains("corrupted"),
+            "{err}"
+        );
+    }
+}
+
+/// Hazard: the Job is killed after the ManagedChart write, and Fleet re-renders the KubeVirt CR
+/// with the new values (`[]`) before the rerun. The ManagedChart's copy still has the original.
+#[test]
+fn a_fleet_redeploy_between_the_writes_loses_no_original() {
+    for original in [Some(json!(["LiveMigrate", "Evict"])), Some(json!([])), None] {
+        let kv0 = kubevirt(original.clone());
+        let chart0 = chart(json!({}), Some(json!([longhorn_entry()])));
+        let (kv1, chart1) = fleet_redeploys_after_the_chart_write(&kv0, &chart0);
+        assert_eq!(methods(&kv1).unwrap(), Some(json!([])));
+        let copy = kubevirt_copy(&chart1).unwrap();
+        // Either a rerun of pre, then post; or post straight away.
+        let kv2 = apply(&kv1, &kubevirt_pre(&kv1, copy.as_ref()).unwrap());
+        let record: ValueRecord = read_record(&kv2, KUBEVIRT_RECORD).unwrap().unwrap();
+        assert_eq!(record.value, original, "the record is the true original");
+        for kv in [kv2, kv1] {
+            let restored = apply(&kv, &kubevirt_post(&kv, None, copy.as_ref()).unwrap());
+            assert_eq!(methods(&restored).unwrap(), original);
+        }
+        assert_eq!(post_chart(&chart1), chart0);
+    }
+}
+
+/// `pre`'s ManagedChart write, then a Helm render of the CR from the new values (methods `[]`).
+fn fleet_redeploys_after_the_chart_write(kv0: &Value, chart0: &Value) -> (Value, Value) {
+    let original = kubevirt_original(kv0).unwrap();
+    let chart1 = apply(
+        chart0,
+        &chart_pre(chart0, &kv(), true, true, Some(&original)).unwrap(),
+    );
+    let mut kv1 = kv0.clone();
+    kv1["spec"]["workloadUpdateStrategy"]["workloadUpdateMethods"] = json!([]);
+    kv1["metadata"]["resourceVersion"] = json!("8");
+    (kv1, chart1)
 }
 
 // ---- property tests over random states ----
@@ -554,9 +614,9 @@ proptest! {
     #[test]
     fn kubevirt_pre_and_post_are_idempotent(s in kubevirt_strategy()) {
         let once = pre_kv(&s);
-        prop_assert_eq!(kubevirt_pre(&once).unwrap().patch, None);
+        prop_assert_eq!(kubevirt_pre(&once, None).unwrap().patch, None);
         let restored = post_kv(&once, None);
-        prop_assert_eq!(kubevirt_post(&restored, None).unwrap().patch, None);
+        prop_assert_eq!(kubevirt_post(&restored, None, None).unwrap().patch, None);
     }
 
     #[test]
@@ -582,7 +642,7 @@ proptest! {
     #[test]
     fn chart_pre_and_post_are_idempotent(s in chart_strategy()) {
         let once = pre_chart(&s);
-        prop_assert_eq!(chart_pre(&once, &kv(), true, true).unwrap().patch, None);
+        prop_assert_eq!(chart_pre(&once, &kv(), true, true, None).unwrap().patch, None);
         let restored = post_chart(&once);
         prop_assert_eq!(chart_post(&restored, &kv(), true, true).unwrap().patch, None);
     }
@@ -596,6 +656,36 @@ proptest! {
             compare_list(o).unwrap().map(|l| l.iter().filter(|e| !entry_covers(e, &kv())).cloned().collect()).unwrap_or_default()
         };
         prop_assert_eq!(others(&after), others(&s));
+    }
+
+    #[test]
+    fn a_full_run_restores_both_objects_even_if_fleet_redeploys_in_between(
+        kv0 in kubevirt_strategy(),
+        chart0 in chart_strategy(),
+        redeploy in any::<bool>(),
+        rerun_pre in any::<bool>(),
+    ) {
+        // pre: ManagedChart (with the copy), maybe a Fleet redeploy, maybe a killed first run.
+        let (mut kv1, chart1) = if redeploy {
+            fleet_redeploys_after_the_chart_write(&kv0, &chart0)
+        } else {
+            let original = kubevirt_original(&kv0).unwrap();
+            (kv0.clone(), apply(&chart0, &chart_pre(&chart0, &kv(), true, true, Some(&original)).unwrap()))
+        };
+        let copy = kubevirt_copy(&chart1).unwrap();
+        prop_assert!(copy.is_some());
+        if rerun_pre || !redeploy {
+            kv1 = apply(&kv1, &kubevirt_pre(&kv1, copy.as_ref()).unwrap());
+            prop_assert_eq!(methods(&kv1).unwrap(), Some(json!([])));
+        }
+        // post: KubeVirt, then ManagedChart.
+        let kv2 = apply(&kv1, &kubevirt_post(&kv1, None, copy.as_ref()).unwrap());
+        let chart2 = apply(&chart1, &chart_post(&chart1, &kv(), true, true).unwrap());
+        prop_assert_eq!(methods(&kv2).unwrap(), methods(&kv0).unwrap());
+        prop_assert_eq!(chart2, chart0);
+        if !redeploy {
+            prop_assert_eq!(kv2, kv0);
+        }
     }
 
     #[test]

@@ -109,8 +109,9 @@ async fn pre_then_post_restores_every_original_exactly() {
     }
 }
 
-/// Hazard 2: without a record, post changes nothing, unless a fallback is set and the methods
-/// are an `[]` that we wrote (our record was lost). An administrator's `[]` is never touched.
+/// Hazard 2: without a record, post changes nothing, unless the ManagedChart's copy of the
+/// original is there, or a fallback is set and the methods are an `[]` that we wrote (our
+/// record was lost). An administrator's `[]` is never touched.
 #[tokio::test]
 async fn post_without_a_record_applies_the_fallback_only_to_our_own_empty_list() {
     let client = admin().await;
@@ -129,33 +130,46 @@ async fn post_without_a_record_applies_the_fallback_only_to_our_own_empty_list()
         );
     }
 
-    // Our suspension whose record was lost (someone stripped the annotation).
+    // Our suspension whose record on the CR was lost (someone stripped the annotation): the
+    // ManagedChart's copy restores the exact original.
     let ns = namespace(&client, "lostrecord").await;
-    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+    harvester(&client, &ns, Some(json!(["Evict", "LiveMigrate"]))).await;
     assert_ok(&run_phase(&ns, "pre").await);
-    let key = plan::KUBEVIRT_RECORD.replace('/', "~1");
-    json_patch(
-        &client,
-        "KubeVirt",
-        &ns,
-        "kubevirt",
-        json!([{"op": "remove", "path": format!("/metadata/annotations/{key}")}]),
-    )
-    .await
-    .unwrap();
-    assert_ok(&run_phase(&ns, "post").await);
+    strip_kubevirt_record(&client, &ns).await;
+    let run = run_phase(&ns, "post").await;
+    assert_ok(&run);
+    assert!(run.stderr.contains("ManagedChart's copy"), "{run:?}");
+    let kv = get(&client, "KubeVirt", &ns, "kubevirt").await;
+    assert_eq!(methods(&kv), Some(&json!(["Evict", "LiveMigrate"])));
+
+    // Plain KubeVirt (no ManagedChart, so no copy): only the fallback can help, and only with it.
+    let ns = namespace(&client, "lostplain").await;
+    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+    let mut plain = env_for(&ns, "pre");
+    plain.insert("MANAGEDCHART_NAME".into(), String::new());
+    assert_ok(&run_bin(&control_plane().kubeconfig(), plain.clone()).await);
+    strip_kubevirt_record(&client, &ns).await;
+    plain.insert("PHASE".into(), "post".into());
+    assert_ok(&run_bin(&control_plane().kubeconfig(), plain.clone()).await);
     assert_eq!(
         methods(&get(&client, "KubeVirt", &ns, "kubevirt").await),
         Some(&json!([])),
         "no fallback configured"
     );
-    let mut env = env_for(&ns, "post");
-    env.insert("FALLBACK_METHODS".into(), "LiveMigrate".into());
-    assert_ok(&run_bin(&control_plane().kubeconfig(), env).await);
+    plain.insert("FALLBACK_METHODS".into(), "LiveMigrate".into());
+    assert_ok(&run_bin(&control_plane().kubeconfig(), plain).await);
     assert_eq!(
         methods(&get(&client, "KubeVirt", &ns, "kubevirt").await),
         Some(&json!(["LiveMigrate"]))
     );
+}
+
+async fn strip_kubevirt_record(client: &kube::Client, ns: &str) {
+    let key = plan::KUBEVIRT_RECORD.replace('/', "~1");
+    let op = json!([{"op": "remove", "path": format!("/metadata/annotations/{key}")}]);
+    json_patch(client, "KubeVirt", ns, "kubevirt", op)
+        .await
+        .unwrap();
 }
 
 /// Hazard 6: an existing entry for our object gets our pointer; post takes only our pointer.
@@ -226,7 +240,9 @@ async fn a_write_between_our_read_and_our_write_is_not_lost() {
         name: "kubevirt".into(),
     };
     let written = cluster
-        .converge(&target, stale, |o| plan::chart_pre(o, &kv, true, true))
+        .converge(&target, stale, |o| {
+            plan::chart_pre(o, &kv, true, true, None)
+        })
         .await
         .unwrap();
     assert!(matches!(written, Written::Changed { .. }));
@@ -340,26 +356,19 @@ async fn dry_run_prints_the_patches_and_changes_nothing() {
         .collect();
     assert_eq!(lines.len(), 2, "{run:?}");
     assert_eq!(lines[0]["object"], format!("ManagedChart {ns}/harvester"));
+    let kv = KubeVirtRef {
+        namespace: ns.clone(),
+        name: "kubevirt".into(),
+    };
+    let original = plan::kubevirt_original(&kv0).unwrap();
+    let chart_plan = plan::chart_pre(&chart0, &kv, true, true, Some(&original)).unwrap();
     assert_eq!(
         lines[0]["patch"],
-        serde_json::to_value(
-            plan::chart_pre(
-                &chart0,
-                &KubeVirtRef {
-                    namespace: ns.clone(),
-                    name: "kubevirt".into()
-                },
-                true,
-                true
-            )
-            .unwrap()
-            .patch
-        )
-        .unwrap()
+        serde_json::to_value(chart_plan.patch).unwrap()
     );
     assert_eq!(
         lines[1]["patch"],
-        serde_json::to_value(plan::kubevirt_pre(&kv0).unwrap().patch).unwrap()
+        serde_json::to_value(plan::kubevirt_pre(&kv0, None).unwrap().patch).unwrap()
     );
     assert_eq!(
         rv(&get(&client, "KubeVirt", &ns, "kubevirt").await),

@@ -256,6 +256,65 @@ async fn a_kill_after_any_write_then_a_rerun_converges() {
     eprintln!("kill tests: {runs} killed runs, each rerun converged to the clean state");
 }
 
+/// `pre` killed after its ManagedChart write, then Fleet re-renders the KubeVirt CR from the new
+/// values (methods `[]`) before anything else runs. Whether `pre` is rerun or `post` comes
+/// straight away, the original comes back exactly, from the ManagedChart's copy.
+#[tokio::test]
+async fn a_fleet_redeploy_after_a_killed_pre_loses_no_original() {
+    let _serial = SERIAL.lock().await;
+    let client = admin().await;
+    let mut runs = 0;
+    for original in [Some(json!(["LiveMigrate", "Evict"])), Some(json!([])), None] {
+        for rerun_pre in [true, false] {
+            let ns = namespace(&client, "redeploy").await;
+            let (kv0, chart0) = harvester(&client, &ns, original.clone()).await;
+            let mut killed = env_for(&ns, "pre");
+            killed.insert(
+                "FAILPOINTS".into(),
+                "after-write-managedchart=return".into(),
+            );
+            assert_eq!(
+                run_bin(&control_plane().kubeconfig(), killed).await.code,
+                -1
+            );
+            // Helm applies the chart with the override: the CR now says [] and has no record.
+            let op = json!([{"op": "add", "path": "/spec/workloadUpdateStrategy/workloadUpdateMethods", "value": []}]);
+            json_patch(&client, "KubeVirt", &ns, "kubevirt", op)
+                .await
+                .unwrap();
+            if rerun_pre {
+                assert_eq!(run_phase(&ns, "pre").await.code, 0);
+                let kv = get(&client, "KubeVirt", &ns, "kubevirt").await;
+                let record: plan::ValueRecord = plan::read_record(&kv, plan::KUBEVIRT_RECORD)
+                    .unwrap()
+                    .unwrap();
+                assert_eq!(
+                    record.value, original,
+                    "the true original is recorded, not Helm's []"
+                );
+            }
+            let mut post = env_for(&ns, "post");
+            post.insert("FALLBACK_METHODS".into(), "LiveMigrate".into());
+            assert_eq!(run_bin(&control_plane().kubeconfig(), post).await.code, 0);
+            let (kv, chart) = both(&client, &ns).await;
+            let methods = |o: &Value| {
+                o.pointer("/spec/workloadUpdateStrategy/workloadUpdateMethods")
+                    .cloned()
+            };
+            assert_eq!(methods(&kv), original, "rerun_pre={rerun_pre}");
+            assert_eq!(
+                content(&kv)["metadata"]["annotations"],
+                content(&kv0)["metadata"]["annotations"]
+            );
+            assert_eq!(content(&chart), content(&chart0));
+            runs += 1;
+        }
+    }
+    eprintln!(
+        "fleet redeploy after a killed pre: {runs} scenarios, each original restored exactly"
+    );
+}
+
 /// Another writer adds and removes its own comparePatches entries, values keys and annotations
 /// on both objects while pre and post run again and again: every change of theirs survives.
 #[tokio::test]
@@ -611,6 +670,12 @@ async fn bad_input_gives_one_line_the_documented_code_and_no_write() {
             "ManagedChart",
             "harvester",
             json!({"op": "add", "path": "/metadata/annotations", "value": {plan::COMPARE_RECORD: r#"{"added":"all"}"#}}),
+            "is corrupted",
+        ),
+        (
+            "ManagedChart",
+            "harvester",
+            json!({"op": "add", "path": "/metadata/annotations", "value": {plan::KUBEVIRT_COPY: "[]"}}),
             "is corrupted",
         ),
         (
