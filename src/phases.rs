@@ -122,54 +122,59 @@ async fn change(
             .await;
         let written =
             written.inspect_err(|_| summary.step(target.to_string(), Outcome::Failed, vec![]))?;
-        match written {
+        let object = match written {
             Written::Missing => {
                 warn!(object = %target, "deleted while we worked: step skipped");
                 summary.step(target.to_string(), Outcome::Missing, vec![]);
+                continue;
             }
             Written::Unchanged { plan, object } => {
                 info!(object = %target, actions = ?plan.actions, "already as wanted: nothing to write");
                 summary.step(target.to_string(), Outcome::Unchanged, plan.actions);
-                hints
-                    .learn(target.kind, &object)
-                    .map_err(|m| failed(summary, &target, m))?;
+                object
             }
             Written::Changed { plan, object } => {
-                let patch = plan.patch.as_ref().expect("a change has a patch");
                 if cfg.dry_run {
+                    let patch = plan.patch.as_ref().expect("a change has a patch");
                     let line =
                         json!({"object": target.to_string(), "dryRun": true, "patch": patch});
                     writeln!(out, "{line}").ok();
                 }
                 info!(object = %target, dry_run = cfg.dry_run, actions = ?plan.actions, "written");
                 if target.kind == Kind::KubeVirt {
-                    let (reason, verb) = match cfg.phase {
-                        Phase::Pre => (
-                            "WorkloadUpdatesSuspended",
-                            "Suspended automated workload updates",
-                        ),
-                        _ => (
-                            "WorkloadUpdatesRestored",
-                            "Restored automated workload updates",
-                        ),
-                    };
-                    let message = format!(
-                        "{verb} ({FIELD}): {}",
-                        plan.actions.join("; "),
-                        FIELD = crate::cluster::FIELD_MANAGER
-                    );
-                    cluster.event(&object, reason, &message).await;
+                    event(cfg, cluster, &object, &plan).await;
                 }
                 summary.step(target.to_string(), Outcome::Changed, plan.actions);
-                hints
-                    .learn(target.kind, &object)
-                    .map_err(|m| failed(summary, &target, m))?;
                 #[cfg(feature = "failpoints")]
                 failpoint_after_write(target.kind);
+                object
             }
-        }
+        };
+        hints
+            .learn(target.kind, &object)
+            .map_err(|m| failed(summary, &target, m))?;
     }
     Ok(())
+}
+
+/// The Event on the KubeVirt CR that says what this phase did to it.
+async fn event(cfg: &Config, cluster: &Cluster, kubevirt: &Value, plan: &Plan) {
+    let (reason, verb) = match cfg.phase {
+        Phase::Pre => (
+            "WorkloadUpdatesSuspended",
+            "Suspended automated workload updates",
+        ),
+        _ => (
+            "WorkloadUpdatesRestored",
+            "Restored automated workload updates",
+        ),
+    };
+    let message = format!(
+        "{verb} ({}): {}",
+        crate::cluster::FIELD_MANAGER,
+        plan.actions.join("; ")
+    );
+    cluster.event(kubevirt, reason, &message).await;
 }
 
 /// Marks the step failed and makes the error for a malformed object.
