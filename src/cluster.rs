@@ -128,7 +128,7 @@ pub struct Cluster {
 fn backoff() -> ExponentialBuilder {
     ExponentialBuilder::default()
         .with_min_delay(Duration::from_millis(100))
-        .with_max_delay(Duration::from_secs(5))
+        .with_max_delay(Duration::from_secs(2))
         .with_factor(2.0)
         .with_jitter()
         .without_max_times()
