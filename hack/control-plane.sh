@@ -74,10 +74,13 @@ GO
   log "built in $((SECONDS - start))s"
 }
 
-free_port() {
-  python3 - <<'PY'
-import socket
-s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()
+free_ports() { # free_ports N: N distinct free loopback ports, held open together while chosen
+  python3 - "$1" <<'PY'
+import socket, sys
+socks = [socket.socket() for _ in range(int(sys.argv[1]))]
+for s in socks:
+    s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in socks))
 PY
 }
 
@@ -97,7 +100,7 @@ up() {
   dir="$(cd "$dir" && pwd)"
   local start_ms; start_ms=$(date +%s%3N)
   local etcd_port peer_port api_port
-  etcd_port=$(free_port); peer_port=$(free_port); api_port=$(free_port)
+  read -r etcd_port peer_port api_port < <(free_ports 3)
 
   # Admin client cert, serving cert and service-account keys: TokenRequest needs the latter.
   (
