@@ -301,13 +301,11 @@ pub async fn run_phase(ns: &str, phase: &str) -> Run {
     run_bin(&control_plane().kubeconfig(), env_for(ns, phase)).await
 }
 
+/// A fresh directory inside the control plane's state dir, so `down` removes it with the rest.
 pub fn tempfile_dir() -> PathBuf {
     static N: AtomicUsize = AtomicUsize::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "wug-test-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::SeqCst)
-    ));
+    let n = N.fetch_add(1, Ordering::SeqCst);
+    let dir = control_plane().dir.join(format!("test-tmp-{n}"));
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
