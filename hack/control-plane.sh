@@ -26,7 +26,6 @@ CRD_DIR="$REPO_ROOT/tests/fixtures/crds"
 log() { echo "control-plane: $*" >&2; }
 die() { echo "control-plane: ERROR: $*" >&2; exit 1; }
 
-bin_path() { echo "$BIN_DIR"; }
 
 build() {
   if [[ -x "$BIN_DIR/kube-apiserver" && -x "$BIN_DIR/etcd" && -x "$BIN_DIR/kubectl" ]]; then

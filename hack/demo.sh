@@ -39,15 +39,15 @@ contexts: [{name: local, context: {cluster: local, user: sa}}]
 current-context: local
 KC
 
-# run PHASE: the binary with the environment of the Job in manifests/PHASE.
+# run PHASE: the binary with the environment of the Job in manifests/PHASE (logs as text, to read).
 run() {
   local phase="$1" env
   env="$(k kustomize "manifests/$phase" | k create --dry-run=client -o json -f - \
-        | jq -rs '.[] | select(.kind == "Job") | .spec.template.spec.containers[0].env[] | "\(.name)=\(.value)"')"
+        | jq -rs '.[] | select(.kind == "Job") | .spec.template.spec.containers[0].env[] | select(.name != "LOG_FORMAT") | "\(.name)=\(.value)"')"
   step "PHASE=$phase  ($(echo $env | tr '\n' ' '))"
   local code=0
   env -i PATH="$PATH" KUBECONFIG="$dir/sa-kubeconfig" TERMINATION_MESSAGE_PATH="$dir/termination-log" \
-    LOG_FORMAT=text $env LOG_FORMAT=text "$BIN" || code=$?
+    LOG_FORMAT=text $env "$BIN" || code=$?
   echo "exit code: $code"
   echo "termination message: $(cat "$dir/termination-log")"
   return "$code"

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::plan::KubeVirtRef;
+pub use crate::plan::ObjectKey;
 
 /// Name, default and meaning of every variable: `--help` prints this table.
 pub const VARIABLES: &[(&str, &str, &str)] = &[
@@ -91,12 +91,6 @@ pub enum Phase {
 pub enum LogFormat {
     Text,
     Json,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ObjectKey {
-    pub namespace: String,
-    pub name: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -229,7 +223,7 @@ impl Config {
             log_format,
             termination_message_path,
         };
-        if phase != Phase::Status && !config.kubevirt_step() && !config.chart_step() {
+        if phase != Phase::Status && !config.step_kubevirt && !config.chart_step() {
             return Err(ConfigError(
                 "nothing to do: STEP_KUBEVIRT is false and the ManagedChart steps are off \
                  (MANAGEDCHART_NAME empty, or STEP_COMPARE_PATCHES and STEP_CHART_VALUES false)"
@@ -239,20 +233,9 @@ impl Config {
         Ok(config)
     }
 
-    pub fn kubevirt_step(&self) -> bool {
-        self.step_kubevirt
-    }
-
     /// The ManagedChart is written when it is named and at least one of its steps is on.
     pub fn chart_step(&self) -> bool {
         self.chart.is_some() && (self.step_compare_patches || self.step_chart_values)
-    }
-
-    pub fn kubevirt_ref(&self) -> KubeVirtRef {
-        KubeVirtRef {
-            namespace: self.kubevirt.namespace.clone(),
-            name: self.kubevirt.name.clone(),
-        }
     }
 }
 
@@ -269,16 +252,19 @@ fn boolean(var: &str, value: Option<String>, default: bool) -> Result<bool, Conf
     }
 }
 
-/// RFC 1123 label: what a namespace name must be.
+/// RFC 1123 label: a-z, 0-9 and '-', not at either end, at most 63 characters.
+fn is_label(s: &str) -> bool {
+    (1..=63).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+/// A namespace name is an RFC 1123 label.
 fn namespace(var: &str, value: Option<String>, default: &str) -> Result<String, ConfigError> {
     let v = value.unwrap_or_else(|| default.to_string());
-    let ok = !v.is_empty()
-        && v.len() <= 63
-        && v.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !v.starts_with('-')
-        && !v.ends_with('-');
-    if ok {
+    if is_label(&v) {
         Ok(v)
     } else {
         Err(invalid(
@@ -289,20 +275,10 @@ fn namespace(var: &str, value: Option<String>, default: &str) -> Result<String, 
     }
 }
 
-/// RFC 1123 subdomain: what an object name must be.
+/// An object name is an RFC 1123 subdomain: labels joined by '.', at most 253 characters.
 fn name(var: &str, value: Option<String>, default: &str) -> Result<String, ConfigError> {
     let v = value.unwrap_or_else(|| default.to_string());
-    let ok = !v.is_empty()
-        && v.len() <= 253
-        && v.split('.').all(|part| {
-            !part.is_empty()
-                && part
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                && !part.starts_with('-')
-                && !part.ends_with('-')
-        });
-    if ok {
+    if v.len() <= 253 && v.split('.').all(is_label) {
         Ok(v)
     } else {
         Err(invalid(
@@ -397,90 +373,47 @@ mod tests {
 
     #[test]
     fn every_invalid_value_is_one_line_naming_the_variable() {
-        let cases: &[(&[(&str, &str)], &str)] = &[
-            (&[], "PHASE"),
-            (&[("PHASE", "pre-upgrade")], "PHASE"),
-            (&[("PHASE", "")], "PHASE"),
-            (
-                &[("PHASE", "pre"), ("KUBEVIRT_NAMESPACE", "Harvester_System")],
-                "KUBEVIRT_NAMESPACE",
-            ),
-            (
-                &[("PHASE", "pre"), ("KUBEVIRT_NAMESPACE", "")],
-                "KUBEVIRT_NAMESPACE",
-            ),
-            (&[("PHASE", "pre"), ("KUBEVIRT_NAME", "")], "KUBEVIRT_NAME"),
-            (
-                &[("PHASE", "pre"), ("KUBEVIRT_NAME", "kube virt")],
-                "KUBEVIRT_NAME",
-            ),
-            (
-                &[("PHASE", "pre"), ("MANAGEDCHART_NAMESPACE", "-x")],
-                "MANAGEDCHART_NAMESPACE",
-            ),
-            (
-                &[("PHASE", "pre"), ("MANAGEDCHART_NAME", "Harvester")],
-                "MANAGEDCHART_NAME",
-            ),
-            (
-                &[("PHASE", "pre"), ("STEP_KUBEVIRT", "maybe")],
-                "STEP_KUBEVIRT",
-            ),
-            (
-                &[("PHASE", "pre"), ("STEP_COMPARE_PATCHES", "")],
-                "STEP_COMPARE_PATCHES",
-            ),
-            (
-                &[("PHASE", "pre"), ("STEP_CHART_VALUES", "2")],
-                "STEP_CHART_VALUES",
-            ),
-            (
-                &[("PHASE", "post"), ("FALLBACK_METHODS", "LiveMigrate,Bogus")],
-                "FALLBACK_METHODS",
-            ),
-            (
-                &[
-                    ("PHASE", "post"),
-                    ("FALLBACK_METHODS", "LiveMigrate,LiveMigrate"),
-                ],
-                "FALLBACK_METHODS",
-            ),
-            (
-                &[("PHASE", "post"), ("FALLBACK_METHODS", "LiveMigrate,")],
-                "FALLBACK_METHODS",
-            ),
-            (&[("PHASE", "pre"), ("DRY_RUN", "yes please")], "DRY_RUN"),
-            (
-                &[("PHASE", "pre"), ("DEADLINE_SECONDS", "0")],
-                "DEADLINE_SECONDS",
-            ),
-            (
-                &[("PHASE", "pre"), ("DEADLINE_SECONDS", "5m")],
-                "DEADLINE_SECONDS",
-            ),
-            (
-                &[("PHASE", "pre"), ("DEADLINE_SECONDS", "86401")],
-                "DEADLINE_SECONDS",
-            ),
-            (&[("PHASE", "pre"), ("LOG_FORMAT", "yaml")], "LOG_FORMAT"),
-            (
-                &[
-                    ("PHASE", "pre"),
-                    ("TERMINATION_MESSAGE_PATH", "relative/path"),
-                ],
-                "TERMINATION_MESSAGE_PATH",
-            ),
-            (
-                &[
-                    ("PHASE", "pre"),
-                    ("STEP_KUBEVIRT", "false"),
-                    ("MANAGEDCHART_NAME", ""),
-                ],
-                "nothing to do",
-            ),
+        // One bad variable (with PHASE=pre unless PHASE is the bad one); the error names it.
+        let bad: &[(&str, &str)] = &[
+            ("PHASE", "pre-upgrade"),
+            ("PHASE", ""),
+            ("KUBEVIRT_NAMESPACE", "Harvester_System"),
+            ("KUBEVIRT_NAMESPACE", ""),
+            ("KUBEVIRT_NAME", ""),
+            ("KUBEVIRT_NAME", "kube virt"),
+            ("MANAGEDCHART_NAMESPACE", "-x"),
+            ("MANAGEDCHART_NAME", "Harvester"),
+            ("STEP_KUBEVIRT", "maybe"),
+            ("STEP_COMPARE_PATCHES", ""),
+            ("STEP_CHART_VALUES", "2"),
+            ("FALLBACK_METHODS", "LiveMigrate,Bogus"),
+            ("FALLBACK_METHODS", "LiveMigrate,LiveMigrate"),
+            ("FALLBACK_METHODS", "LiveMigrate,"),
+            ("DRY_RUN", "yes please"),
+            ("DEADLINE_SECONDS", "0"),
+            ("DEADLINE_SECONDS", "5m"),
+            ("DEADLINE_SECONDS", "86401"),
+            ("LOG_FORMAT", "yaml"),
+            ("TERMINATION_MESSAGE_PATH", "relative/path"),
         ];
+        let mut cases: Vec<(Vec<(&str, &str)>, &str)> = bad
+            .iter()
+            .map(|&(var, value)| {
+                let phase = (var != "PHASE").then_some(("PHASE", "pre"));
+                (phase.into_iter().chain([(var, value)]).collect(), var)
+            })
+            .collect();
+        cases.push((vec![], "PHASE"));
+        cases.push((
+            vec![
+                ("PHASE", "pre"),
+                ("STEP_KUBEVIRT", "false"),
+                ("MANAGEDCHART_NAME", ""),
+            ],
+            "nothing to do",
+        ));
         for (vars, want) in cases {
-            let err = cfg(vars).unwrap_err().to_string();
+            let err = cfg(&vars).unwrap_err().to_string();
             assert!(err.contains(want), "{vars:?}: {err}");
             assert!(!err.contains('\n'), "{vars:?}: one line: {err}");
         }

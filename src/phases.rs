@@ -43,7 +43,7 @@ fn targets(cfg: &Config) -> Vec<Target> {
 
 fn enabled(cfg: &Config, kind: Kind) -> bool {
     match kind {
-        Kind::KubeVirt => cfg.kubevirt_step(),
+        Kind::KubeVirt => cfg.step_kubevirt,
         Kind::ManagedChart => cfg.chart_step(),
     }
 }
@@ -68,16 +68,16 @@ impl Hints {
 }
 
 fn plan_for(cfg: &Config, kind: Kind, obj: &Value, hints: &Hints) -> Result<Plan, Malformed> {
-    let kv = cfg.kubevirt_ref();
+    let kv = &cfg.kubevirt;
     let (values, compare) = (cfg.step_chart_values, cfg.step_compare_patches);
     let copy = hints.chart_copy.as_ref();
     match (cfg.phase, kind) {
         (Phase::Pre, Kind::KubeVirt) => plan::kubevirt_pre(obj, copy),
         (Phase::Pre, Kind::ManagedChart) => {
-            plan::chart_pre(obj, &kv, values, compare, hints.kubevirt_original.as_ref())
+            plan::chart_pre(obj, kv, values, compare, hints.kubevirt_original.as_ref())
         }
         (_, Kind::KubeVirt) => plan::kubevirt_post(obj, cfg.fallback.as_deref(), copy),
-        (_, Kind::ManagedChart) => plan::chart_post(obj, &kv, values, compare),
+        (_, Kind::ManagedChart) => plan::chart_post(obj, kv, values, compare),
     }
 }
 
@@ -202,7 +202,7 @@ async fn status(cfg: &Config, cluster: &Cluster, out: &mut impl Write) -> Result
             Some(report::chart(
                 target.to_string(),
                 obj.as_ref(),
-                &cfg.kubevirt_ref(),
+                &cfg.kubevirt,
             ))
         }
         None => None,

@@ -55,9 +55,9 @@ pub struct Plan {
     pub actions: Vec<String>,
 }
 
-/// The KubeVirt object that the comparePatches entry must cover.
+/// A namespaced object's name: the KubeVirt CR or the ManagedChart.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KubeVirtRef {
+pub struct ObjectKey {
     pub namespace: String,
     pub name: String,
 }
@@ -72,6 +72,13 @@ pub struct ValueRecord {
     pub value: Option<Value>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub created_parents: Vec<String>,
+}
+
+impl ValueRecord {
+    /// The recorded value: `None` when it was absent.
+    pub fn original(&self) -> Option<Value> {
+        self.value.clone().filter(|_| self.present)
+    }
 }
 
 /// What `pre` added to the comparePatches list.
@@ -106,30 +113,25 @@ pub fn kubevirt_pre(obj: &Value, copy: Option<&ValueRecord>) -> Result<Plan, Mal
         check_methods_record(r)?;
     }
     let created = ed.ensure(METHODS_PATH, json!([]), "workloadUpdateMethods")?;
-    match (record, copy) {
-        (Some(_), _) => ed.note("kept the existing record of the original"),
-        (None, Some(c)) => {
-            let original = if c.present { c.value.clone() } else { None };
-            if original != current {
-                ed.note(format!(
-                    "the CR was changed to {} after the ManagedChart was written; the ManagedChart's copy holds the original",
-                    describe(&current)
-                ));
-            }
+    if record.is_some() {
+        ed.note("kept the existing record of the original");
+        return Ok(ed.finish());
+    }
+    let original = match copy.map(ValueRecord::original) {
+        Some(o) if o != current => {
             ed.note(format!(
-                "recorded original workloadUpdateMethods {}",
-                describe(&original)
-            ));
-            ed.write_record(KUBEVIRT_RECORD, &value_record(original, created))?;
-        }
-        (None, None) => {
-            ed.note(format!(
-                "recorded original workloadUpdateMethods {}",
+                "the CR was changed to {} after the ManagedChart was written; the ManagedChart's copy holds the original",
                 describe(&current)
             ));
-            ed.write_record(KUBEVIRT_RECORD, &value_record(current, created))?;
+            o
         }
-    }
+        _ => current,
+    };
+    ed.note(format!(
+        "recorded original workloadUpdateMethods {}",
+        describe(&original)
+    ));
+    ed.write_record(KUBEVIRT_RECORD, &value_record(original, created))?;
     Ok(ed.finish())
 }
 
@@ -170,10 +172,11 @@ pub fn kubevirt_post(
 ) -> Result<Plan, Malformed> {
     let mut ed = Editor::new(obj)?;
     let current = methods(obj)?;
-    match read_record::<ValueRecord>(obj, KUBEVIRT_RECORD)? {
-        Some(r) => {
+    let suspended = current.as_ref() == Some(&json!([]));
+    match (read_record::<ValueRecord>(obj, KUBEVIRT_RECORD)?, copy) {
+        (Some(r), _) => {
             check_methods_record(&r)?;
-            if current.as_ref() != Some(&json!([])) {
+            if !suspended {
                 ed.note(format!(
                     "workloadUpdateMethods was changed to {} while suspended; restoring the recorded original",
                     describe(&current)
@@ -182,21 +185,16 @@ pub fn kubevirt_post(
             ed.restore(METHODS_PATH, &r, "workloadUpdateMethods")?;
             ed.remove_annotation(KUBEVIRT_RECORD);
         }
-        None if copy.is_some() => {
-            let copy = copy.expect("checked");
-            if current.as_ref() == Some(&json!([])) {
-                ed.note("no record on the CR; restoring the ManagedChart's copy of the original");
-                let copy = ValueRecord { created_parents: Vec::new(), ..copy.clone() };
-                ed.restore(METHODS_PATH, &copy, "workloadUpdateMethods")?;
-            } else {
-                ed.note(format!(
-                    "no record on the CR, and its methods are {}, not []: left as they are",
-                    describe(&current)
-                ));
-            }
+        (None, Some(copy)) if suspended => {
+            ed.note("no record on the CR; restoring the ManagedChart's copy of the original");
+            ed.restore(METHODS_PATH, copy, "workloadUpdateMethods")?;
         }
-        None => match fallback {
-            Some(list) if current.as_ref() == Some(&json!([])) && methods_owned_by_us(obj) => {
+        (None, Some(_)) => ed.note(format!(
+            "no record on the CR, and its methods are {}, not []: left as they are",
+            describe(&current)
+        )),
+        (None, None) => match fallback {
+            Some(list) if suspended && methods_owned_by_us(obj) => {
                 ed.note("no record of the original; applying the configured fallback");
                 ed.ensure(METHODS_PATH, json!(list), "workloadUpdateMethods")?;
             }
@@ -229,7 +227,7 @@ pub fn methods_owned_by_us(obj: &Value) -> bool {
 /// switchable, and a copy of the KubeVirt CR's `kubevirt_original` (once).
 pub fn chart_pre(
     obj: &Value,
-    kubevirt: &KubeVirtRef,
+    kubevirt: &ObjectKey,
     values: bool,
     compare: bool,
     kubevirt_original: Option<&ValueRecord>,
@@ -240,7 +238,7 @@ pub fn chart_pre(
     {
         ed.note(format!(
             "copied the KubeVirt CR's original methods {}",
-            describe(&original.value.clone().filter(|_| original.present))
+            describe(&original.original())
         ));
         ed.write_record(KUBEVIRT_COPY, original)?;
     }
@@ -306,7 +304,7 @@ pub fn chart_pre(
 /// `post` on the ManagedChart: the values as recorded, and only the pointer or entry we added.
 pub fn chart_post(
     obj: &Value,
-    kubevirt: &KubeVirtRef,
+    kubevirt: &ObjectKey,
     values: bool,
     compare: bool,
 ) -> Result<Plan, Malformed> {
@@ -342,7 +340,7 @@ pub fn chart_post(
 fn remove_our_pointer(
     ed: &mut Editor,
     list: Option<&Vec<Value>>,
-    kubevirt: &KubeVirtRef,
+    kubevirt: &ObjectKey,
     added: Added,
 ) -> Result<(), Malformed> {
     let Some((i, j)) = find_pointer(list, kubevirt)? else {
@@ -367,7 +365,7 @@ fn remove_our_pointer(
     Ok(())
 }
 
-fn our_entry(kubevirt: &KubeVirtRef) -> Value {
+fn our_entry(kubevirt: &ObjectKey) -> Value {
     json!({
         "apiVersion": KUBEVIRT_API_VERSION,
         "kind": "KubeVirt",
@@ -379,7 +377,7 @@ fn our_entry(kubevirt: &KubeVirtRef) -> Value {
 
 /// Fleet matches an entry to an object by apiVersion, kind, name and namespace; an empty
 /// namespace matches any. An entry for the same name that covers our namespace covers our object.
-pub fn entry_covers(entry: &Value, kubevirt: &KubeVirtRef) -> bool {
+pub fn entry_covers(entry: &Value, kubevirt: &ObjectKey) -> bool {
     let field = |k: &str| entry.get(k).and_then(Value::as_str).unwrap_or("");
     field("apiVersion") == KUBEVIRT_API_VERSION
         && field("kind") == "KubeVirt"
@@ -387,14 +385,14 @@ pub fn entry_covers(entry: &Value, kubevirt: &KubeVirtRef) -> bool {
         && (field("namespace").is_empty() || field("namespace") == kubevirt.namespace)
 }
 
-fn find_entry(list: Option<&Vec<Value>>, kubevirt: &KubeVirtRef) -> Option<usize> {
+fn find_entry(list: Option<&Vec<Value>>, kubevirt: &ObjectKey) -> Option<usize> {
     list?.iter().position(|e| entry_covers(e, kubevirt))
 }
 
 /// The (entry, pointer) indexes of our pointer in an entry that covers the KubeVirt CR.
 pub fn find_pointer(
     list: Option<&Vec<Value>>,
-    kubevirt: &KubeVirtRef,
+    kubevirt: &ObjectKey,
 ) -> Result<Option<(usize, usize)>, Malformed> {
     let Some(list) = list else { return Ok(None) };
     for (i, entry) in list

@@ -3,9 +3,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::plan::{
-    self, COMPARE_RECORD, KUBEVIRT_COPY, KUBEVIRT_RECORD, KubeVirtRef, VALUES_RECORD,
-};
+use crate::plan::{self, COMPARE_RECORD, KUBEVIRT_COPY, KUBEVIRT_RECORD, ObjectKey, VALUES_RECORD};
 
 /// Migrations that KubeVirt's workload updater creates carry this name prefix.
 pub const MIGRATION_PREFIX: &str = "kubevirt-workload-update-";
@@ -72,7 +70,7 @@ pub fn kubevirt(object: String, obj: Option<&Value>) -> KubeVirtReport {
     }
 }
 
-pub fn chart(object: String, obj: Option<&Value>, kubevirt: &KubeVirtRef) -> ChartReport {
+pub fn chart(object: String, obj: Option<&Value>, kubevirt: &ObjectKey) -> ChartReport {
     let obj = obj.cloned().unwrap_or(Value::Null);
     let list = obj
         .pointer("/spec/diff/comparePatches")

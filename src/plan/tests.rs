@@ -2,8 +2,8 @@ use super::*;
 use proptest::prelude::*;
 use serde_json::json;
 
-fn kv() -> KubeVirtRef {
-    KubeVirtRef {
+fn kv() -> ObjectKey {
+    ObjectKey {
         namespace: "harvester-system".into(),
         name: "kubevirt".into(),
     }

@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 
 use workload_update_guard::cluster::{Cluster, Kind, Target, Written};
 use workload_update_guard::config::ObjectKey;
-use workload_update_guard::plan::{self, KubeVirtRef, METHODS_POINTER};
+use workload_update_guard::plan::{self, METHODS_POINTER};
 
 use crate::support::*;
 
@@ -18,6 +18,10 @@ fn rv(obj: &Value) -> String {
         .as_str()
         .unwrap()
         .to_string()
+}
+
+async fn kubevirt_rv(client: &kube::Client, ns: &str) -> String {
+    rv(&get(client, "KubeVirt", ns, "kubevirt").await)
 }
 
 fn outcomes(run: &Run) -> Vec<String> {
@@ -81,10 +85,7 @@ async fn pre_then_post_restores_every_original_exactly() {
         let again = run_phase(&ns, "pre").await;
         assert_ok(&again);
         assert_eq!(outcomes(&again), ["unchanged", "unchanged"]);
-        assert_eq!(
-            rv(&get(&client, "KubeVirt", &ns, "kubevirt").await),
-            rv(&kv)
-        );
+        assert_eq!(kubevirt_rv(&client, &ns).await, rv(&kv));
 
         // post with the Harvester fallback configured: the record wins.
         let mut env = env_for(&ns, "post");
@@ -102,10 +103,7 @@ async fn pre_then_post_restores_every_original_exactly() {
         let again = run_bin(&control_plane().kubeconfig(), env).await;
         assert_ok(&again);
         assert_eq!(outcomes(&again), ["unchanged", "unchanged"]);
-        assert_eq!(
-            rv(&get(&client, "KubeVirt", &ns, "kubevirt").await),
-            rv(&kv1)
-        );
+        assert_eq!(kubevirt_rv(&client, &ns).await, rv(&kv1));
     }
 }
 
@@ -124,10 +122,7 @@ async fn post_without_a_record_applies_the_fallback_only_to_our_own_empty_list()
         assert_ok(&run);
         assert_eq!(outcomes(&run), ["unchanged", "unchanged"]);
         assert!(run.stderr.contains("no record of the original"), "{run:?}");
-        assert_eq!(
-            rv(&get(&client, "KubeVirt", &ns, "kubevirt").await),
-            rv(&kv0)
-        );
+        assert_eq!(kubevirt_rv(&client, &ns).await, rv(&kv0));
     }
 
     // Our suspension whose record on the CR was lost (someone stripped the annotation): the
@@ -235,7 +230,7 @@ async fn a_write_between_our_read_and_our_write_is_not_lost() {
             name: "harvester".into(),
         },
     };
-    let kv = KubeVirtRef {
+    let kv = ObjectKey {
         namespace: ns.clone(),
         name: "kubevirt".into(),
     };
@@ -356,7 +351,7 @@ async fn dry_run_prints_the_patches_and_changes_nothing() {
         .collect();
     assert_eq!(lines.len(), 2, "{run:?}");
     assert_eq!(lines[0]["object"], format!("ManagedChart {ns}/harvester"));
-    let kv = KubeVirtRef {
+    let kv = ObjectKey {
         namespace: ns.clone(),
         name: "kubevirt".into(),
     };
@@ -370,10 +365,7 @@ async fn dry_run_prints_the_patches_and_changes_nothing() {
         lines[1]["patch"],
         serde_json::to_value(plan::kubevirt_pre(&kv0, None).unwrap().patch).unwrap()
     );
-    assert_eq!(
-        rv(&get(&client, "KubeVirt", &ns, "kubevirt").await),
-        rv(&kv0)
-    );
+    assert_eq!(kubevirt_rv(&client, &ns).await, rv(&kv0));
     assert_eq!(
         rv(&get(&client, "ManagedChart", &ns, "harvester").await),
         rv(&chart0)
@@ -464,7 +456,7 @@ async fn status_reports_read_only() {
         .await;
     }
     assert_ok(&run_phase(&ns, "pre").await);
-    let before = rv(&get(&client, "KubeVirt", &ns, "kubevirt").await);
+    let before = kubevirt_rv(&client, &ns).await;
     let text = run_phase(&ns, "status").await;
     assert_ok(&text);
     for want in [
@@ -494,7 +486,7 @@ async fn status_reports_read_only() {
     assert_eq!(report["managedChart"]["comparePatchesPointer"], json!(true));
     assert_eq!(report["managedChart"]["valuesOverride"], json!([]));
     assert_eq!(
-        rv(&get(&client, "KubeVirt", &ns, "kubevirt").await),
+        kubevirt_rv(&client, &ns).await,
         before,
         "status writes nothing"
     );

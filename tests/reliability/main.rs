@@ -83,6 +83,15 @@ async fn pre_with_the_api_server_down(
     (ns, child, term)
 }
 
+fn assert_success(out: &std::process::Output) {
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 async fn wait(child: std::process::Child) -> std::process::Output {
     tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
         .await
@@ -121,12 +130,7 @@ async fn the_phase_succeeds_when_the_api_server_comes_up_late() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     start_apiserver();
     let out = wait(child).await;
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_success(&out);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains("transient error, retrying"),
@@ -163,12 +167,7 @@ async fn an_api_server_restart_between_the_two_writes_is_survived() {
     tokio::time::sleep(Duration::from_millis(1500)).await;
     start_apiserver();
     let out = wait(child).await;
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_success(&out);
     let (kv, chart) = both(&client, &ns).await;
     assert_eq!(
         (normalize(&kv, &ns), normalize(&chart, &ns)),
