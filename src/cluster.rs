@@ -10,55 +10,16 @@ use std::time::Duration;
 
 use backon::{BackoffBuilder, ExponentialBuilder, Retryable};
 use json_patch::Patch as JsonPatch;
-use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
-use kube::core::GroupVersionKind;
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, Config};
-use serde_json::{Value, json};
+use serde_json::Value;
 use tracing::{debug, warn};
 
-use crate::config::ObjectKey;
-use crate::error::Error;
-use crate::plan::{Malformed, Plan};
-
-pub use crate::plan::FIELD_MANAGER;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    KubeVirt,
-    ManagedChart,
-}
-
-impl Kind {
-    fn resource(self) -> ApiResource {
-        match self {
-            Kind::KubeVirt => ApiResource::from_gvk_with_plural(
-                &GroupVersionKind::gvk("kubevirt.io", "v1", "KubeVirt"),
-                "kubevirts",
-            ),
-            Kind::ManagedChart => ApiResource::from_gvk_with_plural(
-                &GroupVersionKind::gvk("management.cattle.io", "v3", "ManagedChart"),
-                "managedcharts",
-            ),
-        }
-    }
-}
-
-/// One object the guard reads and writes.
-#[derive(Debug, Clone)]
-pub struct Target {
-    pub kind: Kind,
-    pub key: ObjectKey,
-}
-
-impl std::fmt::Display for Target {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{:?} {}/{}",
-            self.kind, self.key.namespace, self.key.name
-        )
-    }
-}
+use crate::error::{Error, Subject};
+use crate::model::{FIELD_MANAGER, Kind, Target};
+use crate::plan::{Plan, Refusal};
 
 /// What a conditional write came to.
 #[derive(Debug)]
@@ -161,8 +122,12 @@ impl Cluster {
         }
     }
 
-    fn api(&self, kind: Kind, namespace: &str) -> Api<DynamicObject> {
-        Api::namespaced_with(self.client.clone(), namespace, &kind.resource())
+    fn api(&self, target: &Target) -> Api<DynamicObject> {
+        Api::namespaced_with(
+            self.client.clone(),
+            &target.key.namespace,
+            &target.kind.resource(),
+        )
     }
 
     /// Runs one request, retrying transient failures until the run's deadline drops it.
@@ -184,7 +149,7 @@ impl Cluster {
     /// The object's JSON, or `None` if it does not exist. A 404 for the resource itself (no CRD)
     /// is a permanent error.
     pub async fn get(&self, target: &Target) -> Result<Option<Value>, Error> {
-        let api = self.api(target.kind, &target.key.namespace);
+        let api = self.api(target);
         let what = format!("get {target}");
         match self.call(&what, || api.get(&target.key.name)).await {
             Ok(obj) => Ok(Some(serde_json::to_value(obj).expect("objects serialize"))),
@@ -195,17 +160,14 @@ impl Cluster {
                 {
                     Ok(None)
                 } else {
-                    Err(Error::Permanent {
-                        object: target.to_string(),
-                        message: format!(
-                            "the resource {} is not served (is its CRD installed?): {}",
-                            target.kind.resource().plural,
-                            s.message.trim()
-                        ),
+                    Err(Error::NotServed {
+                        subject: Subject::Object(target.clone()),
+                        plural: target.kind.plural(),
+                        message: s.message.trim().to_string(),
                     })
                 }
             }
-            Err(e) => Err(permanent(target, e)),
+            Err(e) => Err(permanent(Subject::Object(target.clone()), e)),
         }
     }
 
@@ -215,11 +177,11 @@ impl Cluster {
         &self,
         target: &Target,
         mut current: Value,
-        plan: impl Fn(&Value) -> Result<Plan, Malformed>,
+        plan: impl Fn(&Value) -> Result<Plan, Refusal>,
     ) -> Result<Written, Error> {
         let mut conflicts = backoff().with_min_delay(Duration::from_millis(10)).build();
         loop {
-            let p = plan(&current).map_err(|m| malformed(target, m))?;
+            let p = plan(&current)?;
             let Some(patch) = p.patch.clone() else {
                 return Ok(Written::Unchanged {
                     plan: p,
@@ -240,17 +202,17 @@ impl Cluster {
                     };
                     // A failed patch on an unchanged object is not a conflict: it would fail forever.
                     if rv(&current) == before.as_deref() {
-                        return Err(permanent(target, e));
+                        return Err(permanent(Subject::Object(target.clone()), e));
                     }
                     debug!(object = %target, resource_version = rv(&current), "conflict: read again");
                 }
-                Err(e) => return Err(permanent(target, e)),
+                Err(e) => return Err(permanent(Subject::Object(target.clone()), e)),
             }
         }
     }
 
     async fn patch(&self, target: &Target, patch: &JsonPatch) -> Result<Value, kube::Error> {
-        let api = self.api(target.kind, &target.key.namespace);
+        let api = self.api(target);
         let params = PatchParams {
             field_manager: Some(FIELD_MANAGER.into()),
             dry_run: self.dry_run,
@@ -268,11 +230,8 @@ impl Cluster {
 
     /// Migrations whose names start with `prefix`, in all namespaces (for `status`).
     pub async fn list_migrations(&self, prefix: &str) -> Result<Vec<Value>, Error> {
-        let resource = ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("kubevirt.io", "v1", "VirtualMachineInstanceMigration"),
-            "virtualmachineinstancemigrations",
-        );
-        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource);
+        let api: Api<DynamicObject> =
+            Api::all_with(self.client.clone(), &Kind::Migration.resource());
         let mut out = Vec::new();
         let mut params = ListParams::default().limit(500);
         loop {
@@ -281,10 +240,7 @@ impl Cluster {
                     api.list(&params)
                 })
                 .await
-                .map_err(|e| Error::Permanent {
-                    object: "VirtualMachineInstanceMigrations".into(),
-                    message: e.to_string(),
-                })?;
+                .map_err(|e| permanent(Subject::Migrations, e))?;
             out.extend(
                 page.items
                     .into_iter()
@@ -303,51 +259,65 @@ impl Cluster {
         }
     }
 
-    /// A Normal Event on the KubeVirt CR, so `kubectl describe kubevirt` tells the story.
-    /// Best effort: a failure is logged, never fatal.
-    pub async fn event(&self, kubevirt: &Value, reason: &str, message: &str) {
+    /// An Event (events.k8s.io/v1) about the KubeVirt CR, so `kubectl describe kubevirt` tells
+    /// the story. Best effort: a failure is logged, never fatal.
+    pub async fn event(&self, kubevirt: &Value, kind: EventKind, reason: &str, note: &str) {
         if self.dry_run {
             return;
         }
         let meta = &kubevirt["metadata"];
-        let namespace = meta["namespace"].as_str().unwrap_or_default().to_string();
-        let now = jiff::Timestamp::now().to_string();
-        let event = json!({
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": format!("{}.", meta["name"].as_str().unwrap_or("kubevirt")), "namespace": namespace},
-            "involvedObject": {
-                "apiVersion": "kubevirt.io/v1", "kind": "KubeVirt",
-                "name": meta["name"], "namespace": meta["namespace"],
-                "uid": meta["uid"], "resourceVersion": meta["resourceVersion"],
+        let text = |k: &str| meta[k].as_str().map(str::to_string);
+        let namespace = text("namespace").unwrap_or_default();
+        let event = Event {
+            metadata: ObjectMeta {
+                generate_name: Some(format!("{}.", text("name").unwrap_or_default())),
+                namespace: Some(namespace.clone()),
+                ..Default::default()
             },
-            "reason": reason,
-            "message": message,
-            "type": "Normal",
-            "source": {"component": FIELD_MANAGER},
-            "reportingComponent": FIELD_MANAGER,
-            "reportingInstance": std::env::var("HOSTNAME").unwrap_or_else(|_| FIELD_MANAGER.into()),
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        });
-        let resource =
-            ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", "Event"), "events");
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(self.client.clone(), &namespace, &resource);
-        let event: DynamicObject = serde_json::from_value(event).expect("a valid Event");
+            event_time: Some(MicroTime(jiff::Timestamp::now())),
+            action: Some(reason.into()),
+            reason: Some(reason.into()),
+            note: Some(note.chars().take(1024).collect()),
+            type_: Some(kind.as_str().into()),
+            reporting_controller: Some(FIELD_MANAGER.into()),
+            reporting_instance: Some(
+                std::env::var("HOSTNAME").unwrap_or_else(|_| FIELD_MANAGER.into()),
+            ),
+            regarding: Some(k8s_openapi::api::core::v1::ObjectReference {
+                api_version: Some(Kind::KubeVirt.api_version().into()),
+                kind: Some(Kind::KubeVirt.name().into()),
+                name: text("name"),
+                namespace: text("namespace"),
+                uid: text("uid"),
+                resource_version: text("resourceVersion"),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
+        let params = PostParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..Default::default()
+        };
         // One attempt: an Event is not worth delaying the upgrade for.
-        if let Err(e) = api
-            .create(
-                &PostParams {
-                    field_manager: Some(FIELD_MANAGER.into()),
-                    ..Default::default()
-                },
-                &event,
-            )
-            .await
-        {
+        if let Err(e) = api.create(&params, &event).await {
             warn!(error = %e, reason, "could not record the Event on the KubeVirt CR");
+        }
+    }
+}
+
+/// An Event's type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    Normal,
+    Warning,
+}
+
+impl EventKind {
+    fn as_str(self) -> &'static str {
+        match self {
+            EventKind::Normal => "Normal",
+            EventKind::Warning => "Warning",
         }
     }
 }
@@ -357,22 +327,15 @@ fn rv(obj: &Value) -> Option<&str> {
         .and_then(Value::as_str)
 }
 
-fn malformed(target: &Target, m: Malformed) -> Error {
-    Error::Malformed {
-        object: target.to_string(),
-        reason: m.0,
-    }
-}
-
-fn permanent(target: &Target, e: kube::Error) -> Error {
+fn permanent(subject: Subject, e: kube::Error) -> Error {
     match e {
         kube::Error::Api(s) => Error::Refused {
-            object: target.to_string(),
+            subject,
             code: s.code,
             message: s.message.trim().replace('\n', " "),
         },
-        other => Error::Permanent {
-            object: target.to_string(),
+        other => Error::Client {
+            subject,
             message: other.to_string().replace('\n', " "),
         },
     }

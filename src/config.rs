@@ -6,25 +6,30 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-pub use crate::plan::ObjectKey;
+use crate::model::{ObjectKey, defaults};
+use crate::plan::{Intent, Keys, Phase, Steps};
 
 /// Name, default and meaning of every variable: `--help` prints this table.
 pub const VARIABLES: &[(&str, &str, &str)] = &[
     ("PHASE", "(required)", "pre | post | status"),
     (
         "KUBEVIRT_NAMESPACE",
-        "harvester-system",
+        defaults::KUBEVIRT_NAMESPACE,
         "namespace of the KubeVirt CR",
     ),
-    ("KUBEVIRT_NAME", "kubevirt", "name of the KubeVirt CR"),
+    (
+        "KUBEVIRT_NAME",
+        defaults::KUBEVIRT_NAME,
+        "name of the KubeVirt CR",
+    ),
     (
         "MANAGEDCHART_NAMESPACE",
-        "fleet-local",
+        defaults::CHART_NAMESPACE,
         "namespace of the ManagedChart",
     ),
     (
         "MANAGEDCHART_NAME",
-        "harvester",
+        defaults::CHART_NAME,
         "name of the ManagedChart; empty switches the ManagedChart steps off",
     ),
     (
@@ -54,7 +59,7 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
     ),
     (
         "DEADLINE_SECONDS",
-        "300",
+        defaults::DEADLINE_SECONDS,
         "deadline for the whole run, retries included (1..=86400)",
     ),
     (
@@ -69,7 +74,7 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
     ),
     (
         "TERMINATION_MESSAGE_PATH",
-        "/dev/termination-log",
+        defaults::TERMINATION_MESSAGE_PATH,
         "where the one-line JSON summary goes; empty: nowhere",
     ),
     (
@@ -79,14 +84,6 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
     ),
 ];
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Phase {
-    Pre,
-    Post,
-    Status,
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogFormat {
     Text,
@@ -95,14 +92,9 @@ pub enum LogFormat {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
-    pub phase: Phase,
-    pub kubevirt: ObjectKey,
-    /// `None`: plain KubeVirt without Fleet; the ManagedChart steps are off.
-    pub chart: Option<ObjectKey>,
-    pub step_kubevirt: bool,
-    pub step_compare_patches: bool,
-    pub step_chart_values: bool,
-    pub fallback: Option<Vec<String>>,
+    /// What to do. `keys.chart: None` (MANAGEDCHART_NAME empty) switches the ManagedChart
+    /// steps off.
+    pub intent: Intent,
     pub dry_run: bool,
     pub deadline: Duration,
     pub log_format: LogFormat,
@@ -159,39 +151,47 @@ impl Config {
             namespace: namespace(
                 "KUBEVIRT_NAMESPACE",
                 raw.kubevirt_namespace,
-                "harvester-system",
+                defaults::KUBEVIRT_NAMESPACE,
             )?,
-            name: name("KUBEVIRT_NAME", raw.kubevirt_name, "kubevirt")?,
+            name: name("KUBEVIRT_NAME", raw.kubevirt_name, defaults::KUBEVIRT_NAME)?,
         };
         let chart_namespace = namespace(
             "MANAGEDCHART_NAMESPACE",
             raw.managedchart_namespace,
-            "fleet-local",
+            defaults::CHART_NAMESPACE,
         )?;
         let chart = match raw.managedchart_name.as_deref() {
             Some("") => None,
             _ => Some(ObjectKey {
                 namespace: chart_namespace,
-                name: name("MANAGEDCHART_NAME", raw.managedchart_name, "harvester")?,
+                name: name(
+                    "MANAGEDCHART_NAME",
+                    raw.managedchart_name,
+                    defaults::CHART_NAME,
+                )?,
             }),
         };
-        let step_kubevirt = boolean("STEP_KUBEVIRT", raw.step_kubevirt, true)?;
-        let step_compare_patches = boolean("STEP_COMPARE_PATCHES", raw.step_compare_patches, true)?;
-        let step_chart_values = boolean("STEP_CHART_VALUES", raw.step_chart_values, true)?;
+        let named = chart.is_some();
+        let steps = Steps {
+            kubevirt: boolean("STEP_KUBEVIRT", raw.step_kubevirt, true)?,
+            compare: boolean("STEP_COMPARE_PATCHES", raw.step_compare_patches, true)? && named,
+            values: boolean("STEP_CHART_VALUES", raw.step_chart_values, true)? && named,
+        };
         let fallback = fallback(raw.fallback_methods)?;
         let dry_run = boolean("DRY_RUN", raw.dry_run, false)?;
         let deadline = match raw.deadline_seconds.as_deref() {
-            None => Duration::from_secs(300),
-            Some(s) => match s.parse::<u64>() {
-                Ok(n @ 1..=86_400) => Duration::from_secs(n),
-                _ => {
-                    return Err(invalid(
-                        "DEADLINE_SECONDS",
-                        s,
-                        "a whole number of seconds from 1 to 86400",
-                    ));
-                }
-            },
+            None => defaults::DEADLINE_SECONDS,
+            Some(s) => s,
+        };
+        let deadline = match deadline.parse::<u64>() {
+            Ok(n @ 1..=86_400) => Duration::from_secs(n),
+            _ => {
+                return Err(invalid(
+                    "DEADLINE_SECONDS",
+                    deadline,
+                    "a whole number of seconds from 1 to 86400",
+                ));
+            }
         };
         let log_format = match raw.log_format.as_deref() {
             None | Some("text") => LogFormat::Text,
@@ -199,7 +199,7 @@ impl Config {
             Some(other) => return Err(invalid("LOG_FORMAT", other, "text or json")),
         };
         let termination_message_path = match raw.termination_message_path.as_deref() {
-            None => Some(PathBuf::from("/dev/termination-log")),
+            None => Some(PathBuf::from(defaults::TERMINATION_MESSAGE_PATH)),
             Some("") => None,
             Some(p) if p.starts_with('/') => Some(PathBuf::from(p)),
             Some(p) => {
@@ -211,19 +211,18 @@ impl Config {
             }
         };
         let config = Config {
-            phase,
-            kubevirt,
-            chart,
-            step_kubevirt,
-            step_compare_patches,
-            step_chart_values,
-            fallback,
+            intent: Intent {
+                phase,
+                steps,
+                keys: Keys { kubevirt, chart },
+                fallback,
+            },
             dry_run,
             deadline,
             log_format,
             termination_message_path,
         };
-        if phase != Phase::Status && !config.step_kubevirt && !config.chart_step() {
+        if phase != Phase::Status && crate::plan::targets(&config.intent).is_empty() {
             return Err(ConfigError(
                 "nothing to do: STEP_KUBEVIRT is false and the ManagedChart steps are off \
                  (MANAGEDCHART_NAME empty, or STEP_COMPARE_PATCHES and STEP_CHART_VALUES false)"
@@ -231,11 +230,6 @@ impl Config {
             ));
         }
         Ok(config)
-    }
-
-    /// The ManagedChart is written when it is named and at least one of its steps is on.
-    pub fn chart_step(&self) -> bool {
-        self.chart.is_some() && (self.step_compare_patches || self.step_chart_values)
     }
 }
 
@@ -337,22 +331,23 @@ mod tests {
     #[test]
     fn defaults_are_harvester_ones() {
         let c = cfg(&[("PHASE", "pre")]).unwrap();
+        let i = &c.intent;
         assert_eq!(
-            c.kubevirt,
+            i.keys.kubevirt,
             ObjectKey {
                 namespace: "harvester-system".into(),
                 name: "kubevirt".into()
             }
         );
         assert_eq!(
-            c.chart,
+            i.keys.chart,
             Some(ObjectKey {
                 namespace: "fleet-local".into(),
                 name: "harvester".into()
             })
         );
-        assert!(c.step_kubevirt && c.step_compare_patches && c.step_chart_values && !c.dry_run);
-        assert_eq!((c.fallback, c.deadline), (None, Duration::from_secs(300)));
+        assert_eq!((i.steps, c.dry_run), (Steps::ALL, false));
+        assert_eq!((&i.fallback, c.deadline), (&None, Duration::from_secs(300)));
         assert_eq!(
             c.termination_message_path,
             Some(PathBuf::from("/dev/termination-log"))
@@ -367,8 +362,11 @@ mod tests {
             ("FALLBACK_METHODS", "LiveMigrate, Evict"),
         ])
         .unwrap();
-        assert!(!c.chart_step());
-        assert_eq!(c.fallback, Some(vec!["LiveMigrate".into(), "Evict".into()]));
+        assert!(!c.intent.steps.writes(crate::model::Kind::ManagedChart));
+        assert_eq!(
+            c.intent.fallback,
+            Some(vec!["LiveMigrate".into(), "Evict".into()])
+        );
     }
 
     #[test]

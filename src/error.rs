@@ -1,5 +1,8 @@
 //! Errors and the exit codes they map to (the Job contract, DESIGN §6).
 
+use crate::model::{Kind, Target};
+use crate::plan::Refusal;
+
 /// Exit codes. `manifests/` names the permanent ones in each Job's `podFailurePolicy`;
 /// `tests/manifests.rs` checks that they agree.
 pub mod exit {
@@ -15,20 +18,48 @@ pub mod exit {
     pub const INTERRUPTED: u8 = 5;
 }
 
+/// What a request was about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Subject {
+    Object(Target),
+    /// The cluster-wide list of workload-update migrations (`status`).
+    Migrations,
+}
+
+impl std::fmt::Display for Subject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Subject::Object(t) => t.fmt(f),
+            Subject::Migrations => write!(f, "{} (all namespaces)", Kind::Migration.plural()),
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("invalid configuration: {0}")]
     Config(String),
-    #[error("{object}: malformed object: {reason}")]
-    Malformed { object: String, reason: String },
-    #[error("{object}: refused by the API server (HTTP {code}): {message}")]
+    #[error(transparent)]
+    Malformed(#[from] Refusal),
+    #[error("{subject}: refused by the API server (HTTP {code}): {message}")]
     Refused {
-        object: String,
+        subject: Subject,
         code: u16,
         message: String,
     },
-    #[error("{object}: {message}")]
-    Permanent { object: String, message: String },
+    #[error("{subject}: the resource {plural} is not served (is its CRD installed?): {message}")]
+    NotServed {
+        subject: Subject,
+        plural: &'static str,
+        message: String,
+    },
+    /// A client-side failure that retrying cannot mend (a response that does not decode, ...).
+    #[error("{subject}: {message}")]
+    Client { subject: Subject, message: String },
+    #[error("cannot write the report to stdout: {0}")]
+    Output(String),
+    #[error("cannot install the signal handlers: {0}")]
+    Signals(String),
     #[error("deadline of {seconds}s exceeded while retrying; last error: {last}")]
     Deadline { seconds: u64, last: String },
     #[error("interrupted by {0}")]
@@ -39,11 +70,28 @@ impl Error {
     pub fn exit_code(&self) -> u8 {
         match self {
             Error::Config(_) => exit::CONFIG,
-            Error::Malformed { .. } | Error::Refused { .. } | Error::Permanent { .. } => {
-                exit::PERMANENT
-            }
+            Error::Malformed(_)
+            | Error::Refused { .. }
+            | Error::NotServed { .. }
+            | Error::Client { .. }
+            | Error::Output(_)
+            | Error::Signals(_) => exit::PERMANENT,
             Error::Deadline { .. } => exit::TRANSIENT,
             Error::Interrupted(_) => exit::INTERRUPTED,
+        }
+    }
+
+    /// The object the run failed on, if it failed on one.
+    pub fn target(&self) -> Option<&Target> {
+        match self {
+            Error::Malformed(r) => Some(&r.target),
+            Error::Refused { subject, .. }
+            | Error::NotServed { subject, .. }
+            | Error::Client { subject, .. } => match subject {
+                Subject::Object(t) => Some(t),
+                Subject::Migrations => None,
+            },
+            _ => None,
         }
     }
 }

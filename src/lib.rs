@@ -1,14 +1,17 @@
 //! workload-update-guard: suspends KubeVirt's automated workload updates before a Harvester
 //! upgrade and restores exactly what was there afterwards.
 //!
-//! - [`plan`]: what to change (pure: object JSON in, conditional JSON Patch out).
+//! - [`model`]: the objects, their fields and our names on them (shared by all below).
+//! - [`plan`]: what to change (pure: object JSON in, conditional JSON Patch out), including
+//!   the order of a phase's writes.
 //! - [`cluster`]: all I/O with the API server (read, conditional write, retry, events).
-//! - [`phases`]: the order of steps for `pre`, `post` and `status`.
+//! - [`phases`]: runs a phase: read, plan, write step by step, report.
 //! - [`config`], [`error`], [`summary`], [`report`]: the Job contract around them.
 
 pub mod cluster;
 pub mod config;
 pub mod error;
+pub mod model;
 pub mod phases;
 pub mod plan;
 pub mod report;

@@ -10,6 +10,7 @@ use tracing_subscriber::EnvFilter;
 use workload_update_guard::cluster::{Cluster, LastError};
 use workload_update_guard::config::{self, Config, LogFormat};
 use workload_update_guard::error::{Error, exit};
+use workload_update_guard::model::defaults;
 use workload_update_guard::phases;
 use workload_update_guard::summary::Summary;
 
@@ -42,7 +43,7 @@ fn main() -> ExitCode {
             summary.error = Some(e.to_string());
             // The path itself may be what is invalid: only the default is tried then.
             let path = std::env::var("TERMINATION_MESSAGE_PATH")
-                .unwrap_or_else(|_| "/dev/termination-log".into());
+                .unwrap_or_else(|_| defaults::TERMINATION_MESSAGE_PATH.into());
             if path.starts_with('/') {
                 let _ = std::fs::write(path, summary.to_line());
             }
@@ -70,28 +71,21 @@ fn init_logging(format: LogFormat) {
 }
 
 async fn run(cfg: &Config) -> u8 {
-    let mut summary = Summary::new(Some(cfg.phase), cfg.dry_run);
+    let mut done = Vec::new();
     let last_error = LastError::default();
     let deadline = tokio::time::Instant::now() + cfg.deadline;
-    let (mut sigterm, mut sigint) = match (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) {
-        (Ok(t), Ok(i)) => (t, i),
-        _ => {
-            return finish(
-                cfg,
-                summary,
-                Err(Error::Config("cannot install signal handlers".into())),
-            );
-        }
+    let signals =
+        signal(SignalKind::terminate()).and_then(|t| Ok((t, signal(SignalKind::interrupt())?)));
+    let (mut sigterm, mut sigint) = match signals {
+        Ok(s) => s,
+        Err(e) => return finish(cfg, &done, Err(Error::Signals(e.to_string()))),
     };
-    info!(phase = ?cfg.phase, dry_run = cfg.dry_run, deadline_s = cfg.deadline.as_secs(), "starting");
+    info!(phase = ?cfg.intent.phase, dry_run = cfg.dry_run, deadline_s = cfg.deadline.as_secs(), "starting");
     let result = {
         let work = async {
             let cluster = Cluster::connect(cfg.dry_run, last_error.clone()).await?;
             let mut stdout = std::io::stdout().lock();
-            phases::run(cfg, &cluster, &mut summary, &mut stdout).await
+            phases::run(cfg, &cluster, &mut done, &mut stdout).await
         };
         tokio::select! {
             r = work => r,
@@ -100,17 +94,14 @@ async fn run(cfg: &Config) -> u8 {
             _ = tokio::time::sleep_until(deadline) => Err(Error::Deadline { seconds: cfg.deadline.as_secs(), last: last_error.get() }),
         }
     };
-    finish(cfg, summary, result)
+    finish(cfg, &done, result)
 }
 
-fn finish(cfg: &Config, mut summary: Summary, result: Result<(), Error>) -> u8 {
+fn finish(cfg: &Config, done: &[phases::Done], result: Result<(), Error>) -> u8 {
+    let summary = Summary::of_run(&cfg.intent, cfg.dry_run, done, &result);
     match &result {
         Ok(()) => info!(summary = %summary.to_line(), "done"),
-        Err(e) => {
-            summary.exit_code = e.exit_code();
-            summary.error = Some(e.to_string());
-            error!("{e}");
-        }
+        Err(e) => error!("{e}"),
     }
     let line = summary.to_line();
     if let Some(path) = &cfg.termination_message_path

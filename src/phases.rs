@@ -1,218 +1,162 @@
-//! The order of the steps. `pre` changes the ManagedChart first and the KubeVirt CR second;
-//! `post` the reverse, so the values Helm would apply always agree with what we own (DESIGN §4.3).
-//! Every object is read and planned before the first write: a malformed object means no write.
+//! Runs a phase: read the objects, plan the whole phase ([`plan::plan_phase`]), then write step
+//! by step ([`Cluster::converge`], which plans again on a conflict), and say what each write
+//! did. Nothing is written unless every plan of the phase can be made.
 
-use std::io::Write;
-
-use serde_json::{Value, json};
+use serde_json::json;
 use tracing::{info, warn};
 
-use crate::cluster::{Cluster, Kind, Target, Written};
-use crate::config::{Config, LogFormat, Phase};
+use crate::cluster::{Cluster, EventKind, Written};
+use crate::config::{Config, LogFormat};
 use crate::error::Error;
-use crate::plan::{self, Malformed, Plan, ValueRecord};
-use crate::report::{self, MIGRATION_PREFIX, Report};
-use crate::summary::{Outcome, Summary};
+use crate::model::{Kind, MIGRATION_PREFIX, Target};
+use crate::plan::{self, Objects, Phase, Plan, Step, Write};
+use crate::report::Report;
+use crate::summary::Outcome;
+
+/// What one step came to. `main` makes the summary from these and the error, if any.
+#[derive(Debug, Clone)]
+pub struct Done {
+    pub target: Target,
+    pub outcome: Outcome,
+    pub actions: Vec<String>,
+}
 
 pub async fn run(
     cfg: &Config,
     cluster: &Cluster,
-    summary: &mut Summary,
-    out: &mut impl Write,
+    done: &mut Vec<Done>,
+    out: &mut impl std::io::Write,
 ) -> Result<(), Error> {
-    match cfg.phase {
+    match cfg.intent.phase {
         Phase::Status => status(cfg, cluster, out).await,
-        Phase::Pre | Phase::Post => change(cfg, cluster, summary, out).await,
-    }
-}
-
-fn targets(cfg: &Config) -> Vec<Target> {
-    let kubevirt = Target {
-        kind: Kind::KubeVirt,
-        key: cfg.kubevirt.clone(),
-    };
-    let chart = cfg.chart.clone().map(|key| Target {
-        kind: Kind::ManagedChart,
-        key,
-    });
-    match cfg.phase {
-        Phase::Pre => chart.into_iter().chain([kubevirt]).collect(),
-        _ => [kubevirt].into_iter().chain(chart).collect(),
-    }
-}
-
-fn enabled(cfg: &Config, kind: Kind) -> bool {
-    match kind {
-        Kind::KubeVirt => cfg.step_kubevirt,
-        Kind::ManagedChart => cfg.chart_step(),
-    }
-}
-
-/// What one object's plan needs to know of the other: the KubeVirt CR's original (for `pre`
-/// to copy to the ManagedChart) and the ManagedChart's copy of it (for the KubeVirt plan).
-#[derive(Default)]
-struct Hints {
-    kubevirt_original: Option<ValueRecord>,
-    chart_copy: Option<ValueRecord>,
-}
-
-impl Hints {
-    /// Learns from an object as read or written.
-    fn learn(&mut self, kind: Kind, obj: &Value) -> Result<(), Malformed> {
-        match kind {
-            Kind::KubeVirt => self.kubevirt_original = Some(plan::kubevirt_original(obj)?),
-            Kind::ManagedChart => self.chart_copy = plan::kubevirt_copy(obj)?,
-        }
-        Ok(())
-    }
-}
-
-fn plan_for(cfg: &Config, kind: Kind, obj: &Value, hints: &Hints) -> Result<Plan, Malformed> {
-    let kv = &cfg.kubevirt;
-    let (values, compare) = (cfg.step_chart_values, cfg.step_compare_patches);
-    let copy = hints.chart_copy.as_ref();
-    match (cfg.phase, kind) {
-        (Phase::Pre, Kind::KubeVirt) => plan::kubevirt_pre(obj, copy),
-        (Phase::Pre, Kind::ManagedChart) => {
-            plan::chart_pre(obj, kv, values, compare, hints.kubevirt_original.as_ref())
-        }
-        (_, Kind::KubeVirt) => plan::kubevirt_post(obj, cfg.fallback.as_deref(), copy),
-        (_, Kind::ManagedChart) => plan::chart_post(obj, kv, values, compare),
+        Phase::Pre | Phase::Post => change(cfg, cluster, done, out).await,
     }
 }
 
 async fn change(
     cfg: &Config,
     cluster: &Cluster,
-    summary: &mut Summary,
-    out: &mut impl Write,
+    done: &mut Vec<Done>,
+    out: &mut impl std::io::Write,
 ) -> Result<(), Error> {
-    let mut work = Vec::new();
-    for target in targets(cfg) {
-        if !enabled(cfg, target.kind) {
-            summary.step(target.to_string(), Outcome::Disabled, vec![]);
-            continue;
-        }
-        summary.step(target.to_string(), Outcome::NotReached, vec![]);
-        work.push(target);
-    }
-    // Read and plan everything first.
-    let mut read = Vec::new();
-    let mut hints = Hints::default();
-    for target in work {
+    let intent = &cfg.intent;
+    let mut objects = Objects::default();
+    for target in plan::targets(intent) {
         match cluster.get(&target).await? {
+            Some(obj) => objects.set(target.kind, Some(obj)),
             None => {
                 warn!(object = %target, "not found: step skipped");
-                summary.step(target.to_string(), Outcome::Missing, vec![]);
-            }
-            Some(obj) => {
-                hints
-                    .learn(target.kind, &obj)
-                    .map_err(|m| failed(summary, &target, m))?;
-                read.push((target, obj));
+                done.push(Done {
+                    target,
+                    outcome: Outcome::Missing,
+                    actions: vec![],
+                });
             }
         }
     }
-    for (target, obj) in &read {
-        plan_for(cfg, target.kind, obj, &hints).map_err(|m| failed(summary, target, m))?;
-    }
-    for (target, obj) in read {
+    plan::plan_phase(intent, &objects)?;
+    for step in plan::steps(intent) {
+        let kind = step.target.kind;
+        let Some(current) = objects.get(kind).cloned() else {
+            continue;
+        };
         let written = cluster
-            .converge(&target, obj, |o| plan_for(cfg, target.kind, o, &hints))
-            .await;
-        let written =
-            written.inspect_err(|_| summary.step(target.to_string(), Outcome::Failed, vec![]))?;
-        let object = match written {
+            .converge(&step.target, current, |obj| {
+                let mut now = objects.clone();
+                now.set(kind, Some(obj.clone()));
+                plan::plan_step(intent, &step, &now).map(Option::unwrap_or_default)
+            })
+            .await?;
+        let (outcome, plan, object) = match written {
             Written::Missing => {
-                warn!(object = %target, "deleted while we worked: step skipped");
-                summary.step(target.to_string(), Outcome::Missing, vec![]);
-                continue;
+                warn!(object = %step.target, "deleted while we worked: step skipped");
+                (Outcome::Missing, Plan::default(), None)
             }
             Written::Unchanged { plan, object } => {
-                info!(object = %target, actions = ?plan.actions, "already as wanted: nothing to write");
-                summary.step(target.to_string(), Outcome::Unchanged, plan.actions);
-                object
+                info!(object = %step.target, actions = ?plan.actions, "already as wanted: nothing to write");
+                (Outcome::Unchanged, plan, Some(object))
             }
             Written::Changed { plan, object } => {
-                if cfg.dry_run {
-                    let patch = plan.patch.as_ref().expect("a change has a patch");
-                    let line =
-                        json!({"object": target.to_string(), "dryRun": true, "patch": patch});
-                    writeln!(out, "{line}").ok();
-                }
-                info!(object = %target, dry_run = cfg.dry_run, actions = ?plan.actions, "written");
-                if target.kind == Kind::KubeVirt {
-                    event(cfg, cluster, &object, &plan).await;
-                }
-                summary.step(target.to_string(), Outcome::Changed, plan.actions);
-                #[cfg(feature = "failpoints")]
-                failpoint_after_write(target.kind);
-                object
+                after_write(cfg, cluster, &step, &plan, &object, out).await;
+                (Outcome::Changed, plan, Some(object))
             }
         };
-        hints
-            .learn(target.kind, &object)
-            .map_err(|m| failed(summary, &target, m))?;
+        objects.set(kind, object);
+        done.push(Done {
+            target: step.target,
+            outcome,
+            actions: plan.actions,
+        });
     }
     Ok(())
 }
 
-/// The Event on the KubeVirt CR that says what this phase did to it.
-async fn event(cfg: &Config, cluster: &Cluster, kubevirt: &Value, plan: &Plan) {
-    let (reason, verb) = match cfg.phase {
-        Phase::Pre => (
-            "WorkloadUpdatesSuspended",
-            "Suspended automated workload updates",
-        ),
-        _ => (
-            "WorkloadUpdatesRestored",
-            "Restored automated workload updates",
-        ),
-    };
-    let message = format!(
-        "{verb} ({}): {}",
-        crate::cluster::FIELD_MANAGER,
-        plan.actions.join("; ")
-    );
-    cluster.event(kubevirt, reason, &message).await;
-}
-
-/// Marks the step failed and makes the error for a malformed object.
-fn failed(summary: &mut Summary, target: &Target, m: Malformed) -> Error {
-    summary.step(target.to_string(), Outcome::Failed, vec![]);
-    Error::Malformed {
-        object: target.to_string(),
-        reason: m.0,
+/// After a write: the dry-run patch on stdout, the log line, the Event, and (test builds) the
+/// failpoint.
+async fn after_write(
+    cfg: &Config,
+    cluster: &Cluster,
+    step: &Step,
+    plan: &Plan,
+    object: &serde_json::Value,
+    out: &mut impl std::io::Write,
+) {
+    if cfg.dry_run {
+        let patch = plan.patch.as_ref().expect("a change has a patch");
+        let line = json!({"object": step.target.to_string(), "dryRun": true, "patch": patch});
+        writeln!(out, "{line}").ok();
     }
+    info!(object = %step.target, dry_run = cfg.dry_run, actions = ?plan.actions, "written");
+    if step.write != Write::Change {
+        return;
+    }
+    if step.target.kind == Kind::KubeVirt {
+        let (reason, verb) = match cfg.intent.phase {
+            Phase::Pre => (
+                "WorkloadUpdatesSuspended",
+                "Suspended automated workload updates",
+            ),
+            _ => (
+                "WorkloadUpdatesRestored",
+                "Restored automated workload updates",
+            ),
+        };
+        let note = format!(
+            "{verb} ({}): {}",
+            crate::model::FIELD_MANAGER,
+            plan.actions.join("; ")
+        );
+        cluster
+            .event(object, EventKind::Normal, reason, &note)
+            .await;
+    }
+    #[cfg(feature = "failpoints")]
+    failpoint_after_write(step.target.kind);
 }
 
-async fn status(cfg: &Config, cluster: &Cluster, out: &mut impl Write) -> Result<(), Error> {
-    let kubevirt = Target {
-        kind: Kind::KubeVirt,
-        key: cfg.kubevirt.clone(),
-    };
+async fn status(
+    cfg: &Config,
+    cluster: &Cluster,
+    out: &mut impl std::io::Write,
+) -> Result<(), Error> {
+    let keys = &cfg.intent.keys;
+    let kubevirt = Target::new(Kind::KubeVirt, &keys.kubevirt);
     let kv = cluster.get(&kubevirt).await?;
-    let chart = match &cfg.chart {
+    let chart = match &keys.chart {
         Some(key) => {
-            let target = Target {
-                kind: Kind::ManagedChart,
-                key: key.clone(),
-            };
+            let target = Target::new(Kind::ManagedChart, key);
             let obj = cluster.get(&target).await?;
-            Some(report::chart(
-                target.to_string(),
-                obj.as_ref(),
-                &cfg.kubevirt,
-            ))
+            Some((target, obj))
         }
         None => None,
     };
     let migrations = cluster.list_migrations(MIGRATION_PREFIX).await?;
-    let report = Report {
-        kubevirt: Some(report::kubevirt(kubevirt.to_string(), kv.as_ref())),
-        managed_chart: chart,
-        unfinished_migrations: report::unfinished(&migrations),
-    };
+    let report = Report::new(
+        &cfg.intent,
+        (&kubevirt, kv.as_ref()),
+        chart.as_ref().map(|(t, o)| (t, o.as_ref())),
+        &migrations,
+    );
     match cfg.log_format {
         LogFormat::Json => writeln!(
             out,
@@ -221,10 +165,7 @@ async fn status(cfg: &Config, cluster: &Cluster, out: &mut impl Write) -> Result
         ),
         LogFormat::Text => write!(out, "{report}"),
     }
-    .map_err(|e| Error::Permanent {
-        object: "stdout".into(),
-        message: e.to_string(),
-    })
+    .map_err(|e| Error::Output(e.to_string()))
 }
 
 /// Test builds only: `FAILPOINTS=after-write-managedchart=return` kills the process with SIGKILL
@@ -233,7 +174,7 @@ async fn status(cfg: &Config, cluster: &Cluster, out: &mut impl Write) -> Result
 fn failpoint_after_write(kind: Kind) {
     let name = match kind {
         Kind::KubeVirt => "after-write-kubevirt",
-        Kind::ManagedChart => "after-write-managedchart",
+        _ => "after-write-managedchart",
     };
     fail::fail_point!(name, |_| {
         // SAFETY: kill(2) on our own pid; nothing is left to clean up, which is the point.

@@ -1,4 +1,10 @@
-//! What to change: pure functions from an object's current JSON to a conditional JSON Patch.
+//! What to change: pure functions from the objects' current JSON to conditional JSON Patches.
+//!
+//! - [`plan_phase`] holds a phase's order of writes and what each object's plan needs of the
+//!   other; [`plan_step`] plans one write against the objects as they are now.
+//! - The per-object planners below it ([`kubevirt_pre`], [`chart_post`], [`release`], ...) and
+//!   the readers ([`methods`], [`read_record`], [`restore_source`], [`owners`]) are shared with
+//!   `report`.
 //!
 //! Every patch starts with a `test` of `/metadata/resourceVersion`, so it applies only to the
 //! exact state it was planned from (DESIGN §4.4). The original value is recorded in an annotation
@@ -9,39 +15,11 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-/// Every annotation the guard writes sits under this prefix.
-pub const ANNOTATION_PREFIX: &str = "workload-update-guard.harvesterhci.io/";
-/// On the KubeVirt CR: the original `spec.workloadUpdateStrategy.workloadUpdateMethods`.
-pub const KUBEVIRT_RECORD: &str =
-    "workload-update-guard.harvesterhci.io/original-workload-update-methods";
-/// On the ManagedChart: the original `spec.values.kubevirt.spec.workloadUpdateStrategy.workloadUpdateMethods`.
-pub const VALUES_RECORD: &str =
-    "workload-update-guard.harvesterhci.io/original-values-workload-update-methods";
-/// On the ManagedChart: a copy of the KubeVirt CR's original methods, written by `pre` in the
-/// first write (before the CR is touched) and removed by `post` in the last. If Fleet re-renders
-/// the CR with `[]` between our two writes (say the Job was killed in between), this copy still
-/// holds the true original.
-pub const KUBEVIRT_COPY: &str =
-    "workload-update-guard.harvesterhci.io/kubevirt-original-workload-update-methods";
-/// On the ManagedChart: what the guard added to `spec.diff.comparePatches`.
-pub const COMPARE_RECORD: &str = "workload-update-guard.harvesterhci.io/compare-patch";
-
-/// The field manager of every write, so `managedFields` says who changed what.
-pub const FIELD_MANAGER: &str = "workload-update-guard";
-
-/// The pointer that Fleet must ignore on the KubeVirt CR.
-pub const METHODS_POINTER: &str = "/spec/workloadUpdateStrategy/workloadUpdateMethods";
-const METHODS_PATH: &[&str] = &["spec", "workloadUpdateStrategy", "workloadUpdateMethods"];
-const VALUES_PATH: &[&str] = &[
-    "spec",
-    "values",
-    "kubevirt",
-    "spec",
-    "workloadUpdateStrategy",
-    "workloadUpdateMethods",
-];
-const COMPARE_PATH: &[&str] = &["spec", "diff", "comparePatches"];
-const KUBEVIRT_API_VERSION: &str = "kubevirt.io/v1";
+use crate::model::{
+    CHART_RECORDS, COMPARE_PATH, COMPARE_RECORD, FIELD_MANAGER, KUBEVIRT_COPY, KUBEVIRT_RECORD,
+    KUBEVIRT_RECORDS, Kind, METHODS_PATH, METHODS_POINTER, ObjectKey, Target, VALUES_PATH,
+    VALUES_RECORD, pointer,
+};
 
 /// An object that cannot be planned for. Nothing is written when this is returned.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -49,17 +27,213 @@ const KUBEVIRT_API_VERSION: &str = "kubevirt.io/v1";
 pub struct Malformed(pub String);
 
 /// The outcome of planning: a conditional patch, or nothing to do; and what it does, in words.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Plan {
     pub patch: Option<Patch>,
     pub actions: Vec<String>,
 }
 
-/// A namespaced object's name: the KubeVirt CR or the ManagedChart.
+/// Which steps run (DESIGN §4.3), each switchable. The one place that decides whether an object
+/// is written at all is [`Steps::writes`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Steps {
+    /// The direct patch of the KubeVirt CR's methods.
+    pub kubevirt: bool,
+    /// The ManagedChart's values override.
+    pub values: bool,
+    /// The ManagedChart's comparePatches pointer.
+    pub compare: bool,
+}
+
+impl Steps {
+    pub const ALL: Steps = Steps {
+        kubevirt: true,
+        values: true,
+        compare: true,
+    };
+
+    pub fn writes(&self, kind: Kind) -> bool {
+        match kind {
+            Kind::KubeVirt => self.kubevirt,
+            Kind::ManagedChart => self.values || self.compare,
+            Kind::Migration => false,
+        }
+    }
+}
+
+/// The objects' names. `chart: None` is plain KubeVirt without Fleet.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ObjectKey {
-    pub namespace: String,
-    pub name: String,
+pub struct Keys {
+    pub kubevirt: ObjectKey,
+    pub chart: Option<ObjectKey>,
+}
+
+/// What to do: everything a plan depends on besides the objects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Intent {
+    pub phase: Phase,
+    pub steps: Steps,
+    pub keys: Keys,
+    /// The methods `post` applies to our own `[]` when every record is lost.
+    pub fallback: Option<Vec<String>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    Pre,
+    Post,
+    Status,
+}
+
+/// The two kinds of write on an object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Write {
+    /// `pre`'s suspension or `post`'s restore, with the records.
+    Change,
+    /// `post`'s last write: drop our `managedFields` claim (see [`release`]).
+    Release,
+}
+
+/// One write of a phase.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Step {
+    pub target: Target,
+    pub write: Write,
+}
+
+/// The objects as last read or written; `None`: not read (step off) or not found.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Objects {
+    pub kubevirt: Option<Value>,
+    pub chart: Option<Value>,
+}
+
+impl Objects {
+    pub fn get(&self, kind: Kind) -> Option<&Value> {
+        match kind {
+            Kind::KubeVirt => self.kubevirt.as_ref(),
+            Kind::ManagedChart => self.chart.as_ref(),
+            Kind::Migration => None,
+        }
+    }
+
+    pub fn set(&mut self, kind: Kind, obj: Option<Value>) {
+        match kind {
+            Kind::KubeVirt => self.kubevirt = obj,
+            Kind::ManagedChart => self.chart = obj,
+            Kind::Migration => {}
+        }
+    }
+}
+
+/// A plan that cannot be made, and the object whose content is at fault.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{target}: malformed object: {reason}")]
+pub struct Refusal {
+    pub target: Target,
+    pub reason: Malformed,
+}
+
+/// The objects a phase works on, in its order of writes (DESIGN §4.3): `pre` the ManagedChart
+/// first, so the values Helm would apply agree with the CR before the CR is touched; `post`
+/// the reverse. Only the objects whose steps are on.
+pub fn targets(intent: &Intent) -> Vec<Target> {
+    let kubevirt = Target::new(Kind::KubeVirt, &intent.keys.kubevirt);
+    let chart = intent
+        .keys
+        .chart
+        .as_ref()
+        .map(|k| Target::new(Kind::ManagedChart, k));
+    let order = match intent.phase {
+        Phase::Pre => [chart, Some(kubevirt)],
+        Phase::Post => [Some(kubevirt), chart],
+        Phase::Status => [None, None],
+    };
+    order
+        .into_iter()
+        .flatten()
+        .filter(|t| intent.steps.writes(t.kind))
+        .collect()
+}
+
+/// The writes of a phase, in order: `post` releases our claim on each object right after its
+/// restore (a separate write: one that also changes a field claims that field again).
+pub fn steps(intent: &Intent) -> Vec<Step> {
+    let writes: &[Write] = match intent.phase {
+        Phase::Post => &[Write::Change, Write::Release],
+        _ => &[Write::Change],
+    };
+    targets(intent)
+        .into_iter()
+        .flat_map(|target| {
+            writes.iter().map(move |&write| Step {
+                target: target.clone(),
+                write,
+            })
+        })
+        .collect()
+}
+
+/// Plans one write against the objects as they are now; `None` when its object was not found.
+/// Each object's plan sees the other: `pre` copies the KubeVirt CR's original to the
+/// ManagedChart, and the KubeVirt plans read that copy.
+pub fn plan_step(intent: &Intent, step: &Step, objects: &Objects) -> Result<Option<Plan>, Refusal> {
+    let refuse = |kind: Kind| {
+        let target = match (kind, &intent.keys.chart) {
+            (Kind::ManagedChart, Some(chart)) => Target::new(kind, chart),
+            _ => Target::new(Kind::KubeVirt, &intent.keys.kubevirt),
+        };
+        move |reason| Refusal { target, reason }
+    };
+    let Some(obj) = objects.get(step.target.kind) else {
+        return Ok(None);
+    };
+    let copy = || match &objects.chart {
+        Some(chart) => kubevirt_copy(chart).map_err(refuse(Kind::ManagedChart)),
+        None => Ok(None),
+    };
+    let kv = &intent.keys.kubevirt;
+    let own = refuse(step.target.kind);
+    let plan = match (intent.phase, step.target.kind, step.write) {
+        (Phase::Pre, Kind::KubeVirt, Write::Change) => kubevirt_pre(obj, copy()?.as_ref()),
+        (Phase::Pre, Kind::ManagedChart, Write::Change) => {
+            let original = match &objects.kubevirt {
+                Some(o) => Some(kubevirt_original(o).map_err(refuse(Kind::KubeVirt))?),
+                None => None,
+            };
+            chart_pre(obj, kv, &intent.steps, original.as_ref())
+        }
+        (Phase::Post, Kind::KubeVirt, Write::Change) => {
+            kubevirt_post(obj, intent.fallback.as_deref(), copy()?.as_ref())
+        }
+        (Phase::Post, Kind::ManagedChart, Write::Change) => chart_post(obj, kv, &intent.steps),
+        (_, kind, Write::Release) => release(obj, kind),
+        _ => Ok(Plan::default()),
+    };
+    plan.map(Some).map_err(own)
+}
+
+/// Plans the whole phase against the objects as read, each write against the result of the
+/// ones before it (the server's own `managedFields` bookkeeping aside). Any malformed object
+/// refuses the whole phase, so nothing is written. `phases` writes these one by one, planning
+/// each again against the object as the server last returned it.
+pub fn plan_phase(intent: &Intent, objects: &Objects) -> Result<Vec<(Step, Plan)>, Refusal> {
+    let mut now = objects.clone();
+    let mut out = Vec::new();
+    for step in steps(intent) {
+        let Some(plan) = plan_step(intent, &step, &now)? else {
+            continue;
+        };
+        if let (Some(patch), Some(obj)) = (&plan.patch, now.get(step.target.kind)) {
+            let mut next = obj.clone();
+            json_patch::patch(&mut next, patch)
+                .expect("a plan applies to what it was planned from");
+            now.set(step.target.kind, Some(next));
+        }
+        out.push((step, plan));
+    }
+    Ok(out)
 }
 
 /// Record of a single value: whether it was present, its exact value, and the parent maps that
@@ -108,10 +282,7 @@ pub struct CompareRecord {
 pub fn kubevirt_pre(obj: &Value, copy: Option<&ValueRecord>) -> Result<Plan, Malformed> {
     let mut ed = Editor::new(obj)?;
     let current = methods(obj)?;
-    let record: Option<ValueRecord> = read_record(obj, KUBEVIRT_RECORD)?;
-    if let Some(r) = &record {
-        check_methods_record(r)?;
-    }
+    let record = kubevirt_record(obj)?;
     let created = ed.ensure(METHODS_PATH, json!([]), "workloadUpdateMethods")?;
     if record.is_some() {
         ed.note("kept the existing record of the original");
@@ -138,14 +309,11 @@ pub fn kubevirt_pre(obj: &Value, copy: Option<&ValueRecord>) -> Result<Plan, Mal
 /// What `pre` records as the KubeVirt CR's original: its record if it has one, else its
 /// current methods. `pre` copies this to the ManagedChart.
 pub fn kubevirt_original(obj: &Value) -> Result<ValueRecord, Malformed> {
-    match read_record::<ValueRecord>(obj, KUBEVIRT_RECORD)? {
-        Some(r) => {
-            check_methods_record(&r)?;
-            Ok(ValueRecord {
-                created_parents: Vec::new(),
-                ..r
-            })
-        }
+    match kubevirt_record(obj)? {
+        Some(r) => Ok(ValueRecord {
+            created_parents: Vec::new(),
+            ..r
+        }),
         None => Ok(value_record(methods(obj)?, Vec::new())),
     }
 }
@@ -160,67 +328,243 @@ pub fn kubevirt_copy(chart: &Value) -> Result<Option<ValueRecord>, Malformed> {
     Ok(copy)
 }
 
-/// `post` on the KubeVirt CR: the recorded original back, exactly. Without a record on the CR
-/// but with the ManagedChart's `copy`, and methods `[]`: the copy. Without either, the fallback
-/// list, and only if the methods are `[]` *and* that `[]` was written by us (our field manager
-/// owns it): then our record was lost. A `[]` that anyone else set, including an administrator's
-/// own `[]` that an earlier `post` restored, is left alone, so a rerun of `post` is a no-op.
+/// Where `post` takes the KubeVirt CR's original from, in this order of precedence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Source {
+    /// The record `pre` wrote on the CR, in the same write as the suspension.
+    CrRecord,
+    /// No record on the CR, methods `[]`: the copy `pre` wrote on the ManagedChart first.
+    ChartCopy,
+    /// No record or copy, and the `[]` is ours (our field manager owns it): the configured
+    /// fallback.
+    Fallback,
+    /// Nothing to restore from: the methods are left as they are.
+    Nothing,
+}
+
+/// What `post` will restore on the KubeVirt CR, and from where.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Restore {
+    pub source: Source,
+    /// The value to restore; `None` with [`Source::Nothing`].
+    pub original: Option<ValueRecord>,
+    /// Why, in words.
+    pub reason: String,
+}
+
+/// The one precedence rule for the original's source: the CR's record, then the ManagedChart's
+/// copy (only while the methods are `[]`), then the fallback (only for a `[]` that we wrote).
+/// A `[]` that anyone else set, including an administrator's own `[]` that an earlier `post`
+/// restored, is left alone, so a rerun of `post` is a no-op.
+pub fn restore_source(
+    kubevirt: &Value,
+    copy: Option<&ValueRecord>,
+    fallback: Option<&[String]>,
+) -> Result<Restore, Malformed> {
+    let current = methods(kubevirt)?;
+    let suspended = current.as_ref() == Some(&json!([]));
+    let (source, original, reason) = match (kubevirt_record(kubevirt)?, copy) {
+        (Some(r), _) => (Source::CrRecord, Some(r), "the CR's record".to_string()),
+        (None, Some(c)) if suspended => (
+            Source::ChartCopy,
+            Some(c.clone()),
+            "no record on the CR; the ManagedChart's copy of the original".to_string(),
+        ),
+        (None, Some(_)) => (
+            Source::Nothing,
+            None,
+            format!(
+                "no record on the CR, and its methods are {}, not []: left as they are",
+                describe(&current)
+            ),
+        ),
+        (None, None) => match fallback {
+            Some(list) if suspended && methods_owned_by_us(kubevirt) => (
+                Source::Fallback,
+                Some(value_record(Some(json!(list)), Vec::new())),
+                "no record of the original; the configured fallback".to_string(),
+            ),
+            _ => (
+                Source::Nothing,
+                None,
+                format!(
+                    "no record of the original and no fallback applies (methods are {}, {}): nothing to restore",
+                    describe(&current),
+                    if methods_owned_by_us(kubevirt) {
+                        "set by us"
+                    } else {
+                        "not set by us"
+                    }
+                ),
+            ),
+        },
+    };
+    Ok(Restore {
+        source,
+        original,
+        reason,
+    })
+}
+
+/// `post` on the KubeVirt CR: the original from [`restore_source`] back, exactly, and the
+/// record removed.
 pub fn kubevirt_post(
     obj: &Value,
     fallback: Option<&[String]>,
     copy: Option<&ValueRecord>,
 ) -> Result<Plan, Malformed> {
     let mut ed = Editor::new(obj)?;
+    let restore = restore_source(obj, copy, fallback)?;
     let current = methods(obj)?;
-    let suspended = current.as_ref() == Some(&json!([]));
-    match (read_record::<ValueRecord>(obj, KUBEVIRT_RECORD)?, copy) {
-        (Some(r), _) => {
-            check_methods_record(&r)?;
-            if !suspended {
-                ed.note(format!(
-                    "workloadUpdateMethods was changed to {} while suspended; restoring the recorded original",
-                    describe(&current)
-                ));
-            }
-            ed.restore(METHODS_PATH, &r, "workloadUpdateMethods")?;
-            ed.remove_annotation(KUBEVIRT_RECORD);
-        }
-        (None, Some(copy)) if suspended => {
-            ed.note("no record on the CR; restoring the ManagedChart's copy of the original");
-            ed.restore(METHODS_PATH, copy, "workloadUpdateMethods")?;
-        }
-        (None, Some(_)) => ed.note(format!(
-            "no record on the CR, and its methods are {}, not []: left as they are",
+    if restore.source == Source::CrRecord && current.as_ref() != Some(&json!([])) {
+        ed.note(format!(
+            "workloadUpdateMethods was changed to {} while suspended; restoring the recorded original",
             describe(&current)
-        )),
-        (None, None) => match fallback {
-            Some(list) if suspended && methods_owned_by_us(obj) => {
-                ed.note("no record of the original; applying the configured fallback");
-                ed.ensure(METHODS_PATH, json!(list), "workloadUpdateMethods")?;
-            }
-            _ => ed.note(format!(
-                "no record of the original and no fallback applies (methods are {}, {}): nothing to restore",
-                describe(&current),
-                if methods_owned_by_us(obj) { "set by us" } else { "not set by us" }
-            )),
-        },
+        ));
     }
+    match &restore.original {
+        Some(original) => {
+            ed.note(format!("restoring from {}", restore.reason));
+            ed.restore(METHODS_PATH, original, "workloadUpdateMethods")?;
+        }
+        None => ed.note(restore.reason),
+    }
+    ed.remove_annotation(KUBEVIRT_RECORD);
     Ok(ed.finish())
+}
+
+/// The KubeVirt CR's record of its original, checked.
+pub fn kubevirt_record(obj: &Value) -> Result<Option<ValueRecord>, Malformed> {
+    let record: Option<ValueRecord> = read_record(obj, KUBEVIRT_RECORD)?;
+    if let Some(r) = &record {
+        check_methods_record(r)?;
+    }
+    Ok(record)
 }
 
 /// Whether our field manager owns `workloadUpdateMethods` according to `managedFields`.
 pub fn methods_owned_by_us(obj: &Value) -> bool {
+    owners(obj, METHODS_PATH)
+        .iter()
+        .any(|o| o.manager == FIELD_MANAGER)
+}
+
+/// One `managedFields` entry's claim on a field.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Owner {
+    pub manager: String,
+    /// `Apply` (server-side apply) or `Update` (any other write).
+    pub operation: String,
+    pub time: Option<String>,
+}
+
+impl Owner {
+    /// An `Update` owner is not an applier: the next server-side apply (Helm 4, so Fleet) that
+    /// changes the field conflicts with it, unless it forces.
+    pub fn blocks_apply(&self) -> bool {
+        self.operation == "Update"
+    }
+}
+
+fn managed_fields(obj: &Value) -> &[Value] {
     obj.pointer("/metadata/managedFields")
         .and_then(Value::as_array)
-        .is_some_and(|entries| {
-            entries.iter().any(|e| {
-                e["manager"] == FIELD_MANAGER
-                    && e.pointer(
-                        "/fieldsV1/f:spec/f:workloadUpdateStrategy/f:workloadUpdateMethods",
-                    )
-                    .is_some()
-            })
+        .map_or(&[], Vec::as_slice)
+}
+
+/// The managers that own the field at `path`, in `managedFields` order.
+pub fn owners(obj: &Value, path: &[&str]) -> Vec<Owner> {
+    let fields: Vec<String> = path.iter().map(|s| format!("f:{s}")).collect();
+    let fields: Vec<&str> = fields.iter().map(String::as_str).collect();
+    let ptr = format!("/fieldsV1{}", pointer(&fields));
+    let text = |e: &Value, k: &str| e.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+    managed_fields(obj)
+        .iter()
+        .filter(|e| e.pointer(&ptr).is_some())
+        .map(|e| Owner {
+            manager: text(e, "manager"),
+            operation: text(e, "operation"),
+            time: e.get("time").and_then(Value::as_str).map(str::to_string),
         })
+        .collect()
+}
+
+/// The fields an entry's `fieldsV1` owns, as dotted paths (`.spec.x`), for logs.
+fn owned_fields(fields: &Value, prefix: &str, out: &mut Vec<String>) {
+    let Value::Object(map) = fields else { return };
+    let children: Vec<_> = map.iter().filter(|(k, _)| k.as_str() != ".").collect();
+    if children.is_empty() && !prefix.is_empty() {
+        out.push(prefix.to_string());
+    }
+    for (k, v) in children {
+        let seg = k
+            .strip_prefix("f:")
+            .map_or_else(|| format!("[{k}]"), |f| format!(".{f}"));
+        owned_fields(v, &format!("{prefix}{seg}"), out);
+    }
+}
+
+/// `post`'s last write on an object: our `managedFields` entries removed, so that no claim of
+/// ours outlives the suspension. Every write that changes a field makes its manager an owner of
+/// it, and the restore is such a write; a later Helm-4 apply that changes the field (a new
+/// chart default, an operator's values edit) would then conflict with us (DESIGN §4.3). The
+/// server takes a write whose only change is to `managedFields` as it is, so this must be a
+/// write of its own, after the restore. Each removal is guarded by a `test` of the entry's
+/// manager, so an entry that moved is never removed by index.
+///
+/// Nothing is released while one of our records is still on the object (that part is still
+/// suspended), nor while the KubeVirt CR stays at our own `[]` without a record: that claim is
+/// what lets a later `post` with a fallback act (README "No record").
+pub fn release(obj: &Value, kind: Kind) -> Result<Plan, Malformed> {
+    let mut ed = Editor::new(obj)?;
+    let records = match kind {
+        Kind::KubeVirt => KUBEVIRT_RECORDS,
+        _ => CHART_RECORDS,
+    };
+    if let Some(key) = records.iter().find(|k| annotation(obj, k).is_some()) {
+        ed.note(format!("our claim stays: the record {key} is still there"));
+        return Ok(ed.finish());
+    }
+    if kind == Kind::KubeVirt && methods(obj)? == Some(json!([])) && methods_owned_by_us(obj) {
+        ed.note("our claim on [] stays: it marks the suspension as ours for a later post with a fallback");
+        return Ok(ed.finish());
+    }
+    let entries = managed_fields(obj);
+    let ours: Vec<usize> = (0..entries.len())
+        .filter(|&i| {
+            entries[i]["manager"] == FIELD_MANAGER
+                && entries[i]["fieldsV1"]
+                    .as_object()
+                    .is_some_and(|f| !f.is_empty())
+        })
+        .collect();
+    if ours.is_empty() {
+        return Ok(ed.finish());
+    }
+    if ours.len() == entries.len() {
+        // The API server ignores a write that empties managedFields.
+        ed.note("our managedFields entry is the only one and cannot be removed");
+        return Ok(ed.finish());
+    }
+    let mut fields = Vec::new();
+    for &i in ours.iter().rev() {
+        owned_fields(&entries[i]["fieldsV1"], "", &mut fields);
+        let path = format!("/metadata/managedFields/{i}");
+        ed.push(json!({"op": "test", "path": format!("{path}/manager"), "value": FIELD_MANAGER}));
+        ed.remove(&path);
+    }
+    ed.note(format!(
+        "released our field-manager claim on {}",
+        fields.join(", ")
+    ));
+    Ok(ed.finish())
+}
+
+fn annotation<'a>(obj: &'a Value, key: &str) -> Option<&'a Value> {
+    obj.pointer("/metadata/annotations")
+        .and_then(|a| a.get(key))
 }
 
 /// `pre` on the ManagedChart: the values override and the comparePatches pointer, each
@@ -228,8 +572,7 @@ pub fn methods_owned_by_us(obj: &Value) -> bool {
 pub fn chart_pre(
     obj: &Value,
     kubevirt: &ObjectKey,
-    values: bool,
-    compare: bool,
+    steps: &Steps,
     kubevirt_original: Option<&ValueRecord>,
 ) -> Result<Plan, Malformed> {
     let mut ed = Editor::new(obj)?;
@@ -242,7 +585,7 @@ pub fn chart_pre(
         ));
         ed.write_record(KUBEVIRT_COPY, original)?;
     }
-    if values {
+    if steps.values {
         let current = lookup(obj, VALUES_PATH)?.cloned();
         let record: Option<ValueRecord> = read_record(obj, VALUES_RECORD)?;
         let created = ed.ensure(VALUES_PATH, json!([]), "values override")?;
@@ -254,7 +597,7 @@ pub fn chart_pre(
             ed.write_record(VALUES_RECORD, &value_record(current, created))?;
         }
     }
-    if compare {
+    if steps.compare {
         let record: Option<CompareRecord> = read_record(obj, COMPARE_RECORD)?;
         let list = compare_list(obj)?;
         let (added, created) = if find_pointer(list, kubevirt)?.is_some() {
@@ -302,16 +645,11 @@ pub fn chart_pre(
 }
 
 /// `post` on the ManagedChart: the values as recorded, and only the pointer or entry we added.
-pub fn chart_post(
-    obj: &Value,
-    kubevirt: &ObjectKey,
-    values: bool,
-    compare: bool,
-) -> Result<Plan, Malformed> {
+pub fn chart_post(obj: &Value, kubevirt: &ObjectKey, steps: &Steps) -> Result<Plan, Malformed> {
     let mut ed = Editor::new(obj)?;
     kubevirt_copy(obj)?;
     ed.remove_annotation(KUBEVIRT_COPY);
-    if values {
+    if steps.values {
         lookup(obj, VALUES_PATH)?;
         match read_record::<ValueRecord>(obj, VALUES_RECORD)? {
             Some(r) => {
@@ -321,7 +659,7 @@ pub fn chart_post(
             None => ed.note("no record of the values override: values left as they are"),
         }
     }
-    if compare {
+    if steps.compare {
         let list = compare_list(obj)?;
         match read_record::<CompareRecord>(obj, COMPARE_RECORD)? {
             Some(r) => {
@@ -367,8 +705,8 @@ fn remove_our_pointer(
 
 fn our_entry(kubevirt: &ObjectKey) -> Value {
     json!({
-        "apiVersion": KUBEVIRT_API_VERSION,
-        "kind": "KubeVirt",
+        "apiVersion": Kind::KubeVirt.api_version(),
+        "kind": Kind::KubeVirt.name(),
         "name": kubevirt.name,
         "namespace": kubevirt.namespace,
         "jsonPointers": [METHODS_POINTER],
@@ -379,8 +717,8 @@ fn our_entry(kubevirt: &ObjectKey) -> Value {
 /// namespace matches any. An entry for the same name that covers our namespace covers our object.
 pub fn entry_covers(entry: &Value, kubevirt: &ObjectKey) -> bool {
     let field = |k: &str| entry.get(k).and_then(Value::as_str).unwrap_or("");
-    field("apiVersion") == KUBEVIRT_API_VERSION
-        && field("kind") == "KubeVirt"
+    field("apiVersion") == Kind::KubeVirt.api_version()
+        && field("kind") == Kind::KubeVirt.name()
         && field("name") == kubevirt.name
         && (field("namespace").is_empty() || field("namespace") == kubevirt.namespace)
 }
@@ -499,14 +837,6 @@ fn value_record(current: Option<Value>, created_parents: Vec<String>) -> ValueRe
 pub fn describe(v: &Option<Value>) -> String {
     v.as_ref()
         .map_or_else(|| "absent".to_string(), Value::to_string)
-}
-
-/// A JSON pointer from path segments (RFC 6901 escaping).
-pub fn pointer(segments: &[&str]) -> String {
-    segments
-        .iter()
-        .map(|s| format!("/{}", s.replace('~', "~0").replace('/', "~1")))
-        .collect()
 }
 
 /// Builds a patch op by op, applying each to a working copy so later decisions see its effect.

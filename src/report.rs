@@ -1,17 +1,16 @@
-//! `PHASE=status`: a read-only report built from the objects' JSON.
+//! `PHASE=status`: a read-only report, read through the same readers as the planners, so it
+//! never calls "absent" what `pre` or `post` would refuse as corrupted.
 
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::plan::{self, COMPARE_RECORD, KUBEVIRT_COPY, KUBEVIRT_RECORD, ObjectKey, VALUES_RECORD};
-
-/// Migrations that KubeVirt's workload updater creates carry this name prefix.
-pub const MIGRATION_PREFIX: &str = "kubevirt-workload-update-";
+use crate::model::{METHODS_FIELD, METHODS_PATH, Target, VALUES_PATH};
+use crate::plan::{self, Intent, Malformed, Owner, Source, ValueRecord};
 
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Report {
-    pub kubevirt: Option<KubeVirtReport>,
+    pub kubevirt: KubeVirtReport,
     pub managed_chart: Option<ChartReport>,
     pub unfinished_migrations: Vec<String>,
 }
@@ -26,8 +25,32 @@ pub struct KubeVirtReport {
     pub target_kube_virt_version: Option<String>,
     /// `None`: the field is absent.
     pub workload_update_methods: Option<Value>,
-    pub saved_original: Option<String>,
+    pub saved_original: Option<ValueRecord>,
     pub outdated_virtual_machine_instance_workloads: Option<i64>,
+    /// Who owns the methods field; each `Update` owner blocks a chart change of it.
+    pub methods_owners: Vec<OwnerReport>,
+    /// What `post` would restore now, and from where.
+    pub post_will_restore: Option<RestoreReport>,
+    /// Content that `pre` or `post` would refuse.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub problems: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OwnerReport {
+    #[serde(flatten)]
+    pub owner: Owner,
+    pub blocks_chart_change: bool,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoreReport {
+    pub source: Source,
+    /// The methods `post` would set; `None` with `source: nothing`, or an absent original.
+    pub methods: Option<Value>,
+    pub reason: String,
 }
 
 #[derive(Debug, Serialize)]
@@ -38,57 +61,122 @@ pub struct ChartReport {
     pub paused: bool,
     pub compare_patches_pointer: bool,
     pub values_override: Option<Value>,
-    pub values_record: Option<String>,
-    pub compare_patch_record: Option<String>,
-    pub kubevirt_copy: Option<String>,
+    pub values_record: Option<ValueRecord>,
+    pub compare_patch_record: Option<plan::CompareRecord>,
+    pub kubevirt_copy: Option<ValueRecord>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub problems: Vec<String>,
+}
+
+/// Keeps a reader's value, or notes why it is refused.
+fn read<T>(problems: &mut Vec<String>, r: Result<Option<T>, Malformed>) -> Option<T> {
+    r.unwrap_or_else(|m| {
+        problems.push(m.0);
+        None
+    })
 }
 
 fn text(obj: &Value, ptr: &str) -> Option<String> {
     obj.pointer(ptr).and_then(Value::as_str).map(str::to_string)
 }
 
-fn annotation(obj: &Value, key: &str) -> Option<String> {
-    obj.pointer("/metadata/annotations")
-        .and_then(|a| a.get(key))
-        .and_then(Value::as_str)
-        .map(str::to_string)
-}
-
-pub fn kubevirt(object: String, obj: Option<&Value>) -> KubeVirtReport {
-    let obj = obj.cloned().unwrap_or(Value::Null);
-    KubeVirtReport {
-        object,
-        found: !obj.is_null(),
-        phase: text(&obj, "/status/phase"),
-        observed_kube_virt_version: text(&obj, "/status/observedKubeVirtVersion"),
-        target_kube_virt_version: text(&obj, "/status/targetKubeVirtVersion"),
-        workload_update_methods: obj.pointer(plan::METHODS_POINTER).cloned(),
-        saved_original: annotation(&obj, KUBEVIRT_RECORD),
-        outdated_virtual_machine_instance_workloads: obj
-            .pointer("/status/outdatedVirtualMachineInstanceWorkloads")
-            .and_then(Value::as_i64),
+impl Report {
+    pub fn new(
+        intent: &Intent,
+        (kubevirt, kv): (&Target, Option<&Value>),
+        chart: Option<(&Target, Option<&Value>)>,
+        migrations: &[Value],
+    ) -> Self {
+        let chart = chart.map(|(t, obj)| chart_report(t, obj, intent));
+        let copy = chart.as_ref().and_then(|c| c.kubevirt_copy.clone());
+        Report {
+            kubevirt: kubevirt_report(kubevirt, kv, copy.as_ref(), intent),
+            managed_chart: chart,
+            unfinished_migrations: unfinished(migrations),
+        }
     }
 }
 
-pub fn chart(object: String, obj: Option<&Value>, kubevirt: &ObjectKey) -> ChartReport {
-    let obj = obj.cloned().unwrap_or(Value::Null);
-    let list = obj
-        .pointer("/spec/diff/comparePatches")
-        .and_then(Value::as_array);
+fn kubevirt_report(
+    target: &Target,
+    obj: Option<&Value>,
+    copy: Option<&ValueRecord>,
+    intent: &Intent,
+) -> KubeVirtReport {
+    let mut problems = Vec::new();
+    let null = Value::Null;
+    let o = obj.unwrap_or(&null);
+    let methods = obj.and_then(|o| read(&mut problems, plan::methods(o).map(Some)).flatten());
+    let saved_original = obj.and_then(|o| read(&mut problems, plan::kubevirt_record(o)));
+    let post_will_restore = obj.and_then(|o| {
+        let r = read(
+            &mut problems,
+            plan::restore_source(o, copy, intent.fallback.as_deref()).map(Some),
+        )?;
+        Some(RestoreReport {
+            source: r.source,
+            methods: r.original.and_then(|v| v.original()),
+            reason: r.reason,
+        })
+    });
+    KubeVirtReport {
+        object: target.to_string(),
+        found: obj.is_some(),
+        phase: text(o, "/status/phase"),
+        observed_kube_virt_version: text(o, "/status/observedKubeVirtVersion"),
+        target_kube_virt_version: text(o, "/status/targetKubeVirtVersion"),
+        workload_update_methods: methods,
+        saved_original,
+        outdated_virtual_machine_instance_workloads: o
+            .pointer("/status/outdatedVirtualMachineInstanceWorkloads")
+            .and_then(Value::as_i64),
+        methods_owners: plan::owners(o, METHODS_PATH)
+            .into_iter()
+            .map(|owner| OwnerReport {
+                blocks_chart_change: owner.blocks_apply(),
+                owner,
+            })
+            .collect(),
+        post_will_restore,
+        problems,
+    }
+}
+
+fn chart_report(target: &Target, obj: Option<&Value>, intent: &Intent) -> ChartReport {
+    let mut problems = Vec::new();
+    let null = Value::Null;
+    let o = obj.unwrap_or(&null);
+    let list = obj.and_then(|o| read(&mut problems, plan::compare_list(o)));
+    let pointer = read(
+        &mut problems,
+        plan::find_pointer(list, &intent.keys.kubevirt).map(Some),
+    )
+    .flatten();
     ChartReport {
-        object,
-        found: !obj.is_null(),
-        paused: obj
-            .pointer("/spec/paused")
-            .and_then(Value::as_bool)
-            .unwrap_or(false),
-        compare_patches_pointer: plan::find_pointer(list, kubevirt).ok().flatten().is_some(),
-        values_override: obj
-            .pointer("/spec/values/kubevirt/spec/workloadUpdateStrategy/workloadUpdateMethods")
-            .cloned(),
-        values_record: annotation(&obj, VALUES_RECORD),
-        compare_patch_record: annotation(&obj, COMPARE_RECORD),
-        kubevirt_copy: annotation(&obj, KUBEVIRT_COPY),
+        object: target.to_string(),
+        found: obj.is_some(),
+        paused: o.pointer("/spec/paused").and_then(Value::as_bool) == Some(true),
+        compare_patches_pointer: pointer.is_some(),
+        values_override: obj.and_then(|o| {
+            read(
+                &mut problems,
+                plan::lookup(o, VALUES_PATH).map(|v| v.cloned()),
+            )
+        }),
+        values_record: obj.and_then(|o| {
+            read(
+                &mut problems,
+                plan::read_record(o, crate::model::VALUES_RECORD),
+            )
+        }),
+        compare_patch_record: obj.and_then(|o| {
+            read(
+                &mut problems,
+                plan::read_record(o, crate::model::COMPARE_RECORD),
+            )
+        }),
+        kubevirt_copy: obj.and_then(|o| read(&mut problems, plan::kubevirt_copy(o))),
+        problems,
     }
 }
 
@@ -122,38 +210,68 @@ fn row(
     writeln!(f, "  {label:<28}{value}")
 }
 
+fn json(v: &Option<Value>) -> String {
+    plan::describe(v)
+}
+
+fn record(r: &Option<ValueRecord>) -> String {
+    r.as_ref()
+        .map_or_else(|| "none".into(), |r| json(&r.original()))
+}
+
 impl std::fmt::Display for Report {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let or = |v: &Option<String>, d: &str| v.clone().unwrap_or_else(|| d.to_string());
-        let json = |v: &Option<Value>| {
-            v.as_ref()
-                .map_or_else(|| "absent".to_string(), Value::to_string)
-        };
-        if let Some(k) = &self.kubevirt {
-            writeln!(f, "{}", k.object)?;
-            if !k.found {
-                row(f, "not found", "")?;
-            } else {
-                let methods = &k.workload_update_methods;
-                let off = methods
-                    .as_ref()
-                    .is_none_or(|m| m.as_array().is_some_and(Vec::is_empty));
-                row(f, "phase", or(&k.phase, "-"))?;
-                let versions = format!(
-                    "{} / {}",
-                    or(&k.observed_kube_virt_version, "-"),
-                    or(&k.target_kube_virt_version, "-")
-                );
-                row(f, "observed / target version", versions)?;
-                row(f, "workloadUpdateMethods", json(methods))?;
-                row(f, "automated updates", if off { "off" } else { "on" })?;
-                row(f, "saved original", or(&k.saved_original, "none"))?;
-                let outdated = k.outdated_virtual_machine_instance_workloads;
-                row(
+        let or = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+        let k = &self.kubevirt;
+        writeln!(f, "{}", k.object)?;
+        if !k.found {
+            row(f, "not found", "")?;
+        } else {
+            let methods = &k.workload_update_methods;
+            let off = methods
+                .as_ref()
+                .is_none_or(|m| m.as_array().is_some_and(Vec::is_empty));
+            row(f, "phase", or(&k.phase))?;
+            let versions = format!(
+                "{} / {}",
+                or(&k.observed_kube_virt_version),
+                or(&k.target_kube_virt_version)
+            );
+            row(f, "observed / target version", versions)?;
+            row(f, "workloadUpdateMethods", json(methods))?;
+            row(f, "automated updates", if off { "off" } else { "on" })?;
+            row(f, "saved original", record(&k.saved_original))?;
+            if let Some(r) = &k.post_will_restore {
+                let what = match r.source {
+                    Source::Nothing => "nothing".to_string(),
+                    _ => json(&r.methods),
+                };
+                row(f, "post would restore", format!("{what} ({})", r.reason))?;
+            }
+            row(
+                f,
+                "outdated VMI workloads",
+                k.outdated_virtual_machine_instance_workloads
+                    .map_or("-".into(), |n| n.to_string()),
+            )?;
+            row(f, &format!("owners of {METHODS_FIELD}"), "")?;
+            for o in &k.methods_owners {
+                let claim = if o.blocks_chart_change {
+                    " <- Update claim: a chart (Helm 4) change of the field will conflict with it; \
+                     a pre/post cycle of this guard releases it"
+                } else {
+                    ""
+                };
+                writeln!(
                     f,
-                    "outdated VMI workloads",
-                    outdated.map_or("-".into(), |n| n.to_string()),
+                    "    {} ({}, {}){claim}",
+                    o.owner.manager,
+                    o.owner.operation,
+                    o.owner.time.as_deref().unwrap_or("-")
                 )?;
+            }
+            for p in &k.problems {
+                row(f, "PROBLEM", p)?;
             }
         }
         writeln!(
@@ -170,23 +288,23 @@ impl std::fmt::Display for Report {
                 row(f, "not found", "")?;
             } else {
                 row(f, "paused", c.paused)?;
-                row(
-                    f,
-                    "comparePatches pointer",
-                    if c.compare_patches_pointer {
-                        "present"
-                    } else {
-                        "absent"
-                    },
-                )?;
+                let pointer = if c.compare_patches_pointer {
+                    "present"
+                } else {
+                    "absent"
+                };
+                row(f, "comparePatches pointer", pointer)?;
                 row(f, "values override", json(&c.values_override))?;
-                row(f, "values record", or(&c.values_record, "none"))?;
-                row(
-                    f,
-                    "compare-patch record",
-                    or(&c.compare_patch_record, "none"),
-                )?;
-                row(f, "copy of KubeVirt original", or(&c.kubevirt_copy, "none"))?;
+                row(f, "values record", record(&c.values_record))?;
+                let compare = c
+                    .compare_patch_record
+                    .as_ref()
+                    .map_or_else(|| "none".into(), |r| format!("{:?}", r.added));
+                row(f, "compare-patch record", compare)?;
+                row(f, "copy of KubeVirt original", record(&c.kubevirt_copy))?;
+                for p in &c.problems {
+                    row(f, "PROBLEM", p)?;
+                }
             }
         }
         Ok(())

@@ -2,7 +2,9 @@
 
 use serde::Serialize;
 
-use crate::config::Phase;
+use crate::error::Error;
+use crate::phases::Done;
+use crate::plan::{self, Intent, Phase, Steps};
 
 /// The kubelet reads at most 4096 bytes of a termination message.
 pub const MAX_BYTES: usize = 4096;
@@ -53,14 +55,44 @@ impl Summary {
         }
     }
 
-    pub fn step(&mut self, object: impl Into<String>, outcome: Outcome, actions: Vec<String>) {
-        let object = object.into();
-        self.steps.retain(|s| s.object != object);
-        self.steps.push(Step {
-            object,
-            outcome,
-            actions,
-        });
+    /// The summary of a run: one row per object the phase works on, in its order, from what
+    /// each step came to and the error that stopped the run, if any.
+    pub fn of_run(
+        intent: &Intent,
+        dry_run: bool,
+        done: &[Done],
+        result: &Result<(), Error>,
+    ) -> Self {
+        let mut summary = Self::new(Some(intent.phase), dry_run);
+        let all = Intent {
+            steps: Steps::ALL,
+            ..intent.clone()
+        };
+        let failed = result.as_ref().err().and_then(Error::target);
+        for target in plan::targets(&all) {
+            let mine: Vec<&Done> = done.iter().filter(|d| d.target == target).collect();
+            let outcome = if !intent.steps.writes(target.kind) {
+                Outcome::Disabled
+            } else if failed == Some(&target) {
+                Outcome::Failed
+            } else if let Some(d) = mine.iter().find(|d| d.outcome != Outcome::Unchanged) {
+                d.outcome
+            } else if mine.is_empty() {
+                Outcome::NotReached
+            } else {
+                Outcome::Unchanged
+            };
+            summary.steps.push(Step {
+                object: target.to_string(),
+                outcome,
+                actions: mine.iter().flat_map(|d| d.actions.clone()).collect(),
+            });
+        }
+        if let Err(e) = result {
+            summary.exit_code = e.exit_code();
+            summary.error = Some(e.to_string());
+        }
+        summary
     }
 
     /// One line of JSON under [`MAX_BYTES`]: the step actions go first, then the error is cut.
@@ -94,8 +126,13 @@ mod tests {
     #[test]
     fn the_line_stays_under_4096_bytes() {
         let mut s = Summary::new(Some(Phase::Pre), false);
-        s.step("KubeVirt a/b", Outcome::Changed, vec!["x".repeat(3000)]);
-        s.step("ManagedChart c/d", Outcome::Changed, vec!["y".repeat(3000)]);
+        for (object, action) in [("KubeVirt a/b", "x"), ("ManagedChart c/d", "y")] {
+            s.steps.push(Step {
+                object: object.into(),
+                outcome: Outcome::Changed,
+                actions: vec![action.repeat(3000)],
+            });
+        }
         s.error = Some("é".repeat(5000));
         let line = s.to_line();
         assert!(line.len() < MAX_BYTES, "{}", line.len());

@@ -1,174 +1,343 @@
-//! Retry and error classification against a `tower-test` mock. The real behaviour of the API
-//! server is covered by the integration tests in `tests/`.
+//! Retry and error classification against a `tower-test` mock, with the requests' bodies
+//! checked. The real behaviour of the API server is covered by the integration tests in `tests/`.
+
+use std::future::Future;
 
 use super::*;
 use http::{Request, Response};
 use kube::client::Body;
+use serde_json::json;
 use tower_test::mock;
+
+use crate::error::exit;
+use crate::model::ObjectKey;
 
 type Handle = mock::Handle<Request<Body>, Response<Body>>;
 
-fn mock_cluster() -> (Cluster, Handle) {
+fn mock_cluster(dry_run: bool) -> (Cluster, Handle) {
     let (service, handle) = mock::pair::<Request<Body>, Response<Body>>();
     (
-        Cluster::from_client(Client::new(service, "default"), false),
+        Cluster::from_client(Client::new(service, "default"), dry_run),
         handle,
     )
+}
+
+/// Fails a test whose expected requests never come, instead of hanging it.
+async fn within<T>(f: impl Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(600), f)
+        .await
+        .expect("the test finished in time")
 }
 
 fn status(code: u16, details: Value) -> Response<Body> {
     let body = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
                       "message": format!("code {code}"), "reason": "X", "code": code, "details": details});
+    respond(code, body)
+}
+
+fn respond(code: u16, body: Value) -> Response<Body> {
     Response::builder()
         .status(code)
         .body(Body::from(serde_json::to_vec(&body).unwrap()))
         .unwrap()
 }
 
+fn kubevirt(rv: &str) -> Value {
+    json!({"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt",
+           "metadata": {"name": "kubevirt", "namespace": "ns", "resourceVersion": rv},
+           "spec": {"workloadUpdateStrategy": {"workloadUpdateMethods": ["LiveMigrate"]}}})
+}
+
 fn object(rv: &str) -> Response<Body> {
-    let body = json!({"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt",
-                      "metadata": {"name": "kubevirt", "namespace": "ns", "resourceVersion": rv},
-                      "spec": {"workloadUpdateStrategy": {"workloadUpdateMethods": ["LiveMigrate"]}}});
-    Response::builder()
-        .status(200)
-        .body(Body::from(serde_json::to_vec(&body).unwrap()))
-        .unwrap()
+    respond(200, kubevirt(rv))
 }
 
 fn target() -> Target {
-    Target {
-        kind: Kind::KubeVirt,
-        key: ObjectKey {
+    Target::new(
+        Kind::KubeVirt,
+        &ObjectKey {
             namespace: "ns".into(),
             name: "kubevirt".into(),
         },
-    }
+    )
 }
 
-/// Answers requests in order with `responses`; returns the methods seen.
+/// A request as the mock saw it.
+#[derive(Debug)]
+struct Seen {
+    line: String,
+    query: String,
+    body: Value,
+}
+
+/// Answers requests in order: `Ok(response)`, or `Err(())` for a connection-level failure.
 fn serve(
     mut handle: Handle,
-    responses: Vec<Response<Body>>,
-) -> tokio::task::JoinHandle<Vec<String>> {
+    responses: Vec<Result<Response<Body>, ()>>,
+) -> tokio::task::JoinHandle<Vec<Seen>> {
     tokio::spawn(async move {
         let mut seen = Vec::new();
         for response in responses {
             let (request, send) = handle.next_request().await.expect("another request");
-            seen.push(format!("{} {}", request.method(), request.uri().path()));
-            send.send_response(response);
+            let (parts, body) = request.into_parts();
+            let bytes = body.collect_bytes().await.unwrap();
+            seen.push(Seen {
+                line: format!("{} {}", parts.method, parts.uri.path()),
+                query: parts.uri.query().unwrap_or_default().to_string(),
+                body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+            });
+            match response {
+                Ok(r) => send.send_response(r),
+                Err(()) => send.send_error(std::io::Error::other("connection refused")),
+            }
         }
         seen
     })
 }
 
+fn pre(o: &Value) -> Result<Plan, Refusal> {
+    crate::plan::kubevirt_pre(o, None).map_err(|reason| Refusal {
+        target: target(),
+        reason,
+    })
+}
+
+const PATH: &str = "/apis/kubevirt.io/v1/namespaces/ns/kubevirts/kubevirt";
+
 #[tokio::test(start_paused = true)]
 async fn transient_errors_are_retried_until_success() {
-    let (cluster, handle) = mock_cluster();
-    let server = serve(
-        handle,
-        vec![
-            status(503, json!({})),
-            status(429, json!({})),
-            status(500, json!({})),
-            object("1"),
-        ],
-    );
-    let obj = cluster.get(&target()).await.unwrap().unwrap();
+    let (cluster, handle) = mock_cluster(false);
+    // More failures than any small fixed retry count: only the run's deadline stops retries.
+    let mut responses: Vec<_> = [503, 429, 500, 502, 504]
+        .map(|c| Ok(status(c, json!({}))))
+        .into();
+    responses.extend([Err(()), Err(()), Ok(object("1"))]);
+    let server = serve(handle, responses);
+    let obj = within(cluster.get(&target())).await.unwrap().unwrap();
     assert_eq!(obj["metadata"]["resourceVersion"], "1");
-    assert_eq!(server.await.unwrap().len(), 4);
+    assert_eq!(server.await.unwrap().len(), 8);
 }
 
 #[tokio::test(start_paused = true)]
 async fn permanent_errors_are_not_retried() {
     for code in [400, 401, 403] {
-        let (cluster, handle) = mock_cluster();
-        let server = serve(handle, vec![status(code, json!({}))]);
-        let err = cluster.get(&target()).await.unwrap_err();
-        assert_eq!(
-            err.exit_code(),
-            crate::error::exit::PERMANENT,
-            "{code}: {err}"
+        let (cluster, handle) = mock_cluster(false);
+        // Details that name the object, as a real 403 has: still not "not found".
+        let server = serve(
+            handle,
+            vec![Ok(status(
+                code,
+                json!({"name": "kubevirt", "kind": "kubevirts"}),
+            ))],
         );
+        let err = within(cluster.get(&target())).await.unwrap_err();
+        assert_eq!(err.exit_code(), exit::PERMANENT, "{code}: {err}");
+        assert!(
+            matches!(&err, Error::Refused { code: c, .. } if *c == code),
+            "{err:?}"
+        );
+        assert_eq!(err.target(), Some(&target()));
         assert_eq!(server.await.unwrap().len(), 1);
     }
 }
 
 #[tokio::test(start_paused = true)]
 async fn not_found_tells_a_missing_object_from_a_missing_crd() {
-    let (cluster, handle) = mock_cluster();
+    let (cluster, handle) = mock_cluster(false);
     let server = serve(
         handle,
-        vec![status(
+        vec![Ok(status(
             404,
             json!({"name": "kubevirt", "kind": "kubevirts"}),
-        )],
+        ))],
     );
-    assert_eq!(cluster.get(&target()).await.unwrap(), None);
+    assert_eq!(within(cluster.get(&target())).await.unwrap(), None);
     server.await.unwrap();
 
-    let (cluster, handle) = mock_cluster();
-    let server = serve(handle, vec![status(404, json!({}))]);
-    let err = cluster.get(&target()).await.unwrap_err().to_string();
-    assert!(err.contains("is its CRD installed"), "{err}");
+    let (cluster, handle) = mock_cluster(false);
+    let server = serve(handle, vec![Ok(status(404, json!({})))]);
+    let err = within(cluster.get(&target())).await.unwrap_err();
+    assert!(matches!(err, Error::NotServed { .. }), "{err:?}");
+    assert!(err.to_string().contains("is its CRD installed"), "{err}");
     server.await.unwrap();
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_conflict_reads_again_and_replans() {
-    let (cluster, handle) = mock_cluster();
+async fn a_conflict_reads_again_and_replans_against_the_new_version() {
+    let (cluster, handle) = mock_cluster(false);
     let server = serve(
         handle,
-        vec![status(409, json!({})), object("2"), object("3")],
+        vec![Ok(status(409, json!({}))), Ok(object("2")), Ok(object("3"))],
     );
-    let current = serde_json::to_value(
-        json!({"metadata": {"name": "kubevirt", "resourceVersion": "1"},
-        "spec": {"workloadUpdateStrategy": {"workloadUpdateMethods": ["LiveMigrate"]}}}),
-    )
-    .unwrap();
-    let written = cluster
-        .converge(&target(), current, |o| crate::plan::kubevirt_pre(o, None))
+    let written = within(cluster.converge(&target(), kubevirt("1"), pre))
         .await
         .unwrap();
     assert!(matches!(written, Written::Changed { .. }));
+    let seen = server.await.unwrap();
+    let lines: Vec<&str> = seen.iter().map(|s| s.line.as_str()).collect();
     assert_eq!(
-        server.await.unwrap(),
-        vec![
-            "PATCH /apis/kubevirt.io/v1/namespaces/ns/kubevirts/kubevirt",
-            "GET /apis/kubevirt.io/v1/namespaces/ns/kubevirts/kubevirt",
-            "PATCH /apis/kubevirt.io/v1/namespaces/ns/kubevirts/kubevirt"
+        lines,
+        [
+            format!("PATCH {PATH}"),
+            format!("GET {PATH}"),
+            format!("PATCH {PATH}")
         ]
     );
+    let rv_test = |s: &Seen| s.body[0].clone();
+    assert_eq!(
+        rv_test(&seen[0]),
+        json!({"op": "test", "path": "/metadata/resourceVersion", "value": "1"})
+    );
+    assert_eq!(
+        rv_test(&seen[2]),
+        json!({"op": "test", "path": "/metadata/resourceVersion", "value": "2"})
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_patch_names_our_field_manager_and_a_dry_run_says_so() {
+    for dry_run in [false, true] {
+        let (cluster, handle) = mock_cluster(dry_run);
+        let server = serve(handle, vec![Ok(object("2"))]);
+        within(cluster.converge(&target(), kubevirt("1"), pre))
+            .await
+            .unwrap();
+        let seen = server.await.unwrap();
+        assert!(
+            seen[0]
+                .query
+                .contains(&format!("fieldManager={FIELD_MANAGER}")),
+            "{}",
+            seen[0].query
+        );
+        assert_eq!(
+            seen[0].query.contains("dryRun=All"),
+            dry_run,
+            "{}",
+            seen[0].query
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_patch_of_a_deleted_object_is_missing() {
+    let (cluster, handle) = mock_cluster(false);
+    let server = serve(
+        handle,
+        vec![Ok(status(
+            404,
+            json!({"name": "kubevirt", "kind": "kubevirts"}),
+        ))],
+    );
+    let written = within(cluster.converge(&target(), kubevirt("1"), pre))
+        .await
+        .unwrap();
+    assert!(matches!(written, Written::Missing), "{written:?}");
+    server.await.unwrap();
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_failed_patch_on_an_unchanged_object_is_permanent() {
-    let (cluster, handle) = mock_cluster();
+    let (cluster, handle) = mock_cluster(false);
     // 422 without details, as a failed `test` gives, but the object did not change.
-    let server = serve(handle, vec![status(422, json!({})), object("1")]);
-    let current = json!({"metadata": {"name": "kubevirt", "resourceVersion": "1"}, "spec": {}});
-    let err = cluster
-        .converge(&target(), current, |o| crate::plan::kubevirt_pre(o, None))
+    let server = serve(handle, vec![Ok(status(422, json!({}))), Ok(object("1"))]);
+    let err = within(cluster.converge(&target(), kubevirt("1"), pre))
         .await
         .unwrap_err();
-    assert_eq!(err.exit_code(), crate::error::exit::PERMANENT, "{err}");
+    assert!(matches!(err, Error::Refused { code: 422, .. }), "{err:?}");
     server.await.unwrap();
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_schema_rejection_is_permanent() {
-    let (cluster, handle) = mock_cluster();
+    let (cluster, handle) = mock_cluster(false);
     let server = serve(
         handle,
-        vec![status(
+        vec![Ok(status(
             422,
             json!({"name": "kubevirt", "causes": [{"field": "spec"}]}),
-        )],
+        ))],
     );
-    let current = json!({"metadata": {"name": "kubevirt", "resourceVersion": "1"}, "spec": {}});
-    let err = cluster
-        .converge(&target(), current, |o| crate::plan::kubevirt_pre(o, None))
+    let err = within(cluster.converge(&target(), kubevirt("1"), pre))
         .await
         .unwrap_err();
-    assert_eq!(err.exit_code(), crate::error::exit::PERMANENT, "{err}");
+    assert_eq!(err.exit_code(), exit::PERMANENT, "{err}");
     assert_eq!(server.await.unwrap().len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_migration_list_follows_pages_and_keeps_only_the_updater_s() {
+    let page = |names: &[&str], next: &str| {
+        let items: Vec<Value> = names
+            .iter()
+            .map(|n| {
+                json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
+                            "metadata": {"name": n, "namespace": "vms"}})
+            })
+            .collect();
+        respond(
+            200,
+            json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigrationList",
+                   "metadata": {"continue": next}, "items": items}),
+        )
+    };
+    let (cluster, handle) = mock_cluster(false);
+    let server = serve(
+        handle,
+        vec![
+            Ok(page(&["kubevirt-workload-update-a", "mine"], "t1")),
+            Ok(page(&["kubevirt-workload-update-b"], "")),
+        ],
+    );
+    let list = within(cluster.list_migrations(crate::model::MIGRATION_PREFIX))
+        .await
+        .unwrap();
+    let names: Vec<&str> = list
+        .iter()
+        .map(|m| m["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["kubevirt-workload-update-a", "kubevirt-workload-update-b"]
+    );
+    let seen = server.await.unwrap();
+    assert!(seen[1].query.contains("continue=t1"), "{}", seen[1].query);
+
+    let (cluster, handle) = mock_cluster(false);
+    let server = serve(handle, vec![Ok(status(403, json!({})))]);
+    let err = within(cluster.list_migrations("x")).await.unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            Error::Refused {
+                code: 403,
+                subject: Subject::Migrations,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    server.await.unwrap();
+}
+
+#[test]
+fn classification() {
+    let api = |code: u16, details: Option<Value>| {
+        let mut s = kube::core::Status::failure("x", "y").with_code(code);
+        s.details = details.map(|d| serde_json::from_value(d).unwrap());
+        kube::Error::Api(Box::new(s))
+    };
+    assert_eq!(classify(&api(409, None)), Class::Conflict);
+    assert_eq!(classify(&api(422, None)), Class::Conflict);
+    assert_eq!(
+        classify(&api(422, Some(json!({"causes": [{"field": "spec"}]})))),
+        Class::Permanent
+    );
+    assert_eq!(classify(&api(404, None)), Class::NotFound);
+    for code in [429, 500, 502, 503, 504] {
+        assert_eq!(classify(&api(code, None)), Class::Transient, "{code}");
+    }
+    for code in [400, 401, 403, 405, 410, 501] {
+        assert_eq!(classify(&api(code, None)), Class::Permanent, "{code}");
+    }
 }

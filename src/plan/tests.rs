@@ -1,4 +1,5 @@
 use super::*;
+use crate::model::{ANNOTATION_PREFIX, METHODS_FIELD};
 use proptest::prelude::*;
 use serde_json::json;
 
@@ -29,10 +30,10 @@ fn post_kv(obj: &Value, fallback: Option<&[String]>) -> Value {
     apply(obj, &kubevirt_post(obj, fallback, None).unwrap())
 }
 fn pre_chart(obj: &Value) -> Value {
-    apply(obj, &chart_pre(obj, &kv(), true, true, None).unwrap())
+    apply(obj, &chart_pre(obj, &kv(), &Steps::ALL, None).unwrap())
 }
 fn post_chart(obj: &Value) -> Value {
-    apply(obj, &chart_post(obj, &kv(), true, true).unwrap())
+    apply(obj, &chart_post(obj, &kv(), &Steps::ALL).unwrap())
 }
 
 fn kubevirt(methods: Option<Value>) -> Value {
@@ -222,14 +223,14 @@ fn malformed_objects_are_refused_with_a_clear_message() {
         ),
     ];
     for (obj, want) in chart_cases {
-        let err = chart_pre(&obj, &kv(), true, true, None).unwrap_err();
+        let err = chart_pre(&obj, &kv(), &Steps::ALL, None).unwrap_err();
         assert!(
             err.0.contains(want),
             "{obj}: {err} does not mention {want:?}"
         );
         // post only inspects what it has a record of.
         if !want.contains("jsonPointers") {
-            let err = chart_post(&obj, &kv(), true, true).unwrap_err();
+            let err = chart_post(&obj, &kv(), &Steps::ALL).unwrap_err();
             assert!(
                 err.0.contains(want),
                 "{obj}: {err} does not mention {want:?}"
@@ -261,7 +262,7 @@ fn chart_pre_appends_an_entry_and_overrides_values_in_one_patch() {
         json!({"kubevirt": {"spec": {"configuration": {"x": 1}}}}),
         Some(json!([longhorn_entry()])),
     );
-    let plan = chart_pre(&obj, &kv(), true, true, None).unwrap();
+    let plan = chart_pre(&obj, &kv(), &Steps::ALL, None).unwrap();
     assert_eq!(
         ops(&plan),
         json!([
@@ -363,12 +364,47 @@ fn post_keeps_pointers_others_added_to_our_entry() {
 #[test]
 fn switches_limit_the_chart_plan_to_the_enabled_steps() {
     let obj = chart(json!({}), None);
-    let only_values = apply(&obj, &chart_pre(&obj, &kv(), true, false, None).unwrap());
+    let only_values = apply(
+        &obj,
+        &chart_pre(
+            &obj,
+            &kv(),
+            &Steps {
+                compare: false,
+                ..Steps::ALL
+            },
+            None,
+        )
+        .unwrap(),
+    );
     assert!(only_values["spec"].get("diff").is_none());
-    let only_compare = apply(&obj, &chart_pre(&obj, &kv(), false, true, None).unwrap());
+    let only_compare = apply(
+        &obj,
+        &chart_pre(
+            &obj,
+            &kv(),
+            &Steps {
+                values: false,
+                ..Steps::ALL
+            },
+            None,
+        )
+        .unwrap(),
+    );
     assert_eq!(only_compare["spec"]["values"], json!({}));
     assert_eq!(
-        chart_pre(&obj, &kv(), false, false, None).unwrap().patch,
+        chart_pre(
+            &obj,
+            &kv(),
+            &Steps {
+                values: false,
+                compare: false,
+                kubevirt: true
+            },
+            None
+        )
+        .unwrap()
+        .patch,
         None
     );
 }
@@ -378,8 +414,8 @@ fn a_corrupted_copy_on_the_chart_is_refused() {
     let obj = json!({"metadata": {"resourceVersion": "1", "annotations": {KUBEVIRT_COPY: r#"{"present":true,"value":"x"}"#}}, "spec": {}});
     let original = kubevirt_original(&kubevirt(None)).unwrap();
     for err in [
-        chart_pre(&obj, &kv(), true, true, Some(&original)).unwrap_err(),
-        chart_post(&obj, &kv(), true, true).unwrap_err(),
+        chart_pre(&obj, &kv(), &Steps::ALL, Some(&original)).unwrap_err(),
+        chart_post(&obj, &kv(), &Steps::ALL).unwrap_err(),
         kubevirt_copy(&obj).unwrap_err(),
     ] {
         assert!(
@@ -416,7 +452,7 @@ fn fleet_redeploys_after_the_chart_write(kv0: &Value, chart0: &Value) -> (Value,
     let original = kubevirt_original(kv0).unwrap();
     let chart1 = apply(
         chart0,
-        &chart_pre(chart0, &kv(), true, true, Some(&original)).unwrap(),
+        &chart_pre(chart0, &kv(), &Steps::ALL, Some(&original)).unwrap(),
     );
     let mut kv1 = kv0.clone();
     kv1["spec"]["workloadUpdateStrategy"]["workloadUpdateMethods"] = json!([]);
@@ -642,9 +678,9 @@ proptest! {
     #[test]
     fn chart_pre_and_post_are_idempotent(s in chart_strategy()) {
         let once = pre_chart(&s);
-        prop_assert_eq!(chart_pre(&once, &kv(), true, true, None).unwrap().patch, None);
+        prop_assert_eq!(chart_pre(&once, &kv(), &Steps::ALL, None).unwrap().patch, None);
         let restored = post_chart(&once);
-        prop_assert_eq!(chart_post(&restored, &kv(), true, true).unwrap().patch, None);
+        prop_assert_eq!(chart_post(&restored, &kv(), &Steps::ALL).unwrap().patch, None);
     }
 
     #[test]
@@ -665,27 +701,29 @@ proptest! {
         redeploy in any::<bool>(),
         rerun_pre in any::<bool>(),
     ) {
-        // pre: ManagedChart (with the copy), maybe a Fleet redeploy, maybe a killed first run.
-        let (mut kv1, chart1) = if redeploy {
-            fleet_redeploys_after_the_chart_write(&kv0, &chart0)
+        let start = Objects { kubevirt: Some(kv0.clone()), chart: Some(chart0.clone()) };
+        // pre: the ManagedChart (with the copy) first; maybe the run is killed right after it
+        // and Fleet re-renders the CR from the new values before the rerun.
+        let mut now = if redeploy {
+            let (kv1, chart1) = fleet_redeploys_after_the_chart_write(&kv0, &chart0);
+            Objects { kubevirt: Some(kv1), chart: Some(chart1) }
         } else {
-            let original = kubevirt_original(&kv0).unwrap();
-            (kv0.clone(), apply(&chart0, &chart_pre(&chart0, &kv(), true, true, Some(&original)).unwrap()))
+            run_phase(Phase::Pre, &start)
         };
-        let copy = kubevirt_copy(&chart1).unwrap();
-        prop_assert!(copy.is_some());
-        if rerun_pre || !redeploy {
-            kv1 = apply(&kv1, &kubevirt_pre(&kv1, copy.as_ref()).unwrap());
-            prop_assert_eq!(methods(&kv1).unwrap(), Some(json!([])));
+        prop_assert!(kubevirt_copy(now.chart.as_ref().unwrap()).unwrap().is_some());
+        if rerun_pre {
+            now = run_phase(Phase::Pre, &now);
+            prop_assert_eq!(methods(now.kubevirt.as_ref().unwrap()).unwrap(), Some(json!([])));
         }
         // post: KubeVirt, then ManagedChart.
-        let kv2 = apply(&kv1, &kubevirt_post(&kv1, None, copy.as_ref()).unwrap());
-        let chart2 = apply(&chart1, &chart_post(&chart1, &kv(), true, true).unwrap());
-        prop_assert_eq!(methods(&kv2).unwrap(), methods(&kv0).unwrap());
-        prop_assert_eq!(chart2, chart0);
+        let end = run_phase(Phase::Post, &now);
+        prop_assert_eq!(methods(end.kubevirt.as_ref().unwrap()).unwrap(), methods(&kv0).unwrap());
+        prop_assert_eq!(end.chart.as_ref(), Some(&chart0));
         if !redeploy {
-            prop_assert_eq!(kv2, kv0);
+            prop_assert_eq!(end.kubevirt.as_ref(), Some(&kv0));
         }
+        // post twice equals post once.
+        prop_assert_eq!(run_phase(Phase::Post, &end), end);
     }
 
     #[test]
@@ -700,5 +738,322 @@ proptest! {
         let list = compare_list(&restored).unwrap().cloned().unwrap_or_default();
         prop_assert!(list.contains(&extra));
         prop_assert_eq!(&restored["metadata"]["annotations"]["someone/else"], &json!("x"));
+    }
+}
+
+// ---- the phase planner ----
+
+fn intent(phase: Phase) -> Intent {
+    Intent {
+        phase,
+        steps: Steps::ALL,
+        keys: Keys {
+            kubevirt: kv(),
+            chart: Some(ObjectKey {
+                namespace: "fleet-local".into(),
+                name: "harvester".into(),
+            }),
+        },
+        fallback: None,
+    }
+}
+
+/// Every write of a phase applied in turn, as `phases` does (minus the server's bookkeeping).
+fn run_phase(phase: Phase, objects: &Objects) -> Objects {
+    let intent = intent(phase);
+    let mut now = objects.clone();
+    for step in steps(&intent) {
+        if let Some(plan) = plan_step(&intent, &step, &now).unwrap() {
+            let obj = now.get(step.target.kind).unwrap();
+            now.set(step.target.kind, Some(apply(obj, &plan)));
+        }
+    }
+    now
+}
+
+fn kinds(steps: &[(Step, Plan)]) -> Vec<(Kind, Write)> {
+    steps
+        .iter()
+        .map(|(s, _)| (s.target.kind, s.write))
+        .collect()
+}
+
+#[test]
+fn the_phases_write_in_the_documented_order() {
+    let both = Objects {
+        kubevirt: Some(kubevirt(Some(json!(["LiveMigrate"])))),
+        chart: Some(chart(json!({}), None)),
+    };
+    let pre = plan_phase(&intent(Phase::Pre), &both).unwrap();
+    assert_eq!(
+        kinds(&pre),
+        [
+            (Kind::ManagedChart, Write::Change),
+            (Kind::KubeVirt, Write::Change)
+        ]
+    );
+    assert!(pre.iter().all(|(_, p)| p.patch.is_some()));
+    // The CR's plan already sees the copy that the ManagedChart's plan writes.
+    assert!(
+        pre[0].1.actions.iter().any(|a| a.contains("copied")),
+        "{:?}",
+        pre[0].1.actions
+    );
+    let post = plan_phase(&intent(Phase::Post), &run_phase(Phase::Pre, &both)).unwrap();
+    assert_eq!(
+        kinds(&post),
+        [
+            (Kind::KubeVirt, Write::Change),
+            (Kind::KubeVirt, Write::Release),
+            (Kind::ManagedChart, Write::Change),
+            (Kind::ManagedChart, Write::Release),
+        ]
+    );
+    assert!(
+        plan_phase(&intent(Phase::Status), &both)
+            .unwrap()
+            .is_empty()
+    );
+    // A missing object has no step; switched-off steps have none either.
+    let only_kv = Objects {
+        chart: None,
+        ..both.clone()
+    };
+    assert_eq!(
+        kinds(&plan_phase(&intent(Phase::Pre), &only_kv).unwrap()),
+        [(Kind::KubeVirt, Write::Change)]
+    );
+    let mut no_chart = intent(Phase::Post);
+    no_chart.steps = Steps {
+        values: false,
+        compare: false,
+        kubevirt: true,
+    };
+    assert_eq!(targets(&no_chart).len(), 1);
+    no_chart.steps = Steps {
+        kubevirt: false,
+        ..Steps::ALL
+    };
+    assert_eq!(
+        targets(&no_chart)
+            .iter()
+            .map(|t| t.kind)
+            .collect::<Vec<_>>(),
+        [Kind::ManagedChart]
+    );
+}
+
+#[test]
+fn a_malformed_object_refuses_the_whole_phase_and_names_it() {
+    let good_kv = kubevirt(Some(json!(["LiveMigrate"])));
+    let good_chart = chart(json!({}), None);
+    let bad_kv = kubevirt(Some(json!("LiveMigrate")));
+    let mut bad_chart = good_chart.clone();
+    bad_chart["metadata"]["annotations"] = json!({KUBEVIRT_COPY: "{"});
+    for phase in [Phase::Pre, Phase::Post] {
+        for (kv_obj, chart_obj, at_fault) in [
+            (&bad_kv, &good_chart, Kind::KubeVirt),
+            (&good_kv, &bad_chart, Kind::ManagedChart),
+        ] {
+            let objects = Objects {
+                kubevirt: Some(kv_obj.clone()),
+                chart: Some(chart_obj.clone()),
+            };
+            let err = plan_phase(&intent(phase), &objects).unwrap_err();
+            assert_eq!(err.target.kind, at_fault, "{phase:?}: {err}");
+            assert!(!err.to_string().contains('\n'));
+        }
+    }
+}
+
+#[test]
+fn restore_source_precedence() {
+    let live = json!(["LiveMigrate"]);
+    let copy = value_record(Some(json!(["Evict"])), Vec::new());
+    let fallback = ["LiveMigrate".to_string(), "Evict".to_string()];
+    let mut ours = kubevirt(Some(json!([])));
+    ours["metadata"]["managedFields"] = json!([
+        {"manager": "helm", "operation": "Apply", "fieldsV1": {"f:spec": {}}},
+        {"manager": FIELD_MANAGER, "operation": "Update",
+         "fieldsV1": {"f:spec": {"f:workloadUpdateStrategy": {"f:workloadUpdateMethods": {}}}}},
+    ]);
+    let recorded = pre_kv(&kubevirt(Some(live.clone())));
+    let (on, absent, theirs) = (
+        kubevirt(Some(live.clone())),
+        kubevirt(None),
+        kubevirt(Some(json!([]))),
+    );
+    type Case<'a> = (
+        &'a Value,
+        Option<&'a ValueRecord>,
+        Option<&'a [String]>,
+        Source,
+    );
+    let cases: Vec<Case> = vec![
+        (&recorded, Some(&copy), Some(&fallback), Source::CrRecord),
+        (&ours, Some(&copy), Some(&fallback), Source::ChartCopy),
+        (&ours, None, Some(&fallback), Source::Fallback),
+        (&ours, None, None, Source::Nothing),
+        // Not []: the copy and the fallback do not apply.
+        (&on, Some(&copy), Some(&fallback), Source::Nothing),
+        (&absent, None, Some(&fallback), Source::Nothing),
+        // [] that is not ours: the fallback does not apply.
+        (&theirs, None, Some(&fallback), Source::Nothing),
+    ];
+    for (obj, copy, fallback, want) in cases {
+        let r = restore_source(obj, copy, fallback).unwrap();
+        assert_eq!(r.source, want, "{obj}");
+        assert_eq!(r.original.is_some(), want != Source::Nothing);
+        // kubevirt_post acts on exactly this source.
+        let after = apply(obj, &kubevirt_post(obj, fallback, copy).unwrap());
+        let expected = match want {
+            Source::CrRecord => Some(live.clone()),
+            Source::ChartCopy => Some(json!(["Evict"])),
+            Source::Fallback => Some(json!(fallback.unwrap())),
+            Source::Nothing => methods(obj).unwrap(),
+        };
+        assert_eq!(methods(&after).unwrap(), expected, "{want:?}");
+    }
+}
+
+#[test]
+fn the_original_copied_to_the_chart_drops_the_parents_the_cr_record_lists() {
+    let mut bare = kubevirt(None);
+    bare["spec"] = json!({});
+    let absent = pre_kv(&bare);
+    let record: ValueRecord = read_record(&absent, KUBEVIRT_RECORD).unwrap().unwrap();
+    assert_eq!(record.created_parents, ["/spec/workloadUpdateStrategy"]);
+    let original = kubevirt_original(&absent).unwrap();
+    assert!(original.created_parents.is_empty());
+    assert_eq!(original.present, record.present);
+}
+
+// ---- the release of our field-manager claim ----
+
+fn entry(manager: &str, operation: &str, fields: Value) -> Value {
+    json!({"manager": manager, "operation": operation, "apiVersion": "kubevirt.io/v1",
+           "time": "2026-11-30T10:00:00Z", "fieldsType": "FieldsV1", "fieldsV1": fields})
+}
+
+fn methods_fields() -> Value {
+    json!({"f:spec": {"f:workloadUpdateStrategy": {"f:workloadUpdateMethods": {}}}})
+}
+
+#[test]
+fn release_removes_exactly_our_entry_guarded_by_its_manager() {
+    let mut obj = kubevirt(Some(json!(["LiveMigrate"])));
+    obj["metadata"]["managedFields"] = json!([
+        entry("helm", "Apply", json!({"f:spec": {"f:x": {}}})),
+        entry(FIELD_MANAGER, "Update", methods_fields()),
+        entry(
+            "kubectl-patch",
+            "Update",
+            json!({"f:metadata": {"f:labels": {}}})
+        ),
+    ]);
+    let plan = release(&obj, Kind::KubeVirt).unwrap();
+    assert_eq!(
+        ops(&plan),
+        json!([
+            {"op": "test", "path": "/metadata/resourceVersion", "value": "7"},
+            {"op": "test", "path": "/metadata/managedFields/1/manager", "value": FIELD_MANAGER},
+            {"op": "remove", "path": "/metadata/managedFields/1"},
+        ])
+    );
+    assert_eq!(
+        plan.actions,
+        [format!(
+            "released our field-manager claim on {METHODS_FIELD}"
+        )]
+    );
+    let after = apply(&obj, &plan);
+    assert_eq!(owners(&after, METHODS_PATH), []);
+    assert_eq!(release(&after, Kind::KubeVirt).unwrap().patch, None);
+}
+
+#[test]
+fn release_keeps_our_claim_while_we_still_suspend() {
+    let live = kubevirt(Some(json!(["LiveMigrate"])));
+    let mut suspended = pre_kv(&live);
+    suspended["metadata"]["managedFields"] = json!([
+        entry("helm", "Apply", json!({"f:spec": {}})),
+        entry(FIELD_MANAGER, "Update", methods_fields()),
+    ]);
+    // The record is still there: nothing is released.
+    assert_eq!(release(&suspended, Kind::KubeVirt).unwrap().patch, None);
+    // Our own [] without a record: the claim is what lets a later fallback act.
+    let mut lost = suspended.clone();
+    lost["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("annotations");
+    assert_eq!(release(&lost, Kind::KubeVirt).unwrap().patch, None);
+    assert_eq!(
+        restore_source(&lost, None, Some(&["LiveMigrate".into()]))
+            .unwrap()
+            .source,
+        Source::Fallback
+    );
+    // Our entry alone cannot go: the server ignores an emptied managedFields.
+    let mut alone = kubevirt(Some(json!(["LiveMigrate"])));
+    alone["metadata"]["managedFields"] = json!([entry(FIELD_MANAGER, "Update", methods_fields())]);
+    assert_eq!(release(&alone, Kind::KubeVirt).unwrap().patch, None);
+    // A chart with any of our records keeps our claim too.
+    let chart_obj = pre_chart(&chart(json!({}), None));
+    let mut c = chart_obj.clone();
+    c["metadata"]["managedFields"] = json!([
+        entry("rancher", "Update", json!({"f:spec": {}})),
+        entry(FIELD_MANAGER, "Update", json!({"f:spec": {"f:diff": {}}})),
+    ]);
+    assert_eq!(release(&c, Kind::ManagedChart).unwrap().patch, None);
+}
+
+fn managed_fields_strategy() -> impl Strategy<Value = Vec<Value>> {
+    let manager = prop_oneof![
+        Just("helm"),
+        Just("kubectl-patch"),
+        Just("upgrade-toolkit"),
+        Just(FIELD_MANAGER)
+    ];
+    let operation = prop_oneof![Just("Apply"), Just("Update")];
+    let fields = prop_oneof![
+        Just(methods_fields()),
+        Just(json!({"f:spec": {"f:x": {}}})),
+        Just(json!({"f:metadata": {"f:annotations": {"f:a": {}}}})),
+        Just(json!({})),
+    ];
+    prop::collection::vec(
+        (manager, operation, fields).prop_map(|(m, o, f)| entry(m, o, f)),
+        0..6,
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1000))]
+
+    #[test]
+    fn release_drops_only_our_claims_at_any_index(
+        mf in managed_fields_strategy(),
+        m in methods_strategy(),
+        kind in prop_oneof![Just(Kind::KubeVirt), Just(Kind::ManagedChart)],
+    ) {
+        let mut obj = kubevirt(m.filter(|m| m != &json!([])));
+        obj["metadata"]["managedFields"] = json!(mf.clone());
+        let plan = release(&obj, kind).unwrap();
+        let after = apply(&obj, &plan);
+        let left = after["metadata"]["managedFields"].as_array().unwrap().clone();
+        let is_claim = |e: &Value| e["manager"] == FIELD_MANAGER && e["fieldsV1"] != json!({});
+        let others: Vec<Value> = mf.iter().filter(|e| !is_claim(e)).cloned().collect();
+        if others.is_empty() {
+            // Nothing else would be left: the server would not take it.
+            prop_assert_eq!(plan.patch, None);
+        } else {
+            // Everyone else's entries stay, in order and unchanged; ours go.
+            prop_assert_eq!(left, others);
+            prop_assert_eq!(release(&after, kind).unwrap().patch, None);
+        }
+        // Nothing else on the object changes.
+        let strip = |o: &Value| { let mut o = o.clone(); o["metadata"]["managedFields"] = json!(null); o };
+        prop_assert_eq!(strip(&after), strip(&obj));
     }
 }

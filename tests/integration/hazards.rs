@@ -3,9 +3,9 @@
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
-use workload_update_guard::cluster::{Cluster, Kind, Target, Written};
-use workload_update_guard::config::ObjectKey;
-use workload_update_guard::plan::{self, METHODS_POINTER};
+use workload_update_guard::cluster::{Cluster, Written};
+use workload_update_guard::model::{self, Kind, METHODS_POINTER, ObjectKey, Target};
+use workload_update_guard::plan;
 
 use crate::support::*;
 
@@ -76,7 +76,7 @@ async fn pre_then_post_restores_every_original_exactly() {
                 .as_slice()
         );
         assert_eq!(list[3]["jsonPointers"], json!([METHODS_POINTER]));
-        let record: plan::ValueRecord = plan::read_record(&kv, plan::KUBEVIRT_RECORD)
+        let record: plan::ValueRecord = plan::read_record(&kv, model::KUBEVIRT_RECORD)
             .unwrap()
             .unwrap();
         assert_eq!(record.value, original);
@@ -160,7 +160,7 @@ async fn post_without_a_record_applies_the_fallback_only_to_our_own_empty_list()
 }
 
 async fn strip_kubevirt_record(client: &kube::Client, ns: &str) {
-    let key = plan::KUBEVIRT_RECORD.replace('/', "~1");
+    let key = model::KUBEVIRT_RECORD.replace('/', "~1");
     let op = json!([{"op": "remove", "path": format!("/metadata/annotations/{key}")}]);
     json_patch(client, "KubeVirt", ns, "kubevirt", op)
         .await
@@ -236,7 +236,10 @@ async fn a_write_between_our_read_and_our_write_is_not_lost() {
     };
     let written = cluster
         .converge(&target, stale, |o| {
-            plan::chart_pre(o, &kv, true, true, None)
+            plan::chart_pre(o, &kv, &plan::Steps::ALL, None).map_err(|reason| plan::Refusal {
+                target: target.clone(),
+                reason,
+            })
         })
         .await
         .unwrap();
@@ -356,7 +359,7 @@ async fn dry_run_prints_the_patches_and_changes_nothing() {
         name: "kubevirt".into(),
     };
     let original = plan::kubevirt_original(&kv0).unwrap();
-    let chart_plan = plan::chart_pre(&chart0, &kv, true, true, Some(&original)).unwrap();
+    let chart_plan = plan::chart_pre(&chart0, &kv, &plan::Steps::ALL, Some(&original)).unwrap();
     assert_eq!(
         lines[0]["patch"],
         serde_json::to_value(chart_plan.patch).unwrap()

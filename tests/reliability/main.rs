@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
 use workload_update_guard::error::exit;
-use workload_update_guard::plan;
+use workload_update_guard::{model, plan};
 
 use support::*;
 
@@ -224,7 +224,7 @@ async fn a_kill_after_any_write_then_a_rerun_converges() {
                     kv["spec"]["workloadUpdateStrategy"]["workloadUpdateMethods"],
                     json!([])
                 );
-                let record: plan::ValueRecord = plan::read_record(&kv, plan::KUBEVIRT_RECORD)
+                let record: plan::ValueRecord = plan::read_record(&kv, model::KUBEVIRT_RECORD)
                     .unwrap()
                     .unwrap();
                 assert_eq!(
@@ -284,7 +284,7 @@ async fn a_fleet_redeploy_after_a_killed_pre_loses_no_original() {
             if rerun_pre {
                 assert_eq!(run_phase(&ns, "pre").await.code, 0);
                 let kv = get(&client, "KubeVirt", &ns, "kubevirt").await;
-                let record: plan::ValueRecord = plan::read_record(&kv, plan::KUBEVIRT_RECORD)
+                let record: plan::ValueRecord = plan::read_record(&kv, model::KUBEVIRT_RECORD)
                     .unwrap()
                     .unwrap();
                 assert_eq!(
@@ -359,7 +359,7 @@ async fn concurrent_writers_lose_nothing() {
         assert!(
             annotations
                 .keys()
-                .all(|k| !k.starts_with(plan::ANNOTATION_PREFIX)),
+                .all(|k| !k.starts_with(model::ANNOTATION_PREFIX)),
             "{annotations:?}"
         );
     }
@@ -662,31 +662,31 @@ async fn bad_input_gives_one_line_the_documented_code_and_no_write() {
         (
             "ManagedChart",
             "harvester",
-            json!({"op": "add", "path": "/metadata/annotations", "value": {plan::VALUES_RECORD: "{broken"}}),
+            json!({"op": "add", "path": "/metadata/annotations", "value": {model::VALUES_RECORD: "{broken"}}),
             "is corrupted",
         ),
         (
             "ManagedChart",
             "harvester",
-            json!({"op": "add", "path": "/metadata/annotations", "value": {plan::COMPARE_RECORD: r#"{"added":"all"}"#}}),
+            json!({"op": "add", "path": "/metadata/annotations", "value": {model::COMPARE_RECORD: r#"{"added":"all"}"#}}),
             "is corrupted",
         ),
         (
             "ManagedChart",
             "harvester",
-            json!({"op": "add", "path": "/metadata/annotations", "value": {plan::KUBEVIRT_COPY: "[]"}}),
+            json!({"op": "add", "path": "/metadata/annotations", "value": {model::KUBEVIRT_COPY: "[]"}}),
             "is corrupted",
         ),
         (
             "KubeVirt",
             "kubevirt",
-            json!({"op": "add", "path": record_key(plan::KUBEVIRT_RECORD), "value": r#"{"present":true,"value":"LiveMigrate"}"#}),
+            json!({"op": "add", "path": record_key(model::KUBEVIRT_RECORD), "value": r#"{"present":true,"value":"LiveMigrate"}"#}),
             "is corrupted",
         ),
         (
             "KubeVirt",
             "kubevirt",
-            json!({"op": "add", "path": record_key(plan::KUBEVIRT_RECORD), "value": "LiveMigrate"}),
+            json!({"op": "add", "path": record_key(model::KUBEVIRT_RECORD), "value": "LiveMigrate"}),
             "is corrupted",
         ),
     ];

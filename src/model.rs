@@ -1,0 +1,178 @@
+//! The shared model: the objects the guard works on, where their fields are, and the names the
+//! guard writes (field manager, annotations). `plan`, `cluster`, `report` and the tests all use
+//! these, so each fact is written once.
+
+use kube::api::ApiResource;
+use kube::core::GroupVersionKind;
+
+/// The field manager of every write, so `managedFields` says who changed what.
+pub const FIELD_MANAGER: &str = "workload-update-guard";
+
+/// Every annotation the guard writes sits under this prefix.
+pub const ANNOTATION_PREFIX: &str = "workload-update-guard.harvesterhci.io/";
+/// On the KubeVirt CR: the original `spec.workloadUpdateStrategy.workloadUpdateMethods`.
+pub const KUBEVIRT_RECORD: &str =
+    "workload-update-guard.harvesterhci.io/original-workload-update-methods";
+/// On the ManagedChart: the original values override of the methods.
+pub const VALUES_RECORD: &str =
+    "workload-update-guard.harvesterhci.io/original-values-workload-update-methods";
+/// On the ManagedChart: a copy of the KubeVirt CR's original methods, written by `pre` in the
+/// first write (before the CR is touched) and removed by `post` in the last. If Fleet re-renders
+/// the CR with `[]` between our two writes (say the Job was killed in between), this copy still
+/// holds the true original.
+pub const KUBEVIRT_COPY: &str =
+    "workload-update-guard.harvesterhci.io/kubevirt-original-workload-update-methods";
+/// On the ManagedChart: what the guard added to `spec.diff.comparePatches`.
+pub const COMPARE_RECORD: &str = "workload-update-guard.harvesterhci.io/compare-patch";
+/// Our annotations on each kind: while one is there, the object is (partly) suspended by us.
+pub const KUBEVIRT_RECORDS: &[&str] = &[KUBEVIRT_RECORD];
+pub const CHART_RECORDS: &[&str] = &[VALUES_RECORD, COMPARE_RECORD, KUBEVIRT_COPY];
+
+/// The KubeVirt CR's methods, as path segments; [`METHODS_POINTER`] and [`METHODS_FIELD`] are
+/// the same path as a JSON pointer and as `managedFields`/kubectl write it.
+pub const METHODS_PATH: &[&str] = &["spec", "workloadUpdateStrategy", "workloadUpdateMethods"];
+pub const METHODS_POINTER: &str = "/spec/workloadUpdateStrategy/workloadUpdateMethods";
+pub const METHODS_FIELD: &str = ".spec.workloadUpdateStrategy.workloadUpdateMethods";
+/// The ManagedChart's values override of the methods (the chart renders the CR from it).
+pub const VALUES_PATH: &[&str] = &[
+    "spec",
+    "values",
+    "kubevirt",
+    "spec",
+    "workloadUpdateStrategy",
+    "workloadUpdateMethods",
+];
+pub const COMPARE_PATH: &[&str] = &["spec", "diff", "comparePatches"];
+
+/// Migrations that KubeVirt's workload updater creates carry this name prefix.
+pub const MIGRATION_PREFIX: &str = "kubevirt-workload-update-";
+
+/// Defaults of the settings, written once: `config`, `--help` and README use these.
+pub mod defaults {
+    pub const KUBEVIRT_NAMESPACE: &str = "harvester-system";
+    pub const KUBEVIRT_NAME: &str = "kubevirt";
+    pub const CHART_NAMESPACE: &str = "fleet-local";
+    pub const CHART_NAME: &str = "harvester";
+    pub const DEADLINE_SECONDS: &str = "300";
+    pub const TERMINATION_MESSAGE_PATH: &str = "/dev/termination-log";
+}
+
+/// A namespaced object's name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectKey {
+    pub namespace: String,
+    pub name: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    KubeVirt,
+    ManagedChart,
+    Migration,
+}
+
+impl Kind {
+    pub fn api_version(self) -> &'static str {
+        match self {
+            Kind::KubeVirt | Kind::Migration => "kubevirt.io/v1",
+            Kind::ManagedChart => "management.cattle.io/v3",
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::KubeVirt => "KubeVirt",
+            Kind::ManagedChart => "ManagedChart",
+            Kind::Migration => "VirtualMachineInstanceMigration",
+        }
+    }
+
+    pub fn plural(self) -> &'static str {
+        match self {
+            Kind::KubeVirt => "kubevirts",
+            Kind::ManagedChart => "managedcharts",
+            Kind::Migration => "virtualmachineinstancemigrations",
+        }
+    }
+
+    pub fn resource(self) -> ApiResource {
+        let (group, version) = self.api_version().split_once('/').expect("group/version");
+        ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk(group, version, self.name()),
+            self.plural(),
+        )
+    }
+}
+
+/// One object the guard reads and writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub kind: Kind,
+    pub key: ObjectKey,
+}
+
+impl Target {
+    pub fn new(kind: Kind, key: &ObjectKey) -> Self {
+        Self {
+            kind,
+            key: key.clone(),
+        }
+    }
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} {}/{}",
+            self.kind.name(),
+            self.key.namespace,
+            self.key.name
+        )
+    }
+}
+
+/// A JSON pointer from path segments (RFC 6901 escaping).
+pub fn pointer(segments: &[&str]) -> String {
+    segments
+        .iter()
+        .map(|s| format!("/{}", s.replace('~', "~0").replace('/', "~1")))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_methods_path_is_one_path_in_three_encodings() {
+        assert_eq!(pointer(METHODS_PATH), METHODS_POINTER);
+        assert_eq!(METHODS_FIELD.replace('.', "/"), METHODS_POINTER);
+        assert_eq!(pointer(&["a/b", "c~d"]), "/a~1b/c~0d");
+    }
+
+    #[test]
+    fn records_sit_under_the_prefix() {
+        for key in KUBEVIRT_RECORDS.iter().chain(CHART_RECORDS) {
+            assert!(key.starts_with(ANNOTATION_PREFIX), "{key}");
+        }
+    }
+
+    #[test]
+    fn resources_match_the_crds() {
+        let r = Kind::ManagedChart.resource();
+        assert_eq!(
+            (r.group.as_str(), r.version.as_str(), r.plural.as_str()),
+            ("management.cattle.io", "v3", "managedcharts")
+        );
+        assert_eq!(Kind::Migration.resource().api_version, "kubevirt.io/v1");
+        let t = Target::new(
+            Kind::KubeVirt,
+            &ObjectKey {
+                namespace: "a".into(),
+                name: "b".into(),
+            },
+        );
+        assert_eq!(t.to_string(), "KubeVirt a/b");
+    }
+}
