@@ -268,13 +268,19 @@ impl Cluster {
         let meta = &kubevirt["metadata"];
         let text = |k: &str| meta[k].as_str().map(str::to_string);
         let namespace = text("namespace").unwrap_or_default();
+        let now = jiff::Timestamp::now();
         let event = Event {
             metadata: ObjectMeta {
-                generate_name: Some(format!("{}.", text("name").unwrap_or_default())),
+                // client-go's recorder names Events `<object>.<unix nanos in hex>`.
+                name: Some(format!(
+                    "{}.{:x}",
+                    text("name").unwrap_or_default(),
+                    now.as_nanosecond()
+                )),
                 namespace: Some(namespace.clone()),
                 ..Default::default()
             },
-            event_time: Some(MicroTime(jiff::Timestamp::now())),
+            event_time: Some(MicroTime(now)),
             action: Some(reason.into()),
             reason: Some(reason.into()),
             note: Some(note.chars().take(1024).collect()),

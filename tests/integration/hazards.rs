@@ -484,7 +484,11 @@ async fn status_reports_read_only() {
     );
     assert_eq!(
         report["kubevirt"]["savedOriginal"],
-        json!(r#"{"present":true,"value":["LiveMigrate"]}"#)
+        json!({"present": true, "value": ["LiveMigrate"]})
+    );
+    assert_eq!(
+        report["kubevirt"]["postWillRestore"]["source"],
+        json!("crRecord")
     );
     assert_eq!(report["managedChart"]["comparePatchesPointer"], json!(true));
     assert_eq!(report["managedChart"]["valuesOverride"], json!([]));
