@@ -3,6 +3,7 @@
 mod cli;
 mod control_plane;
 mod hazards;
+mod lifetime;
 mod manifests;
 #[path = "../support/mod.rs"]
 mod support;

@@ -13,9 +13,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::core::GroupVersionKind;
 use kube::{Client, Config};
 use serde_json::{Value, json};
+use workload_update_guard::model::{FIELD_MANAGER, Kind, METHODS_PATH};
+use workload_update_guard::plan;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_workload-update-guard");
 
@@ -102,22 +103,13 @@ pub async fn admin() -> Client {
     client_for(&control_plane().kubeconfig()).await
 }
 
+/// The crate's own resource definitions, by kind name.
 pub fn resource(kind: &str) -> ApiResource {
-    match kind {
-        "KubeVirt" => ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("kubevirt.io", "v1", "KubeVirt"),
-            "kubevirts",
-        ),
-        "ManagedChart" => ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("management.cattle.io", "v3", "ManagedChart"),
-            "managedcharts",
-        ),
-        "VirtualMachineInstanceMigration" => ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("kubevirt.io", "v1", "VirtualMachineInstanceMigration"),
-            "virtualmachineinstancemigrations",
-        ),
-        other => panic!("unknown kind {other}"),
-    }
+    [Kind::KubeVirt, Kind::ManagedChart, Kind::Migration]
+        .into_iter()
+        .find(|k| k.name() == kind)
+        .unwrap_or_else(|| panic!("unknown kind {kind}"))
+        .resource()
 }
 
 /// A fresh namespace per test; the name carries the test's label and a counter.
@@ -366,4 +358,97 @@ pub fn kubectl_ok(args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap()
+}
+
+// ---- Helm 4, playing Fleet's part ----
+
+/// The pinned Helm 4 CLI (`hack/helm.sh`), built or reused once per test binary. Tests that
+/// need it FAIL if it cannot be had.
+pub fn helm_bin() -> &'static Path {
+    static HELM: OnceLock<PathBuf> = OnceLock::new();
+    HELM.get_or_init(|| {
+        let script = repo_root().join("hack/helm.sh");
+        let build = Command::new("bash")
+            .arg(&script)
+            .arg("build")
+            .stderr(Stdio::inherit())
+            .status()
+            .expect("run hack/helm.sh");
+        assert!(
+            build.success(),
+            "the lifetime tests need the real Helm 4 CLI, and `hack/helm.sh build` failed; \
+             see its message above. These tests never skip."
+        );
+        let path = Command::new("bash")
+            .arg(&script)
+            .arg("path")
+            .output()
+            .unwrap();
+        PathBuf::from(String::from_utf8(path.stdout).unwrap().trim())
+    })
+}
+
+/// A copy of the chart fixture whose default methods are `methods`: a chart version.
+pub fn chart_version(methods: &Value) -> PathBuf {
+    let src = repo_root().join("tests/fixtures/chart/harvester");
+    let dir = tempfile_dir().join("harvester");
+    std::fs::create_dir_all(dir.join("templates")).unwrap();
+    for f in ["Chart.yaml", "templates/kubevirt.yaml"] {
+        std::fs::copy(src.join(f), dir.join(f)).unwrap();
+    }
+    let values = std::fs::read_to_string(src.join("values.yaml")).unwrap();
+    let line = "workloadUpdateMethods: [LiveMigrate]";
+    assert!(values.contains(line));
+    std::fs::write(
+        dir.join("values.yaml"),
+        values.replace(line, &format!("workloadUpdateMethods: {methods}")),
+    )
+    .unwrap();
+    dir
+}
+
+/// Deploys `chart` into `ns` the way Fleet does: `helm upgrade --install --reset-values` with the
+/// ManagedChart's `spec.values`; Helm 4 applies server-side (manager `helm`, no force).
+/// The error is Helm's own message.
+pub async fn fleet_deploy(client: &Client, ns: &str, chart: &Path) -> Result<(), String> {
+    let mc = get(client, "ManagedChart", ns, "harvester").await;
+    let dir = tempfile_dir();
+    let values = dir.join("values.json");
+    std::fs::write(&values, mc["spec"]["values"].to_string()).unwrap();
+    let out = Command::new(helm_bin())
+        .args(["upgrade", "--install", "harvester"])
+        .arg(chart)
+        .args(["--namespace", ns, "--reset-values", "--server-side", "true", "-f"])
+        .arg(&values)
+        .env("KUBECONFIG", control_plane().kubeconfig())
+        .env("HELM_CONFIG_HOME", dir.join("config"))
+        .env("HELM_CACHE_HOME", dir.join("cache"))
+        .env("HELM_DATA_HOME", dir.join("data"))
+        .output()
+        .unwrap();
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+/// The managers that own the KubeVirt CR's methods field, as `manager/operation`.
+pub async fn methods_owners(client: &Client, ns: &str) -> Vec<String> {
+    let kv = get(client, "KubeVirt", ns, "kubevirt").await;
+    plan::owners(&kv, METHODS_PATH)
+        .into_iter()
+        .map(|o| format!("{}/{}", o.manager, o.operation))
+        .collect()
+}
+
+/// Whether any `managedFields` entry of ours owns anything on the object.
+pub fn claims_of_ours(obj: &Value) -> Vec<Value> {
+    obj["metadata"]["managedFields"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["manager"] == FIELD_MANAGER && e["fieldsV1"] != json!({}))
+        .cloned()
+        .collect()
 }

@@ -1,0 +1,196 @@
+//! The whole life of the methods field, with real Helm 4 playing Fleet: install, then upgrade
+//! cycles (`pre`, maybe a redeploy with the override, `post`, a redeploy, a change of the
+//! methods by the chart or the operator). No claim of ours may outlive a cycle: a server-side
+//! apply that changes the field must never conflict with `workload-update-guard`.
+
+use serde_json::{Value, json};
+
+use crate::support::*;
+
+/// The Harvester-like start: the ManagedChart, and the chart installed by Helm from its values.
+pub async fn helm_installed(client: &kube::Client, label: &str) -> (String, std::path::PathBuf) {
+    let ns = namespace(client, label).await;
+    create(client, "ManagedChart", &ns, harvester_chart(&ns)).await;
+    let chart = chart_version(&json!(["LiveMigrate"]));
+    fleet_deploy(client, &ns, &chart)
+        .await
+        .expect("helm install");
+    assert_eq!(methods_owners(client, &ns).await, ["helm/Apply"]);
+    (ns, chart)
+}
+
+async fn methods(client: &kube::Client, ns: &str) -> Value {
+    get(client, "KubeVirt", ns, "kubevirt").await["spec"]["workloadUpdateStrategy"]
+        ["workloadUpdateMethods"]
+        .clone()
+}
+
+async fn phase_ok(ns: &str, phase: &str) {
+    let run = run_phase(ns, phase).await;
+    assert_eq!(run.code, 0, "{phase}: {run:?}");
+}
+
+/// What changes the methods at the end of a cycle.
+enum Change {
+    /// The next chart version ships another default.
+    ChartDefault(Value),
+    /// The operator sets a values override on the ManagedChart (`kubectl edit managedchart`).
+    OperatorValues(Value),
+}
+
+/// One upgrade cycle; returns the chart in use at its end.
+async fn cycle(
+    client: &kube::Client,
+    ns: &str,
+    chart: std::path::PathBuf,
+    redeploy_while_suspended: bool,
+    change: Change,
+    expected_after: Value,
+) -> std::path::PathBuf {
+    let before = methods(client, ns).await;
+    phase_ok(ns, "pre").await;
+    assert_eq!(methods(client, ns).await, json!([]));
+    if redeploy_while_suspended {
+        fleet_deploy(client, ns, &chart)
+            .await
+            .expect("a redeploy with the override while suspended");
+        assert_eq!(methods(client, ns).await, json!([]));
+    }
+    phase_ok(ns, "post").await;
+    assert_eq!(methods(client, ns).await, before, "exactly restored");
+    for kind in ["KubeVirt", "ManagedChart"] {
+        let name = if kind == "KubeVirt" {
+            "kubevirt"
+        } else {
+            "harvester"
+        };
+        let obj = get(client, kind, ns, name).await;
+        assert_eq!(claims_of_ours(&obj), Vec::<Value>::new(), "{kind} after post");
+    }
+    fleet_deploy(client, ns, &chart)
+        .await
+        .expect("the redeploy after post");
+    assert_eq!(methods(client, ns).await, before);
+    let chart = match change {
+        Change::ChartDefault(methods) => chart_version(&methods),
+        Change::OperatorValues(methods) => {
+            let op = json!([{"op": "add", "path": "/spec/values/kubevirt/spec/workloadUpdateStrategy",
+                             "value": {"workloadUpdateMethods": methods}}]);
+            json_patch(client, "ManagedChart", ns, "harvester", op)
+                .await
+                .expect("the operator's values edit");
+            chart
+        }
+    };
+    fleet_deploy(client, ns, &chart)
+        .await
+        .expect("a change of the methods applies without conflict");
+    assert_eq!(methods(client, ns).await, expected_after);
+    assert_eq!(methods_owners(client, ns).await, ["helm/Apply"]);
+    chart
+}
+
+/// Three cycles: a chart default change, an operator's values edit with the chart paused during
+/// the upgrade (no redeploy between `pre` and `post`), and another chart change under the
+/// operator's override.
+#[tokio::test]
+async fn three_upgrade_cycles_never_conflict_with_the_guard() {
+    let client = admin().await;
+    let (ns, chart) = helm_installed(&client, "lifetime").await;
+    let chart = cycle(
+        &client,
+        &ns,
+        chart,
+        true,
+        Change::ChartDefault(json!(["LiveMigrate", "Evict"])),
+        json!(["LiveMigrate", "Evict"]),
+    )
+    .await;
+    let chart = cycle(
+        &client,
+        &ns,
+        chart,
+        false,
+        Change::OperatorValues(json!(["Evict"])),
+        json!(["Evict"]),
+    )
+    .await;
+    cycle(
+        &client,
+        &ns,
+        chart,
+        true,
+        Change::ChartDefault(json!(["LiveMigrate"])),
+        json!(["Evict"]),
+    )
+    .await;
+    // The operator's override survived the third cycle's restore of the values.
+    let mc = get(&client, "ManagedChart", &ns, "harvester").await;
+    assert_eq!(
+        mc["spec"]["values"]["kubevirt"]["spec"]["workloadUpdateStrategy"],
+        json!({"workloadUpdateMethods": ["Evict"]})
+    );
+}
+
+/// Clusters that went through the upstream scripts carry an `Update` claim of `kubectl-patch`
+/// on the field (harvester#10677); it blocks every chart change of the field. A `pre`/`post`
+/// cycle heals it: `pre` takes the field over, `post` releases it. `kubectl-patch` keeps its
+/// other fields. `status` names the blocking claim before, and none after.
+#[tokio::test]
+async fn a_cycle_heals_a_stale_kubectl_patch_claim() {
+    let client = admin().await;
+    let (ns, _) = helm_installed(&client, "heal").await;
+    for ops in [
+        r#"[{"op":"replace","path":"/spec/workloadUpdateStrategy/workloadUpdateMethods","value":[]}]"#,
+        r#"[{"op":"replace","path":"/spec/workloadUpdateStrategy/workloadUpdateMethods","value":["LiveMigrate"]},
+            {"op":"add","path":"/metadata/labels/upstream","value":"patched"}]"#,
+    ] {
+        kubectl_ok(&[
+            "-n", &ns, "patch", "kubevirt", "kubevirt", "--type", "json", "-p", ops,
+        ]);
+    }
+    assert_eq!(methods_owners(&client, &ns).await, ["kubectl-patch/Update"]);
+    let status = |ns: String| async move {
+        let mut env = env_for(&ns, "status");
+        env.insert("LOG_FORMAT".into(), "json".into());
+        let run = run_bin(&control_plane().kubeconfig(), env).await;
+        assert_eq!(run.code, 0, "{run:?}");
+        let report: Value = serde_json::from_str(&run.stdout).unwrap();
+        report["kubevirt"]["methodsOwners"].clone()
+    };
+    let owners = status(ns.clone()).await;
+    assert_eq!(owners[0]["manager"], "kubectl-patch");
+    assert_eq!(owners[0]["blocksChartChange"], true);
+    // The claim blocks a chart change, as upstream saw.
+    let next = chart_version(&json!(["LiveMigrate", "Evict"]));
+    let err = fleet_deploy(&client, &ns, &next).await.unwrap_err();
+    assert!(
+        err.contains("conflict") && err.contains("kubectl-patch"),
+        "{err}"
+    );
+    phase_ok(&ns, "pre").await;
+    assert_eq!(
+        methods_owners(&client, &ns).await,
+        ["workload-update-guard/Update"],
+        "pre took the field over"
+    );
+    phase_ok(&ns, "post").await;
+    assert_eq!(methods_owners(&client, &ns).await, Vec::<String>::new());
+    assert_eq!(status(ns.clone()).await, json!([]));
+    fleet_deploy(&client, &ns, &next)
+        .await
+        .expect("the chart change applies after the cycle");
+    assert_eq!(methods(&client, &ns).await, json!(["LiveMigrate", "Evict"]));
+    let kv = get(&client, "KubeVirt", &ns, "kubevirt").await;
+    let kubectl_patch: Vec<&Value> = kv["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["manager"] == "kubectl-patch")
+        .collect();
+    assert_eq!(
+        kubectl_patch[0]["fieldsV1"]["f:metadata"]["f:labels"],
+        json!({"f:upstream": {}}),
+        "kubectl-patch keeps its other fields"
+    );
+}
