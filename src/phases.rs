@@ -60,6 +60,10 @@ async fn change(
         let Some(current) = objects.get(kind).cloned() else {
             continue;
         };
+        #[cfg(feature = "failpoints")]
+        if step.write == Write::Release && skip_release() {
+            continue;
+        }
         let written = cluster
             .converge(&step.target, current, |obj| {
                 let mut now = objects.clone();
@@ -182,4 +186,12 @@ fn failpoint_after_write(kind: Kind) {
             libc::kill(libc::getpid(), libc::SIGKILL);
         }
     });
+}
+
+/// Test builds only: `FAILPOINTS=skip-release=return` runs `post` without its release writes,
+/// the control case of the lifetime tests (a claim left behind must make them fail).
+#[cfg(feature = "failpoints")]
+fn skip_release() -> bool {
+    fail::fail_point!("skip-release", |_| true);
+    false
 }

@@ -7,24 +7,6 @@ use serde_json::{Value, json};
 
 use crate::support::*;
 
-/// The Harvester-like start: the ManagedChart, and the chart installed by Helm from its values.
-pub async fn helm_installed(client: &kube::Client, label: &str) -> (String, std::path::PathBuf) {
-    let ns = namespace(client, label).await;
-    create(client, "ManagedChart", &ns, harvester_chart(&ns)).await;
-    let chart = chart_version(&json!(["LiveMigrate"]));
-    fleet_deploy(client, &ns, &chart)
-        .await
-        .expect("helm install");
-    assert_eq!(methods_owners(client, &ns).await, ["helm/Apply"]);
-    (ns, chart)
-}
-
-async fn methods(client: &kube::Client, ns: &str) -> Value {
-    get(client, "KubeVirt", ns, "kubevirt").await["spec"]["workloadUpdateStrategy"]
-        ["workloadUpdateMethods"]
-        .clone()
-}
-
 async fn phase_ok(ns: &str, phase: &str) {
     let run = run_phase(ns, phase).await;
     assert_eq!(run.code, 0, "{phase}: {run:?}");
@@ -47,17 +29,21 @@ async fn cycle(
     change: Change,
     expected_after: Value,
 ) -> std::path::PathBuf {
-    let before = methods(client, ns).await;
+    let before = kubevirt_methods(client, ns).await;
     phase_ok(ns, "pre").await;
-    assert_eq!(methods(client, ns).await, json!([]));
+    assert_eq!(kubevirt_methods(client, ns).await, json!([]));
     if redeploy_while_suspended {
         fleet_deploy(client, ns, &chart)
             .await
             .expect("a redeploy with the override while suspended");
-        assert_eq!(methods(client, ns).await, json!([]));
+        assert_eq!(kubevirt_methods(client, ns).await, json!([]));
     }
     phase_ok(ns, "post").await;
-    assert_eq!(methods(client, ns).await, before, "exactly restored");
+    assert_eq!(
+        kubevirt_methods(client, ns).await,
+        before,
+        "exactly restored"
+    );
     for kind in ["KubeVirt", "ManagedChart"] {
         let name = if kind == "KubeVirt" {
             "kubevirt"
@@ -65,12 +51,16 @@ async fn cycle(
             "harvester"
         };
         let obj = get(client, kind, ns, name).await;
-        assert_eq!(claims_of_ours(&obj), Vec::<Value>::new(), "{kind} after post");
+        assert_eq!(
+            claims_of_ours(&obj),
+            Vec::<Value>::new(),
+            "{kind} after post"
+        );
     }
     fleet_deploy(client, ns, &chart)
         .await
         .expect("the redeploy after post");
-    assert_eq!(methods(client, ns).await, before);
+    assert_eq!(kubevirt_methods(client, ns).await, before);
     let chart = match change {
         Change::ChartDefault(methods) => chart_version(&methods),
         Change::OperatorValues(methods) => {
@@ -85,7 +75,7 @@ async fn cycle(
     fleet_deploy(client, ns, &chart)
         .await
         .expect("a change of the methods applies without conflict");
-    assert_eq!(methods(client, ns).await, expected_after);
+    assert_eq!(kubevirt_methods(client, ns).await, expected_after);
     assert_eq!(methods_owners(client, ns).await, ["helm/Apply"]);
     chart
 }
@@ -180,7 +170,10 @@ async fn a_cycle_heals_a_stale_kubectl_patch_claim() {
     fleet_deploy(&client, &ns, &next)
         .await
         .expect("the chart change applies after the cycle");
-    assert_eq!(methods(&client, &ns).await, json!(["LiveMigrate", "Evict"]));
+    assert_eq!(
+        kubevirt_methods(&client, &ns).await,
+        json!(["LiveMigrate", "Evict"])
+    );
     let kv = get(&client, "KubeVirt", &ns, "kubevirt").await;
     let kubectl_patch: Vec<&Value> = kv["metadata"]["managedFields"]
         .as_array()

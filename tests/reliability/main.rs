@@ -250,6 +250,9 @@ async fn a_kill_after_any_write_then_a_rerun_converges() {
                 content(&chart0),
                 "{original:?} {phase} {point}"
             );
+            for obj in [&kv, &chart] {
+                assert_eq!(claims_of_ours(obj), Vec::<Value>::new(), "{phase} {point}");
+            }
         }
     }
     eprintln!("kill tests: {runs} killed runs, each rerun converged to the clean state");
@@ -749,4 +752,91 @@ async fn bad_input_gives_one_line_the_documented_code_and_no_write() {
         );
     }
     eprintln!("bad input: {cases} cases, each one line, the documented code, no write");
+}
+
+/// Runs a phase with `FAILPOINTS` set; `None` expects a normal success.
+async fn phase_with(ns: &str, phase: &str, failpoints: Option<&str>) -> Run {
+    let mut env = env_for(ns, phase);
+    if let Some(f) = failpoints {
+        env.insert("FAILPOINTS".into(), f.into());
+    }
+    run_bin(&control_plane().kubeconfig(), env).await
+}
+
+/// The control case of the lifetime tests: a `post` without its release writes leaves our claim,
+/// and the next chart change of the methods conflicts with `workload-update-guard`, exactly the
+/// upstream failure (harvester#10677, #10899). A rerun of `post` releases the claim and the same
+/// chart change applies.
+#[tokio::test]
+async fn without_the_release_a_chart_change_conflicts_with_the_guard() {
+    let _serial = SERIAL.lock().await;
+    let client = admin().await;
+    let (ns, chart) = helm_installed(&client, "control").await;
+    assert_eq!(phase_with(&ns, "pre", None).await.code, 0);
+    fleet_deploy(&client, &ns, &chart)
+        .await
+        .expect("redeploy while suspended");
+    let post = phase_with(&ns, "post", Some("skip-release=return")).await;
+    assert_eq!(post.code, 0, "{post:?}");
+    assert_eq!(kubevirt_methods(&client, &ns).await, json!(["LiveMigrate"]));
+    fleet_deploy(&client, &ns, &chart)
+        .await
+        .expect("the redeploy of the same value applies");
+    let next = chart_version(&json!(["LiveMigrate", "Evict"]));
+    let err = fleet_deploy(&client, &ns, &next).await.unwrap_err();
+    assert!(
+        err.contains("conflict") && err.contains("workload-update-guard"),
+        "{err}"
+    );
+    // post is rerun (a retried Job): nothing to restore, but the claim goes.
+    let rerun = phase_with(&ns, "post", None).await;
+    assert_eq!(rerun.code, 0, "{rerun:?}");
+    assert_eq!(methods_owners(&client, &ns).await, ["helm/Apply"]);
+    fleet_deploy(&client, &ns, &next)
+        .await
+        .expect("the chart change applies now");
+    assert_eq!(
+        kubevirt_methods(&client, &ns).await,
+        json!(["LiveMigrate", "Evict"])
+    );
+}
+
+/// Killed Jobs in the field's life: `pre` killed between its two writes, Fleet redeploys, `pre`
+/// is rerun; `post` killed right after its KubeVirt write (before the release), then rerun. The
+/// next chart change applies without conflict.
+#[tokio::test]
+async fn killed_phases_in_the_field_s_life_leave_no_claim() {
+    let _serial = SERIAL.lock().await;
+    let client = admin().await;
+    let (ns, chart) = helm_installed(&client, "killed-life").await;
+    let killed = phase_with(&ns, "pre", Some("after-write-managedchart=return")).await;
+    assert_eq!(killed.code, -1, "{killed:?}");
+    fleet_deploy(&client, &ns, &chart)
+        .await
+        .expect("Fleet renders the override");
+    assert_eq!(kubevirt_methods(&client, &ns).await, json!([]));
+    assert_eq!(phase_with(&ns, "pre", None).await.code, 0);
+    let killed = phase_with(&ns, "post", Some("after-write-kubevirt=return")).await;
+    assert_eq!(killed.code, -1, "{killed:?}");
+    assert_eq!(kubevirt_methods(&client, &ns).await, json!(["LiveMigrate"]));
+    let kv = get(&client, "KubeVirt", &ns, "kubevirt").await;
+    assert_ne!(
+        claims_of_ours(&kv),
+        Vec::<Value>::new(),
+        "killed before the release"
+    );
+    let rerun = phase_with(&ns, "post", None).await;
+    assert_eq!(rerun.code, 0, "{rerun:?}");
+    for (kind, name) in [("KubeVirt", "kubevirt"), ("ManagedChart", "harvester")] {
+        let obj = get(&client, kind, &ns, name).await;
+        assert_eq!(claims_of_ours(&obj), Vec::<Value>::new(), "{kind}");
+    }
+    fleet_deploy(&client, &ns, &chart)
+        .await
+        .expect("redeploy after post");
+    let next = chart_version(&json!(["Evict"]));
+    fleet_deploy(&client, &ns, &next)
+        .await
+        .expect("the chart change applies");
+    assert_eq!(kubevirt_methods(&client, &ns).await, json!(["Evict"]));
 }

@@ -418,7 +418,14 @@ pub async fn fleet_deploy(client: &Client, ns: &str, chart: &Path) -> Result<(),
     let out = Command::new(helm_bin())
         .args(["upgrade", "--install", "harvester"])
         .arg(chart)
-        .args(["--namespace", ns, "--reset-values", "--server-side", "true", "-f"])
+        .args([
+            "--namespace",
+            ns,
+            "--reset-values",
+            "--server-side",
+            "true",
+            "-f",
+        ])
         .arg(&values)
         .env("KUBECONFIG", control_plane().kubeconfig())
         .env("HELM_CONFIG_HOME", dir.join("config"))
@@ -431,6 +438,27 @@ pub async fn fleet_deploy(client: &Client, ns: &str, chart: &Path) -> Result<(),
     } else {
         Err(String::from_utf8_lossy(&out.stderr).into_owned())
     }
+}
+
+/// The Harvester-like start for the lifetime tests: the ManagedChart in a new namespace, and the
+/// chart (default `[LiveMigrate]`) installed by Helm from its values. Returns the namespace and
+/// the chart.
+pub async fn helm_installed(client: &Client, label: &str) -> (String, PathBuf) {
+    let ns = namespace(client, label).await;
+    create(client, "ManagedChart", &ns, harvester_chart(&ns)).await;
+    let chart = chart_version(&json!(["LiveMigrate"]));
+    fleet_deploy(client, &ns, &chart)
+        .await
+        .expect("helm install");
+    assert_eq!(methods_owners(client, &ns).await, ["helm/Apply"]);
+    (ns, chart)
+}
+
+/// The KubeVirt CR's methods.
+pub async fn kubevirt_methods(client: &Client, ns: &str) -> Value {
+    get(client, "KubeVirt", ns, "kubevirt").await["spec"]["workloadUpdateStrategy"]
+        ["workloadUpdateMethods"]
+        .clone()
 }
 
 /// The managers that own the KubeVirt CR's methods field, as `manager/operation`.
