@@ -22,7 +22,8 @@ trap 'bash "$REPO_ROOT/hack/control-plane.sh" down "$dir"' EXIT
 k() { "$KUBECTL" --kubeconfig "$dir/kubeconfig" "$@"; }
 
 step "Harvester-like state: KubeVirt harvester-system/kubevirt, ManagedChart fleet-local/harvester"
-k apply -f hack/demo/harvester.yaml
+# Server-side, as manager helm: the field ownership Helm 4 (so Fleet) leaves on the KubeVirt CR.
+k apply --server-side --field-manager helm -f hack/demo/harvester.yaml
 k -n harvester-system patch kubevirt kubevirt --subresource=status --type=merge -p \
   '{"status":{"phase":"Deployed","observedKubeVirtVersion":"v1.4.1","targetKubeVirtVersion":"v1.5.2","outdatedVirtualMachineInstanceWorkloads":2}}' >/dev/null
 k -n default patch vmim kubevirt-workload-update-x7k2p --subresource=status --type=merge -p '{"status":{"phase":"Running"}}' >/dev/null
@@ -57,10 +58,25 @@ methods() {
   echo "KubeVirt annotations:"; k -n harvester-system get kubevirt kubevirt -o json | jq '.metadata.annotations'
   echo "ManagedChart values.kubevirt.spec: $(k -n fleet-local get managedchart harvester -o json | jq -c '.spec.values.kubevirt.spec')"
   echo "ManagedChart comparePatches KubeVirt entries: $(k -n fleet-local get managedchart harvester -o json | jq -c '[.spec.diff.comparePatches[] | select(.kind == "KubeVirt")]')"
+  owners
+}
+# Who owns the methods field (managedFields): an Update owner blocks a Helm-4 apply that changes it.
+owners() {
+  echo "owners of .spec.workloadUpdateStrategy.workloadUpdateMethods:"
+  k -n harvester-system get kubevirt kubevirt -o json --show-managed-fields | jq -r '
+    [.metadata.managedFields[]
+     | select(.fieldsV1["f:spec"]["f:workloadUpdateStrategy"]["f:workloadUpdateMethods"] != null)
+     | "  \(.manager) (\(.operation), \(.time))"] | if length == 0 then "  (none)" else .[] end'
+  echo "managers with any claim on the CR: $(k -n harvester-system get kubevirt kubevirt -o json --show-managed-fields | jq -c '[.metadata.managedFields[].manager]')"
+}
+snapshot() { # snapshot FILE: both objects without what the server manages
+  { k -n harvester-system get kubevirt kubevirt -o json | jq -S -f hack/snapshot.jq
+    k -n fleet-local get managedchart harvester -o json | jq -S -f hack/snapshot.jq; } > "$1"
 }
 
-k -n harvester-system get kubevirt kubevirt -o json | jq -S 'del(.metadata.resourceVersion,.metadata.managedFields,.metadata.generation,.status)' > "$dir/kv-before.json"
-k -n fleet-local get managedchart harvester -o json | jq -S 'del(.metadata.resourceVersion,.metadata.managedFields,.metadata.generation)' > "$dir/chart-before.json"
+snapshot "$dir/before.json"
+step "before pre"
+owners
 run status
 run pre
 methods
@@ -75,7 +91,9 @@ step "Events on the KubeVirt CR (kubectl describe kubevirt)"
 k -n harvester-system describe kubevirt kubevirt | sed -n '/^Events:/,$p'
 
 step "exactly restored?"
-k -n harvester-system get kubevirt kubevirt -o json | jq -S 'del(.metadata.resourceVersion,.metadata.managedFields,.metadata.generation,.status)' > "$dir/kv-after.json"
-k -n fleet-local get managedchart harvester -o json | jq -S 'del(.metadata.resourceVersion,.metadata.managedFields,.metadata.generation)' > "$dir/chart-after.json"
-diff "$dir/kv-before.json" "$dir/kv-after.json" && diff "$dir/chart-before.json" "$dir/chart-after.json" \
-  && echo "yes: the KubeVirt CR and the ManagedChart are exactly as before pre"
+snapshot "$dir/after.json"
+claims=$( { k -n harvester-system get kubevirt kubevirt -o json --show-managed-fields
+            k -n fleet-local get managedchart harvester -o json --show-managed-fields; } \
+          | jq -s '[.[].metadata.managedFields[] | select(.manager == "workload-update-guard")] | length')
+diff "$dir/before.json" "$dir/after.json" && [[ "$claims" == 0 ]] \
+  && echo "yes: the KubeVirt CR and the ManagedChart are exactly as before pre, and no claim of ours is left"

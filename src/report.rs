@@ -4,7 +4,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::model::{METHODS_FIELD, METHODS_PATH, Target, VALUES_PATH};
+use crate::model::{FIELD_MANAGER, METHODS_FIELD, METHODS_PATH, Target, VALUES_PATH};
 use crate::plan::{self, Intent, Malformed, Owner, Source, ValueRecord};
 
 #[derive(Debug, Serialize)]
@@ -215,8 +215,10 @@ fn json(v: &Option<Value>) -> String {
 }
 
 fn record(r: &Option<ValueRecord>) -> String {
-    r.as_ref()
-        .map_or_else(|| "none".into(), |r| json(&r.original()))
+    r.as_ref().map_or_else(
+        || "none".into(),
+        |r| format!("original was {}", json(&r.original())),
+    )
 }
 
 impl std::fmt::Display for Report {
@@ -256,11 +258,13 @@ impl std::fmt::Display for Report {
             )?;
             row(f, &format!("owners of {METHODS_FIELD}"), "")?;
             for o in &k.methods_owners {
-                let claim = if o.blocks_chart_change {
-                    " <- Update claim: a chart (Helm 4) change of the field will conflict with it; \
-                     a pre/post cycle of this guard releases it"
-                } else {
-                    ""
+                let claim = match (o.blocks_chart_change, o.owner.manager == FIELD_MANAGER) {
+                    (false, _) => "",
+                    (true, true) => " <- our claim while suspended: post releases it",
+                    (true, false) => {
+                        " <- Update claim: a chart (Helm 4) change of the field will conflict with \
+                         it; a pre/post cycle of this guard releases it"
+                    }
                 };
                 writeln!(
                     f,
