@@ -86,10 +86,14 @@ pub struct Cluster {
     last_error: LastError,
 }
 
+/// The longest wait between two attempts: a restarted API server is noticed within it.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+/// 100 ms doubling to half of [`MAX_BACKOFF`]; the jitter adds up to as much again.
 fn backoff() -> ExponentialBuilder {
     ExponentialBuilder::default()
         .with_min_delay(Duration::from_millis(100))
-        .with_max_delay(Duration::from_secs(2))
+        .with_max_delay(MAX_BACKOFF / 2)
         .with_factor(2.0)
         .with_jitter()
         .without_max_times()
@@ -99,14 +103,17 @@ impl Cluster {
     /// A client from the in-cluster config or KUBECONFIG, with kube's own retry layer off.
     pub async fn connect(dry_run: bool, last_error: LastError) -> Result<Self, Error> {
         let mut config = Config::infer().await.map_err(|e| {
-            Error::Config(format!("cannot load Kubernetes client configuration: {e}"))
+            Error::Config(one_line(format!(
+                "cannot load Kubernetes client configuration (KUBECONFIG, ~/.kube/config, or in-cluster): {e}"
+            )))
         })?;
         config.default_retry = false;
         config.connect_timeout = Some(Duration::from_secs(5));
         config.read_timeout = Some(Duration::from_secs(30));
         config.write_timeout = Some(Duration::from_secs(30));
-        let client = Client::try_from(config)
-            .map_err(|e| Error::Config(format!("cannot build the Kubernetes client: {e}")))?;
+        let client = Client::try_from(config).map_err(|e| {
+            Error::Config(one_line(format!("cannot build the Kubernetes client: {e}")))
+        })?;
         Ok(Self {
             client,
             dry_run,
@@ -326,6 +333,10 @@ impl EventKind {
             EventKind::Warning => "Warning",
         }
     }
+}
+
+fn one_line(s: String) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 fn rv(obj: &Value) -> Option<&str> {

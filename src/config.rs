@@ -241,7 +241,7 @@ fn boolean(var: &str, value: Option<String>, default: bool) -> Result<bool, Conf
         Some(_) => Err(invalid(
             var,
             value.as_deref().unwrap_or_default(),
-            "true or false",
+            "true or false (also 1/0, yes/no)",
         )),
     }
 }

@@ -341,3 +341,12 @@ fn classification() {
         assert_eq!(classify(&api(code, None)), Class::Permanent, "{code}");
     }
 }
+
+#[test]
+fn no_wait_between_attempts_exceeds_the_documented_cap() {
+    let mut waits = backoff().build();
+    let all: Vec<Duration> = (0..40).map(|_| waits.next().unwrap()).collect();
+    assert!(all.iter().all(|w| *w <= MAX_BACKOFF), "{all:?}");
+    assert!(all[0] >= Duration::from_millis(100), "{all:?}");
+    assert!(all[30..].iter().all(|w| *w >= MAX_BACKOFF / 2), "{all:?}");
+}
