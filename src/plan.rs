@@ -31,7 +31,22 @@ pub struct Malformed(pub String);
 pub struct Plan {
     pub patch: Option<Patch>,
     pub actions: Vec<String>,
+    /// What the operator must hear about: logged as warnings, in the termination message, and
+    /// (for the KubeVirt CR) in a Warning Event.
+    pub warnings: Vec<Warning>,
 }
+
+/// A warning, with the reason its Event carries.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Warning {
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// Warning reasons.
+pub const STILL_SUSPENDED: &str = "WorkloadUpdatesStillSuspended";
+pub const CHANGED_WHILE_SUSPENDED: &str = "WorkloadUpdateMethodsChangedWhileSuspended";
+pub const COMPARE_PATCH_GONE: &str = "ComparePatchRemovedByOthers";
 
 /// Which steps run (DESIGN §4.3), each switchable. The one place that decides whether an object
 /// is written at all is [`Steps::writes`].
@@ -269,12 +284,38 @@ pub enum Added {
     Entry,
 }
 
+/// What `pre` did to comparePatches, and for which object, so `post` removes exactly that,
+/// whatever names it is configured with.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CompareRecord {
     pub added: Added,
+    /// The object the pointer is for (records of earlier versions lack it: the configured
+    /// names are used then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object: Option<RecordedObject>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pointer: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub created_parents: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RecordedObject {
+    pub api_version: String,
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl RecordedObject {
+    fn key(&self) -> ObjectKey {
+        ObjectKey {
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+        }
+    }
 }
 
 /// `pre` on the KubeVirt CR: methods to `[]`, the original recorded once. Without a record on
@@ -334,6 +375,9 @@ pub fn kubevirt_copy(chart: &Value) -> Result<Option<ValueRecord>, Malformed> {
 pub enum Source {
     /// The record `pre` wrote on the CR, in the same write as the suspension.
     CrRecord,
+    /// A record, but the methods were changed from `[]` while suspended: that later, explicit
+    /// choice is kept, and the record dropped.
+    LaterChoice,
     /// No record on the CR, methods `[]`: the copy `pre` wrote on the ManagedChart first.
     ChartCopy,
     /// No record or copy, and the `[]` is ours (our field manager owns it): the configured
@@ -365,7 +409,17 @@ pub fn restore_source(
     let current = methods(kubevirt)?;
     let suspended = current.as_ref() == Some(&json!([]));
     let (source, original, reason) = match (kubevirt_record(kubevirt)?, copy) {
-        (Some(r), _) => (Source::CrRecord, Some(r), "the CR's record".to_string()),
+        (Some(r), _) if suspended => (Source::CrRecord, Some(r), "the CR's record".to_string()),
+        (Some(r), _) => (
+            Source::LaterChoice,
+            None,
+            format!(
+                "workloadUpdateMethods was changed to {} while suspended; that later choice is kept \
+                 (the recorded original was {})",
+                describe(&current),
+                describe(&r.original())
+            ),
+        ),
         (None, Some(c)) if suspended => (
             Source::ChartCopy,
             Some(c.clone()),
@@ -408,7 +462,8 @@ pub fn restore_source(
 }
 
 /// `post` on the KubeVirt CR: the original from [`restore_source`] back, exactly, and the
-/// record removed.
+/// record removed. Loud where updates stay off without a record, or where someone changed the
+/// methods while suspended; and when it turns updates back on, it says what KubeVirt will do.
 pub fn kubevirt_post(
     obj: &Value,
     fallback: Option<&[String]>,
@@ -417,21 +472,84 @@ pub fn kubevirt_post(
     let mut ed = Editor::new(obj)?;
     let restore = restore_source(obj, copy, fallback)?;
     let current = methods(obj)?;
-    if restore.source == Source::CrRecord && current.as_ref() != Some(&json!([])) {
-        ed.note(format!(
-            "workloadUpdateMethods was changed to {} while suspended; restoring the recorded original",
-            describe(&current)
-        ));
-    }
-    match &restore.original {
-        Some(original) => {
+    match (&restore.original, restore.source) {
+        (Some(original), _) => {
             ed.note(format!("restoring from {}", restore.reason));
             ed.restore(METHODS_PATH, original, "workloadUpdateMethods")?;
+            if current.as_ref() == Some(&json!([])) {
+                if let Some(notice) = update_notice(obj, &original.original()) {
+                    ed.note(notice);
+                }
+            }
         }
-        None => ed.note(restore.reason),
+        (None, Source::LaterChoice) => ed.warn(CHANGED_WHILE_SUSPENDED, restore.reason),
+        (None, _) if current.as_ref() == Some(&json!([])) => ed.warn(
+            STILL_SUSPENDED,
+            format!(
+                "automated workload updates stay OFF: {}. If that is not an administrator's \
+                 choice, set the methods again (e.g. kubectl -n {} patch kubevirt {} --type merge \
+                 -p '{{\"spec\":{{\"workloadUpdateStrategy\":{{\"workloadUpdateMethods\":[\"LiveMigrate\"]}}}}}}')",
+                restore.reason,
+                text_at(obj, "/metadata/namespace"),
+                text_at(obj, "/metadata/name"),
+            ),
+        ),
+        (None, _) => ed.note(restore.reason),
     }
     ed.remove_annotation(KUBEVIRT_RECORD);
     Ok(ed.finish())
+}
+
+fn text_at<'a>(obj: &'a Value, ptr: &str) -> &'a str {
+    obj.pointer(ptr).and_then(Value::as_str).unwrap_or("")
+}
+
+/// What KubeVirt's workload updater will do once `methods` turn updates back on (DESIGN §8):
+/// the outdated VMIs it counts, migrated at most `parallelMigrationsPerCluster` (default 5) at
+/// a time, or evicted in batches.
+pub fn update_notice(kubevirt: &Value, methods: &Option<Value>) -> Option<String> {
+    let has = |m: &str| {
+        methods
+            .as_ref()
+            .and_then(Value::as_array)
+            .is_some_and(|l| l.iter().any(|v| v == m))
+    };
+    let (migrate, evict) = (has("LiveMigrate"), has("Evict"));
+    if !migrate && !evict {
+        return None;
+    }
+    let outdated = match kubevirt
+        .pointer("/status/outdatedVirtualMachineInstanceWorkloads")
+        .and_then(Value::as_i64)
+    {
+        Some(n) => format!("{n} outdated VMIs"),
+        None => "the outdated VMIs (KubeVirt reports no count)".into(),
+    };
+    let number = |ptr: &str, default: i64| {
+        kubevirt
+            .pointer(ptr)
+            .and_then(Value::as_i64)
+            .unwrap_or(default)
+    };
+    let parallel = number(
+        "/spec/configuration/migrations/parallelMigrationsPerCluster",
+        5,
+    );
+    let batch = number("/spec/workloadUpdateStrategy/batchEvictionSize", 10);
+    let interval = kubevirt
+        .pointer("/spec/workloadUpdateStrategy/batchEvictionInterval")
+        .and_then(Value::as_str)
+        .unwrap_or("1m0s");
+    let evicted = format!("evicted in batches of {batch} every {interval}");
+    Some(match (migrate, evict) {
+        (true, false) => {
+            format!("{outdated} will now be live-migrated, at most {parallel} at a time")
+        }
+        (true, true) => format!(
+            "{outdated} will now be live-migrated, at most {parallel} at a time; those that cannot migrate are {evicted}"
+        ),
+        _ => format!("{outdated} will now be {evicted}, migratable or not"),
+    })
 }
 
 /// The KubeVirt CR's record of its original, checked.
@@ -600,8 +718,11 @@ pub fn chart_pre(
     if steps.compare {
         let record: Option<CompareRecord> = read_record(obj, COMPARE_RECORD)?;
         let list = compare_list(obj)?;
+        let ours = format!("KubeVirt {}/{}", kubevirt.namespace, kubevirt.name);
         let (added, created) = if find_pointer(list, kubevirt)?.is_some() {
-            ed.note("comparePatches already ignores workloadUpdateMethods");
+            ed.note(format!(
+                "comparePatches already ignores the methods of {ours}"
+            ));
             (Added::Nothing, Vec::new())
         } else if let Some(i) = find_entry(list, kubevirt) {
             let entry = &list.expect("an entry was found")[i];
@@ -610,25 +731,31 @@ pub fn chart_pre(
                     &format!("{}/{i}/jsonPointers/-", pointer(COMPARE_PATH)),
                     json!(METHODS_POINTER),
                 );
-                ed.note(format!("appended the pointer to comparePatches entry {i}"));
+                ed.note(format!(
+                    "appended our pointer to the comparePatches entry for {}",
+                    entry_name(entry)
+                ));
                 (Added::Pointer, Vec::new())
             } else {
                 ed.add(
                     &format!("{}/{i}/jsonPointers", pointer(COMPARE_PATH)),
                     json!([METHODS_POINTER]),
                 );
-                ed.note(format!("added jsonPointers to comparePatches entry {i}"));
+                ed.note(format!(
+                    "added jsonPointers with our pointer to the comparePatches entry for {}",
+                    entry_name(entry)
+                ));
                 (Added::PointerList, Vec::new())
             }
         } else if list.is_some() {
             ed.add(&format!("{}/-", pointer(COMPARE_PATH)), our_entry(kubevirt));
-            ed.note("appended a comparePatches entry for the KubeVirt CR");
+            ed.note(format!("appended a comparePatches entry for {ours}"));
             (Added::Entry, Vec::new())
         } else {
             let mut created =
                 ed.ensure(COMPARE_PATH, json!([our_entry(kubevirt)]), "comparePatches")?;
             created.push(pointer(COMPARE_PATH));
-            ed.note("created comparePatches with an entry for the KubeVirt CR");
+            ed.note(format!("created comparePatches with an entry for {ours}"));
             (Added::Entry, created)
         };
         if record.is_none() {
@@ -636,6 +763,13 @@ pub fn chart_pre(
                 COMPARE_RECORD,
                 &CompareRecord {
                     added,
+                    object: Some(RecordedObject {
+                        api_version: Kind::KubeVirt.api_version().into(),
+                        kind: Kind::KubeVirt.name().into(),
+                        namespace: kubevirt.namespace.clone(),
+                        name: kubevirt.name.clone(),
+                    }),
+                    pointer: Some(METHODS_POINTER.into()),
                     created_parents: created,
                 },
             )?;
@@ -663,8 +797,12 @@ pub fn chart_post(obj: &Value, kubevirt: &ObjectKey, steps: &Steps) -> Result<Pl
         let list = compare_list(obj)?;
         match read_record::<CompareRecord>(obj, COMPARE_RECORD)? {
             Some(r) => {
+                let key = r
+                    .object
+                    .as_ref()
+                    .map_or_else(|| kubevirt.clone(), RecordedObject::key);
                 if r.added != Added::Nothing {
-                    remove_our_pointer(&mut ed, list, kubevirt, r.added)?;
+                    remove_our_pointer(&mut ed, list, &key, r.added)?;
                 }
                 ed.remove_empty(&r.created_parents);
                 ed.remove_annotation(COMPARE_RECORD);
@@ -681,8 +819,14 @@ fn remove_our_pointer(
     kubevirt: &ObjectKey,
     added: Added,
 ) -> Result<(), Malformed> {
+    let ours = format!("KubeVirt {}/{}", kubevirt.namespace, kubevirt.name);
     let Some((i, j)) = find_pointer(list, kubevirt)? else {
-        ed.note("our comparePatches pointer is already gone");
+        ed.warn(
+            COMPARE_PATCH_GONE,
+            format!(
+                "our comparePatches pointer for {ours} was removed by someone else; nothing to remove"
+            ),
+        );
         return Ok(());
     };
     let entry = &list.expect("a pointer was found")[i];
@@ -690,17 +834,31 @@ fn remove_our_pointer(
     let pointers = entry["jsonPointers"].as_array().map_or(0, Vec::len);
     if added == Added::Entry && *entry == our_entry(kubevirt) {
         ed.remove(&base);
-        ed.note(format!("removed our comparePatches entry {i}"));
+        ed.note(format!("removed our comparePatches entry for {ours}"));
     } else if added == Added::PointerList && pointers == 1 {
         ed.remove(&format!("{base}/jsonPointers"));
         ed.note(format!(
-            "removed the jsonPointers we added to comparePatches entry {i}"
+            "removed the jsonPointers we added to the comparePatches entry for {}",
+            entry_name(entry)
         ));
     } else {
         ed.remove(&format!("{base}/jsonPointers/{j}"));
-        ed.note(format!("removed our pointer from comparePatches entry {i}"));
+        ed.note(format!(
+            "removed our pointer from the comparePatches entry for {}",
+            entry_name(entry)
+        ));
     }
     Ok(())
+}
+
+/// `KubeVirt ns/name` of a comparePatches entry (`*` for an empty namespace, which matches any).
+fn entry_name(entry: &Value) -> String {
+    let field = |k: &str| entry.get(k).and_then(Value::as_str).unwrap_or("");
+    let ns = match field("namespace") {
+        "" => "*",
+        ns => ns,
+    };
+    format!("{} {ns}/{}", field("kind"), field("name"))
 }
 
 fn our_entry(kubevirt: &ObjectKey) -> Value {
@@ -844,6 +1002,7 @@ struct Editor {
     doc: Value,
     ops: Vec<PatchOperation>,
     actions: Vec<String>,
+    warnings: Vec<Warning>,
 }
 
 impl Editor {
@@ -860,6 +1019,7 @@ impl Editor {
             doc: obj.clone(),
             ops: Vec::new(),
             actions: Vec::new(),
+            warnings: Vec::new(),
         };
         ed.push(json!({"op": "test", "path": "/metadata/resourceVersion", "value": rv}));
         Ok(ed)
@@ -867,6 +1027,13 @@ impl Editor {
 
     fn note(&mut self, action: impl Into<String>) {
         self.actions.push(action.into());
+    }
+
+    fn warn(&mut self, reason: &'static str, message: impl Into<String>) {
+        self.warnings.push(Warning {
+            reason,
+            message: message.into(),
+        });
     }
 
     fn push(&mut self, op: Value) {
@@ -983,6 +1150,7 @@ impl Editor {
         Plan {
             patch,
             actions: self.actions,
+            warnings: self.warnings,
         }
     }
 }

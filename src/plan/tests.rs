@@ -275,7 +275,7 @@ fn chart_pre_appends_an_entry_and_overrides_values_in_one_patch() {
               "apiVersion": "kubevirt.io/v1", "kind": "KubeVirt", "name": "kubevirt",
               "namespace": "harvester-system", "jsonPointers": [METHODS_POINTER]}},
             {"op": "add", "path": "/metadata/annotations/workload-update-guard.harvesterhci.io~1compare-patch",
-             "value": r#"{"added":"entry"}"#},
+             "value": r#"{"added":"entry","object":{"apiVersion":"kubevirt.io/v1","kind":"KubeVirt","namespace":"harvester-system","name":"kubevirt"},"pointer":"/spec/workloadUpdateStrategy/workloadUpdateMethods"}"#},
         ])
     );
     let after = apply(&obj, &plan);
@@ -878,6 +878,8 @@ fn restore_source_precedence() {
          "fieldsV1": {"f:spec": {"f:workloadUpdateStrategy": {"f:workloadUpdateMethods": {}}}}},
     ]);
     let recorded = pre_kv(&kubevirt(Some(live.clone())));
+    let mut changed = recorded.clone();
+    changed["spec"]["workloadUpdateStrategy"]["workloadUpdateMethods"] = json!(["Evict"]);
     let (on, absent, theirs) = (
         kubevirt(Some(live.clone())),
         kubevirt(None),
@@ -899,18 +901,23 @@ fn restore_source_precedence() {
         (&absent, None, Some(&fallback), Source::Nothing),
         // [] that is not ours: the fallback does not apply.
         (&theirs, None, Some(&fallback), Source::Nothing),
+        // A record, but someone set [Evict] while suspended: their later choice stands.
+        (&changed, Some(&copy), Some(&fallback), Source::LaterChoice),
     ];
     for (obj, copy, fallback, want) in cases {
         let r = restore_source(obj, copy, fallback).unwrap();
         assert_eq!(r.source, want, "{obj}");
-        assert_eq!(r.original.is_some(), want != Source::Nothing);
+        assert_eq!(
+            r.original.is_some(),
+            !matches!(want, Source::Nothing | Source::LaterChoice)
+        );
         // kubevirt_post acts on exactly this source.
         let after = apply(obj, &kubevirt_post(obj, fallback, copy).unwrap());
         let expected = match want {
             Source::CrRecord => Some(live.clone()),
             Source::ChartCopy => Some(json!(["Evict"])),
             Source::Fallback => Some(json!(fallback.unwrap())),
-            Source::Nothing => methods(obj).unwrap(),
+            Source::Nothing | Source::LaterChoice => methods(obj).unwrap(),
         };
         assert_eq!(methods(&after).unwrap(), expected, "{want:?}");
     }
@@ -1055,5 +1062,166 @@ proptest! {
         // Nothing else on the object changes.
         let strip = |o: &Value| { let mut o = o.clone(); o["metadata"]["managedFields"] = json!(null); o };
         prop_assert_eq!(strip(&after), strip(&obj));
+    }
+}
+
+// ---- operator safety: nothing left off in silence, later choices kept, what happens next ----
+
+#[test]
+fn post_keeps_a_change_made_while_suspended_and_warns() {
+    let suspended = pre_kv(&kubevirt(Some(json!(["LiveMigrate"]))));
+    for later in [json!(["Evict"]), json!(["LiveMigrate", "Evict"])] {
+        let mut changed = suspended.clone();
+        changed["spec"]["workloadUpdateStrategy"]["workloadUpdateMethods"] = later.clone();
+        let plan = kubevirt_post(&changed, None, None).unwrap();
+        let after = apply(&changed, &plan);
+        assert_eq!(methods(&after).unwrap(), Some(later));
+        assert_eq!(
+            read_record::<ValueRecord>(&after, KUBEVIRT_RECORD).unwrap(),
+            None
+        );
+        assert_eq!(plan.warnings.len(), 1);
+        assert_eq!(plan.warnings[0].reason, CHANGED_WHILE_SUSPENDED);
+        assert!(plan.warnings[0].message.contains(r#"["LiveMigrate"]"#));
+    }
+}
+
+#[test]
+fn post_that_leaves_updates_off_without_a_record_warns() {
+    let off = kubevirt(Some(json!([])));
+    let plan = kubevirt_post(&off, None, None).unwrap();
+    assert_eq!(plan.patch, None);
+    assert_eq!(plan.warnings.len(), 1);
+    assert_eq!(plan.warnings[0].reason, STILL_SUSPENDED);
+    assert!(
+        plan.warnings[0]
+            .message
+            .contains("kubectl -n harvester-system patch kubevirt kubevirt")
+    );
+    // Absent methods, or on: nothing to warn about.
+    for m in [None, Some(json!(["LiveMigrate"]))] {
+        assert_eq!(
+            kubevirt_post(&kubevirt(m), None, None).unwrap().warnings,
+            []
+        );
+    }
+    // A normal restore warns of nothing.
+    let suspended = pre_kv(&kubevirt(Some(json!(["LiveMigrate"]))));
+    assert_eq!(kubevirt_post(&suspended, None, None).unwrap().warnings, []);
+}
+
+#[test]
+fn turning_updates_back_on_says_what_kubevirt_will_do() {
+    let mut obj = kubevirt(Some(json!(["LiveMigrate"])));
+    obj["status"] = json!({"outdatedVirtualMachineInstanceWorkloads": 7});
+    obj["spec"]["configuration"] = json!({"migrations": {"parallelMigrationsPerCluster": 3}});
+    let plan = kubevirt_post(&pre_kv(&obj), None, None).unwrap();
+    assert!(
+        plan.actions.contains(
+            &"7 outdated VMIs will now be live-migrated, at most 3 at a time".to_string()
+        ),
+        "{:?}",
+        plan.actions
+    );
+    let notice = |m: Value, status: Value| {
+        let mut o = kubevirt(None);
+        o["status"] = status;
+        update_notice(&o, &Some(m))
+    };
+    assert_eq!(notice(json!([]), json!({})), None);
+    assert_eq!(
+        notice(json!(["LiveMigrate"]), json!({})).unwrap(),
+        "the outdated VMIs (KubeVirt reports no count) will now be live-migrated, at most 5 at a time"
+    );
+    assert_eq!(
+        notice(
+            json!(["Evict"]),
+            json!({"outdatedVirtualMachineInstanceWorkloads": 2})
+        )
+        .unwrap(),
+        "2 outdated VMIs will now be evicted in batches of 10 every 1m0s, migratable or not"
+    );
+    assert!(
+        notice(json!(["LiveMigrate", "Evict"]), json!({}))
+            .unwrap()
+            .contains("cannot migrate")
+    );
+    // Restoring an original that keeps updates off says nothing of the kind.
+    let off = pre_kv(&kubevirt(None));
+    assert!(
+        kubevirt_post(&off, None, None)
+            .unwrap()
+            .actions
+            .iter()
+            .all(|a| !a.contains("will now"))
+    );
+}
+
+#[test]
+fn post_removes_the_recorded_entry_even_under_other_configured_names() {
+    let obj = chart(json!({}), Some(json!([longhorn_entry()])));
+    let suspended = pre_chart(&obj);
+    let record: CompareRecord = read_record(&suspended, COMPARE_RECORD).unwrap().unwrap();
+    assert_eq!(record.object.as_ref().unwrap().name, "kubevirt");
+    assert_eq!(record.pointer.as_deref(), Some(METHODS_POINTER));
+    let other = ObjectKey {
+        namespace: "kubevirt".into(),
+        name: "kubvirt".into(),
+    };
+    let plan = chart_post(&suspended, &other, &Steps::ALL).unwrap();
+    assert_eq!(apply(&suspended, &plan), obj);
+    assert!(
+        plan.actions.contains(
+            &"removed our comparePatches entry for KubeVirt harvester-system/kubevirt".to_string()
+        ),
+        "{:?}",
+        plan.actions
+    );
+    // A record from an earlier version (no object): the configured names.
+    let mut old = suspended.clone();
+    old["metadata"]["annotations"][COMPARE_RECORD] = json!(r#"{"added":"entry"}"#);
+    assert_eq!(
+        apply(&old, &chart_post(&old, &kv(), &Steps::ALL).unwrap()),
+        obj
+    );
+}
+
+#[test]
+fn post_warns_when_our_compare_patch_was_removed_by_someone_else() {
+    let suspended = pre_chart(&chart(json!({}), Some(json!([longhorn_entry()]))));
+    let mut gone = suspended.clone();
+    gone["spec"]["diff"]["comparePatches"] = json!([longhorn_entry()]);
+    let plan = chart_post(&gone, &kv(), &Steps::ALL).unwrap();
+    assert_eq!(plan.warnings.len(), 1, "{plan:?}");
+    assert_eq!(plan.warnings[0].reason, COMPARE_PATCH_GONE);
+    assert!(
+        plan.warnings[0]
+            .message
+            .contains("KubeVirt harvester-system/kubevirt")
+    );
+    assert_eq!(
+        read_record::<CompareRecord>(&apply(&gone, &plan), COMPARE_RECORD).unwrap(),
+        None
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1000))]
+
+    /// Whatever was there, whatever someone sets while suspended (other than []), post keeps it.
+    #[test]
+    fn a_later_explicit_choice_wins(s in kubevirt_strategy(), later in methods_strategy()) {
+        let mut changed = pre_kv(&s);
+        match &later {
+            Some(m) => changed["spec"]["workloadUpdateStrategy"]["workloadUpdateMethods"] = m.clone(),
+            None => { changed["spec"]["workloadUpdateStrategy"].as_object_mut().unwrap().remove("workloadUpdateMethods"); }
+        }
+        let after = post_kv(&changed, Some(&["LiveMigrate".to_string()]));
+        if later == Some(json!([])) {
+            prop_assert_eq!(after, s);
+        } else {
+            prop_assert_eq!(methods(&after).unwrap(), later);
+            prop_assert_eq!(read_record::<ValueRecord>(&after, KUBEVIRT_RECORD).unwrap(), None);
+        }
     }
 }
