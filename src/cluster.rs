@@ -58,9 +58,35 @@ pub fn classify(e: &kube::Error) -> Class {
             429 | 500 | 502 | 503 | 504 => Class::Transient,
             _ => Class::Permanent,
         },
+        kube::Error::HyperError(_) | kube::Error::Service(_) if tls_failure(e).is_some() => {
+            Class::Permanent
+        }
         kube::Error::HyperError(_) | kube::Error::Service(_) => Class::Transient,
         _ => Class::Permanent,
     }
+}
+
+/// The TLS reason, if a connection failed because the server's certificate was refused (an
+/// unknown authority, a name mismatch, an expired certificate) or ours was: retrying cannot
+/// mend that. Found in the error's source chain, whose innermost error is rustls'.
+pub fn tls_failure(e: &kube::Error) -> Option<String> {
+    let mut source: Option<&dyn std::error::Error> = Some(e);
+    let mut found = None;
+    while let Some(err) = source {
+        let text = err.to_string();
+        if [
+            "invalid peer certificate",
+            "received fatal alert",
+            "peer is incompatible",
+        ]
+        .iter()
+        .any(|m| text.contains(m))
+        {
+            found = Some(text);
+        }
+        source = err.source();
+    }
+    found
 }
 
 /// The last transient error seen, for the message when the deadline cuts the retries short.
@@ -82,6 +108,8 @@ impl LastError {
 
 pub struct Cluster {
     client: Client,
+    /// The API server's URL, for messages.
+    server: String,
     dry_run: bool,
     last_error: LastError,
 }
@@ -108,6 +136,7 @@ impl Cluster {
             )))
         })?;
         config.default_retry = false;
+        let server = config.cluster_url.to_string();
         config.connect_timeout = Some(Duration::from_secs(5));
         config.read_timeout = Some(Duration::from_secs(30));
         config.write_timeout = Some(Duration::from_secs(30));
@@ -116,6 +145,7 @@ impl Cluster {
         })?;
         Ok(Self {
             client,
+            server,
             dry_run,
             last_error,
         })
@@ -124,6 +154,7 @@ impl Cluster {
     pub fn from_client(client: Client, dry_run: bool) -> Self {
         Self {
             client,
+            server: "(test client)".into(),
             dry_run,
             last_error: LastError::default(),
         }
@@ -148,7 +179,7 @@ impl Cluster {
             .when(|e| classify(e) == Class::Transient)
             .notify(|e, wait| {
                 warn!(request = what, error = %e, retry_in_ms = wait.as_millis() as u64, "transient error, retrying");
-                self.last_error.set(format!("{what}: {e}"));
+                self.last_error.set(format!("{what} at {}: {e}", self.server));
             })
             .await
     }
@@ -170,11 +201,17 @@ impl Cluster {
                     Err(Error::NotServed {
                         subject: Subject::Object(target.clone()),
                         plural: target.kind.plural(),
+                        hint: match target.kind {
+                            Kind::ManagedChart => {
+                                "; for KubeVirt without Rancher/Fleet, set MANAGEDCHART_NAME= (empty)"
+                            }
+                            _ => "",
+                        },
                         message: s.message.trim().to_string(),
                     })
                 }
             }
-            Err(e) => Err(permanent(Subject::Object(target.clone()), e)),
+            Err(e) => Err(self.permanent(Subject::Object(target.clone()), e)),
         }
     }
 
@@ -209,11 +246,11 @@ impl Cluster {
                     };
                     // A failed patch on an unchanged object is not a conflict: it would fail forever.
                     if rv(&current) == before.as_deref() {
-                        return Err(permanent(Subject::Object(target.clone()), e));
+                        return Err(self.permanent(Subject::Object(target.clone()), e));
                     }
                     debug!(object = %target, resource_version = rv(&current), "conflict: read again");
                 }
-                Err(e) => return Err(permanent(Subject::Object(target.clone()), e)),
+                Err(e) => return Err(self.permanent(Subject::Object(target.clone()), e)),
             }
         }
     }
@@ -235,6 +272,27 @@ impl Cluster {
         Ok(serde_json::to_value(obj).expect("objects serialize"))
     }
 
+    /// The error for a request that failed for good.
+    fn permanent(&self, subject: Subject, e: kube::Error) -> Error {
+        if let Some(tls) = tls_failure(&e) {
+            return Error::Client {
+                subject,
+                message: format!("cannot connect to {}: TLS: {tls}", self.server),
+            };
+        }
+        match e {
+            kube::Error::Api(s) => Error::Refused {
+                subject,
+                code: s.code,
+                message: one_line(s.message),
+            },
+            other => Error::Client {
+                subject,
+                message: one_line(format!("{other} ({})", self.server)),
+            },
+        }
+    }
+
     /// Migrations whose names start with `prefix`, in all namespaces (for `status`).
     pub async fn list_migrations(&self, prefix: &str) -> Result<Vec<Value>, Error> {
         let api: Api<DynamicObject> =
@@ -247,7 +305,7 @@ impl Cluster {
                     api.list(&params)
                 })
                 .await
-                .map_err(|e| permanent(Subject::Migrations, e))?;
+                .map_err(|e| self.permanent(Subject::Migrations, e))?;
             out.extend(
                 page.items
                     .into_iter()
@@ -342,20 +400,6 @@ fn one_line(s: String) -> String {
 fn rv(obj: &Value) -> Option<&str> {
     obj.pointer("/metadata/resourceVersion")
         .and_then(Value::as_str)
-}
-
-fn permanent(subject: Subject, e: kube::Error) -> Error {
-    match e {
-        kube::Error::Api(s) => Error::Refused {
-            subject,
-            code: s.code,
-            message: s.message.trim().replace('\n', " "),
-        },
-        other => Error::Client {
-            subject,
-            message: other.to_string().replace('\n', " "),
-        },
-    }
 }
 
 #[cfg(test)]

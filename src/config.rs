@@ -53,6 +53,11 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
         "comma-separated LiveMigrate,Evict; post applies it only without a record and with methods []",
     ),
     (
+        "ALLOW_MISSING",
+        "false",
+        "a missing KubeVirt CR or ManagedChart is skipped with a warning instead of failing (exit 6)",
+    ),
+    (
         "DRY_RUN",
         "false",
         "print the planned patches and send them with server-side dry run; change nothing",
@@ -75,11 +80,11 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
     (
         "TERMINATION_MESSAGE_PATH",
         defaults::TERMINATION_MESSAGE_PATH,
-        "where the one-line JSON summary goes; empty: nowhere",
+        "where the one-line JSON summary goes; the default only if it exists (the kubelet makes it); empty: nowhere",
     ),
     (
         "KUBECONFIG",
-        "(in-cluster)",
+        "(in-cluster, else ~/.kube/config)",
         "kubeconfig for runs outside a pod",
     ),
 ];
@@ -98,7 +103,17 @@ pub struct Config {
     pub dry_run: bool,
     pub deadline: Duration,
     pub log_format: LogFormat,
-    pub termination_message_path: Option<PathBuf>,
+    pub termination_message: Option<TerminationMessage>,
+    /// Skip a missing object with a warning instead of failing.
+    pub allow_missing: bool,
+}
+
+/// Where the summary goes. The default path is written only if it exists: outside a pod,
+/// `/dev/termination-log` is not ours to create.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TerminationMessage {
+    pub path: PathBuf,
+    pub explicit: bool,
 }
 
 /// The raw variables, all optional strings: validation below gives the messages.
@@ -117,6 +132,7 @@ struct Raw {
     deadline_seconds: Option<String>,
     log_format: Option<String>,
     termination_message_path: Option<String>,
+    allow_missing: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -178,6 +194,7 @@ impl Config {
             values: boolean("STEP_CHART_VALUES", raw.step_chart_values, true)? && named,
         };
         let fallback = fallback(raw.fallback_methods)?;
+        let allow_missing = boolean("ALLOW_MISSING", raw.allow_missing, false)?;
         let dry_run = boolean("DRY_RUN", raw.dry_run, false)?;
         let deadline = match raw.deadline_seconds.as_deref() {
             None => defaults::DEADLINE_SECONDS,
@@ -198,10 +215,16 @@ impl Config {
             Some("json") => LogFormat::Json,
             Some(other) => return Err(invalid("LOG_FORMAT", other, "text or json")),
         };
-        let termination_message_path = match raw.termination_message_path.as_deref() {
-            None => Some(PathBuf::from(defaults::TERMINATION_MESSAGE_PATH)),
+        let termination_message = match raw.termination_message_path.as_deref() {
+            None => Some(TerminationMessage {
+                path: PathBuf::from(defaults::TERMINATION_MESSAGE_PATH),
+                explicit: false,
+            }),
             Some("") => None,
-            Some(p) if p.starts_with('/') => Some(PathBuf::from(p)),
+            Some(p) if p.starts_with('/') => Some(TerminationMessage {
+                path: PathBuf::from(p),
+                explicit: true,
+            }),
             Some(p) => {
                 return Err(invalid(
                     "TERMINATION_MESSAGE_PATH",
@@ -220,7 +243,8 @@ impl Config {
             dry_run,
             deadline,
             log_format,
-            termination_message_path,
+            termination_message,
+            allow_missing,
         };
         if phase != Phase::Status && crate::plan::targets(&config.intent).is_empty() {
             return Err(ConfigError(
@@ -315,7 +339,8 @@ pub fn help() -> String {
     }
     out.push_str(
         "\nExit codes: 0 success (incl. already so); 2 bad configuration; 3 permanent refusal or\n\
-         malformed object; 4 transient failures until the deadline; 5 interrupted (SIGTERM/SIGINT).\n",
+         malformed object; 4 transient failures until the deadline; 5 interrupted (SIGTERM/SIGINT);\n\
+         6 an object not found (see ALLOW_MISSING).\n",
     );
     out
 }
@@ -349,9 +374,13 @@ mod tests {
         assert_eq!((i.steps, c.dry_run), (Steps::ALL, false));
         assert_eq!((&i.fallback, c.deadline), (&None, Duration::from_secs(300)));
         assert_eq!(
-            c.termination_message_path,
-            Some(PathBuf::from("/dev/termination-log"))
+            c.termination_message,
+            Some(TerminationMessage {
+                path: PathBuf::from("/dev/termination-log"),
+                explicit: false
+            })
         );
+        assert!(!c.allow_missing);
     }
 
     #[test]
@@ -388,6 +417,7 @@ mod tests {
             ("FALLBACK_METHODS", "LiveMigrate,LiveMigrate"),
             ("FALLBACK_METHODS", "LiveMigrate,"),
             ("DRY_RUN", "yes please"),
+            ("ALLOW_MISSING", "sometimes"),
             ("DEADLINE_SECONDS", "0"),
             ("DEADLINE_SECONDS", "5m"),
             ("DEADLINE_SECONDS", "86401"),
@@ -415,6 +445,49 @@ mod tests {
             assert!(err.contains(want), "{vars:?}: {err}");
             assert!(!err.contains('\n'), "{vars:?}: one line: {err}");
         }
+    }
+
+    #[test]
+    fn valid_values_are_taken_as_given() {
+        for (secs, want) in [("1", 1), ("600", 600), ("86400", 86_400)] {
+            let c = cfg(&[("PHASE", "post"), ("DEADLINE_SECONDS", secs)]).unwrap();
+            assert_eq!(c.deadline, Duration::from_secs(want));
+        }
+        let c = cfg(&[
+            ("PHASE", "status"),
+            ("TERMINATION_MESSAGE_PATH", "/tmp/summary"),
+            ("ALLOW_MISSING", "YES"),
+            ("DRY_RUN", "1"),
+            ("LOG_FORMAT", "json"),
+        ])
+        .unwrap();
+        assert_eq!(
+            c.termination_message,
+            Some(TerminationMessage {
+                path: PathBuf::from("/tmp/summary"),
+                explicit: true
+            })
+        );
+        assert!(c.allow_missing && c.dry_run);
+        assert_eq!(c.log_format, LogFormat::Json);
+        let c = cfg(&[("PHASE", "pre"), ("TERMINATION_MESSAGE_PATH", "")]).unwrap();
+        assert_eq!(c.termination_message, None);
+        // Only the chart's values step on: the chart is still written.
+        let c = cfg(&[
+            ("PHASE", "pre"),
+            ("STEP_KUBEVIRT", "false"),
+            ("STEP_COMPARE_PATCHES", "no"),
+        ])
+        .unwrap();
+        assert_eq!(
+            c.intent.steps,
+            Steps {
+                kubevirt: false,
+                values: true,
+                compare: false
+            }
+        );
+        assert!(c.intent.steps.writes(crate::model::Kind::ManagedChart));
     }
 
     #[test]

@@ -16,6 +16,9 @@ pub mod exit {
     pub const TRANSIENT: u8 = 4;
     /// Stopped by SIGTERM or SIGINT.
     pub const INTERRUPTED: u8 = 5;
+    /// An object the phase works on was not found (and `ALLOW_MISSING` is off). Nothing was
+    /// written.
+    pub const MISSING: u8 = 6;
 }
 
 /// What a request was about.
@@ -47,12 +50,18 @@ pub enum Error {
         code: u16,
         message: String,
     },
-    #[error("{subject}: the resource {plural} is not served (is its CRD installed?): {message}")]
+    #[error(
+        "{subject}: the resource {plural} is not served (is its CRD installed?{hint}): {message}"
+    )]
     NotServed {
         subject: Subject,
         plural: &'static str,
+        /// What to do about it, with its leading separator.
+        hint: &'static str,
         message: String,
     },
+    #[error("{target} not found: {hint}; nothing was written")]
+    Missing { target: Target, hint: String },
     /// A client-side failure that retrying cannot mend (a response that does not decode, ...).
     #[error("{subject}: {message}")]
     Client { subject: Subject, message: String },
@@ -78,6 +87,7 @@ impl Error {
             | Error::Signals(_) => exit::PERMANENT,
             Error::Deadline { .. } => exit::TRANSIENT,
             Error::Interrupted(_) => exit::INTERRUPTED,
+            Error::Missing { .. } => exit::MISSING,
         }
     }
 
@@ -85,6 +95,7 @@ impl Error {
     pub fn target(&self) -> Option<&Target> {
         match self {
             Error::Malformed(r) => Some(&r.target),
+            Error::Missing { target, .. } => Some(target),
             Error::Refused { subject, .. }
             | Error::NotServed { subject, .. }
             | Error::Client { subject, .. } => match subject {

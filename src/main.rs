@@ -42,10 +42,15 @@ fn main() -> ExitCode {
             summary.exit_code = exit::CONFIG;
             summary.error = Some(e.to_string());
             // The path itself may be what is invalid: only the default is tried then.
-            let path = std::env::var("TERMINATION_MESSAGE_PATH")
-                .unwrap_or_else(|_| defaults::TERMINATION_MESSAGE_PATH.into());
-            if path.starts_with('/') {
-                let _ = std::fs::write(path, summary.to_line());
+            let path = std::env::var("TERMINATION_MESSAGE_PATH").ok();
+            match path.as_deref() {
+                Some(p) if p.starts_with('/') => {
+                    let _ = std::fs::write(p, summary.to_line());
+                }
+                None if std::path::Path::new(defaults::TERMINATION_MESSAGE_PATH).exists() => {
+                    let _ = std::fs::write(defaults::TERMINATION_MESSAGE_PATH, summary.to_line());
+                }
+                _ => {}
             }
             return ExitCode::from(exit::CONFIG);
         }
@@ -60,7 +65,13 @@ fn main() -> ExitCode {
 }
 
 fn init_logging(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    // kube's client builder logs every failed connection at ERROR, and our retry says it
+    // already: silenced unless RUST_LOG asks for kube_client by name.
+    let mut directives = std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into());
+    if !directives.contains("kube_client") {
+        directives.push_str(",kube_client::client::builder=off");
+    }
+    let filter = EnvFilter::try_new(&directives).unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
@@ -99,15 +110,27 @@ async fn run(cfg: &Config) -> u8 {
 
 fn finish(cfg: &Config, done: &[phases::Done], result: Result<(), Error>) -> u8 {
     let summary = Summary::of_run(&cfg.intent, cfg.dry_run, done, &result);
-    match &result {
-        Ok(()) => info!(summary = %summary.to_line(), "done"),
-        Err(e) => error!("{e}"),
-    }
     let line = summary.to_line();
-    if let Some(path) = &cfg.termination_message_path
-        && let Err(e) = std::fs::write(path, &line)
+    match (&result, cfg.log_format) {
+        (Err(e), _) => error!("{e}"),
+        // The summary as a JSON object in the JSON log, not as an escaped string.
+        (Ok(()), LogFormat::Json) => eprintln!(
+            "{}",
+            serde_json::json!({
+                "timestamp": jiff::Timestamp::now().to_string(),
+                "level": "INFO",
+                "target": "workload_update_guard",
+                "message": "done",
+                "summary": serde_json::from_str::<serde_json::Value>(&line).expect("the summary is JSON"),
+            })
+        ),
+        (Ok(()), LogFormat::Text) => info!(summary = %line, "done"),
+    }
+    if let Some(tm) = &cfg.termination_message
+        && (tm.explicit || tm.path.exists())
+        && let Err(e) = std::fs::write(&tm.path, &line)
     {
-        error!(path = %path.display(), error = %e, "cannot write the termination message");
+        error!(path = %tm.path.display(), error = %e, "cannot write the termination message");
     }
     let _ = std::io::stdout().flush();
     summary.exit_code

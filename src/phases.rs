@@ -9,7 +9,7 @@ use crate::cluster::{Cluster, EventKind, Written};
 use crate::config::{Config, LogFormat};
 use crate::error::Error;
 use crate::model::{Kind, MIGRATION_PREFIX, Target};
-use crate::plan::{self, Objects, Phase, Plan, Step, Write};
+use crate::plan::{self, Objects, Phase, Plan, Step, Warning, Write};
 use crate::report::Report;
 use crate::summary::Outcome;
 
@@ -19,6 +19,7 @@ pub struct Done {
     pub target: Target,
     pub outcome: Outcome,
     pub actions: Vec<String>,
+    pub warnings: Vec<Warning>,
 }
 
 pub async fn run(
@@ -44,15 +45,24 @@ async fn change(
     for target in plan::targets(intent) {
         match cluster.get(&target).await? {
             Some(obj) => objects.set(target.kind, Some(obj)),
-            None => {
-                warn!(object = %target, "not found: step skipped");
-                done.push(Done {
-                    target,
-                    outcome: Outcome::Missing,
-                    actions: vec![],
-                });
-            }
+            None => done.push(missing(cfg, target)?),
         }
+    }
+    // With ALLOW_MISSING, a `pre` without the KubeVirt CR has nothing to guard: it writes
+    // nothing at all, not even the ManagedChart.
+    if intent.phase == Phase::Pre
+        && intent.steps.kubevirt
+        && objects.kubevirt.is_none()
+        && let Some(key) = objects.chart.take().and(intent.keys.chart.as_ref())
+    {
+        done.push(Done {
+            target: Target::new(Kind::ManagedChart, key),
+            outcome: Outcome::Unchanged,
+            actions: vec![
+                "left alone: the KubeVirt CR is missing, so there is nothing to guard".into(),
+            ],
+            warnings: vec![],
+        });
     }
     plan::plan_phase(intent, &objects)?;
     for step in plan::steps(intent) {
@@ -73,26 +83,67 @@ async fn change(
             .await?;
         let (outcome, plan, object) = match written {
             Written::Missing => {
-                warn!(object = %step.target, "deleted while we worked: step skipped");
-                (Outcome::Missing, Plan::default(), None)
+                done.push(missing(cfg, step.target.clone())?);
+                objects.set(kind, None);
+                continue;
             }
             Written::Unchanged { plan, object } => {
                 info!(object = %step.target, actions = ?plan.actions, "already as wanted: nothing to write");
-                (Outcome::Unchanged, plan, Some(object))
+                (Outcome::Unchanged, plan, object)
             }
             Written::Changed { plan, object } => {
                 after_write(cfg, cluster, &step, &plan, &object, out).await;
-                (Outcome::Changed, plan, Some(object))
+                (Outcome::Changed, plan, object)
             }
         };
-        objects.set(kind, object);
+        for w in &plan.warnings {
+            warn!(object = %step.target, reason = w.reason, "{}", w.message);
+            if let Some(kubevirt) = &objects.kubevirt {
+                let about = if kind == Kind::KubeVirt {
+                    &object
+                } else {
+                    kubevirt
+                };
+                if !cfg.dry_run {
+                    cluster
+                        .event(about, EventKind::Warning, w.reason, &w.message)
+                        .await;
+                }
+            }
+        }
+        objects.set(kind, Some(object));
         done.push(Done {
             target: step.target,
             outcome,
             actions: plan.actions,
+            warnings: plan.warnings,
         });
     }
     Ok(())
+}
+
+/// A missing object: an error that names it and what to check, unless `ALLOW_MISSING` is on.
+fn missing(cfg: &Config, target: Target) -> Result<Done, Error> {
+    let hint = match target.kind {
+        Kind::KubeVirt => "check KUBEVIRT_NAMESPACE and KUBEVIRT_NAME (kubectl get kubevirts -A)",
+        _ => {
+            "check MANAGEDCHART_NAMESPACE and MANAGEDCHART_NAME (kubectl get managedcharts -A); \
+             for KubeVirt without Fleet set MANAGEDCHART_NAME= (empty)"
+        }
+    };
+    if !cfg.allow_missing {
+        return Err(Error::Missing {
+            target,
+            hint: format!("{hint}, or set ALLOW_MISSING=true to skip it"),
+        });
+    }
+    warn!(object = %target, "not found: step skipped (ALLOW_MISSING)");
+    Ok(Done {
+        target,
+        outcome: Outcome::Missing,
+        actions: vec![],
+        warnings: vec![],
+    })
 }
 
 /// After a write: the dry-run patch on stdout, the log line, the Event, and (test builds) the
@@ -110,7 +161,11 @@ async fn after_write(
         let line = json!({"object": step.target.to_string(), "dryRun": true, "patch": patch});
         writeln!(out, "{line}").ok();
     }
-    info!(object = %step.target, dry_run = cfg.dry_run, actions = ?plan.actions, "written");
+    if cfg.dry_run {
+        info!(object = %step.target, actions = ?plan.actions, "would write (dry run: nothing changed)");
+    } else {
+        info!(object = %step.target, actions = ?plan.actions, "written");
+    }
     if step.write != Write::Change {
         return;
     }
@@ -146,11 +201,16 @@ async fn status(
     let keys = &cfg.intent.keys;
     let kubevirt = Target::new(Kind::KubeVirt, &keys.kubevirt);
     let kv = cluster.get(&kubevirt).await?;
+    // The ManagedChart half is reported as far as it can be: without Fleet its CRD is missing.
     let chart = match &keys.chart {
         Some(key) => {
             let target = Target::new(Kind::ManagedChart, key);
-            let obj = cluster.get(&target).await?;
-            Some((target, obj))
+            let read = match cluster.get(&target).await {
+                Ok(obj) => Ok(obj),
+                Err(e @ Error::NotServed { .. }) => Err(e.to_string()),
+                Err(e) => return Err(e),
+            };
+            Some((target, read))
         }
         None => None,
     };
@@ -158,7 +218,9 @@ async fn status(
     let report = Report::new(
         &cfg.intent,
         (&kubevirt, kv.as_ref()),
-        chart.as_ref().map(|(t, o)| (t, o.as_ref())),
+        chart
+            .as_ref()
+            .map(|(t, r)| (t, r.as_ref().map(Option::as_ref))),
         &migrations,
     );
     match cfg.log_format {
@@ -169,7 +231,11 @@ async fn status(
         ),
         LogFormat::Text => write!(out, "{report}"),
     }
-    .map_err(|e| Error::Output(e.to_string()))
+    .map_err(|e| Error::Output(e.to_string()))?;
+    if kv.is_none() {
+        missing(cfg, kubevirt)?;
+    }
+    Ok(())
 }
 
 /// Test builds only: `FAILPOINTS=after-write-managedchart=return` kills the process with SIGKILL

@@ -476,10 +476,10 @@ pub fn kubevirt_post(
         (Some(original), _) => {
             ed.note(format!("restoring from {}", restore.reason));
             ed.restore(METHODS_PATH, original, "workloadUpdateMethods")?;
-            if current.as_ref() == Some(&json!([])) {
-                if let Some(notice) = update_notice(obj, &original.original()) {
-                    ed.note(notice);
-                }
+            if current.as_ref() == Some(&json!([]))
+                && let Some(notice) = update_notice(obj, &original.original())
+            {
+                ed.note(notice);
             }
         }
         (None, Source::LaterChoice) => ed.warn(CHANGED_WHILE_SUSPENDED, restore.reason),

@@ -10,9 +10,25 @@ use crate::plan::{self, Intent, Malformed, Owner, Source, ValueRecord};
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Report {
+    /// The answer in one line: suspended or not, and what `post` will do.
+    pub verdict: String,
+    /// Suspended by us: `post` has an original to restore.
+    pub suspended: bool,
+    /// The methods `post` would set now (`null`: nothing, or an absent field).
+    pub will_restore: Option<Value>,
+    pub restore_source: Option<Source>,
+    pub warnings: Vec<String>,
     pub kubevirt: KubeVirtReport,
     pub managed_chart: Option<ChartReport>,
-    pub unfinished_migrations: Vec<String>,
+    pub unfinished_migrations: Vec<Migration>,
+}
+
+/// A workload-update migration that has not finished.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Migration {
+    pub namespace: String,
+    pub name: String,
+    pub phase: String,
 }
 
 #[derive(Debug, Serialize)]
@@ -81,19 +97,103 @@ fn text(obj: &Value, ptr: &str) -> Option<String> {
 }
 
 impl Report {
+    /// `chart`: the ManagedChart as read, or why it could not be (its CRD is not served).
     pub fn new(
         intent: &Intent,
         (kubevirt, kv): (&Target, Option<&Value>),
-        chart: Option<(&Target, Option<&Value>)>,
+        chart: Option<(&Target, Result<Option<&Value>, &String>)>,
         migrations: &[Value],
     ) -> Self {
-        let chart = chart.map(|(t, obj)| chart_report(t, obj, intent));
+        let chart = chart.map(|(t, read)| match read {
+            Ok(obj) => chart_report(t, obj, intent),
+            Err(e) => {
+                let mut r = chart_report(t, None, intent);
+                r.problems.push(e.clone());
+                r
+            }
+        });
         let copy = chart.as_ref().and_then(|c| c.kubevirt_copy.clone());
-        Report {
-            kubevirt: kubevirt_report(kubevirt, kv, copy.as_ref(), intent),
-            managed_chart: chart,
-            unfinished_migrations: unfinished(migrations),
+        let k = kubevirt_report(kubevirt, kv, copy.as_ref(), intent);
+        let unfinished = unfinished(migrations);
+        let restore = k.post_will_restore.as_ref();
+        let source = restore.map(|r| r.source);
+        let suspended = matches!(
+            source,
+            Some(Source::CrRecord | Source::ChartCopy | Source::Fallback)
+        );
+        let will_restore = restore
+            .filter(|_| suspended)
+            .and_then(|r| r.methods.clone());
+        let mut warnings: Vec<String> = k.problems.clone();
+        if let Some(c) = &chart {
+            warnings.extend(c.problems.iter().cloned());
         }
+        for o in k.methods_owners.iter().filter(|o| o.blocks_chart_change) {
+            if o.owner.manager != FIELD_MANAGER {
+                warnings.push(format!(
+                    "{} holds an Update claim on {METHODS_FIELD}: a chart (Helm 4) change of the \
+                     field will conflict with it; a pre/post cycle of this guard releases it",
+                    o.owner.manager
+                ));
+            }
+        }
+        if let Some(r) = restore.filter(|r| r.source == Source::LaterChoice) {
+            warnings.push(r.reason.clone());
+        }
+        let verdict = verdict(&k, source, &will_restore);
+        Report {
+            verdict,
+            suspended,
+            will_restore,
+            restore_source: source,
+            warnings,
+            kubevirt: k,
+            managed_chart: chart,
+            unfinished_migrations: unfinished,
+        }
+    }
+}
+
+/// The operator's question, answered first.
+fn verdict(k: &KubeVirtReport, source: Option<Source>, will_restore: &Option<Value>) -> String {
+    if !k.found {
+        return format!(
+            "NOT FOUND: {} (check KUBEVIRT_NAMESPACE and KUBEVIRT_NAME)",
+            k.object
+        );
+    }
+    let methods = json(&k.workload_update_methods);
+    let since = k
+        .methods_owners
+        .iter()
+        .find(|o| o.owner.manager == FIELD_MANAGER)
+        .and_then(|o| o.owner.time.as_deref())
+        .map_or(String::new(), |t| format!(" since {t}"));
+    let off = k
+        .workload_update_methods
+        .as_ref()
+        .is_none_or(|m| m.as_array().is_some_and(Vec::is_empty));
+    match source {
+        Some(Source::CrRecord) => format!(
+            "SUSPENDED{since} by pre; post will restore {} (from the CR's record)",
+            json(will_restore)
+        ),
+        Some(Source::ChartCopy) => format!(
+            "SUSPENDED{since}, no record on the CR; post will restore {} (from the ManagedChart's copy)",
+            json(will_restore)
+        ),
+        Some(Source::Fallback) => format!(
+            "SUSPENDED{since}, record lost; post will apply the fallback {}",
+            json(will_restore)
+        ),
+        Some(Source::LaterChoice) => format!(
+            "ATTENTION: methods changed to {methods} while suspended; post will keep them and drop the record"
+        ),
+        _ if off && k.workload_update_methods.is_some() => {
+            "ATTENTION: updates off ([]) with no record; post will not restore them".into()
+        }
+        _ if off => "NOT SUSPENDED: methods absent (no automated updates)".into(),
+        _ => format!("NOT SUSPENDED: automated updates on ({methods})"),
     }
 }
 
@@ -180,8 +280,8 @@ fn chart_report(target: &Target, obj: Option<&Value>, intent: &Intent) -> ChartR
     }
 }
 
-/// `namespace/name (phase)` of each workload-update migration that has not finished.
-pub fn unfinished(migrations: &[Value]) -> Vec<String> {
+/// The workload-update migrations that have not finished.
+pub fn unfinished(migrations: &[Value]) -> Vec<Migration> {
     migrations
         .iter()
         .filter(|m| {
@@ -190,13 +290,10 @@ pub fn unfinished(migrations: &[Value]) -> Vec<String> {
                 Some("Succeeded" | "Failed")
             )
         })
-        .map(|m| {
-            format!(
-                "{}/{} ({})",
-                text(m, "/metadata/namespace").unwrap_or_default(),
-                text(m, "/metadata/name").unwrap_or_default(),
-                text(m, "/status/phase").unwrap_or_else(|| "Pending".into())
-            )
+        .map(|m| Migration {
+            namespace: text(m, "/metadata/namespace").unwrap_or_default(),
+            name: text(m, "/metadata/name").unwrap_or_default(),
+            phase: text(m, "/status/phase").unwrap_or_else(|| "Pending".into()),
         })
         .collect()
 }
@@ -224,6 +321,10 @@ fn record(r: &Option<ValueRecord>) -> String {
 impl std::fmt::Display for Report {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let or = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+        writeln!(f, "{}", self.verdict)?;
+        for w in &self.warnings {
+            writeln!(f, "WARNING: {w}")?;
+        }
         let k = &self.kubevirt;
         writeln!(f, "{}", k.object)?;
         if !k.found {
@@ -284,7 +385,7 @@ impl std::fmt::Display for Report {
             self.unfinished_migrations.len()
         )?;
         for m in &self.unfinished_migrations {
-            writeln!(f, "  {m}")?;
+            writeln!(f, "  {}/{} ({})", m.namespace, m.name, m.phase)?;
         }
         if let Some(c) = &self.managed_chart {
             writeln!(f, "{}", c.object)?;
@@ -335,9 +436,13 @@ mod tests {
             m("c", "kubevirt-workload-update-3", None),
             m("d", "kubevirt-workload-update-4", Some("Failed")),
         ];
+        let names: Vec<String> = unfinished(&list)
+            .iter()
+            .map(|m| format!("{}/{} ({})", m.namespace, m.name, m.phase))
+            .collect();
         assert_eq!(
-            unfinished(&list),
-            vec![
+            names,
+            [
                 "a/kubevirt-workload-update-1 (Running)",
                 "c/kubevirt-workload-update-3 (Pending)"
             ]

@@ -40,6 +40,9 @@ pub struct Summary {
     pub dry_run: bool,
     pub exit_code: u8,
     pub steps: Vec<Step>,
+    /// What the operator must hear about, e.g. updates left off without a record.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
@@ -51,6 +54,7 @@ impl Summary {
             dry_run,
             exit_code: 0,
             steps: Vec::new(),
+            warnings: Vec::new(),
             error: None,
         }
     }
@@ -88,6 +92,14 @@ impl Summary {
                 actions: mine.iter().flat_map(|d| d.actions.clone()).collect(),
             });
         }
+        summary.warnings = done
+            .iter()
+            .flat_map(|d| {
+                d.warnings
+                    .iter()
+                    .map(|w| format!("{}: {}", w.reason, w.message))
+            })
+            .collect();
         if let Err(e) = result {
             summary.exit_code = e.exit_code();
             summary.error = Some(e.to_string());
@@ -103,6 +115,16 @@ impl Summary {
         }
         let mut short = self.clone();
         short.steps.iter_mut().for_each(|s| s.actions.clear());
+        // Warnings are cut last: they are what the orchestrator must not miss.
+        short.warnings.iter_mut().for_each(|w| {
+            if w.len() > 500 {
+                let mut cut = 500;
+                while !w.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                w.truncate(cut);
+            }
+        });
         loop {
             let line = serde_json::to_string(&short).expect("summary serializes");
             match &mut short.error {

@@ -415,27 +415,6 @@ async fn events_record_suspend_and_restore_on_the_kubevirt_cr() {
     );
 }
 
-/// A missing object is skipped with a warning, and the summary says so; plain KubeVirt
-/// (no ManagedChart name) switches the chart steps off.
-#[tokio::test]
-async fn missing_objects_are_skipped_and_reported() {
-    let client = admin().await;
-    let ns = namespace(&client, "missing").await;
-    let run = run_phase(&ns, "pre").await;
-    assert_ok(&run);
-    assert_eq!(outcomes(&run), ["missing", "missing"]);
-    assert!(run.stderr.contains("not found: step skipped"), "{run:?}");
-
-    let mut env = env_for(&ns, "pre");
-    env.insert("MANAGEDCHART_NAME".into(), String::new());
-    create(&client, "KubeVirt", &ns, json!({"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt",
-        "metadata": {"name": "kubevirt"}, "spec": {"workloadUpdateStrategy": {"workloadUpdateMethods": ["LiveMigrate"]}}}))
-    .await;
-    let run = run_bin(&control_plane().kubeconfig(), env).await;
-    assert_ok(&run);
-    assert_eq!(outcomes(&run), ["changed"]);
-}
-
 /// `status` reports without writing: methods, record, outdated count, pending migrations.
 #[tokio::test]
 async fn status_reports_read_only() {

@@ -5,5 +5,6 @@ mod control_plane;
 mod hazards;
 mod lifetime;
 mod manifests;
+mod operator;
 #[path = "../support/mod.rs"]
 mod support;

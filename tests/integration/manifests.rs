@@ -113,7 +113,11 @@ fn the_pod_failure_policy_names_the_binary_exit_codes() {
                 })
                 .collect()
         };
-        assert_eq!(codes("FailJob"), [exit::CONFIG, exit::PERMANENT], "{dir}");
+        assert_eq!(
+            codes("FailJob"),
+            [exit::CONFIG, exit::PERMANENT, exit::MISSING],
+            "{dir}"
+        );
         assert_eq!(
             codes("Count"),
             [exit::TRANSIENT, exit::INTERRUPTED],
