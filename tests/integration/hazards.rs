@@ -441,6 +441,17 @@ async fn status_reports_read_only() {
     let before = kubevirt_rv(&client, &ns).await;
     let text = run_phase(&ns, "status").await;
     assert_ok(&text);
+    assert!(
+        text.stdout.starts_with("SUSPENDED since ")
+            && text
+                .stdout
+                .lines()
+                .next()
+                .unwrap()
+                .ends_with(r#"by pre; post will restore ["LiveMigrate"] (from the CR's record)"#),
+        "{}",
+        text.stdout
+    );
     for want in [
         "Deployed",
         "v1.4.0 / v1.5.0",
@@ -471,6 +482,15 @@ async fn status_reports_read_only() {
     );
     assert_eq!(report["managedChart"]["comparePatchesPointer"], json!(true));
     assert_eq!(report["managedChart"]["valuesOverride"], json!([]));
+    assert_eq!(report["suspended"], json!(true));
+    assert_eq!(report["willRestore"], json!(["LiveMigrate"]));
+    assert_eq!(report["restoreSource"], json!("crRecord"));
+    assert_eq!(report["warnings"], json!([]));
+    assert_eq!(
+        report["unfinishedMigrations"],
+        json!([{"namespace": ns, "name": "kubevirt-workload-update-aaaa", "phase": "Running"}])
+    );
+    assert!(report["verdict"].as_str().unwrap().starts_with("SUSPENDED"));
     assert_eq!(
         kubevirt_rv(&client, &ns).await,
         before,

@@ -840,3 +840,56 @@ async fn killed_phases_in_the_field_s_life_leave_no_claim() {
         .expect("the chart change applies");
     assert_eq!(kubevirt_methods(&client, &ns).await, json!(["Evict"]));
 }
+
+/// KubeVirt without Rancher/Fleet: the ManagedChart CRD is not served. `pre` fails at once with
+/// the hint to switch the chart steps off; `status` reports the KubeVirt half and the problem.
+/// (It removes the CRD of this binary's own control plane, so it lives here, serialized.)
+#[tokio::test]
+async fn without_the_managedchart_crd_the_message_says_what_to_set() {
+    let _serial = SERIAL.lock().await;
+    let client = admin().await;
+    let ns = namespace(&client, "no-fleet").await;
+    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+    let crd = repo_root().join("tests/fixtures/crds/managedchart.yaml");
+    let crd = crd.to_str().unwrap();
+    kubectl_ok(&["delete", "-f", crd, "--wait=true"]);
+    let pre = phase_with(&ns, "pre", None).await;
+    let status = phase_with(&ns, "status", None).await;
+    let mut json_env = env_for(&ns, "status");
+    json_env.insert("LOG_FORMAT".into(), "json".into());
+    let json_status = run_bin(&control_plane().kubeconfig(), json_env).await;
+    kubectl_ok(&["apply", "-f", crd]);
+    kubectl_ok(&[
+        "wait",
+        "--for",
+        "condition=Established",
+        "--timeout=60s",
+        "-f",
+        crd,
+    ]);
+
+    assert_eq!(pre.code, i32::from(exit::PERMANENT), "{pre:?}");
+    let error = pre.summary.as_ref().unwrap()["error"].as_str().unwrap();
+    assert!(error.contains("MANAGEDCHART_NAME= (empty)"), "{error}");
+    assert_eq!(
+        kubevirt_methods(&client, &ns).await,
+        json!(["LiveMigrate"]),
+        "nothing written"
+    );
+    assert_eq!(status.code, 0, "{status:?}");
+    assert!(
+        status
+            .stdout
+            .starts_with("NOT SUSPENDED: automated updates on"),
+        "{status:?}"
+    );
+    let report: Value = serde_json::from_str(&json_status.stdout).unwrap();
+    assert_eq!(report["kubevirt"]["found"], true);
+    assert!(
+        report["managedChart"]["problems"][0]
+            .as_str()
+            .unwrap()
+            .contains("MANAGEDCHART_NAME= (empty)"),
+        "{report}"
+    );
+}
