@@ -6,3 +6,4 @@ mod hazards;
 mod manifests;
 #[path = "../support/mod.rs"]
 mod support;
+mod upgrade;

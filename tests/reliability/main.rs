@@ -750,3 +750,11 @@ async fn bad_input_gives_one_line_the_documented_code_and_no_write() {
     }
     eprintln!("bad input: {cases} cases, each one line, the documented code, no write");
 }
+
+/// The reverse order of surprises around a Kubernetes upgrade: `pre` killed right after its first
+/// write, the API server upgraded (v1.34 → v1.35, same etcd), `pre` rerun on the new version, the
+/// next chart applied by Helm 4, then `post` restores both objects exactly.
+#[tokio::test]
+async fn a_killed_pre_an_api_server_upgrade_and_a_rerun_restore_exactly() {
+    support::upgrade::harvester_upgrade(Some("after-write-managedchart")).await;
+}
