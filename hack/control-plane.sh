@@ -49,8 +49,6 @@ log() { echo "control-plane: $*" >&2; }
 die() { echo "control-plane: ERROR: $*" >&2; exit 1; }
 
 KUBE_VERSION="${KUBE_VERSION:-$DEFAULT_KUBE_VERSION}"
-[[ "$KUBE_VERSION" =~ ^v1\.([0-9]+)\.[0-9]+$ ]] || die "KUBE_VERSION must look like v1.35.4, not '$KUBE_VERSION'"
-KUBE_MINOR="${BASH_REMATCH[1]}"
 CACHE_ROOT="${CP_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/workload-update-guard/control-plane}"
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CRD_DIR="$REPO_ROOT/tests/fixtures/crds"
@@ -71,16 +69,21 @@ required_etcd() { # required_etcd GOMOD: the etcd server version that go.mod req
   go mod edit -json "$1" | jq -r '.Require[] | select(.Path == "go.etcd.io/etcd/server/v3") | .Version'
 }
 
-if [[ -z "${ETCD_VERSION:-}" ]]; then
-  ETCD_VERSION="$(etcd_for "$KUBE_VERSION")"
-  # A version outside the table: ask its go.mod (only commands that need binaries get here).
-  if [[ -z "$ETCD_VERSION" && "${1:-}" =~ ^(build|bin-dir|up|start-apiserver|env)$ ]]; then
-    ETCD_VERSION="$(required_etcd "$(release_gomod)")"
-    [[ -n "$ETCD_VERSION" ]] || die "k8s.io/kubernetes@$KUBE_VERSION requires no go.etcd.io/etcd/server/v3"
+resolve_version() { # sets KUBE_MINOR, ETCD_VERSION, VERSION_DIR, BIN_DIR for $KUBE_VERSION
+  [[ "$KUBE_VERSION" =~ ^v1\.([0-9]+)\.[0-9]+$ ]] \
+    || die "KUBE_VERSION must look like $DEFAULT_KUBE_VERSION, not '$KUBE_VERSION'"
+  KUBE_MINOR="${BASH_REMATCH[1]}"
+  if [[ -z "${ETCD_VERSION:-}" ]]; then
+    ETCD_VERSION="$(etcd_for "$KUBE_VERSION")"
+    if [[ -z "$ETCD_VERSION" ]]; then # a version outside the table: ask its go.mod
+      log "$KUBE_VERSION is not one of the supported versions ($SUPPORTED_VERSIONS)"
+      ETCD_VERSION="$(required_etcd "$(release_gomod)")"
+      [[ -n "$ETCD_VERSION" ]] || die "k8s.io/kubernetes@$KUBE_VERSION requires no go.etcd.io/etcd/server/v3"
+    fi
   fi
-fi
-VERSION_DIR="$CACHE_ROOT/kubernetes-$KUBE_VERSION-etcd-${ETCD_VERSION:-unknown}"
-BIN_DIR="$VERSION_DIR/bin"
+  VERSION_DIR="$CACHE_ROOT/kubernetes-$KUBE_VERSION-etcd-$ETCD_VERSION"
+  BIN_DIR="$VERSION_DIR/bin"
+}
 
 # The versions the three binaries report, one a line; `check_versions` compares them.
 reported_versions() {
@@ -353,6 +356,9 @@ down() {
 }
 
 cmd="${1:-}"; shift || true
+case "$cmd" in
+  build|bin-dir|up|start-apiserver|env) resolve_version ;;
+esac
 case "$cmd" in
   build) build ;;
   bin-dir) echo "$BIN_DIR" ;;

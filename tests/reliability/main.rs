@@ -756,5 +756,7 @@ async fn bad_input_gives_one_line_the_documented_code_and_no_write() {
 /// next chart applied by Helm 4, then `post` restores both objects exactly.
 #[tokio::test]
 async fn a_killed_pre_an_api_server_upgrade_and_a_rerun_restore_exactly() {
+    // Its own control plane, but one at a time all the same: the others' timings stay as they are.
+    let _serial = SERIAL.lock().await;
     support::upgrade::harvester_upgrade(Some("after-write-managedchart")).await;
 }
