@@ -1,86 +1,179 @@
 #!/usr/bin/env bash
-# Real kube-apiserver + etcd on loopback, for tests and the demo.
-#
-#   hack/control-plane.sh build        build (or reuse) kube-apiserver, etcd, kubectl
-#   hack/control-plane.sh up [DIR]     start a control plane in DIR (default: a new temp dir);
-#                                      prints the state dir; $DIR/kubeconfig is the admin kubeconfig
-#   hack/control-plane.sh down DIR     stop exactly the processes started in DIR and remove it
-#   hack/control-plane.sh env DIR      print `export KUBECONFIG=...` etc. for eval
-#   hack/control-plane.sh stop-apiserver DIR | start-apiserver DIR   (fault tests; etcd keeps running)
-#   hack/control-plane.sh bin-dir      print where the binaries are cached
-#
-# Environment:
-#   KUBE_VERSION   pinned Kubernetes release built from the k8s.io/kubernetes module (default v1.35.4)
-#   ETCD_VERSION   go.etcd.io/etcd/server/v3 version (default v3.6.5, the one that release requires)
-#   CP_OWNER_PID   if set, the control plane is stopped when that process exits (used by tests)
-#   CP_CACHE_DIR   binary cache (default ${XDG_CACHE_HOME:-$HOME/.cache}/workload-update-guard/control-plane)
+# Real kube-apiserver + etcd on loopback, for tests and the demo. Run without arguments for usage.
 set -euo pipefail
 
-KUBE_VERSION="${KUBE_VERSION:-v1.35.4}"
-ETCD_VERSION="${ETCD_VERSION:-v3.6.5}"
-CACHE_ROOT="${CP_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/workload-update-guard/control-plane}"
-BIN_DIR="$CACHE_ROOT/$KUBE_VERSION-etcd-$ETCD_VERSION/bin"
-REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-CRD_DIR="$REPO_ROOT/tests/fixtures/crds"
+# The supported Kubernetes versions: the newest patch of each minor that the Go module proxy
+# serves (`go list -m -versions k8s.io/kubernetes`), each with the etcd server that release's
+# go.mod requires (go.etcd.io/etcd/server/v3). `build` checks the pairing against the go.mod.
+SUPPORTED_VERSIONS="v1.33.13 v1.34.4 v1.35.4 v1.36.3 v1.37.2"
+DEFAULT_KUBE_VERSION="v1.35.4"
+etcd_for() { # etcd_for KUBE_VERSION: the etcd server version of a supported release, or nothing
+  case "$1" in
+    v1.33.13) echo v3.5.21 ;;
+    v1.34.4) echo v3.6.4 ;;
+    v1.35.4) echo v3.6.5 ;;
+    v1.36.3) echo v3.6.8 ;;
+    v1.37.2) echo v3.7.0 ;;
+  esac
+}
+
+usage() {
+  cat >&2 <<EOF
+usage: hack/control-plane.sh COMMAND [ARGS]
+
+  build                   build (or reuse) kube-apiserver, etcd and kubectl for \$KUBE_VERSION
+  up [DIR]                start a control plane in DIR (default: a new temp dir) and print DIR;
+                          DIR/kubeconfig is the admin kubeconfig
+  down DIR                stop exactly the processes started in DIR and remove it
+  env DIR                 print \`export KUBECONFIG=... PATH=...\` for eval
+  stop-apiserver DIR      stop the API server only (etcd keeps running)
+  start-apiserver DIR     start the API server of \$KUBE_VERSION on DIR's etcd; this is also the
+                          upgrade (or downgrade) of a running control plane: stop-apiserver, then
+                          KUBE_VERSION=vX.Y.Z start-apiserver
+  version DIR             print the version the running API server reports
+  bin-dir                 print where the binaries of \$KUBE_VERSION are cached
+  versions                print the supported versions, one a line
+  default-version         print the version used when KUBE_VERSION is unset
+
+Environment:
+  KUBE_VERSION   Kubernetes release built from the k8s.io/kubernetes module (default $DEFAULT_KUBE_VERSION;
+                 supported: $SUPPORTED_VERSIONS)
+  ETCD_VERSION   go.etcd.io/etcd/server/v3 version (default: the one that release's go.mod requires)
+  CP_OWNER_PID   if set, the control plane is stopped when that process exits (used by tests)
+  CP_CACHE_DIR   binary cache (default \${XDG_CACHE_HOME:-\$HOME/.cache}/workload-update-guard/control-plane),
+                 one directory per version pair
+EOF
+}
 
 log() { echo "control-plane: $*" >&2; }
 die() { echo "control-plane: ERROR: $*" >&2; exit 1; }
 
+KUBE_VERSION="${KUBE_VERSION:-$DEFAULT_KUBE_VERSION}"
+CACHE_ROOT="${CP_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/workload-update-guard/control-plane}"
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CRD_DIR="$REPO_ROOT/tests/fixtures/crds"
+export GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0
+
+release_gomod() { # the go.mod of k8s.io/kubernetes@$KUBE_VERSION, from the module cache or the proxy
+  command -v go >/dev/null || die "go is required to build the control plane"
+  command -v jq >/dev/null || die "jq is required to build the control plane (apt-get install jq)"
+  local json gomod
+  json="$(cd / && go mod download -json "k8s.io/kubernetes@$KUBE_VERSION")" \
+    || die "cannot download k8s.io/kubernetes@$KUBE_VERSION: $(jq -r '.Error // empty' <<<"$json" 2>/dev/null)"
+  gomod="$(jq -r '.GoMod // empty' <<<"$json")"
+  [[ -f "$gomod" ]] || die "no go.mod for k8s.io/kubernetes@$KUBE_VERSION"
+  echo "$gomod"
+}
+
+required_etcd() { # required_etcd GOMOD: the etcd server version that go.mod requires
+  go mod edit -json "$1" | jq -r '.Require[] | select(.Path == "go.etcd.io/etcd/server/v3") | .Version'
+}
+
+resolve_version() { # sets KUBE_MINOR, ETCD_VERSION, VERSION_DIR, BIN_DIR for $KUBE_VERSION
+  [[ "$KUBE_VERSION" =~ ^v1\.([0-9]+)\.[0-9]+$ ]] \
+    || die "KUBE_VERSION must look like $DEFAULT_KUBE_VERSION, not '$KUBE_VERSION'"
+  KUBE_MINOR="${BASH_REMATCH[1]}"
+  if [[ -z "${ETCD_VERSION:-}" ]]; then
+    ETCD_VERSION="$(etcd_for "$KUBE_VERSION")"
+    if [[ -z "$ETCD_VERSION" ]]; then # a version outside the table: ask its go.mod
+      log "$KUBE_VERSION is not one of the supported versions ($SUPPORTED_VERSIONS)"
+      ETCD_VERSION="$(required_etcd "$(release_gomod)")"
+      [[ -n "$ETCD_VERSION" ]] || die "k8s.io/kubernetes@$KUBE_VERSION requires no go.etcd.io/etcd/server/v3"
+    fi
+  fi
+  VERSION_DIR="$CACHE_ROOT/kubernetes-$KUBE_VERSION-etcd-$ETCD_VERSION"
+  BIN_DIR="$VERSION_DIR/bin"
+}
+
+# The versions the three binaries report, one a line; `check_versions` compares them.
+reported_versions() {
+  "$BIN_DIR/kube-apiserver" --version 2>/dev/null | awk '{print $2}'
+  "$BIN_DIR/kubectl" version --client -o json 2>/dev/null | jq -r '.clientVersion.gitVersion'
+  "$BIN_DIR/etcd" --version 2>/dev/null | awk '/^etcd Version:/ {print "v" $3}'
+}
+
+check_versions() { # fails unless the cached binaries report KUBE_VERSION and ETCD_VERSION
+  local got want
+  got="$(reported_versions | tr '\n' ' ')"
+  want="$KUBE_VERSION $KUBE_VERSION $ETCD_VERSION "
+  [[ "$got" == "$want" ]] || {
+    log "binaries in $BIN_DIR report '$got', expected kube-apiserver, kubectl, etcd: '$want'"
+    return 1
+  }
+}
 
 build() {
   if [[ -x "$BIN_DIR/kube-apiserver" && -x "$BIN_DIR/etcd" && -x "$BIN_DIR/kubectl" ]]; then
-    log "reusing binaries in $BIN_DIR"
+    check_versions || die "the cache is wrong: remove $VERSION_DIR and build again"
+    log "reusing $KUBE_VERSION and etcd $ETCD_VERSION in $BIN_DIR"
     return 0
   fi
   command -v go >/dev/null || die "go is required to build the control plane"
-  local src="$CACHE_ROOT/$KUBE_VERSION-etcd-$ETCD_VERSION/src"
-  mkdir -p "$src" "$BIN_DIR"
+  mkdir -p "$VERSION_DIR"
+  # One build per version at a time (parallel test binaries, or CI next to a developer); the
+  # binaries appear in BIN_DIR only when all three are built.
+  exec 9>"$VERSION_DIR/build.lock"
+  flock 9
+  if [[ -x "$BIN_DIR/kube-apiserver" ]]; then
+    exec 9>&-
+    check_versions || die "the cache is wrong: remove $VERSION_DIR and build again"
+    log "reusing $KUBE_VERSION and etcd $ETCD_VERSION in $BIN_DIR (built meanwhile)"
+    return 0
+  fi
+  local gomod src="$VERSION_DIR/src" tmp="$VERSION_DIR/bin.tmp" start=$SECONDS
+  gomod="$(release_gomod)"
+  local want_etcd; want_etcd="$(required_etcd "$gomod")"
+  [[ "$want_etcd" == "$ETCD_VERSION" ]] \
+    || log "note: k8s.io/kubernetes@$KUBE_VERSION requires etcd $want_etcd; building etcd $ETCD_VERSION as asked"
   log "building kube-apiserver/kubectl $KUBE_VERSION and etcd $ETCD_VERSION in $src"
-  local start=$SECONDS
+  rm -rf "$src" "$tmp"
+  mkdir -p "$src" "$tmp"
+  # Each step checks its own status: `set -e` does not apply inside a `( ... ) || die` subshell.
   (
-    cd "$src"
-    export GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0
-    rm -f go.mod go.sum
-    go mod init cpwrapper >/dev/null 2>&1
-    # The k8s.io/kubernetes module replaces its staging modules with local paths; a consumer must
-    # pin each to the matching v0.x.y release instead.
-    local gomod staging_ver="v0.${KUBE_VERSION#v1.}"
-    gomod="$(go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')"
-    [[ -f "$gomod" ]] || die "cannot download k8s.io/kubernetes@$KUBE_VERSION"
-    {
-      echo "require k8s.io/kubernetes $KUBE_VERSION"
-      echo "require go.etcd.io/etcd/server/v3 $ETCD_VERSION"
-      echo "replace ("
-      sed -n 's#^\s*\(k8s.io/[a-z0-9-]*\) => ./staging/src/.*#\t\1 => \1 '"$staging_ver"'#p' "$gomod"
-      echo ")"
-    } >> go.mod
+    cd "$src" || exit 1
+    go mod init cpwrapper 2>/dev/null || exit 1
+    # The k8s.io/kubernetes module replaces its staging modules with local paths; a consumer
+    # pins each to the matching v0.x.y release instead.
+    local staging_ver="v0.${KUBE_VERSION#v1.}" edits=()
+    while read -r mod; do
+      edits+=("-replace=$mod=$mod@$staging_ver")
+    done < <(go mod edit -json "$gomod" \
+      | jq -r '.Replace[]? | select(.New.Path | startswith("./staging/")) | .Old.Path')
+    (( ${#edits[@]} > 0 )) || { echo "no staging replacements found in $gomod" >&2; exit 1; }
+    go mod edit "-require=k8s.io/kubernetes@$KUBE_VERSION" \
+      "-require=go.etcd.io/etcd/server/v3@$ETCD_VERSION" "${edits[@]}" || exit 1
     cat > tools.go <<'GO'
 //go:build tools
 
 package tools
 
 import (
-	_ "go.etcd.io/etcd/server/v3/etcdmain"
-	_ "k8s.io/kubernetes/cmd/kube-apiserver/app"
-	_ "k8s.io/kubernetes/cmd/kubectl/app"
+	_ "go.etcd.io/etcd/server/v3"
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kubectl"
 )
 GO
-    go mod tidy -e >/dev/null 2>&1 || true
-    go build -trimpath -ldflags "-s -w" -o "$BIN_DIR/etcd" go.etcd.io/etcd/server/v3
-    go build -trimpath -ldflags "-s -w" -o "$BIN_DIR/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver
-    go build -trimpath -ldflags "-s -w" -o "$BIN_DIR/kubectl" k8s.io/kubernetes/cmd/kubectl
-  ) || die "building the control plane failed (see the go output above)"
-  log "built in $((SECONDS - start))s"
+    go mod tidy || exit 1
+    # Stamp the version the way Kubernetes' own build does (hack/lib/version.sh): component-base
+    # for the binaries' --version and /version, client-go for kubectl's user agent.
+    local ldflags="-s -w" pkg
+    for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+      ldflags+=" -X $pkg.gitVersion=$KUBE_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$KUBE_MINOR"
+      ldflags+=" -X $pkg.gitTreeState=clean"
+    done
+    go build -trimpath -ldflags "-s -w" -o "$tmp/etcd" go.etcd.io/etcd/server/v3 || exit 1
+    go build -trimpath -ldflags "$ldflags" -o "$tmp/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver || exit 1
+    go build -trimpath -ldflags "$ldflags" -o "$tmp/kubectl" k8s.io/kubernetes/cmd/kubectl || exit 1
+  ) || die "building the control plane $KUBE_VERSION failed (see the go output above)"
+  rm -rf "$BIN_DIR"
+  mv "$tmp" "$BIN_DIR"
+  exec 9>&-
+  check_versions || die "the binaries just built do not report the versions asked for"
+  log "built $KUBE_VERSION and etcd $ETCD_VERSION in $((SECONDS - start)) s"
 }
 
-free_ports() { # free_ports N: N distinct free loopback ports, held open together while chosen
-  python3 - "$1" <<'PY'
-import socket, sys
-socks = [socket.socket() for _ in range(int(sys.argv[1]))]
-for s in socks:
-    s.bind(("127.0.0.1", 0))
-print(" ".join(str(s.getsockname()[1]) for s in socks))
-PY
+free_port() { # a loopback port free at this moment; a bind can still lose it, so callers retry
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
 wait_for() { # wait_for SECONDS CMD...
@@ -91,19 +184,9 @@ wait_for() { # wait_for SECONDS CMD...
   done
 }
 
-up() {
-  build
-  local dir="${1:-}"
-  [[ -n "$dir" ]] || dir="$(mktemp -d "${TMPDIR:-/tmp}/wug-cp.XXXXXX")"
-  mkdir -p "$dir"
-  dir="$(cd "$dir" && pwd)"
-  local start_ms; start_ms=$(date +%s%3N)
-  local etcd_port peer_port api_port
-  read -r etcd_port peer_port api_port < <(free_ports 3)
-
-  # Admin client cert, serving cert and service-account keys: TokenRequest needs the latter.
+credentials() { # credentials DIR: CA, serving and admin certificates, service-account keys
   (
-    cd "$dir"
+    cd "$1"
     openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=wug-ca" \
       -keyout ca.key -out ca.crt >/dev/null 2>&1
     openssl req -newkey rsa:2048 -nodes -subj "/CN=127.0.0.1" -keyout serving.key -out serving.csr >/dev/null 2>&1
@@ -116,29 +199,43 @@ up() {
       -keyout admin.key -out admin.csr >/dev/null 2>&1
     openssl x509 -req -in admin.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 \
       -extfile client.ext -out admin.crt >/dev/null 2>&1
+    # TokenRequest needs the service-account keys.
     openssl genrsa -out sa.key 2048 >/dev/null 2>&1
     openssl rsa -in sa.key -pubout -out sa.pub >/dev/null 2>&1
   ) || die "openssl failed creating credentials"
+}
 
-  "$BIN_DIR/etcd" --data-dir "$dir/etcd" \
-    --listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
-    --listen-peer-urls "http://127.0.0.1:$peer_port" --initial-advertise-peer-urls "http://127.0.0.1:$peer_port" \
-    --initial-cluster "default=http://127.0.0.1:$peer_port" \
+start_etcd() { # start_etcd DIR: etcd on unix sockets in DIR, so no port can be taken from it
+  local dir="$1"
+  # etcd wants host:port in these URLs, and takes the socket's name from it ("etcd:0" and
+  # "etcd-peer:0"), relative to its working directory.
+  local client="unix://etcd:0" peer="unix://etcd-peer:0" pid
+  (cd "$dir" && exec "$BIN_DIR/etcd" --data-dir "$dir/etcd" \
+    --listen-client-urls "$client" --advertise-client-urls "$client" \
+    --listen-peer-urls "$peer" --initial-advertise-peer-urls "$peer" --initial-cluster "default=$peer" \
     --unsafe-no-fsync --quota-backend-bytes 4294967296 --log-level warn \
-    >"$dir/etcd.log" 2>&1 &
-  echo $! > "$dir/etcd.pid"
+    >>"$dir/etcd.log" 2>&1) &
+  pid=$!
+  echo "$pid" > "$dir/etcd.pid"
+  local deadline=$((SECONDS + 30))
+  until [[ -S "$dir/etcd:0" ]]; do
+    if ! kill -0 "$pid" 2>/dev/null || (( SECONDS >= deadline )); then
+      tail -20 "$dir/etcd.log" >&2
+      return 1
+    fi
+    sleep 0.1
+  done
+}
 
-  echo "$api_port" > "$dir/api.port"
-  echo "$etcd_port" > "$dir/etcd.port"
-  start_apiserver "$dir"
-
-  cat > "$dir/kubeconfig" <<KC
+write_kubeconfig() { # write_kubeconfig DIR PORT
+  local dir="$1" port="$2"
+  cat > "$dir/kubeconfig.tmp" <<KC
 apiVersion: v1
 kind: Config
 clusters:
 - name: local
   cluster:
-    server: https://127.0.0.1:$api_port
+    server: https://127.0.0.1:$port
     certificate-authority: $dir/ca.crt
 users:
 - name: admin
@@ -150,7 +247,79 @@ contexts:
   context: {cluster: local, user: admin}
 current-context: local
 KC
-  wait_ready "$dir" 60 || { tail -20 "$dir/apiserver.log" >&2; down "$dir"; die "kube-apiserver did not become ready"; }
+  mv "$dir/kubeconfig.tmp" "$dir/kubeconfig"
+}
+
+start_apiserver() { # start_apiserver DIR: start and wait until ready; on a lost port, another port
+  local dir="$1" port attempt pid
+  check_versions || die "cached binaries for $KUBE_VERSION are not what they claim: remove $VERSION_DIR"
+  port="$(cat "$dir/api.port" 2>/dev/null || free_port)"
+  for attempt in 1 2 3 4 5; do
+    echo "$port" > "$dir/api.port"
+    write_kubeconfig "$dir" "$port"
+    echo "--- $KUBE_VERSION on port $port (attempt $attempt)" >>"$dir/apiserver.log"
+    # --endpoint-reconciler-type none: from v1.37 the default reconciler refuses a loopback
+    # advertise address, and no test needs the `kubernetes` Service's endpoints.
+    "$BIN_DIR/kube-apiserver" \
+      --etcd-servers "unix://$dir/etcd:0" \
+      --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$port" \
+      --endpoint-reconciler-type none \
+      --tls-cert-file "$dir/serving.crt" --tls-private-key-file "$dir/serving.key" \
+      --client-ca-file "$dir/ca.crt" \
+      --authorization-mode RBAC \
+      --service-account-issuer "https://kubernetes.default.svc" \
+      --service-account-key-file "$dir/sa.pub" --service-account-signing-key-file "$dir/sa.key" \
+      --api-audiences "https://kubernetes.default.svc" \
+      --service-cluster-ip-range 10.96.0.0/16 \
+      --audit-policy-file "$REPO_ROOT/hack/audit-policy.yaml" --audit-log-path "$dir/audit.log" \
+      --audit-log-format json --audit-log-mode blocking \
+      --enable-priority-and-fairness=false \
+      --disable-admission-plugins ServiceAccount \
+      --cert-dir "$dir/certs" \
+      >>"$dir/apiserver.log" 2>&1 &
+    pid=$!
+    echo "$pid" > "$dir/apiserver.pid"
+    if wait_ready "$dir" "$pid" 60; then
+      local served
+      served="$("$BIN_DIR/kubectl" --kubeconfig "$dir/kubeconfig" version -o json | jq -r '.serverVersion.gitVersion')"
+      [[ "$served" == "$KUBE_VERSION" ]] || die "the API server reports $served, not $KUBE_VERSION"
+      echo "$KUBE_VERSION" > "$dir/api.version"
+      return 0
+    fi
+    stop_pid "$dir/apiserver.pid"
+    # Lost the port to another process between choosing and binding it: choose again.
+    if tail -5 "$dir/apiserver.log" | grep -q "address already in use"; then
+      log "port $port was taken; trying another"
+      port="$(free_port)"
+      continue
+    fi
+    break
+  done
+  tail -20 "$dir/apiserver.log" >&2
+  return 1
+}
+
+wait_ready() { # wait_ready DIR PID SECONDS: ready, or fail as soon as the process is gone
+  local dir="$1" pid="$2" deadline=$((SECONDS + $3))
+  until "$BIN_DIR/kubectl" --kubeconfig "$dir/kubeconfig" get --raw /readyz >/dev/null 2>&1; do
+    kill -0 "$pid" 2>/dev/null || return 1
+    (( SECONDS < deadline )) || return 1
+    sleep 0.2
+  done
+}
+
+up() {
+  build
+  local dir="${1:-}"
+  [[ -n "$dir" ]] || dir="$(mktemp -d "${TMPDIR:-/tmp}/wug-cp.XXXXXX")"
+  mkdir -p "$dir"
+  dir="$(cd "$dir" && pwd)"
+  # A unix socket path is at most 107 bytes.
+  (( ${#dir} + 12 <= 107 )) || die "state dir path too long for etcd's socket: $dir"
+  local start_ms; start_ms=$(date +%s%3N)
+  credentials "$dir"
+  start_etcd "$dir" || { down "$dir"; die "etcd did not start"; }
+  start_apiserver "$dir" || { down "$dir"; die "kube-apiserver $KUBE_VERSION did not become ready"; }
   local ready_ms; ready_ms=$(date +%s%3N)
   "$BIN_DIR/kubectl" --kubeconfig "$dir/kubeconfig" apply -f "$CRD_DIR" >/dev/null \
     || { down "$dir"; die "installing CRD fixtures failed"; }
@@ -158,38 +327,12 @@ KC
     -f "$CRD_DIR" >/dev/null || { down "$dir"; die "CRDs did not become Established"; }
   if [[ -n "${CP_OWNER_PID:-}" ]]; then
     # Reaper: when the owning process (a test run) exits, however it exits, stop everything.
+    # shellcheck disable=SC2016 # the inner script's $1..$3 are its own arguments
     setsid bash -c 'while kill -0 "$1" 2>/dev/null; do sleep 0.5; done; "$2" down "$3"' _ \
       "$CP_OWNER_PID" "$REPO_ROOT/hack/control-plane.sh" "$dir" </dev/null >/dev/null 2>&1 &
   fi
-  log "ready in $((ready_ms - start_ms)) ms (CRDs established after $(( $(date +%s%3N) - start_ms )) ms): $dir"
+  log "$KUBE_VERSION ready in $((ready_ms - start_ms)) ms (CRDs established after $(( $(date +%s%3N) - start_ms )) ms): $dir"
   echo "$dir"
-}
-
-start_apiserver() {
-  local dir="$1" api_port etcd_port
-  api_port=$(cat "$dir/api.port"); etcd_port=$(cat "$dir/etcd.port")
-  "$BIN_DIR/kube-apiserver" \
-    --etcd-servers "http://127.0.0.1:$etcd_port" \
-    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$api_port" \
-    --tls-cert-file "$dir/serving.crt" --tls-private-key-file "$dir/serving.key" \
-    --client-ca-file "$dir/ca.crt" \
-    --authorization-mode RBAC \
-    --service-account-issuer "https://kubernetes.default.svc" \
-    --service-account-key-file "$dir/sa.pub" --service-account-signing-key-file "$dir/sa.key" \
-    --api-audiences "https://kubernetes.default.svc" \
-    --service-cluster-ip-range 10.96.0.0/16 \
-    --audit-policy-file "$REPO_ROOT/hack/audit-policy.yaml" --audit-log-path "$dir/audit.log" \
-    --audit-log-format json --audit-log-mode blocking \
-    --enable-priority-and-fairness=false \
-    --disable-admission-plugins ServiceAccount \
-    --cert-dir "$dir/certs" \
-    >>"$dir/apiserver.log" 2>&1 &
-  echo $! > "$dir/apiserver.pid"
-}
-
-wait_ready() { # wait_ready DIR SECONDS
-  local dir="$1"
-  wait_for "$2" "$BIN_DIR/kubectl" --kubeconfig "$dir/kubeconfig" get --raw /readyz
 }
 
 stop_pid() { # stop_pid PIDFILE: SIGTERM, then SIGKILL after 10 s
@@ -214,12 +357,24 @@ down() {
 
 cmd="${1:-}"; shift || true
 case "$cmd" in
+  build|bin-dir|up|start-apiserver|env) resolve_version ;;
+esac
+case "$cmd" in
   build) build ;;
   bin-dir) echo "$BIN_DIR" ;;
+  versions) tr ' ' '\n' <<<"$SUPPORTED_VERSIONS" ;;
+  default-version) echo "$DEFAULT_KUBE_VERSION" ;;
   up) up "$@" ;;
   down) down "$@" ;;
-  stop-apiserver) stop_pid "${1:?DIR}/apiserver.pid" ;;
-  start-apiserver) start_apiserver "${1:?DIR}"; wait_ready "$1" 60 || die "kube-apiserver did not become ready" ;;
+  stop-apiserver) stop_pid "${1:?usage: stop-apiserver DIR}/apiserver.pid" ;;
+  start-apiserver)
+    d="${1:?usage: start-apiserver DIR}"
+    build
+    start_apiserver "$d" || die "kube-apiserver $KUBE_VERSION did not become ready"
+    log "kube-apiserver $KUBE_VERSION ready on $(cat "$d/api.port")"
+    ;;
+  version) cat "${1:?usage: version DIR}/api.version" ;;
   env) d="${1:?usage: env DIR}"; echo "export KUBECONFIG=$d/kubeconfig PATH=$BIN_DIR:\$PATH" ;;
-  *) sed -n '2,16p' "$0" >&2; exit 2 ;;
+  -h|--help|help) usage ;;
+  *) usage; exit 2 ;;
 esac

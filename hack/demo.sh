@@ -42,13 +42,14 @@ KC
 
 # run PHASE: the binary with the environment of the Job in manifests/PHASE (logs as text, to read).
 run() {
-  local phase="$1" env
-  env="$(k kustomize "manifests/$phase" | k create --dry-run=client -o json -f - \
+  local phase="$1" lines env=()
+  lines="$(k kustomize "manifests/$phase" | k create --dry-run=client -o json -f - \
         | jq -rs '.[] | select(.kind == "Job") | .spec.template.spec.containers[0].env[] | select(.name != "LOG_FORMAT") | "\(.name)=\(.value)"')"
-  step "PHASE=$phase  ($(echo $env | tr '\n' ' '))"
+  mapfile -t env <<<"$lines"
+  step "PHASE=$phase  (${env[*]})"
   local code=0
   env -i PATH="$PATH" KUBECONFIG="$dir/sa-kubeconfig" TERMINATION_MESSAGE_PATH="$dir/termination-log" \
-    LOG_FORMAT=text $env "$BIN" || code=$?
+    LOG_FORMAT=text "${env[@]}" "$BIN" || code=$?
   echo "exit code: $code"
   echo "termination message: $(cat "$dir/termination-log")"
   return "$code"

@@ -1,8 +1,18 @@
 #!/usr/bin/env bash
-# Static checks of what cannot run here: the Dockerfile (hadolint, checkov) and the rendered
-# manifests (checkov's Kubernetes checks). Every skipped check carries its reason in the source.
+# Static checks: every shell script (shellcheck), and what cannot run here: the Dockerfile
+# (hadolint, checkov) and the rendered manifests (checkov's Kubernetes checks). Every skipped
+# check carries its reason in the source.
 set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+command -v shellcheck >/dev/null || { echo "lint: shellcheck is required (apt-get install shellcheck)" >&2; exit 1; }
+# Every tracked file whose #! line names bash or sh.
+scripts=()
+while IFS= read -r -d '' f; do
+  [[ "$(head -c 64 "$REPO_ROOT/$f" | head -n 1)" =~ ^#!.*[/\ ](ba)?sh$ ]] && scripts+=("$f")
+done < <(git -C "$REPO_ROOT" ls-files -z)
+echo "lint: shellcheck ${scripts[*]}"
+(cd "$REPO_ROOT" && shellcheck --severity=info "${scripts[@]}")
 VENV="${XDG_CACHE_HOME:-$HOME/.cache}/workload-update-guard/lint-venv-hadolint2.15.1-checkov3.3.30"
 if [[ ! -x "$VENV/bin/checkov" || ! -x "$VENV/bin/hadolint" ]]; then
   python3 -m venv "$VENV"

@@ -1,21 +1,70 @@
 #!/usr/bin/env bash
 # The whole test suite: formatting, lints, unit + property tests, integration tests against a
-# real kube-apiserver + etcd (hack/control-plane.sh), failpoint tests, and the manifest linters.
+# real kube-apiserver + etcd (hack/control-plane.sh), failpoint tests, and the linters.
 # Integration tests FAIL (never skip) if the control plane cannot be built or started.
+#
+# Kubernetes versions (README "Kubernetes versions"):
+#   bash hack/test.sh                        everything on the default version, and the integration
+#                                            suite again on each other version of $KUBE_VERSIONS
+#                                            (default: v1.34.4 v1.35.4 v1.37.2)
+#   KUBE_VERSION=vX.Y.Z bash hack/test.sh    everything on that one version
+# The upgrade tests go from $UPGRADE_FROM to $UPGRADE_TO (default v1.34.4 to v1.35.4) whatever
+# the version under test.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 
-bash hack/control-plane.sh build
+primary="${KUBE_VERSION:-$(bash hack/control-plane.sh default-version)}"
+if [[ -n "${KUBE_VERSION:-}" ]]; then
+  versions=("$KUBE_VERSION")
+else
+  read -ra versions <<<"${KUBE_VERSIONS:-v1.34.4 v1.35.4 v1.37.2}"
+fi
+export KUBE_VERSION="$primary"
+export UPGRADE_FROM="${UPGRADE_FROM:-v1.34.4}" UPGRADE_TO="${UPGRADE_TO:-v1.35.4}"
+
+# Every version first (each cached by version), so that a version that cannot be built fails here.
+for v in "$primary" "${versions[@]}" "$UPGRADE_FROM" "$UPGRADE_TO"; do
+  KUBE_VERSION="$v" bash hack/control-plane.sh build
+done
 cargo fmt --check
 cargo clippy --all-targets --all-features -- -D warnings
 # Unit, property and integration tests with the production build of the binary.
+start=$SECONDS
 cargo test --all-targets 2>&1 | tee -a "$log"
+times=("all targets on $primary: $((SECONDS - start)) s")
+# The integration suite on each other version (the upgrade test has its versions already).
+for v in "${versions[@]}"; do
+  [[ "$v" != "$primary" ]] || continue
+  start=$SECONDS
+  echo "hack/test.sh: the integration suite on Kubernetes $v"
+  KUBE_VERSION="$v" cargo test --test integration -- --skip upgrade:: 2>&1 | tee -a "$log"
+  times+=("integration on $v: $((SECONDS - start)) s")
+done
 # Fault tests need the test-only failpoints compiled in.
+start=$SECONDS
 cargo test --features failpoints --test reliability -- --nocapture 2>&1 | tee -a "$log"
+times+=("reliability on $primary: $((SECONDS - start)) s")
+
+# A control plane that cannot start fails every integration test at once with the script's
+# message, instead of one start-up timeout per test.
+start=$SECONDS
+failfast="$(KUBE_VERSION=v0.0.0 cargo test --test integration -- --skip upgrade:: 2>&1)" && {
+  echo "hack/test.sh: the integration tests passed without a control plane" >&2; exit 1; }
+failed="$(sed -n 's/^test result: FAILED\. [0-9]* passed; \([0-9]*\) failed.*/\1/p' <<<"$failfast")"
+messages="$(grep -c "ERROR: KUBE_VERSION must look like" <<<"$failfast" || true)"
+if (( SECONDS - start > 60 )) || [[ -z "$failed" ]] || (( failed < 10 || messages < failed )); then
+  echo "$failfast" | tail -40 >&2
+  echo "hack/test.sh: without a control plane, expected every integration test to fail at once with" \
+    "the script's message; got $failed failed, $messages messages, $((SECONDS - start)) s" >&2
+  exit 1
+fi
+times+=("without a control plane: $failed integration tests failed in $((SECONDS - start)) s")
+
 bash hack/lint.sh
 
+printf 'hack/test.sh: %s\n' "${times[@]}"
 echo "hack/test.sh: ${SECONDS} s"
 # One closing line over every cargo test binary above.
 awk '/^test result:/ { p += $4; f += $6 } END { printf "tests: %d passed, %d failed\n", p, f }' "$log"

@@ -8,3 +8,4 @@ mod manifests;
 mod operator;
 #[path = "../support/mod.rs"]
 mod support;
+mod upgrade;

@@ -893,3 +893,13 @@ async fn without_the_managedchart_crd_the_message_says_what_to_set() {
         "{report}"
     );
 }
+
+/// The reverse order of surprises around a Kubernetes upgrade: `pre` killed right after its first
+/// write, the API server upgraded (v1.34 → v1.35, same etcd), `pre` rerun on the new version, the
+/// next chart applied by Helm 4, then `post` restores both objects exactly.
+#[tokio::test]
+async fn a_killed_pre_an_api_server_upgrade_and_a_rerun_restore_exactly() {
+    // Its own control plane, but one at a time all the same: the others' timings stay as they are.
+    let _serial = SERIAL.lock().await;
+    support::upgrade::harvester_upgrade(Some("after-write-managedchart")).await;
+}

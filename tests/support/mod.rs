@@ -3,7 +3,10 @@
 //! test binary; each test works in namespaces of its own, so tests run in parallel.
 //!
 //! If the control plane cannot be built or started, every test that needs it FAILS with the
-//! script's message. Nothing is skipped.
+//! script's message, at once: the failure is kept for the whole binary. Nothing is skipped.
+//! `ControlPlane::up` starts another one, of any version, for tests that restart or upgrade it.
+
+pub mod upgrade;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -50,45 +53,116 @@ impl ControlPlane {
     }
 }
 
-/// The shared control plane, started on first use and stopped when this process exits.
+/// The shared control plane of `$KUBE_VERSION` (the script's default if unset), started on first
+/// use and stopped when this process exits. If it cannot start, the first test fails with the
+/// script's message and every later test fails at once with the same message: the failure is
+/// kept, not retried once per test.
 pub fn control_plane() -> &'static ControlPlane {
-    static CP: OnceLock<ControlPlane> = OnceLock::new();
-    CP.get_or_init(|| {
+    static CP: OnceLock<Result<ControlPlane, String>> = OnceLock::new();
+    match CP.get_or_init(|| ControlPlane::up(&[])) {
+        Ok(cp) => cp,
+        Err(message) => panic!("{message}"),
+    }
+}
+
+impl ControlPlane {
+    /// Runs `hack/control-plane.sh up` with `env` added (e.g. `KUBE_VERSION`); the control plane
+    /// is stopped when this process exits, or earlier by `down`. The error carries the script's
+    /// message (its stderr is also shown as it happens).
+    pub fn up(env: &[(&str, &str)]) -> Result<ControlPlane, String> {
         let script = repo_root().join("hack/control-plane.sh");
         let out = Command::new("bash")
             .arg(&script)
             .arg("up")
+            .envs(env.iter().copied())
             .env("CP_OWNER_PID", std::process::id().to_string())
-            .stderr(Stdio::inherit())
+            .stderr(Stdio::piped())
             .output()
-            .unwrap_or_else(|e| {
-                panic!(
+            .map_err(|e| {
+                format!(
                     "integration tests need a real API server: cannot run {}: {e}",
                     script.display()
                 )
-            });
-        assert!(
-            out.status.success(),
-            "integration tests need a real API server, and `hack/control-plane.sh up` failed ({}); \
-             see its message above. These tests never skip.",
-            out.status
-        );
+            })?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        eprint!("{stderr}");
+        if !out.status.success() {
+            let errors: Vec<&str> = stderr.lines().filter(|l| l.contains("ERROR")).collect();
+            return Err(format!(
+                "integration tests need a real API server, and `hack/control-plane.sh up` failed \
+                 ({}): {}\nThese tests never skip; the script's output:\n{stderr}",
+                out.status,
+                errors.join("; ")
+            ));
+        }
         let dir = PathBuf::from(
-            String::from_utf8(out.stdout)
-                .unwrap()
+            String::from_utf8_lossy(&out.stdout)
                 .lines()
                 .last()
-                .expect("the state dir")
+                .ok_or("`up` printed no state dir")?
                 .trim(),
         );
-        let bin = Command::new("bash")
-            .arg(&script)
-            .arg("bin-dir")
+        let bin_dir = script_output(&["bin-dir"], env)?;
+        Ok(ControlPlane {
+            dir,
+            bin_dir: PathBuf::from(bin_dir),
+        })
+    }
+
+    /// Stops the API server; etcd keeps running.
+    pub fn stop_apiserver(&self) {
+        script_output(&["stop-apiserver", &self.dir.to_string_lossy()], &[]).unwrap();
+    }
+
+    /// Starts the API server of `version` on this control plane's etcd, and waits until it is
+    /// ready and reports that version: with `stop_apiserver`, an upgrade of the control plane.
+    pub fn start_apiserver(&mut self, version: &str) {
+        let env = [("KUBE_VERSION", version)];
+        script_output(&["start-apiserver", &self.dir.to_string_lossy()], &env).unwrap();
+        self.bin_dir = PathBuf::from(script_output(&["bin-dir"], &env).unwrap());
+    }
+
+    /// The version the running API server reports (`/version`).
+    pub fn server_version(&self) -> String {
+        let out = self
+            .kubectl()
+            .args(["get", "--raw", "/version"])
             .output()
             .unwrap();
-        let bin_dir = PathBuf::from(String::from_utf8(bin.stdout).unwrap().trim());
-        ControlPlane { dir, bin_dir }
-    })
+        let v: Value = serde_json::from_slice(&out.stdout).expect("/version is JSON");
+        v["gitVersion"].as_str().unwrap().to_string()
+    }
+
+    /// Stops the processes and removes the state dir.
+    pub fn down(self) {
+        script_output(&["down", &self.dir.to_string_lossy()], &[]).unwrap();
+    }
+
+    /// Runs the binary against this control plane (see `run_bin`).
+    pub async fn run(&self, env: BTreeMap<String, String>) -> Run {
+        let dir = self
+            .dir
+            .join(format!("test-tmp-{}", TMP.fetch_add(1, Ordering::SeqCst)));
+        run_bin_in(dir, &self.kubeconfig(), env).await
+    }
+}
+
+/// `hack/control-plane.sh ARGS` with `env` added; its stdout, or its stderr as the error.
+fn script_output(args: &[&str], env: &[(&str, &str)]) -> Result<String, String> {
+    let out = Command::new("bash")
+        .arg(repo_root().join("hack/control-plane.sh"))
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .map_err(|e| e.to_string())?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    } else {
+        Err(format!(
+            "hack/control-plane.sh {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
 }
 
 pub async fn client_for(kubeconfig: &Path) -> Client {
@@ -264,9 +338,14 @@ pub fn env_for(ns: &str, phase: &str) -> BTreeMap<String, String> {
 /// Runs the binary (in a blocking thread) with exactly `env` plus a kubeconfig and a
 /// termination-message file.
 pub async fn run_bin(kubeconfig: &Path, env: BTreeMap<String, String>) -> Run {
+    run_bin_in(tempfile_dir(), kubeconfig, env).await
+}
+
+/// `run_bin` with the termination-message file in `dir` (created, then removed).
+pub async fn run_bin_in(dir: PathBuf, kubeconfig: &Path, env: BTreeMap<String, String>) -> Run {
     let kubeconfig = kubeconfig.to_path_buf();
+    std::fs::create_dir_all(&dir).unwrap();
     tokio::task::spawn_blocking(move || {
-        let dir = tempfile_dir();
         let term = dir.join("termination-log");
         let mut cmd = Command::new(BIN);
         cmd.env_clear()
@@ -294,9 +373,10 @@ pub async fn run_phase(ns: &str, phase: &str) -> Run {
 }
 
 /// A fresh directory inside the control plane's state dir, so `down` removes it with the rest.
+static TMP: AtomicUsize = AtomicUsize::new(0);
+
 pub fn tempfile_dir() -> PathBuf {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    let n = N.fetch_add(1, Ordering::SeqCst);
+    let n = TMP.fetch_add(1, Ordering::SeqCst);
     let dir = control_plane().dir.join(format!("test-tmp-{n}"));
     std::fs::create_dir_all(&dir).unwrap();
     dir
