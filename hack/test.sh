@@ -28,6 +28,8 @@ export UPGRADE_FROM="${UPGRADE_FROM:-v1.34.4}" UPGRADE_TO="${UPGRADE_TO:-v1.35.4
 for v in "$primary" "${versions[@]}" "$UPGRADE_FROM" "$UPGRADE_TO"; do
   KUBE_VERSION="$v" bash hack/control-plane.sh build
 done
+# Helm 4, which plays Fleet in the lifetime tests.
+bash hack/helm.sh build
 cargo fmt --check
 cargo clippy --all-targets --all-features -- -D warnings
 # Unit, property and integration tests with the production build of the binary.
