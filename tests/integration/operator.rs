@@ -371,3 +371,19 @@ async fn a_dry_run_says_would() {
     );
     assert!(!r.stderr.contains(" written "), "{r:?}");
 }
+
+/// With `LOG_FORMAT=json`, the run's last log line carries the summary as a JSON object.
+#[tokio::test]
+async fn the_json_log_carries_the_summary_as_an_object() {
+    let client = admin().await;
+    let ns = namespace(&client, "json-log").await;
+    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+    let r = run(with(&ns, "pre", &[("LOG_FORMAT", "json")])).await;
+    assert_eq!(r.code, 0, "{r:?}");
+    let last: Value = serde_json::from_str(r.stderr.lines().last().unwrap()).unwrap();
+    assert_eq!(last["message"], "done");
+    assert_eq!(last["summary"], *r.summary.as_ref().unwrap());
+    for line in r.stderr.lines() {
+        serde_json::from_str::<Value>(line).expect("every log line is JSON");
+    }
+}
