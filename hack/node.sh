@@ -16,12 +16,12 @@ usage: hack/node.sh COMMAND [ARGS]
                namespace of their own; the images of hack/image.sh are imported first.
                DIR/kubeconfig is the admin kubeconfig, through 127.0.0.1 on the host.
   down DIR     stop exactly what was started in DIR, undo what the node changed on the host
-               (sysctls, cgroups, /var/lib/cni) and remove DIR
+               (sysctls, cgroups) and remove DIR
   exec DIR CMD run CMD inside the node's network and mount namespaces (e.g. iptables-save)
   ctr DIR ARGS containerd's ctr on the node, in its k8s.io namespace
   env DIR      print \`export KUBECONFIG=... PATH=...\` for eval
 
-The node: $NODE_IP on a dummy interface (the kubelet's and the API server's address), pods on
+The node: $NODE_IP on the namespace's own loopback interface (the kubelet's and the API server's address), pods on
 the bridge $POD_SUBNET, Services in 10.96.0.0/16. None of these addresses exist outside the
 node's network namespace, which has no route out: nothing can leave it.
 
@@ -260,7 +260,6 @@ up() {
   # What the node changes on the host, recorded first so that down can undo it.
   local s
   for s in "${HOST_SYSCTLS[@]}"; do echo "$s $(cat "/proc/sys/$s")"; done > "$dir/sysctls"
-  [[ -e /var/lib/cni ]] || touch "$dir/created-var-lib-cni"
   if [[ -n "${NODE_OWNER_PID:-}" ]]; then
     # Reaper: when the owning process (a test run) exits, however it exits, take the node down.
     # shellcheck disable=SC2016 # the inner script's $1..$3 are its own arguments
@@ -268,17 +267,18 @@ up() {
       "$NODE_OWNER_PID" "$REPO_ROOT/hack/node.sh" "$dir" </dev/null >/dev/null 2>&1 &
   fi
   # The namespaces: a process that only holds them. Mounts made inside (containerd's snapshots,
-  # the kubelet's volumes, tmpfs on /run and /var/log) are never seen on the host and go with it.
+  # the kubelet's volumes) are never seen on the host and go with it. tmpfs on /run, /var/log
+  # and /var/lib there keep what the node writes to fixed paths (runc's and the shims' state,
+  # /var/log/pods, /var/lib/kubelet/device-plugins, /var/lib/cni) off the host's disk.
   setsid unshare --net --mount --propagation slave sleep infinity </dev/null >/dev/null 2>&1 &
   echo $! > "$dir/holder.pid"
   wait_for 5 "the namespaces" in_ns "$dir" true || fail "$dir" "cannot create the namespaces"
   in_ns "$dir" sh -euc "
     mount -t tmpfs -o mode=755 wug-run /run
     mount -t tmpfs -o mode=755 wug-log /var/log
+    mount -t tmpfs -o mode=755 wug-lib /var/lib
     ip link set lo up
-    ip link add wug0 type dummy
-    ip addr add $NODE_IP/32 dev wug0
-    ip link set wug0 up" || fail "$dir" "cannot set up the node's namespaces"
+    ip addr add $NODE_IP/32 dev lo" || fail "$dir" "cannot set up the node's namespaces"
   local c
   while read -r c; do
     mkdir -p "$c"
@@ -307,7 +307,8 @@ up() {
   start_in_ns "$dir" kube-controller-manager "$NODE_BIN/kube-controller-manager" \
     --kubeconfig "$dir/cp/kubeconfig" --leader-elect=false --bind-address 127.0.0.1 \
     --service-account-private-key-file "$dir/cp/sa.key" --root-ca-file "$dir/cp/ca.crt" \
-    --use-service-account-credentials=false --controllers '*'
+    --use-service-account-credentials=false --controllers '*' \
+    --flex-volume-plugin-dir "$dir/kubelet-plugins"
   start_in_ns "$dir" kube-scheduler "$NODE_BIN/kube-scheduler" \
     --kubeconfig "$dir/cp/kubeconfig" --leader-elect=false --bind-address 127.0.0.1
   start_in_ns "$dir" kube-proxy "$NODE_BIN/kube-proxy" --config "$dir/kube-proxy.yaml"
@@ -350,6 +351,15 @@ cgroup_pids() { # the processes in the node's cgroups (the pods' containers)
   done < <(cgroup_dirs "$1") | sort -u
 }
 
+kill_pid() { # kill_pid PIDFILE: SIGKILL, and wait until it is gone
+  local f="$1" pid
+  [[ -f "$f" ]] || return 0
+  pid=$(cat "$f")
+  kill -9 "$pid" 2>/dev/null || true
+  for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  rm -f "$f"
+}
+
 stop_pid() { # stop_pid PIDFILE: SIGTERM, then SIGKILL after 10 s
   local f="$1" pid
   [[ -f "$f" ]] || return 0
@@ -370,12 +380,13 @@ down() {
   local name="" p holder=""
   name="$(cat "$dir/cgroup.name" 2>/dev/null || true)"
   [[ -f "$dir/holder.pid" ]] && holder="$(cat "$dir/holder.pid")"
-  for p in kube-proxy kube-scheduler kube-controller-manager kubelet; do stop_pid "$dir/$p.pid"; done
+  # A test node: nothing to shut down gracefully, and SIGKILL is quick.
+  for p in kube-proxy kube-scheduler kube-controller-manager kubelet; do kill_pid "$dir/$p.pid"; done
   # The pods' processes, by the node's cgroups; then containerd and its shims, by namespace.
   if [[ -n "$name" ]]; then
     for p in $(cgroup_pids "$name"); do kill -9 "$p" 2>/dev/null || true; done
   fi
-  stop_pid "$dir/containerd.pid"
+  kill_pid "$dir/containerd.pid"
   [[ ! -d "$dir/cp" ]] || "$CP" down "$dir/cp" || true
   stop_pid "$dir/forward.pid"
   if [[ -n "$holder" ]] && kill -0 "$holder" 2>/dev/null; then
@@ -400,7 +411,6 @@ down() {
   while read -r key value; do
     [[ "$(cat "/proc/sys/$key")" == "$value" ]] || echo "$value" > "/proc/sys/$key"
   done < "$dir/sysctls"
-  [[ ! -f "$dir/created-var-lib-cni" ]] || rm -rf /var/lib/cni
   exec 8>&-
   rm -rf "$dir"
 }
