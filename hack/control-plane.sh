@@ -271,7 +271,8 @@ start_apiserver() { # start_apiserver DIR: start and wait until ready; on a lost
     local node_flags=(--bind-address 127.0.0.1 --advertise-address 127.0.0.1
       --endpoint-reconciler-type none --disable-admission-plugins ServiceAccount)
     [[ -z "${CP_NODE_IP:-}" ]] || node_flags=(--bind-address 0.0.0.0 --advertise-address "$CP_NODE_IP"
-      --kubelet-client-certificate "$dir/admin.crt" --kubelet-client-key "$dir/admin.key")
+      --kubelet-client-certificate "$dir/admin.crt" --kubelet-client-key "$dir/admin.key"
+      --kubelet-preferred-address-types InternalIP)
     "$BIN_DIR/kube-apiserver" \
       --etcd-servers "unix://$dir/etcd:0" \
       --secure-port "$port" "${node_flags[@]}" \
@@ -345,13 +346,19 @@ up() {
   echo "$dir"
 }
 
+alive() { # alive PID: running (a zombie is not: it waits only for its parent to reap it)
+  local state
+  state="$(sed -n 's/^State:[[:space:]]*\(.\).*/\1/p' "/proc/$1/status" 2>/dev/null)"
+  [[ -n "$state" && "$state" != Z ]]
+}
+
 stop_pid() { # stop_pid PIDFILE: SIGTERM, then SIGKILL after 10 s
   local f="$1" pid
   [[ -f "$f" ]] || return 0
   pid=$(cat "$f")
-  if kill -0 "$pid" 2>/dev/null; then
+  if alive "$pid"; then
     kill "$pid" 2>/dev/null || true
-    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+    for _ in $(seq 50); do alive "$pid" || break; sleep 0.2; done
     kill -9 "$pid" 2>/dev/null || true
   fi
   rm -f "$f"

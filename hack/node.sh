@@ -351,68 +351,64 @@ cgroup_pids() { # the processes in the node's cgroups (the pods' containers)
   done < <(cgroup_dirs "$1") | sort -u
 }
 
+alive() { # alive PID: running (a zombie is not: it waits only for its parent to reap it)
+  local state
+  state="$(sed -n 's/^State:[[:space:]]*\(.\).*/\1/p' "/proc/$1/status" 2>/dev/null)"
+  [[ -n "$state" && "$state" != Z ]]
+}
+
 kill_pid() { # kill_pid PIDFILE: SIGKILL, and wait until it is gone
   local f="$1" pid
   [[ -f "$f" ]] || return 0
   pid=$(cat "$f")
   kill -9 "$pid" 2>/dev/null || true
-  for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  rm -f "$f"
-}
-
-stop_pid() { # stop_pid PIDFILE: SIGTERM, then SIGKILL after 10 s
-  local f="$1" pid
-  [[ -f "$f" ]] || return 0
-  pid=$(cat "$f")
-  if kill -0 "$pid" 2>/dev/null; then
-    kill "$pid" 2>/dev/null || true
-    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
-    kill -9 "$pid" 2>/dev/null || true
-  fi
+  for _ in $(seq 50); do alive "$pid" || break; sleep 0.1; done
   rm -f "$f"
 }
 
 down() {
   local dir="${1:?usage: down DIR}"
-  [[ -d "$dir" && -f "$dir/sysctls" ]] || { [[ ! -d "$dir" ]] || log "$dir is not a node's directory"; return 0; }
+  [[ -d "$dir" ]] || return 0
+  [[ -f "$dir/sysctls" ]] || die "$dir is not a node's directory"
+  # Every step goes on whatever the one before did: down must leave the host as it found it.
+  set +e
   exec 8>"$dir/down.lock"
   flock 8
-  local name="" p holder=""
-  name="$(cat "$dir/cgroup.name" 2>/dev/null || true)"
-  [[ -f "$dir/holder.pid" ]] && holder="$(cat "$dir/holder.pid")"
-  # A test node: nothing to shut down gracefully, and SIGKILL is quick.
-  for p in kube-proxy kube-scheduler kube-controller-manager kubelet; do kill_pid "$dir/$p.pid"; done
-  # The pods' processes, by the node's cgroups; then containerd and its shims, by namespace.
-  if [[ -n "$name" ]]; then
-    for p in $(cgroup_pids "$name"); do kill -9 "$p" 2>/dev/null || true; done
-  fi
-  kill_pid "$dir/containerd.pid"
-  [[ ! -d "$dir/cp" ]] || "$CP" down "$dir/cp" || true
-  stop_pid "$dir/forward.pid"
-  if [[ -n "$holder" ]] && kill -0 "$holder" 2>/dev/null; then
-    for p in $(ns_pids "$holder"); do kill -9 "$p" 2>/dev/null || true; done
-    kill -9 "$holder" 2>/dev/null || true
-    for _ in $(seq 50); do kill -0 "$holder" 2>/dev/null || break; sleep 0.1; done
-  fi
-  # Every cgroup the kubelet and runc made under the node's, deepest first.
-  if [[ -n "$name" ]]; then
-    local c
-    for _ in 1 2 3 4 5; do
-      for p in $(cgroup_pids "$name"); do kill -9 "$p" 2>/dev/null || true; done
-      while read -r c; do
-        [[ -d "$c" ]] && find "$c" -depth -type d -exec rmdir {} + 2>/dev/null
-      done < <(cgroup_dirs "$name")
-      [[ -z "$(while read -r c; do [[ -d "$c" ]] && echo "$c"; done < <(cgroup_dirs "$name"))" ]] && break
-      sleep 0.5
-    done
-  fi
-  # The host-wide sysctls as they were.
-  local key value
+  local name="" p holder="" c key value
+  name="$(cat "$dir/cgroup.name" 2>/dev/null)"
+  holder="$(cat "$dir/holder.pid" 2>/dev/null)"
+  # A test node: nothing to shut down gracefully, and SIGKILL is quick. The kubelet first, then
+  # the host-wide sysctls it set, as they were.
+  for p in kubelet kube-proxy kube-scheduler kube-controller-manager; do kill_pid "$dir/$p.pid"; done
   while read -r key value; do
     [[ "$(cat "/proc/sys/$key")" == "$value" ]] || echo "$value" > "/proc/sys/$key"
   done < "$dir/sysctls"
+  # The pods' processes, by the node's cgroups; then containerd and its shims, by namespace.
+  if [[ -n "$name" ]]; then
+    for p in $(cgroup_pids "$name"); do kill -9 "$p" 2>/dev/null; done
+  fi
+  kill_pid "$dir/containerd.pid"
+  [[ ! -d "$dir/cp" ]] || "$CP" down "$dir/cp"
+  kill_pid "$dir/forward.pid"
+  if [[ -n "$holder" ]] && alive "$holder"; then
+    for p in $(ns_pids "$holder"); do kill -9 "$p" 2>/dev/null; done
+    kill -9 "$holder" 2>/dev/null
+    for _ in $(seq 50); do alive "$holder" || break; sleep 0.1; done
+  fi
+  # Every cgroup the kubelet and runc made under the node's, deepest first.
+  if [[ -n "$name" ]]; then
+    for _ in $(seq 20); do
+      for p in $(cgroup_pids "$name"); do kill -9 "$p" 2>/dev/null; done
+      while read -r c; do
+        [[ ! -d "$c" ]] || find "$c" -depth -type d -exec rmdir {} + 2>/dev/null
+      done < <(cgroup_dirs "$name")
+      [[ -n "$(while read -r c; do [[ ! -d "$c" ]] || echo "$c"; done < <(cgroup_dirs "$name"))" ]] || break
+      sleep 0.5
+    done
+  fi
   exec 8>&-
   rm -rf "$dir"
+  set -e
 }
 
 cmd="${1:-}"; shift || true

@@ -143,11 +143,9 @@ fn started_at(job: &str) -> String {
 #[test]
 fn orchestrator_pre_upgrade_post() {
     let _turn = turn();
-    delete_jobs();
-    k(&["-n", NS, "delete", "kubevirt", "kubevirt", "--ignore-not-found", "--wait"]);
-    k(&["-n", CHART_NS, "delete", "managedchart", "harvester", "--ignore-not-found", "--wait"]);
-    k(&["apply", "-f", "hack/demo/harvester.yaml", "--dry-run=server"]); // namespaces exist
-    k(&["apply", "-k", "manifests/base"]);
+    harvester_state();
+    k(&["-n", NS, "delete", "kubevirt", "kubevirt", "--wait"]);
+    k(&["-n", CHART_NS, "delete", "managedchart", "harvester", "--wait"]);
     // Harvester 1.6.0's chart, installed by Helm 4 (Fleet).
     let chart0 = harvester_chart(CHART_NS);
     apply(&[chart0.clone()]);

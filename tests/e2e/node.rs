@@ -157,15 +157,15 @@ pub fn get_json(args: &[&str]) -> Value {
 /// The objects `kubectl kustomize DIR` renders (DIR relative to the repository), as JSON.
 pub fn rendered(dir: &str) -> Vec<Value> {
     let yaml = k(&["kustomize", dir]);
-    let list: Value = serde_json::from_str(&k_stdin(
+    // One JSON document per object.
+    let json = k_stdin(
         &["create", "--dry-run=client", "-o", "json", "-f", "-"],
         &yaml,
-    ))
-    .unwrap();
-    match list.get("items") {
-        Some(items) => items.as_array().unwrap().clone(),
-        None => vec![list],
-    }
+    );
+    serde_json::Deserializer::from_str(&json)
+        .into_iter::<Value>()
+        .map(Result::unwrap)
+        .collect()
 }
 
 /// `kubectl apply` of these objects.
