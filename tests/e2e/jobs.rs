@@ -45,13 +45,20 @@ fn pre_status_post_as_jobs_restore_exactly() {
 
     let (outcome, took) = run_phase("pre");
     assert_eq!(outcome, complete());
-    eprintln!("e2e: pre Job Complete {:.2} s after kubectl apply -k", took.as_secs_f64());
+    eprintln!(
+        "e2e: pre Job Complete {:.2} s after kubectl apply -k",
+        took.as_secs_f64()
+    );
     assert_eq!(methods(), json!([]), "pre suspended the updates");
     let summary = summary_of("workload-update-guard-pre");
     assert_eq!(summary["phase"], "pre", "{summary:#}");
     assert_eq!(summary["exitCode"], 0, "{summary:#}");
     let steps = summary["steps"].as_array().expect("steps");
-    assert_eq!(steps.len(), 2, "the KubeVirt CR and the ManagedChart: {summary:#}");
+    assert_eq!(
+        steps.len(),
+        2,
+        "the KubeVirt CR and the ManagedChart: {summary:#}"
+    );
 
     let (outcome, _) = run_phase("status");
     assert_eq!(outcome, complete());
@@ -145,15 +152,29 @@ fn orchestrator_pre_upgrade_post() {
     let _turn = turn();
     harvester_state();
     k(&["-n", NS, "delete", "kubevirt", "kubevirt", "--wait"]);
-    k(&["-n", CHART_NS, "delete", "managedchart", "harvester", "--wait"]);
+    k(&[
+        "-n",
+        CHART_NS,
+        "delete",
+        "managedchart",
+        "harvester",
+        "--wait",
+    ]);
     // Harvester 1.6.0's chart, installed by Helm 4 (Fleet).
     let chart0 = harvester_chart(CHART_NS);
-    apply(&[chart0.clone()]);
+    apply(std::slice::from_ref(&chart0));
     let chart0 = get_json(&["-n", CHART_NS, "managedchart", "harvester"]);
     let kv_rendered = render_kubevirt(NS, "1.6.0", &chart0);
     crate::support::upgrade::helm_apply(&node().control_plane(), &kv_rendered).unwrap();
     k(&[
-        "-n", NS, "patch", "kubevirt", "kubevirt", "--subresource=status", "--type=merge", "-p",
+        "-n",
+        NS,
+        "patch",
+        "kubevirt",
+        "kubevirt",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
         r#"{"status":{"phase":"Deployed","observedKubeVirtVersion":"v1.4.0","targetKubeVirtVersion":"v1.5.0"}}"#,
     ]);
     let kv0 = get_json(&["-n", NS, "kubevirt", "kubevirt"]);
@@ -163,7 +184,10 @@ fn orchestrator_pre_upgrade_post() {
     // Fleet renders the next chart from the ManagedChart as pre left it.
     let chart_pre = get_json(&["-n", CHART_NS, "managedchart", "harvester"]);
     let next = render_kubevirt(NS, "1.7.0", &chart_pre);
-    assert_eq!(next["spec"]["workloadUpdateStrategy"]["workloadUpdateMethods"], json!([]));
+    assert_eq!(
+        next["spec"]["workloadUpdateStrategy"]["workloadUpdateMethods"],
+        json!([])
+    );
     apply(&upgrade_objects(&next));
     let outcome = wait_job("wug-upgrade", JOB_TIMEOUT);
     assert_eq!(outcome, complete(), "the upgrade Job");
@@ -187,7 +211,11 @@ fn orchestrator_pre_upgrade_post() {
         "the ManagedChart"
     );
     for o in ["serviceaccount", "configmap"] {
-        let name = if o == "configmap" { "wug-next-chart" } else { "wug-upgrade" };
+        let name = if o == "configmap" {
+            "wug-next-chart"
+        } else {
+            "wug-upgrade"
+        };
         k(&["-n", NS, "delete", o, name]);
     }
 }
@@ -218,7 +246,15 @@ fn timing_job_against_bare_pod() {
         let start = Instant::now();
         k_stdin(&["create", "-f", "-"], &pod.to_string());
         loop {
-            let phase = k(&["-n", NS, "get", "pod", &name, "-o", "jsonpath={.status.phase}"]);
+            let phase = k(&[
+                "-n",
+                NS,
+                "get",
+                "pod",
+                &name,
+                "-o",
+                "jsonpath={.status.phase}",
+            ]);
             if phase == "Succeeded" {
                 break;
             }

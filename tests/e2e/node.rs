@@ -45,7 +45,12 @@ impl Node {
             .env("NODE_OWNER_PID", std::process::id().to_string())
             .stderr(Stdio::piped())
             .output()
-            .map_err(|e| format!("e2e tests need a node: cannot run {}: {e}", script.display()))?;
+            .map_err(|e| {
+                format!(
+                    "e2e tests need a node: cannot run {}: {e}",
+                    script.display()
+                )
+            })?;
         let stderr = String::from_utf8_lossy(&out.stderr);
         eprint!("{stderr}");
         if !out.status.success() {
@@ -206,7 +211,16 @@ pub fn wait_job(name: &str, timeout: Duration) -> Outcome {
             Instant::now() < deadline,
             "job {name} not finished after {timeout:?}: {}\npods: {}",
             k(&["-n", NS, "get", "job", name, "-o", "yaml"]),
-            k(&["-n", NS, "get", "pods", "-l", &format!("job-name={name}"), "-o", "yaml"])
+            k(&[
+                "-n",
+                NS,
+                "get",
+                "pods",
+                "-l",
+                &format!("job-name={name}"),
+                "-o",
+                "yaml"
+            ])
         );
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -216,7 +230,12 @@ pub fn wait_job(name: &str, timeout: Duration) -> Outcome {
 pub fn pods_of(job: &str) -> Vec<Value> {
     let list = get_json(&["-n", NS, "pods", "-l", &format!("job-name={job}")]);
     let mut pods = list["items"].as_array().unwrap().clone();
-    pods.sort_by_key(|p| p["metadata"]["creationTimestamp"].as_str().unwrap().to_string());
+    pods.sort_by_key(|p| {
+        p["metadata"]["creationTimestamp"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    });
     pods
 }
 
@@ -227,16 +246,47 @@ pub fn terminated(pod: &Value) -> Value {
 
 /// Every Job in harvester-system gone, with its pods.
 pub fn delete_jobs() {
-    k(&["-n", NS, "delete", "jobs", "--all", "--cascade=foreground", "--wait"]);
+    k(&[
+        "-n",
+        NS,
+        "delete",
+        "jobs",
+        "--all",
+        "--cascade=foreground",
+        "--wait",
+    ]);
     k(&["-n", NS, "delete", "pods", "--all", "--wait"]);
 }
 
 /// The Harvester-like state of `hack/demo/harvester.yaml`, fresh, and the manifests' RBAC.
 pub fn harvester_state() {
     delete_jobs();
-    k(&["-n", NS, "delete", "kubevirt", "kubevirt", "--ignore-not-found", "--wait"]);
-    k(&["-n", CHART_NS, "delete", "managedchart", "harvester", "--ignore-not-found", "--wait"]);
-    k(&["apply", "--server-side", "--field-manager", "helm", "-f", "hack/demo/harvester.yaml"]);
+    k(&[
+        "-n",
+        NS,
+        "delete",
+        "kubevirt",
+        "kubevirt",
+        "--ignore-not-found",
+        "--wait",
+    ]);
+    k(&[
+        "-n",
+        CHART_NS,
+        "delete",
+        "managedchart",
+        "harvester",
+        "--ignore-not-found",
+        "--wait",
+    ]);
+    k(&[
+        "apply",
+        "--server-side",
+        "--field-manager",
+        "helm",
+        "-f",
+        "hack/demo/harvester.yaml",
+    ]);
     k(&[
         "-n",
         NS,

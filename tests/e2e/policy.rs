@@ -57,7 +57,10 @@ fn exit_3_fails_the_job_after_one_pod() {
     let summary: Value = serde_json::from_str(t["message"].as_str().unwrap()).unwrap();
     assert_eq!(summary["exitCode"], 3);
     let error = summary["error"].as_str().unwrap_or_default();
-    assert!(error.contains("403"), "the refusal in the termination message: {summary:#}");
+    assert!(
+        error.contains("403"),
+        "the refusal in the termination message: {summary:#}"
+    );
     assert_eq!(methods(), json!(["LiveMigrate"]), "nothing written");
     k(&["apply", "-k", "manifests/base"]);
 }
@@ -143,7 +146,11 @@ fn running_container_hardening_and_eviction_ignored() {
             if cs["state"]["running"].is_object() {
                 break (
                     p["metadata"]["name"].as_str().unwrap().to_string(),
-                    cs["containerID"].as_str().unwrap().trim_start_matches("containerd://").to_string(),
+                    cs["containerID"]
+                        .as_str()
+                        .unwrap()
+                        .trim_start_matches("containerd://")
+                        .to_string(),
                 );
             }
         }
@@ -159,23 +166,47 @@ fn running_container_hardening_and_eviction_ignored() {
         .unwrap_or_else(|| panic!("no task {container_id} in\n{tasks}"))
         .to_string();
     let (status, mountinfo) = process_status(&pid);
-    assert_eq!(field(&status, "Uid"), "65532\t65532\t65532\t65532", "{status}");
-    assert_eq!(field(&status, "Gid"), "65532\t65532\t65532\t65532", "{status}");
+    assert_eq!(
+        field(&status, "Uid"),
+        "65532\t65532\t65532\t65532",
+        "{status}"
+    );
+    assert_eq!(
+        field(&status, "Gid"),
+        "65532\t65532\t65532\t65532",
+        "{status}"
+    );
     for cap in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
         assert_eq!(field(&status, cap), "0000000000000000", "{cap}: {status}");
     }
-    assert_eq!(field(&status, "NoNewPrivs"), "1", "allowPrivilegeEscalation: false");
-    assert_eq!(field(&status, "Seccomp"), "2", "a seccomp filter (RuntimeDefault)");
+    assert_eq!(
+        field(&status, "NoNewPrivs"),
+        "1",
+        "allowPrivilegeEscalation: false"
+    );
+    assert_eq!(
+        field(&status, "Seccomp"),
+        "2",
+        "a seccomp filter (RuntimeDefault)"
+    );
     let root = mountinfo
         .lines()
         .find(|l| l.split_whitespace().nth(4) == Some("/"))
         .expect("the root mount");
     let options = root.split_whitespace().nth(5).unwrap();
-    assert!(options.split(',').any(|o| o == "ro"), "read-only root: {root}");
+    assert!(
+        options.split(',').any(|o| o == "ro"),
+        "read-only root: {root}"
+    );
     // The runtime's own record agrees: the seccomp profile is containerd's default.
-    let info: Value = serde_json::from_str(&node().script("ctr", &["containers", "info", &container_id])).unwrap();
+    let info: Value =
+        serde_json::from_str(&node().script("ctr", &["containers", "info", &container_id]))
+            .unwrap();
     let seccomp = &info["Spec"]["linux"]["seccomp"];
-    assert_eq!(seccomp["defaultAction"], "SCMP_ACT_ERRNO", "RuntimeDefault: {seccomp:#}");
+    assert_eq!(
+        seccomp["defaultAction"], "SCMP_ACT_ERRNO",
+        "RuntimeDefault: {seccomp:#}"
+    );
     assert_eq!(info["Spec"]["root"]["readonly"], true);
 
     // Evict it, the way a node drain does.
@@ -196,9 +227,20 @@ fn running_container_hardening_and_eviction_ignored() {
     );
     let job = get_json(&["-n", NS, "job", PRE]);
     assert_eq!(job["status"]["succeeded"], 1);
-    assert_eq!(job["status"].get("failed").and_then(Value::as_i64).unwrap_or(0), 0, "{job:#}");
+    assert_eq!(
+        job["status"]
+            .get("failed")
+            .and_then(Value::as_i64)
+            .unwrap_or(0),
+        0,
+        "{job:#}"
+    );
     let pods = pods_of(PRE);
-    assert_eq!(pods.len(), 1, "the evicted pod is gone, its replacement succeeded");
+    assert_eq!(
+        pods.len(),
+        1,
+        "the evicted pod is gone, its replacement succeeded"
+    );
     assert_ne!(pods[0]["metadata"]["name"], pod.as_str());
     assert_eq!(methods(), json!([]));
 }
