@@ -289,3 +289,44 @@ pub fn kubectl_image() -> String {
         .expect("hack/image.sh list names the kubectl image")
         .to_string()
 }
+
+/// The image resolves host names (glibc's NSS `files` and `dns` live in its libc.so.6): the
+/// status Job with a kubeconfig whose server is a name, found in the pod's /etc/hosts
+/// (hostAliases: the node's address), with the ServiceAccount's projected token and CA; the
+/// in-cluster variables point nowhere.
+#[test]
+fn image_reaches_the_api_server_by_host_name() {
+    let _turn = turn();
+    harvester_state();
+    let port = std::fs::read_to_string(node().dir.join("cp/api.port")).unwrap();
+    let sa = "/var/run/secrets/kubernetes.io/serviceaccount";
+    let kubeconfig = json!({"apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": format!("https://kubernetes.default.svc:{}", port.trim()),
+                                               "certificate-authority": format!("{sa}/ca.crt")}}],
+        "users": [{"name": "u", "user": {"tokenFile": format!("{sa}/token")}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]});
+    let mut objects = rendered_with("manifests/status", |job| {
+        set_env(job, "KUBECONFIG", "/kubeconfig/config");
+        // The in-cluster address leads nowhere: only the kubeconfig's name can reach the server.
+        set_env(job, "KUBERNETES_SERVICE_HOST", "127.0.0.1");
+        set_env(job, "KUBERNETES_SERVICE_PORT", "9");
+        let spec = &mut job["spec"]["template"]["spec"];
+        spec["hostAliases"] = json!([{"ip": NODE_IP, "hostnames": ["kubernetes.default.svc"]}]);
+        spec["volumes"] =
+            json!([{"name": "kubeconfig", "secret": {"secretName": "wug-kubeconfig"}}]);
+        spec["containers"][0]["volumeMounts"] =
+            json!([{"name": "kubeconfig", "mountPath": "/kubeconfig", "readOnly": true}]);
+    });
+    objects.push(json!({"apiVersion": "v1", "kind": "Secret",
+                        "metadata": {"name": "wug-kubeconfig", "namespace": NS},
+                        "stringData": {"config": kubeconfig.to_string()}}));
+    apply(&objects);
+    let outcome = wait_job("workload-update-guard-status", JOB_TIMEOUT);
+    let logs = k(&["-n", NS, "logs", "job/workload-update-guard-status"]);
+    assert_eq!(outcome, complete(), "{logs}");
+    assert!(
+        logs.contains("KubeVirt harvester-system/kubevirt"),
+        "{logs}"
+    );
+    k(&["-n", NS, "delete", "secret", "wug-kubeconfig"]);
+}

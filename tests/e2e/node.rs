@@ -11,6 +11,8 @@ use crate::support::{ControlPlane, repo_root};
 
 pub const NS: &str = "harvester-system";
 pub const CHART_NS: &str = "fleet-local";
+/// The node's address (hack/node.sh), inside its network namespace only.
+pub const NODE_IP: &str = "10.88.0.2";
 
 pub struct Node {
     pub dir: PathBuf,
@@ -171,6 +173,26 @@ pub fn rendered(dir: &str) -> Vec<Value> {
         .into_iter::<Value>()
         .map(Result::unwrap)
         .collect()
+}
+
+/// `rendered(dir)`, with `edit` applied to its Job.
+pub fn rendered_with(dir: &str, edit: impl FnOnce(&mut Value)) -> Vec<Value> {
+    let mut objects = rendered(dir);
+    let job = objects
+        .iter_mut()
+        .find(|o| o["kind"] == "Job")
+        .unwrap_or_else(|| panic!("{dir} has a Job"));
+    edit(job);
+    objects
+}
+
+/// Sets the guard container's variable `name`.
+pub fn set_env(job: &mut Value, name: &str, value: &str) {
+    let env = job["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array_mut()
+        .unwrap();
+    env.retain(|e| e["name"] != name);
+    env.push(json!({"name": name, "value": value}));
 }
 
 /// `kubectl apply` of these objects.

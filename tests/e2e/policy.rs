@@ -10,23 +10,8 @@ use crate::node::*;
 
 const PRE: &str = "workload-update-guard-pre";
 
-/// manifests/pre rendered, with `edit` applied to its Job.
 fn pre_with(edit: impl FnOnce(&mut Value)) -> Vec<Value> {
-    let mut objects = rendered("manifests/pre");
-    let job = objects
-        .iter_mut()
-        .find(|o| o["kind"] == "Job")
-        .expect("manifests/pre has a Job");
-    edit(job);
-    objects
-}
-
-fn set_env(job: &mut Value, name: &str, value: &str) {
-    let env = job["spec"]["template"]["spec"]["containers"][0]["env"]
-        .as_array_mut()
-        .unwrap();
-    env.retain(|e| e["name"] != name);
-    env.push(json!({"name": name, "value": value}));
+    rendered_with("manifests/pre", edit)
 }
 
 /// Exit 3 (permanent: 403 without the Role) fails the Job at once: one pod, reason
