@@ -58,6 +58,9 @@ guard() { # guard NAME [CARGO FEATURES]: the Dockerfile with the binary built he
   (cd "$REPO_ROOT" && cargo build --release --locked "${features[@]}") || die "cargo build failed"
   rm -rf "${OUT:?}/bin"
   install -D "$REPO_ROOT/target/release/workload-update-guard" "$OUT/bin/usr/local/bin/workload-update-guard"
+  if (( ${#features[@]} == 0 )) && grep -q after-write-managedchart "$OUT/bin/usr/local/bin/workload-update-guard"; then
+    die "the shipped binary has failpoints compiled in"
+  fi
   base
   buildah_ bud --quiet --layers=false --build-arg BINARY=prebuilt --build-arg BASE=debian-base \
     -f "$REPO_ROOT/Dockerfile" -t "$name" "$REPO_ROOT" >/dev/null || die "buildah bud failed"
@@ -82,8 +85,9 @@ build() {
   command -v buildah >/dev/null || die "buildah is required (apt-get install buildah)"
   command -v gcc >/dev/null || die "gcc is required for the pause image (apt-get install gcc libc6-dev)"
   mkdir -p "$OUT"
-  guard "$GUARD"
+  # The test image first, so that target/release/ ends with the shipped binary.
   guard "$GUARD_FAILPOINTS" --features failpoints
+  guard "$GUARD"
   # The pause image: sleeps until SIGTERM/SIGINT.
   cat > "$OUT/pause.c" <<'C'
 #include <signal.h>
