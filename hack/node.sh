@@ -21,9 +21,9 @@ usage: hack/node.sh COMMAND [ARGS]
   ctr DIR ARGS containerd's ctr on the node, in its k8s.io namespace
   env DIR      print \`export KUBECONFIG=... PATH=...\` for eval
 
-The node: $NODE_IP on the namespace's own loopback interface (the kubelet's and the API server's address), pods on
-the bridge $POD_SUBNET, Services in 10.96.0.0/16. None of these addresses exist outside the
-node's network namespace, which has no route out: nothing can leave it.
+The node: $NODE_IP on its network namespace's own loopback interface (the kubelet's and the API
+server's address), pods on the bridge $POD_SUBNET, Services in 10.96.0.0/16. None of these
+addresses exist outside that namespace, which has no route out: nothing can leave it.
 
 Environment:
   KUBE_VERSION    as for hack/control-plane.sh (default: its default version)
@@ -118,15 +118,31 @@ GO
   log "built the node binaries $KUBE_VERSION in $((SECONDS - start)) s"
 }
 
+own_ns() { # own_ns PID: PID is in a network and a mount namespace other than this script's
+  local net mnt
+  net="$(readlink "/proc/$1/ns/net" 2>/dev/null)" && mnt="$(readlink "/proc/$1/ns/mnt" 2>/dev/null)" \
+    && [[ -n "$net" && -n "$mnt" && "$net" != "$(readlink /proc/$$/ns/net)" && "$mnt" != "$(readlink /proc/$$/ns/mnt)" ]]
+}
+
+holder_ready() { # the holder has its namespaces and has set them up: it runs `sleep` in them
+  local pid="$1"
+  [[ "$(cat "/proc/$pid/comm" 2>/dev/null)" == sleep ]] && own_ns "$pid"
+}
+
 in_ns() { # in_ns DIR CMD...: CMD in the node's network and mount namespaces
-  local dir="$1"; shift
-  nsenter -t "$(cat "$dir/holder.pid")" -n -m -- "$@"
+  local dir="$1" holder; shift
+  holder="$(cat "$dir/holder.pid")"
+  # Never the host's own namespaces, whatever happened to the holder.
+  holder_ready "$holder" || die "the node's namespace holder $holder is not ready or gone"
+  nsenter -t "$holder" -n -m -- "$@"
 }
 
 start_in_ns() { # start_in_ns DIR NAME CMD...: a daemon in the namespaces, DIR/NAME.pid, DIR/NAME.log
-  local dir="$1" name="$2"; shift 2
+  local dir="$1" name="$2" holder; shift 2
+  holder="$(cat "$dir/holder.pid")"
+  holder_ready "$holder" || die "the node's namespace holder $holder is not ready or gone"
   # nsenter enters the namespaces and execs CMD: the PID is CMD's.
-  nsenter -t "$(cat "$dir/holder.pid")" -n -m -- "$@" >>"$dir/$name.log" 2>&1 </dev/null &
+  nsenter -t "$holder" -n -m -- "$@" >>"$dir/$name.log" 2>&1 </dev/null &
   echo $! > "$dir/$name.pid"
 }
 
@@ -270,9 +286,12 @@ up() {
   # the kubelet's volumes) are never seen on the host and go with it. tmpfs on /run, /var/log
   # and /var/lib there keep what the node writes to fixed paths (runc's and the shims' state,
   # /var/log/pods, /var/lib/kubelet/device-plugins, /var/lib/cni) off the host's disk.
-  setsid unshare --net --mount --propagation slave sleep infinity </dev/null >/dev/null 2>&1 &
+  # unshare creates them and sets the propagation, then execs sleep: only then is it ready, and
+  # nothing enters before (it would be the host's own namespaces).
+  unshare --net --mount --propagation slave sleep infinity </dev/null >/dev/null 2>&1 &
   echo $! > "$dir/holder.pid"
-  wait_for 5 "the namespaces" in_ns "$dir" true || fail "$dir" "cannot create the namespaces"
+  wait_for 10 "the namespaces" holder_ready "$(cat "$dir/holder.pid")" \
+    || fail "$dir" "cannot create the namespaces (unshare --net --mount)"
   in_ns "$dir" sh -euc "
     mount -t tmpfs -o mode=755 wug-run /run
     mount -t tmpfs -o mode=755 wug-log /var/log
@@ -289,8 +308,10 @@ up() {
   done < <(cgroup_dirs "$CGROUP_NAME")
   write_configs "$dir"
   # The control plane, inside the namespace, with a loopback forwarder for the host.
-  in_ns "$dir" env CP_NODE_IP="$NODE_IP" "$CP" up "$dir/cp" >/dev/null 2>"$dir/control-plane.log" \
-    || fail "$dir" "the control plane did not start: $(grep ERROR "$dir/control-plane.log" | tail -3)"
+  if ! in_ns "$dir" env CP_NODE_IP="$NODE_IP" "$CP" up "$dir/cp" >/dev/null 2>"$dir/control-plane.log"; then
+    cat "$dir/control-plane.log" >&2
+    fail "$dir" "the control plane did not start: $(grep ERROR "$dir/control-plane.log" | tail -3)"
+  fi
   python3 "$REPO_ROOT/hack/netns-forward.py" "$(cat "$dir/holder.pid")" "$(cat "$dir/cp/api.port")" \
     "$dir/host.port" </dev/null >>"$dir/forward.log" 2>&1 &
   echo $! > "$dir/forward.pid"
@@ -391,7 +412,10 @@ down() {
   [[ ! -d "$dir/cp" ]] || "$CP" down "$dir/cp"
   kill_pid "$dir/forward.pid"
   if [[ -n "$holder" ]] && alive "$holder"; then
-    for p in $(ns_pids "$holder"); do kill -9 "$p" 2>/dev/null; done
+    # Only the node's own namespaces: never the processes of the host's.
+    if own_ns "$holder"; then
+      for p in $(ns_pids "$holder"); do kill -9 "$p" 2>/dev/null; done
+    fi
     kill -9 "$holder" 2>/dev/null
     for _ in $(seq 50); do alive "$holder" || break; sleep 0.1; done
   fi
