@@ -42,8 +42,13 @@ cargo fmt --check
 cargo clippy --all-targets --all-features -- -D warnings
 # Unit, property, integration and e2e tests with the production build of the binary.
 start=$SECONDS
+rm -f target/e2e-figures.txt
 cargo test --all-targets 2>&1 | tee -a "$log"
 times+=("all targets (e2e included) on $primary: $((SECONDS - start)) s")
+# The e2e tests' figures: node start, Job and bare-pod times.
+if [[ -f target/e2e-figures.txt ]]; then
+  while IFS= read -r line; do times+=("e2e: $line"); done < target/e2e-figures.txt
+fi
 # The integration suite on each other version (the upgrade test has its versions already).
 for v in "${versions[@]}"; do
   [[ "$v" != "$primary" ]] || continue

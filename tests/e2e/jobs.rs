@@ -45,10 +45,10 @@ fn pre_status_post_as_jobs_restore_exactly() {
 
     let (outcome, took) = run_phase("pre");
     assert_eq!(outcome, complete());
-    eprintln!(
-        "e2e: pre Job Complete {:.2} s after kubectl apply -k",
+    figure(&format!(
+        "pre Job Complete {:.2} s after kubectl apply -k",
         took.as_secs_f64()
-    );
+    ));
     assert_eq!(methods(), json!([]), "pre suspended the updates");
     let summary = summary_of("workload-update-guard-pre");
     assert_eq!(summary["phase"], "pre", "{summary:#}");
@@ -266,12 +266,12 @@ fn timing_job_against_bare_pod() {
         k(&["-n", NS, "delete", "pod", &name, "--wait"]);
     }
     let (job, pod) = (median(jobs.clone()), median(pods.clone()));
-    eprintln!(
-        "e2e timing: kubectl apply -k manifests/status -> Job Complete: median {:.2} s of {jobs:.2?}; \
-         bare pod create -> Succeeded: median {:.2} s of {pods:.2?}",
+    figure(&format!(
+        "kubectl apply -k manifests/status -> Job Complete: median {:.2} s of {jobs:.2?}; \
+         a bare pod create -> Succeeded: median {:.2} s of {pods:.2?}",
         job.as_secs_f64(),
         pod.as_secs_f64()
-    );
+    ));
     assert!(job < Duration::from_secs(30), "a status Job takes {job:?}");
 }
 

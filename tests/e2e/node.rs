@@ -71,7 +71,11 @@ impl Node {
                 .ok_or("`up` printed no state dir")?
                 .trim(),
         );
-        eprintln!("e2e: node up in {:.1} s", start.elapsed().as_secs_f64());
+        let _ = std::fs::remove_file(figures_file());
+        figure(&format!(
+            "node up in {:.1} s",
+            start.elapsed().as_secs_f64()
+        ));
         let bin = Command::new("bash")
             .arg(repo_root().join("hack/control-plane.sh"))
             .arg("bin-dir")
@@ -334,6 +338,23 @@ pub fn methods() -> Value {
     get_json(&["-n", NS, "kubevirt", "kubevirt"])["spec"]["workloadUpdateStrategy"]
         ["workloadUpdateMethods"]
         .clone()
+}
+
+fn figures_file() -> PathBuf {
+    repo_root().join("target/e2e-figures.txt")
+}
+
+/// A figure of this run: on stderr, and in target/e2e-figures.txt, which hack/test.sh prints.
+pub fn figure(line: &str) {
+    use std::io::Write;
+    eprintln!("e2e: {line}");
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(figures_file())
+    {
+        let _ = writeln!(f, "{line}");
+    }
 }
 
 pub fn median(mut v: Vec<Duration>) -> Duration {
