@@ -21,7 +21,8 @@ primary="${KUBE_VERSION:-$(bash hack/control-plane.sh default-version)}"
 if [[ -n "${KUBE_VERSION:-}" ]]; then
   versions=("$KUBE_VERSION")
 else
-  read -ra versions <<<"${KUBE_VERSIONS:-v1.34.4 v1.35.4 v1.37.2}"
+  # Spaces or newlines between versions (`hack/control-plane.sh versions` prints all of them).
+  read -r -d '' -a versions <<<"${KUBE_VERSIONS:-v1.34.4 v1.35.4 v1.37.2}" || true
 fi
 export KUBE_VERSION="$primary"
 export UPGRADE_FROM="${UPGRADE_FROM:-v1.34.4}" UPGRADE_TO="${UPGRADE_TO:-v1.35.4}"

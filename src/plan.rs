@@ -154,22 +154,27 @@ pub struct Refusal {
 /// first, so the values Helm would apply agree with the CR before the CR is touched; `post`
 /// the reverse. Only the objects whose steps are on.
 pub fn targets(intent: &Intent) -> Vec<Target> {
-    let kubevirt = Target::new(Kind::KubeVirt, &intent.keys.kubevirt);
-    let chart = intent
-        .keys
-        .chart
-        .as_ref()
-        .map(|k| Target::new(Kind::ManagedChart, k));
     let order = match intent.phase {
-        Phase::Pre => [chart, Some(kubevirt)],
-        Phase::Post => [Some(kubevirt), chart],
-        Phase::Status => [None, None],
+        Phase::Pre => [Kind::ManagedChart, Kind::KubeVirt],
+        Phase::Post => [Kind::KubeVirt, Kind::ManagedChart],
+        Phase::Status => return Vec::new(),
     };
     order
         .into_iter()
-        .flatten()
-        .filter(|t| intent.steps.writes(t.kind))
+        .filter(|&k| intent.steps.writes(k))
+        .filter_map(|k| intent.keys.target(k))
         .collect()
+}
+
+impl Keys {
+    /// The named object of `kind` (no ManagedChart without a name).
+    pub fn target(&self, kind: Kind) -> Option<Target> {
+        match kind {
+            Kind::KubeVirt => Some(Target::new(kind, &self.kubevirt)),
+            Kind::ManagedChart => self.chart.as_ref().map(|k| Target::new(kind, k)),
+            Kind::Migration => None,
+        }
+    }
 }
 
 /// The writes of a phase, in order: `post` releases our claim on each object right after its
@@ -194,11 +199,12 @@ pub fn steps(intent: &Intent) -> Vec<Step> {
 /// Each object's plan sees the other: `pre` copies the KubeVirt CR's original to the
 /// ManagedChart, and the KubeVirt plans read that copy.
 pub fn plan_step(intent: &Intent, step: &Step, objects: &Objects) -> Result<Option<Plan>, Refusal> {
+    // A refusal names the object whose content is at fault, which may be the other one.
     let refuse = |kind: Kind| {
-        let target = match (kind, &intent.keys.chart) {
-            (Kind::ManagedChart, Some(chart)) => Target::new(kind, chart),
-            _ => Target::new(Kind::KubeVirt, &intent.keys.kubevirt),
-        };
+        let target = intent
+            .keys
+            .target(kind)
+            .unwrap_or_else(|| step.target.clone());
         move |reason| Refusal { target, reason }
     };
     let Some(obj) = objects.get(step.target.kind) else {

@@ -83,3 +83,16 @@ async fn logs_never_contain_the_token() {
         }
     }
 }
+
+/// The demo, the benchmark and the tests compare states with one normalizer.
+#[test]
+fn one_snapshot_normalizer() {
+    let jq = std::fs::read_to_string(repo_root().join("hack/snapshot.jq")).unwrap();
+    let line = jq.lines().find(|l| l.starts_with("del(")).unwrap();
+    let fields: Vec<&str> = line
+        .split(".metadata.")
+        .skip(1)
+        .map(|f| f.trim_end_matches([',', ' ', ')']))
+        .collect();
+    assert_eq!(fields, SERVER_FIELDS);
+}

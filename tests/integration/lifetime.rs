@@ -123,23 +123,43 @@ async fn three_upgrade_cycles_never_conflict_with_the_guard() {
 }
 
 /// Clusters that went through the upstream scripts carry an `Update` claim of `kubectl-patch`
-/// on the field (harvester#10677); it blocks every chart change of the field. A `pre`/`post`
-/// cycle heals it: `pre` takes the field over, `post` releases it. `kubectl-patch` keeps its
-/// other fields. `status` names the blocking claim before, and none after.
+/// (harvester#10677) or `upgrade-toolkit` (harvester#10899) on the field; it blocks every chart
+/// change of the field. A `pre`/`post` cycle heals it: `pre` takes the field over, `post`
+/// releases it. The stale manager keeps its other fields. `status` names the blocking claim
+/// before, and none after.
 #[tokio::test]
-async fn a_cycle_heals_a_stale_kubectl_patch_claim() {
+async fn a_cycle_heals_stale_upstream_claims() {
+    for manager in ["kubectl-patch", "upgrade-toolkit"] {
+        heal(manager).await;
+    }
+}
+
+async fn heal(manager: &str) {
     let client = admin().await;
     let (ns, _) = helm_installed(&client, "heal").await;
+    let field_manager = format!("--field-manager={manager}");
     for ops in [
         r#"[{"op":"replace","path":"/spec/workloadUpdateStrategy/workloadUpdateMethods","value":[]}]"#,
         r#"[{"op":"replace","path":"/spec/workloadUpdateStrategy/workloadUpdateMethods","value":["LiveMigrate"]},
             {"op":"add","path":"/metadata/labels/upstream","value":"patched"}]"#,
     ] {
         kubectl_ok(&[
-            "-n", &ns, "patch", "kubevirt", "kubevirt", "--type", "json", "-p", ops,
+            "-n",
+            &ns,
+            "patch",
+            "kubevirt",
+            "kubevirt",
+            "--type",
+            "json",
+            &field_manager,
+            "-p",
+            ops,
         ]);
     }
-    assert_eq!(methods_owners(&client, &ns).await, ["kubectl-patch/Update"]);
+    assert_eq!(
+        methods_owners(&client, &ns).await,
+        [format!("{manager}/Update")]
+    );
     let status = |ns: String| async move {
         let mut env = env_for(&ns, "status");
         env.insert("LOG_FORMAT".into(), "json".into());
@@ -149,15 +169,12 @@ async fn a_cycle_heals_a_stale_kubectl_patch_claim() {
         report["kubevirt"]["methodsOwners"].clone()
     };
     let owners = status(ns.clone()).await;
-    assert_eq!(owners[0]["manager"], "kubectl-patch");
+    assert_eq!(owners[0]["manager"], manager);
     assert_eq!(owners[0]["blocksChartChange"], true);
     // The claim blocks a chart change, as upstream saw.
     let next = chart_version(&json!(["LiveMigrate", "Evict"]));
     let err = fleet_deploy(&client, &ns, &next).await.unwrap_err();
-    assert!(
-        err.contains("conflict") && err.contains("kubectl-patch"),
-        "{err}"
-    );
+    assert!(err.contains("conflict") && err.contains(manager), "{err}");
     phase_ok(&ns, "pre").await;
     assert_eq!(
         methods_owners(&client, &ns).await,
@@ -175,15 +192,15 @@ async fn a_cycle_heals_a_stale_kubectl_patch_claim() {
         json!(["LiveMigrate", "Evict"])
     );
     let kv = get(&client, "KubeVirt", &ns, "kubevirt").await;
-    let kubectl_patch: Vec<&Value> = kv["metadata"]["managedFields"]
+    let stale: Vec<&Value> = kv["metadata"]["managedFields"]
         .as_array()
         .unwrap()
         .iter()
-        .filter(|e| e["manager"] == "kubectl-patch")
+        .filter(|e| e["manager"] == manager)
         .collect();
     assert_eq!(
-        kubectl_patch[0]["fieldsV1"]["f:metadata"]["f:labels"],
+        stale[0]["fieldsV1"]["f:metadata"]["f:labels"],
         json!({"f:upstream": {}}),
-        "kubectl-patch keeps its other fields"
+        "{manager} keeps its other fields"
     );
 }

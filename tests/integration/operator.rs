@@ -370,4 +370,47 @@ async fn a_dry_run_says_would() {
         "{r:?}"
     );
     assert!(!r.stderr.contains(" written "), "{r:?}");
+    // A dry-run post after a real pre: every write, the releases included, is accepted by the
+    // server's dry run, and nothing changes.
+    assert_eq!(run(with(&ns, "pre", &[])).await.code, 0);
+    let before = both_rvs(&client, &ns).await;
+    let r = run(with(&ns, "post", &[("DRY_RUN", "true")])).await;
+    assert_eq!(r.code, 0, "{r:?}");
+    let objects: Vec<String> = r
+        .stdout
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["object"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(
+        objects,
+        [
+            format!("KubeVirt {ns}/kubevirt"),
+            format!("KubeVirt {ns}/kubevirt"),
+            format!("ManagedChart {ns}/harvester"),
+            format!("ManagedChart {ns}/harvester"),
+        ],
+        "{r:?}"
+    );
+    assert_eq!(both_rvs(&client, &ns).await, before);
+}
+
+/// With `LOG_FORMAT=json`, the run's last log line carries the summary as a JSON object.
+#[tokio::test]
+async fn the_json_log_carries_the_summary_as_an_object() {
+    let client = admin().await;
+    let ns = namespace(&client, "json-log").await;
+    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+    let r = run(with(&ns, "pre", &[("LOG_FORMAT", "json")])).await;
+    assert_eq!(r.code, 0, "{r:?}");
+    let last: Value = serde_json::from_str(r.stderr.lines().last().unwrap()).unwrap();
+    assert_eq!(last["message"], "done");
+    assert_eq!(last["summary"], *r.summary.as_ref().unwrap());
+    for line in r.stderr.lines() {
+        serde_json::from_str::<Value>(line).expect("every log line is JSON");
+    }
 }

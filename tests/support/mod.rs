@@ -382,18 +382,22 @@ pub fn tempfile_dir() -> PathBuf {
     dir
 }
 
+/// The metadata fields the API server manages: the one normalizer, also `hack/snapshot.jq`
+/// (`cli.rs` checks that they agree).
+pub const SERVER_FIELDS: &[&str] = &[
+    "resourceVersion",
+    "managedFields",
+    "generation",
+    "creationTimestamp",
+    "uid",
+];
+
 /// The object without what the server manages, for comparing states.
 pub fn content(obj: &Value) -> Value {
     let mut o = obj.clone();
     if let Some(m) = o.get_mut("metadata").and_then(Value::as_object_mut) {
-        for k in [
-            "resourceVersion",
-            "managedFields",
-            "generation",
-            "creationTimestamp",
-            "uid",
-        ] {
-            m.remove(k);
+        for k in SERVER_FIELDS {
+            m.remove(*k);
         }
     }
     o
