@@ -40,6 +40,10 @@ Environment:
                  supported: $SUPPORTED_VERSIONS)
   ETCD_VERSION   go.etcd.io/etcd/server/v3 version (default: the one that release's go.mod requires)
   CP_OWNER_PID   if set, the control plane is stopped when that process exits (used by tests)
+  CP_NODE_IP     if set, a control plane for hack/node.sh's node (run inside its network namespace):
+                 the API server listens on every address there, advertises CP_NODE_IP as the
+                 \`kubernetes\` Service's endpoint, has ServiceAccount admission, and its certificate
+                 names CP_NODE_IP and the Service's ClusterIP $SERVICE_IP
   CP_CACHE_DIR   binary cache (default \${XDG_CACHE_HOME:-\$HOME/.cache}/workload-update-guard/control-plane),
                  one directory per version pair
 EOF
@@ -52,6 +56,7 @@ KUBE_VERSION="${KUBE_VERSION:-$DEFAULT_KUBE_VERSION}"
 CACHE_ROOT="${CP_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/workload-update-guard/control-plane}"
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CRD_DIR="$REPO_ROOT/tests/fixtures/crds"
+SERVICE_CIDR=10.96.0.0/16 SERVICE_IP=10.96.0.1
 export GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0
 
 release_gomod() { # the go.mod of k8s.io/kubernetes@$KUBE_VERSION, from the module cache or the proxy
@@ -191,7 +196,9 @@ credentials() { # credentials DIR: CA, serving and admin certificates, service-a
       -keyout ca.key -out ca.crt >/dev/null 2>&1
     openssl req -newkey rsa:2048 -nodes -subj "/CN=127.0.0.1" -keyout serving.key -out serving.csr >/dev/null 2>&1
     # X.509 v3 everywhere: rustls refuses v1 certificates.
-    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n' > san.ext
+    local sans="IP:127.0.0.1,DNS:localhost"
+    [[ -z "${CP_NODE_IP:-}" ]] || sans+=",IP:$CP_NODE_IP,IP:$SERVICE_IP,DNS:kubernetes.default.svc"
+    printf 'subjectAltName=%s\nextendedKeyUsage=serverAuth\n' "$sans" > san.ext
     printf 'extendedKeyUsage=clientAuth\nkeyUsage=digitalSignature,keyEncipherment\n' > client.ext
     openssl x509 -req -in serving.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 \
       -extfile san.ext -out serving.crt >/dev/null 2>&1
@@ -258,23 +265,27 @@ start_apiserver() { # start_apiserver DIR: start and wait until ready; on a lost
     echo "$port" > "$dir/api.port"
     write_kubeconfig "$dir" "$port"
     echo "--- $KUBE_VERSION on port $port (attempt $attempt)" >>"$dir/apiserver.log"
-    # --endpoint-reconciler-type none: from v1.37 the default reconciler refuses a loopback
-    # advertise address, and no test needs the `kubernetes` Service's endpoints.
+    # Without a node: --endpoint-reconciler-type none, because from v1.37 the default reconciler
+    # refuses a loopback advertise address, and no test needs the `kubernetes` Service's
+    # endpoints; no ServiceAccount admission, as no pod runs. With a node (CP_NODE_IP), both.
+    local node_flags=(--bind-address 127.0.0.1 --advertise-address 127.0.0.1
+      --endpoint-reconciler-type none --disable-admission-plugins ServiceAccount)
+    [[ -z "${CP_NODE_IP:-}" ]] || node_flags=(--bind-address 0.0.0.0 --advertise-address "$CP_NODE_IP"
+      --kubelet-client-certificate "$dir/admin.crt" --kubelet-client-key "$dir/admin.key"
+      --kubelet-preferred-address-types InternalIP)
     "$BIN_DIR/kube-apiserver" \
       --etcd-servers "unix://$dir/etcd:0" \
-      --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$port" \
-      --endpoint-reconciler-type none \
+      --secure-port "$port" "${node_flags[@]}" \
       --tls-cert-file "$dir/serving.crt" --tls-private-key-file "$dir/serving.key" \
       --client-ca-file "$dir/ca.crt" \
       --authorization-mode RBAC \
       --service-account-issuer "https://kubernetes.default.svc" \
       --service-account-key-file "$dir/sa.pub" --service-account-signing-key-file "$dir/sa.key" \
       --api-audiences "https://kubernetes.default.svc" \
-      --service-cluster-ip-range 10.96.0.0/16 \
+      --service-cluster-ip-range "$SERVICE_CIDR" \
       --audit-policy-file "$REPO_ROOT/hack/audit-policy.yaml" --audit-log-path "$dir/audit.log" \
       --audit-log-format json --audit-log-mode blocking \
       --enable-priority-and-fairness=false \
-      --disable-admission-plugins ServiceAccount \
       --cert-dir "$dir/certs" \
       >>"$dir/apiserver.log" 2>&1 &
     pid=$!
@@ -335,13 +346,19 @@ up() {
   echo "$dir"
 }
 
+alive() { # alive PID: running (a zombie is not: it waits only for its parent to reap it)
+  local state
+  state="$(sed -n 's/^State:[[:space:]]*\(.\).*/\1/p' "/proc/$1/status" 2>/dev/null)"
+  [[ -n "$state" && "$state" != Z ]]
+}
+
 stop_pid() { # stop_pid PIDFILE: SIGTERM, then SIGKILL after 10 s
   local f="$1" pid
   [[ -f "$f" ]] || return 0
   pid=$(cat "$f")
-  if kill -0 "$pid" 2>/dev/null; then
+  if alive "$pid"; then
     kill "$pid" 2>/dev/null || true
-    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+    for _ in $(seq 50); do alive "$pid" || break; sleep 0.2; done
     kill -9 "$pid" 2>/dev/null || true
   fi
   rm -f "$f"

@@ -1,25 +1,46 @@
 #!/usr/bin/env bash
-# The main job on a local control plane with a Harvester-like cluster state:
-# builds the release binary, starts kube-apiserver + etcd, applies hack/demo/harvester.yaml and
-# the RBAC of manifests/, then runs status -> pre -> status -> post -> status exactly as the
-# Jobs would (their environment, the ServiceAccount's token only). Everything is torn down after.
+# The main job with a Harvester-like cluster state (hack/demo/harvester.yaml):
+#
+#   bash hack/demo.sh          the real way: the guard's image (hack/image.sh) run as Jobs by a
+#                              real node (hack/node.sh): `kubectl apply -k manifests/PHASE` for
+#                              status -> pre -> status -> pre -> post -> post -> status, each
+#                              Job's outcome, its pod's termination message, and the Events
+#   bash hack/demo.sh --fast   the quick look: no node, the release binary run on this machine
+#                              with each Job's environment and the ServiceAccount's token only
+#
+# Both end by checking that the KubeVirt CR and the ManagedChart are exactly as before pre.
+# Everything is torn down after (the node by hack/node.sh down, also if this script is killed).
 set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO_ROOT"
 command -v jq >/dev/null || { echo "demo: jq is required (apt-get install jq)" >&2; exit 1; }
+fast=0
+case "${1:-}" in
+  --fast) fast=1 ;;
+  "") ;;
+  *) echo "usage: bash hack/demo.sh [--fast]" >&2; exit 2 ;;
+esac
 
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
 step "build"
-bash hack/control-plane.sh build
-cargo build --release --quiet
-BIN="$REPO_ROOT/target/release/workload-update-guard"
 KUBECTL="$(bash hack/control-plane.sh bin-dir)/kubectl"
-
-step "control plane"
-dir="$(bash hack/control-plane.sh up)"
-trap 'bash "$REPO_ROOT/hack/control-plane.sh" down "$dir"' EXIT
+if (( fast )); then
+  bash hack/control-plane.sh build
+  cargo build --release --quiet
+  BIN="$REPO_ROOT/target/release/workload-update-guard"
+  step "control plane"
+  dir="$(bash hack/control-plane.sh up)"
+  trap 'bash "$REPO_ROOT/hack/control-plane.sh" down "$dir"' EXIT
+else
+  bash hack/node.sh build
+  bash hack/image.sh build
+  step "node: kubelet on containerd + runc, bridge CNI, kube-proxy, controller-manager, scheduler"
+  dir="$(NODE_OWNER_PID=$$ bash hack/node.sh up)"
+  trap 'bash "$REPO_ROOT/hack/node.sh" down "$dir"' EXIT
+fi
 k() { "$KUBECTL" --kubeconfig "$dir/kubeconfig" "$@"; }
+(( fast )) || k get node -o wide
 
 step "Harvester-like state: KubeVirt harvester-system/kubevirt, ManagedChart fleet-local/harvester"
 # Server-side, as manager helm: the field ownership Helm 4 (so Fleet) leaves on the KubeVirt CR.
@@ -29,9 +50,10 @@ k -n harvester-system patch kubevirt kubevirt --subresource=status --type=merge 
 k -n default patch vmim kubevirt-workload-update-x7k2p --subresource=status --type=merge -p '{"status":{"phase":"Running"}}' >/dev/null
 k apply -k manifests/base
 
-# The ServiceAccount's token, from the TokenRequest API: the run has only what the Job has.
-token="$(k -n harvester-system create token workload-update-guard --duration=10m)"
-cat > "$dir/sa-kubeconfig" <<KC
+if (( fast )); then
+  # The ServiceAccount's token, from the TokenRequest API: the run has only what the Job has.
+  token="$(k -n harvester-system create token workload-update-guard --duration=10m)"
+  cat > "$dir/sa-kubeconfig" <<KC
 apiVersion: v1
 kind: Config
 clusters: [{name: local, cluster: {server: "$(k config view -o jsonpath='{.clusters[0].cluster.server}')", certificate-authority: $dir/ca.crt}}]
@@ -39,9 +61,36 @@ users: [{name: sa, user: {token: "$token"}}]
 contexts: [{name: local, context: {cluster: local, user: sa}}]
 current-context: local
 KC
+fi
+
+# run PHASE: `kubectl apply -k manifests/PHASE` (a rerun replaces the finished Job), then the
+# Job's outcome, its pod's termination message (the run's summary) and, for status, its logs.
+run_job() {
+  local phase="$1" job="workload-update-guard-$1" start outcome="" pod
+  step "kubectl apply -k manifests/$phase"
+  k -n harvester-system delete job "$job" --ignore-not-found --cascade=foreground --wait >/dev/null
+  start=$(date +%s%3N)
+  k apply -k "manifests/$phase" | grep -E '^job' || true
+  while [[ -z "$outcome" ]]; do
+    outcome="$(k -n harvester-system get job "$job" -o json | jq -r '
+      [.status.conditions[]? | select((.type == "Complete" or .type == "Failed") and .status == "True")
+       | "\(.type) (\(.reason))"] | first // empty')"
+    [[ -n "$outcome" ]] || sleep 0.2
+  done
+  pod="$(k -n harvester-system get pods -l "job-name=$job" -o jsonpath='{.items[0].metadata.name}')"
+  echo "Job $job: $outcome after $(( $(date +%s%3N) - start )) ms; pod $pod"
+  echo "termination message:"
+  k -n harvester-system get pod "$pod" -o json \
+    | jq '.status.containerStatuses[0].state.terminated | {exitCode, message: (.message | fromjson? // .)}'
+  if [[ "$phase" == status ]]; then
+    echo "logs:"; k -n harvester-system logs "$pod" | sed 's/^/  /'
+  fi
+  [[ "$outcome" == Complete* ]]
+}
 
 # run PHASE: the binary with the environment of the Job in manifests/PHASE (logs as text, to read).
 run() {
+  (( fast )) || { run_job "$@"; return; }
   local phase="$1" lines env=()
   lines="$(k kustomize "manifests/$phase" | k create --dry-run=client -o json -f - \
         | jq -rs '.[] | select(.kind == "Job") | .spec.template.spec.containers[0].env[] | select(.name != "LOG_FORMAT") | "\(.name)=\(.value)"')"
@@ -90,6 +139,11 @@ run status
 
 step "Events on the KubeVirt CR (kubectl describe kubevirt)"
 k -n harvester-system describe kubevirt kubevirt | sed -n '/^Events:/,$p'
+if (( ! fast )); then
+  step "Events of the Jobs"
+  k -n harvester-system get events --field-selector involvedObject.kind=Job --sort-by=.lastTimestamp \
+    -o custom-columns=TIME:.lastTimestamp,TYPE:.type,REASON:.reason,OBJECT:.involvedObject.name,MESSAGE:.message
+fi
 
 step "exactly restored?"
 snapshot "$dir/after.json"

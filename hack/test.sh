@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite: formatting, lints, unit + property tests, integration tests against a
-# real kube-apiserver + etcd (hack/control-plane.sh), failpoint tests, and the linters.
-# Integration tests FAIL (never skip) if the control plane cannot be built or started.
+# real kube-apiserver + etcd (hack/control-plane.sh), end-to-end tests of the image and the
+# manifests as Jobs on a real node (hack/image.sh, hack/node.sh), failpoint tests, and the linters.
+# Integration and e2e tests FAIL (never skip) if the control plane or the node cannot be built or
+# started.
 #
 # Kubernetes versions (README "Kubernetes versions"):
 #   bash hack/test.sh                        everything on the default version, and the integration
@@ -31,12 +33,23 @@ for v in "$primary" "${versions[@]}" "$UPGRADE_FROM" "$UPGRADE_TO"; do
 done
 # Helm 4, which plays Fleet in the lifetime tests.
 bash hack/helm.sh build
+# The e2e node's kubelet, kube-controller-manager, kube-scheduler and kube-proxy (cached by
+# version), and the images it runs (the guard's, built from the Dockerfile without a registry).
+start=$SECONDS
+bash hack/node.sh build
+bash hack/image.sh build
+times=("node binaries and images: $((SECONDS - start)) s")
 cargo fmt --check
 cargo clippy --all-targets --all-features -- -D warnings
-# Unit, property and integration tests with the production build of the binary.
+# Unit, property, integration and e2e tests with the production build of the binary.
 start=$SECONDS
+rm -f target/e2e-figures.txt
 cargo test --all-targets 2>&1 | tee -a "$log"
-times=("all targets on $primary: $((SECONDS - start)) s")
+times+=("all targets (e2e included) on $primary: $((SECONDS - start)) s")
+# The e2e tests' figures: node start, Job and bare-pod times.
+if [[ -f target/e2e-figures.txt ]]; then
+  while IFS= read -r line; do times+=("e2e: $line"); done < target/e2e-figures.txt
+fi
 # The integration suite on each other version (the upgrade test has its versions already).
 for v in "${versions[@]}"; do
   [[ "$v" != "$primary" ]] || continue
@@ -64,6 +77,20 @@ if (( SECONDS - start > 60 )) || [[ -z "$failed" ]] || (( failed < 10 || message
   exit 1
 fi
 times+=("without a control plane: $failed integration tests failed in $((SECONDS - start)) s")
+
+# The same for the e2e tests without a node.
+start=$SECONDS
+failfast="$(KUBE_VERSION=v0.0.0 cargo test --test e2e 2>&1)" && {
+  echo "hack/test.sh: the e2e tests passed without a node" >&2; exit 1; }
+failed="$(sed -n 's/^test result: FAILED\. [0-9]* passed; \([0-9]*\) failed.*/\1/p' <<<"$failfast")"
+messages="$(grep -c "ERROR: KUBE_VERSION must look like" <<<"$failfast" || true)"
+if (( SECONDS - start > 60 )) || [[ -z "$failed" ]] || (( failed < 7 || messages < failed )); then
+  echo "$failfast" | tail -40 >&2
+  echo "hack/test.sh: without a node, expected every e2e test to fail at once with the script's" \
+    "message; got $failed failed, $messages messages, $((SECONDS - start)) s" >&2
+  exit 1
+fi
+times+=("without a node: $failed e2e tests failed in $((SECONDS - start)) s")
 
 bash hack/lint.sh
 

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# The guard's image from this repository's Dockerfile, with no container registry: buildah
+# (Debian's package) builds the Dockerfile's `prebuilt` binary on its `debian-base`, a base
+# assembled from this Debian 12 host's packages. Also the images the node and the e2e tests need:
+# a pause image from a tiny static C program, the guard with test-only failpoints, and the pinned
+# static kubectl. Every image is written as a docker-archive that `ctr images import` takes.
+set -euo pipefail
+
+usage() {
+  cat >&2 <<USAGE
+usage: hack/image.sh COMMAND
+
+  build          build every image into target/image/*.tar (the guard's binaries with cargo)
+  import SOCKET  import them into containerd's k8s.io namespace at SOCKET
+  list           print the image names, one a line
+USAGE
+}
+
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+OUT="$REPO_ROOT/target/image"
+VERSION="$(sed -n 's/^version = "\(.*\)"/\1/p' "$REPO_ROOT/Cargo.toml" | head -1)"
+# Fully qualified: the kubelet asks for `workload-update-guard:0.1.0`, which CRI normalises so.
+GUARD="docker.io/library/workload-update-guard:$VERSION"
+GUARD_FAILPOINTS="docker.io/library/workload-update-guard:$VERSION-failpoints"
+PAUSE="registry.k8s.io/pause:wug"
+KUBECTL="docker.io/library/wug-kubectl:${KUBE_VERSION:-$(bash "$REPO_ROOT/hack/control-plane.sh" default-version)}"
+log() { echo "image: $*" >&2; }
+die() { echo "image: ERROR: $*" >&2; exit 1; }
+
+buildah_() { # buildah with its own storage under target/image, nothing in /var/lib/containers
+  buildah --root "$OUT/storage" --runroot "$OUT/run" --storage-driver vfs "$@"
+}
+
+base() { # target/image/base: what distroless/cc-debian12 holds that the binary needs
+  local b="$OUT/base" lib
+  rm -rf "$b"
+  mkdir -p "$b/etc/ssl/certs" "$b/lib64" "$b/lib/x86_64-linux-gnu" "$b/tmp"
+  # The binary's shared libraries, from Debian's libc6 and libgcc-s1 (glibc's NSS `files` and
+  # `dns` are built into libc.so.6 since 2.34).
+  for lib in $(ldd "$OUT/bin/usr/local/bin/workload-update-guard" | awk '$3 ~ /^\// {print $3}'); do
+    cp -L "$lib" "$b/lib/x86_64-linux-gnu/"
+  done
+  cp -L /lib64/ld-linux-x86-64.so.2 "$b/lib64/"
+  cp -L /etc/ssl/certs/ca-certificates.crt "$b/etc/ssl/certs/" # Debian's ca-certificates
+  printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' > "$b/etc/passwd"
+  printf 'root:x:0:\nnonroot:x:65532:\n' > "$b/etc/group"
+  printf 'hosts: files dns\n' > "$b/etc/nsswitch.conf"
+  chmod 1777 "$b/tmp"
+}
+
+archive() { # archive IMAGE FILE
+  rm -f "$2"
+  buildah_ push --quiet "$1" "docker-archive:$2:$1" >/dev/null
+}
+
+guard() { # guard NAME [CARGO FEATURES]: the Dockerfile with the binary built here
+  local name="$1" features=("${@:2}") start=$SECONDS
+  (cd "$REPO_ROOT" && cargo build --release --locked "${features[@]}") || die "cargo build failed"
+  rm -rf "${OUT:?}/bin"
+  install -D "$REPO_ROOT/target/release/workload-update-guard" "$OUT/bin/usr/local/bin/workload-update-guard"
+  if (( ${#features[@]} == 0 )) && grep -q after-write-managedchart "$OUT/bin/usr/local/bin/workload-update-guard"; then
+    die "the shipped binary has failpoints compiled in"
+  fi
+  base
+  buildah_ bud --quiet --layers=false --build-arg BINARY=prebuilt --build-arg BASE=debian-base \
+    -f "$REPO_ROOT/Dockerfile" -t "$name" "$REPO_ROOT" >/dev/null || die "buildah bud failed"
+  archive "$name" "$OUT/$(file_of "$name")"
+  log "$name: $(du -k "$OUT/$(file_of "$name")" | cut -f1) KiB archive in $((SECONDS - start)) s"
+}
+
+scratch_image() { # scratch_image NAME FILE [ENTRYPOINT...]: one static binary on scratch
+  local name="$1" file="$2" c
+  c="$(buildah_ from scratch)"
+  buildah_ copy --quiet "$c" "$file" "/$(basename "$file")" >/dev/null
+  buildah_ config --entrypoint "$(jq -cn '$ARGS.positional' --args "/$(basename "$file")" "${@:3}")" \
+    --user 65532:65532 "$c"
+  buildah_ commit --quiet "$c" "$name" >/dev/null
+  buildah_ rm "$c" >/dev/null
+  archive "$name" "$OUT/$(file_of "$name")"
+}
+
+file_of() { local n="${1##*/}"; echo "${n//:/_}.tar"; }
+
+build() {
+  command -v buildah >/dev/null || die "buildah is required (apt-get install buildah)"
+  command -v gcc >/dev/null || die "gcc is required for the pause image (apt-get install gcc libc6-dev)"
+  mkdir -p "$OUT"
+  # The test image first, so that target/release/ ends with the shipped binary.
+  guard "$GUARD_FAILPOINTS" --features failpoints
+  guard "$GUARD"
+  # The pause image: sleeps until SIGTERM/SIGINT.
+  cat > "$OUT/pause.c" <<'C'
+#include <signal.h>
+#include <unistd.h>
+static void done(int s) { (void)s; _exit(0); }
+int main(void) { signal(SIGTERM, done); signal(SIGINT, done); for (;;) pause(); }
+C
+  gcc -static -Os -s -o "$OUT/pause" "$OUT/pause.c" || die "gcc -static failed (is libc6-dev installed?)"
+  scratch_image "$PAUSE" "$OUT/pause"
+  # The pinned kubectl (a static Go binary) for the e2e "upgrade" Job.
+  scratch_image "$KUBECTL" "$(bash "$REPO_ROOT/hack/control-plane.sh" bin-dir)/kubectl"
+  # Only the archives are kept.
+  buildah_ rmi --all --force >/dev/null 2>&1 || true
+  rm -rf "$OUT/storage" "$OUT/run"
+}
+
+import() {
+  local sock="${1:?usage: import SOCKET}" name
+  for name in "$GUARD" "$GUARD_FAILPOINTS" "$PAUSE" "$KUBECTL"; do
+    [[ -f "$OUT/$(file_of "$name")" ]] || die "no $OUT/$(file_of "$name"): run hack/image.sh build"
+    ctr --address "$sock" -n k8s.io images import "$OUT/$(file_of "$name")" >/dev/null \
+      || die "importing $name failed"
+  done
+}
+
+cmd="${1:-}"; shift || true
+case "$cmd" in
+  build) build ;;
+  import) import "$@" ;;
+  list) printf '%s\n' "$GUARD" "$GUARD_FAILPOINTS" "$PAUSE" "$KUBECTL" ;;
+  -h|--help|help) usage ;;
+  *) usage; exit 2 ;;
+esac

@@ -1,0 +1,363 @@
+//! The node of `hack/node.sh`, shared by the whole test binary, and kubectl on it.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::support::{ControlPlane, repo_root};
+
+pub const NS: &str = "harvester-system";
+pub const CHART_NS: &str = "fleet-local";
+/// The node's address (hack/node.sh), inside its network namespace only.
+pub const NODE_IP: &str = "10.88.0.2";
+
+pub struct Node {
+    pub dir: PathBuf,
+    /// kubectl and friends of the node's version.
+    pub bin_dir: PathBuf,
+}
+
+/// The node of `$KUBE_VERSION`, started on first use and taken down when this process exits.
+/// If it cannot start, the first test fails with the script's message and every later test
+/// fails at once with the same message.
+pub fn node() -> &'static Node {
+    static NODE: OnceLock<Result<Node, String>> = OnceLock::new();
+    match NODE.get_or_init(Node::up) {
+        Ok(n) => n,
+        Err(message) => panic!("{message}"),
+    }
+}
+
+/// One test at a time: they all work on the same fixed objects.
+pub fn turn() -> MutexGuard<'static, ()> {
+    static TURN: Mutex<()> = Mutex::new(());
+    TURN.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Node {
+    fn up() -> Result<Node, String> {
+        let script = repo_root().join("hack/node.sh");
+        let start = Instant::now();
+        let out = Command::new("bash")
+            .arg(&script)
+            .arg("up")
+            .env("NODE_OWNER_PID", std::process::id().to_string())
+            .stderr(Stdio::piped())
+            .output()
+            .map_err(|e| {
+                format!(
+                    "e2e tests need a node: cannot run {}: {e}",
+                    script.display()
+                )
+            })?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        eprint!("{stderr}");
+        if !out.status.success() {
+            let errors: Vec<&str> = stderr.lines().filter(|l| l.contains("ERROR")).collect();
+            return Err(format!(
+                "e2e tests need a real node, and `hack/node.sh up` failed ({}): {}\n\
+                 These tests never skip; the script's output:\n{stderr}",
+                out.status,
+                errors.join("; ")
+            ));
+        }
+        let dir = PathBuf::from(
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .last()
+                .ok_or("`up` printed no state dir")?
+                .trim(),
+        );
+        let _ = std::fs::remove_file(figures_file());
+        figure(&format!(
+            "node up in {:.1} s",
+            start.elapsed().as_secs_f64()
+        ));
+        let bin = Command::new("bash")
+            .arg(repo_root().join("hack/control-plane.sh"))
+            .arg("bin-dir")
+            .output()
+            .map_err(|e| e.to_string())?;
+        Ok(Node {
+            dir,
+            bin_dir: PathBuf::from(String::from_utf8_lossy(&bin.stdout).trim()),
+        })
+    }
+
+    /// The node's API server as the integration tests' `ControlPlane` (for their helpers).
+    pub fn control_plane(&self) -> ControlPlane {
+        ControlPlane {
+            dir: self.dir.clone(),
+            bin_dir: self.bin_dir.clone(),
+        }
+    }
+
+    pub fn kubectl(&self) -> Command {
+        let mut c = Command::new(self.bin_dir.join("kubectl"));
+        c.arg("--kubeconfig").arg(self.dir.join("kubeconfig"));
+        c.current_dir(repo_root());
+        c
+    }
+
+    /// `hack/node.sh SUBCOMMAND DIR ARGS`: its stdout.
+    pub fn script(&self, sub: &str, args: &[&str]) -> String {
+        let out = Command::new("bash")
+            .arg(repo_root().join("hack/node.sh"))
+            .arg(sub)
+            .arg(&self.dir)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "hack/node.sh {sub} {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+}
+
+/// kubectl ARGS on the node; its stdout, or a panic with its output.
+pub fn k(args: &[&str]) -> String {
+    let out = node().kubectl().args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// kubectl ARGS with `input` on stdin.
+pub fn k_stdin(args: &[&str], input: &str) -> String {
+    use std::io::Write;
+    let mut child = node()
+        .kubectl()
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+pub fn get_json(args: &[&str]) -> Value {
+    let mut a = vec!["get"];
+    a.extend_from_slice(args);
+    a.extend_from_slice(&["-o", "json"]);
+    serde_json::from_str(&k(&a)).unwrap()
+}
+
+/// The objects `kubectl kustomize DIR` renders (DIR relative to the repository), as JSON.
+pub fn rendered(dir: &str) -> Vec<Value> {
+    let yaml = k(&["kustomize", dir]);
+    // One JSON document per object.
+    let json = k_stdin(
+        &["create", "--dry-run=client", "-o", "json", "-f", "-"],
+        &yaml,
+    );
+    serde_json::Deserializer::from_str(&json)
+        .into_iter::<Value>()
+        .map(Result::unwrap)
+        .collect()
+}
+
+/// `rendered(dir)`, with `edit` applied to its Job.
+pub fn rendered_with(dir: &str, edit: impl FnOnce(&mut Value)) -> Vec<Value> {
+    let mut objects = rendered(dir);
+    let job = objects
+        .iter_mut()
+        .find(|o| o["kind"] == "Job")
+        .unwrap_or_else(|| panic!("{dir} has a Job"));
+    edit(job);
+    objects
+}
+
+/// Sets the guard container's variable `name`.
+pub fn set_env(job: &mut Value, name: &str, value: &str) {
+    let env = job["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array_mut()
+        .unwrap();
+    env.retain(|e| e["name"] != name);
+    env.push(json!({"name": name, "value": value}));
+}
+
+/// `kubectl apply` of these objects.
+pub fn apply(objects: &[Value]) {
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": objects});
+    k_stdin(&["apply", "-f", "-"], &list.to_string());
+}
+
+/// How a Job ended.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Outcome {
+    pub condition: String,
+    pub reason: String,
+}
+
+/// Waits until the Job is Complete or Failed (the only conditions upgrade-toolkit reads).
+pub fn wait_job(name: &str, timeout: Duration) -> Outcome {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let out = node()
+            .kubectl()
+            .args(["-n", NS, "get", "job", name, "-o", "json"])
+            .output()
+            .unwrap();
+        if out.status.success() {
+            let job: Value = serde_json::from_slice(&out.stdout).unwrap();
+            for c in job["status"]["conditions"].as_array().into_iter().flatten() {
+                let t = c["type"].as_str().unwrap_or_default();
+                if (t == "Complete" || t == "Failed") && c["status"] == "True" {
+                    return Outcome {
+                        condition: t.into(),
+                        reason: c["reason"].as_str().unwrap_or_default().into(),
+                    };
+                }
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "job {name} not finished after {timeout:?}: {}\npods: {}",
+            k(&["-n", NS, "get", "job", name, "-o", "yaml"]),
+            k(&[
+                "-n",
+                NS,
+                "get",
+                "pods",
+                "-l",
+                &format!("job-name={name}"),
+                "-o",
+                "yaml"
+            ])
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The Job's pods, oldest first.
+pub fn pods_of(job: &str) -> Vec<Value> {
+    let list = get_json(&["-n", NS, "pods", "-l", &format!("job-name={job}")]);
+    let mut pods = list["items"].as_array().unwrap().clone();
+    pods.sort_by_key(|p| {
+        p["metadata"]["creationTimestamp"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    });
+    pods
+}
+
+/// The guard container's terminated state in `pod`.
+pub fn terminated(pod: &Value) -> Value {
+    pod["status"]["containerStatuses"][0]["state"]["terminated"].clone()
+}
+
+/// Every Job in harvester-system gone, with its pods.
+pub fn delete_jobs() {
+    k(&[
+        "-n",
+        NS,
+        "delete",
+        "jobs",
+        "--all",
+        "--cascade=foreground",
+        "--wait",
+    ]);
+    k(&["-n", NS, "delete", "pods", "--all", "--wait"]);
+}
+
+/// The Harvester-like state of `hack/demo/harvester.yaml`, fresh, and the manifests' RBAC.
+pub fn harvester_state() {
+    delete_jobs();
+    k(&[
+        "-n",
+        NS,
+        "delete",
+        "kubevirt",
+        "kubevirt",
+        "--ignore-not-found",
+        "--wait",
+    ]);
+    k(&[
+        "-n",
+        CHART_NS,
+        "delete",
+        "managedchart",
+        "harvester",
+        "--ignore-not-found",
+        "--wait",
+    ]);
+    k(&[
+        "apply",
+        "--server-side",
+        "--field-manager",
+        "helm",
+        "-f",
+        "hack/demo/harvester.yaml",
+    ]);
+    k(&[
+        "-n",
+        NS,
+        "patch",
+        "kubevirt",
+        "kubevirt",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"phase":"Deployed","observedKubeVirtVersion":"v1.4.1","targetKubeVirtVersion":"v1.5.2","outdatedVirtualMachineInstanceWorkloads":2}}"#,
+    ]);
+    k(&["apply", "-k", "manifests/base"]);
+}
+
+/// Both objects without what the server manages (`hack/snapshot.jq`, as the demo compares).
+pub fn snapshot() -> (Value, Value) {
+    let kv = crate::support::content(&get_json(&["-n", NS, "kubevirt", "kubevirt"]));
+    let chart = crate::support::content(&get_json(&["-n", CHART_NS, "managedchart", "harvester"]));
+    (kv, chart)
+}
+
+pub fn methods() -> Value {
+    get_json(&["-n", NS, "kubevirt", "kubevirt"])["spec"]["workloadUpdateStrategy"]
+        ["workloadUpdateMethods"]
+        .clone()
+}
+
+fn figures_file() -> PathBuf {
+    repo_root().join("target/e2e-figures.txt")
+}
+
+/// A figure of this run: on stderr, and in target/e2e-figures.txt, which hack/test.sh prints.
+pub fn figure(line: &str) {
+    use std::io::Write;
+    eprintln!("e2e: {line}");
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(figures_file())
+    {
+        let _ = writeln!(f, "{line}");
+    }
+}
+
+pub fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
