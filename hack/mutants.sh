@@ -45,9 +45,12 @@ done
 
 mkdir -p "$OUT"
 start=$SECONDS
+# Build the unit tests here first, so that each scratch copy starts from this target/ (copied
+# with --copy-target) instead of building every dependency again.
+(cd "$REPO_ROOT" && cargo test --lib --no-run --quiet)
 rc=0
-(cd "$REPO_ROOT" && cargo mutants --no-shuffle --output "$OUT" "${file_args[@]}" \
-  ${extra[@]+"${extra[@]}"} -- --lib) || rc=$?
+(cd "$REPO_ROOT" && cargo mutants --no-shuffle --copy-target=true --output "$OUT" \
+  "${file_args[@]}" ${extra[@]+"${extra[@]}"} -- --lib) || rc=$?
 elapsed=$((SECONDS - start))
 
 result="$OUT/mutants.out"
