@@ -49,8 +49,10 @@ start=$SECONDS
 # with --copy-target) instead of building every dependency again.
 (cd "$REPO_ROOT" && cargo test --lib --no-run --quiet)
 rc=0
-(cd "$REPO_ROOT" && cargo mutants --no-shuffle --copy-target=true --output "$OUT" \
-  "${file_args[@]}" ${extra[@]+"${extra[@]}"} -- --lib) || rc=$?
+# `--cargo-arg=--lib` is `cargo test --lib` for both the build and the test phase (after `--`,
+# it would reach only the test phase, and every mutant would build the integration tests too).
+(cd "$REPO_ROOT" && cargo mutants --no-shuffle --copy-target=true --cargo-arg=--lib \
+  --output "$OUT" "${file_args[@]}" ${extra[@]+"${extra[@]}"}) || rc=$?
 elapsed=$((SECONDS - start))
 
 result="$OUT/mutants.out"
