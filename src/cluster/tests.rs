@@ -115,7 +115,7 @@ async fn transient_errors_are_retried_until_success() {
     let server = serve(handle, responses);
     let obj = within(cluster.get(&target())).await.unwrap().unwrap();
     assert_eq!(obj["metadata"]["resourceVersion"], "1");
-    assert_eq!(server.await.unwrap().len(), 8);
+    assert_eq!(within(server).await.unwrap().len(), 8);
 }
 
 #[tokio::test(start_paused = true)]
@@ -137,7 +137,7 @@ async fn permanent_errors_are_not_retried() {
             "{err:?}"
         );
         assert_eq!(err.target(), Some(&target()));
-        assert_eq!(server.await.unwrap().len(), 1);
+        assert_eq!(within(server).await.unwrap().len(), 1);
     }
 }
 
@@ -152,14 +152,14 @@ async fn not_found_tells_a_missing_object_from_a_missing_crd() {
         ))],
     );
     assert_eq!(within(cluster.get(&target())).await.unwrap(), None);
-    server.await.unwrap();
+    within(server).await.unwrap();
 
     let (cluster, handle) = mock_cluster(false);
     let server = serve(handle, vec![Ok(status(404, json!({})))]);
     let err = within(cluster.get(&target())).await.unwrap_err();
     assert!(matches!(err, Error::NotServed { .. }), "{err:?}");
     assert!(err.to_string().contains("is its CRD installed"), "{err}");
-    server.await.unwrap();
+    within(server).await.unwrap();
 }
 
 #[tokio::test(start_paused = true)]
@@ -173,7 +173,7 @@ async fn a_conflict_reads_again_and_replans_against_the_new_version() {
         .await
         .unwrap();
     assert!(matches!(written, Written::Changed { .. }));
-    let seen = server.await.unwrap();
+    let seen = within(server).await.unwrap();
     let lines: Vec<&str> = seen.iter().map(|s| s.line.as_str()).collect();
     assert_eq!(
         lines,
@@ -202,7 +202,7 @@ async fn every_patch_names_our_field_manager_and_a_dry_run_says_so() {
         within(cluster.converge(&target(), kubevirt("1"), pre))
             .await
             .unwrap();
-        let seen = server.await.unwrap();
+        let seen = within(server).await.unwrap();
         assert!(
             seen[0]
                 .query
@@ -233,7 +233,7 @@ async fn a_patch_of_a_deleted_object_is_missing() {
         .await
         .unwrap();
     assert!(matches!(written, Written::Missing), "{written:?}");
-    server.await.unwrap();
+    within(server).await.unwrap();
 }
 
 #[tokio::test(start_paused = true)]
@@ -245,7 +245,7 @@ async fn a_failed_patch_on_an_unchanged_object_is_permanent() {
         .await
         .unwrap_err();
     assert!(matches!(err, Error::Refused { code: 422, .. }), "{err:?}");
-    server.await.unwrap();
+    within(server).await.unwrap();
 }
 
 #[tokio::test(start_paused = true)]
@@ -262,7 +262,7 @@ async fn a_schema_rejection_is_permanent() {
         .await
         .unwrap_err();
     assert_eq!(err.exit_code(), exit::PERMANENT, "{err}");
-    assert_eq!(server.await.unwrap().len(), 1);
+    assert_eq!(within(server).await.unwrap().len(), 1);
 }
 
 #[tokio::test(start_paused = true)]
@@ -300,7 +300,7 @@ async fn the_migration_list_follows_pages_and_keeps_only_the_updater_s() {
         names,
         ["kubevirt-workload-update-a", "kubevirt-workload-update-b"]
     );
-    let seen = server.await.unwrap();
+    let seen = within(server).await.unwrap();
     assert!(seen[1].query.contains("continue=t1"), "{}", seen[1].query);
 
     let (cluster, handle) = mock_cluster(false);
@@ -317,7 +317,7 @@ async fn the_migration_list_follows_pages_and_keeps_only_the_updater_s() {
         ),
         "{err:?}"
     );
-    server.await.unwrap();
+    within(server).await.unwrap();
 }
 
 #[test]
@@ -348,7 +348,7 @@ async fn the_last_transient_error_is_kept_for_the_deadline_message() {
     assert!(cluster.last_error.get().starts_with("none"));
     let server = serve(handle, vec![Ok(status(503, json!({}))), Ok(object("1"))]);
     within(cluster.get(&target())).await.unwrap().unwrap();
-    server.await.unwrap();
+    within(server).await.unwrap();
     let last = cluster.last_error.get();
     assert!(last.starts_with("get KubeVirt ns/kubevirt: "), "{last}");
     assert!(last.contains("503"), "{last}");
@@ -365,7 +365,7 @@ async fn a_response_that_does_not_decode_is_permanent() {
     assert!(matches!(err, Error::Client { .. }), "{err:?}");
     assert_eq!(err.exit_code(), exit::PERMANENT, "{err}");
     assert_eq!(err.target(), Some(&target()));
-    assert_eq!(server.await.unwrap().len(), 1);
+    assert_eq!(within(server).await.unwrap().len(), 1);
 }
 
 #[tokio::test(start_paused = true)]
@@ -385,7 +385,7 @@ async fn a_conflict_whose_reread_finds_the_object_gone_is_missing() {
         .await
         .unwrap();
     assert!(matches!(written, Written::Missing), "{written:?}");
-    assert_eq!(server.await.unwrap().len(), 2);
+    assert_eq!(within(server).await.unwrap().len(), 2);
 }
 
 #[tokio::test(start_paused = true)]
@@ -420,7 +420,7 @@ async fn an_event_about_the_kubevirt_cr_is_posted_once() {
         // A failure is not retried and not fatal.
         let server = serve(handle, vec![Ok(status(500, json!({})))]);
         within(cluster.event(&cr, kind, "Suspended", &"n".repeat(2000))).await;
-        let seen = server.await.unwrap();
+        let seen = within(server).await.unwrap();
         assert_eq!(seen.len(), 1);
         assert_eq!(
             seen[0].line,
