@@ -1057,3 +1057,76 @@ proptest! {
         prop_assert_eq!(strip(&after), strip(&obj));
     }
 }
+
+// ---- what a plan says it does ----
+
+#[test]
+fn each_plan_says_what_it_does_one_action_per_change() {
+    let live = json!(["LiveMigrate"]);
+    let on = kubevirt(Some(live.clone()));
+    let suspended = pre_kv(&on);
+    let as_is = value_record(Some(live.clone()), Vec::new());
+    let other = value_record(Some(json!(["Evict"])), Vec::new());
+    let mut changed = suspended.clone();
+    changed["spec"]["workloadUpdateStrategy"]["workloadUpdateMethods"] = json!(["Evict"]);
+    let count = |plan: Result<Plan, Malformed>| plan.unwrap().actions.len();
+    // pre: the change and the record; a copy that agrees adds nothing, one that differs says so.
+    assert_eq!(count(kubevirt_pre(&on, None)), 2);
+    assert_eq!(count(kubevirt_pre(&on, Some(&as_is))), 2);
+    assert_eq!(count(kubevirt_pre(&on, Some(&other))), 3);
+    // Already [] (no change, only the record), or already suspended (nothing but the record kept).
+    assert_eq!(count(kubevirt_pre(&kubevirt(Some(json!([]))), None)), 1);
+    assert_eq!(count(kubevirt_pre(&suspended, None)), 1);
+    // post: where the original comes from and the change; a change made while suspended is said.
+    assert_eq!(count(kubevirt_post(&suspended, None, None)), 2);
+    assert_eq!(count(kubevirt_post(&changed, None, None)), 3);
+    // Nothing to restore from: only why.
+    assert_eq!(count(kubevirt_post(&on, None, Some(&other))), 1);
+    assert_eq!(count(kubevirt_post(&on, None, None)), 1);
+}
+
+#[test]
+fn describe_says_absent_or_gives_the_compact_json() {
+    assert_eq!(describe(&None), "absent");
+    assert_eq!(
+        describe(&Some(json!(["LiveMigrate", "Evict"]))),
+        r#"["LiveMigrate","Evict"]"#
+    );
+}
+
+#[test]
+fn only_an_update_owner_blocks_an_apply() {
+    let owner = |operation: &str| Owner {
+        manager: "m".into(),
+        operation: operation.into(),
+        time: None,
+    };
+    assert!(owner("Update").blocks_apply());
+    assert!(!owner("Apply").blocks_apply());
+}
+
+#[test]
+fn either_chart_step_alone_writes_the_chart() {
+    for steps in [
+        Steps {
+            kubevirt: false,
+            values: true,
+            compare: false,
+        },
+        Steps {
+            kubevirt: false,
+            values: false,
+            compare: true,
+        },
+    ] {
+        assert!(steps.writes(Kind::ManagedChart), "{steps:?}");
+        assert!(!steps.writes(Kind::KubeVirt), "{steps:?}");
+        let mut i = intent(Phase::Pre);
+        i.steps = steps;
+        assert_eq!(
+            targets(&i).iter().map(|t| t.kind).collect::<Vec<_>>(),
+            [Kind::ManagedChart]
+        );
+    }
+    assert!(!Steps::ALL.writes(Kind::Migration));
+}
