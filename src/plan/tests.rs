@@ -1130,3 +1130,26 @@ fn either_chart_step_alone_writes_the_chart() {
     }
     assert!(!Steps::ALL.writes(Kind::Migration));
 }
+
+#[test]
+fn a_kubevirt_record_keeps_our_claim_whatever_the_methods_are() {
+    // Suspended by us, then someone set the methods again: the record still marks the suspension.
+    let mut obj = pre_kv(&kubevirt(Some(json!(["LiveMigrate"]))));
+    obj["spec"]["workloadUpdateStrategy"]["workloadUpdateMethods"] = json!(["Evict"]);
+    obj["metadata"]["managedFields"] = json!([
+        entry("kubectl-patch", "Update", methods_fields()),
+        entry(
+            FIELD_MANAGER,
+            "Update",
+            json!({"f:metadata": {"f:annotations": {}}})
+        ),
+    ]);
+    assert_eq!(release(&obj, Kind::KubeVirt).unwrap().patch, None);
+    // Without the record the claim goes.
+    let mut lost = obj.clone();
+    lost["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("annotations");
+    assert!(release(&lost, Kind::KubeVirt).unwrap().patch.is_some());
+}
