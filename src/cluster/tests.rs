@@ -441,6 +441,10 @@ async fn an_event_about_the_kubevirt_cr_is_posted_once() {
         );
         assert_eq!(e["note"].as_str().unwrap().len(), 1024);
         assert_eq!(e["reportingController"], FIELD_MANAGER);
+        let instance = std::env::var("HOSTNAME").unwrap_or_else(|_| FIELD_MANAGER.into());
+        assert_eq!(e["reportingInstance"], instance.as_str());
+        let time = e["eventTime"].as_str().unwrap();
+        assert!(time.parse::<jiff::Timestamp>().is_ok(), "{time}");
         assert_eq!(e["metadata"]["namespace"], "ns");
         let name = e["metadata"]["name"].as_str().unwrap();
         let nanos = name.strip_prefix("kubevirt.").unwrap();
