@@ -1153,3 +1153,42 @@ fn a_kubevirt_record_keeps_our_claim_whatever_the_methods_are() {
         .remove("annotations");
     assert!(release(&lost, Kind::KubeVirt).unwrap().patch.is_some());
 }
+
+#[test]
+fn post_releases_our_claim_on_both_objects_after_their_restore() {
+    let both = Objects {
+        kubevirt: Some(kubevirt(Some(json!(["LiveMigrate"])))),
+        chart: Some(chart(json!({}), None)),
+    };
+    let mut suspended = run_phase(Phase::Pre, &both);
+    // What the server's bookkeeping would add for our writes, next to an earlier owner's.
+    for (kind, ours) in [
+        (Kind::KubeVirt, methods_fields()),
+        (Kind::ManagedChart, json!({"f:spec": {"f:diff": {}}})),
+    ] {
+        let mut obj = suspended.get(kind).unwrap().clone();
+        obj["metadata"]["managedFields"] = json!([
+            entry("helm", "Apply", json!({"f:spec": {}})),
+            entry(FIELD_MANAGER, "Update", ours),
+        ]);
+        suspended.set(kind, Some(obj));
+    }
+    let post = plan_phase(&intent(Phase::Post), &suspended).unwrap();
+    let releases: Vec<&Plan> = post
+        .iter()
+        .filter(|(s, _)| s.write == Write::Release)
+        .map(|(_, p)| p)
+        .collect();
+    assert_eq!(releases.len(), 2);
+    assert!(releases.iter().all(|p| p.patch.is_some()), "{releases:?}");
+    let after = run_phase(Phase::Post, &suspended);
+    for kind in [Kind::KubeVirt, Kind::ManagedChart] {
+        let managers: Vec<&Value> = after.get(kind).unwrap()["metadata"]["managedFields"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| &e["manager"])
+            .collect();
+        assert_eq!(managers, [&json!("helm")], "{kind:?}");
+    }
+}
