@@ -491,6 +491,171 @@ mod tests {
     }
 
     #[test]
+    fn phases_and_log_formats_are_taken_as_given() {
+        let c = cfg(&[
+            ("PHASE", "post"),
+            ("TERMINATION_MESSAGE_PATH", "/tmp/summary"),
+            ("LOG_FORMAT", "json"),
+        ])
+        .unwrap();
+        assert_eq!(c.intent.phase, Phase::Post);
+        assert_eq!(
+            c.termination_message.map(|t| t.path),
+            Some(PathBuf::from("/tmp/summary"))
+        );
+        assert_eq!(c.log_format, LogFormat::Json);
+        let c = cfg(&[
+            ("PHASE", "status"),
+            ("TERMINATION_MESSAGE_PATH", ""),
+            ("LOG_FORMAT", "text"),
+        ])
+        .unwrap();
+        assert_eq!(c.intent.phase, Phase::Status);
+        assert_eq!(c.termination_message, None);
+        assert_eq!(c.log_format, LogFormat::Text);
+        assert_eq!(
+            cfg(&[("PHASE", "pre")]).unwrap().log_format,
+            LogFormat::Text
+        );
+    }
+
+    #[test]
+    fn booleans_take_three_spellings_in_any_case() {
+        for (value, want) in [
+            ("true", true),
+            ("1", true),
+            ("yes", true),
+            ("TRUE", true),
+            ("Yes", true),
+            ("false", false),
+            ("0", false),
+            ("no", false),
+            ("FALSE", false),
+        ] {
+            let c = cfg(&[("PHASE", "pre"), ("DRY_RUN", value)]).unwrap();
+            assert_eq!(c.dry_run, want, "{value}");
+        }
+        let c = cfg(&[("PHASE", "pre"), ("DRY_RUN", "true")]).unwrap();
+        assert!(c.dry_run);
+    }
+
+    #[test]
+    fn each_step_switch_turns_off_its_step_only() {
+        let steps = |vars: &[(&str, &str)]| {
+            let mut all = vec![("PHASE", "pre")];
+            all.extend_from_slice(vars);
+            cfg(&all).unwrap().intent.steps
+        };
+        let only = |kubevirt, compare, values| Steps {
+            kubevirt,
+            compare,
+            values,
+        };
+        assert_eq!(
+            steps(&[("STEP_KUBEVIRT", "false")]),
+            only(false, true, true)
+        );
+        assert_eq!(
+            steps(&[("STEP_COMPARE_PATCHES", "false")]),
+            only(true, false, true)
+        );
+        assert_eq!(
+            steps(&[("STEP_CHART_VALUES", "false")]),
+            only(true, true, false)
+        );
+        assert_eq!(
+            steps(&[("STEP_KUBEVIRT", "yes"), ("STEP_CHART_VALUES", "1")]),
+            Steps::ALL
+        );
+        // Without a ManagedChart, only the KubeVirt step is left, whatever the switches say.
+        assert_eq!(
+            steps(&[
+                ("MANAGEDCHART_NAME", ""),
+                ("STEP_COMPARE_PATCHES", "true"),
+                ("STEP_CHART_VALUES", "true"),
+            ]),
+            only(true, false, false)
+        );
+    }
+
+    #[test]
+    fn names_and_namespaces_are_taken_as_given_when_valid() {
+        let long_label = "a".repeat(63);
+        // 253 characters: three labels of 63 and one of 61, joined by dots.
+        let longest_name = format!("{long_label}.{long_label}.{long_label}.{}", "b".repeat(61));
+        assert_eq!(longest_name.len(), 253);
+        let c = cfg(&[
+            ("PHASE", "pre"),
+            ("KUBEVIRT_NAMESPACE", &long_label),
+            ("KUBEVIRT_NAME", &longest_name),
+            ("MANAGEDCHART_NAMESPACE", "ns-1"),
+            ("MANAGEDCHART_NAME", "my.chart-2"),
+        ])
+        .unwrap();
+        assert_eq!(
+            c.intent.keys,
+            Keys {
+                kubevirt: ObjectKey {
+                    namespace: long_label.clone(),
+                    name: longest_name.clone(),
+                },
+                chart: Some(ObjectKey {
+                    namespace: "ns-1".into(),
+                    name: "my.chart-2".into(),
+                }),
+            }
+        );
+        let too_long_label = "a".repeat(64);
+        let too_long_name = format!("{longest_name}a");
+        for (var, value) in [
+            ("KUBEVIRT_NAMESPACE", too_long_label.as_str()),
+            ("KUBEVIRT_NAMESPACE", "x-"),
+            ("KUBEVIRT_NAMESPACE", "a.b"),
+            ("KUBEVIRT_NAME", too_long_name.as_str()),
+            ("KUBEVIRT_NAME", "a..b"),
+            ("KUBEVIRT_NAME", "a-.b"),
+        ] {
+            let err = cfg(&[("PHASE", "pre"), (var, value)]).unwrap_err();
+            assert!(
+                err.0.starts_with(&format!("{var}=")),
+                "{var}={value}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_blank_fallback_is_none_and_either_order_is_kept() {
+        let fallback = |v: &str| {
+            cfg(&[("PHASE", "post"), ("FALLBACK_METHODS", v)])
+                .unwrap()
+                .intent
+                .fallback
+        };
+        assert_eq!(fallback(""), None);
+        assert_eq!(fallback("  "), None);
+        assert_eq!(fallback("Evict"), Some(vec!["Evict".to_string()]));
+        assert_eq!(
+            fallback(" Evict ,LiveMigrate"),
+            Some(vec!["Evict".to_string(), "LiveMigrate".to_string()])
+        );
+        assert!(cfg(&[("PHASE", "post"), ("FALLBACK_METHODS", "Evict,Evict")]).is_err());
+    }
+
+    #[test]
+    fn status_needs_no_step() {
+        let c = cfg(&[
+            ("PHASE", "status"),
+            ("STEP_KUBEVIRT", "false"),
+            ("MANAGEDCHART_NAME", ""),
+        ])
+        .unwrap();
+        assert_eq!(c.intent.phase, Phase::Status);
+        // With the ManagedChart steps still on, `pre` has something to do.
+        let c = cfg(&[("PHASE", "pre"), ("STEP_KUBEVIRT", "false")]).unwrap();
+        assert!(!c.intent.steps.kubevirt);
+    }
+
+    #[test]
     fn help_lists_every_variable() {
         let h = help();
         for (var, _, _) in VARIABLES {

@@ -115,7 +115,7 @@ async fn transient_errors_are_retried_until_success() {
     let server = serve(handle, responses);
     let obj = within(cluster.get(&target())).await.unwrap().unwrap();
     assert_eq!(obj["metadata"]["resourceVersion"], "1");
-    assert_eq!(server.await.unwrap().len(), 8);
+    assert_eq!(within(server).await.unwrap().len(), 8);
 }
 
 #[tokio::test(start_paused = true)]
@@ -137,7 +137,7 @@ async fn permanent_errors_are_not_retried() {
             "{err:?}"
         );
         assert_eq!(err.target(), Some(&target()));
-        assert_eq!(server.await.unwrap().len(), 1);
+        assert_eq!(within(server).await.unwrap().len(), 1);
     }
 }
 
@@ -152,14 +152,14 @@ async fn not_found_tells_a_missing_object_from_a_missing_crd() {
         ))],
     );
     assert_eq!(within(cluster.get(&target())).await.unwrap(), None);
-    server.await.unwrap();
+    within(server).await.unwrap();
 
     let (cluster, handle) = mock_cluster(false);
     let server = serve(handle, vec![Ok(status(404, json!({})))]);
     let err = within(cluster.get(&target())).await.unwrap_err();
     assert!(matches!(err, Error::NotServed { .. }), "{err:?}");
     assert!(err.to_string().contains("is its CRD installed"), "{err}");
-    server.await.unwrap();
+    within(server).await.unwrap();
 }
 
 #[tokio::test(start_paused = true)]
@@ -173,7 +173,7 @@ async fn a_conflict_reads_again_and_replans_against_the_new_version() {
         .await
         .unwrap();
     assert!(matches!(written, Written::Changed { .. }));
-    let seen = server.await.unwrap();
+    let seen = within(server).await.unwrap();
     let lines: Vec<&str> = seen.iter().map(|s| s.line.as_str()).collect();
     assert_eq!(
         lines,
@@ -202,7 +202,7 @@ async fn every_patch_names_our_field_manager_and_a_dry_run_says_so() {
         within(cluster.converge(&target(), kubevirt("1"), pre))
             .await
             .unwrap();
-        let seen = server.await.unwrap();
+        let seen = within(server).await.unwrap();
         assert!(
             seen[0]
                 .query
@@ -233,7 +233,7 @@ async fn a_patch_of_a_deleted_object_is_missing() {
         .await
         .unwrap();
     assert!(matches!(written, Written::Missing), "{written:?}");
-    server.await.unwrap();
+    within(server).await.unwrap();
 }
 
 #[tokio::test(start_paused = true)]
@@ -245,7 +245,7 @@ async fn a_failed_patch_on_an_unchanged_object_is_permanent() {
         .await
         .unwrap_err();
     assert!(matches!(err, Error::Refused { code: 422, .. }), "{err:?}");
-    server.await.unwrap();
+    within(server).await.unwrap();
 }
 
 #[tokio::test(start_paused = true)]
@@ -262,7 +262,7 @@ async fn a_schema_rejection_is_permanent() {
         .await
         .unwrap_err();
     assert_eq!(err.exit_code(), exit::PERMANENT, "{err}");
-    assert_eq!(server.await.unwrap().len(), 1);
+    assert_eq!(within(server).await.unwrap().len(), 1);
 }
 
 #[tokio::test(start_paused = true)]
@@ -300,7 +300,7 @@ async fn the_migration_list_follows_pages_and_keeps_only_the_updater_s() {
         names,
         ["kubevirt-workload-update-a", "kubevirt-workload-update-b"]
     );
-    let seen = server.await.unwrap();
+    let seen = within(server).await.unwrap();
     assert!(seen[1].query.contains("continue=t1"), "{}", seen[1].query);
 
     let (cluster, handle) = mock_cluster(false);
@@ -317,7 +317,7 @@ async fn the_migration_list_follows_pages_and_keeps_only_the_updater_s() {
         ),
         "{err:?}"
     );
-    server.await.unwrap();
+    within(server).await.unwrap();
 }
 
 #[test]
@@ -349,4 +349,130 @@ fn no_wait_between_attempts_exceeds_the_documented_cap() {
     assert!(all.iter().all(|w| *w <= MAX_BACKOFF), "{all:?}");
     assert!(all[0] >= Duration::from_millis(100), "{all:?}");
     assert!(all[30..].iter().all(|w| *w >= MAX_BACKOFF / 2), "{all:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_last_transient_error_is_kept_for_the_deadline_message() {
+    let (cluster, handle) = mock_cluster(false);
+    assert!(cluster.last_error.get().starts_with("none"));
+    let server = serve(handle, vec![Ok(status(503, json!({}))), Ok(object("1"))]);
+    within(cluster.get(&target())).await.unwrap().unwrap();
+    within(server).await.unwrap();
+    let last = cluster.last_error.get();
+    assert!(
+        last.starts_with("get KubeVirt ns/kubevirt at (test client): "),
+        "{last}"
+    );
+    assert!(last.contains("503"), "{last}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_response_that_does_not_decode_is_permanent() {
+    let (cluster, handle) = mock_cluster(false);
+    let server = serve(
+        handle,
+        vec![Ok(respond(200, json!(["not", "an", "object"])))],
+    );
+    let err = within(cluster.get(&target())).await.unwrap_err();
+    assert!(matches!(err, Error::Client { .. }), "{err:?}");
+    assert_eq!(err.exit_code(), exit::PERMANENT, "{err}");
+    assert_eq!(err.target(), Some(&target()));
+    assert_eq!(within(server).await.unwrap().len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_conflict_whose_reread_finds_the_object_gone_is_missing() {
+    let (cluster, handle) = mock_cluster(false);
+    let server = serve(
+        handle,
+        vec![
+            Ok(status(409, json!({}))),
+            Ok(status(
+                404,
+                json!({"name": "kubevirt", "kind": "kubevirts"}),
+            )),
+        ],
+    );
+    let written = within(cluster.converge(&target(), kubevirt("1"), pre))
+        .await
+        .unwrap();
+    assert!(matches!(written, Written::Missing), "{written:?}");
+    assert_eq!(within(server).await.unwrap().len(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn nothing_to_do_sends_nothing() {
+    let (cluster, mut handle) = mock_cluster(false);
+    let mut suspended = kubevirt("1");
+    let plan = pre(&suspended).unwrap();
+    json_patch::patch(&mut suspended, plan.patch.as_ref().unwrap()).unwrap();
+    let written = within(cluster.converge(&target(), suspended.clone(), pre))
+        .await
+        .unwrap();
+    match written {
+        Written::Unchanged { plan, object } => {
+            assert_eq!(plan.patch, None);
+            assert_eq!(object, suspended);
+        }
+        other => panic!("{other:?}"),
+    }
+    drop(cluster);
+    assert!(within(handle.next_request()).await.is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_event_about_the_kubevirt_cr_is_posted_once() {
+    let mut cr = kubevirt("7");
+    cr["metadata"]["uid"] = json!("u-1");
+    for (kind, type_) in [
+        (EventKind::Normal, "Normal"),
+        (EventKind::Warning, "Warning"),
+    ] {
+        let (cluster, handle) = mock_cluster(false);
+        // A failure is not retried and not fatal.
+        let server = serve(handle, vec![Ok(status(500, json!({})))]);
+        within(cluster.event(&cr, kind, "Suspended", &"n".repeat(2000))).await;
+        let seen = within(server).await.unwrap();
+        assert_eq!(seen.len(), 1);
+        assert_eq!(
+            seen[0].line,
+            "POST /apis/events.k8s.io/v1/namespaces/ns/events"
+        );
+        assert!(
+            seen[0]
+                .query
+                .contains(&format!("fieldManager={FIELD_MANAGER}")),
+            "{}",
+            seen[0].query
+        );
+        let e = &seen[0].body;
+        assert_eq!(e["type"], type_);
+        assert_eq!(
+            (&e["reason"], &e["action"]),
+            (&json!("Suspended"), &json!("Suspended"))
+        );
+        assert_eq!(e["note"].as_str().unwrap().len(), 1024);
+        assert_eq!(e["reportingController"], FIELD_MANAGER);
+        let instance = std::env::var("HOSTNAME").unwrap_or_else(|_| FIELD_MANAGER.into());
+        assert_eq!(e["reportingInstance"], instance.as_str());
+        let time = e["eventTime"].as_str().unwrap();
+        assert!(time.parse::<jiff::Timestamp>().is_ok(), "{time}");
+        assert_eq!(e["metadata"]["namespace"], "ns");
+        let name = e["metadata"]["name"].as_str().unwrap();
+        let nanos = name.strip_prefix("kubevirt.").unwrap();
+        assert!(u128::from_str_radix(nanos, 16).is_ok(), "{name}");
+        assert_eq!(
+            e["regarding"],
+            json!({"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt", "name": "kubevirt",
+                   "namespace": "ns", "uid": "u-1", "resourceVersion": "7"})
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dry_run_posts_no_event() {
+    let (cluster, mut handle) = mock_cluster(true);
+    within(cluster.event(&kubevirt("1"), EventKind::Normal, "Suspended", "x")).await;
+    drop(cluster);
+    assert!(within(handle.next_request()).await.is_none());
 }

@@ -1225,3 +1225,143 @@ proptest! {
         }
     }
 }
+
+// ---- what a plan says it does ----
+
+#[test]
+fn each_plan_says_what_it_does_one_action_per_change() {
+    let live = json!(["LiveMigrate"]);
+    let on = kubevirt(Some(live.clone()));
+    let suspended = pre_kv(&on);
+    let as_is = value_record(Some(live.clone()), Vec::new());
+    let other = value_record(Some(json!(["Evict"])), Vec::new());
+    let mut changed = suspended.clone();
+    changed["spec"]["workloadUpdateStrategy"]["workloadUpdateMethods"] = json!(["Evict"]);
+    let count = |plan: Result<Plan, Malformed>| plan.unwrap().actions.len();
+    // pre: the change and the record; a copy that agrees adds nothing, one that differs says so.
+    assert_eq!(count(kubevirt_pre(&on, None)), 2);
+    assert_eq!(count(kubevirt_pre(&on, Some(&as_is))), 2);
+    assert_eq!(count(kubevirt_pre(&on, Some(&other))), 3);
+    // Already [] (no change, only the record), or already suspended (nothing but the record kept).
+    assert_eq!(count(kubevirt_pre(&kubevirt(Some(json!([]))), None)), 1);
+    assert_eq!(count(kubevirt_pre(&suspended, None)), 1);
+    // post: where the original comes from, the change, and what KubeVirt will now do; a change
+    // made while suspended is a warning, not an action.
+    assert_eq!(count(kubevirt_post(&suspended, None, None)), 3);
+    assert_eq!(count(kubevirt_post(&changed, None, None)), 0);
+    assert_eq!(
+        kubevirt_post(&changed, None, None).unwrap().warnings.len(),
+        1
+    );
+    // Nothing to restore from: only why.
+    assert_eq!(count(kubevirt_post(&on, None, Some(&other))), 1);
+    assert_eq!(count(kubevirt_post(&on, None, None)), 1);
+}
+
+#[test]
+fn describe_says_absent_or_gives_the_compact_json() {
+    assert_eq!(describe(&None), "absent");
+    assert_eq!(
+        describe(&Some(json!(["LiveMigrate", "Evict"]))),
+        r#"["LiveMigrate","Evict"]"#
+    );
+}
+
+#[test]
+fn only_an_update_owner_blocks_an_apply() {
+    let owner = |operation: &str| Owner {
+        manager: "m".into(),
+        operation: operation.into(),
+        time: None,
+    };
+    assert!(owner("Update").blocks_apply());
+    assert!(!owner("Apply").blocks_apply());
+}
+
+#[test]
+fn either_chart_step_alone_writes_the_chart() {
+    for steps in [
+        Steps {
+            kubevirt: false,
+            values: true,
+            compare: false,
+        },
+        Steps {
+            kubevirt: false,
+            values: false,
+            compare: true,
+        },
+    ] {
+        assert!(steps.writes(Kind::ManagedChart), "{steps:?}");
+        assert!(!steps.writes(Kind::KubeVirt), "{steps:?}");
+        let mut i = intent(Phase::Pre);
+        i.steps = steps;
+        assert_eq!(
+            targets(&i).iter().map(|t| t.kind).collect::<Vec<_>>(),
+            [Kind::ManagedChart]
+        );
+    }
+    assert!(!Steps::ALL.writes(Kind::Migration));
+}
+
+#[test]
+fn a_kubevirt_record_keeps_our_claim_whatever_the_methods_are() {
+    // Suspended by us, then someone set the methods again: the record still marks the suspension.
+    let mut obj = pre_kv(&kubevirt(Some(json!(["LiveMigrate"]))));
+    obj["spec"]["workloadUpdateStrategy"]["workloadUpdateMethods"] = json!(["Evict"]);
+    obj["metadata"]["managedFields"] = json!([
+        entry("kubectl-patch", "Update", methods_fields()),
+        entry(
+            FIELD_MANAGER,
+            "Update",
+            json!({"f:metadata": {"f:annotations": {}}})
+        ),
+    ]);
+    assert_eq!(release(&obj, Kind::KubeVirt).unwrap().patch, None);
+    // Without the record the claim goes.
+    let mut lost = obj.clone();
+    lost["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("annotations");
+    assert!(release(&lost, Kind::KubeVirt).unwrap().patch.is_some());
+}
+
+#[test]
+fn post_releases_our_claim_on_both_objects_after_their_restore() {
+    let both = Objects {
+        kubevirt: Some(kubevirt(Some(json!(["LiveMigrate"])))),
+        chart: Some(chart(json!({}), None)),
+    };
+    let mut suspended = run_phase(Phase::Pre, &both);
+    // What the server's bookkeeping would add for our writes, next to an earlier owner's.
+    for (kind, ours) in [
+        (Kind::KubeVirt, methods_fields()),
+        (Kind::ManagedChart, json!({"f:spec": {"f:diff": {}}})),
+    ] {
+        let mut obj = suspended.get(kind).unwrap().clone();
+        obj["metadata"]["managedFields"] = json!([
+            entry("helm", "Apply", json!({"f:spec": {}})),
+            entry(FIELD_MANAGER, "Update", ours),
+        ]);
+        suspended.set(kind, Some(obj));
+    }
+    let post = plan_phase(&intent(Phase::Post), &suspended).unwrap();
+    let releases: Vec<&Plan> = post
+        .iter()
+        .filter(|(s, _)| s.write == Write::Release)
+        .map(|(_, p)| p)
+        .collect();
+    assert_eq!(releases.len(), 2);
+    assert!(releases.iter().all(|p| p.patch.is_some()), "{releases:?}");
+    let after = run_phase(Phase::Post, &suspended);
+    for kind in [Kind::KubeVirt, Kind::ManagedChart] {
+        let managers: Vec<&Value> = after.get(kind).unwrap()["metadata"]["managedFields"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| &e["manager"])
+            .collect();
+        assert_eq!(managers, [&json!("helm")], "{kind:?}");
+    }
+}
