@@ -1,13 +1,13 @@
 //! The node of `hack/node.sh`, shared by the whole test binary, and kubectl on it.
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::support::{ControlPlane, repo_root};
+use crate::support::{ControlPlane, pipe, repo_root, script_up};
 
 pub const NS: &str = "harvester-system";
 pub const CHART_NS: &str = "fleet-local";
@@ -39,38 +39,13 @@ pub fn turn() -> MutexGuard<'static, ()> {
 
 impl Node {
     fn up() -> Result<Node, String> {
-        let script = repo_root().join("hack/node.sh");
         let start = Instant::now();
-        let out = Command::new("bash")
-            .arg(&script)
-            .arg("up")
-            .env("NODE_OWNER_PID", std::process::id().to_string())
-            .stderr(Stdio::piped())
-            .output()
-            .map_err(|e| {
-                format!(
-                    "e2e tests need a node: cannot run {}: {e}",
-                    script.display()
-                )
-            })?;
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        eprint!("{stderr}");
-        if !out.status.success() {
-            let errors: Vec<&str> = stderr.lines().filter(|l| l.contains("ERROR")).collect();
-            return Err(format!(
-                "e2e tests need a real node, and `hack/node.sh up` failed ({}): {}\n\
-                 These tests never skip; the script's output:\n{stderr}",
-                out.status,
-                errors.join("; ")
-            ));
-        }
-        let dir = PathBuf::from(
-            String::from_utf8_lossy(&out.stdout)
-                .lines()
-                .last()
-                .ok_or("`up` printed no state dir")?
-                .trim(),
-        );
+        let dir = script_up(
+            "hack/node.sh",
+            "NODE_OWNER_PID",
+            &[],
+            "e2e tests need a real node",
+        )?;
         let _ = std::fs::remove_file(figures_file());
         figure(&format!(
             "node up in {:.1} s",
@@ -134,28 +109,9 @@ pub fn k(args: &[&str]) -> String {
 
 /// kubectl ARGS with `input` on stdin.
 pub fn k_stdin(args: &[&str], input: &str) -> String {
-    use std::io::Write;
-    let mut child = node()
-        .kubectl()
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "kubectl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    let mut cmd = node().kubectl();
+    cmd.args(args);
+    pipe(cmd, input)
 }
 
 pub fn get_json(args: &[&str]) -> Value {

@@ -5,7 +5,6 @@
 //! control plane; every other test works in namespaces of its own.
 
 use std::collections::BTreeMap;
-use std::process::Command;
 use std::sync::OnceLock;
 
 use serde_json::{Value, json};
@@ -25,29 +24,6 @@ fn ensure_harvester_namespaces() {
             pipe(apply, &yaml);
         }
     });
-}
-
-fn pipe(mut cmd: Command, input: &str) -> String {
-    use std::io::Write;
-    let mut child = cmd
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{cmd:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
 }
 
 /// The rendered kustomization as a list of objects.

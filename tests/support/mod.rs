@@ -70,38 +70,12 @@ impl ControlPlane {
     /// is stopped when this process exits, or earlier by `down`. The error carries the script's
     /// message (its stderr is also shown as it happens).
     pub fn up(env: &[(&str, &str)]) -> Result<ControlPlane, String> {
-        let script = repo_root().join("hack/control-plane.sh");
-        let out = Command::new("bash")
-            .arg(&script)
-            .arg("up")
-            .envs(env.iter().copied())
-            .env("CP_OWNER_PID", std::process::id().to_string())
-            .stderr(Stdio::piped())
-            .output()
-            .map_err(|e| {
-                format!(
-                    "integration tests need a real API server: cannot run {}: {e}",
-                    script.display()
-                )
-            })?;
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        eprint!("{stderr}");
-        if !out.status.success() {
-            let errors: Vec<&str> = stderr.lines().filter(|l| l.contains("ERROR")).collect();
-            return Err(format!(
-                "integration tests need a real API server, and `hack/control-plane.sh up` failed \
-                 ({}): {}\nThese tests never skip; the script's output:\n{stderr}",
-                out.status,
-                errors.join("; ")
-            ));
-        }
-        let dir = PathBuf::from(
-            String::from_utf8_lossy(&out.stdout)
-                .lines()
-                .last()
-                .ok_or("`up` printed no state dir")?
-                .trim(),
-        );
+        let dir = script_up(
+            "hack/control-plane.sh",
+            "CP_OWNER_PID",
+            env,
+            "integration tests need a real API server",
+        )?;
         let bin_dir = script_output(&["bin-dir"], env)?;
         Ok(ControlPlane {
             dir,
@@ -175,6 +149,68 @@ pub async fn client_for(kubeconfig: &Path) -> Client {
 
 pub async fn admin() -> Client {
     client_for(&control_plane().kubeconfig()).await
+}
+
+/// Runs `SCRIPT up` (with `owner_var` set to this process, so the script's reaper stops what it
+/// started when this process exits) and returns the state dir it prints last. The error is
+/// what the script said: these tests never skip.
+pub fn script_up(
+    script: &str,
+    owner_var: &str,
+    env: &[(&str, &str)],
+    need: &str,
+) -> Result<PathBuf, String> {
+    let script = repo_root().join(script);
+    let out = Command::new("bash")
+        .arg(&script)
+        .arg("up")
+        .envs(env.iter().copied())
+        .env(owner_var, std::process::id().to_string())
+        .stderr(Stdio::piped())
+        .output()
+        .map_err(|e| format!("{need}: cannot run {}: {e}", script.display()))?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprint!("{stderr}");
+    if !out.status.success() {
+        let errors: Vec<&str> = stderr.lines().filter(|l| l.contains("ERROR")).collect();
+        return Err(format!(
+            "{need}, and `{} up` failed ({}): {}\nThese tests never skip; the script's output:\n{stderr}",
+            script.display(),
+            out.status,
+            errors.join("; ")
+        ));
+    }
+    Ok(PathBuf::from(
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .last()
+            .ok_or("`up` printed no state dir")?
+            .trim(),
+    ))
+}
+
+/// Runs `cmd` with `input` on its stdin; its stdout, or a panic with its stderr.
+pub fn pipe(mut cmd: Command, input: &str) -> String {
+    use std::io::Write;
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
 }
 
 /// The crate's own resource definitions, by kind name.
