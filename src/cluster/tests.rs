@@ -476,3 +476,25 @@ async fn a_dry_run_posts_no_event() {
     drop(cluster);
     assert!(within(handle.next_request()).await.is_none());
 }
+
+#[tokio::test]
+async fn a_refused_certificate_is_permanent_and_named() {
+    let tls = kube::Error::Service(Box::new(std::io::Error::other(
+        "invalid peer certificate: UnknownIssuer",
+    )));
+    assert_eq!(classify(&tls), Class::Permanent);
+    assert_eq!(
+        tls_failure(&tls).as_deref(),
+        Some("invalid peer certificate: UnknownIssuer")
+    );
+    let refused = kube::Error::Service(Box::new(std::io::Error::other("connection refused")));
+    assert_eq!(classify(&refused), Class::Transient);
+    assert_eq!(tls_failure(&refused), None);
+    let cluster = mock_cluster(false).0;
+    let err = cluster.permanent(Subject::Migrations, tls);
+    assert!(
+        err.to_string()
+            .contains("cannot connect to (test client): TLS: invalid peer certificate"),
+        "{err}"
+    );
+}
