@@ -60,7 +60,7 @@ pub enum Error {
         hint: &'static str,
         message: String,
     },
-    #[error("{target} not found: {hint}; nothing was written")]
+    #[error("{target} not found: {hint}")]
     Missing { target: Target, hint: String },
     /// A client-side failure that retrying cannot mend (a response that does not decode, ...).
     #[error("{subject}: {message}")]

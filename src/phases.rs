@@ -45,7 +45,7 @@ async fn change(
     for target in plan::targets(intent) {
         match cluster.get(&target).await? {
             Some(obj) => objects.set(target.kind, Some(obj)),
-            None => done.push(missing(cfg, target)?),
+            None => done.push(missing(cfg, target, "nothing was written")?),
         }
     }
     // With ALLOW_MISSING, a `pre` without the KubeVirt CR has nothing to guard: it writes
@@ -83,7 +83,8 @@ async fn change(
             .await?;
         let (outcome, plan, object) = match written {
             Written::Missing => {
-                done.push(missing(cfg, step.target.clone())?);
+                let when = "it was deleted while the phase ran";
+                done.push(missing(cfg, step.target.clone(), when)?);
                 objects.set(kind, None);
                 continue;
             }
@@ -96,19 +97,18 @@ async fn change(
                 (Outcome::Changed, plan, object)
             }
         };
+        // Each warning also goes on the KubeVirt CR, where `kubectl describe` shows it.
+        let kubevirt = if kind == Kind::KubeVirt {
+            Some(&object)
+        } else {
+            objects.kubevirt.as_ref()
+        };
         for w in &plan.warnings {
             warn!(object = %step.target, reason = w.reason, "{}", w.message);
-            if let Some(kubevirt) = &objects.kubevirt {
-                let about = if kind == Kind::KubeVirt {
-                    &object
-                } else {
-                    kubevirt
-                };
-                if !cfg.dry_run {
-                    cluster
-                        .event(about, EventKind::Warning, w.reason, &w.message)
-                        .await;
-                }
+            if let Some(kv) = kubevirt {
+                cluster
+                    .event(kv, EventKind::Warning, w.reason, &w.message)
+                    .await;
             }
         }
         objects.set(kind, Some(object));
@@ -123,7 +123,7 @@ async fn change(
 }
 
 /// A missing object: an error that names it and what to check, unless `ALLOW_MISSING` is on.
-fn missing(cfg: &Config, target: Target) -> Result<Done, Error> {
+fn missing(cfg: &Config, target: Target, when: &str) -> Result<Done, Error> {
     let hint = match target.kind {
         Kind::KubeVirt => "check KUBEVIRT_NAMESPACE and KUBEVIRT_NAME (kubectl get kubevirts -A)",
         _ => {
@@ -134,7 +134,7 @@ fn missing(cfg: &Config, target: Target) -> Result<Done, Error> {
     if !cfg.allow_missing {
         return Err(Error::Missing {
             target,
-            hint: format!("{hint}, or set ALLOW_MISSING=true to skip it"),
+            hint: format!("{hint}, or set ALLOW_MISSING=true to skip it; {when}"),
         });
     }
     warn!(object = %target, "not found: step skipped (ALLOW_MISSING)");
@@ -233,7 +233,7 @@ async fn status(
     }
     .map_err(|e| Error::Output(e.to_string()))?;
     if kv.is_none() {
-        missing(cfg, kubevirt)?;
+        missing(cfg, kubevirt, "nothing was written")?;
     }
     Ok(())
 }
