@@ -498,3 +498,45 @@ async fn a_refused_certificate_is_permanent_and_named() {
         "{err}"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn refusals_keep_the_status_and_read_as_one_line() {
+    let (cluster, handle) = mock_cluster(false);
+    let body = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                      "message": "  forbidden:\nno rights  ", "reason": "Forbidden", "code": 403});
+    let server = serve(handle, vec![Ok(respond(403, body))]);
+    let err = within(cluster.get(&target())).await.unwrap_err();
+    assert!(
+        matches!(&err, Error::Refused { code: 403, message, .. } if message == "forbidden: no rights"),
+        "{err:?}"
+    );
+    server.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_managedchart_crd_not_served_says_what_to_set() {
+    let chart = Target::new(
+        Kind::ManagedChart,
+        &ObjectKey {
+            namespace: "fleet-local".into(),
+            name: "harvester".into(),
+        },
+    );
+    let (cluster, handle) = mock_cluster(false);
+    let server = serve(handle, vec![Ok(status(404, json!({})))]);
+    let err = within(cluster.get(&chart)).await.unwrap_err().to_string();
+    assert!(
+        err.contains("set MANAGEDCHART_NAME= (empty)") && err.contains("managedcharts"),
+        "{err}"
+    );
+    server.await.unwrap();
+    // The KubeVirt CRD missing has no such hint.
+    let (cluster, handle) = mock_cluster(false);
+    let server = serve(handle, vec![Ok(status(404, json!({})))]);
+    let err = within(cluster.get(&target()))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(!err.contains("MANAGEDCHART_NAME"), "{err}");
+    server.await.unwrap();
+}
