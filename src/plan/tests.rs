@@ -291,8 +291,17 @@ fn chart_pre_appends_to_an_existing_entry_for_the_same_object() {
         if !ns.is_null() {
             entry["namespace"] = ns;
         }
+        let named = match ns.as_str() {
+            Some("harvester-system") => "harvester-system",
+            _ => "*",
+        };
         let obj = chart(json!({}), Some(json!([longhorn_entry(), entry])));
-        let after = pre_chart(&obj);
+        let plan = chart_pre(&obj, &kv(), &Steps::ALL, None).unwrap();
+        let said = format!(
+            "appended our pointer to the comparePatches entry for KubeVirt {named}/kubevirt"
+        );
+        assert!(plan.actions.contains(&said), "{:?}", plan.actions);
+        let after = apply(&obj, &plan);
         let list = after["spec"]["diff"]["comparePatches"].as_array().unwrap();
         assert_eq!(list.len(), 2, "no second entry");
         assert_eq!(
