@@ -289,7 +289,7 @@ fn chart_pre_appends_to_an_existing_entry_for_the_same_object() {
         let mut entry = json!({"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt", "name": "kubevirt",
                                "jsonPointers": ["/spec/configuration"]});
         if !ns.is_null() {
-            entry["namespace"] = ns;
+            entry["namespace"] = ns.clone();
         }
         let named = match ns.as_str() {
             Some("harvester-system") => "harvester-system",
