@@ -63,34 +63,26 @@ start=$SECONDS
 cargo test --features failpoints --test reliability -- --nocapture 2>&1 | tee -a "$log"
 times+=("reliability on $primary: $((SECONDS - start)) s")
 
-# A control plane that cannot start fails every integration test at once with the script's
-# message, instead of one start-up timeout per test.
-start=$SECONDS
-failfast="$(KUBE_VERSION=v0.0.0 cargo test --test integration -- --skip upgrade:: 2>&1)" && {
-  echo "hack/test.sh: the integration tests passed without a control plane" >&2; exit 1; }
-failed="$(sed -n 's/^test result: FAILED\. [0-9]* passed; \([0-9]*\) failed.*/\1/p' <<<"$failfast")"
-messages="$(grep -c "ERROR: KUBE_VERSION must look like" <<<"$failfast" || true)"
-if (( SECONDS - start > 60 )) || [[ -z "$failed" ]] || (( failed < 10 || messages < failed )); then
-  echo "$failfast" | tail -40 >&2
-  echo "hack/test.sh: without a control plane, expected every integration test to fail at once with" \
-    "the script's message; got $failed failed, $messages messages, $((SECONDS - start)) s" >&2
-  exit 1
-fi
-times+=("without a control plane: $failed integration tests failed in $((SECONDS - start)) s")
-
-# The same for the e2e tests without a node.
-start=$SECONDS
-failfast="$(KUBE_VERSION=v0.0.0 cargo test --test e2e 2>&1)" && {
-  echo "hack/test.sh: the e2e tests passed without a node" >&2; exit 1; }
-failed="$(sed -n 's/^test result: FAILED\. [0-9]* passed; \([0-9]*\) failed.*/\1/p' <<<"$failfast")"
-messages="$(grep -c "ERROR: KUBE_VERSION must look like" <<<"$failfast" || true)"
-if (( SECONDS - start > 60 )) || [[ -z "$failed" ]] || (( failed < 7 || messages < failed )); then
-  echo "$failfast" | tail -40 >&2
-  echo "hack/test.sh: without a node, expected every e2e test to fail at once with the script's" \
-    "message; got $failed failed, $messages messages, $((SECONDS - start)) s" >&2
-  exit 1
-fi
-times+=("without a node: $failed e2e tests failed in $((SECONDS - start)) s")
+# A control plane (or a node) that cannot start fails every test of the binary at once with the
+# script's message, instead of one start-up timeout per test.
+# expect_fail_fast WHAT MIN_FAILED CARGO_TEST_ARGS...
+expect_fail_fast() {
+  local what="$1" min="$2" out failed messages start=$SECONDS
+  shift 2
+  out="$(KUBE_VERSION=v0.0.0 cargo test "$@" 2>&1)" && {
+    echo "hack/test.sh: the tests passed without a $what" >&2; exit 1; }
+  failed="$(sed -n 's/^test result: FAILED\. [0-9]* passed; \([0-9]*\) failed.*/\1/p' <<<"$out")"
+  messages="$(grep -c "ERROR: KUBE_VERSION must look like" <<<"$out" || true)"
+  if (( SECONDS - start > 60 )) || [[ -z "$failed" ]] || (( failed < min || messages < failed )); then
+    echo "$out" | tail -40 >&2
+    echo "hack/test.sh: without a $what, expected every test to fail at once with the script's" \
+      "message; got $failed failed, $messages messages, $((SECONDS - start)) s" >&2
+    exit 1
+  fi
+  times+=("without a $what: $failed tests failed in $((SECONDS - start)) s")
+}
+expect_fail_fast "control plane" 10 --test integration -- --skip upgrade::
+expect_fail_fast node 7 --test e2e
 
 bash hack/lint.sh
 
