@@ -348,7 +348,12 @@ impl Cluster {
             event_time: Some(MicroTime(now)),
             action: Some(reason.into()),
             reason: Some(reason.into()),
-            note: Some(note.chars().take(1024).collect()),
+            // The API server takes at most 1 kB of note.
+            note: Some({
+                let mut note = note.to_string();
+                crate::model::truncate_bytes(&mut note, 1024);
+                note
+            }),
             type_: Some(kind.as_str().into()),
             reporting_controller: Some(FIELD_MANAGER.into()),
             reporting_instance: Some(

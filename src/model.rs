@@ -132,6 +132,17 @@ impl std::fmt::Display for Target {
     }
 }
 
+/// `s` cut to at most `max` bytes, at a character boundary (API limits count bytes).
+pub fn truncate_bytes(s: &mut String, max: usize) {
+    if s.len() > max {
+        let mut cut = max;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+    }
+}
+
 /// A JSON pointer from path segments (RFC 6901 escaping).
 pub fn pointer(segments: &[&str]) -> String {
     segments
@@ -149,6 +160,19 @@ mod tests {
         assert_eq!(pointer(METHODS_PATH), METHODS_POINTER);
         assert_eq!(METHODS_FIELD.replace('.', "/"), METHODS_POINTER);
         assert_eq!(pointer(&["a/b", "c~d"]), "/a~1b/c~0d");
+    }
+
+    #[test]
+    fn truncation_counts_bytes_and_keeps_characters_whole() {
+        let mut s = "é".repeat(600); // 1200 bytes
+        truncate_bytes(&mut s, 1024);
+        assert_eq!((s.len(), s.chars().count()), (1024, 512));
+        let mut s = "aé".to_string();
+        truncate_bytes(&mut s, 2);
+        assert_eq!(s, "a");
+        let mut s = "short".to_string();
+        truncate_bytes(&mut s, 5);
+        assert_eq!(s, "short");
     }
 
     #[test]

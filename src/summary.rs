@@ -3,6 +3,7 @@
 use serde::Serialize;
 
 use crate::error::Error;
+use crate::model::truncate_bytes;
 use crate::phases::Done;
 use crate::plan::{self, Intent, Phase, Steps};
 
@@ -116,24 +117,16 @@ impl Summary {
         let mut short = self.clone();
         short.steps.iter_mut().for_each(|s| s.actions.clear());
         // Warnings are cut last: they are what the orchestrator must not miss.
-        short.warnings.iter_mut().for_each(|w| {
-            if w.len() > 500 {
-                let mut cut = 500;
-                while !w.is_char_boundary(cut) {
-                    cut -= 1;
-                }
-                w.truncate(cut);
-            }
-        });
+        short
+            .warnings
+            .iter_mut()
+            .for_each(|w| truncate_bytes(w, 500));
         loop {
             let line = serde_json::to_string(&short).expect("summary serializes");
             match &mut short.error {
                 Some(e) if line.len() >= MAX_BYTES && !e.is_empty() => {
-                    let mut cut = e.len() / 2;
-                    while !e.is_char_boundary(cut) {
-                        cut -= 1;
-                    }
-                    e.truncate(cut);
+                    let half = e.len() / 2;
+                    truncate_bytes(e, half);
                 }
                 _ => return line,
             }
