@@ -166,17 +166,10 @@ fn orchestrator_pre_upgrade_post() {
     let chart0 = get_json(&["-n", CHART_NS, "managedchart", "harvester"]);
     let kv_rendered = render_kubevirt(NS, "1.6.0", &chart0);
     crate::support::upgrade::helm_apply(&node().control_plane(), &kv_rendered).unwrap();
-    k(&[
-        "-n",
+    set_kubevirt_status(
         NS,
-        "patch",
-        "kubevirt",
-        "kubevirt",
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        r#"{"status":{"phase":"Deployed","observedKubeVirtVersion":"v1.4.0","targetKubeVirtVersion":"v1.5.0"}}"#,
-    ]);
+        r#"{"phase":"Deployed","observedKubeVirtVersion":"v1.4.0","targetKubeVirtVersion":"v1.5.0"}"#,
+    );
     let kv0 = get_json(&["-n", NS, "kubevirt", "kubevirt"]);
 
     let (outcome, _) = run_phase("pre");
@@ -277,17 +270,7 @@ fn timing_job_against_bare_pod() {
 
 /// The pinned kubectl's image (hack/image.sh), by the name the kubelet resolves.
 pub fn kubectl_image() -> String {
-    let out = std::process::Command::new("bash")
-        .arg(crate::support::repo_root().join("hack/image.sh"))
-        .arg("list")
-        .output()
-        .unwrap();
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .find(|l| l.contains("wug-kubectl"))
-        .expect("hack/image.sh list names the kubectl image")
-        .to_string()
+    built_image(|l| l.contains("wug-kubectl"))
 }
 
 /// The image resolves host names (glibc's NSS `files` and `dns` live in its libc.so.6): the

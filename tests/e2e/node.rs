@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::support::{ControlPlane, pipe, repo_root, script_up};
+use crate::support::{ControlPlane, output_ok, pipe, repo_root, script_up};
 
 pub const NS: &str = "harvester-system";
 pub const CHART_NS: &str = "fleet-local";
@@ -97,14 +97,36 @@ impl Node {
 
 /// kubectl ARGS on the node; its stdout, or a panic with its output.
 pub fn k(args: &[&str]) -> String {
-    let out = node().kubectl().args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "kubectl {args:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    let mut cmd = node().kubectl();
+    cmd.args(args);
+    output_ok(cmd)
+}
+
+/// The name of the image `hack/image.sh list` gives that matches `which`.
+pub fn built_image(which: impl Fn(&str) -> bool) -> String {
+    let mut cmd = Command::new("bash");
+    cmd.arg(repo_root().join("hack/image.sh")).arg("list");
+    output_ok(cmd)
+        .lines()
+        .find(|l| which(l))
+        .expect("hack/image.sh list names the image")
+        .to_string()
+}
+
+/// Merges `status` into the KubeVirt CR's status in `ns`, as KubeVirt would report it.
+pub fn set_kubevirt_status(ns: &str, status: &str) {
+    let patch = format!(r#"{{"status":{status}}}"#);
+    k(&[
+        "-n",
+        ns,
+        "patch",
+        "kubevirt",
+        "kubevirt",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &patch,
+    ]);
 }
 
 /// kubectl ARGS with `input` on stdin.
@@ -269,17 +291,10 @@ pub fn harvester_state() {
         "-f",
         "hack/demo/harvester.yaml",
     ]);
-    k(&[
-        "-n",
+    set_kubevirt_status(
         NS,
-        "patch",
-        "kubevirt",
-        "kubevirt",
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        r#"{"status":{"phase":"Deployed","observedKubeVirtVersion":"v1.4.1","targetKubeVirtVersion":"v1.5.2","outdatedVirtualMachineInstanceWorkloads":2}}"#,
-    ]);
+        r#"{"phase":"Deployed","observedKubeVirtVersion":"v1.4.1","targetKubeVirtVersion":"v1.5.2","outdatedVirtualMachineInstanceWorkloads":2}"#,
+    );
     k(&["apply", "-k", "manifests/base"]);
 }
 

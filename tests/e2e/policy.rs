@@ -102,19 +102,7 @@ fn field<'a>(status: &'a str, name: &str) -> &'a str {
 fn running_container_hardening_and_eviction_ignored() {
     let _turn = turn();
     harvester_state();
-    let failpoints_image = {
-        let out = std::process::Command::new("bash")
-            .arg(crate::support::repo_root().join("hack/image.sh"))
-            .arg("list")
-            .output()
-            .unwrap();
-        String::from_utf8(out.stdout)
-            .unwrap()
-            .lines()
-            .find(|l| l.ends_with("-failpoints"))
-            .unwrap()
-            .to_string()
-    };
+    let failpoints_image = built_image(|l| l.ends_with("-failpoints"));
     apply(&pre_with(|job| {
         job["spec"]["backoffLimit"] = json!(0);
         let spec = &mut job["spec"]["template"]["spec"];

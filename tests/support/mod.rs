@@ -470,10 +470,17 @@ pub fn sa_token(ns: &str, sa: &str) -> String {
 }
 
 pub fn kubectl_ok(args: &[&str]) -> String {
-    let out = control_plane().kubectl().args(args).output().unwrap();
+    let mut cmd = control_plane().kubectl();
+    cmd.args(args);
+    output_ok(cmd)
+}
+
+/// Runs `cmd`; its stdout, or a panic with its output.
+pub fn output_ok(mut cmd: Command) -> String {
+    let out = cmd.output().unwrap();
     assert!(
         out.status.success(),
-        "kubectl {args:?}: {}{}",
+        "{cmd:?}: {}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
