@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Mutation testing (cargo-mutants 27.1) of the library's pure and I/O modules against the unit
-# tests only (`cargo test --lib`): src/plan.rs, src/config.rs, src/cluster.rs, src/model.rs.
+# tests only (`cargo test --lib`): the planner's rooms (src/plan/*.rs), src/config.rs,
+# src/cluster.rs, src/model.rs.
 #
 # NOT run in CI: a full run (260 mutants) takes half an hour to an hour on two shared cores (31
 # minutes measured; the unmutated baseline first builds every dependency again in cargo-mutants'
@@ -8,9 +9,9 @@
 # unit tests:
 #
 #   cargo install cargo-mutants --version 27.1.0 --locked
-#   hack/mutants.sh                               # all four files
-#   hack/mutants.sh src/plan.rs src/config.rs     # some of them
-#   hack/mutants.sh src/plan.rs --in-diff d.diff  # further options go to cargo-mutants
+#   hack/mutants.sh                                       # every file above
+#   hack/mutants.sh src/plan/chart.rs src/config.rs       # some of them
+#   hack/mutants.sh src/plan/kubevirt.rs --in-diff d.diff # further options go to cargo-mutants
 #
 # Output: target/mutants/mutants.out (MUTANTS_OUT overrides target/mutants; target/ is not
 # committed). Each missed mutant is listed in missed.txt there, with its diff under diff/.
@@ -19,11 +20,16 @@
 # caught (the tests did not pass with it) and an unviable one (it does not build) counts in
 # neither. Every count is printed, so the score can be recomputed another way. Exit status: that
 # of cargo-mutants (0 when nothing was missed, 2 missed, 3 timeouts; see its book), or 1 when a
-# file's score is below its target (plan.rs and config.rs 95%, cluster.rs 85%).
+# file's score is below its target (each room of src/plan/ and config.rs 95%, cluster.rs 85%).
 set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="${MUTANTS_OUT:-$REPO_ROOT/target/mutants}"
-ALL_FILES=(src/plan.rs src/config.rs src/cluster.rs src/model.rs)
+# The planner's rooms, without the unit tests' shared helpers (src/plan/testing.rs).
+ALL_FILES=()
+for f in "$REPO_ROOT"/src/plan/*.rs; do
+  [[ $f == */testing.rs ]] || ALL_FILES+=("src/plan/${f##*/}")
+done
+ALL_FILES+=(src/config.rs src/cluster.rs src/model.rs)
 
 files=()
 extra=()
@@ -66,7 +72,7 @@ count() {
 }
 target_of() {
   case "$1" in
-    src/plan.rs | src/config.rs) echo 95 ;;
+    src/plan/*.rs | src/config.rs) echo 95 ;;
     src/cluster.rs) echo 85 ;;
     *) echo - ;;
   esac
@@ -74,7 +80,7 @@ target_of() {
 
 echo
 echo "mutants: $((elapsed / 60))m$((elapsed % 60))s; results in $result"
-printf '%-16s %7s %7s %8s %9s %8s %7s\n' file caught missed timeout unviable score target
+printf '%-22s %7s %7s %8s %9s %8s %7s\n' file caught missed timeout unviable score target
 below=0
 for f in "${files[@]}"; do
   caught=$(count "$f" caught)
@@ -92,7 +98,7 @@ for f in "${files[@]}"; do
     score="-"
   fi
   [[ $want == - ]] || want="$want%"
-  printf '%-16s %7d %7d %8d %9d %8s %7s\n' "$f" "$caught" "$missed" "$timeout" "$unviable" \
+  printf '%-22s %7d %7d %8d %9d %8s %7s\n' "$f" "$caught" "$missed" "$timeout" "$unviable" \
     "$score" "$want"
 done
 if [[ -s "$result/missed.txt" ]]; then

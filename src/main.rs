@@ -11,6 +11,7 @@ use workload_update_guard::cluster::{Cluster, LastError};
 use workload_update_guard::config::{self, Config, LogFormat};
 use workload_update_guard::error::{Error, exit};
 use workload_update_guard::model::defaults;
+use workload_update_guard::outcome::Done;
 use workload_update_guard::phases;
 use workload_update_guard::summary::Summary;
 
@@ -108,7 +109,7 @@ async fn run(cfg: &Config) -> u8 {
     finish(cfg, &done, result)
 }
 
-fn finish(cfg: &Config, done: &[phases::Done], result: Result<(), Error>) -> u8 {
+fn finish(cfg: &Config, done: &[Done], result: Result<(), Error>) -> u8 {
     let summary = Summary::of_run(&cfg.intent, cfg.dry_run, done, &result);
     let line = summary.to_line();
     match (&result, cfg.log_format) {

@@ -9,18 +9,9 @@ use crate::cluster::{Cluster, EventKind, Written};
 use crate::config::{Config, LogFormat};
 use crate::error::Error;
 use crate::model::{Kind, MIGRATION_PREFIX, Target};
-use crate::plan::{self, Objects, Phase, Plan, Step, Warning, Write};
+use crate::outcome::{Done, Outcome};
+use crate::plan::{self, Objects, Phase, Plan, Step, Write};
 use crate::report::Report;
-use crate::summary::Outcome;
-
-/// What one step came to. `main` makes the summary from these and the error, if any.
-#[derive(Debug, Clone)]
-pub struct Done {
-    pub target: Target,
-    pub outcome: Outcome,
-    pub actions: Vec<String>,
-    pub warnings: Vec<Warning>,
-}
 
 pub async fn run(
     cfg: &Config,

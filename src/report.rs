@@ -5,7 +5,14 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::model::{FIELD_MANAGER, METHODS_FIELD, METHODS_PATH, Target, VALUES_PATH};
-use crate::plan::{self, Intent, Malformed, Owner, Source, ValueRecord};
+use crate::plan::chart::{compare_list, find_pointer};
+use crate::plan::kubevirt::{Source, restore_source};
+use crate::plan::ownership::{Owner, owners};
+use crate::plan::records::{
+    CompareRecord, ValueRecord, describe, kubevirt_copy, kubevirt_record, lookup, methods,
+    read_record,
+};
+use crate::plan::{Intent, Malformed};
 
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -78,7 +85,7 @@ pub struct ChartReport {
     pub compare_patches_pointer: bool,
     pub values_override: Option<Value>,
     pub values_record: Option<ValueRecord>,
-    pub compare_patch_record: Option<plan::CompareRecord>,
+    pub compare_patch_record: Option<CompareRecord>,
     pub kubevirt_copy: Option<ValueRecord>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub problems: Vec<String>,
@@ -206,12 +213,12 @@ fn kubevirt_report(
     let mut problems = Vec::new();
     let null = Value::Null;
     let o = obj.unwrap_or(&null);
-    let methods = obj.and_then(|o| read(&mut problems, plan::methods(o).map(Some)).flatten());
-    let saved_original = obj.and_then(|o| read(&mut problems, plan::kubevirt_record(o)));
+    let methods = obj.and_then(|o| read(&mut problems, methods(o).map(Some)).flatten());
+    let saved_original = obj.and_then(|o| read(&mut problems, kubevirt_record(o)));
     let post_will_restore = obj.and_then(|o| {
         let r = read(
             &mut problems,
-            plan::restore_source(o, copy, intent.fallback.as_deref()).map(Some),
+            restore_source(o, copy, intent.fallback.as_deref()).map(Some),
         )?;
         Some(RestoreReport {
             source: r.source,
@@ -230,7 +237,7 @@ fn kubevirt_report(
         outdated_virtual_machine_instance_workloads: o
             .pointer("/status/outdatedVirtualMachineInstanceWorkloads")
             .and_then(Value::as_i64),
-        methods_owners: plan::owners(o, METHODS_PATH)
+        methods_owners: owners(o, METHODS_PATH)
             .into_iter()
             .map(|owner| OwnerReport {
                 blocks_chart_change: owner.blocks_apply(),
@@ -246,10 +253,10 @@ fn chart_report(target: &Target, obj: Option<&Value>, intent: &Intent) -> ChartR
     let mut problems = Vec::new();
     let null = Value::Null;
     let o = obj.unwrap_or(&null);
-    let list = obj.and_then(|o| read(&mut problems, plan::compare_list(o)));
+    let list = obj.and_then(|o| read(&mut problems, compare_list(o)));
     let pointer = read(
         &mut problems,
-        plan::find_pointer(list, &intent.keys.kubevirt).map(Some),
+        find_pointer(list, &intent.keys.kubevirt).map(Some),
     )
     .flatten();
     ChartReport {
@@ -257,25 +264,13 @@ fn chart_report(target: &Target, obj: Option<&Value>, intent: &Intent) -> ChartR
         found: obj.is_some(),
         paused: o.pointer("/spec/paused").and_then(Value::as_bool) == Some(true),
         compare_patches_pointer: pointer.is_some(),
-        values_override: obj.and_then(|o| {
-            read(
-                &mut problems,
-                plan::lookup(o, VALUES_PATH).map(|v| v.cloned()),
-            )
-        }),
-        values_record: obj.and_then(|o| {
-            read(
-                &mut problems,
-                plan::read_record(o, crate::model::VALUES_RECORD),
-            )
-        }),
-        compare_patch_record: obj.and_then(|o| {
-            read(
-                &mut problems,
-                plan::read_record(o, crate::model::COMPARE_RECORD),
-            )
-        }),
-        kubevirt_copy: obj.and_then(|o| read(&mut problems, plan::kubevirt_copy(o))),
+        values_override: obj
+            .and_then(|o| read(&mut problems, lookup(o, VALUES_PATH).map(|v| v.cloned()))),
+        values_record: obj
+            .and_then(|o| read(&mut problems, read_record(o, crate::model::VALUES_RECORD))),
+        compare_patch_record: obj
+            .and_then(|o| read(&mut problems, read_record(o, crate::model::COMPARE_RECORD))),
+        kubevirt_copy: obj.and_then(|o| read(&mut problems, kubevirt_copy(o))),
         problems,
     }
 }
@@ -308,7 +303,7 @@ fn row(
 }
 
 fn json(v: &Option<Value>) -> String {
-    plan::describe(v)
+    describe(v)
 }
 
 fn record(r: &Option<ValueRecord>) -> String {

@@ -4,27 +4,11 @@ use serde::Serialize;
 
 use crate::error::Error;
 use crate::model::truncate_bytes;
-use crate::phases::Done;
+use crate::outcome::{Done, Outcome};
 use crate::plan::{self, Intent, Phase, Steps};
 
 /// The kubelet reads at most 4096 bytes of a termination message.
 pub const MAX_BYTES: usize = 4096;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Outcome {
-    /// Written (or, in a dry run, accepted by the server).
-    Changed,
-    /// Already as wanted: nothing written.
-    Unchanged,
-    /// The object does not exist: step skipped with a warning.
-    Missing,
-    /// Switched off by configuration.
-    Disabled,
-    /// The run stopped before this step.
-    NotReached,
-    Failed,
-}
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Step {

@@ -96,7 +96,7 @@ fn serve(
 }
 
 fn pre(o: &Value) -> Result<Plan, Refusal> {
-    crate::plan::kubevirt_pre(o, None).map_err(|reason| Refusal {
+    crate::plan::kubevirt::kubevirt_pre(o, None).map_err(|reason| Refusal {
         target: target(),
         reason,
     })

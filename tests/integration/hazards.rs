@@ -76,9 +76,10 @@ async fn pre_then_post_restores_every_original_exactly() {
                 .as_slice()
         );
         assert_eq!(list[3]["jsonPointers"], json!([METHODS_POINTER]));
-        let record: plan::ValueRecord = plan::read_record(&kv, model::KUBEVIRT_RECORD)
-            .unwrap()
-            .unwrap();
+        let record: plan::records::ValueRecord =
+            plan::records::read_record(&kv, model::KUBEVIRT_RECORD)
+                .unwrap()
+                .unwrap();
         assert_eq!(record.value, original);
 
         // Record once: a second pre keeps the first record and writes nothing.
@@ -244,9 +245,11 @@ async fn a_write_between_our_read_and_our_write_is_not_lost() {
     };
     let written = cluster
         .converge(&target, stale, |o| {
-            plan::chart_pre(o, &kv, &plan::Steps::ALL, None).map_err(|reason| plan::Refusal {
-                target: target.clone(),
-                reason,
+            plan::chart::chart_pre(o, &kv, &plan::Steps::ALL, None).map_err(|reason| {
+                plan::Refusal {
+                    target: target.clone(),
+                    reason,
+                }
             })
         })
         .await
@@ -256,7 +259,9 @@ async fn a_write_between_our_read_and_our_write_is_not_lost() {
     let list = chart["spec"]["diff"]["comparePatches"].as_array().unwrap();
     assert!(list.contains(&theirs), "their entry survived");
     assert!(
-        plan::find_pointer(Some(list), &kv).unwrap().is_some(),
+        plan::chart::find_pointer(Some(list), &kv)
+            .unwrap()
+            .is_some(),
         "ours is there too"
     );
 }
@@ -366,15 +371,16 @@ async fn dry_run_prints_the_patches_and_changes_nothing() {
         namespace: ns.clone(),
         name: "kubevirt".into(),
     };
-    let original = plan::kubevirt_original(&kv0).unwrap();
-    let chart_plan = plan::chart_pre(&chart0, &kv, &plan::Steps::ALL, Some(&original)).unwrap();
+    let original = plan::kubevirt::kubevirt_original(&kv0).unwrap();
+    let chart_plan =
+        plan::chart::chart_pre(&chart0, &kv, &plan::Steps::ALL, Some(&original)).unwrap();
     assert_eq!(
         lines[0]["patch"],
         serde_json::to_value(chart_plan.patch).unwrap()
     );
     assert_eq!(
         lines[1]["patch"],
-        serde_json::to_value(plan::kubevirt_pre(&kv0, None).unwrap().patch).unwrap()
+        serde_json::to_value(plan::kubevirt::kubevirt_pre(&kv0, None).unwrap().patch).unwrap()
     );
     assert_eq!(kubevirt_rv(&client, &ns).await, rv(&kv0));
     assert_eq!(

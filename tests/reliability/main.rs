@@ -224,9 +224,10 @@ async fn a_kill_after_any_write_then_a_rerun_converges() {
                     kv["spec"]["workloadUpdateStrategy"]["workloadUpdateMethods"],
                     json!([])
                 );
-                let record: plan::ValueRecord = plan::read_record(&kv, model::KUBEVIRT_RECORD)
-                    .unwrap()
-                    .unwrap();
+                let record: plan::records::ValueRecord =
+                    plan::records::read_record(&kv, model::KUBEVIRT_RECORD)
+                        .unwrap()
+                        .unwrap();
                 assert_eq!(
                     record.value, original,
                     "{point}: the record is the first one"
@@ -287,9 +288,10 @@ async fn a_fleet_redeploy_after_a_killed_pre_loses_no_original() {
             if rerun_pre {
                 assert_eq!(run_phase(&ns, "pre").await.code, 0);
                 let kv = get(&client, "KubeVirt", &ns, "kubevirt").await;
-                let record: plan::ValueRecord = plan::read_record(&kv, model::KUBEVIRT_RECORD)
-                    .unwrap()
-                    .unwrap();
+                let record: plan::records::ValueRecord =
+                    plan::records::read_record(&kv, model::KUBEVIRT_RECORD)
+                        .unwrap()
+                        .unwrap();
                 assert_eq!(
                     record.value, original,
                     "the true original is recorded, not Helm's []"

@@ -591,7 +591,7 @@ pub async fn kubevirt_methods(client: &Client, ns: &str) -> Value {
 /// The managers that own the KubeVirt CR's methods field, as `manager/operation`.
 pub async fn methods_owners(client: &Client, ns: &str) -> Vec<String> {
     let kv = get(client, "KubeVirt", ns, "kubevirt").await;
-    plan::owners(&kv, METHODS_PATH)
+    plan::ownership::owners(&kv, METHODS_PATH)
         .into_iter()
         .map(|o| format!("{}/{}", o.manager, o.operation))
         .collect()

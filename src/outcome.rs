@@ -1,0 +1,32 @@
+//! What one step of a run came to: written by `phases`, read by `summary` (and `main`), so
+//! neither of those imports the other.
+
+use serde::Serialize;
+
+use crate::model::Target;
+use crate::plan::Warning;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Outcome {
+    /// Written (or, in a dry run, accepted by the server).
+    Changed,
+    /// Already as wanted: nothing written.
+    Unchanged,
+    /// The object does not exist: step skipped with a warning.
+    Missing,
+    /// Switched off by configuration.
+    Disabled,
+    /// The run stopped before this step.
+    NotReached,
+    Failed,
+}
+
+/// What one step came to. `main` makes the summary from these and the error, if any.
+#[derive(Debug, Clone)]
+pub struct Done {
+    pub target: Target,
+    pub outcome: Outcome,
+    pub actions: Vec<String>,
+    pub warnings: Vec<Warning>,
+}

@@ -1,0 +1,554 @@
+//! The ManagedChart: the values override and the comparePatches pointer or entry, each
+//! switchable; `post` removes exactly what `pre` added. The comparePatches list belongs to
+//! everyone (DESIGN §4.6): this room must never rewrite or reorder other entries.
+
+use serde_json::{Value, json};
+
+use super::editor::{COMPARE_PATCH_GONE, Editor, Malformed, Plan};
+use super::phase::Steps;
+use super::records::{
+    Added, CompareRecord, RecordedObject, ValueRecord, describe, kubevirt_copy, lookup,
+    read_record, value_record,
+};
+use crate::model::{
+    COMPARE_PATH, COMPARE_RECORD, KUBEVIRT_COPY, Kind, METHODS_POINTER, ObjectKey, VALUES_PATH,
+    VALUES_RECORD, pointer,
+};
+
+/// `pre` on the ManagedChart: the values override and the comparePatches pointer, each
+/// switchable, and a copy of the KubeVirt CR's `kubevirt_original` (once).
+pub fn chart_pre(
+    obj: &Value,
+    kubevirt: &ObjectKey,
+    steps: &Steps,
+    kubevirt_original: Option<&ValueRecord>,
+) -> Result<Plan, Malformed> {
+    let mut ed = Editor::new(obj)?;
+    if let Some(original) = kubevirt_original
+        && kubevirt_copy(obj)?.is_none()
+    {
+        ed.note(format!(
+            "copied the KubeVirt CR's original methods {}",
+            describe(&original.original())
+        ));
+        ed.write_record(KUBEVIRT_COPY, original)?;
+    }
+    if steps.values {
+        let current = lookup(obj, VALUES_PATH)?.cloned();
+        let record: Option<ValueRecord> = read_record(obj, VALUES_RECORD)?;
+        let created = ed.ensure(VALUES_PATH, json!([]), "values override")?;
+        if record.is_none() {
+            ed.note(format!(
+                "recorded original values override {}",
+                describe(&current)
+            ));
+            ed.write_record(VALUES_RECORD, &value_record(current, created))?;
+        }
+    }
+    if steps.compare {
+        let record: Option<CompareRecord> = read_record(obj, COMPARE_RECORD)?;
+        let list = compare_list(obj)?;
+        let ours = format!("KubeVirt {}/{}", kubevirt.namespace, kubevirt.name);
+        let (added, created) = if find_pointer(list, kubevirt)?.is_some() {
+            ed.note(format!(
+                "comparePatches already ignores the methods of {ours}"
+            ));
+            (Added::Nothing, Vec::new())
+        } else if let Some(i) = find_entry(list, kubevirt) {
+            let entry = &list.expect("an entry was found")[i];
+            if entry.get("jsonPointers").is_some() {
+                ed.add(
+                    &format!("{}/{i}/jsonPointers/-", pointer(COMPARE_PATH)),
+                    json!(METHODS_POINTER),
+                );
+                ed.note(format!(
+                    "appended our pointer to the comparePatches entry for {}",
+                    entry_name(entry)
+                ));
+                (Added::Pointer, Vec::new())
+            } else {
+                ed.add(
+                    &format!("{}/{i}/jsonPointers", pointer(COMPARE_PATH)),
+                    json!([METHODS_POINTER]),
+                );
+                ed.note(format!(
+                    "added jsonPointers with our pointer to the comparePatches entry for {}",
+                    entry_name(entry)
+                ));
+                (Added::PointerList, Vec::new())
+            }
+        } else if list.is_some() {
+            ed.add(&format!("{}/-", pointer(COMPARE_PATH)), our_entry(kubevirt));
+            ed.note(format!("appended a comparePatches entry for {ours}"));
+            (Added::Entry, Vec::new())
+        } else {
+            let mut created =
+                ed.ensure(COMPARE_PATH, json!([our_entry(kubevirt)]), "comparePatches")?;
+            created.push(pointer(COMPARE_PATH));
+            ed.note(format!("created comparePatches with an entry for {ours}"));
+            (Added::Entry, created)
+        };
+        if record.is_none() {
+            ed.write_record(
+                COMPARE_RECORD,
+                &CompareRecord {
+                    added,
+                    object: Some(RecordedObject {
+                        api_version: Kind::KubeVirt.api_version().into(),
+                        kind: Kind::KubeVirt.name().into(),
+                        namespace: kubevirt.namespace.clone(),
+                        name: kubevirt.name.clone(),
+                    }),
+                    pointer: Some(METHODS_POINTER.into()),
+                    created_parents: created,
+                },
+            )?;
+        }
+    }
+    Ok(ed.finish())
+}
+
+/// `post` on the ManagedChart: the values as recorded, and only the pointer or entry we added.
+pub fn chart_post(obj: &Value, kubevirt: &ObjectKey, steps: &Steps) -> Result<Plan, Malformed> {
+    let mut ed = Editor::new(obj)?;
+    kubevirt_copy(obj)?;
+    ed.remove_annotation(KUBEVIRT_COPY);
+    if steps.values {
+        lookup(obj, VALUES_PATH)?;
+        match read_record::<ValueRecord>(obj, VALUES_RECORD)? {
+            Some(r) => {
+                ed.restore(VALUES_PATH, &r, "values override")?;
+                ed.remove_annotation(VALUES_RECORD);
+            }
+            None => ed.note("no record of the values override: values left as they are"),
+        }
+    }
+    if steps.compare {
+        let list = compare_list(obj)?;
+        match read_record::<CompareRecord>(obj, COMPARE_RECORD)? {
+            Some(r) => {
+                let key = r
+                    .object
+                    .as_ref()
+                    .map_or_else(|| kubevirt.clone(), RecordedObject::key);
+                if r.added != Added::Nothing {
+                    remove_our_pointer(&mut ed, list, &key, r.added)?;
+                }
+                ed.remove_empty(&r.created_parents);
+                ed.remove_annotation(COMPARE_RECORD);
+            }
+            None => ed.note("no record of a comparePatches change: list left as it is"),
+        }
+    }
+    Ok(ed.finish())
+}
+
+fn remove_our_pointer(
+    ed: &mut Editor,
+    list: Option<&Vec<Value>>,
+    kubevirt: &ObjectKey,
+    added: Added,
+) -> Result<(), Malformed> {
+    let ours = format!("KubeVirt {}/{}", kubevirt.namespace, kubevirt.name);
+    let Some((i, j)) = find_pointer(list, kubevirt)? else {
+        ed.warn(
+            COMPARE_PATCH_GONE,
+            format!(
+                "our comparePatches pointer for {ours} was removed by someone else; nothing to remove"
+            ),
+        );
+        return Ok(());
+    };
+    let entry = &list.expect("a pointer was found")[i];
+    let base = format!("{}/{i}", pointer(COMPARE_PATH));
+    let pointers = entry["jsonPointers"].as_array().map_or(0, Vec::len);
+    if added == Added::Entry && *entry == our_entry(kubevirt) {
+        ed.remove(&base);
+        ed.note(format!("removed our comparePatches entry for {ours}"));
+    } else if added == Added::PointerList && pointers == 1 {
+        ed.remove(&format!("{base}/jsonPointers"));
+        ed.note(format!(
+            "removed the jsonPointers we added to the comparePatches entry for {}",
+            entry_name(entry)
+        ));
+    } else {
+        ed.remove(&format!("{base}/jsonPointers/{j}"));
+        ed.note(format!(
+            "removed our pointer from the comparePatches entry for {}",
+            entry_name(entry)
+        ));
+    }
+    Ok(())
+}
+
+/// `KubeVirt ns/name` of a comparePatches entry (`*` for an empty namespace, which matches any).
+fn entry_name(entry: &Value) -> String {
+    let field = |k: &str| entry.get(k).and_then(Value::as_str).unwrap_or("");
+    let ns = match field("namespace") {
+        "" => "*",
+        ns => ns,
+    };
+    format!("{} {ns}/{}", field("kind"), field("name"))
+}
+
+fn our_entry(kubevirt: &ObjectKey) -> Value {
+    json!({
+        "apiVersion": Kind::KubeVirt.api_version(),
+        "kind": Kind::KubeVirt.name(),
+        "name": kubevirt.name,
+        "namespace": kubevirt.namespace,
+        "jsonPointers": [METHODS_POINTER],
+    })
+}
+
+/// Fleet matches an entry to an object by apiVersion, kind, name and namespace; an empty
+/// namespace matches any. An entry for the same name that covers our namespace covers our object.
+pub fn entry_covers(entry: &Value, kubevirt: &ObjectKey) -> bool {
+    let field = |k: &str| entry.get(k).and_then(Value::as_str).unwrap_or("");
+    field("apiVersion") == Kind::KubeVirt.api_version()
+        && field("kind") == Kind::KubeVirt.name()
+        && field("name") == kubevirt.name
+        && (field("namespace").is_empty() || field("namespace") == kubevirt.namespace)
+}
+
+fn find_entry(list: Option<&Vec<Value>>, kubevirt: &ObjectKey) -> Option<usize> {
+    list?.iter().position(|e| entry_covers(e, kubevirt))
+}
+
+/// The (entry, pointer) indexes of our pointer in an entry that covers the KubeVirt CR.
+pub fn find_pointer(
+    list: Option<&Vec<Value>>,
+    kubevirt: &ObjectKey,
+) -> Result<Option<(usize, usize)>, Malformed> {
+    let Some(list) = list else { return Ok(None) };
+    for (i, entry) in list
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| entry_covers(e, kubevirt))
+    {
+        let pointers = match entry.get("jsonPointers") {
+            None => continue,
+            Some(Value::Array(p)) => p,
+            Some(_) => {
+                return Err(Malformed(format!(
+                    "spec.diff.comparePatches[{i}].jsonPointers is not a list"
+                )));
+            }
+        };
+        if let Some(j) = pointers.iter().position(|p| p == METHODS_POINTER) {
+            return Ok(Some((i, j)));
+        }
+    }
+    Ok(None)
+}
+
+/// `spec.diff.comparePatches`, which must be a list when present.
+pub fn compare_list(obj: &Value) -> Result<Option<&Vec<Value>>, Malformed> {
+    match lookup(obj, COMPARE_PATH)? {
+        None => Ok(None),
+        Some(Value::Array(list)) => Ok(Some(list)),
+        Some(_) => Err(Malformed("spec.diff.comparePatches is not a list".into())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::testing::*;
+
+    #[test]
+    fn chart_pre_appends_an_entry_and_overrides_values_in_one_patch() {
+        let obj = chart(
+            json!({"kubevirt": {"spec": {"configuration": {"x": 1}}}}),
+            Some(json!([longhorn_entry()])),
+        );
+        let plan = chart_pre(&obj, &kv(), &Steps::ALL, None).unwrap();
+        assert_eq!(
+            ops(&plan),
+            json!([
+                {"op": "test", "path": "/metadata/resourceVersion", "value": "42"},
+                {"op": "add", "path": "/spec/values/kubevirt/spec/workloadUpdateStrategy",
+                 "value": {"workloadUpdateMethods": []}},
+                {"op": "add", "path": "/metadata/annotations", "value": {VALUES_RECORD:
+                  r#"{"present":false,"createdParents":["/spec/values/kubevirt/spec/workloadUpdateStrategy"]}"#}},
+                {"op": "add", "path": "/spec/diff/comparePatches/-", "value": {
+                  "apiVersion": "kubevirt.io/v1", "kind": "KubeVirt", "name": "kubevirt",
+                  "namespace": "harvester-system", "jsonPointers": [METHODS_POINTER]}},
+                {"op": "add", "path": "/metadata/annotations/workload-update-guard.harvesterhci.io~1compare-patch",
+                 "value": r#"{"added":"entry","object":{"apiVersion":"kubevirt.io/v1","kind":"KubeVirt","namespace":"harvester-system","name":"kubevirt"},"pointer":"/spec/workloadUpdateStrategy/workloadUpdateMethods"}"#},
+            ])
+        );
+        let after = apply(&obj, &plan);
+        assert_eq!(after["spec"]["diff"]["comparePatches"][0], longhorn_entry());
+        assert_eq!(post_chart(&after), obj);
+    }
+
+    #[test]
+    fn chart_pre_appends_to_an_existing_entry_for_the_same_object() {
+        for ns in [json!(""), json!("harvester-system"), Value::Null] {
+            let mut entry = json!({"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt", "name": "kubevirt",
+                               "jsonPointers": ["/spec/configuration"]});
+            if !ns.is_null() {
+                entry["namespace"] = ns.clone();
+            }
+            let named = match ns.as_str() {
+                Some("harvester-system") => "harvester-system",
+                _ => "*",
+            };
+            let obj = chart(json!({}), Some(json!([longhorn_entry(), entry])));
+            let plan = chart_pre(&obj, &kv(), &Steps::ALL, None).unwrap();
+            let said = format!(
+                "appended our pointer to the comparePatches entry for KubeVirt {named}/kubevirt"
+            );
+            assert!(plan.actions.contains(&said), "{:?}", plan.actions);
+            let after = apply(&obj, &plan);
+            let list = after["spec"]["diff"]["comparePatches"].as_array().unwrap();
+            assert_eq!(list.len(), 2, "no second entry");
+            assert_eq!(
+                list[1]["jsonPointers"],
+                json!(["/spec/configuration", METHODS_POINTER])
+            );
+            assert_eq!(post_chart(&after), obj);
+        }
+    }
+
+    #[test]
+    fn a_preexisting_pointer_is_left_in_place_by_post() {
+        let entry = json!({"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt", "name": "kubevirt",
+                       "namespace": "harvester-system", "jsonPointers": [METHODS_POINTER]});
+        let obj = chart(json!({}), Some(json!([entry])));
+        let after = pre_chart(&obj);
+        assert_eq!(after["spec"]["diff"], obj["spec"]["diff"]);
+        let restored = post_chart(&after);
+        assert_eq!(restored, obj);
+    }
+
+    #[test]
+    fn entries_for_other_objects_do_not_cover_ours() {
+        let others = [
+            json!({"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt", "name": "other", "jsonPointers": [METHODS_POINTER]}),
+            json!({"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt", "name": "kubevirt", "namespace": "kubevirt", "jsonPointers": [METHODS_POINTER]}),
+            json!({"apiVersion": "kubevirt.io/v1alpha3", "kind": "KubeVirt", "name": "kubevirt", "jsonPointers": [METHODS_POINTER]}),
+        ];
+        for other in others {
+            let obj = chart(json!({}), Some(json!([other.clone()])));
+            let after = pre_chart(&obj);
+            assert_eq!(
+                after["spec"]["diff"]["comparePatches"]
+                    .as_array()
+                    .unwrap()
+                    .len(),
+                2,
+                "{other}"
+            );
+            assert_eq!(after["spec"]["diff"]["comparePatches"][0], other);
+            assert_eq!(post_chart(&after), obj);
+        }
+    }
+
+    #[test]
+    fn post_keeps_pointers_others_added_to_our_entry() {
+        let obj = chart(json!({}), None);
+        let mut after = pre_chart(&obj);
+        after["spec"]["diff"]["comparePatches"][0]["jsonPointers"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!("/spec/configuration"));
+        after["spec"]["diff"]["comparePatches"]
+            .as_array_mut()
+            .unwrap()
+            .push(longhorn_entry());
+        let restored = post_chart(&after);
+        assert_eq!(
+            restored["spec"]["diff"]["comparePatches"],
+            json!([
+                {"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt", "name": "kubevirt",
+                 "namespace": "harvester-system", "jsonPointers": ["/spec/configuration"]},
+                longhorn_entry(),
+            ])
+        );
+        assert!(restored["metadata"].get("annotations").is_none());
+    }
+
+    #[test]
+    fn switches_limit_the_chart_plan_to_the_enabled_steps() {
+        let obj = chart(json!({}), None);
+        let only_values = apply(
+            &obj,
+            &chart_pre(
+                &obj,
+                &kv(),
+                &Steps {
+                    compare: false,
+                    ..Steps::ALL
+                },
+                None,
+            )
+            .unwrap(),
+        );
+        assert!(only_values["spec"].get("diff").is_none());
+        let only_compare = apply(
+            &obj,
+            &chart_pre(
+                &obj,
+                &kv(),
+                &Steps {
+                    values: false,
+                    ..Steps::ALL
+                },
+                None,
+            )
+            .unwrap(),
+        );
+        assert_eq!(only_compare["spec"]["values"], json!({}));
+        assert_eq!(
+            chart_pre(
+                &obj,
+                &kv(),
+                &Steps {
+                    values: false,
+                    compare: false,
+                    kubevirt: true
+                },
+                None
+            )
+            .unwrap()
+            .patch,
+            None
+        );
+    }
+
+    #[test]
+    fn a_corrupted_copy_on_the_chart_is_refused() {
+        let obj = json!({"metadata": {"resourceVersion": "1", "annotations": {KUBEVIRT_COPY: r#"{"present":true,"value":"x"}"#}}, "spec": {}});
+        let original = kubevirt_original(&kubevirt(None)).unwrap();
+        for err in [
+            chart_pre(&obj, &kv(), &Steps::ALL, Some(&original)).unwrap_err(),
+            chart_post(&obj, &kv(), &Steps::ALL).unwrap_err(),
+            kubevirt_copy(&obj).unwrap_err(),
+        ] {
+            assert!(
+                err.0.contains(KUBEVIRT_COPY) && err.0.contains("corrupted"),
+                "{err}"
+            );
+        }
+    }
+
+    /// Hazard: the Job is killed after the ManagedChart write, and Fleet re-renders the KubeVirt CR
+    /// with the new values (`[]`) before the rerun. The ManagedChart's copy still has the original.
+    #[test]
+    fn a_fleet_redeploy_between_the_writes_loses_no_original() {
+        for original in [Some(json!(["LiveMigrate", "Evict"])), Some(json!([])), None] {
+            let kv0 = kubevirt(original.clone());
+            let chart0 = chart(json!({}), Some(json!([longhorn_entry()])));
+            let (kv1, chart1) = fleet_redeploys_after_the_chart_write(&kv0, &chart0);
+            assert_eq!(methods(&kv1).unwrap(), Some(json!([])));
+            let copy = kubevirt_copy(&chart1).unwrap();
+            // Either a rerun of pre, then post; or post straight away.
+            let kv2 = apply(&kv1, &kubevirt_pre(&kv1, copy.as_ref()).unwrap());
+            let record: ValueRecord = read_record(&kv2, KUBEVIRT_RECORD).unwrap().unwrap();
+            assert_eq!(record.value, original, "the record is the true original");
+            for kv in [kv2, kv1] {
+                let restored = apply(&kv, &kubevirt_post(&kv, None, copy.as_ref()).unwrap());
+                assert_eq!(methods(&restored).unwrap(), original);
+            }
+            assert_eq!(post_chart(&chart1), chart0);
+        }
+    }
+
+    /// `pre`'s ManagedChart write, then a Helm render of the CR from the new values (methods `[]`).
+
+    #[test]
+    fn post_removes_the_recorded_entry_even_under_other_configured_names() {
+        let obj = chart(json!({}), Some(json!([longhorn_entry()])));
+        let suspended = pre_chart(&obj);
+        let record: CompareRecord = read_record(&suspended, COMPARE_RECORD).unwrap().unwrap();
+        assert_eq!(record.object.as_ref().unwrap().name, "kubevirt");
+        assert_eq!(record.pointer.as_deref(), Some(METHODS_POINTER));
+        let other = ObjectKey {
+            namespace: "kubevirt".into(),
+            name: "kubvirt".into(),
+        };
+        let plan = chart_post(&suspended, &other, &Steps::ALL).unwrap();
+        assert_eq!(apply(&suspended, &plan), obj);
+        assert!(
+            plan.actions.contains(
+                &"removed our comparePatches entry for KubeVirt harvester-system/kubevirt"
+                    .to_string()
+            ),
+            "{:?}",
+            plan.actions
+        );
+        // A record from an earlier version (no object): the configured names.
+        let mut old = suspended.clone();
+        old["metadata"]["annotations"][COMPARE_RECORD] = json!(r#"{"added":"entry"}"#);
+        assert_eq!(
+            apply(&old, &chart_post(&old, &kv(), &Steps::ALL).unwrap()),
+            obj
+        );
+    }
+
+    #[test]
+    fn post_warns_when_our_compare_patch_was_removed_by_someone_else() {
+        let suspended = pre_chart(&chart(json!({}), Some(json!([longhorn_entry()]))));
+        let mut gone = suspended.clone();
+        gone["spec"]["diff"]["comparePatches"] = json!([longhorn_entry()]);
+        let plan = chart_post(&gone, &kv(), &Steps::ALL).unwrap();
+        assert_eq!(plan.warnings.len(), 1, "{plan:?}");
+        assert_eq!(plan.warnings[0].reason, COMPARE_PATCH_GONE);
+        assert!(
+            plan.warnings[0]
+                .message
+                .contains("KubeVirt harvester-system/kubevirt")
+        );
+        assert_eq!(
+            read_record::<CompareRecord>(&apply(&gone, &plan), COMPARE_RECORD).unwrap(),
+            None
+        );
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        #[test]
+        fn chart_post_pre_is_identity(s in chart_strategy()) {
+            let after = pre_chart(&s);
+            prop_assert_eq!(&after["spec"]["values"]["kubevirt"]["spec"]["workloadUpdateStrategy"]["workloadUpdateMethods"], &json!([]));
+            prop_assert!(find_pointer(compare_list(&after).unwrap(), &kv()).unwrap().is_some());
+            prop_assert_eq!(post_chart(&after), s);
+        }
+
+        #[test]
+        fn chart_pre_and_post_are_idempotent(s in chart_strategy()) {
+            let once = pre_chart(&s);
+            prop_assert_eq!(chart_pre(&once, &kv(), &Steps::ALL, None).unwrap().patch, None);
+            let restored = post_chart(&once);
+            prop_assert_eq!(chart_post(&restored, &kv(), &Steps::ALL).unwrap().patch, None);
+        }
+
+        #[test]
+        fn chart_pre_never_changes_other_entries_or_fields(s in chart_strategy()) {
+            let after = pre_chart(&s);
+            prop_assert_eq!(untouched(&after), untouched(&s));
+            // Entries that do not cover our object keep their order and content.
+            let others = |o: &Value| -> Vec<Value> {
+                compare_list(o).unwrap().map(|l| l.iter().filter(|e| !entry_covers(e, &kv())).cloned().collect()).unwrap_or_default()
+            };
+            prop_assert_eq!(others(&after), others(&s));
+        }
+
+        #[test]
+        fn others_changes_between_pre_and_post_survive(s in chart_strategy(), extra in entry_strategy()) {
+            let mut after = pre_chart(&s);
+            // Someone else appends an entry and an annotation while the upgrade runs.
+            if let Some(list) = after.pointer_mut("/spec/diff/comparePatches").and_then(Value::as_array_mut) {
+                list.push(extra.clone());
+            }
+            after["metadata"]["annotations"]["someone/else"] = json!("x");
+            let restored = post_chart(&after);
+            let list = compare_list(&restored).unwrap().cloned().unwrap_or_default();
+            prop_assert!(list.contains(&extra));
+            prop_assert_eq!(&restored["metadata"]["annotations"]["someone/else"], &json!("x"));
+        }
+    }
+}

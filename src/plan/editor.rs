@@ -1,0 +1,202 @@
+//! The JSON Patch editor and what a plan is: [`Editor`] builds a patch op by op on a working
+//! copy, so later decisions see earlier ops, and every patch starts with a `test` of
+//! `/metadata/resourceVersion` (DESIGN §4.4). It knows JSON, not KubeVirt or Fleet: what to
+//! change is decided by the object rooms.
+
+use json_patch::{Patch, PatchOperation};
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+
+use super::records::{ValueRecord, describe, lookup};
+use crate::model::pointer;
+
+/// An object that cannot be planned for. Nothing is written when this is returned.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Malformed(pub String);
+
+/// The outcome of planning: a conditional patch, or nothing to do; and what it does, in words.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Plan {
+    pub patch: Option<Patch>,
+    pub actions: Vec<String>,
+    /// What the operator must hear about: logged as warnings, in the termination message, and
+    /// (for the KubeVirt CR) in a Warning Event.
+    pub warnings: Vec<Warning>,
+}
+
+/// A warning, with the reason its Event carries.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Warning {
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// Warning reasons.
+pub const STILL_SUSPENDED: &str = "WorkloadUpdatesStillSuspended";
+
+pub const CHANGED_WHILE_SUSPENDED: &str = "WorkloadUpdateMethodsChangedWhileSuspended";
+
+pub const COMPARE_PATCH_GONE: &str = "ComparePatchRemovedByOthers";
+
+/// Builds a patch op by op, applying each to a working copy so later decisions see its effect.
+pub(super) struct Editor {
+    doc: Value,
+    ops: Vec<PatchOperation>,
+    actions: Vec<String>,
+    warnings: Vec<Warning>,
+}
+
+impl Editor {
+    pub(super) fn new(obj: &Value) -> Result<Self, Malformed> {
+        if !obj.is_object() {
+            return Err(Malformed("the object is not a JSON map".into()));
+        }
+        let rv = obj
+            .pointer("/metadata/resourceVersion")
+            .and_then(Value::as_str)
+            .filter(|rv| !rv.is_empty())
+            .ok_or_else(|| Malformed("metadata.resourceVersion is missing".into()))?;
+        let mut ed = Self {
+            doc: obj.clone(),
+            ops: Vec::new(),
+            actions: Vec::new(),
+            warnings: Vec::new(),
+        };
+        ed.push(json!({"op": "test", "path": "/metadata/resourceVersion", "value": rv}));
+        Ok(ed)
+    }
+
+    pub(super) fn note(&mut self, action: impl Into<String>) {
+        self.actions.push(action.into());
+    }
+
+    pub(super) fn warn(&mut self, reason: &'static str, message: impl Into<String>) {
+        self.warnings.push(Warning {
+            reason,
+            message: message.into(),
+        });
+    }
+
+    pub(super) fn push(&mut self, op: Value) {
+        let op: PatchOperation = serde_json::from_value(op).expect("planned ops are well-formed");
+        json_patch::patch(&mut self.doc, std::slice::from_ref(&op))
+            .expect("planned ops apply to the document they were planned from");
+        self.ops.push(op);
+    }
+
+    pub(super) fn add(&mut self, path: &str, value: Value) {
+        self.push(json!({"op": "add", "path": path, "value": value}));
+    }
+
+    pub(super) fn remove(&mut self, path: &str) {
+        self.push(json!({"op": "remove", "path": path}));
+    }
+
+    /// Sets `path` to `value` unless it already is; missing parent maps are created in the same
+    /// op. Returns the pointers of the maps it created.
+    pub(super) fn ensure(
+        &mut self,
+        path: &[&str],
+        value: Value,
+        what: &str,
+    ) -> Result<Vec<String>, Malformed> {
+        let current = lookup(&self.doc, path)?;
+        if current == Some(&value) {
+            return Ok(Vec::new());
+        }
+        let before = describe(&current.cloned());
+        // Depth of the first missing parent map, if any.
+        let missing =
+            (1..path.len()).find(|&d| lookup(&self.doc, &path[..d]).ok().flatten().is_none());
+        let created = match missing {
+            None => {
+                self.add(&pointer(path), value.clone());
+                Vec::new()
+            }
+            Some(d) => {
+                let nested = path[d..].iter().rev().fold(value.clone(), |v, seg| {
+                    Value::Object(Map::from_iter([(seg.to_string(), v)]))
+                });
+                self.add(&pointer(&path[..d]), nested);
+                (d..path.len()).map(|e| pointer(&path[..e])).collect()
+            }
+        };
+        if !path.starts_with(&["metadata"]) {
+            self.note(format!("set {what} to {value} (was {before})"));
+        }
+        Ok(created)
+    }
+
+    /// Puts a recorded value back: the exact value, or no value and no parents we created.
+    pub(super) fn restore(
+        &mut self,
+        path: &[&str],
+        record: &ValueRecord,
+        what: &str,
+    ) -> Result<(), Malformed> {
+        if record.present {
+            self.ensure(path, record.value.clone().unwrap_or(Value::Null), what)?;
+        } else if lookup(&self.doc, path)?.is_some() {
+            self.remove(&pointer(path));
+            self.note(format!("removed {what} (it was absent before)"));
+        }
+        self.remove_empty(&record.created_parents);
+        Ok(())
+    }
+
+    /// Removes the maps or lists we created, deepest first, where they are now empty.
+    pub(super) fn remove_empty(&mut self, created: &[String]) {
+        let mut created: Vec<&String> = created.iter().collect();
+        created.sort_by_key(|p| std::cmp::Reverse(p.matches('/').count()));
+        for p in created {
+            let empty = match self.doc.pointer(p) {
+                Some(Value::Object(m)) => m.is_empty(),
+                Some(Value::Array(a)) => a.is_empty(),
+                _ => false,
+            };
+            if empty {
+                self.remove(p);
+            }
+        }
+    }
+
+    pub(super) fn write_record<T: Serialize>(
+        &mut self,
+        key: &str,
+        record: &T,
+    ) -> Result<(), Malformed> {
+        let text = serde_json::to_string(record).expect("records serialize");
+        self.ensure(&["metadata", "annotations", key], Value::String(text), key)?;
+        Ok(())
+    }
+
+    pub(super) fn remove_annotation(&mut self, key: &str) {
+        if self
+            .doc
+            .pointer("/metadata/annotations")
+            .and_then(|a| a.get(key))
+            .is_some()
+        {
+            self.remove(&pointer(&["metadata", "annotations", key]));
+        }
+        if self
+            .doc
+            .pointer("/metadata/annotations")
+            .and_then(Value::as_object)
+            .is_some_and(Map::is_empty)
+        {
+            self.remove("/metadata/annotations");
+        }
+    }
+
+    pub(super) fn finish(self) -> Plan {
+        // Only the resourceVersion test: nothing to do.
+        let patch = (self.ops.len() > 1).then_some(Patch(self.ops));
+        Plan {
+            patch,
+            actions: self.actions,
+            warnings: self.warnings,
+        }
+    }
+}

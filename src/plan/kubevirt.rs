@@ -1,0 +1,638 @@
+//! The KubeVirt CR: `pre`'s suspension (methods to `[]`, the original recorded once),
+//! `post`'s restore, the one precedence rule for where the original comes from
+//! ([`restore_source`]), and the notice of what KubeVirt will do once updates are back on.
+//! It must not touch the ManagedChart or `managedFields`: those are `chart` and `ownership`.
+
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use super::editor::{CHANGED_WHILE_SUSPENDED, Editor, Malformed, Plan, STILL_SUSPENDED};
+use super::ownership::methods_owned_by_us;
+use super::records::{ValueRecord, describe, kubevirt_record, methods, value_record};
+use crate::model::{KUBEVIRT_RECORD, METHODS_PATH};
+
+/// `pre` on the KubeVirt CR: methods to `[]`, the original recorded once. Without a record on
+/// the CR, the original is the ManagedChart's `copy` if there is one, else the current value.
+pub fn kubevirt_pre(obj: &Value, copy: Option<&ValueRecord>) -> Result<Plan, Malformed> {
+    let mut ed = Editor::new(obj)?;
+    let current = methods(obj)?;
+    let record = kubevirt_record(obj)?;
+    let created = ed.ensure(METHODS_PATH, json!([]), "workloadUpdateMethods")?;
+    if record.is_some() {
+        ed.note("kept the existing record of the original");
+        return Ok(ed.finish());
+    }
+    let original = match copy.map(ValueRecord::original) {
+        Some(o) if o != current => {
+            ed.note(format!(
+                "the CR was changed to {} after the ManagedChart was written; the ManagedChart's copy holds the original",
+                describe(&current)
+            ));
+            o
+        }
+        _ => current,
+    };
+    ed.note(format!(
+        "recorded original workloadUpdateMethods {}",
+        describe(&original)
+    ));
+    ed.write_record(KUBEVIRT_RECORD, &value_record(original, created))?;
+    Ok(ed.finish())
+}
+
+/// What `pre` records as the KubeVirt CR's original: its record if it has one, else its
+/// current methods. `pre` copies this to the ManagedChart.
+pub fn kubevirt_original(obj: &Value) -> Result<ValueRecord, Malformed> {
+    match kubevirt_record(obj)? {
+        Some(r) => Ok(ValueRecord {
+            created_parents: Vec::new(),
+            ..r
+        }),
+        None => Ok(value_record(methods(obj)?, Vec::new())),
+    }
+}
+
+/// Where `post` takes the KubeVirt CR's original from, in this order of precedence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Source {
+    /// The record `pre` wrote on the CR, in the same write as the suspension.
+    CrRecord,
+    /// A record, but the methods were changed from `[]` while suspended: that later, explicit
+    /// choice is kept, and the record dropped.
+    LaterChoice,
+    /// No record on the CR, methods `[]`: the copy `pre` wrote on the ManagedChart first.
+    ChartCopy,
+    /// No record or copy, and the `[]` is ours (our field manager owns it): the configured
+    /// fallback.
+    Fallback,
+    /// Nothing to restore from: the methods are left as they are.
+    Nothing,
+}
+
+/// What `post` will restore on the KubeVirt CR, and from where.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Restore {
+    pub source: Source,
+    /// The value to restore; `None` with [`Source::Nothing`].
+    pub original: Option<ValueRecord>,
+    /// Why, in words.
+    pub reason: String,
+}
+
+/// The one precedence rule for the original's source: the CR's record, then the ManagedChart's
+/// copy (only while the methods are `[]`), then the fallback (only for a `[]` that we wrote).
+/// A `[]` that anyone else set, including an administrator's own `[]` that an earlier `post`
+/// restored, is left alone, so a rerun of `post` is a no-op.
+pub fn restore_source(
+    kubevirt: &Value,
+    copy: Option<&ValueRecord>,
+    fallback: Option<&[String]>,
+) -> Result<Restore, Malformed> {
+    let current = methods(kubevirt)?;
+    let suspended = current.as_ref() == Some(&json!([]));
+    let (source, original, reason) = match (kubevirt_record(kubevirt)?, copy) {
+        (Some(r), _) if suspended => (Source::CrRecord, Some(r), "the CR's record".to_string()),
+        (Some(r), _) => (
+            Source::LaterChoice,
+            None,
+            format!(
+                "workloadUpdateMethods was changed to {} while suspended; that later choice is kept \
+                 (the recorded original was {})",
+                describe(&current),
+                describe(&r.original())
+            ),
+        ),
+        (None, Some(c)) if suspended => (
+            Source::ChartCopy,
+            Some(c.clone()),
+            "no record on the CR; the ManagedChart's copy of the original".to_string(),
+        ),
+        (None, Some(_)) => (
+            Source::Nothing,
+            None,
+            format!(
+                "no record on the CR, and its methods are {}, not []: left as they are",
+                describe(&current)
+            ),
+        ),
+        (None, None) => match fallback {
+            Some(list) if suspended && methods_owned_by_us(kubevirt) => (
+                Source::Fallback,
+                Some(value_record(Some(json!(list)), Vec::new())),
+                "no record of the original; the configured fallback".to_string(),
+            ),
+            _ => (
+                Source::Nothing,
+                None,
+                format!(
+                    "no record of the original and no fallback applies (methods are {}, {}): nothing to restore",
+                    describe(&current),
+                    if methods_owned_by_us(kubevirt) {
+                        "set by us"
+                    } else {
+                        "not set by us"
+                    }
+                ),
+            ),
+        },
+    };
+    Ok(Restore {
+        source,
+        original,
+        reason,
+    })
+}
+
+/// `post` on the KubeVirt CR: the original from [`restore_source`] back, exactly, and the
+/// record removed. Loud where updates stay off without a record, or where someone changed the
+/// methods while suspended; and when it turns updates back on, it says what KubeVirt will do.
+pub fn kubevirt_post(
+    obj: &Value,
+    fallback: Option<&[String]>,
+    copy: Option<&ValueRecord>,
+) -> Result<Plan, Malformed> {
+    let mut ed = Editor::new(obj)?;
+    let restore = restore_source(obj, copy, fallback)?;
+    let current = methods(obj)?;
+    match (&restore.original, restore.source) {
+        (Some(original), _) => {
+            ed.note(format!("restoring from {}", restore.reason));
+            ed.restore(METHODS_PATH, original, "workloadUpdateMethods")?;
+            if current.as_ref() == Some(&json!([]))
+                && let Some(notice) = update_notice(obj, &original.original())
+            {
+                ed.note(notice);
+            }
+        }
+        (None, Source::LaterChoice) => ed.warn(CHANGED_WHILE_SUSPENDED, restore.reason),
+        (None, _) if current.as_ref() == Some(&json!([])) => ed.warn(
+            STILL_SUSPENDED,
+            format!(
+                "automated workload updates stay OFF: {}. If that is not an administrator's \
+                 choice, set the methods again (e.g. kubectl -n {} patch kubevirt {} --type merge \
+                 -p '{{\"spec\":{{\"workloadUpdateStrategy\":{{\"workloadUpdateMethods\":[\"LiveMigrate\"]}}}}}}')",
+                restore.reason,
+                text_at(obj, "/metadata/namespace"),
+                text_at(obj, "/metadata/name"),
+            ),
+        ),
+        (None, _) => ed.note(restore.reason),
+    }
+    ed.remove_annotation(KUBEVIRT_RECORD);
+    Ok(ed.finish())
+}
+
+fn text_at<'a>(obj: &'a Value, ptr: &str) -> &'a str {
+    obj.pointer(ptr).and_then(Value::as_str).unwrap_or("")
+}
+
+/// What KubeVirt's workload updater will do once `methods` turn updates back on (DESIGN §8):
+/// the outdated VMIs it counts, migrated at most `parallelMigrationsPerCluster` (default 5) at
+/// a time, or evicted in batches.
+pub fn update_notice(kubevirt: &Value, methods: &Option<Value>) -> Option<String> {
+    let has = |m: &str| {
+        methods
+            .as_ref()
+            .and_then(Value::as_array)
+            .is_some_and(|l| l.iter().any(|v| v == m))
+    };
+    let (migrate, evict) = (has("LiveMigrate"), has("Evict"));
+    if !migrate && !evict {
+        return None;
+    }
+    let outdated = match kubevirt
+        .pointer("/status/outdatedVirtualMachineInstanceWorkloads")
+        .and_then(Value::as_i64)
+    {
+        Some(n) => format!("{n} outdated VMIs"),
+        None => "the outdated VMIs (KubeVirt reports no count)".into(),
+    };
+    let number = |ptr: &str, default: i64| {
+        kubevirt
+            .pointer(ptr)
+            .and_then(Value::as_i64)
+            .unwrap_or(default)
+    };
+    let parallel = number(
+        "/spec/configuration/migrations/parallelMigrationsPerCluster",
+        5,
+    );
+    let batch = number("/spec/workloadUpdateStrategy/batchEvictionSize", 10);
+    let interval = kubevirt
+        .pointer("/spec/workloadUpdateStrategy/batchEvictionInterval")
+        .and_then(Value::as_str)
+        .unwrap_or("1m0s");
+    let evicted = format!("evicted in batches of {batch} every {interval}");
+    Some(match (migrate, evict) {
+        (true, false) => {
+            format!("{outdated} will now be live-migrated, at most {parallel} at a time")
+        }
+        (true, true) => format!(
+            "{outdated} will now be live-migrated, at most {parallel} at a time; those that cannot migrate are {evicted}"
+        ),
+        _ => format!("{outdated} will now be {evicted}, migratable or not"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::testing::*;
+
+    #[test]
+    fn pre_sets_empty_list_and_records_original_in_one_conditional_patch() {
+        let obj = kubevirt(Some(json!(["LiveMigrate", "Evict"])));
+        let plan = kubevirt_pre(&obj, None).unwrap();
+        assert_eq!(
+            ops(&plan),
+            json!([
+                {"op": "test", "path": "/metadata/resourceVersion", "value": "7"},
+                {"op": "add", "path": "/spec/workloadUpdateStrategy/workloadUpdateMethods", "value": []},
+                {"op": "add", "path": "/metadata/annotations",
+                 "value": {KUBEVIRT_RECORD: r#"{"present":true,"value":["LiveMigrate","Evict"]}"#}},
+            ])
+        );
+        let after = apply(&obj, &plan);
+        // Never [Evict]: that would evict every outdated VM.
+        assert_eq!(
+            after["spec"]["workloadUpdateStrategy"]["workloadUpdateMethods"],
+            json!([])
+        );
+        assert_eq!(
+            after["spec"]["workloadUpdateStrategy"]["batchEvictionSize"],
+            json!(10)
+        );
+    }
+
+    #[test]
+    fn pre_records_an_absent_field_and_the_parents_it_creates() {
+        let obj =
+            json!({"metadata": {"resourceVersion": "1", "annotations": {"a": "b"}}, "spec": {}});
+        let after = pre_kv(&obj);
+        assert_eq!(
+            after["spec"],
+            json!({"workloadUpdateStrategy": {"workloadUpdateMethods": []}})
+        );
+        let record: ValueRecord = read_record(&after, KUBEVIRT_RECORD).unwrap().unwrap();
+        assert_eq!(
+            record,
+            ValueRecord {
+                present: false,
+                value: None,
+                created_parents: vec!["/spec/workloadUpdateStrategy".into()]
+            }
+        );
+        assert_eq!(post_kv(&after, None), obj);
+    }
+
+    #[test]
+    fn pre_on_an_empty_list_still_records_it_so_post_does_not_apply_the_fallback() {
+        let obj = kubevirt(Some(json!([])));
+        let after = pre_kv(&obj);
+        assert_eq!(after["spec"], obj["spec"]);
+        let fallback = vec!["LiveMigrate".to_string()];
+        assert_eq!(post_kv(&after, Some(&fallback)), obj);
+    }
+
+    #[test]
+    fn second_pre_keeps_the_first_record() {
+        let obj = kubevirt(Some(json!(["LiveMigrate"])));
+        let once = pre_kv(&obj);
+        assert_eq!(kubevirt_pre(&once, None).unwrap().patch, None);
+        // Something put LiveMigrate back in between: pre suspends again but keeps the first record.
+        let mut reverted = once.clone();
+        reverted["spec"]["workloadUpdateStrategy"]["workloadUpdateMethods"] =
+            json!(["LiveMigrate"]);
+        let again = pre_kv(&reverted);
+        assert_eq!(again, once);
+    }
+
+    #[test]
+    fn post_without_record_changes_nothing_unless_fallback_and_empty() {
+        let fallback = vec!["LiveMigrate".to_string()];
+        for m in [None, Some(json!(["Evict"])), Some(json!(["LiveMigrate"]))] {
+            let obj = kubevirt(m);
+            assert_eq!(
+                kubevirt_post(&obj, Some(&fallback), None).unwrap().patch,
+                None
+            );
+        }
+        // An [] that someone else set (an administrator, or the original an earlier post restored).
+        let mut obj = kubevirt(Some(json!([])));
+        obj["metadata"]["managedFields"] = json!([{"manager": "kubectl-patch", "operation": "Update",
+        "fieldsV1": {"f:spec": {"f:workloadUpdateStrategy": {"f:workloadUpdateMethods": {}}}}}]);
+        assert_eq!(
+            kubevirt_post(&obj, Some(&fallback), None).unwrap().patch,
+            None
+        );
+        // Our [] whose record was lost: the fallback applies.
+        obj["metadata"]["managedFields"][0]["manager"] = json!(FIELD_MANAGER);
+        assert_eq!(kubevirt_post(&obj, None, None).unwrap().patch, None);
+        let restored = post_kv(&obj, Some(&fallback));
+        assert_eq!(
+            restored["spec"]["workloadUpdateStrategy"]["workloadUpdateMethods"],
+            json!(["LiveMigrate"])
+        );
+    }
+
+    #[test]
+    fn malformed_objects_are_refused_with_a_clear_message() {
+        let cases = [
+            (
+                kubevirt(Some(json!("LiveMigrate"))),
+                "workloadUpdateMethods is not a list",
+            ),
+            (
+                kubevirt(Some(json!([1]))),
+                "workloadUpdateMethods is not a list",
+            ),
+            (
+                json!({"metadata": {"resourceVersion": "1"}, "spec": {"workloadUpdateStrategy": 3}}),
+                "spec.workloadUpdateStrategy is not a map",
+            ),
+            (
+                json!({"metadata": {}, "spec": {}}),
+                "resourceVersion is missing",
+            ),
+            (
+                json!({"metadata": {"resourceVersion": "1", "annotations": {KUBEVIRT_RECORD: "{oops"}}}),
+                "is corrupted",
+            ),
+            (
+                json!({"metadata": {"resourceVersion": "1", "annotations": {KUBEVIRT_RECORD: r#"{"present":true}"#}}}),
+                "is corrupted",
+            ),
+            (
+                json!({"metadata": {"resourceVersion": "1", "annotations": {KUBEVIRT_RECORD: r#"{"present":true,"value":["x",2]}"#}}}),
+                "is corrupted",
+            ),
+            (
+                json!({"metadata": {"resourceVersion": "1", "annotations": "x"}}),
+                "annotations is not a map",
+            ),
+            (json!([]), "not a JSON map"),
+        ];
+        for (obj, want) in cases {
+            for err in [
+                kubevirt_pre(&obj, None).unwrap_err(),
+                kubevirt_post(&obj, None, None).unwrap_err(),
+            ] {
+                assert!(
+                    err.0.contains(want),
+                    "{obj}: {err} does not mention {want:?}"
+                );
+                assert!(!err.0.contains('\n'), "one line: {err}");
+            }
+        }
+        let chart_cases = [
+            (
+                json!({"metadata": {"resourceVersion": "1"}, "spec": {"values": {"kubevirt": []}}}),
+                "spec.values.kubevirt is not a map",
+            ),
+            (
+                json!({"metadata": {"resourceVersion": "1"}, "spec": {"values": {"kubevirt": {"spec": "x"}}}}),
+                "spec.values.kubevirt.spec is not a map",
+            ),
+            (
+                json!({"metadata": {"resourceVersion": "1"}, "spec": {"diff": {"comparePatches": {}}}}),
+                "comparePatches is not a list",
+            ),
+            (
+                json!({"metadata": {"resourceVersion": "1"}, "spec": {"diff": []}}),
+                "spec.diff is not a map",
+            ),
+            (
+                json!({"metadata": {"resourceVersion": "1"}, "spec": {"diff": {"comparePatches": [
+            {"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt", "name": "kubevirt", "jsonPointers": "x"}]}}}),
+                "jsonPointers is not a list",
+            ),
+            (
+                json!({"metadata": {"resourceVersion": "1", "annotations": {COMPARE_RECORD: r#"{"added":"everything"}"#}}, "spec": {}}),
+                "is corrupted",
+            ),
+            (
+                json!({"metadata": {"resourceVersion": "1", "annotations": {VALUES_RECORD: "absent"}}, "spec": {}}),
+                "is corrupted",
+            ),
+        ];
+        for (obj, want) in chart_cases {
+            let err = chart_pre(&obj, &kv(), &Steps::ALL, None).unwrap_err();
+            assert!(
+                err.0.contains(want),
+                "{obj}: {err} does not mention {want:?}"
+            );
+            // post only inspects what it has a record of.
+            if !want.contains("jsonPointers") {
+                let err = chart_post(&obj, &kv(), &Steps::ALL).unwrap_err();
+                assert!(
+                    err.0.contains(want),
+                    "{obj}: {err} does not mention {want:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn restore_source_precedence() {
+        let live = json!(["LiveMigrate"]);
+        let copy = value_record(Some(json!(["Evict"])), Vec::new());
+        let fallback = ["LiveMigrate".to_string(), "Evict".to_string()];
+        let mut ours = kubevirt(Some(json!([])));
+        ours["metadata"]["managedFields"] = json!([
+            {"manager": "helm", "operation": "Apply", "fieldsV1": {"f:spec": {}}},
+            {"manager": FIELD_MANAGER, "operation": "Update",
+             "fieldsV1": {"f:spec": {"f:workloadUpdateStrategy": {"f:workloadUpdateMethods": {}}}}},
+        ]);
+        let recorded = pre_kv(&kubevirt(Some(live.clone())));
+        let mut changed = recorded.clone();
+        changed["spec"]["workloadUpdateStrategy"]["workloadUpdateMethods"] = json!(["Evict"]);
+        let (on, absent, theirs) = (
+            kubevirt(Some(live.clone())),
+            kubevirt(None),
+            kubevirt(Some(json!([]))),
+        );
+        type Case<'a> = (
+            &'a Value,
+            Option<&'a ValueRecord>,
+            Option<&'a [String]>,
+            Source,
+        );
+        let cases: Vec<Case> = vec![
+            (&recorded, Some(&copy), Some(&fallback), Source::CrRecord),
+            (&ours, Some(&copy), Some(&fallback), Source::ChartCopy),
+            (&ours, None, Some(&fallback), Source::Fallback),
+            (&ours, None, None, Source::Nothing),
+            // Not []: the copy and the fallback do not apply.
+            (&on, Some(&copy), Some(&fallback), Source::Nothing),
+            (&absent, None, Some(&fallback), Source::Nothing),
+            // [] that is not ours: the fallback does not apply.
+            (&theirs, None, Some(&fallback), Source::Nothing),
+            // A record, but someone set [Evict] while suspended: their later choice stands.
+            (&changed, Some(&copy), Some(&fallback), Source::LaterChoice),
+        ];
+        for (obj, copy, fallback, want) in cases {
+            let r = restore_source(obj, copy, fallback).unwrap();
+            assert_eq!(r.source, want, "{obj}");
+            assert_eq!(
+                r.original.is_some(),
+                !matches!(want, Source::Nothing | Source::LaterChoice)
+            );
+            // kubevirt_post acts on exactly this source.
+            let after = apply(obj, &kubevirt_post(obj, fallback, copy).unwrap());
+            let expected = match want {
+                Source::CrRecord => Some(live.clone()),
+                Source::ChartCopy => Some(json!(["Evict"])),
+                Source::Fallback => Some(json!(fallback.unwrap())),
+                Source::Nothing | Source::LaterChoice => methods(obj).unwrap(),
+            };
+            assert_eq!(methods(&after).unwrap(), expected, "{want:?}");
+        }
+    }
+
+    // ---- operator safety: nothing left off in silence, later choices kept, what happens next ----
+
+    #[test]
+    fn post_keeps_a_change_made_while_suspended_and_warns() {
+        let suspended = pre_kv(&kubevirt(Some(json!(["LiveMigrate"]))));
+        for later in [json!(["Evict"]), json!(["LiveMigrate", "Evict"])] {
+            let mut changed = suspended.clone();
+            changed["spec"]["workloadUpdateStrategy"]["workloadUpdateMethods"] = later.clone();
+            let plan = kubevirt_post(&changed, None, None).unwrap();
+            let after = apply(&changed, &plan);
+            assert_eq!(methods(&after).unwrap(), Some(later));
+            assert_eq!(
+                read_record::<ValueRecord>(&after, KUBEVIRT_RECORD).unwrap(),
+                None
+            );
+            assert_eq!(plan.warnings.len(), 1);
+            assert_eq!(plan.warnings[0].reason, CHANGED_WHILE_SUSPENDED);
+            assert!(plan.warnings[0].message.contains(r#"["LiveMigrate"]"#));
+        }
+    }
+
+    #[test]
+    fn post_that_leaves_updates_off_without_a_record_warns() {
+        let off = kubevirt(Some(json!([])));
+        let plan = kubevirt_post(&off, None, None).unwrap();
+        assert_eq!(plan.patch, None);
+        assert_eq!(plan.warnings.len(), 1);
+        assert_eq!(plan.warnings[0].reason, STILL_SUSPENDED);
+        assert!(
+            plan.warnings[0]
+                .message
+                .contains("kubectl -n harvester-system patch kubevirt kubevirt")
+        );
+        // Absent methods, or on: nothing to warn about.
+        for m in [None, Some(json!(["LiveMigrate"]))] {
+            assert_eq!(
+                kubevirt_post(&kubevirt(m), None, None).unwrap().warnings,
+                []
+            );
+        }
+        // A normal restore warns of nothing.
+        let suspended = pre_kv(&kubevirt(Some(json!(["LiveMigrate"]))));
+        assert_eq!(kubevirt_post(&suspended, None, None).unwrap().warnings, []);
+    }
+
+    #[test]
+    fn turning_updates_back_on_says_what_kubevirt_will_do() {
+        let mut obj = kubevirt(Some(json!(["LiveMigrate"])));
+        obj["status"] = json!({"outdatedVirtualMachineInstanceWorkloads": 7});
+        obj["spec"]["configuration"] = json!({"migrations": {"parallelMigrationsPerCluster": 3}});
+        let plan = kubevirt_post(&pre_kv(&obj), None, None).unwrap();
+        assert!(
+            plan.actions.contains(
+                &"7 outdated VMIs will now be live-migrated, at most 3 at a time".to_string()
+            ),
+            "{:?}",
+            plan.actions
+        );
+        let notice = |m: Value, status: Value| {
+            let mut o = kubevirt(None);
+            o["status"] = status;
+            update_notice(&o, &Some(m))
+        };
+        assert_eq!(notice(json!([]), json!({})), None);
+        assert_eq!(
+            notice(json!(["LiveMigrate"]), json!({})).unwrap(),
+            "the outdated VMIs (KubeVirt reports no count) will now be live-migrated, at most 5 at a time"
+        );
+        assert_eq!(
+            notice(
+                json!(["Evict"]),
+                json!({"outdatedVirtualMachineInstanceWorkloads": 2})
+            )
+            .unwrap(),
+            "2 outdated VMIs will now be evicted in batches of 10 every 1m0s, migratable or not"
+        );
+        assert!(
+            notice(json!(["LiveMigrate", "Evict"]), json!({}))
+                .unwrap()
+                .contains("cannot migrate")
+        );
+        // Restoring an original that keeps updates off says nothing of the kind.
+        let off = pre_kv(&kubevirt(None));
+        assert!(
+            kubevirt_post(&off, None, None)
+                .unwrap()
+                .actions
+                .iter()
+                .all(|a| !a.contains("will now"))
+        );
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1000))]
+
+        /// Whatever was there, whatever someone sets while suspended (other than []), post keeps it.
+        #[test]
+        fn a_later_explicit_choice_wins(s in kubevirt_strategy(), later in methods_strategy()) {
+            let mut changed = pre_kv(&s);
+            match &later {
+                Some(m) => changed["spec"]["workloadUpdateStrategy"]["workloadUpdateMethods"] = m.clone(),
+                None => { changed["spec"]["workloadUpdateStrategy"].as_object_mut().unwrap().remove("workloadUpdateMethods"); }
+            }
+            let after = post_kv(&changed, Some(&["LiveMigrate".to_string()]));
+            if later == Some(json!([])) {
+                prop_assert_eq!(after, s);
+            } else {
+                prop_assert_eq!(methods(&after).unwrap(), later);
+                prop_assert_eq!(read_record::<ValueRecord>(&after, KUBEVIRT_RECORD).unwrap(), None);
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        #[test]
+        fn kubevirt_post_pre_is_identity(s in kubevirt_strategy()) {
+            let after = pre_kv(&s);
+            prop_assert_eq!(&after["spec"]["workloadUpdateStrategy"]["workloadUpdateMethods"], &json!([]));
+            prop_assert_eq!(post_kv(&after, None), s.clone());
+            // A configured fallback never overrides a record.
+            prop_assert_eq!(post_kv(&after, Some(&["LiveMigrate".to_string()])), s);
+        }
+
+        #[test]
+        fn kubevirt_pre_and_post_are_idempotent(s in kubevirt_strategy()) {
+            let once = pre_kv(&s);
+            prop_assert_eq!(kubevirt_pre(&once, None).unwrap().patch, None);
+            let restored = post_kv(&once, None);
+            prop_assert_eq!(kubevirt_post(&restored, None, None).unwrap().patch, None);
+        }
+
+        #[test]
+        fn kubevirt_pre_touches_only_methods_and_records(s in kubevirt_strategy()) {
+            let mut a = pre_kv(&s);
+            let mut b = s.clone();
+            for o in [&mut a, &mut b] {
+                if let Some(st) = o.pointer_mut("/spec/workloadUpdateStrategy").and_then(Value::as_object_mut) {
+                    st.remove("workloadUpdateMethods");
+                }
+            }
+            prop_assert_eq!(untouched(&a), untouched(&b));
+        }
+    }
+}

@@ -1,0 +1,423 @@
+//! The phase and its writes: which objects a phase writes, in which order, and what each
+//! object's plan needs of the other (the ManagedChart's copy of the CR's original, and back).
+//! The only room that knows the order of writes (DESIGN §4.3) and the hints between the two
+//! objects. It decides nothing about an object's content: that is the other rooms' work.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::chart::{chart_post, chart_pre};
+use super::editor::{Malformed, Plan};
+use super::kubevirt::{kubevirt_original, kubevirt_post, kubevirt_pre};
+use super::ownership::release;
+use super::records::kubevirt_copy;
+use crate::model::{Kind, ObjectKey, Target};
+
+/// Which steps run (DESIGN §4.3), each switchable. The one place that decides whether an object
+/// is written at all is [`Steps::writes`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Steps {
+    /// The direct patch of the KubeVirt CR's methods.
+    pub kubevirt: bool,
+    /// The ManagedChart's values override.
+    pub values: bool,
+    /// The ManagedChart's comparePatches pointer.
+    pub compare: bool,
+}
+
+impl Steps {
+    pub const ALL: Steps = Steps {
+        kubevirt: true,
+        values: true,
+        compare: true,
+    };
+
+    pub fn writes(&self, kind: Kind) -> bool {
+        match kind {
+            Kind::KubeVirt => self.kubevirt,
+            Kind::ManagedChart => self.values || self.compare,
+            Kind::Migration => false,
+        }
+    }
+}
+
+/// The objects' names. `chart: None` is plain KubeVirt without Fleet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Keys {
+    pub kubevirt: ObjectKey,
+    pub chart: Option<ObjectKey>,
+}
+
+impl Keys {
+    /// The named object of `kind` (no ManagedChart without a name).
+    pub fn target(&self, kind: Kind) -> Option<Target> {
+        match kind {
+            Kind::KubeVirt => Some(Target::new(kind, &self.kubevirt)),
+            Kind::ManagedChart => self.chart.as_ref().map(|k| Target::new(kind, k)),
+            Kind::Migration => None,
+        }
+    }
+}
+
+/// What to do: everything a plan depends on besides the objects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Intent {
+    pub phase: Phase,
+    pub steps: Steps,
+    pub keys: Keys,
+    /// The methods `post` applies to our own `[]` when every record is lost.
+    pub fallback: Option<Vec<String>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    Pre,
+    Post,
+    Status,
+}
+
+/// The two kinds of write on an object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Write {
+    /// `pre`'s suspension or `post`'s restore, with the records.
+    Change,
+    /// `post`'s last write: drop our `managedFields` claim (see [`release`]).
+    Release,
+}
+
+/// One write of a phase.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Step {
+    pub target: Target,
+    pub write: Write,
+}
+
+/// The objects as last read or written; `None`: not read (step off) or not found.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Objects {
+    pub kubevirt: Option<Value>,
+    pub chart: Option<Value>,
+}
+
+impl Objects {
+    pub fn get(&self, kind: Kind) -> Option<&Value> {
+        match kind {
+            Kind::KubeVirt => self.kubevirt.as_ref(),
+            Kind::ManagedChart => self.chart.as_ref(),
+            Kind::Migration => None,
+        }
+    }
+
+    pub fn set(&mut self, kind: Kind, obj: Option<Value>) {
+        match kind {
+            Kind::KubeVirt => self.kubevirt = obj,
+            Kind::ManagedChart => self.chart = obj,
+            Kind::Migration => {}
+        }
+    }
+}
+
+/// A plan that cannot be made, and the object whose content is at fault.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{target}: malformed object: {reason}")]
+pub struct Refusal {
+    pub target: Target,
+    pub reason: Malformed,
+}
+
+/// The objects a phase works on, in its order of writes (DESIGN §4.3): `pre` the ManagedChart
+/// first, so the values Helm would apply agree with the CR before the CR is touched; `post`
+/// the reverse. Only the objects whose steps are on.
+pub fn targets(intent: &Intent) -> Vec<Target> {
+    let order = match intent.phase {
+        Phase::Pre => [Kind::ManagedChart, Kind::KubeVirt],
+        Phase::Post => [Kind::KubeVirt, Kind::ManagedChart],
+        Phase::Status => return Vec::new(),
+    };
+    order
+        .into_iter()
+        .filter(|&k| intent.steps.writes(k))
+        .filter_map(|k| intent.keys.target(k))
+        .collect()
+}
+
+/// The writes of a phase, in order: `post` releases our claim on each object right after its
+/// restore (a separate write: one that also changes a field claims that field again).
+pub fn steps(intent: &Intent) -> Vec<Step> {
+    let writes: &[Write] = match intent.phase {
+        Phase::Post => &[Write::Change, Write::Release],
+        _ => &[Write::Change],
+    };
+    targets(intent)
+        .into_iter()
+        .flat_map(|target| {
+            writes.iter().map(move |&write| Step {
+                target: target.clone(),
+                write,
+            })
+        })
+        .collect()
+}
+
+/// Plans one write against the objects as they are now; `None` when its object was not found.
+/// Each object's plan sees the other: `pre` copies the KubeVirt CR's original to the
+/// ManagedChart, and the KubeVirt plans read that copy.
+pub fn plan_step(intent: &Intent, step: &Step, objects: &Objects) -> Result<Option<Plan>, Refusal> {
+    // A refusal names the object whose content is at fault, which may be the other one.
+    let refuse = |kind: Kind| {
+        let target = intent
+            .keys
+            .target(kind)
+            .unwrap_or_else(|| step.target.clone());
+        move |reason| Refusal { target, reason }
+    };
+    let Some(obj) = objects.get(step.target.kind) else {
+        return Ok(None);
+    };
+    let copy = || match &objects.chart {
+        Some(chart) => kubevirt_copy(chart).map_err(refuse(Kind::ManagedChart)),
+        None => Ok(None),
+    };
+    let kv = &intent.keys.kubevirt;
+    let own = refuse(step.target.kind);
+    let plan = match (intent.phase, step.target.kind, step.write) {
+        (Phase::Pre, Kind::KubeVirt, Write::Change) => kubevirt_pre(obj, copy()?.as_ref()),
+        (Phase::Pre, Kind::ManagedChart, Write::Change) => {
+            let original = match &objects.kubevirt {
+                Some(o) => Some(kubevirt_original(o).map_err(refuse(Kind::KubeVirt))?),
+                None => None,
+            };
+            chart_pre(obj, kv, &intent.steps, original.as_ref())
+        }
+        (Phase::Post, Kind::KubeVirt, Write::Change) => {
+            kubevirt_post(obj, intent.fallback.as_deref(), copy()?.as_ref())
+        }
+        (Phase::Post, Kind::ManagedChart, Write::Change) => chart_post(obj, kv, &intent.steps),
+        (_, kind, Write::Release) => release(obj, kind),
+        _ => Ok(Plan::default()),
+    };
+    plan.map(Some).map_err(own)
+}
+
+/// Plans the whole phase against the objects as read, each write against the result of the
+/// ones before it (the server's own `managedFields` bookkeeping aside). Any malformed object
+/// refuses the whole phase, so nothing is written. `phases` writes these one by one, planning
+/// each again against the object as the server last returned it.
+pub fn plan_phase(intent: &Intent, objects: &Objects) -> Result<Vec<(Step, Plan)>, Refusal> {
+    let mut now = objects.clone();
+    let mut out = Vec::new();
+    for step in steps(intent) {
+        let Some(plan) = plan_step(intent, &step, &now)? else {
+            continue;
+        };
+        if let (Some(patch), Some(obj)) = (&plan.patch, now.get(step.target.kind)) {
+            let mut next = obj.clone();
+            json_patch::patch(&mut next, patch)
+                .expect("a plan applies to what it was planned from");
+            now.set(step.target.kind, Some(next));
+        }
+        out.push((step, plan));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::testing::*;
+
+    #[test]
+    fn the_phases_write_in_the_documented_order() {
+        let both = Objects {
+            kubevirt: Some(kubevirt(Some(json!(["LiveMigrate"])))),
+            chart: Some(chart(json!({}), None)),
+        };
+        let pre = plan_phase(&intent(Phase::Pre), &both).unwrap();
+        assert_eq!(
+            kinds(&pre),
+            [
+                (Kind::ManagedChart, Write::Change),
+                (Kind::KubeVirt, Write::Change)
+            ]
+        );
+        assert!(pre.iter().all(|(_, p)| p.patch.is_some()));
+        // The CR's plan already sees the copy that the ManagedChart's plan writes.
+        assert!(
+            pre[0].1.actions.iter().any(|a| a.contains("copied")),
+            "{:?}",
+            pre[0].1.actions
+        );
+        let post = plan_phase(&intent(Phase::Post), &run_phase(Phase::Pre, &both)).unwrap();
+        assert_eq!(
+            kinds(&post),
+            [
+                (Kind::KubeVirt, Write::Change),
+                (Kind::KubeVirt, Write::Release),
+                (Kind::ManagedChart, Write::Change),
+                (Kind::ManagedChart, Write::Release),
+            ]
+        );
+        assert!(
+            plan_phase(&intent(Phase::Status), &both)
+                .unwrap()
+                .is_empty()
+        );
+        // A missing object has no step; switched-off steps have none either.
+        let only_kv = Objects {
+            chart: None,
+            ..both.clone()
+        };
+        assert_eq!(
+            kinds(&plan_phase(&intent(Phase::Pre), &only_kv).unwrap()),
+            [(Kind::KubeVirt, Write::Change)]
+        );
+        let mut no_chart = intent(Phase::Post);
+        no_chart.steps = Steps {
+            values: false,
+            compare: false,
+            kubevirt: true,
+        };
+        assert_eq!(targets(&no_chart).len(), 1);
+        no_chart.steps = Steps {
+            kubevirt: false,
+            ..Steps::ALL
+        };
+        assert_eq!(
+            targets(&no_chart)
+                .iter()
+                .map(|t| t.kind)
+                .collect::<Vec<_>>(),
+            [Kind::ManagedChart]
+        );
+    }
+
+    #[test]
+    fn a_malformed_object_refuses_the_whole_phase_and_names_it() {
+        let good_kv = kubevirt(Some(json!(["LiveMigrate"])));
+        let good_chart = chart(json!({}), None);
+        let bad_kv = kubevirt(Some(json!("LiveMigrate")));
+        let mut bad_chart = good_chart.clone();
+        bad_chart["metadata"]["annotations"] = json!({KUBEVIRT_COPY: "{"});
+        for phase in [Phase::Pre, Phase::Post] {
+            for (kv_obj, chart_obj, at_fault) in [
+                (&bad_kv, &good_chart, Kind::KubeVirt),
+                (&good_kv, &bad_chart, Kind::ManagedChart),
+            ] {
+                let objects = Objects {
+                    kubevirt: Some(kv_obj.clone()),
+                    chart: Some(chart_obj.clone()),
+                };
+                let err = plan_phase(&intent(phase), &objects).unwrap_err();
+                assert_eq!(err.target.kind, at_fault, "{phase:?}: {err}");
+                assert!(!err.to_string().contains('\n'));
+            }
+        }
+    }
+
+    #[test]
+    fn the_original_copied_to_the_chart_drops_the_parents_the_cr_record_lists() {
+        let mut bare = kubevirt(None);
+        bare["spec"] = json!({});
+        let absent = pre_kv(&bare);
+        let record: ValueRecord = read_record(&absent, KUBEVIRT_RECORD).unwrap().unwrap();
+        assert_eq!(record.created_parents, ["/spec/workloadUpdateStrategy"]);
+        let original = kubevirt_original(&absent).unwrap();
+        assert!(original.created_parents.is_empty());
+        assert_eq!(original.present, record.present);
+    }
+
+    // ---- what a plan says it does ----
+
+    #[test]
+    fn each_plan_says_what_it_does_one_action_per_change() {
+        let live = json!(["LiveMigrate"]);
+        let on = kubevirt(Some(live.clone()));
+        let suspended = pre_kv(&on);
+        let as_is = value_record(Some(live.clone()), Vec::new());
+        let other = value_record(Some(json!(["Evict"])), Vec::new());
+        let mut changed = suspended.clone();
+        changed["spec"]["workloadUpdateStrategy"]["workloadUpdateMethods"] = json!(["Evict"]);
+        let count = |plan: Result<Plan, Malformed>| plan.unwrap().actions.len();
+        // pre: the change and the record; a copy that agrees adds nothing, one that differs says so.
+        assert_eq!(count(kubevirt_pre(&on, None)), 2);
+        assert_eq!(count(kubevirt_pre(&on, Some(&as_is))), 2);
+        assert_eq!(count(kubevirt_pre(&on, Some(&other))), 3);
+        // Already [] (no change, only the record), or already suspended (nothing but the record kept).
+        assert_eq!(count(kubevirt_pre(&kubevirt(Some(json!([]))), None)), 1);
+        assert_eq!(count(kubevirt_pre(&suspended, None)), 1);
+        // post: where the original comes from, the change, and what KubeVirt will now do; a change
+        // made while suspended is a warning, not an action.
+        assert_eq!(count(kubevirt_post(&suspended, None, None)), 3);
+        assert_eq!(count(kubevirt_post(&changed, None, None)), 0);
+        assert_eq!(
+            kubevirt_post(&changed, None, None).unwrap().warnings.len(),
+            1
+        );
+        // Nothing to restore from: only why.
+        assert_eq!(count(kubevirt_post(&on, None, Some(&other))), 1);
+        assert_eq!(count(kubevirt_post(&on, None, None)), 1);
+    }
+
+    #[test]
+    fn either_chart_step_alone_writes_the_chart() {
+        for steps in [
+            Steps {
+                kubevirt: false,
+                values: true,
+                compare: false,
+            },
+            Steps {
+                kubevirt: false,
+                values: false,
+                compare: true,
+            },
+        ] {
+            assert!(steps.writes(Kind::ManagedChart), "{steps:?}");
+            assert!(!steps.writes(Kind::KubeVirt), "{steps:?}");
+            let mut i = intent(Phase::Pre);
+            i.steps = steps;
+            assert_eq!(
+                targets(&i).iter().map(|t| t.kind).collect::<Vec<_>>(),
+                [Kind::ManagedChart]
+            );
+        }
+        assert!(!Steps::ALL.writes(Kind::Migration));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        #[test]
+        fn a_full_run_restores_both_objects_even_if_fleet_redeploys_in_between(
+            kv0 in kubevirt_strategy(),
+            chart0 in chart_strategy(),
+            redeploy in any::<bool>(),
+            rerun_pre in any::<bool>(),
+        ) {
+            let start = Objects { kubevirt: Some(kv0.clone()), chart: Some(chart0.clone()) };
+            // pre: the ManagedChart (with the copy) first; maybe the run is killed right after it
+            // and Fleet re-renders the CR from the new values before the rerun.
+            let mut now = if redeploy {
+                let (kv1, chart1) = fleet_redeploys_after_the_chart_write(&kv0, &chart0);
+                Objects { kubevirt: Some(kv1), chart: Some(chart1) }
+            } else {
+                run_phase(Phase::Pre, &start)
+            };
+            prop_assert!(kubevirt_copy(now.chart.as_ref().unwrap()).unwrap().is_some());
+            if rerun_pre {
+                now = run_phase(Phase::Pre, &now);
+                prop_assert_eq!(methods(now.kubevirt.as_ref().unwrap()).unwrap(), Some(json!([])));
+            }
+            // post: KubeVirt, then ManagedChart.
+            let end = run_phase(Phase::Post, &now);
+            prop_assert_eq!(methods(end.kubevirt.as_ref().unwrap()).unwrap(), methods(&kv0).unwrap());
+            prop_assert_eq!(end.chart.as_ref(), Some(&chart0));
+            if !redeploy {
+                prop_assert_eq!(end.kubevirt.as_ref(), Some(&kv0));
+            }
+            // post twice equals post once.
+            prop_assert_eq!(run_phase(Phase::Post, &end), end);
+        }
+    }
+}

@@ -1,0 +1,193 @@
+//! The records and readers: the annotation formats `pre` writes (`ValueRecord`,
+//! `CompareRecord`) and the checked readers of records, methods and nested values. Shared with
+//! `report`. A value that does not parse is a corrupted record, never a missing one. Readers
+//! only: nothing here plans a write.
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::editor::Malformed;
+use crate::model::{KUBEVIRT_COPY, KUBEVIRT_RECORD, METHODS_PATH, ObjectKey};
+
+/// Record of a single value: whether it was present, its exact value, and the parent maps that
+/// the guard created to hold its replacement (removed again by `post` when they are empty).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ValueRecord {
+    pub present: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<Value>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub created_parents: Vec<String>,
+}
+
+impl ValueRecord {
+    /// The recorded value: `None` when it was absent.
+    pub fn original(&self) -> Option<Value> {
+        self.value.clone().filter(|_| self.present)
+    }
+}
+
+/// What `pre` added to the comparePatches list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Added {
+    /// The pointer was already there: `post` leaves it.
+    Nothing,
+    /// The pointer was appended to an existing entry's `jsonPointers`.
+    Pointer,
+    /// An existing entry had no `jsonPointers`; the guard created the list.
+    PointerList,
+    /// A new entry was appended.
+    Entry,
+}
+
+/// What `pre` did to comparePatches, and for which object, so `post` removes exactly that,
+/// whatever names it is configured with.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CompareRecord {
+    pub added: Added,
+    /// The object the pointer is for (records of earlier versions lack it: the configured
+    /// names are used then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object: Option<RecordedObject>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pointer: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub created_parents: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RecordedObject {
+    pub api_version: String,
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl RecordedObject {
+    pub(super) fn key(&self) -> ObjectKey {
+        ObjectKey {
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+        }
+    }
+}
+
+/// The KubeVirt CR's record of its original, checked.
+pub fn kubevirt_record(obj: &Value) -> Result<Option<ValueRecord>, Malformed> {
+    let record: Option<ValueRecord> = read_record(obj, KUBEVIRT_RECORD)?;
+    if let Some(r) = &record {
+        check_methods_record(r)?;
+    }
+    Ok(record)
+}
+
+/// The ManagedChart's copy of the KubeVirt CR's original, if `pre` left one.
+pub fn kubevirt_copy(chart: &Value) -> Result<Option<ValueRecord>, Malformed> {
+    let copy = read_record::<ValueRecord>(chart, KUBEVIRT_COPY)?;
+    if let Some(c) = &copy {
+        check_methods_record(c)
+            .map_err(|_| Malformed(format!("annotation {KUBEVIRT_COPY} is corrupted")))?;
+    }
+    Ok(copy)
+}
+
+/// The KubeVirt CR's methods: absent, or a list of strings.
+pub fn methods(obj: &Value) -> Result<Option<Value>, Malformed> {
+    let current = lookup(obj, METHODS_PATH)?.cloned();
+    match &current {
+        Some(v) if !is_string_list(v) => Err(Malformed(format!(
+            "spec.workloadUpdateStrategy.workloadUpdateMethods is not a list of strings: {v}"
+        ))),
+        _ => Ok(current),
+    }
+}
+
+/// The value at `path`, checking that every parent present is a map.
+pub fn lookup<'a>(obj: &'a Value, path: &[&str]) -> Result<Option<&'a Value>, Malformed> {
+    let mut node = obj;
+    for (depth, seg) in path.iter().enumerate() {
+        let Value::Object(map) = node else {
+            return Err(Malformed(format!(
+                "{} is not a map",
+                path[..depth].join(".")
+            )));
+        };
+        match map.get(*seg) {
+            Some(next) => node = next,
+            None => return Ok(None),
+        }
+    }
+    Ok(Some(node))
+}
+
+/// Reads one of our annotations; a value that does not parse is a corrupted record.
+pub fn read_record<T: DeserializeOwned>(obj: &Value, key: &str) -> Result<Option<T>, Malformed> {
+    let annotations = match obj.pointer("/metadata/annotations") {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Object(a)) => a,
+        Some(_) => return Err(Malformed("metadata.annotations is not a map".into())),
+    };
+    match annotations.get(key) {
+        None => Ok(None),
+        Some(Value::String(s)) => serde_json::from_str(s)
+            .map(Some)
+            .map_err(|e| Malformed(format!("annotation {key} is corrupted ({e}): {s:?}"))),
+        Some(other) => Err(Malformed(format!(
+            "annotation {key} is not a string: {other}"
+        ))),
+    }
+}
+
+pub(super) fn annotation<'a>(obj: &'a Value, key: &str) -> Option<&'a Value> {
+    obj.pointer("/metadata/annotations")
+        .and_then(|a| a.get(key))
+}
+
+fn check_methods_record(r: &ValueRecord) -> Result<(), Malformed> {
+    match (&r.present, &r.value) {
+        (true, Some(v)) if is_string_list(v) => Ok(()),
+        (false, None) => Ok(()),
+        _ => Err(Malformed(format!(
+            "annotation {KUBEVIRT_RECORD} is corrupted: {}",
+            serde_json::to_string(r).unwrap_or_default()
+        ))),
+    }
+}
+
+fn is_string_list(v: &Value) -> bool {
+    v.as_array().is_some_and(|l| l.iter().all(Value::is_string))
+}
+
+pub(super) fn value_record(current: Option<Value>, created_parents: Vec<String>) -> ValueRecord {
+    ValueRecord {
+        present: current.is_some(),
+        value: current,
+        created_parents,
+    }
+}
+
+/// A value for logs: `absent`, or its compact JSON.
+pub fn describe(v: &Option<Value>) -> String {
+    v.as_ref()
+        .map_or_else(|| "absent".to_string(), Value::to_string)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::testing::*;
+
+    #[test]
+    fn describe_says_absent_or_gives_the_compact_json() {
+        assert_eq!(describe(&None), "absent");
+        assert_eq!(
+            describe(&Some(json!(["LiveMigrate", "Evict"]))),
+            r#"["LiveMigrate","Evict"]"#
+        );
+    }
+}
