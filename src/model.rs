@@ -24,6 +24,9 @@ pub const KUBEVIRT_COPY: &str =
     "workload-update-guard.harvesterhci.io/kubevirt-original-workload-update-methods";
 /// On the ManagedChart: what the guard added to `spec.diff.comparePatches`.
 pub const COMPARE_RECORD: &str = "workload-update-guard.harvesterhci.io/compare-patch";
+/// On either object, between `post`'s restore and its release: the owners the release gives the
+/// restored fields back to (`plan::records::Return`). Not a record of a suspension.
+pub const OWNERS_TO_RETURN: &str = "workload-update-guard.harvesterhci.io/owners-to-return";
 /// Our annotations on each kind: while one is there, the object is (partly) suspended by us.
 pub const KUBEVIRT_RECORDS: &[&str] = &[KUBEVIRT_RECORD];
 pub const CHART_RECORDS: &[&str] = &[VALUES_RECORD, COMPARE_RECORD, KUBEVIRT_COPY];

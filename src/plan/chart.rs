@@ -5,6 +5,7 @@
 use serde_json::{Value, json};
 
 use super::editor::{COMPARE_PATCH_GONE, Editor, Malformed, Plan};
+use super::ownership::{note_return, recorded_owners};
 use super::phase::Steps;
 use super::records::{
     Added, CompareRecord, RecordedObject, ValueRecord, describe, kubevirt_copy, lookup,
@@ -42,7 +43,11 @@ pub fn chart_pre(
                 "recorded original values override {}",
                 describe(&current)
             ));
-            ed.write_record(VALUES_RECORD, &value_record(current, created))?;
+            let record = ValueRecord {
+                owners: recorded_owners(obj, VALUES_PATH),
+                ..value_record(current, created)
+            };
+            ed.write_record(VALUES_RECORD, &record)?;
         }
     }
     if steps.compare {
@@ -101,6 +106,10 @@ pub fn chart_pre(
                     }),
                     pointer: Some(METHODS_POINTER.into()),
                     created_parents: created,
+                    owners: match added {
+                        Added::Nothing => Vec::new(),
+                        _ => recorded_owners(obj, COMPARE_PATH),
+                    },
                 },
             )?;
         }
@@ -112,10 +121,20 @@ pub fn chart_pre(
 pub fn chart_post(obj: &Value, kubevirt: &ObjectKey, steps: &Steps) -> Result<Plan, Malformed> {
     let mut ed = Editor::new(obj)?;
     kubevirt_copy(obj)?;
+    // Both fields go back to every recorded owner, `Update` ones included: nothing is known to
+    // apply the ManagedChart server-side, so no claim here can block a chart change.
+    let values = read_record::<ValueRecord>(obj, VALUES_RECORD)?.filter(|_| steps.values);
+    if let Some(r) = &values {
+        note_return(&mut ed, VALUES_PATH, r.owners.clone());
+    }
+    let compare = read_record::<CompareRecord>(obj, COMPARE_RECORD)?.filter(|_| steps.compare);
+    if let Some(r) = &compare {
+        note_return(&mut ed, COMPARE_PATH, r.owners.clone());
+    }
     ed.remove_annotation(KUBEVIRT_COPY);
     if steps.values {
         lookup(obj, VALUES_PATH)?;
-        match read_record::<ValueRecord>(obj, VALUES_RECORD)? {
+        match values {
             Some(r) => {
                 ed.restore(VALUES_PATH, &r, "values override")?;
                 ed.remove_annotation(VALUES_RECORD);
@@ -125,7 +144,7 @@ pub fn chart_post(obj: &Value, kubevirt: &ObjectKey, steps: &Steps) -> Result<Pl
     }
     if steps.compare {
         let list = compare_list(obj)?;
-        match read_record::<CompareRecord>(obj, COMPARE_RECORD)? {
+        match compare {
             Some(r) => {
                 let key = r
                     .object

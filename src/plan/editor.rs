@@ -78,6 +78,11 @@ impl Editor {
         });
     }
 
+    /// The document as the ops so far leave it.
+    pub(super) fn doc(&self) -> &Value {
+        &self.doc
+    }
+
     pub(super) fn push(&mut self, op: Value) {
         let op: PatchOperation = serde_json::from_value(op).expect("planned ops are well-formed");
         json_patch::patch(&mut self.doc, std::slice::from_ref(&op))

@@ -7,7 +7,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::editor::{CHANGED_WHILE_SUSPENDED, Editor, Malformed, Plan, STILL_SUSPENDED};
-use super::ownership::methods_owned_by_us;
+use super::ownership::{methods_owned_by_us, note_return, recorded_owners};
 use super::records::{ValueRecord, describe, kubevirt_record, methods, value_record};
 use crate::model::{KUBEVIRT_RECORD, METHODS_PATH};
 
@@ -22,21 +22,26 @@ pub fn kubevirt_pre(obj: &Value, copy: Option<&ValueRecord>) -> Result<Plan, Mal
         ed.note("kept the existing record of the original");
         return Ok(ed.finish());
     }
-    let original = match copy.map(ValueRecord::original) {
-        Some(o) if o != current => {
+    // The owners go with the value: the copy's, or those of the field as it is now.
+    let (original, owners) = match copy {
+        Some(c) if c.original() != current => {
             ed.note(format!(
                 "the CR was changed to {} after the ManagedChart was written; the ManagedChart's copy holds the original",
                 describe(&current)
             ));
-            o
+            (c.original(), c.owners.clone())
         }
-        _ => current,
+        _ => (current, recorded_owners(obj, METHODS_PATH)),
     };
     ed.note(format!(
         "recorded original workloadUpdateMethods {}",
         describe(&original)
     ));
-    ed.write_record(KUBEVIRT_RECORD, &value_record(original, created))?;
+    let record = ValueRecord {
+        owners,
+        ..value_record(original, created)
+    };
+    ed.write_record(KUBEVIRT_RECORD, &record)?;
     Ok(ed.finish())
 }
 
@@ -48,7 +53,10 @@ pub fn kubevirt_original(obj: &Value) -> Result<ValueRecord, Malformed> {
             created_parents: Vec::new(),
             ..r
         }),
-        None => Ok(value_record(methods(obj)?, Vec::new())),
+        None => Ok(ValueRecord {
+            owners: recorded_owners(obj, METHODS_PATH),
+            ..value_record(methods(obj)?, Vec::new())
+        }),
     }
 }
 
@@ -159,6 +167,12 @@ pub fn kubevirt_post(
         (Some(original), _) => {
             ed.note(format!("restoring from {}", restore.reason));
             ed.restore(METHODS_PATH, original, "workloadUpdateMethods")?;
+            // Only appliers get the field back: a recorded `Update` claim on the methods is the
+            // upstream hazard (a stale kubectl-patch or upgrade-toolkit claim that makes the next
+            // chart change conflict), which one cycle of the guard heals.
+            let appliers = original.owners.iter();
+            let appliers = appliers.filter(|o| o.operation == "Apply").cloned().collect();
+            note_return(&mut ed, METHODS_PATH, appliers);
             if current.as_ref() == Some(&json!([]))
                 && let Some(notice) = update_notice(obj, &original.original())
             {
@@ -280,7 +294,8 @@ mod tests {
             ValueRecord {
                 present: false,
                 value: None,
-                created_parents: vec!["/spec/workloadUpdateStrategy".into()]
+                created_parents: vec!["/spec/workloadUpdateStrategy".into()],
+                owners: vec![],
             }
         );
         assert_eq!(post_kv(&after, None), obj);

@@ -6,8 +6,10 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::editor::{Editor, Malformed, Plan};
-use super::records::{annotation, methods};
-use crate::model::{CHART_RECORDS, FIELD_MANAGER, KUBEVIRT_RECORDS, Kind, METHODS_PATH, pointer};
+use super::records::{RecordedOwner, Return, annotation, lookup, methods, read_record};
+use crate::model::{
+    CHART_RECORDS, FIELD_MANAGER, KUBEVIRT_RECORDS, Kind, METHODS_PATH, OWNERS_TO_RETURN, pointer,
+};
 
 /// Whether our field manager owns `workloadUpdateMethods` according to `managedFields`.
 pub fn methods_owned_by_us(obj: &Value) -> bool {
@@ -23,6 +25,10 @@ pub struct Owner {
     pub manager: String,
     /// `Apply` (server-side apply) or `Update` (any other write).
     pub operation: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub api_version: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub subresource: String,
     pub time: Option<String>,
 }
 
@@ -52,9 +58,122 @@ pub fn owners(obj: &Value, path: &[&str]) -> Vec<Owner> {
         .map(|e| Owner {
             manager: text(e, "manager"),
             operation: text(e, "operation"),
+            api_version: text(e, "apiVersion"),
+            subresource: text(e, "subresource"),
             time: e.get("time").and_then(Value::as_str).map(str::to_string),
         })
         .collect()
+}
+
+/// What `pre` records about the owners of the field at `path`: every entry but ours.
+pub fn recorded_owners(obj: &Value, path: &[&str]) -> Vec<RecordedOwner> {
+    owners(obj, path)
+        .into_iter()
+        .filter(|o| o.manager != FIELD_MANAGER)
+        .map(|o| RecordedOwner {
+            manager: o.manager,
+            operation: o.operation,
+            api_version: o.api_version,
+            subresource: o.subresource,
+        })
+        .collect()
+}
+
+/// Notes, in the restore's own write, the owners that the release after it gives `path` back
+/// to (merged with a note already there). Nothing when there is no one to give it to.
+pub(super) fn note_return(ed: &mut Editor, path: &[&str], owners: Vec<RecordedOwner>) {
+    if owners.is_empty() {
+        return;
+    }
+    let mut returns: Vec<Return> = read_record(ed.doc(), OWNERS_TO_RETURN)
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    let path: Vec<String> = path.iter().map(|s| s.to_string()).collect();
+    returns.retain(|r| r.path != path);
+    let who: Vec<String> = owners
+        .iter()
+        .map(|o| format!("{}/{}", o.manager, o.operation))
+        .collect();
+    ed.note(format!(
+        "{} goes back to {} in the release that follows",
+        path.join("."),
+        who.join(", ")
+    ));
+    returns.push(Return { path, owners });
+    ed.write_record(OWNERS_TO_RETURN, &returns)
+        .expect("annotations are a map: the object was planned from");
+}
+
+/// The index of the live entry that `owner` recorded: same manager, operation, API version and
+/// subresource.
+fn entry_of(entries: &[Value], owner: &RecordedOwner) -> Option<usize> {
+    let text = |e: &Value, k: &str| e.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+    entries.iter().position(|e| {
+        text(e, "manager") == owner.manager
+            && text(e, "operation") == owner.operation
+            && text(e, "apiVersion") == owner.api_version
+            && text(e, "subresource") == owner.subresource
+    })
+}
+
+/// Gives the field of each noted [`Return`] back to its recorded owners: an `add` into the
+/// entry's `fieldsV1`, guarded by `test`s of the entry's manager and operation. Nothing is added
+/// where the entry is gone, already owns the field, or the field is no longer on the object.
+fn give_back(ed: &mut Editor, obj: &Value, returns: &[Return]) -> Result<(), Malformed> {
+    let entries = managed_fields(obj);
+    for r in returns {
+        let path: Vec<&str> = r.path.iter().map(String::as_str).collect();
+        if lookup(obj, &path)?.is_none() {
+            ed.note(format!(
+                "{} is gone: no ownership to give back",
+                path.join(".")
+            ));
+            continue;
+        }
+        let fields: Vec<String> = path.iter().map(|s| format!("f:{s}")).collect();
+        for owner in &r.owners {
+            let who = format!("{}/{}", owner.manager, owner.operation);
+            let Some(i) = entry_of(entries, owner) else {
+                ed.note(format!(
+                    "{who} no longer has a managedFields entry: {} not given back to it",
+                    path.join(".")
+                ));
+                continue;
+            };
+            let fields_v1 = &entries[i]["fieldsV1"];
+            if !fields_v1.is_object() {
+                continue;
+            }
+            // How many leading segments the entry has already, as maps.
+            let have = (1..=fields.len())
+                .take_while(|&d| {
+                    let segs: Vec<&str> = fields[..d].iter().map(String::as_str).collect();
+                    fields_v1
+                        .pointer(&pointer(&segs))
+                        .is_some_and(Value::is_object)
+                })
+                .count();
+            if have == fields.len() {
+                ed.note(format!("{who} owns {} already", path.join(".")));
+                continue;
+            }
+            // One `add` at the first missing segment, with the rest nested under it.
+            let nested = fields[have + 1..]
+                .iter()
+                .rev()
+                .fold(json!({}), |v, seg| json!({ seg.as_str(): v }));
+            let at: Vec<&str> = fields[..=have].iter().map(String::as_str).collect();
+            let base = format!("/metadata/managedFields/{i}");
+            ed.push(
+                json!({"op": "test", "path": format!("{base}/manager"), "value": owner.manager}),
+            );
+            ed.push(json!({"op": "test", "path": format!("{base}/operation"), "value": owner.operation}));
+            ed.add(&format!("{base}/fieldsV1{}", pointer(&at)), nested);
+            ed.note(format!("gave {} back to {who}", path.join(".")));
+        }
+    }
+    Ok(())
 }
 
 /// The fields an entry's `fieldsV1` owns, as dotted paths (`.spec.x`), for logs.
@@ -72,8 +191,9 @@ fn owned_fields(fields: &Value, prefix: &str, out: &mut Vec<String>) {
     }
 }
 
-/// `post`'s last write on an object: our `managedFields` entries removed, so that no claim of
-/// ours outlives the suspension. Every write that changes a field makes its manager an owner of
+/// `post`'s last write on an object: the restored fields given back to the owners they had
+/// before `pre` (as the restore noted them, see [`note_return`]), and our `managedFields`
+/// entries removed, so that no claim of ours outlives the suspension. Every write that changes a field makes its manager an owner of
 /// it, and the restore is such a write; a later Helm-4 apply that changes the field (a new
 /// chart default, an operator's values edit) would then conflict with us (DESIGN §4.3). The
 /// server takes a write whose only change is to `managedFields` as it is, so this must be a
@@ -97,6 +217,9 @@ pub fn release(obj: &Value, kind: Kind) -> Result<Plan, Malformed> {
         ed.note("our claim on [] stays: it marks the suspension as ours for a later post with a fallback");
         return Ok(ed.finish());
     }
+    let returns: Vec<Return> = read_record(obj, OWNERS_TO_RETURN)?.unwrap_or_default();
+    give_back(&mut ed, obj, &returns)?;
+    ed.remove_annotation(OWNERS_TO_RETURN);
     let entries = managed_fields(obj);
     let ours: Vec<usize> = (0..entries.len())
         .filter(|&i| {
@@ -238,6 +361,8 @@ mod tests {
         let owner = |operation: &str| Owner {
             manager: "m".into(),
             operation: operation.into(),
+            api_version: String::new(),
+            subresource: String::new(),
             time: None,
         };
         assert!(owner("Update").blocks_apply());
@@ -303,6 +428,227 @@ mod tests {
                 .map(|e| &e["manager"])
                 .collect();
             assert_eq!(managers, [&json!("helm")], "{kind:?}");
+        }
+    }
+
+    // ---- ownership given back (docs/design.md, "Field ownership") ----
+
+    fn with_fields(mut obj: Value, entries: Value) -> Value {
+        obj["metadata"]["managedFields"] = entries;
+        obj
+    }
+
+    /// A whole cycle on the CR, the server's ownership bookkeeping modelled: pre, post's restore,
+    /// post's release.
+    fn kubevirt_cycle(obj: &Value) -> Value {
+        let suspended = write_as_server(obj, &kubevirt_pre(obj, None).unwrap(), METHODS_PATH);
+        let restored = write_as_server(
+            &suspended,
+            &kubevirt_post(&suspended, None, None).unwrap(),
+            METHODS_PATH,
+        );
+        apply(&restored, &release(&restored, Kind::KubeVirt).unwrap())
+    }
+
+    #[test]
+    fn a_cycle_gives_the_methods_back_to_helm_and_heals_a_stale_update_claim() {
+        let mut helm_fields = methods_fields();
+        helm_fields["f:spec"]["f:configuration"] = json!({});
+        let obj = with_fields(
+            kubevirt(Some(json!(["LiveMigrate"]))),
+            json!([
+                entry("helm", "Apply", helm_fields.clone()),
+                entry("kubectl-patch", "Update", methods_fields()),
+                entry("virt-operator", "Update", json!({"f:status": {}})),
+            ]),
+        );
+        let after = kubevirt_cycle(&obj);
+        assert_eq!(after["spec"], obj["spec"]);
+        assert_eq!(
+            after["metadata"]["annotations"],
+            obj["metadata"]["annotations"]
+        );
+        // Helm's entry is exactly as before; the stale Update claim is healed, not given back.
+        assert_eq!(
+            after["metadata"]["managedFields"],
+            json!([
+                entry("helm", "Apply", helm_fields),
+                entry("virt-operator", "Update", json!({"f:status": {}})),
+            ])
+        );
+    }
+
+    #[test]
+    fn the_field_goes_back_only_to_an_entry_that_still_exists_and_lacks_it() {
+        let obj = with_fields(
+            kubevirt(Some(json!(["LiveMigrate"]))),
+            json!([
+                entry("helm", "Apply", methods_fields()),
+                entry("virt-operator", "Update", json!({"f:status": {}})),
+            ]),
+        );
+        let suspended = write_as_server(&obj, &kubevirt_pre(&obj, None).unwrap(), METHODS_PATH);
+        let restored = write_as_server(
+            &suspended,
+            &kubevirt_post(&suspended, None, None).unwrap(),
+            METHODS_PATH,
+        );
+        let note = read_record::<Vec<Return>>(&restored, OWNERS_TO_RETURN).unwrap();
+        assert_eq!(note.unwrap()[0].owners[0].manager, "helm");
+        // Helm applied again between the restore and the release: it owns the field already.
+        let mut reapplied = restored.clone();
+        reapplied["metadata"]["managedFields"]
+            .as_array_mut()
+            .unwrap()
+            .push(entry("helm", "Apply", methods_fields()));
+        let plan = release(&reapplied, Kind::KubeVirt).unwrap();
+        assert!(
+            plan.actions.iter().any(|a| a.contains("owns")),
+            "{:?}",
+            plan.actions
+        );
+        let after = apply(&reapplied, &plan);
+        assert_eq!(
+            after["metadata"]["managedFields"][1],
+            entry("helm", "Apply", methods_fields())
+        );
+        // Helm's entry is gone (an uninstall, say): nothing is added to anyone.
+        let plan = release(&restored, Kind::KubeVirt).unwrap();
+        let after = apply(&restored, &plan);
+        assert_eq!(
+            after["metadata"]["managedFields"],
+            json!([entry("virt-operator", "Update", json!({"f:status": {}}))])
+        );
+        assert!(annotation(&after, OWNERS_TO_RETURN).is_none());
+        // The field is gone since: nothing to own.
+        let mut gone = restored.clone();
+        gone["spec"]["workloadUpdateStrategy"] = json!({});
+        let after = apply(&gone, &release(&gone, Kind::KubeVirt).unwrap());
+        assert_eq!(owners(&after, METHODS_PATH), vec![]);
+    }
+
+    #[test]
+    fn a_record_of_the_previous_release_restores_without_giving_ownership_back() {
+        let obj = with_fields(
+            kubevirt(Some(json!(["LiveMigrate"]))),
+            json!([
+                entry("helm", "Apply", methods_fields()),
+                entry("virt-operator", "Update", json!({"f:status": {}})),
+            ]),
+        );
+        let mut suspended = write_as_server(&obj, &kubevirt_pre(&obj, None).unwrap(), METHODS_PATH);
+        // The previous release wrote no owners.
+        suspended["metadata"]["annotations"][KUBEVIRT_RECORD] =
+            json!(r#"{"present":true,"value":["LiveMigrate"]}"#);
+        let restored = write_as_server(
+            &suspended,
+            &kubevirt_post(&suspended, None, None).unwrap(),
+            METHODS_PATH,
+        );
+        assert!(annotation(&restored, OWNERS_TO_RETURN).is_none());
+        let after = apply(&restored, &release(&restored, Kind::KubeVirt).unwrap());
+        assert_eq!(after["spec"], obj["spec"]);
+        assert_eq!(owners(&after, METHODS_PATH), vec![]);
+        assert!(claims_of(&after).is_empty());
+    }
+
+    fn claims_of(obj: &Value) -> Vec<Value> {
+        obj["metadata"]["managedFields"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|e| e["manager"] == FIELD_MANAGER)
+            .cloned()
+            .collect()
+    }
+
+    #[test]
+    fn a_chart_cycle_gives_values_and_compare_patches_back_to_their_owners() {
+        // An entry that owned nothing else would be dropped by pre's write, and not come back.
+        let mut edit_fields = field_set(VALUES_PATH);
+        edit_fields["f:spec"]["f:paused"] = json!({});
+        let obj = with_fields(
+            chart(
+                json!({"kubevirt": {"spec": {"workloadUpdateStrategy": {"workloadUpdateMethods": ["LiveMigrate"]}}}}),
+                Some(json!([longhorn_entry()])),
+            ),
+            json!([
+                entry(
+                    "rancher",
+                    "Update",
+                    json!({"f:spec": {"f:diff": {"f:comparePatches": {}}, "f:chart": {}}})
+                ),
+                entry("kubectl-edit", "Update", edit_fields),
+            ]),
+        );
+        // One write changes both fields: the server moves each to us.
+        let server = |o: &Value, p: &Plan| {
+            let values = write_as_server(o, p, VALUES_PATH);
+            let mid = with_fields(o.clone(), values["metadata"]["managedFields"].clone());
+            server_update(&mid, &values, FIELD_MANAGER, COMPARE_PATH)
+        };
+        let kv = ObjectKey {
+            namespace: "harvester-system".into(),
+            name: "kubevirt".into(),
+        };
+        let suspended = server(&obj, &chart_pre(&obj, &kv, &Steps::ALL, None).unwrap());
+        assert_eq!(owners(&suspended, VALUES_PATH)[0].manager, FIELD_MANAGER);
+        let restored = server(
+            &suspended,
+            &chart_post(&suspended, &kv, &Steps::ALL).unwrap(),
+        );
+        let after = apply(&restored, &release(&restored, Kind::ManagedChart).unwrap());
+        assert_eq!(after["spec"], obj["spec"]);
+        assert_eq!(
+            after["metadata"]["annotations"],
+            obj["metadata"]["annotations"]
+        );
+        assert_eq!(
+            after["metadata"]["managedFields"],
+            obj["metadata"]["managedFields"]
+        );
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1000))]
+
+        /// Wherever the recorded owner's entry and ours sit, the release adds exactly the field to
+        /// that entry, leaves every other entry as it was and in order, drops ours, and a second
+        /// release has nothing to do.
+        #[test]
+        fn the_field_goes_back_to_the_recorded_entry_at_any_index(
+            mf in managed_fields_strategy(),
+            at in any::<prop::sample::Index>(),
+            helm_fields in prop_oneof![
+                Just(json!({})),
+                Just(json!({"f:spec": {}})),
+                Just(json!({"f:spec": {"f:configuration": {}}})),
+                Just(json!({"f:spec": {"f:workloadUpdateStrategy": {"f:batchEvictionSize": {}}}})),
+            ],
+        ) {
+            let mut mf: Vec<Value> = mf.into_iter().filter(|e| e["manager"] != "helm").collect();
+            let i = at.index(mf.len() + 1);
+            let mut helm = entry("helm", "Apply", helm_fields.clone());
+            mf.insert(i, helm.clone());
+            let mut obj = with_fields(kubevirt(Some(json!(["LiveMigrate"]))), json!(mf.clone()));
+            let owner = RecordedOwner {
+                manager: "helm".into(), operation: "Apply".into(),
+                api_version: "kubevirt.io/v1".into(), subresource: String::new(),
+            };
+            let note = vec![Return { path: METHODS_PATH.iter().map(|s| s.to_string()).collect(), owners: vec![owner] }];
+            obj["metadata"]["annotations"] = json!({OWNERS_TO_RETURN: serde_json::to_string(&note).unwrap()});
+            let after = apply(&obj, &release(&obj, Kind::KubeVirt).unwrap());
+            let mut expected = helm_fields;
+            merge_sets(&mut expected, &methods_fields());
+            helm["fieldsV1"] = expected;
+            let want: Vec<Value> = mf.iter()
+                .filter(|e| e["manager"] != FIELD_MANAGER || e["fieldsV1"] == json!({}))
+                .map(|e| if e["manager"] == "helm" { helm.clone() } else { e.clone() })
+                .collect();
+            prop_assert_eq!(after["metadata"]["managedFields"].as_array().unwrap(), &want);
+            prop_assert!(annotation(&after, OWNERS_TO_RETURN).is_none());
+            prop_assert_eq!(release(&after, Kind::KubeVirt).unwrap().patch, None);
+            prop_assert_eq!(&after["spec"], &obj["spec"]);
         }
     }
 }

@@ -20,6 +20,34 @@ pub struct ValueRecord {
     pub value: Option<Value>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub created_parents: Vec<String>,
+    /// The `managedFields` entries that owned the value before `pre` wrote it (not ours).
+    /// Empty in records of earlier versions: `post` then gives no ownership back.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub owners: Vec<RecordedOwner>,
+}
+
+/// A `managedFields` entry, as `pre` found it owning a field; `post` gives the field back to the
+/// entry that matches all four (docs/design.md, "Field ownership").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RecordedOwner {
+    pub manager: String,
+    /// `Apply` or `Update`.
+    pub operation: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub api_version: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub subresource: String,
+}
+
+/// What `post` gives back, written by a restore and consumed by the release that follows it
+/// (a write of its own: see `ownership::release`): the owners of one field.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Return {
+    /// The field, as path segments (`["spec", "workloadUpdateStrategy", ...]`).
+    pub path: Vec<String>,
+    pub owners: Vec<RecordedOwner>,
 }
 
 impl ValueRecord {
@@ -57,6 +85,10 @@ pub struct CompareRecord {
     pub pointer: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub created_parents: Vec<String>,
+    /// The owners of the (atomic) list before `pre` changed it; empty in earlier records or
+    /// when `pre` did not change the list.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub owners: Vec<RecordedOwner>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -165,6 +197,7 @@ fn is_string_list(v: &Value) -> bool {
 
 pub(super) fn value_record(current: Option<Value>, created_parents: Vec<String>) -> ValueRecord {
     ValueRecord {
+        owners: Vec::new(),
         present: current.is_some(),
         value: current,
         created_parents,

@@ -325,3 +325,75 @@ pub fn managed_fields_strategy() -> impl Strategy<Value = Vec<Value>> {
         0..6,
     )
 }
+
+/// The `fieldsV1` set holding only the field at `path`.
+pub fn field_set(path: &[&str]) -> Value {
+    path.iter()
+        .rev()
+        .fold(json!({}), |v, seg| json!({ format!("f:{seg}"): v }))
+}
+
+fn remove_field(set: &mut Value, fields: &[String]) {
+    let Some(map) = set.as_object_mut() else {
+        return;
+    };
+    match fields {
+        [] => {}
+        [leaf] => {
+            map.remove(leaf);
+        }
+        [first, rest @ ..] => {
+            if let Some(child) = map.get_mut(first) {
+                remove_field(child, rest);
+                if child.as_object().is_some_and(|m| m.is_empty()) {
+                    map.remove(first);
+                }
+            }
+        }
+    }
+}
+
+pub fn merge_sets(into: &mut Value, from: &Value) {
+    if let (Some(a), Some(b)) = (into.as_object_mut(), from.as_object()) {
+        for (k, v) in b {
+            merge_sets(a.entry(k.clone()).or_insert(json!({})), v);
+        }
+    }
+}
+
+/// What the API server does to `managedFields` when an `Update` by `manager` turns `old` into
+/// `new`, modelled for the field at `path` only: a changed value moves that field to the
+/// writer's `Update` entry alone, and an entry left owning nothing is dropped.
+pub fn server_update(old: &Value, new: &Value, manager: &str, path: &[&str]) -> Value {
+    let mut out = new.clone();
+    let (before, after) = (lookup(old, path).unwrap(), lookup(new, path).unwrap());
+    if before == after {
+        return out;
+    }
+    let fields: Vec<String> = path.iter().map(|s| format!("f:{s}")).collect();
+    let mut entries = old["metadata"]["managedFields"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    for e in &mut entries {
+        remove_field(&mut e["fieldsV1"], &fields);
+    }
+    entries.retain(|e| e["fieldsV1"].as_object().is_some_and(|m| !m.is_empty()));
+    if after.is_some() {
+        let set = field_set(path);
+        match entries
+            .iter_mut()
+            .find(|e| e["manager"] == manager && e["operation"] == "Update")
+        {
+            Some(e) => merge_sets(&mut e["fieldsV1"], &set),
+            None => entries.push(entry(manager, "Update", set)),
+        }
+    }
+    out["metadata"]["managedFields"] = json!(entries);
+    out
+}
+
+/// Applies a plan as the server would for `manager`'s `Update`, ownership of `path` included.
+pub fn write_as_server(obj: &Value, plan: &Plan, path: &[&str]) -> Value {
+    server_update(obj, &apply(obj, plan), FIELD_MANAGER, path)
+}
