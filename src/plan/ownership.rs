@@ -65,18 +65,38 @@ pub fn owners(obj: &Value, path: &[&str]) -> Vec<Owner> {
         .collect()
 }
 
-/// What `pre` records about the owners of the field at `path`: every entry but ours.
+/// What `pre` records about the owners of the field at `path`: every entry but ours, with the
+/// parent maps each owned.
 pub fn recorded_owners(obj: &Value, path: &[&str]) -> Vec<RecordedOwner> {
-    owners(obj, path)
-        .into_iter()
-        .filter(|o| o.manager != FIELD_MANAGER)
-        .map(|o| RecordedOwner {
-            manager: o.manager,
-            operation: o.operation,
-            api_version: o.api_version,
-            subresource: o.subresource,
+    let fields = f_fields(path);
+    let text = |e: &Value, k: &str| e.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+    managed_fields(obj)
+        .iter()
+        .filter(|e| e["manager"] != FIELD_MANAGER && e.pointer(&fields_ptr(&fields)).is_some())
+        .map(|e| RecordedOwner {
+            manager: text(e, "manager"),
+            operation: text(e, "operation"),
+            api_version: text(e, "apiVersion"),
+            subresource: text(e, "subresource"),
+            parents: (1..path.len())
+                .filter(|&d| {
+                    e.pointer(&format!("{}/.", fields_ptr(&fields[..d])))
+                        .is_some()
+                })
+                .map(|d| path[..d].join("."))
+                .collect(),
         })
         .collect()
+}
+
+fn f_fields(path: &[&str]) -> Vec<String> {
+    path.iter().map(|s| format!("f:{s}")).collect()
+}
+
+/// The pointer to a field in a `managedFields` entry.
+fn fields_ptr(fields: &[String]) -> String {
+    let segs: Vec<&str> = fields.iter().map(String::as_str).collect();
+    format!("/fieldsV1{}", pointer(&segs))
 }
 
 /// Notes, in the restore's own write, the owners that the release after it gives `path` back
@@ -117,8 +137,9 @@ fn entry_of(entries: &[Value], owner: &RecordedOwner) -> Option<usize> {
     })
 }
 
-/// Gives the field of each noted [`Return`] back to its recorded owners: an `add` into the
-/// entry's `fieldsV1`, guarded by `test`s of the entry's manager and operation. Nothing is added
+/// Gives the field of each noted [`Return`] back to its recorded owners: the entry's `fieldsV1`
+/// with the field (and the parent maps it owned) merged in, guarded by `test`s of the entry's
+/// manager and operation (and the whole patch by the resourceVersion's). Nothing is added
 /// where the entry is gone, already owns the field, or the field is no longer on the object.
 fn give_back(ed: &mut Editor, obj: &Value, returns: &[Return]) -> Result<(), Malformed> {
     let entries = managed_fields(obj);
@@ -131,7 +152,7 @@ fn give_back(ed: &mut Editor, obj: &Value, returns: &[Return]) -> Result<(), Mal
             ));
             continue;
         }
-        let fields: Vec<String> = path.iter().map(|s| format!("f:{s}")).collect();
+        let fields = f_fields(&path);
         for owner in &r.owners {
             let who = format!("{}/{}", owner.manager, owner.operation);
             let Some(i) = entry_of(entries, owner) else {
@@ -141,39 +162,45 @@ fn give_back(ed: &mut Editor, obj: &Value, returns: &[Return]) -> Result<(), Mal
                 ));
                 continue;
             };
-            let fields_v1 = &entries[i]["fieldsV1"];
-            if !fields_v1.is_object() {
+            let entry = &entries[i];
+            if !entry["fieldsV1"].is_object() {
                 continue;
             }
-            // How many leading segments the entry has already, as maps.
-            let have = (1..=fields.len())
-                .take_while(|&d| {
-                    let segs: Vec<&str> = fields[..d].iter().map(String::as_str).collect();
-                    fields_v1
-                        .pointer(&pointer(&segs))
-                        .is_some_and(Value::is_object)
-                })
-                .count();
-            if have == fields.len() {
+            if entry.pointer(&fields_ptr(&fields)).is_some() {
                 ed.note(format!("{who} owns {} already", path.join(".")));
                 continue;
             }
-            // One `add` at the first missing segment, with the rest nested under it.
-            let nested = fields[have + 1..]
-                .iter()
-                .rev()
-                .fold(json!({}), |v, seg| json!({ seg.as_str(): v }));
-            let at: Vec<&str> = fields[..=have].iter().map(String::as_str).collect();
+            // The entry's set with the field, and the parent maps it owned, added back.
+            let mut wanted = json!({});
+            let mut node = &mut wanted;
+            for (d, seg) in fields.iter().enumerate() {
+                node = &mut node[seg.as_str()];
+                *node = json!({});
+                if owner.parents.contains(&path[..=d].join(".")) {
+                    node["."] = json!({});
+                }
+            }
+            let mut merged = entry["fieldsV1"].clone();
+            merge_sets(&mut merged, &wanted);
             let base = format!("/metadata/managedFields/{i}");
             ed.push(
                 json!({"op": "test", "path": format!("{base}/manager"), "value": owner.manager}),
             );
             ed.push(json!({"op": "test", "path": format!("{base}/operation"), "value": owner.operation}));
-            ed.add(&format!("{base}/fieldsV1{}", pointer(&at)), nested);
+            ed.push(json!({"op": "replace", "path": format!("{base}/fieldsV1"), "value": merged}));
             ed.note(format!("gave {} back to {who}", path.join(".")));
         }
     }
     Ok(())
+}
+
+/// `from`'s members added to the `fieldsV1` set `into`.
+pub(crate) fn merge_sets(into: &mut Value, from: &Value) {
+    if let (Some(a), Some(b)) = (into.as_object_mut(), from.as_object()) {
+        for (k, v) in b {
+            merge_sets(a.entry(k.clone()).or_insert(json!({})), v);
+        }
+    }
 }
 
 /// The fields an entry's `fieldsV1` owns, as dotted paths (`.spec.x`), for logs.
@@ -576,7 +603,7 @@ mod tests {
                 entry(
                     "rancher",
                     "Update",
-                    json!({"f:spec": {"f:diff": {"f:comparePatches": {}}, "f:chart": {}}})
+                    json!({"f:spec": {"f:diff": {".": {}, "f:comparePatches": {}}, "f:chart": {}}})
                 ),
                 entry("kubectl-edit", "Update", edit_fields),
             ]),
@@ -633,7 +660,7 @@ mod tests {
             let mut obj = with_fields(kubevirt(Some(json!(["LiveMigrate"]))), json!(mf.clone()));
             let owner = RecordedOwner {
                 manager: "helm".into(), operation: "Apply".into(),
-                api_version: "kubevirt.io/v1".into(), subresource: String::new(),
+                api_version: "kubevirt.io/v1".into(), subresource: String::new(), parents: vec![],
             };
             let note = vec![Return { path: METHODS_PATH.iter().map(|s| s.to_string()).collect(), owners: vec![owner] }];
             obj["metadata"]["annotations"] = json!({OWNERS_TO_RETURN: serde_json::to_string(&note).unwrap()});

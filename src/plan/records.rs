@@ -38,6 +38,10 @@ pub struct RecordedOwner {
     pub api_version: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub subresource: String,
+    /// The field's parent maps that the entry owned as maps (`.` in `fieldsV1`), dotted
+    /// (`spec.diff`): a write that takes a map's last owned child takes the map too.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parents: Vec<String>,
 }
 
 /// What `post` gives back, written by a restore and consumed by the release that follows it

@@ -3,6 +3,7 @@
 pub use super::chart::*;
 pub use super::editor::*;
 pub use super::kubevirt::*;
+pub(crate) use super::ownership::merge_sets;
 pub use super::phase::*;
 pub use super::records::*;
 pub use crate::model::*;
@@ -345,18 +346,15 @@ fn remove_field(set: &mut Value, fields: &[String]) {
         [first, rest @ ..] => {
             if let Some(child) = map.get_mut(first) {
                 remove_field(child, rest);
-                if child.as_object().is_some_and(|m| m.is_empty()) {
+                // A map whose last owned child goes is no longer owned either (as the API
+                // server does; seen on spec.diff).
+                if child
+                    .as_object()
+                    .is_some_and(|m| m.keys().all(|k| k == "."))
+                {
                     map.remove(first);
                 }
             }
-        }
-    }
-}
-
-pub fn merge_sets(into: &mut Value, from: &Value) {
-    if let (Some(a), Some(b)) = (into.as_object_mut(), from.as_object()) {
-        for (k, v) in b {
-            merge_sets(a.entry(k.clone()).or_insert(json!({})), v);
         }
     }
 }

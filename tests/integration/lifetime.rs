@@ -204,3 +204,74 @@ async fn heal(manager: &str) {
         "{manager} keeps its other fields"
     );
 }
+
+/// What "exactly as before" compares: the content a user sees and every `managedFields` entry
+/// (its time aside), with the namespace's name taken out.
+fn as_compared(obj: &Value, ns: &str) -> String {
+    let mut o = json!({
+        "labels": obj["metadata"]["labels"],
+        "annotations": obj["metadata"]["annotations"],
+        "spec": obj["spec"],
+        "managedFields": obj["metadata"]["managedFields"],
+    });
+    for e in o["managedFields"].as_array_mut().into_iter().flatten() {
+        e.as_object_mut().unwrap().remove("time");
+    }
+    serde_json::to_string_pretty(&o).unwrap().replace(ns, "NS")
+}
+
+async fn same_as_control(client: &kube::Client, control: &str, cycled: &str, when: &str) {
+    for (kind, name) in [("KubeVirt", "kubevirt"), ("ManagedChart", "harvester")] {
+        let a = as_compared(&get(client, kind, control, name).await, control);
+        let b = as_compared(&get(client, kind, cycled, name).await, cycled);
+        assert_eq!(
+            b, a,
+            "{kind} {when}: the cycled object (left) differs from the control"
+        );
+    }
+}
+
+/// Two Harvester-like installs side by side: a control that never sees the guard, and one
+/// that goes through a `pre`/`post` cycle before every chart version, with and without a Fleet
+/// redeploy while suspended. The chart keeps the field, changes it, drops it, and sets it again.
+/// After each `post`, and after each chart version, both objects are the same as the
+/// control's, `managedFields` included: the field goes back to Helm, so a chart that drops it
+/// removes it on both.
+#[tokio::test]
+async fn a_cycled_install_stays_exactly_like_a_never_cycled_one() {
+    let client = admin().await;
+    let (control, mut chart) = helm_installed(&client, "control").await;
+    let (cycled, _) = helm_installed(&client, "cycled").await;
+    same_as_control(&client, &control, &cycled, "after install").await;
+    let versions = [
+        (Some(json!(["LiveMigrate"])), false),
+        (Some(json!(["LiveMigrate", "Evict"])), true),
+        (None, false),
+        (None, true),
+        (Some(json!(["LiveMigrate"])), true),
+        (None, false),
+    ];
+    for (i, (next, redeploy)) in versions.into_iter().enumerate() {
+        phase_ok(&cycled, "pre").await;
+        if redeploy {
+            fleet_deploy(&client, &cycled, &chart)
+                .await
+                .expect("a redeploy while suspended");
+            assert_eq!(kubevirt_methods(&client, &cycled).await, json!([]));
+        }
+        phase_ok(&cycled, "post").await;
+        same_as_control(&client, &control, &cycled, &format!("after post #{i}")).await;
+        chart = match &next {
+            Some(methods) => chart_version(methods),
+            None => chart_without_methods(),
+        };
+        for ns in [&control, &cycled] {
+            fleet_deploy(&client, ns, &chart)
+                .await
+                .unwrap_or_else(|e| panic!("chart #{i} ({next:?}) in {ns}: {e}"));
+        }
+        let methods = kubevirt_methods(&client, &cycled).await;
+        assert_eq!(methods, next.clone().unwrap_or(Value::Null), "chart #{i}");
+        same_as_control(&client, &control, &cycled, &format!("after chart #{i}")).await;
+    }
+}

@@ -534,6 +534,17 @@ pub fn chart_version(methods: &Value) -> PathBuf {
     dir
 }
 
+/// A chart version that no longer sets the methods (its default removed from values.yaml).
+pub fn chart_without_methods() -> PathBuf {
+    let dir = chart_version(&json!([]));
+    let values = dir.join("values.yaml");
+    let text = std::fs::read_to_string(&values).unwrap();
+    let line = "      workloadUpdateMethods: []\n";
+    assert!(text.contains(line), "{text}");
+    std::fs::write(&values, text.replace(line, "")).unwrap();
+    dir
+}
+
 /// Deploys `chart` into `ns` the way Fleet does: `helm upgrade --install --reset-values` with the
 /// ManagedChart's `spec.values`; Helm 4 applies server-side (manager `helm`, no force).
 /// The error is Helm's own message.
