@@ -17,7 +17,7 @@ use kube::{Client, Config};
 use serde_json::Value;
 use tracing::{debug, warn};
 
-use crate::error::{Error, Subject};
+use crate::error::{Error, Subject, with_causes};
 use crate::model::{FIELD_MANAGER, Kind, Target};
 use crate::plan::{Plan, Refusal};
 
@@ -124,7 +124,19 @@ fn backoff() -> ExponentialBuilder {
         .with_max_delay(MAX_BACKOFF / 2)
         .with_factor(2.0)
         .with_jitter()
+        .with_jitter_seed(jitter_seed())
         .without_max_times()
+}
+
+/// A seed of its own for each backoff. Without its `std` feature, backon seeds every process
+/// alike, and Jobs that fail together would retry in lockstep. `RandomState`'s keys come from
+/// the OS once per thread and change with each `new()`; the pid and the clock only add to that.
+fn jitter_seed() -> u64 {
+    use std::hash::BuildHasher;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    std::hash::RandomState::new().hash_one((std::process::id(), now))
 }
 
 impl Cluster {
@@ -132,7 +144,8 @@ impl Cluster {
     pub async fn connect(dry_run: bool, last_error: LastError) -> Result<Self, Error> {
         let mut config = Config::infer().await.map_err(|e| {
             Error::Config(one_line(format!(
-                "cannot load Kubernetes client configuration (KUBECONFIG, ~/.kube/config, or in-cluster): {e}"
+                "cannot load Kubernetes client configuration (KUBECONFIG, ~/.kube/config, or in-cluster): {}",
+                with_causes(&e)
             )))
         })?;
         config.default_retry = false;
@@ -141,7 +154,10 @@ impl Cluster {
         config.read_timeout = Some(Duration::from_secs(30));
         config.write_timeout = Some(Duration::from_secs(30));
         let client = Client::try_from(config).map_err(|e| {
-            Error::Config(one_line(format!("cannot build the Kubernetes client: {e}")))
+            Error::Config(one_line(format!(
+                "cannot build the Kubernetes client: {}",
+                with_causes(&e)
+            )))
         })?;
         Ok(Self {
             client,
@@ -178,8 +194,9 @@ impl Cluster {
             .sleep(tokio::time::sleep)
             .when(|e| classify(e) == Class::Transient)
             .notify(|e, wait| {
+                let e = with_causes(e);
                 warn!(request = what, error = %e, retry_in_ms = wait.as_millis() as u64, "transient error, retrying");
-                self.last_error.set(format!("{what} at {}: {e}", self.server));
+                self.last_error.set(one_line(format!("{what} at {}: {e}", self.server)));
             })
             .await
     }
@@ -288,7 +305,7 @@ impl Cluster {
             },
             other => Error::Client {
                 subject,
-                message: one_line(format!("{other} ({})", self.server)),
+                message: one_line(format!("{} ({})", with_causes(&other), self.server)),
             },
         }
     }
@@ -377,7 +394,7 @@ impl Cluster {
         };
         // One attempt: an Event is not worth delaying the upgrade for.
         if let Err(e) = api.create(&params, &event).await {
-            warn!(error = %e, reason, "could not record the Event on the KubeVirt CR");
+            warn!(error = %with_causes(&e), reason, "could not record the Event on the KubeVirt CR");
         }
     }
 }

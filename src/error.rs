@@ -106,3 +106,59 @@ impl Error {
         }
     }
 }
+
+/// `e` followed by each cause not already in its text, joined by ": ". kube and hyper name only
+/// the layer that failed ("client error (Connect)"); the innermost cause says why (connection
+/// refused, a DNS failure, a timeout, a certificate).
+pub fn with_causes(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let c = cause.to_string();
+        if !c.is_empty() && !text.contains(&c) {
+            text.push_str(": ");
+            text.push_str(&c);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("{text}")]
+    struct Layer {
+        text: &'static str,
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    }
+
+    #[test]
+    fn causes_are_kept_once_each() {
+        let io = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        let io_text = io.to_string();
+        let e = Layer {
+            text: "client error (Connect)",
+            source: Some(Box::new(Layer {
+                // Already in the outer text: not repeated.
+                text: "Connect",
+                source: Some(Box::new(Layer {
+                    text: "tcp connect error",
+                    source: Some(Box::new(io)),
+                })),
+            })),
+        };
+        assert_eq!(
+            with_causes(&e),
+            format!("client error (Connect): tcp connect error: {io_text}")
+        );
+        let alone = Layer {
+            text: "alone",
+            source: None,
+        };
+        assert_eq!(with_causes(&alone), "alone");
+    }
+}

@@ -19,18 +19,20 @@ fn main() -> ExitCode {
     #[cfg(feature = "failpoints")]
     let _failpoints = fail::FailScenario::setup();
     match std::env::args().nth(1).as_deref() {
+        // `print!` and `eprintln!` panic when the reader has gone (`| head`): never used here.
         Some("--help" | "-h") => {
-            print!("{}", config::help());
+            let _ = std::io::stdout().write_all(config::help().as_bytes());
             return ExitCode::SUCCESS;
         }
         Some("--version" | "-V") => {
-            println!("workload-update-guard {}", env!("CARGO_PKG_VERSION"));
+            let version = format!("workload-update-guard {}\n", env!("CARGO_PKG_VERSION"));
+            let _ = std::io::stdout().write_all(version.as_bytes());
             return ExitCode::SUCCESS;
         }
         Some(other) => {
-            eprintln!(
+            to_stderr(&format!(
                 "error: unexpected argument {other:?}: configuration is by environment variables (see --help)"
-            );
+            ));
             return ExitCode::from(exit::CONFIG);
         }
         None => {}
@@ -38,7 +40,7 @@ fn main() -> ExitCode {
     let cfg = match Config::from_env() {
         Ok(cfg) => cfg,
         Err(e) => {
-            eprintln!("error: {e}");
+            to_stderr(&format!("error: {e}"));
             let mut summary = Summary::new(None, false);
             summary.exit_code = exit::CONFIG;
             summary.error = Some(e.to_string());
@@ -75,7 +77,7 @@ fn init_logging(format: LogFormat) {
     let filter = EnvFilter::try_new(&directives).unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(|| LossyStderr);
     match format {
         LogFormat::Text => builder.with_ansi(false).init(),
         LogFormat::Json => builder.json().flatten_event(true).init(),
@@ -115,15 +117,15 @@ fn finish(cfg: &Config, done: &[Done], result: Result<(), Error>) -> u8 {
     match (&result, cfg.log_format) {
         (Err(e), _) => error!("{e}"),
         // The summary as a JSON object in the JSON log, not as an escaped string.
-        (Ok(()), LogFormat::Json) => eprintln!(
-            "{}",
-            serde_json::json!({
+        (Ok(()), LogFormat::Json) => to_stderr(
+            &serde_json::json!({
                 "timestamp": jiff::Timestamp::now().to_string(),
                 "level": "INFO",
                 "target": "workload_update_guard",
                 "message": "done",
                 "summary": serde_json::from_str::<serde_json::Value>(&line).expect("the summary is JSON"),
             })
+            .to_string(),
         ),
         (Ok(()), LogFormat::Text) => info!(summary = %line, "done"),
     }
@@ -135,4 +137,25 @@ fn finish(cfg: &Config, done: &[Done], result: Result<(), Error>) -> u8 {
     }
     let _ = std::io::stdout().flush();
     summary.exit_code
+}
+
+/// stderr for the logs, whose write errors are dropped. A reader that went away (`2>&1 | head`)
+/// must not stop the run: tracing-subscriber reports a failed write with `eprintln!`, which
+/// panics on a broken pipe. The exit code and the termination message still tell the outcome.
+struct LossyStderr;
+
+impl Write for LossyStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let _ = std::io::stderr().write_all(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// One line on stderr, never a panic (see [`LossyStderr`]).
+fn to_stderr(line: &str) {
+    let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
 }

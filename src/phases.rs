@@ -72,6 +72,9 @@ async fn change(
                 plan::plan_step(intent, &step, &now).map(Option::unwrap_or_default)
             })
             .await?;
+        // A dry run's patch that cannot be printed fails the run (exit 3), once this step is
+        // recorded as done.
+        let mut printed = Ok(());
         let (outcome, plan, object) = match written {
             Written::Missing => {
                 let when = "it was deleted while the phase ran";
@@ -84,7 +87,7 @@ async fn change(
                 (Outcome::Unchanged, plan, object)
             }
             Written::Changed { plan, object } => {
-                after_write(cfg, cluster, &step, &plan, &object, out).await;
+                printed = after_write(cfg, cluster, &step, &plan, &object, out).await;
                 (Outcome::Changed, plan, object)
             }
         };
@@ -109,6 +112,7 @@ async fn change(
             actions: plan.actions,
             warnings: plan.warnings,
         });
+        printed?;
     }
     Ok(())
 }
@@ -138,7 +142,7 @@ fn missing(cfg: &Config, target: Target, when: &str) -> Result<Done, Error> {
 }
 
 /// After a write: the dry-run patch on stdout, the log line, the Event, and (test builds) the
-/// failpoint.
+/// failpoint. The error is a dry-run patch that stdout did not take.
 async fn after_write(
     cfg: &Config,
     cluster: &Cluster,
@@ -146,11 +150,14 @@ async fn after_write(
     plan: &Plan,
     object: &serde_json::Value,
     out: &mut impl std::io::Write,
-) {
+) -> Result<(), Error> {
+    let mut printed = Ok(());
     if cfg.dry_run {
         let patch = plan.patch.as_ref().expect("a change has a patch");
         let line = json!({"object": step.target.to_string(), "dryRun": true, "patch": patch});
-        writeln!(out, "{line}").ok();
+        printed = writeln!(out, "{line}")
+            .and_then(|()| out.flush())
+            .map_err(|e| Error::Output(e.to_string()));
     }
     if cfg.dry_run {
         info!(object = %step.target, actions = ?plan.actions, "would write (dry run: nothing changed)");
@@ -158,7 +165,7 @@ async fn after_write(
         info!(object = %step.target, actions = ?plan.actions, "written");
     }
     if step.write != Write::Change {
-        return;
+        return printed;
     }
     if step.target.kind == Kind::KubeVirt {
         let (reason, verb) = match cfg.intent.phase {
@@ -182,6 +189,7 @@ async fn after_write(
     }
     #[cfg(feature = "failpoints")]
     failpoint_after_write(step.target.kind);
+    printed
 }
 
 async fn status(
@@ -222,6 +230,7 @@ async fn status(
         ),
         LogFormat::Text => write!(out, "{report}"),
     }
+    .and_then(|()| out.flush())
     .map_err(|e| Error::Output(e.to_string()))?;
     if kv.is_none() {
         missing(cfg, kubevirt, "nothing was written")?;

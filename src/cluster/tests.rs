@@ -70,10 +70,12 @@ struct Seen {
     body: Value,
 }
 
-/// Answers requests in order: `Ok(response)`, or `Err(())` for a connection-level failure.
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Answers requests in order: `Ok(response)`, or `Err(error)` for a connection-level failure.
 fn serve(
     mut handle: Handle,
-    responses: Vec<Result<Response<Body>, ()>>,
+    responses: Vec<Result<Response<Body>, BoxError>>,
 ) -> tokio::task::JoinHandle<Vec<Seen>> {
     tokio::spawn(async move {
         let mut seen = Vec::new();
@@ -88,7 +90,7 @@ fn serve(
             });
             match response {
                 Ok(r) => send.send_response(r),
-                Err(()) => send.send_error(std::io::Error::other("connection refused")),
+                Err(e) => send.send_error(e),
             }
         }
         seen
@@ -102,6 +104,30 @@ fn pre(o: &Value) -> Result<Plan, Refusal> {
     })
 }
 
+fn refused() -> BoxError {
+    Box::new(std::io::Error::other("connection refused"))
+}
+
+/// A layer of a connection error as hyper-util builds them: its own text, and the cause.
+#[derive(Debug, thiserror::Error)]
+#[error("{text}")]
+struct Layer {
+    text: &'static str,
+    #[source]
+    source: Option<BoxError>,
+}
+
+/// hyper-util's chain for a failed connection, down to the cause (`io::Error`).
+fn connect_error(why: &'static str, cause: std::io::Error) -> BoxError {
+    Box::new(Layer {
+        text: "client error (Connect)",
+        source: Some(Box::new(Layer {
+            text: why,
+            source: Some(Box::new(cause)),
+        })),
+    })
+}
+
 const PATH: &str = "/apis/kubevirt.io/v1/namespaces/ns/kubevirts/kubevirt";
 
 #[tokio::test(start_paused = true)]
@@ -111,7 +137,7 @@ async fn transient_errors_are_retried_until_success() {
     let mut responses: Vec<_> = [503, 429, 500, 502, 504]
         .map(|c| Ok(status(c, json!({}))))
         .into();
-    responses.extend([Err(()), Err(()), Ok(object("1"))]);
+    responses.extend([Err(refused()), Err(refused()), Ok(object("1"))]);
     let server = serve(handle, responses);
     let obj = within(cluster.get(&target())).await.unwrap().unwrap();
     assert_eq!(obj["metadata"]["resourceVersion"], "1");
@@ -539,4 +565,50 @@ async fn a_managedchart_crd_not_served_says_what_to_set() {
         .to_string();
     assert!(!err.contains("MANAGEDCHART_NAME"), "{err}");
     server.await.unwrap();
+}
+
+/// The OS's reason reaches the retry's log line and the deadline's message. DNS is shown here
+/// with a mocked chain (the integration tests resolve a name for real only where no packet can
+/// leave); a refused port is shown for real in `tests/integration/process.rs`.
+#[tokio::test(start_paused = true)]
+async fn a_connection_error_keeps_its_cause() {
+    let dns =
+        std::io::Error::other("failed to lookup address information: Name or service not known");
+    let timeout = std::io::Error::from(std::io::ErrorKind::TimedOut);
+    let timeout_text = timeout.to_string();
+    for (error, cause) in [
+        (
+            connect_error("dns error", dns),
+            "dns error: failed to lookup address information: Name or service not known"
+                .to_string(),
+        ),
+        (
+            connect_error("tcp connect error", timeout),
+            format!("tcp connect error: {timeout_text}"),
+        ),
+    ] {
+        let (cluster, handle) = mock_cluster(false);
+        let server = serve(handle, vec![Err(error), Ok(object("1"))]);
+        within(cluster.get(&target())).await.unwrap().unwrap();
+        within(server).await.unwrap();
+        let last = cluster.last_error.get();
+        assert!(
+            last.ends_with(&format!("client error (Connect): {cause}")),
+            "{last}"
+        );
+    }
+}
+
+#[test]
+fn each_backoff_sleeps_a_sequence_of_its_own() {
+    let sequence = || backoff().build().take(8).collect::<Vec<_>>();
+    let (a, b) = (sequence(), sequence());
+    assert_ne!(a, b);
+    // Within the bounds: 100 ms doubling to 1 s, plus up to as much again.
+    for s in [&a, &b] {
+        for (i, wait) in s.iter().enumerate() {
+            let base = Duration::from_millis(100 * (1 << i)).min(MAX_BACKOFF / 2);
+            assert!(*wait >= base && *wait <= 2 * base, "{s:?}");
+        }
+    }
 }

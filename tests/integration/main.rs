@@ -6,6 +6,7 @@ mod hazards;
 mod lifetime;
 mod manifests;
 mod operator;
+mod process;
 #[path = "../support/mod.rs"]
 mod support;
 mod upgrade;
