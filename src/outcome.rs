@@ -9,8 +9,11 @@ use crate::plan::Warning;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Outcome {
-    /// Written (or, in a dry run, accepted by the server).
+    /// Written.
     Changed,
+    /// A dry run: the server accepted the write (or, for a release, it was planned) and kept
+    /// nothing.
+    WouldChange,
     /// Already as wanted: nothing written.
     Unchanged,
     /// The object does not exist: step skipped with a warning.

@@ -56,7 +56,8 @@ async fn change(
         });
     }
     plan::plan_phase(intent, &objects)?;
-    for step in plan::steps(intent) {
+    let mut steps = plan::steps(intent).into_iter().peekable();
+    while let Some(step) = steps.next() {
         let kind = step.target.kind;
         let Some(current) = objects.get(kind).cloned() else {
             continue;
@@ -65,13 +66,29 @@ async fn change(
         if step.write == Write::Release && skip_release() {
             continue;
         }
-        let written = cluster
-            .converge(&step.target, current, |obj| {
-                let mut now = objects.clone();
-                now.set(kind, Some(obj.clone()));
-                plan::plan_step(intent, &step, &now).map(Option::unwrap_or_default)
-            })
-            .await?;
+        let written = if cfg.dry_run && step.write == Write::Release {
+            // The release is planned against the restore's dry-run result, which the server
+            // did not keep, so it could not apply there: it is shown, not sent.
+            let plan = plan::plan_step(intent, &step, &objects)?.unwrap_or_default();
+            match plan.patch {
+                Some(_) => Written::Changed {
+                    plan,
+                    object: current,
+                },
+                None => Written::Unchanged {
+                    plan,
+                    object: current,
+                },
+            }
+        } else {
+            cluster
+                .converge(&step.target, current, |obj| {
+                    let mut now = objects.clone();
+                    now.set(kind, Some(obj.clone()));
+                    plan::plan_step(intent, &step, &now).map(Option::unwrap_or_default)
+                })
+                .await?
+        };
         // A dry run's patch that cannot be printed fails the run (exit 3), once this step is
         // recorded as done.
         let mut printed = Ok(());
@@ -82,15 +99,33 @@ async fn change(
                 objects.set(kind, None);
                 continue;
             }
-            Written::Unchanged { plan, object } => {
-                info!(object = %step.target, actions = ?plan.actions, "already as wanted: nothing to write");
-                (Outcome::Unchanged, plan, object)
-            }
+            Written::Unchanged { plan, object } => (Outcome::Unchanged, plan, object),
             Written::Changed { plan, object } => {
                 printed = after_write(cfg, cluster, &step, &plan, &object, out).await;
-                (Outcome::Changed, plan, object)
+                let outcome = if cfg.dry_run {
+                    Outcome::WouldChange
+                } else {
+                    Outcome::Changed
+                };
+                (outcome, plan, object)
             }
         };
+        // One "already as wanted" line per object, once its last step is done without a write.
+        let last_of_object = steps.peek().is_none_or(|next| next.target != step.target);
+        let object_unchanged = outcome == Outcome::Unchanged
+            && done
+                .iter()
+                .filter(|d| d.target == step.target)
+                .all(|d| d.outcome == Outcome::Unchanged);
+        if last_of_object && object_unchanged {
+            let mut actions: Vec<&String> = done
+                .iter()
+                .filter(|d| d.target == step.target)
+                .flat_map(|d| &d.actions)
+                .collect();
+            actions.extend(&plan.actions);
+            info!(object = %step.target, actions = ?actions, "already as wanted: nothing to write");
+        }
         // Each warning also goes on the KubeVirt CR, where `kubectl describe` shows it.
         let kubevirt = if kind == Kind::KubeVirt {
             Some(&object)

@@ -485,8 +485,13 @@ async fn status_reports_read_only() {
         json!(3)
     );
     assert_eq!(
-        report["kubevirt"]["savedOriginal"],
-        json!({"present": true, "value": ["LiveMigrate"]})
+        report["kubevirt"]["savedOriginal"]["value"],
+        json!(["LiveMigrate"])
+    );
+    assert_eq!(
+        report["kubevirt"]["savedOriginal"]["owners"][0]["manager"],
+        json!("unknown"),
+        "the owner before pre is recorded: {report}"
     );
     assert_eq!(
         report["kubevirt"]["postWillRestore"]["source"],

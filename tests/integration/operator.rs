@@ -370,8 +370,8 @@ async fn a_dry_run_says_would() {
         "{r:?}"
     );
     assert!(!r.stderr.contains(" written "), "{r:?}");
-    // A dry-run post after a real pre: every write, the releases included, is accepted by the
-    // server's dry run, and nothing changes.
+    // A dry-run post after a real pre: every restore is accepted by the server's dry run, each
+    // release is planned against that result and shown, and nothing changes.
     assert_eq!(run(with(&ns, "pre", &[])).await.code, 0);
     let before = both_rvs(&client, &ns).await;
     let r = run(with(&ns, "post", &[("DRY_RUN", "true")])).await;
@@ -397,6 +397,10 @@ async fn a_dry_run_says_would() {
         "{r:?}"
     );
     assert_eq!(both_rvs(&client, &ns).await, before);
+    let summary = r.summary.as_ref().unwrap();
+    for step in summary["steps"].as_array().unwrap() {
+        assert_eq!(step["outcome"], "would-change", "{summary}");
+    }
 }
 
 /// With `LOG_FORMAT=json`, the run's last log line carries the summary as a JSON object.

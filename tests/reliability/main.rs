@@ -805,7 +805,7 @@ async fn without_the_release_a_chart_change_conflicts_with_the_guard() {
 
 /// Killed Jobs in the field's life: `pre` killed between its two writes, Fleet redeploys, `pre`
 /// is rerun; `post` killed right after its KubeVirt write (before the release), then rerun. The
-/// next chart change applies without conflict.
+/// field goes back to Helm, and the next chart change applies without conflict.
 #[tokio::test]
 async fn killed_phases_in_the_field_s_life_leave_no_claim() {
     let _serial = SERIAL.lock().await;
@@ -827,12 +827,18 @@ async fn killed_phases_in_the_field_s_life_leave_no_claim() {
         Vec::<Value>::new(),
         "killed before the release"
     );
+    assert!(
+        kv["metadata"]["annotations"][model::OWNERS_TO_RETURN].is_string(),
+        "the restore noted whom to give the field back to: {kv}"
+    );
     let rerun = phase_with(&ns, "post", None).await;
     assert_eq!(rerun.code, 0, "{rerun:?}");
     for (kind, name) in [("KubeVirt", "kubevirt"), ("ManagedChart", "harvester")] {
         let obj = get(&client, kind, &ns, name).await;
         assert_eq!(claims_of_ours(&obj), Vec::<Value>::new(), "{kind}");
     }
+    // The owner recorded from the ManagedChart's copy (before Fleet's redeploy) gets it back.
+    assert_eq!(methods_owners(&client, &ns).await, ["helm/Apply"]);
     fleet_deploy(&client, &ns, &chart)
         .await
         .expect("redeploy after post");

@@ -211,16 +211,11 @@ pub async fn harvester_upgrade(kill_pre_after: Option<&str>) {
     want_chart["spec"]["version"] = json!("1.7.0");
     assert_eq!(content(&chart1), want_chart, "the ManagedChart");
 
-    // managedFields: Helm keeps every field it applied except the methods that post wrote back,
-    // and no manager appears but the ones before, the guard and the upgrade controller.
-    let mut helm_without_methods = helm_fields.clone();
-    helm_without_methods["f:spec"]["f:workloadUpdateStrategy"]
-        .as_object_mut()
-        .unwrap()
-        .remove("f:workloadUpdateMethods");
+    // managedFields: Helm keeps every field it applied, the methods included (post gave them
+    // back), and no manager appears but the ones before, the guard and the upgrade controller.
     assert_eq!(
         fields_of(&kv1, "helm", "Apply"),
-        Some(helm_without_methods),
+        Some(helm_fields.clone()),
         "{:#}",
         kv1["metadata"]["managedFields"]
     );
