@@ -92,9 +92,9 @@ async fn run(cfg: &Config) -> u8 {
         signal(SignalKind::terminate()).and_then(|t| Ok((t, signal(SignalKind::interrupt())?)));
     let (mut sigterm, mut sigint) = match signals {
         Ok(s) => s,
-        Err(e) => return finish(cfg, &done, Err(Error::Signals(e.to_string()))),
+        Err(e) => return finish(cfg, &done, None, Err(Error::Signals(e.to_string()))),
     };
-    info!(phase = ?cfg.intent.phase, dry_run = cfg.dry_run, deadline_s = cfg.deadline.as_secs(), "starting");
+    info!(phase = %cfg.intent.phase, dry_run = cfg.dry_run, deadline_s = cfg.deadline.as_secs(), "starting");
     let result = {
         let work = async {
             let cluster = Cluster::connect(cfg.dry_run, last_error.clone()).await?;
@@ -108,11 +108,13 @@ async fn run(cfg: &Config) -> u8 {
             _ = tokio::time::sleep_until(deadline) => Err(Error::Deadline { seconds: cfg.deadline.as_secs(), last: last_error.get() }),
         }
     };
-    finish(cfg, &done, result)
+    let verdict = result.as_ref().ok().cloned().flatten();
+    finish(cfg, &done, verdict, result.map(|_| ()))
 }
 
-fn finish(cfg: &Config, done: &[Done], result: Result<(), Error>) -> u8 {
-    let summary = Summary::of_run(&cfg.intent, cfg.dry_run, done, &result);
+fn finish(cfg: &Config, done: &[Done], verdict: Option<String>, result: Result<(), Error>) -> u8 {
+    let mut summary = Summary::of_run(&cfg.intent, cfg.dry_run, done, &result);
+    summary.verdict = verdict;
     let line = summary.to_line();
     match (&result, cfg.log_format) {
         (Err(e), _) => error!("{e}"),

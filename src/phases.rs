@@ -13,15 +13,16 @@ use crate::outcome::{Done, Outcome};
 use crate::plan::{self, Objects, Phase, Plan, Step, Write};
 use crate::report::Report;
 
+/// Runs the configured phase; `status` also returns its verdict, for the termination message.
 pub async fn run(
     cfg: &Config,
     cluster: &Cluster,
     done: &mut Vec<Done>,
     out: &mut impl std::io::Write,
-) -> Result<(), Error> {
+) -> Result<Option<String>, Error> {
     match cfg.intent.phase {
-        Phase::Status => status(cfg, cluster, out).await,
-        Phase::Pre | Phase::Post => change(cfg, cluster, done, out).await,
+        Phase::Status => status(cfg, cluster, out).await.map(Some),
+        Phase::Pre | Phase::Post => change(cfg, cluster, done, out).await.map(|()| None),
     }
 }
 
@@ -231,7 +232,7 @@ async fn status(
     cfg: &Config,
     cluster: &Cluster,
     out: &mut impl std::io::Write,
-) -> Result<(), Error> {
+) -> Result<String, Error> {
     let keys = &cfg.intent.keys;
     let kubevirt = Target::new(Kind::KubeVirt, &keys.kubevirt);
     let kv = cluster.get(&kubevirt).await?;
@@ -270,7 +271,7 @@ async fn status(
     if kv.is_none() {
         missing(cfg, kubevirt, "nothing was written")?;
     }
-    Ok(())
+    Ok(report.verdict)
 }
 
 /// Test builds only: `FAILPOINTS=after-write-managedchart=return` kills the process with SIGKILL

@@ -4,10 +4,13 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::model::{FIELD_MANAGER, METHODS_FIELD, METHODS_PATH, Target, VALUES_PATH};
+use crate::model::{
+    FIELD_MANAGER, KUBEVIRT_COPY, KUBEVIRT_RECORD, METHODS_FIELD, METHODS_PATH, Target, VALUES_PATH,
+};
 use crate::plan::chart::{compare_list, find_pointer};
 use crate::plan::kubevirt::{Source, restore_source};
 use crate::plan::ownership::{Owner, owners};
+use crate::plan::records::Added;
 use crate::plan::records::{
     CompareRecord, ValueRecord, describe, kubevirt_copy, kubevirt_record, lookup, methods,
     read_record,
@@ -94,7 +97,10 @@ pub struct ChartReport {
 /// Keeps a reader's value, or notes why it is refused.
 fn read<T>(problems: &mut Vec<String>, r: Result<Option<T>, Malformed>) -> Option<T> {
     r.unwrap_or_else(|m| {
-        problems.push(m.0);
+        // Two readers of one record fail alike: each problem is said once.
+        if !problems.contains(&m.0) {
+            problems.push(m.0);
+        }
         None
     })
 }
@@ -131,10 +137,8 @@ impl Report {
         let will_restore = restore
             .filter(|_| suspended)
             .and_then(|r| r.methods.clone());
-        let mut warnings: Vec<String> = k.problems.clone();
-        if let Some(c) = &chart {
-            warnings.extend(c.problems.iter().cloned());
-        }
+        // Problems are shown once, under their object, and the verdict names the first.
+        let mut warnings = Vec::new();
         for o in k.methods_owners.iter().filter(|o| o.blocks_chart_change) {
             if o.owner.manager != FIELD_MANAGER {
                 warnings.push(format!(
@@ -147,7 +151,10 @@ impl Report {
         if let Some(r) = restore.filter(|r| r.source == Source::LaterChoice) {
             warnings.push(r.reason.clone());
         }
-        let verdict = verdict(&k, source, &will_restore);
+        let verdict = match refusal(&k, chart.as_ref()) {
+            Some(refused) => refused,
+            None => verdict(&k, source, &will_restore),
+        };
         Report {
             verdict,
             suspended,
@@ -159,6 +166,47 @@ impl Report {
             unfinished_migrations: unfinished,
         }
     }
+}
+
+/// The verdict while content of ours is corrupted or malformed: `pre` and `post` refuse (exit 3)
+/// and write nothing. It names the problem (with the commands that recover, which the reader
+/// puts in it) and what the other object's copy of the original says.
+fn refusal(k: &KubeVirtReport, chart: Option<&ChartReport>) -> Option<String> {
+    let chart_problems = chart.map_or(&[][..], |c| c.problems.as_slice());
+    let (object, problem) = match (k.problems.first(), chart_problems.first()) {
+        (Some(p), _) => (&k.object, p),
+        (None, Some(p)) => (&chart.expect("a chart problem").object, p),
+        (None, None) => return None,
+    };
+    let other = if k.problems.iter().any(|p| p.contains(KUBEVIRT_RECORD)) {
+        match chart.and_then(|c| c.kubevirt_copy.as_ref()) {
+            Some(copy) => format!(
+                " The ManagedChart's copy says the original was {}.",
+                json(&copy.original())
+            ),
+            None => " There is no copy of the original on the ManagedChart.".into(),
+        }
+    } else if chart_problems.iter().any(|p| p.contains(KUBEVIRT_COPY)) {
+        match &k.saved_original {
+            Some(r) => format!(
+                " The KubeVirt CR's record says the original was {}.",
+                json(&r.original())
+            ),
+            None => " The KubeVirt CR has no record of the original.".into(),
+        }
+    } else {
+        String::new()
+    };
+    let more = k.problems.len() + chart_problems.len() - 1;
+    let more = if more > 0 {
+        format!(" ({more} more PROBLEM below)")
+    } else {
+        String::new()
+    };
+    Some(format!(
+        "REFUSED: pre and post exit 3 and write nothing until this is fixed: {object}: \
+         {problem}.{other}{more}"
+    ))
 }
 
 /// The operator's question, answered first.
@@ -352,7 +400,12 @@ impl std::fmt::Display for Report {
                 k.outdated_virtual_machine_instance_workloads
                     .map_or("-".into(), |n| n.to_string()),
             )?;
-            row(f, &format!("owners of {METHODS_FIELD}"), "")?;
+            let none = if k.methods_owners.is_empty() {
+                "none"
+            } else {
+                ""
+            };
+            row(f, &format!("owners of {METHODS_FIELD}"), none)?;
             for o in &k.methods_owners {
                 let claim = match (o.blocks_chart_change, o.owner.manager == FIELD_MANAGER) {
                     (false, _) => "",
@@ -399,7 +452,16 @@ impl std::fmt::Display for Report {
                 let compare = c
                     .compare_patch_record
                     .as_ref()
-                    .map_or_else(|| "none".into(), |r| format!("{:?}", r.added));
+                    .map_or("none", |r| match r.added {
+                        Added::Entry => "pre added our entry (post removes it)",
+                        Added::Pointer => {
+                            "pre appended our pointer to an existing entry (post removes it)"
+                        }
+                        Added::PointerList => {
+                            "pre gave an existing entry jsonPointers with ours (post removes them)"
+                        }
+                        Added::Nothing => "our pointer was there before pre (post leaves it)",
+                    });
                 row(f, "compare-patch record", compare)?;
                 row(f, "copy of KubeVirt original", record(&c.kubevirt_copy))?;
                 for p in &c.problems {

@@ -24,6 +24,11 @@ pub struct Summary {
     pub phase: Option<Phase>,
     pub dry_run: bool,
     pub exit_code: u8,
+    /// `status`: the report's verdict (suspended or not, what `post` would do).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<String>,
+    /// `pre` and `post`: one row per object (none for `status`, which writes nothing).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub steps: Vec<Step>,
     /// What the operator must hear about, e.g. updates left off without a record.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -38,6 +43,7 @@ impl Summary {
             phase,
             dry_run,
             exit_code: 0,
+            verdict: None,
             steps: Vec::new(),
             warnings: Vec::new(),
             error: None,

@@ -120,7 +120,7 @@ pub fn restore_source(
             Source::Nothing,
             None,
             format!(
-                "no record on the CR, and its methods are {}, not []: left as they are",
+                "already restored on the CR: no record there, and its methods are {}",
                 describe(&current)
             ),
         ),
@@ -130,18 +130,25 @@ pub fn restore_source(
                 Some(value_record(Some(json!(list)), Vec::new())),
                 "no record of the original; the configured fallback".to_string(),
             ),
-            _ => (
+            _ if !suspended => (
                 Source::Nothing,
                 None,
                 format!(
-                    "no record of the original and no fallback applies (methods are {}, {}): nothing to restore",
-                    describe(&current),
-                    if methods_owned_by_us(kubevirt) {
-                        "set by us"
-                    } else {
-                        "not set by us"
-                    }
+                    "nothing to restore: no record of ours, and the methods are {} (already \
+                     restored, or never suspended)",
+                    describe(&current)
                 ),
+            ),
+            _ if methods_owned_by_us(kubevirt) => (
+                Source::Nothing,
+                None,
+                "no record of the original and no FALLBACK_METHODS: the [] that pre wrote stays"
+                    .to_string(),
+            ),
+            _ => (
+                Source::Nothing,
+                None,
+                "no record of ours, and this [] was not written by the guard: it stays".to_string(),
             ),
         },
     };
@@ -201,9 +208,12 @@ fn text_at<'a>(obj: &'a Value, ptr: &str) -> &'a str {
     obj.pointer(ptr).and_then(Value::as_str).unwrap_or("")
 }
 
-/// What KubeVirt's workload updater will do once `methods` turn updates back on (DESIGN §8):
-/// the outdated VMIs it counts, migrated at most `parallelMigrationsPerCluster` (default 5) at
-/// a time, or evicted in batches.
+/// What KubeVirt's workload updater will do once `methods` turn updates back on, from its
+/// source (docs/design.md, "What KubeVirt does next"): it acts about 5 s after the CR changes;
+/// each pass creates up to `parallelMigrationsPerCluster` (default 5) migrations minus the
+/// active ones, so Pending objects can outnumber that; the migration controller runs at most that
+/// many in the cluster and `parallelOutboundMigrationsPerNode` (default 2) from any one node;
+/// only live-migratable VMIs migrate; `Evict` goes in batches; `[]` cancels nothing created.
 pub fn update_notice(kubevirt: &Value, methods: &Option<Value>) -> Option<String> {
     let has = |m: &str| {
         methods
@@ -219,7 +229,8 @@ pub fn update_notice(kubevirt: &Value, methods: &Option<Value>) -> Option<String
         .pointer("/status/outdatedVirtualMachineInstanceWorkloads")
         .and_then(Value::as_i64)
     {
-        Some(n) => format!("{n} outdated VMIs"),
+        Some(1) => "the 1 outdated VMI".to_string(),
+        Some(n) => format!("the {n} outdated VMIs"),
         None => "the outdated VMIs (KubeVirt reports no count)".into(),
     };
     let number = |ptr: &str, default: i64| {
@@ -228,25 +239,36 @@ pub fn update_notice(kubevirt: &Value, methods: &Option<Value>) -> Option<String
             .and_then(Value::as_i64)
             .unwrap_or(default)
     };
-    let parallel = number(
-        "/spec/configuration/migrations/parallelMigrationsPerCluster",
-        5,
+    let migrations = "/spec/configuration/migrations";
+    let cluster = number(&format!("{migrations}/parallelMigrationsPerCluster"), 5);
+    let node = number(
+        &format!("{migrations}/parallelOutboundMigrationsPerNode"),
+        2,
     );
     let batch = number("/spec/workloadUpdateStrategy/batchEvictionSize", 10);
     let interval = kubevirt
         .pointer("/spec/workloadUpdateStrategy/batchEvictionInterval")
         .and_then(Value::as_str)
         .unwrap_or("1m0s");
+    let migrated = format!(
+        "live-migrated, at most {cluster} at a time in the cluster and {node} at a time from any \
+         one node (it may create more migration objects than that: they wait Pending for a slot)"
+    );
     let evicted = format!("evicted in batches of {batch} every {interval}");
-    Some(match (migrate, evict) {
-        (true, false) => {
-            format!("{outdated} will now be live-migrated, at most {parallel} at a time")
-        }
-        (true, true) => format!(
-            "{outdated} will now be live-migrated, at most {parallel} at a time; those that cannot migrate are {evicted}"
+    let what = match (migrate, evict) {
+        (true, false) => format!(
+            "{outdated} will be {migrated}; those that cannot live-migrate stay outdated until \
+             restarted"
         ),
-        _ => format!("{outdated} will now be {evicted}, migratable or not"),
-    })
+        (true, true) => {
+            format!("{outdated} will be {migrated}; those that cannot live-migrate are {evicted}")
+        }
+        _ => format!("{outdated} will be {evicted}, migratable or not"),
+    };
+    Some(format!(
+        "KubeVirt's workload updater acts within about 5 s: {what}. Setting the methods to [] \
+         again stops new ones but cancels none already created"
+    ))
 }
 
 #[cfg(test)]
@@ -555,36 +577,45 @@ mod tests {
         let mut obj = kubevirt(Some(json!(["LiveMigrate"])));
         obj["status"] = json!({"outdatedVirtualMachineInstanceWorkloads": 7});
         obj["spec"]["configuration"] = json!({"migrations": {"parallelMigrationsPerCluster": 3}});
+        obj["spec"]["configuration"]["migrations"]["parallelOutboundMigrationsPerNode"] = json!(1);
         let plan = kubevirt_post(&pre_kv(&obj), None, None).unwrap();
-        assert!(
-            plan.actions.contains(
-                &"7 outdated VMIs will now be live-migrated, at most 3 at a time".to_string()
-            ),
-            "{:?}",
-            plan.actions
-        );
+        let said = plan.actions.join("\n");
+        for fact in [
+            "acts within about 5 s",
+            "the 7 outdated VMIs will be live-migrated",
+            "at most 3 at a time in the cluster and 1 at a time from any one node",
+            "they wait Pending for a slot",
+            "those that cannot live-migrate stay outdated until restarted",
+            "cancels none already created",
+        ] {
+            assert!(said.contains(fact), "{fact:?} not in {said}");
+        }
         let notice = |m: Value, status: Value| {
             let mut o = kubevirt(None);
             o["status"] = status;
             update_notice(&o, &Some(m))
         };
         assert_eq!(notice(json!([]), json!({})), None);
-        assert_eq!(
-            notice(json!(["LiveMigrate"]), json!({})).unwrap(),
-            "the outdated VMIs (KubeVirt reports no count) will now be live-migrated, at most 5 at a time"
-        );
-        assert_eq!(
-            notice(
-                json!(["Evict"]),
-                json!({"outdatedVirtualMachineInstanceWorkloads": 2})
-            )
-            .unwrap(),
-            "2 outdated VMIs will now be evicted in batches of 10 every 1m0s, migratable or not"
-        );
+        let defaults = notice(json!(["LiveMigrate"]), json!({})).unwrap();
         assert!(
-            notice(json!(["LiveMigrate", "Evict"]), json!({}))
-                .unwrap()
-                .contains("cannot migrate")
+            defaults.contains("the outdated VMIs (KubeVirt reports no count) will be live-migrated, at most 5 at a time in the cluster and 2 at a time from any one node"),
+            "{defaults}"
+        );
+        let evict = notice(
+            json!(["Evict"]),
+            json!({"outdatedVirtualMachineInstanceWorkloads": 1}),
+        )
+        .unwrap();
+        assert!(
+            evict.contains(
+                "the 1 outdated VMI will be evicted in batches of 10 every 1m0s, migratable or not"
+            ),
+            "{evict}"
+        );
+        let both = notice(json!(["LiveMigrate", "Evict"]), json!({})).unwrap();
+        assert!(
+            both.contains("those that cannot live-migrate are evicted in batches"),
+            "{both}"
         );
         // Restoring an original that keeps updates off says nothing of the kind.
         let off = pre_kv(&kubevirt(None));
@@ -593,7 +624,7 @@ mod tests {
                 .unwrap()
                 .actions
                 .iter()
-                .all(|a| !a.contains("will now"))
+                .all(|a| !a.contains("workload updater"))
         );
     }
 

@@ -77,6 +77,17 @@ pub enum Phase {
     Status,
 }
 
+impl std::fmt::Display for Phase {
+    /// As the `PHASE` variable spells it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Phase::Pre => "pre",
+            Phase::Post => "post",
+            Phase::Status => "status",
+        })
+    }
+}
+
 /// The two kinds of write on an object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Write {

@@ -8,7 +8,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::editor::Malformed;
-use crate::model::{KUBEVIRT_COPY, KUBEVIRT_RECORD, METHODS_PATH, ObjectKey};
+use crate::model::{
+    COMPARE_RECORD, KUBEVIRT_COPY, KUBEVIRT_RECORD, METHODS_PATH, METHODS_POINTER, ObjectKey,
+    VALUES_PATH, VALUES_RECORD, pointer,
+};
 
 /// Record of a single value: whether it was present, its exact value, and the parent maps that
 /// the guard created to hold its replacement (removed again by `post` when they are empty).
@@ -117,7 +120,7 @@ impl RecordedObject {
 pub fn kubevirt_record(obj: &Value) -> Result<Option<ValueRecord>, Malformed> {
     let record: Option<ValueRecord> = read_record(obj, KUBEVIRT_RECORD)?;
     if let Some(r) = &record {
-        check_methods_record(r)?;
+        check_methods_record(obj, KUBEVIRT_RECORD, r)?;
     }
     Ok(record)
 }
@@ -126,8 +129,7 @@ pub fn kubevirt_record(obj: &Value) -> Result<Option<ValueRecord>, Malformed> {
 pub fn kubevirt_copy(chart: &Value) -> Result<Option<ValueRecord>, Malformed> {
     let copy = read_record::<ValueRecord>(chart, KUBEVIRT_COPY)?;
     if let Some(c) = &copy {
-        check_methods_record(c)
-            .map_err(|_| Malformed(format!("annotation {KUBEVIRT_COPY} is corrupted")))?;
+        check_methods_record(chart, KUBEVIRT_COPY, c)?;
     }
     Ok(copy)
 }
@@ -172,7 +174,7 @@ pub fn read_record<T: DeserializeOwned>(obj: &Value, key: &str) -> Result<Option
         None => Ok(None),
         Some(Value::String(s)) => serde_json::from_str(s)
             .map(Some)
-            .map_err(|e| Malformed(format!("annotation {key} is corrupted ({e}): {s:?}"))),
+            .map_err(|e| corrupted(obj, key, &format!("{e}: {s:?}"))),
         Some(other) => Err(Malformed(format!(
             "annotation {key} is not a string: {other}"
         ))),
@@ -184,15 +186,53 @@ pub(super) fn annotation<'a>(obj: &'a Value, key: &str) -> Option<&'a Value> {
         .and_then(|a| a.get(key))
 }
 
-fn check_methods_record(r: &ValueRecord) -> Result<(), Malformed> {
+fn check_methods_record(obj: &Value, key: &str, r: &ValueRecord) -> Result<(), Malformed> {
     match (&r.present, &r.value) {
         (true, Some(v)) if is_string_list(v) => Ok(()),
         (false, None) => Ok(()),
-        _ => Err(Malformed(format!(
-            "annotation {KUBEVIRT_RECORD} is corrupted: {}",
-            serde_json::to_string(r).unwrap_or_default()
-        ))),
+        _ => Err(corrupted(
+            obj,
+            key,
+            &serde_json::to_string(r).unwrap_or_default(),
+        )),
     }
+}
+
+/// A corrupted record of ours: what is wrong, and the exact commands that recover, in one line.
+fn corrupted(obj: &Value, key: &str, detail: &str) -> Malformed {
+    let text = |p: &str| obj.pointer(p).and_then(Value::as_str).unwrap_or("");
+    let (kind, ns, name) = (
+        text("/kind").to_lowercase(),
+        text("/metadata/namespace"),
+        text("/metadata/name"),
+    );
+    let drop = format!("kubectl -n {ns} annotate {kind} {name} {key}-");
+    let recovery = match key {
+        KUBEVIRT_RECORD => format!(
+            "to recover, remove it ({drop}): post then restores from the ManagedChart's copy \
+             (PHASE=status shows it), or, without a copy, from FALLBACK_METHODS=LiveMigrate"
+        ),
+        KUBEVIRT_COPY => format!(
+            "to recover, remove it ({drop}): post then restores from the KubeVirt CR's record"
+        ),
+        VALUES_RECORD => format!(
+            "to recover, put spec.values.kubevirt.spec.workloadUpdateStrategy.workloadUpdateMethods \
+             back as it was before pre (a stock Harvester has none: kubectl -n {ns} patch {kind} \
+             {name} --type json -p '[{{\"op\":\"remove\",\"path\":\"{values}\"}}]'), then \
+             remove the record ({drop})",
+            values = pointer(VALUES_PATH),
+        ),
+        COMPARE_RECORD => format!(
+            "to recover, remove the pointer {METHODS_POINTER} that pre added to \
+             spec.diff.comparePatches (kubectl -n {ns} edit {kind} {name}), then remove the \
+             record ({drop})"
+        ),
+        _ => format!("to recover, remove it ({drop})"),
+    };
+    Malformed(format!(
+        "annotation {key} on {} {ns}/{name} is corrupted ({detail}); {recovery}",
+        text("/kind")
+    ))
 }
 
 fn is_string_list(v: &Value) -> bool {

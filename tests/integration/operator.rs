@@ -233,7 +233,8 @@ async fn post_says_what_kubevirt_will_do_next() {
     assert_eq!(run(with(&ns, "pre", &[])).await.code, 0);
     let r = run(with(&ns, "post", &[])).await;
     assert_eq!(r.code, 0, "{r:?}");
-    let notice = "3 outdated VMIs will now be live-migrated, at most 5 at a time";
+    let notice = "the 3 outdated VMIs will be live-migrated, at most 5 at a time in the cluster \
+                  and 2 at a time from any one node";
     assert!(r.stderr.contains(notice), "{r:?}");
     let actions = r.summary.as_ref().unwrap()["steps"][0]["actions"].to_string();
     assert!(actions.contains(notice), "{actions}");
