@@ -19,7 +19,8 @@ usage: hack/job.sh COMMAND PHASE [OPTIONS]     PHASE: pre, post or status
                 and termination message (the run's summary). Exit 0 if Complete, 1 if Failed,
                 124 on --timeout, 2 on any other error. While waiting, a pod whose image cannot be
                 pulled for --pull-timeout seconds is marked and deleted, which fails the Job at
-                once (podFailurePolicy), with the image named on the pod and printed here.
+                once (podFailurePolicy); the message, naming the image, is printed here and left
+                on the Job (annotation workload-update-guard.harvesterhci.io/failure).
   render PHASE  print the objects `run` creates, as one JSON List
 
 options:
@@ -45,6 +46,8 @@ KUBECTL="${KUBECTL:-kubectl}"
 # The pod condition `wait` sets on a pod that cannot get its image; manifests/job/job.yaml's
 # podFailurePolicy fails the Job on it.
 IMAGE_CONDITION=workload-update-guard.harvesterhci.io/ImageUnavailable
+# ... and the annotation it leaves on the Job, with the same message.
+FAILURE_ANNOTATION=workload-update-guard.harvesterhci.io/failure
 PULL_REASONS='["ErrImagePull","ImagePullBackOff","ErrImageNeverPull","InvalidImageName","RegistryUnavailable"]'
 PERMANENT_PULL_REASONS='["ErrImageNeverPull","InvalidImageName"]'
 
@@ -125,6 +128,7 @@ report() { # report JOB_JSON: how the Job ended, and each pod's exit code and te
   jq -r '.status.conditions[]? | select(.status == "True" and (.type == "Complete" or .type == "Failed"))
          | "job: \(.type)" + (if .reason then " (\(.reason))" else "" end)
            + (if .message then ": \(.message)" else "" end)' <<<"$j" >&2
+  jq -r --arg a "$FAILURE_ANNOTATION" '.metadata.annotations[$a] // empty | "job: \(.)"' <<<"$j" >&2
   k -n "$NS" get pods -l "job-name=$job" -o json 2>/dev/null | jq -r --arg cond "$IMAGE_CONDITION" '
     .items | sort_by(.metadata.creationTimestamp)[]
     | .metadata.name as $pod
@@ -151,7 +155,9 @@ fail_unpullable() {
       '[{"op": "add", "path": "/status/conditions/-", "value":
          {"type": $t, "status": "True", "reason": "ImagePullFailed", "message": $m}}]')"
     say "$msg: failing the Job"
-    if ! k -n "$NS" patch pod "$pod" --subresource=status --type=json -p "$line" >/dev/null \
+    # The pod goes once it is Failed: the Job keeps the message.
+    if ! k -n "$NS" annotate --overwrite job "$job" "$FAILURE_ANNOTATION=$msg" >/dev/null \
+      || ! k -n "$NS" patch pod "$pod" --subresource=status --type=json -p "$line" >/dev/null \
       || ! k -n "$NS" delete pod "$pod" --wait=false >/dev/null; then
       say "could not mark and delete pod $pod"
     fi
