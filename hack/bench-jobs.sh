@@ -7,9 +7,14 @@
 # build, hack/image.sh build).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-cargo test --test e2e timing_guard_job_against_empty_job -- --exact 2>&1 | tail -3
 figures=target/e2e-figures.txt
-[[ -f "$figures" ]] || { echo "bench-jobs: no $figures: the test did not run" >&2; exit 1; }
+# Never the figures of an earlier run.
+rm -f "$figures"
+out="$(cargo test --test e2e timing::timing_guard_job_against_empty_job -- --exact 2>&1)" \
+  || { echo "$out" | tail -40 >&2; echo "bench-jobs: the timing test failed" >&2; exit 1; }
+grep -q '^test result: ok\. 1 passed' <<<"$out" \
+  || { echo "$out" | tail -5 >&2; echo "bench-jobs: the timing test did not run" >&2; exit 1; }
+[[ -f "$figures" ]] || { echo "bench-jobs: no $figures: the test wrote no figures" >&2; exit 1; }
 sed -n '/^Job latency/,/^job-latency-ratio/p' "$figures"
 ratio="$(sed -n 's/^job-latency-ratio \([0-9.]*\).*/\1/p' "$figures")"
 [[ -n "$ratio" ]] || { echo "bench-jobs: no ratio in $figures" >&2; exit 1; }
