@@ -19,6 +19,10 @@ usage: hack/node.sh COMMAND [ARGS]
                (sysctls, cgroups) and remove DIR
   exec DIR CMD run CMD inside the node's network and mount namespaces (e.g. iptables-save)
   ctr DIR ARGS containerd's ctr on the node, in its k8s.io namespace
+  stop-kubelet DIR   stop the node's kubelet (SIGKILL), as a crashed or stopped kubelet: the node
+               goes NotReady within about 20 s; containers keep running under containerd
+  start-kubelet DIR  start it again (the same configuration and state), and wait until the node
+               is Ready
   env DIR      print \`export KUBECONFIG=... PATH=...\` for eval
 
 The node: $NODE_IP on its network namespace's own loopback interface (the kubelet's and the API
@@ -234,6 +238,8 @@ evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available:
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 serializeImagePulls: false
+# Renewed every quarter of this (2.5 s); see --node-monitor-grace-period in up.
+nodeLeaseDurationSeconds: 10
 YAML
   cat > "$dir/kube-proxy.yaml" <<YAML
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
@@ -247,6 +253,12 @@ metricsBindAddress: 127.0.0.1:10249
 # Zero: kube-proxy leaves the conntrack sysctls alone (nf_conntrack_max is host-wide).
 conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
 YAML
+}
+
+start_kubelet() { # start_kubelet DIR: the kubelet, DIR/kubelet.pid
+  start_in_ns "$1" kubelet "$NODE_BIN/kubelet" --config "$1/kubelet/config.yaml" \
+    --kubeconfig "$1/cp/kubeconfig" --root-dir "$1/kubelet" --cert-dir "$1/kubelet/pki" \
+    --volume-plugin-dir "$1/kubelet-plugins" --node-ip "$NODE_IP" --hostname-override "$NODE_NAME"
 }
 
 node_ready() { # node_ready DIR
@@ -322,10 +334,12 @@ up() {
   wait_for 30 "containerd" ctr --address "$dir/containerd.sock" version \
     || fail "$dir" "containerd did not start: $(tail -5 "$dir/containerd.log")"
   bash "$REPO_ROOT/hack/image.sh" import "$dir/containerd.sock" || fail "$dir" "importing the images failed"
-  start_in_ns "$dir" kubelet "$NODE_BIN/kubelet" --config "$dir/kubelet/config.yaml" \
-    --kubeconfig "$dir/cp/kubeconfig" --root-dir "$dir/kubelet" --cert-dir "$dir/kubelet/pki" \
-    --volume-plugin-dir "$dir/kubelet-plugins" --node-ip "$NODE_IP" --hostname-override "$NODE_NAME"
+  start_kubelet "$dir"
+  # A node whose kubelet stops is NotReady after 20 s (the default is 50 s), checked every 2 s:
+  # the e2e test of a NotReady node takes seconds instead of a minute. The kubelet renews its
+  # lease every 2.5 s (nodeLeaseDurationSeconds: 10), so a live node never comes near it.
   start_in_ns "$dir" kube-controller-manager "$NODE_BIN/kube-controller-manager" \
+    --node-monitor-grace-period 20s --node-monitor-period 2s \
     --kubeconfig "$dir/cp/kubeconfig" --leader-elect=false --bind-address 127.0.0.1 \
     --service-account-private-key-file "$dir/cp/sa.key" --root-ca-file "$dir/cp/ca.crt" \
     --use-service-account-credentials=false --controllers '*' \
@@ -443,6 +457,13 @@ case "$cmd" in
   down) resolve; down "$@" ;;
   exec) d="${1:?usage: exec DIR CMD...}"; shift; in_ns "$d" "$@" ;;
   ctr) d="${1:?usage: ctr DIR ARGS...}"; shift; ctr --address "$d/containerd.sock" -n k8s.io "$@" ;;
+  stop-kubelet) d="${1:?usage: stop-kubelet DIR}"; kill_pid "$d/kubelet.pid" ;;
+  start-kubelet)
+    d="${1:?usage: start-kubelet DIR}"; resolve
+    [[ ! -f "$d/kubelet.pid" ]] || ! alive "$(cat "$d/kubelet.pid")" || die "the kubelet of $d is running"
+    start_kubelet "$d"
+    wait_for 120 "node $NODE_NAME Ready" node_ready "$d" \
+      || die "node $NODE_NAME did not become Ready again: $(tail -5 "$d/kubelet.log")" ;;
   env) resolve; d="${1:?usage: env DIR}"; echo "export KUBECONFIG=$d/kubeconfig PATH=$CP_BIN:\$PATH" ;;
   -h|--help|help) usage ;;
   *) usage; exit 2 ;;

@@ -82,7 +82,7 @@ expect_fail_fast() {
   times+=("without a $what: $failed tests failed in $((SECONDS - start)) s")
 }
 expect_fail_fast "control plane" 10 --test integration -- --skip upgrade::
-expect_fail_fast node 7 --test e2e
+expect_fail_fast node 14 --test e2e
 
 bash hack/lint.sh
 

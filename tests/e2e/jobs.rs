@@ -213,61 +213,6 @@ fn orchestrator_pre_upgrade_post() {
     }
 }
 
-/// The time from `kubectl apply -k manifests/status` to the Job's Complete, against a bare pod
-/// of the same node that only exits 0 (median of several).
-#[test]
-fn timing_job_against_bare_pod() {
-    let _turn = turn();
-    harvester_state();
-    let runs = 5;
-    let mut jobs = Vec::new();
-    for _ in 0..runs {
-        delete_jobs();
-        let (outcome, took) = run_phase("status");
-        assert_eq!(outcome, complete());
-        jobs.push(took);
-    }
-    let mut pods = Vec::new();
-    let image = kubectl_image();
-    for i in 0..runs {
-        let name = format!("bare-{i}");
-        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NS},
-            "spec": {"restartPolicy": "Never", "automountServiceAccountToken": false,
-                     "securityContext": {"runAsUser": 65532, "runAsGroup": 65532},
-                     "containers": [{"name": "c", "image": image, "imagePullPolicy": "Never",
-                                     "args": ["version", "--client"]}]}});
-        let start = Instant::now();
-        k_stdin(&["create", "-f", "-"], &pod.to_string());
-        loop {
-            let phase = k(&[
-                "-n",
-                NS,
-                "get",
-                "pod",
-                &name,
-                "-o",
-                "jsonpath={.status.phase}",
-            ]);
-            if phase == "Succeeded" {
-                break;
-            }
-            assert!(phase != "Failed", "bare pod failed");
-            assert!(start.elapsed() < JOB_TIMEOUT, "bare pod not done");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        pods.push(start.elapsed());
-        k(&["-n", NS, "delete", "pod", &name, "--wait"]);
-    }
-    let (job, pod) = (median(jobs.clone()), median(pods.clone()));
-    figure(&format!(
-        "kubectl apply -k manifests/status -> Job Complete: median {:.2} s of {jobs:.2?}; \
-         a bare pod create -> Succeeded: median {:.2} s of {pods:.2?}",
-        job.as_secs_f64(),
-        pod.as_secs_f64()
-    ));
-    assert!(job < Duration::from_secs(30), "a status Job takes {job:?}");
-}
-
 /// The pinned kubectl's image (hack/image.sh), by the name the kubelet resolves.
 pub fn kubectl_image() -> String {
     built_image(|l| l.contains("wug-kubectl"))

@@ -6,8 +6,11 @@
 //! Nothing is skipped. The tests share the node and the fixed names of `manifests/`
 //! (harvester-system, fleet-local), so they take turns (`node::turn`).
 
+mod byhand;
 mod jobs;
 mod node;
 mod policy;
 #[path = "../support/mod.rs"]
 mod support;
+mod timing;
+mod upgrade;

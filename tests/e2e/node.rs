@@ -328,7 +328,134 @@ pub fn figure(line: &str) {
     }
 }
 
-pub fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
+/// The node's name (hack/node.sh).
+pub const NODE_NAME: &str = "wug-node";
+
+/// How a run of `hack/job.sh` ended.
+pub struct ScriptRun {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+    pub took: Duration,
+}
+
+impl std::fmt::Debug for ScriptRun {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "exit {} after {:.1} s\nstdout: {}\nstderr: {}",
+            self.code,
+            self.took.as_secs_f64(),
+            self.stdout,
+            self.stderr
+        )
+    }
+}
+
+/// `hack/job.sh ARGS` with the node's kubectl and kubeconfig, as an operator runs it.
+pub fn job_sh_cmd(args: &[&str]) -> Command {
+    let mut c = Command::new("bash");
+    c.arg(repo_root().join("hack/job.sh"))
+        .args(args)
+        .env("KUBECTL", node().bin_dir.join("kubectl"))
+        .env("KUBECONFIG", node().dir.join("kubeconfig"))
+        .current_dir(repo_root());
+    c
+}
+
+/// `hack/job.sh ARGS`, to its end.
+pub fn job_sh(args: &[&str]) -> ScriptRun {
+    let start = Instant::now();
+    let out = job_sh_cmd(args).output().unwrap();
+    ScriptRun {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into(),
+        stderr: String::from_utf8_lossy(&out.stderr).into(),
+        took: start.elapsed(),
+    }
+}
+
+/// The objects `hack/job.sh render ARGS` prints.
+pub fn job_sh_render(args: &[&str]) -> Vec<Value> {
+    let mut a = vec!["render"];
+    a.extend_from_slice(args);
+    let run = job_sh(&a);
+    assert_eq!(run.code, 0, "{run:?}");
+    let list: Value = serde_json::from_str(&run.stdout).unwrap();
+    list["items"].as_array().unwrap().clone()
+}
+
+/// An UpgradePlan of the fixture CRD (cluster-scoped, as upgrade-toolkit's), as its controller
+/// would create it.
+pub fn create_plan(name: &str) -> Value {
+    let plan = json!({"apiVersion": "management.harvesterhci.io/v1beta1", "kind": "UpgradePlan",
+                      "metadata": {"name": name}, "spec": {"version": "v1.8.0"}});
+    k_stdin(&["create", "-f", "-"], &plan.to_string());
+    get_json(&["upgradeplan", name])
+}
+
+/// The node's spec as the test found it, put back when dropped (a cordon, taints), so that a
+/// failing test leaves no cordoned or tainted node to the next one.
+pub struct NodeAsFound {
+    pub spec: Value,
+}
+
+impl NodeAsFound {
+    pub fn record() -> NodeAsFound {
+        NodeAsFound { spec: node_spec() }
+    }
+
+    /// Puts back `unschedulable` and `taints` as they were.
+    pub fn restore(&self) {
+        let patch = json!({"spec": {"unschedulable": self.spec.get("unschedulable"),
+                                    "taints": self.spec.get("taints")}});
+        let mut cmd = node().kubectl();
+        cmd.args([
+            "patch",
+            "node",
+            NODE_NAME,
+            "--type=merge",
+            "-p",
+            &patch.to_string(),
+        ]);
+        let _ = cmd.output();
+    }
+}
+
+impl Drop for NodeAsFound {
+    fn drop(&mut self) {
+        self.restore();
+    }
+}
+
+/// The node's spec, without what the node lifecycle controller adds on its own.
+pub fn node_spec() -> Value {
+    get_json(&["node", NODE_NAME])["spec"].clone()
+}
+
+/// The node's Ready condition status: "True", "False" or "Unknown".
+pub fn node_ready() -> String {
+    k(&[
+        "get",
+        "node",
+        NODE_NAME,
+        "-o",
+        "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+    ])
+}
+
+/// Waits until `check` holds, polling every 100 ms; panics with `what` after `timeout`.
+pub fn wait_until(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) -> Duration {
+    let start = Instant::now();
+    while !check() {
+        assert!(start.elapsed() < timeout, "{what}: not after {timeout:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    start.elapsed()
+}
+
+/// The names of the Jobs and pods in harvester-system that carry the label selector `selector`.
+pub fn jobs_and_pods(selector: &str) -> Vec<String> {
+    let out = k(&["-n", NS, "get", "jobs,pods", "-l", selector, "-o", "name"]);
+    out.lines().map(str::to_string).collect()
 }

@@ -141,6 +141,29 @@ fn the_jobs_are_hardened_and_outlast_the_tool_deadline() {
     }
 }
 
+/// The Jobs schedule wherever upgrade-toolkit's own Jobs do: the same tolerations, exactly.
+#[test]
+fn the_jobs_tolerate_what_upgrade_toolkit_jobs_tolerate() {
+    let want = json!([
+        {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"},
+        {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute"},
+        {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoExecute"},
+        {"key": "node-role.kubernetes.io/etcd", "operator": "Exists", "effect": "NoExecute"},
+        {"key": "kubernetes.io/arch", "operator": "Equal", "value": "amd64", "effect": "NoSchedule"},
+        {"key": "kubernetes.io/arch", "operator": "Equal", "value": "arm64", "effect": "NoSchedule"},
+        {"key": "kubernetes.io/arch", "operator": "Equal", "value": "arm", "effect": "NoSchedule"},
+        {"key": "kubevirt.io/drain", "operator": "Exists", "effect": "NoSchedule"},
+        {"key": "CriticalAddonsOnly", "operator": "Exists"}
+    ]);
+    for dir in ["pre", "post", "status"] {
+        assert_eq!(
+            job(dir)["spec"]["template"]["spec"]["tolerations"],
+            want,
+            "{dir}"
+        );
+    }
+}
+
 #[test]
 fn the_rbac_names_its_objects_and_grants_no_wildcards_or_secrets() {
     for obj in render("base") {

@@ -1,0 +1,228 @@
+#!/usr/bin/env bash
+# Run a phase of the guard as a Job, by hand or as an orchestrator would, so that a rerun is never
+# mistaken for success: every run is a new Job and a new pod, the wait returns as soon as the Job
+# is Complete or Failed and says which, and a pod that cannot get its image fails the Job. Needs
+# only kubectl and jq. Run without arguments for usage.
+set -euo pipefail
+
+usage() {
+  cat >&2 <<'USAGE'
+usage: hack/job.sh COMMAND PHASE [OPTIONS]     PHASE: pre, post or status
+
+  run PHASE     run the phase again, and wait as `wait` does:
+                - refuses while the phase's Job is still running (it never starts a second run
+                  of a phase, and never kills one);
+                - prints how the previous run ended, then deletes that finished Job and its pods;
+                - applies the ServiceAccount and RBAC, and creates the Job (`kubectl create`:
+                  never "configured", never a no-op).
+  wait PHASE    wait until the Job is Complete or Failed; print which, with each pod's exit code
+                and termination message (the run's summary). Exit 0 if Complete, 1 if Failed,
+                124 on --timeout, 2 on any other error. While waiting, a pod whose image cannot be
+                pulled for --pull-timeout seconds is marked and deleted, which fails the Job at
+                once (podFailurePolicy); the message, naming the image, is printed here and left
+                on the Job (annotation workload-update-guard.harvesterhci.io/failure).
+  render PHASE  print the objects `run` creates, as one JSON List
+
+options:
+  --plan PLAN         upgrade-toolkit's conventions: the Job `PLAN-workload-update-guard-PHASE`,
+                      labelled management.harvesterhci.io/upgrade-plan=PLAN and
+                      management.harvesterhci.io/upgrade-component=workload-update-guard-PHASE
+                      (the Job and its pods), owned by the UpgradePlan PLAN (which must exist: the
+                      Job and its pods go with it), ttlSecondsAfterFinished 604800 (7 days)
+  --image IMAGE       the guard's image (default: the one manifests/job/kustomization.yaml names)
+  --timeout SECONDS   how long `wait` waits (default 1800; the Job's own bound is its
+                      activeDeadlineSeconds, 1500)
+  --pull-timeout SECONDS
+                      how long a pod may fail to pull its image before the Job is failed
+                      (default 120; 0 never). ErrImageNeverPull and InvalidImageName fail at once.
+
+environment: KUBECTL (default: kubectl on PATH), and kubectl's own (KUBECONFIG).
+USAGE
+}
+
+NS=harvester-system
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+KUBECTL="${KUBECTL:-kubectl}"
+# The pod condition `wait` sets on a pod that cannot get its image; manifests/job/job.yaml's
+# podFailurePolicy fails the Job on it.
+IMAGE_CONDITION=workload-update-guard.harvesterhci.io/ImageUnavailable
+# ... and the annotation it leaves on the Job, with the same message.
+FAILURE_ANNOTATION=workload-update-guard.harvesterhci.io/failure
+PULL_REASONS='["ErrImagePull","ImagePullBackOff","ErrImageNeverPull","InvalidImageName","RegistryUnavailable"]'
+PERMANENT_PULL_REASONS='["ErrImageNeverPull","InvalidImageName"]'
+
+die() { echo "job: ERROR: $*" >&2; exit 2; }
+say() { echo "job: $*" >&2; }
+k() { "$KUBECTL" "$@"; }
+
+cmd="${1:-}"; phase="${2:-}"
+case "$cmd" in
+  -h|--help|help) usage; exit 0 ;;
+  run|wait|render) ;;
+  *) usage; exit 2 ;;
+esac
+case "$phase" in
+  pre|post|status) ;;
+  *) usage; die "PHASE must be pre, post or status, not '$phase'" ;;
+esac
+shift 2
+plan="" image="" timeout=1800 pull_timeout=120
+while (( $# )); do
+  case "$1" in
+    --plan) plan="${2:?--plan needs a value}"; shift 2 ;;
+    --image) image="${2:?--image needs a value}"; shift 2 ;;
+    --timeout) timeout="${2:?--timeout needs a value}"; shift 2 ;;
+    --pull-timeout) pull_timeout="${2:?--pull-timeout needs a value}"; shift 2 ;;
+    *) usage; die "unknown option '$1'" ;;
+  esac
+done
+[[ "$timeout" =~ ^[0-9]+$ && "$pull_timeout" =~ ^[0-9]+$ ]] || die "--timeout and --pull-timeout take seconds"
+command -v jq >/dev/null || die "jq is required"
+
+component="workload-update-guard-$phase"
+job="$component"
+if [[ -n "$plan" ]]; then
+  job="$plan-$component"
+  # The Job controller labels its pods with the Job's name, which a label value limits to 63.
+  (( ${#job} <= 63 )) || die "the Job name '$job' is over 63 characters: use a shorter plan name"
+fi
+
+render() { # the kustomization of the phase, with --image and --plan applied, as one JSON List
+  local yaml objects uid=""
+  yaml="$(k kustomize "$REPO_ROOT/manifests/$phase")" || die "kubectl kustomize manifests/$phase failed"
+  objects="$(k create --dry-run=client -o json -f - <<<"$yaml")" || die "cannot convert the manifests"
+  if [[ -n "$plan" ]]; then
+    uid="$(k get upgradeplans.management.harvesterhci.io "$plan" -o jsonpath='{.metadata.uid}')" \
+      || die "no UpgradePlan '$plan' to own the Job"
+  fi
+  jq -s --arg job "$job" --arg image "$image" --arg plan "$plan" --arg uid "$uid" \
+    --arg component "$component" '
+    [.[] | if .kind == "List" then .items[] else . end]
+    | map(if .kind != "Job" then . else
+        .metadata.name = $job
+        | if $image != "" then .spec.template.spec.containers[0].image = $image else . end
+        | if $plan == "" then . else
+            ({"management.harvesterhci.io/upgrade-plan": $plan,
+              "management.harvesterhci.io/upgrade-component": $component}) as $labels
+            | .metadata.labels += $labels
+            | .spec.template.metadata.labels += $labels
+            | .metadata.ownerReferences = [{"apiVersion": "management.harvesterhci.io/v1beta1",
+                "kind": "UpgradePlan", "name": $plan, "uid": $uid,
+                "controller": true, "blockOwnerDeletion": true}]
+            | .spec.ttlSecondsAfterFinished = 604800
+          end
+      end)
+    | {"apiVersion": "v1", "kind": "List", "items": .}' <<<"$objects"
+}
+
+job_json() { k -n "$NS" get job "$job" -o json 2>/dev/null; }
+
+# finished JOB_JSON: "Complete" or "Failed" if that condition is True, else nothing.
+finished() {
+  jq -r '[.status.conditions[]? | select(.status == "True" and (.type == "Complete" or .type == "Failed"))
+          | .type][0] // empty' <<<"$1"
+}
+
+report() { # report JOB_JSON: how the Job ended, and each pod's exit code and termination message
+  local j="$1"
+  jq -r '.status.conditions[]? | select(.status == "True" and (.type == "Complete" or .type == "Failed"))
+         | "job: \(.type)" + (if .reason then " (\(.reason))" else "" end)
+           + (if .message then ": \(.message)" else "" end)' <<<"$j" >&2
+  jq -r --arg a "$FAILURE_ANNOTATION" '.metadata.annotations[$a] // empty | "job: \(.)"' <<<"$j" >&2
+  k -n "$NS" get pods -l "job-name=$job" -o json 2>/dev/null | jq -r --arg cond "$IMAGE_CONDITION" '
+    .items | sort_by(.metadata.creationTimestamp)[]
+    | .metadata.name as $pod
+    | ([.status.conditions[]? | select(.type == $cond) | .message][0]) as $pull
+    | (.status.containerStatuses[0].state // {}) as $s
+    | if $pull then "job: pod \($pod): \($pull)"
+      elif $s.terminated then
+        "job: pod \($pod): exit \($s.terminated.exitCode) \($s.terminated.message // "" | gsub("\n$"; ""))"
+      elif $s.waiting then "job: pod \($pod): waiting: \($s.waiting.reason) \($s.waiting.message // "")"
+      else "job: pod \($pod): \(.status.phase) \(.status.reason // "")" end' >&2 || true
+}
+
+# fail_unpullable: a pod of the Job that cannot get its image (a pull reason for --pull-timeout
+# seconds since the kubelet took it, or a permanent one) gets the ImageUnavailable condition,
+# naming the image, and is deleted: it ends Failed, and the podFailurePolicy fails the Job. A pod
+# that never ran has no exit code, so no other rule can see it.
+fail_unpullable() {
+  (( pull_timeout > 0 )) || return 0
+  local pods line pod msg
+  pods="$(k -n "$NS" get pods -l "job-name=$job" -o json 2>/dev/null)" || return 0
+  while IFS=$'\t' read -r pod msg; do
+    [[ -n "$pod" ]] || continue
+    line="$(jq -cn --arg t "$IMAGE_CONDITION" --arg m "$msg" \
+      '[{"op": "add", "path": "/status/conditions/-", "value":
+         {"type": $t, "status": "True", "reason": "ImagePullFailed", "message": $m}}]')"
+    say "$msg: failing the Job"
+    # The pod goes once it is Failed: the Job keeps the message.
+    if ! k -n "$NS" annotate --overwrite job "$job" "$FAILURE_ANNOTATION=$msg" >/dev/null \
+      || ! k -n "$NS" patch pod "$pod" --subresource=status --type=json -p "$line" >/dev/null \
+      || ! k -n "$NS" delete pod "$pod" --wait=false >/dev/null; then
+      say "could not mark and delete pod $pod"
+    fi
+  done < <(jq -r --argjson reasons "$PULL_REASONS" --argjson permanent "$PERMANENT_PULL_REASONS" \
+      --arg cond "$IMAGE_CONDITION" --argjson limit "$pull_timeout" '
+    (now | floor) as $now
+    | .items[]
+    | select(.metadata.deletionTimestamp == null and .status.startTime != null)
+    | select([.status.conditions[]? | select(.type == $cond)] | length == 0)
+    | . as $p
+    | .status.containerStatuses[]? | select(.state.waiting.reason as $r | any($reasons[]; . == $r))
+    | ($now - ($p.status.startTime | fromdateiso8601)) as $age
+    | select((.state.waiting.reason as $r | any($permanent[]; . == $r)) or $age >= $limit)
+    | [$p.metadata.name,
+       "the image \(.image) cannot be pulled on node \($p.spec.nodeName // "?"): \(.state.waiting.reason)"
+       + " for \($age) s: \(.state.waiting.message // "")"]
+    | @tsv' <<<"$pods")
+}
+
+wait_job() {
+  local start=$SECONDS j outcome last_pull_check=-10
+  say "waiting for job $NS/$job (Complete or Failed, at most $timeout s)"
+  while :; do
+    j="$(job_json)" || die "job $NS/$job not found"
+    outcome="$(finished "$j")"
+    if [[ -n "$outcome" ]]; then
+      report "$j"
+      say "job $NS/$job $outcome after $((SECONDS - start)) s of waiting"
+      [[ "$outcome" == Complete ]] && return 0
+      return 1
+    fi
+    if (( SECONDS - start >= timeout )); then
+      report "$j"
+      say "job $NS/$job neither Complete nor Failed after $timeout s"
+      return 124
+    fi
+    if (( SECONDS - last_pull_check >= 2 )); then
+      last_pull_check=$SECONDS
+      fail_unpullable
+    fi
+    sleep 0.5
+  done
+}
+
+run() {
+  local j objects outcome
+  if j="$(job_json)"; then
+    outcome="$(finished "$j")"
+    [[ -n "$outcome" ]] || die "job $NS/$job is still running: wait for it (hack/job.sh wait $phase${plan:+ --plan $plan}), or delete it yourself"
+    say "the previous run of $job ended $outcome ($(jq -r '.metadata.creationTimestamp' <<<"$j")):"
+    report "$j"
+    k -n "$NS" delete job "$job" --cascade=foreground --wait --timeout=120s >/dev/null \
+      || die "could not delete the previous job $NS/$job"
+  fi
+  objects="$(render)"
+  jq '.items |= map(select(.kind != "Job"))' <<<"$objects" | k apply -f - >/dev/null \
+    || die "kubectl apply of the ServiceAccount and RBAC failed"
+  jq '.items |= map(select(.kind == "Job"))' <<<"$objects" | k create -f - >/dev/null \
+    || die "kubectl create job $NS/$job failed"
+  say "created job $NS/$job"
+  wait_job
+}
+
+case "$cmd" in
+  render) render ;;
+  wait) wait_job ;;
+  run) run ;;
+esac
