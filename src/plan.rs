@@ -20,7 +20,7 @@ pub mod ownership;
 pub mod phase;
 pub mod records;
 #[cfg(test)]
-mod testing;
+pub(crate) mod testing;
 
 pub use editor::{
     CHANGED_WHILE_SUSPENDED, COMPARE_PATCH_GONE, Malformed, Plan, STILL_SUSPENDED, Warning,

@@ -505,4 +505,55 @@ mod tests {
             ]
         );
     }
+
+    /// A corrupted record on the CR: one verdict that names it, what the ManagedChart's copy
+    /// says and the command that recovers; the problem shown once under its object.
+    #[test]
+    fn a_corrupted_record_gets_a_verdict_that_says_how_to_recover() {
+        use crate::model::Kind;
+        use crate::plan::testing::*;
+        let intent = intent(Phase::Status);
+        let kv0 = kubevirt(Some(json!(["LiveMigrate"])));
+        let copy = crate::plan::kubevirt::kubevirt_original(&kv0).unwrap();
+        let ch0 = chart(json!({}), None);
+        let key = intent.keys.chart.clone().unwrap();
+        let ch1 = apply(
+            &ch0,
+            &crate::plan::chart::chart_pre(&ch0, &kv(), &Steps::ALL, Some(&copy)).unwrap(),
+        );
+        let mut kv1 = pre_kv(&kv0);
+        kv1["metadata"]["annotations"][KUBEVIRT_RECORD] = json!("{not json");
+        let (kt, ct) = (
+            Target::new(Kind::KubeVirt, &kv()),
+            Target::new(Kind::ManagedChart, &key),
+        );
+        let r = Report::new(&intent, (&kt, Some(&kv1)), Some((&ct, Ok(Some(&ch1)))), &[]);
+        for part in [
+            "REFUSED: pre and post exit 3",
+            KUBEVIRT_RECORD,
+            "The ManagedChart's copy says the original was [\"LiveMigrate\"]",
+            &format!("kubectl -n harvester-system annotate kubevirt kubevirt {KUBEVIRT_RECORD}-"),
+        ] {
+            assert!(r.verdict.contains(part), "{part:?} not in {}", r.verdict);
+        }
+        assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+        let text = r.to_string();
+        // Once in the verdict, once as the CR's PROBLEM.
+        assert_eq!(text.matches("is corrupted").count(), 2, "{text}");
+        assert!(!text.contains("Entry"), "{text}");
+    }
+
+    #[test]
+    fn an_empty_owner_list_says_none() {
+        use crate::model::Kind;
+        use crate::plan::testing::*;
+        let intent = intent(Phase::Status);
+        let kt = Target::new(Kind::KubeVirt, &kv());
+        let obj = kubevirt(Some(json!(["LiveMigrate"])));
+        let text = Report::new(&intent, (&kt, Some(&obj)), None, &[]).to_string();
+        assert!(
+            text.contains(&format!("owners of {METHODS_FIELD}")) && text.contains("none"),
+            "{text}"
+        );
+    }
 }
