@@ -137,8 +137,13 @@ impl Report {
         let will_restore = restore
             .filter(|_| suspended)
             .and_then(|r| r.methods.clone());
-        // Problems are shown once, under their object, and the verdict names the first.
-        let mut warnings = Vec::new();
+        // Problems are shown once, under their object, and the verdict names the first; a
+        // ManagedChart that could not be read is a warning.
+        let mut warnings: Vec<String> = chart
+            .iter()
+            .filter(|c| !c.found)
+            .flat_map(|c| c.problems.iter().cloned())
+            .collect();
         for o in k.methods_owners.iter().filter(|o| o.blocks_chart_change) {
             if o.owner.manager != FIELD_MANAGER {
                 warnings.push(format!(
@@ -172,6 +177,8 @@ impl Report {
 /// and write nothing. It names the problem (with the commands that recover, which the reader
 /// puts in it) and what the other object's copy of the original says.
 fn refusal(k: &KubeVirtReport, chart: Option<&ChartReport>) -> Option<String> {
+    // A ManagedChart that could not be read (its CRD not served) refuses nothing by itself.
+    let chart = chart.filter(|c| c.found);
     let chart_problems = chart.map_or(&[][..], |c| c.problems.as_slice());
     let (object, problem) = match (k.problems.first(), chart_problems.first()) {
         (Some(p), _) => (&k.object, p),
@@ -389,10 +396,10 @@ impl std::fmt::Display for Report {
             row(f, "saved original", record(&k.saved_original))?;
             if let Some(r) = &k.post_will_restore {
                 let what = match r.source {
-                    Source::Nothing => "nothing".to_string(),
-                    _ => json(&r.methods),
+                    Source::Nothing | Source::LaterChoice => format!("nothing: {}", r.reason),
+                    _ => format!("{}, from {}", json(&r.methods), r.reason),
                 };
-                row(f, "post would restore", format!("{what} ({})", r.reason))?;
+                row(f, "post would restore", what)?;
             }
             row(
                 f,

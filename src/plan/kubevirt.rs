@@ -114,7 +114,7 @@ pub fn restore_source(
         (None, Some(c)) if suspended => (
             Source::ChartCopy,
             Some(c.clone()),
-            "no record on the CR; the ManagedChart's copy of the original".to_string(),
+            "the ManagedChart's copy of the original, as the CR has no record".to_string(),
         ),
         (None, Some(_)) => (
             Source::Nothing,
@@ -128,7 +128,8 @@ pub fn restore_source(
             Some(list) if suspended && methods_owned_by_us(kubevirt) => (
                 Source::Fallback,
                 Some(value_record(Some(json!(list)), Vec::new())),
-                "no record of the original; the configured fallback".to_string(),
+                "FALLBACK_METHODS, as no record of the original is left and the [] is ours"
+                    .to_string(),
             ),
             _ if !suspended => (
                 Source::Nothing,
