@@ -231,6 +231,18 @@ pub fn wait_job(name: &str, timeout: Duration) -> Outcome {
 }
 
 /// The Job's pods, oldest first.
+/// The Job `name` succeeded once and counted no failed pod (an eviction is not counted).
+pub fn assert_succeeded_without_failures(name: &str) {
+    let job = get_json(&["-n", NS, "job", name]);
+    assert_eq!(job["status"]["succeeded"], 1, "{job:#}");
+    let failed = job["status"].get("failed").and_then(Value::as_i64);
+    assert_eq!(
+        failed.unwrap_or(0),
+        0,
+        "the eviction is not counted: {job:#}"
+    );
+}
+
 pub fn pods_of(job: &str) -> Vec<Value> {
     let list = get_json(&["-n", NS, "pods", "-l", &format!("job-name={job}")]);
     let mut pods = list["items"].as_array().unwrap().clone();

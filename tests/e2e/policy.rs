@@ -198,16 +198,7 @@ fn running_container_hardening_and_eviction_ignored() {
         },
         "an eviction does not spend backoffLimit 0"
     );
-    let job = get_json(&["-n", NS, "job", PRE]);
-    assert_eq!(job["status"]["succeeded"], 1);
-    assert_eq!(
-        job["status"]
-            .get("failed")
-            .and_then(Value::as_i64)
-            .unwrap_or(0),
-        0,
-        "{job:#}"
-    );
+    assert_succeeded_without_failures(PRE);
     let pods = pods_of(PRE);
     assert_eq!(
         pods.len(),
