@@ -48,10 +48,7 @@ fn managed_fields(obj: &Value) -> &[Value] {
 
 /// The managers that own the field at `path`, in `managedFields` order.
 pub fn owners(obj: &Value, path: &[&str]) -> Vec<Owner> {
-    let fields: Vec<String> = path.iter().map(|s| format!("f:{s}")).collect();
-    let fields: Vec<&str> = fields.iter().map(String::as_str).collect();
-    let ptr = format!("/fieldsV1{}", pointer(&fields));
-    let text = |e: &Value, k: &str| e.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+    let ptr = fields_ptr(&f_fields(path));
     managed_fields(obj)
         .iter()
         .filter(|e| e.pointer(&ptr).is_some())
@@ -69,7 +66,6 @@ pub fn owners(obj: &Value, path: &[&str]) -> Vec<Owner> {
 /// parent maps each owned.
 pub fn recorded_owners(obj: &Value, path: &[&str]) -> Vec<RecordedOwner> {
     let fields = f_fields(path);
-    let text = |e: &Value, k: &str| e.get(k).and_then(Value::as_str).unwrap_or("").to_string();
     managed_fields(obj)
         .iter()
         .filter(|e| e["manager"] != FIELD_MANAGER && e.pointer(&fields_ptr(&fields)).is_some())
@@ -89,6 +85,16 @@ pub fn recorded_owners(obj: &Value, path: &[&str]) -> Vec<RecordedOwner> {
         .collect()
 }
 
+/// A `managedFields` entry's string field, empty when absent.
+fn text(entry: &Value, key: &str) -> String {
+    entry
+        .get(key)
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string()
+}
+
+/// The `fieldsV1` keys of a path (`f:spec`, ...).
 fn f_fields(path: &[&str]) -> Vec<String> {
     path.iter().map(|s| format!("f:{s}")).collect()
 }
@@ -128,7 +134,6 @@ pub(super) fn note_return(ed: &mut Editor, path: &[&str], owners: Vec<RecordedOw
 /// The index of the live entry that `owner` recorded: same manager, operation, API version and
 /// subresource.
 fn entry_of(entries: &[Value], owner: &RecordedOwner) -> Option<usize> {
-    let text = |e: &Value, k: &str| e.get(k).and_then(Value::as_str).unwrap_or("").to_string();
     entries.iter().position(|e| {
         text(e, "manager") == owner.manager
             && text(e, "operation") == owner.operation
