@@ -123,7 +123,7 @@ setup_go_at_least() {
 
 # setup_go THING...: Go for the things that are not built yet (cp:VERSION, node:VERSION, helm).
 setup_go() {
-  local t v d b m min="" what=() built
+  local t v d b m min="" todo=() built
   for t in "$@"; do
     v="${t#*:}"
     built=1
@@ -131,22 +131,22 @@ setup_go() {
       cp:*)
         d="$(KUBE_VERSION="$v" bash "$SETUP_ROOT/hack/control-plane.sh" bin-dir 2>/dev/null)" || built=0
         for b in kube-apiserver etcd kubectl; do [[ -x "$d/$b" ]] || built=0; done
-        (( built )) || what+=("kube-apiserver, etcd and kubectl $v") ;;
+        (( built )) || todo+=("kube-apiserver, etcd and kubectl $v") ;;
       node:*)
         d="$(KUBE_VERSION="$v" bash "$SETUP_ROOT/hack/node.sh" bin-dir 2>/dev/null)" || built=0
         for b in kubelet kube-controller-manager kube-scheduler kube-proxy; do [[ -x "$d/$b" ]] || built=0; done
-        (( built )) || what+=("the node binaries $v") ;;
+        (( built )) || todo+=("the node binaries $v") ;;
       helm)
-        [[ -x "$(bash "$SETUP_ROOT/hack/helm.sh" path)" ]] || { built=0; what+=("Helm ${HELM_VERSION:-v4.3.1}"); } ;;
+        [[ -x "$(bash "$SETUP_ROOT/hack/helm.sh" path)" ]] || { built=0; todo+=("Helm ${HELM_VERSION:-v4.3.1}"); } ;;
       *) setup_die "setup_go: unknown thing $t (cp:VERSION, node:VERSION or helm)" ;;
     esac
     (( built )) && continue
     m="$(go_for "$t")"
     if [[ -n "$m" ]] && { [[ -z "$min" ]] || ! version_ge "$min" "$m"; }; then min="$m"; fi
   done
-  (( ${#what[@]} )) || return 0
+  (( ${#todo[@]} )) || return 0
   local list
-  list="$(printf '%s, ' "${what[@]}")"
+  list="$(printf '%s, ' "${todo[@]}")"
   setup_go_at_least "$min" "to build ${list%, } (each cached after its first build)"
 }
 
