@@ -1,5 +1,6 @@
 # syntax=docker/dockerfile:1
-# With registries:  docker build -t workload-update-guard:0.1.0 .
+# With registries:  docker build --build-arg GIT_COMMIT="$(git rev-parse --short HEAD)" -t workload-update-guard:0.1.0 .
+# (the build stage has no .git: GIT_COMMIT is the commit `--version` prints; `unknown` without it)
 # Without any (hack/image.sh, buildah): the binary built on the host and a base assembled from
 # Debian's packages (glibc, libgcc, CA certificates, a passwd entry for 65532), both put in
 # target/image/ by that script:
@@ -10,8 +11,9 @@ ARG BASE=gcr.io/distroless/cc-debian12:nonroot
 
 # Multi-stage: dependencies are compiled in their own layer, cached until Cargo.toml/Cargo.lock change.
 FROM rust:1.95-slim-bookworm AS build
+ARG GIT_COMMIT=unknown
 WORKDIR /src
-COPY Cargo.toml Cargo.lock ./
+COPY Cargo.toml Cargo.lock build.rs ./
 RUN mkdir src \
  && echo 'fn main() {}' > src/main.rs \
  && touch src/lib.rs \
@@ -20,10 +22,11 @@ RUN mkdir src \
 COPY src ./src
 # Make sure cargo sees the real sources as newer than the dependency-layer stubs.
 RUN touch src/main.rs src/lib.rs \
- && cargo build --release --locked \
+ && WORKLOAD_UPDATE_GUARD_COMMIT="$GIT_COMMIT" cargo build --release --locked \
  && install -D target/release/workload-update-guard /out/usr/local/bin/workload-update-guard
 
-# The binary hack/image.sh built on the host (cargo build --release --locked).
+# The binary hack/image.sh built on the host (cargo build --release --locked; build.rs reads
+# the commit from the host's git checkout).
 FROM scratch AS prebuilt
 COPY target/image/bin/ /out/
 

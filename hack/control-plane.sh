@@ -127,6 +127,11 @@ build() {
   fi
   local gomod src="$VERSION_DIR/src" tmp="$VERSION_DIR/bin.tmp" start=$SECONDS
   gomod="$(release_gomod)"
+  # GOTOOLCHAIN=local: the Go on PATH must be as new as the release's go.mod asks.
+  # shellcheck source=hack/setup.sh
+  source "$REPO_ROOT/hack/setup.sh"
+  setup_go_at_least "$(sed -n 's/^go \([0-9.]*\).*/\1/p' "$gomod")" \
+    "to build Kubernetes $KUBE_VERSION (the go directive of its go.mod)"
   local want_etcd; want_etcd="$(required_etcd "$gomod")"
   [[ "$want_etcd" == "$ETCD_VERSION" ]] \
     || log "note: k8s.io/kubernetes@$KUBE_VERSION requires etcd $want_etcd; building etcd $ETCD_VERSION as asked"

@@ -8,41 +8,59 @@
 #   bash hack/demo.sh --fast   the quick look: no node, the release binary run on this machine
 #                              with each Job's environment and the ServiceAccount's token only
 #
-# Both end by checking that the KubeVirt CR and the ManagedChart are exactly as before pre.
+# Both end by checking that the KubeVirt CR and the ManagedChart are exactly as before pre, that
+# the same managers own the methods field as before pre, and that no claim of ours is left.
 # Everything is torn down after (the node by hack/node.sh down, also if this script is killed).
+#
+# On a bare Debian or Ubuntu machine it installs the packages it needs first (hack/setup.sh,
+# hack/packages.txt) and checks the Rust and Go versions. It builds only what it runs: the
+# control plane (and the node's binaries) of the default Kubernetes version, and one release build
+# of the guard (its image, for the node); each build is cached for the next run.
 set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO_ROOT"
-command -v jq >/dev/null || { echo "demo: jq is required (apt-get install jq)" >&2; exit 1; }
 fast=0
 case "${1:-}" in
   --fast) fast=1 ;;
   "") ;;
   *) echo "usage: bash hack/demo.sh [--fast]" >&2; exit 2 ;;
 esac
+# shellcheck source=hack/setup.sh
+source hack/setup.sh
+kube="${KUBE_VERSION:-$(bash hack/control-plane.sh default-version)}"
+if (( fast )); then
+  setup_install build || exit 1
+  setup_rust
+  setup_go "cp:$kube"
+else
+  (( EUID == 0 )) || { echo "demo: the node (containerd, namespaces, iptables) needs root: run as root, or bash hack/demo.sh --fast" >&2; exit 1; }
+  setup_install build node || exit 1
+  setup_rust
+  setup_go "cp:$kube" "node:$kube"
+fi
 
-step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+section() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
-step "build"
+section "build (each cached after the first run)"
 KUBECTL="$(bash hack/control-plane.sh bin-dir)/kubectl"
 if (( fast )); then
-  bash hack/control-plane.sh build
-  cargo build --release --quiet
+  step "building kube-apiserver, etcd and kubectl $kube" bash hack/control-plane.sh build
+  step "building the guard (cargo build --release)" cargo build --release --locked --quiet
   BIN="$REPO_ROOT/target/release/workload-update-guard"
-  step "control plane"
-  dir="$(bash hack/control-plane.sh up)"
+  section "control plane"
+  dir="$(step "starting kube-apiserver and etcd" bash hack/control-plane.sh up)"
   trap 'bash "$REPO_ROOT/hack/control-plane.sh" down "$dir"' EXIT
 else
-  bash hack/node.sh build
-  bash hack/image.sh build
-  step "node: kubelet on containerd + runc, bridge CNI, kube-proxy, controller-manager, scheduler"
-  dir="$(NODE_OWNER_PID=$$ bash hack/node.sh up)"
+  step "building kube-apiserver, etcd, kubectl and the node's binaries $kube" bash hack/node.sh build
+  step "building the guard's image (cargo build --release, then buildah)" bash hack/image.sh build guard
+  section "node: kubelet on containerd + runc, bridge CNI, kube-proxy, controller-manager, scheduler"
+  dir="$(NODE_OWNER_PID=$$ step "starting the node" bash hack/node.sh up)"
   trap 'bash "$REPO_ROOT/hack/node.sh" down "$dir"' EXIT
 fi
 k() { "$KUBECTL" --kubeconfig "$dir/kubeconfig" "$@"; }
 (( fast )) || k get node -o wide
 
-step "Harvester-like state: KubeVirt harvester-system/kubevirt, ManagedChart fleet-local/harvester"
+section "Harvester-like state: KubeVirt harvester-system/kubevirt, ManagedChart fleet-local/harvester"
 # Server-side, as manager helm: the field ownership Helm 4 (so Fleet) leaves on the KubeVirt CR.
 k apply --server-side --field-manager helm -f hack/demo/harvester.yaml
 k -n harvester-system patch kubevirt kubevirt --subresource=status --type=merge -p \
@@ -67,7 +85,7 @@ fi
 # Job's outcome, its pod's termination message (the run's summary) and, for status, its logs.
 run_job() {
   local phase="$1" job="workload-update-guard-$1" start outcome="" pod
-  step "kubectl apply -k manifests/$phase"
+  section "kubectl apply -k manifests/$phase"
   k -n harvester-system delete job "$job" --ignore-not-found --cascade=foreground --wait >/dev/null
   start=$(date +%s%3N)
   k apply -k "manifests/$phase" | grep -E '^job' || true
@@ -95,7 +113,7 @@ run() {
   lines="$(k kustomize "manifests/$phase" | k create --dry-run=client -o json -f - \
         | jq -rs '.[] | select(.kind == "Job") | .spec.template.spec.containers[0].env[] | select(.name != "LOG_FORMAT") | "\(.name)=\(.value)"')"
   mapfile -t env <<<"$lines"
-  step "PHASE=$phase  (${env[*]})"
+  section "PHASE=$phase  (${env[*]})"
   local code=0
   env -i PATH="$PATH" KUBECONFIG="$dir/sa-kubeconfig" TERMINATION_MESSAGE_PATH="$dir/termination-log" \
     LOG_FORMAT=text "${env[@]}" "$BIN" || code=$?
@@ -119,13 +137,21 @@ owners() {
      | "  \(.manager) (\(.operation), \(.time))"] | if length == 0 then "  (none)" else .[] end'
   echo "managers with any claim on the CR: $(k -n harvester-system get kubevirt kubevirt -o json --show-managed-fields | jq -c '[.metadata.managedFields[].manager]')"
 }
+# The managers owning the methods field, and how (Apply or Update), as one sorted JSON list.
+method_owners() {
+  k -n harvester-system get kubevirt kubevirt -o json --show-managed-fields | jq -c '
+    [.metadata.managedFields[]
+     | select(.fieldsV1["f:spec"]["f:workloadUpdateStrategy"]["f:workloadUpdateMethods"] != null)
+     | {manager, operation}] | sort'
+}
 snapshot() { # snapshot FILE: both objects without what the server manages
   { k -n harvester-system get kubevirt kubevirt -o json | jq -S -f hack/snapshot.jq
     k -n fleet-local get managedchart harvester -o json | jq -S -f hack/snapshot.jq; } > "$1"
 }
 
 snapshot "$dir/before.json"
-step "before pre"
+method_owners > "$dir/owners-before.json"
+section "before pre"
 owners
 run status
 run pre
@@ -137,18 +163,26 @@ methods
 run post  # a rerun: nothing to do
 run status
 
-step "Events on the KubeVirt CR (kubectl describe kubevirt)"
+section "Events on the KubeVirt CR (kubectl describe kubevirt)"
 k -n harvester-system describe kubevirt kubevirt | sed -n '/^Events:/,$p'
 if (( ! fast )); then
-  step "Events of the Jobs"
+  section "Events of the Jobs"
   k -n harvester-system get events --field-selector involvedObject.kind=Job --sort-by=.lastTimestamp \
     -o custom-columns=TIME:.lastTimestamp,TYPE:.type,REASON:.reason,OBJECT:.involvedObject.name,MESSAGE:.message
 fi
 
-step "exactly restored?"
+section "exactly restored?"
 snapshot "$dir/after.json"
+method_owners > "$dir/owners-after.json"
 claims=$( { k -n harvester-system get kubevirt kubevirt -o json --show-managed-fields
             k -n fleet-local get managedchart harvester -o json --show-managed-fields; } \
           | jq -s '[.[].metadata.managedFields[] | select(.manager == "workload-update-guard")] | length')
-diff "$dir/before.json" "$dir/after.json" && [[ "$claims" == 0 ]] \
-  && echo "yes: the KubeVirt CR and the ManagedChart are exactly as before pre, and no claim of ours is left"
+same=1
+diff "$dir/before.json" "$dir/after.json" || { same=0; echo "no: the objects differ (above: < before pre, > after post)"; }
+if ! diff -q "$dir/owners-before.json" "$dir/owners-after.json" >/dev/null; then
+  same=0
+  echo "no: the owners of the methods field differ: before pre $(cat "$dir/owners-before.json"), after post $(cat "$dir/owners-after.json")"
+fi
+[[ "$claims" == 0 ]] || { same=0; echo "no: $claims managedFields entries of workload-update-guard are left"; }
+(( same )) && echo "yes: the KubeVirt CR and the ManagedChart are exactly as before pre, the methods field has" \
+  "the same owners ($(cat "$dir/owners-after.json")), and no claim of ours is left"

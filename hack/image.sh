@@ -11,7 +11,10 @@ usage() {
 usage: hack/image.sh COMMAND
 
   build          build every image into target/image/*.tar (the guard's binaries with cargo)
-  import SOCKET  import them into containerd's k8s.io namespace at SOCKET
+  build guard    only what the demo's node runs: the guard's image and the pause image (one
+                 release build of the guard; no failpoints image, no kubectl image)
+  import SOCKET  import the images built into containerd's k8s.io namespace at SOCKET (the
+                 guard's and the pause image must be there; the test images if built)
   list           print the image names, one a line
 USAGE
 }
@@ -81,12 +84,14 @@ scratch_image() { # scratch_image NAME FILE [ENTRYPOINT...]: one static binary o
 
 file_of() { local n="${1##*/}"; echo "${n//:/_}.tar"; }
 
-build() {
+build() { # build [guard]
+  local only="${1:-}"
+  [[ -z "$only" || "$only" == guard ]] || { usage; exit 2; }
   command -v buildah >/dev/null || die "buildah is required (apt-get install buildah)"
   command -v gcc >/dev/null || die "gcc is required for the pause image (apt-get install gcc libc6-dev)"
   mkdir -p "$OUT"
   # The test image first, so that target/release/ ends with the shipped binary.
-  guard "$GUARD_FAILPOINTS" --features failpoints
+  [[ -n "$only" ]] || guard "$GUARD_FAILPOINTS" --features failpoints
   guard "$GUARD"
   # The pause image: sleeps until SIGTERM/SIGINT.
   cat > "$OUT/pause.c" <<'C'
@@ -98,7 +103,7 @@ C
   gcc -static -Os -s -o "$OUT/pause" "$OUT/pause.c" || die "gcc -static failed (is libc6-dev installed?)"
   scratch_image "$PAUSE" "$OUT/pause"
   # The pinned kubectl (a static Go binary) for the e2e "upgrade" Job.
-  scratch_image "$KUBECTL" "$(bash "$REPO_ROOT/hack/control-plane.sh" bin-dir)/kubectl"
+  [[ -n "$only" ]] || scratch_image "$KUBECTL" "$(bash "$REPO_ROOT/hack/control-plane.sh" bin-dir)/kubectl"
   # Only the archives are kept.
   buildah_ rmi --all --force >/dev/null 2>&1 || true
   rm -rf "$OUT/storage" "$OUT/run"
@@ -106,8 +111,14 @@ C
 
 import() {
   local sock="${1:?usage: import SOCKET}" name
-  for name in "$GUARD" "$GUARD_FAILPOINTS" "$PAUSE" "$KUBECTL"; do
-    [[ -f "$OUT/$(file_of "$name")" ]] || die "no $OUT/$(file_of "$name"): run hack/image.sh build"
+  for name in "$GUARD" "$PAUSE" "$GUARD_FAILPOINTS" "$KUBECTL"; do
+    if [[ ! -f "$OUT/$(file_of "$name")" ]]; then
+      # The demo's node needs only the first two (hack/image.sh build guard).
+      [[ "$name" == "$GUARD" || "$name" == "$PAUSE" ]] \
+        && die "no $OUT/$(file_of "$name"): run hack/image.sh build guard (or build)"
+      log "not importing $name: not built (hack/image.sh build builds it; the e2e tests need it)"
+      continue
+    fi
     ctr --address "$sock" -n k8s.io images import "$OUT/$(file_of "$name")" >/dev/null \
       || die "importing $name failed"
   done
@@ -115,7 +126,7 @@ import() {
 
 cmd="${1:-}"; shift || true
 case "$cmd" in
-  build) build ;;
+  build) build "$@" ;;
   import) import "$@" ;;
   list) printf '%s\n' "$GUARD" "$GUARD_FAILPOINTS" "$PAUSE" "$KUBECTL" ;;
   -h|--help|help) usage ;;

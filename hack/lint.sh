@@ -12,7 +12,7 @@ while IFS= read -r -d '' f; do
   [[ "$(head -c 64 "$REPO_ROOT/$f" | head -n 1)" =~ ^#!.*[/\ ](ba)?sh$ ]] && scripts+=("$f")
 done < <(git -C "$REPO_ROOT" ls-files -z)
 echo "lint: shellcheck ${scripts[*]}"
-(cd "$REPO_ROOT" && shellcheck --severity=info "${scripts[@]}")
+(cd "$REPO_ROOT" && shellcheck --external-sources --severity=info "${scripts[@]}")
 VENV="${XDG_CACHE_HOME:-$HOME/.cache}/workload-update-guard/lint-venv-hadolint2.15.1-checkov3.3.30"
 if [[ ! -x "$VENV/bin/checkov" || ! -x "$VENV/bin/hadolint" ]]; then
   python3 -m venv "$VENV"

@@ -12,8 +12,16 @@
 #   KUBE_VERSION=vX.Y.Z bash hack/test.sh    everything on that one version
 # The upgrade tests go from $UPGRADE_FROM to $UPGRADE_TO (default v1.34.4 to v1.35.4) whatever
 # the version under test.
+#
+# On a bare Debian or Ubuntu machine it installs the packages it needs first (hack/setup.sh,
+# hack/packages.txt) and checks the Rust and Go versions; each build says what it builds and
+# how long it took.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# shellcheck source=hack/setup.sh
+source hack/setup.sh
+setup_install build node test || exit 1
+setup_rust rustfmt clippy
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 
@@ -27,20 +35,29 @@ fi
 export KUBE_VERSION="$primary"
 export UPGRADE_FROM="${UPGRADE_FROM:-v1.34.4}" UPGRADE_TO="${UPGRADE_TO:-v1.35.4}"
 
+# Go, for whatever of these is not built yet.
+builds=()
+for v in "$primary" "${versions[@]}" "$UPGRADE_FROM" "$UPGRADE_TO"; do builds+=("cp:$v"); done
+setup_go "${builds[@]}" "node:$primary" helm
 # Every version first (each cached by version), so that a version that cannot be built fails here.
+declare -A built=()
 for v in "$primary" "${versions[@]}" "$UPGRADE_FROM" "$UPGRADE_TO"; do
-  KUBE_VERSION="$v" bash hack/control-plane.sh build
+  [[ -z "${built[$v]:-}" ]] || continue
+  built[$v]=1
+  step "building kube-apiserver, etcd and kubectl $v (cached after the first build)" \
+    env KUBE_VERSION="$v" bash hack/control-plane.sh build
 done
 # Helm 4, which plays Fleet in the lifetime tests.
-bash hack/helm.sh build
+step "building Helm 4 (cached after the first build)" bash hack/helm.sh build
 # The e2e node's kubelet, kube-controller-manager, kube-scheduler and kube-proxy (cached by
 # version), and the images it runs (the guard's, built from the Dockerfile without a registry).
 start=$SECONDS
-bash hack/node.sh build
-bash hack/image.sh build
+step "building the node's binaries $primary (cached after the first build)" bash hack/node.sh build
+step "building the images: the guard's, with failpoints, pause, kubectl (two release builds)" \
+  bash hack/image.sh build
 times=("node binaries and images: $((SECONDS - start)) s")
-cargo fmt --check
-cargo clippy --all-targets --all-features -- -D warnings
+step "cargo fmt --check" cargo fmt --check
+step "cargo clippy (builds the tests too)" cargo clippy --all-targets --all-features -- -D warnings
 # Unit, property, integration and e2e tests with the production build of the binary.
 start=$SECONDS
 rm -f target/e2e-figures.txt

@@ -9,9 +9,23 @@ use serde::Deserialize;
 use crate::model::{ObjectKey, defaults};
 use crate::plan::{Intent, Keys, Phase, Steps};
 
+/// The git commit the binary was built from (build.rs), or `unknown`.
+pub const COMMIT: &str = env!("WUG_GIT_COMMIT");
+
+/// The `--version` line.
+pub fn version() -> String {
+    format!(
+        "workload-update-guard {} (commit {COMMIT})\n",
+        env!("CARGO_PKG_VERSION")
+    )
+}
+
+/// The default of a variable that has none: `--help` says it must be set.
+pub const REQUIRED: &str = "required";
+
 /// Name, default and meaning of every variable: `--help` prints this table.
 pub const VARIABLES: &[(&str, &str, &str)] = &[
-    ("PHASE", "(required)", "pre | post | status"),
+    ("PHASE", REQUIRED, "pre | post | status"),
     (
         "KUBEVIRT_NAMESPACE",
         defaults::KUBEVIRT_NAMESPACE,
@@ -49,8 +63,8 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
     ),
     (
         "FALLBACK_METHODS",
-        "(empty: none)",
-        "comma-separated LiveMigrate,Evict; post applies it only without a record and with methods []",
+        "empty (none)",
+        "comma-separated LiveMigrate,Evict; post applies it only without any record and with our own [] in place (the one our field manager wrote)",
     ),
     (
         "ALLOW_MISSING",
@@ -84,7 +98,7 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
     ),
     (
         "KUBECONFIG",
-        "(in-cluster, else ~/.kube/config)",
+        "in-cluster, else ~/.kube/config",
         "kubeconfig for runs outside a pod",
     ),
 ];
@@ -325,17 +339,23 @@ fn fallback(value: Option<String>) -> Result<Option<Vec<String>>, ConfigError> {
     }
 }
 
-/// The `--help` text.
+/// The `--help` text: the variables as a table whose columns fit the longest name and default.
 pub fn help() -> String {
     let mut out = format!(
-        "workload-update-guard {}\n\
+        "{}\
          Suspends KubeVirt automated workload updates before a Harvester upgrade (PHASE=pre),\n\
          restores exactly what was there after it (PHASE=post), or reports (PHASE=status).\n\n\
          Environment variables:\n",
-        env!("CARGO_PKG_VERSION")
+        version()
     );
+    let name_width = VARIABLES.iter().map(|(v, _, _)| v.len()).max().unwrap_or(0);
+    let default_width = VARIABLES.iter().map(|(_, d, _)| d.len()).max().unwrap_or(0);
+    let row = |var: &str, default: &str, meaning: &str| {
+        format!("  {var:<name_width$}  {default:<default_width$}  {meaning}\n")
+    };
+    out.push_str(&row("VARIABLE", "DEFAULT", "MEANING"));
     for (var, default, meaning) in VARIABLES {
-        out.push_str(&format!("  {var:<25} default {default:<22} {meaning}\n"));
+        out.push_str(&row(var, default, meaning));
     }
     out.push_str(
         "\nExit codes: 0 success (incl. already so); 2 bad configuration; 3 permanent refusal or\n\
@@ -661,5 +681,71 @@ mod tests {
         for (var, _, _) in VARIABLES {
             assert!(h.contains(var), "{var}");
         }
+    }
+
+    /// Every row of the table (the header included) starts its default and its meaning in the
+    /// same columns, whatever the length of a name or a default.
+    #[test]
+    fn help_table_keeps_its_columns() {
+        let h = help();
+        let rows: Vec<&str> = h
+            .lines()
+            .skip_while(|l| !l.starts_with("  VARIABLE "))
+            .take_while(|l| !l.is_empty())
+            .collect();
+        assert_eq!(rows.len(), VARIABLES.len() + 1, "{h}");
+        let default_col = rows[0].find("DEFAULT").unwrap();
+        let meaning_col = rows[0].find("MEANING").unwrap();
+        for (row, (var, default, meaning)) in rows[1..].iter().zip(VARIABLES) {
+            assert!(row.starts_with(&format!("  {var} ")), "{row}");
+            assert_eq!(
+                &row[default_col..default_col + default.len()],
+                *default,
+                "{row}"
+            );
+            assert_eq!(&row[meaning_col..], *meaning, "{row}");
+            assert_eq!(row.as_bytes()[default_col - 1], b' ', "{row}");
+            assert_eq!(row.as_bytes()[meaning_col - 1], b' ', "{row}");
+        }
+    }
+
+    /// PHASE says it is required, in words; no row says "default" in its default column.
+    #[test]
+    fn help_says_phase_is_required() {
+        let h = help();
+        let phase = h.lines().find(|l| l.starts_with("  PHASE ")).unwrap();
+        assert!(phase.contains(" required "), "{phase}");
+        assert!(!h.contains("default (required)"), "{h}");
+        assert!(!h.contains("(required)"), "{h}");
+    }
+
+    /// FALLBACK_METHODS applies only to our own `[]`: `--help` says so, as the README does.
+    #[test]
+    fn help_says_the_fallback_is_for_our_own_empty_list_only() {
+        let (_, _, meaning) = VARIABLES
+            .iter()
+            .find(|(v, _, _)| *v == "FALLBACK_METHODS")
+            .unwrap();
+        assert!(meaning.contains("our own []"), "{meaning}");
+        assert!(meaning.contains("without any record"), "{meaning}");
+    }
+
+    /// `--version` names the version and the commit (hex from git, or `unknown` outside a git
+    /// checkout without WORKLOAD_UPDATE_GUARD_COMMIT); `--help` starts with the same line.
+    #[test]
+    fn version_names_the_commit() {
+        let v = version();
+        assert_eq!(
+            v,
+            format!(
+                "workload-update-guard {} (commit {COMMIT})\n",
+                env!("CARGO_PKG_VERSION")
+            )
+        );
+        assert!(
+            !COMMIT.is_empty() && !COMMIT.contains(char::is_whitespace),
+            "{COMMIT}"
+        );
+        assert!(help().starts_with(&v));
     }
 }

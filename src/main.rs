@@ -25,8 +25,7 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Some("--version" | "-V") => {
-            let version = format!("workload-update-guard {}\n", env!("CARGO_PKG_VERSION"));
-            let _ = std::io::stdout().write_all(version.as_bytes());
+            let _ = std::io::stdout().write_all(config::version().as_bytes());
             return ExitCode::SUCCESS;
         }
         Some(other) => {

@@ -26,10 +26,27 @@ fn help_and_version_need_no_configuration() {
         .env_clear()
         .output()
         .unwrap();
-    assert_eq!(
-        String::from_utf8(version.stdout).unwrap().trim(),
-        format!("workload-update-guard {}", env!("CARGO_PKG_VERSION"))
-    );
+    let version = String::from_utf8(version.stdout).unwrap();
+    assert_eq!(version, workload_update_guard::config::version());
+    // The commit the checkout is at (build.rs reads it again when HEAD moves).
+    let head = Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .current_dir(repo_root())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8(o.stdout).unwrap().trim().to_string());
+    let commit = head.unwrap_or_else(|| "unknown".to_string());
+    if std::env::var_os("WORKLOAD_UPDATE_GUARD_COMMIT").is_none() {
+        assert_eq!(
+            version,
+            format!(
+                "workload-update-guard {} (commit {commit})\n",
+                env!("CARGO_PKG_VERSION")
+            )
+        );
+    }
+    assert!(text.starts_with(&version), "{text}");
     let bad = Command::new(BIN).arg("pre").env_clear().output().unwrap();
     assert_eq!(bad.status.code(), Some(i32::from(exit::CONFIG)));
 }

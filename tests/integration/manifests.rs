@@ -71,6 +71,37 @@ fn every_kustomization_passes_server_side_dry_run() {
     }
 }
 
+/// An operator's second `kubectl apply -k manifests/base` changes nothing: every object is
+/// `unchanged` and `kubectl diff` finds no difference (a field the server drops, such as an empty
+/// `ingress: []`, would report its object `configured` on every run).
+#[test]
+fn applying_the_base_again_changes_nothing() {
+    ensure_harvester_namespaces();
+    let path = repo_root().join("manifests/base");
+    let path = path.to_str().unwrap();
+    kubectl_ok(&["apply", "-k", path]);
+    let out = kubectl_ok(&["apply", "-k", path]);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines.len(),
+        render("base").len(),
+        "one line per object: {out}"
+    );
+    for line in lines {
+        assert!(line.ends_with(" unchanged"), "{line} (in {out})");
+    }
+    let mut diff = control_plane().kubectl();
+    diff.args(["diff", "-k", path]);
+    let diff = diff.output().unwrap();
+    assert_eq!(
+        diff.status.code(),
+        Some(0),
+        "kubectl diff -k manifests/base: {}{}",
+        String::from_utf8_lossy(&diff.stdout),
+        String::from_utf8_lossy(&diff.stderr)
+    );
+}
+
 #[test]
 fn the_pod_failure_policy_names_the_binary_exit_codes() {
     for dir in ["pre", "post", "status"] {

@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# What hack/demo.sh, hack/test.sh and .ci/run need on a Debian or Ubuntu machine, checked (and
+# installed) in one place. They source this file; it is also a command:
+#
+#   bash hack/setup.sh install GROUP...    the missing packages of those groups of
+#                                          hack/packages.txt (`all`: every group): as root,
+#                                          apt-get update + install; otherwise one line saying
+#                                          what to run, and exit 1
+#   bash hack/setup.sh packages GROUP...   print those packages, one a line
+#   bash hack/setup.sh rust [COMPONENT...] check Rust against Cargo.toml's rust-version, and the
+#                                          cargo subcommands rustfmt and clippy if named
+#   bash hack/setup.sh go THING...         check Go for the THINGs not built yet: cp:VERSION
+#                                          (kube-apiserver, etcd, kubectl), node:VERSION (the
+#                                          node binaries), helm (hack/helm.sh)
+#
+# Sourced, it also defines `step DESCRIPTION CMD...`, which runs CMD between the lines
+# "==> DESCRIPTION ..." and "    done in N s" (on stderr, so that `$(step ...)` captures CMD's
+# output only), and puts /usr/local/go/bin and ~/.cargo/bin on PATH when go or cargo is not.
+
+SETUP_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+command -v go >/dev/null || [[ ! -x /usr/local/go/bin/go ]] || export PATH="/usr/local/go/bin:$PATH"
+command -v cargo >/dev/null || [[ ! -x "$HOME/.cargo/bin/cargo" ]] || export PATH="$HOME/.cargo/bin:$PATH"
+
+setup_die() { echo "setup: $*" >&2; exit 1; }
+
+# step DESCRIPTION CMD...: CMD, said before and timed after.
+step() {
+  local what="$1" start=$SECONDS code=0
+  shift
+  printf '==> %s ...\n' "$what" >&2
+  "$@" || code=$?
+  if (( code == 0 )); then
+    printf '    done in %d s\n' "$((SECONDS - start))" >&2
+  else
+    printf '    FAILED after %d s (exit code %d)\n' "$((SECONDS - start))" "$code" >&2
+  fi
+  return "$code"
+}
+
+# version_ge A B: A >= B, as versions (1.10 > 1.9).
+version_ge() { [[ "$(printf '%s\n%s\n' "$1" "$2" | sort -V | head -n 1)" == "$2" ]]; }
+
+# setup_packages GROUP...: the packages of those groups in hack/packages.txt.
+setup_packages() {
+  local want=" $* " pkg groups
+  [[ $# -gt 0 ]] || setup_die "setup_packages: name a group (build, node, test, bench or all)"
+  while read -r pkg groups _; do
+    [[ -n "$pkg" && "$pkg" != \#* ]] || continue
+    if [[ "$want" == *" all "* || "$want" == *" $groups "* ]]; then echo "$pkg"; fi
+  done < "$SETUP_ROOT/hack/packages.txt"
+}
+
+setup_apt() {
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+# setup_install GROUP...: the missing packages installed (root), or the one command to run.
+setup_install() {
+  local pkgs=() missing=() p sudo=""
+  mapfile -t pkgs < <(setup_packages "$@")
+  if ! command -v dpkg-query >/dev/null; then
+    echo "setup: not a Debian or Ubuntu machine: make sure the equivalents of these are installed: ${pkgs[*]}" >&2
+    return 0
+  fi
+  for p in "${pkgs[@]}"; do
+    [[ "$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null)" == installed ]] || missing+=("$p")
+  done
+  (( ${#missing[@]} )) || return 0
+  if (( EUID != 0 )); then
+    command -v sudo >/dev/null && sudo="sudo "
+    echo "setup: packages missing; run: ${sudo}apt-get update && ${sudo}apt-get install -y --no-install-recommends ${missing[*]}" >&2
+    return 1
+  fi
+  step "installing ${missing[*]} (apt-get update, apt-get install)" setup_apt "${missing[@]}"
+}
+
+# setup_rust [rustfmt] [clippy]: Rust as new as Cargo.toml's rust-version, and those subcommands.
+setup_rust() {
+  local want have c missing=()
+  want="$(sed -n 's/^rust-version = "\(.*\)"/\1/p' "$SETUP_ROOT/Cargo.toml")"
+  if ! command -v cargo >/dev/null || ! command -v rustc >/dev/null; then
+    setup_die "Rust $want or newer is needed (Cargo.toml's rust-version); cargo or rustc is not on PATH." \
+      "Debian's and Ubuntu's rustc are older: install rustup (rustup.rs), then run: rustup toolchain install stable"
+  fi
+  have="$(rustc --version | awk '{print $2}')"
+  if ! version_ge "$have" "$want"; then
+    setup_die "Rust $want or newer is needed (Cargo.toml's rust-version); found rustc $have ($(command -v rustc))." \
+      "With rustup, run: rustup update stable"
+  fi
+  for c in "$@"; do
+    case "$c" in
+      rustfmt) cargo fmt --version >/dev/null 2>&1 || missing+=(rustfmt) ;;
+      clippy) cargo clippy --version >/dev/null 2>&1 || missing+=(clippy) ;;
+      *) setup_die "setup_rust: unknown component $c" ;;
+    esac
+  done
+  (( ${#missing[@]} == 0 )) || setup_die "cargo ${missing[*]} is needed; run: rustup component add ${missing[*]}"
+}
+
+# The go directive of what hack/test.sh and hack/demo.sh build by default (their go.mod files);
+# other versions are checked by hack/control-plane.sh against the go.mod it downloads.
+go_for() {
+  case "$1" in
+    cp:v1.34.4 | node:v1.34.4) echo 1.24.0 ;;
+    cp:v1.35.4 | node:v1.35.4) echo 1.25.0 ;;
+    cp:v1.37.2 | node:v1.37.2) echo 1.26.0 ;; # k8s.io/kubernetes and go.etcd.io/etcd/server/v3 v3.7.0
+    helm) [[ "${HELM_VERSION:-v4.3.1}" != v4.3.1 ]] || echo 1.26.0 ;;
+  esac
+}
+
+# setup_go_at_least VERSION WHY: Go VERSION or newer, or a message that says so.
+setup_go_at_least() {
+  local have
+  command -v go >/dev/null || setup_die "Go ${1:-(any)} or newer is needed $2; go is not on PATH nor in" \
+    "/usr/local/go/bin. Debian's and Ubuntu's golang packages are older: unpack Go's release tarball into /usr/local/go"
+  [[ -n "$1" ]] || return 0
+  have="$(go env GOVERSION)"
+  have="${have#go}"
+  version_ge "$have" "$1" || setup_die "Go $1 or newer is needed $2; found go $have ($(command -v go))." \
+    "GOTOOLCHAIN is local (no toolchain is downloaded): install a newer Go into /usr/local/go"
+}
+
+# setup_go THING...: Go for the things that are not built yet (cp:VERSION, node:VERSION, helm).
+setup_go() {
+  local t v d b m min="" todo=() built
+  for t in "$@"; do
+    v="${t#*:}"
+    built=1
+    case "$t" in
+      cp:*)
+        d="$(KUBE_VERSION="$v" bash "$SETUP_ROOT/hack/control-plane.sh" bin-dir 2>/dev/null)" || built=0
+        for b in kube-apiserver etcd kubectl; do [[ -x "$d/$b" ]] || built=0; done
+        (( built )) || todo+=("kube-apiserver, etcd and kubectl $v") ;;
+      node:*)
+        d="$(KUBE_VERSION="$v" bash "$SETUP_ROOT/hack/node.sh" bin-dir 2>/dev/null)" || built=0
+        for b in kubelet kube-controller-manager kube-scheduler kube-proxy; do [[ -x "$d/$b" ]] || built=0; done
+        (( built )) || todo+=("the node binaries $v") ;;
+      helm)
+        [[ -x "$(bash "$SETUP_ROOT/hack/helm.sh" path)" ]] || { built=0; todo+=("Helm ${HELM_VERSION:-v4.3.1}"); } ;;
+      *) setup_die "setup_go: unknown thing $t (cp:VERSION, node:VERSION or helm)" ;;
+    esac
+    (( built )) && continue
+    m="$(go_for "$t")"
+    if [[ -n "$m" ]] && { [[ -z "$min" ]] || ! version_ge "$min" "$m"; }; then min="$m"; fi
+  done
+  (( ${#todo[@]} )) || return 0
+  local list
+  list="$(printf '%s, ' "${todo[@]}")"
+  setup_go_at_least "$min" "to build ${list%, } (each cached after its first build)"
+}
+
+if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
+  set -euo pipefail
+  cmd="${1:-}"
+  shift || true
+  case "$cmd" in
+    install) setup_install "$@" ;;
+    packages) setup_packages "$@" ;;
+    rust) setup_rust "$@" ;;
+    go) setup_go "$@" ;;
+    *) sed -n '2,18s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2; exit 2 ;;
+  esac
+fi
