@@ -65,4 +65,20 @@ for tool in guard kubectl; do
   done
 done
 
-python3 hack/bench/report.py "$work" "$BIN" "$N"
+rc=0
+python3 hack/bench/report.py "$work" "$BIN" "$N" > "$work/report.txt" || rc=$?
+cat "$work/report.txt"
+# The figures, in the one place the docs point to (docs/testing.md, "Performance"): refreshed by
+# every run, so commit it with the change it measured.
+mkdir -p docs/figures
+{
+  echo "# The last run of \`bash hack/bench.sh\`"
+  echo
+  echo "Written by \`hack/bench.sh\` at the end of its run; do not edit by hand."
+  echo "When: $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown); load average at the end $(cut -d' ' -f1-3 /proc/loadavg); exit status $rc."
+  echo
+  echo '```'
+  cat "$work/report.txt"
+  echo '```'
+} > docs/figures/bench.md
+exit "$rc"

@@ -106,4 +106,27 @@ bash hack/lint.sh
 printf 'hack/test.sh: %s\n' "${times[@]}"
 echo "hack/test.sh: ${SECONDS} s"
 # One closing line over every cargo test binary above.
-awk '/^test result:/ { p += $4; f += $6 } END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
+total="$(awk '/^test result:/ { p += $4; f += $6 } END { printf "tests: %d passed, %d failed", p, f }' "$log")"
+echo "$total"
+# The figures of this run, in the one place the docs point to (docs/testing.md): refreshed by
+# every full run, so commit it with the change it measured.
+mkdir -p docs/figures
+{
+  echo "# The last full run of \`bash hack/test.sh\`"
+  echo
+  echo "Written by \`hack/test.sh\` at the end of its run; do not edit by hand."
+  echo
+  echo "- when: $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (with uncommitted changes)')"
+  echo "- machine: $(nproc) cores, $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo), Linux $(uname -r), load average at the end $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "- Kubernetes $primary (integration also on: ${versions[*]}); upgrade tests $UPGRADE_FROM to $UPGRADE_TO"
+  echo "- $total in ${SECONDS} s"
+  echo
+  echo "Per test binary (in the order run):"
+  echo
+  grep -E '^     Running |^test result:' "$log" | sed -E 's/^ +Running (.*) \(.*/\1/' |
+    awk '/^test result:/ { print "- " name ": " $4 " passed, " $6 " failed (" $NF ")"; next } { name = $0 }'
+  echo
+  echo "Steps and the end-to-end figures (milliseconds unless a unit is given):"
+  echo
+  printf -- '- %s\n' "${times[@]}"
+} > docs/figures/test-run.md
