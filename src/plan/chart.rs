@@ -570,4 +570,28 @@ mod tests {
             prop_assert_eq!(&restored["metadata"]["annotations"]["someone/else"], &json!("x"));
         }
     }
+
+    /// A pointer that was there before pre means pre did not change the list: no owners are
+    /// recorded, so post gives nothing back.
+    #[test]
+    fn owners_of_the_list_are_recorded_only_when_pre_changes_it() {
+        let mut ours = our_entry(&kv());
+        ours["name"] = json!("kubevirt");
+        let mut obj = chart(json!({}), Some(json!([longhorn_entry(), ours])));
+        obj["metadata"]["managedFields"] = json!([entry(
+            "rancher",
+            "Update",
+            json!({"f:spec": {"f:diff": {"f:comparePatches": {}}}})
+        )]);
+        let after = pre_chart(&obj);
+        let record: CompareRecord = read_record(&after, COMPARE_RECORD).unwrap().unwrap();
+        assert_eq!(record.added, Added::Nothing);
+        assert!(record.owners.is_empty(), "{record:?}");
+        let mut fresh = chart(json!({}), Some(json!([longhorn_entry()])));
+        fresh["metadata"]["managedFields"] = obj["metadata"]["managedFields"].clone();
+        let record: CompareRecord = read_record(&pre_chart(&fresh), COMPARE_RECORD)
+            .unwrap()
+            .unwrap();
+        assert_eq!(record.owners[0].manager, "rancher");
+    }
 }

@@ -682,4 +682,47 @@ mod tests {
             prop_assert_eq!(untouched(&a), untouched(&b));
         }
     }
+
+    /// Each way of having nothing to restore says which it is.
+    #[test]
+    fn nothing_to_restore_says_why() {
+        let reason = |obj: &Value| restore_source(obj, None, None).unwrap().reason;
+        let on = kubevirt(Some(json!(["LiveMigrate"])));
+        assert!(
+            reason(&on).contains("already restored, or never suspended"),
+            "{}",
+            reason(&on)
+        );
+        let theirs = kubevirt(Some(json!([])));
+        assert!(
+            reason(&theirs).contains("not written by the guard"),
+            "{}",
+            reason(&theirs)
+        );
+        let mut ours = theirs.clone();
+        ours["metadata"]["managedFields"] =
+            json!([entry(FIELD_MANAGER, "Update", methods_fields())]);
+        assert!(
+            reason(&ours).contains("the [] that pre wrote stays"),
+            "{}",
+            reason(&ours)
+        );
+        for obj in [&on, &theirs, &ours] {
+            assert_eq!(
+                restore_source(obj, None, None).unwrap().source,
+                Source::Nothing
+            );
+        }
+    }
+
+    /// What pre copies to the ManagedChart carries the owners of the field as it is.
+    #[test]
+    fn the_original_copied_to_the_chart_carries_its_owners() {
+        let mut obj = kubevirt(Some(json!(["LiveMigrate"])));
+        obj["metadata"]["managedFields"] = json!([entry("helm", "Apply", methods_fields())]);
+        let original = kubevirt_original(&obj).unwrap();
+        assert_eq!(original.owners.len(), 1);
+        assert_eq!(original.owners[0].manager, "helm");
+        assert_eq!(original.owners[0].operation, "Apply");
+    }
 }

@@ -431,4 +431,13 @@ mod tests {
             prop_assert_eq!(run_phase(Phase::Post, &end), end);
         }
     }
+
+    #[test]
+    fn a_phase_is_shown_as_the_variable_spells_it() {
+        let shown: Vec<String> = [Phase::Pre, Phase::Post, Phase::Status]
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(shown, ["pre", "post", "status"]);
+    }
 }

@@ -267,4 +267,47 @@ mod tests {
             r#"["LiveMigrate","Evict"]"#
         );
     }
+
+    /// A corrupted record names the object and the recovery that fits that record.
+    #[test]
+    fn a_corrupted_record_says_how_to_recover_from_it() {
+        let with = |mut obj: Value, key: &str| {
+            obj["metadata"]["annotations"] = json!({key: "{not json"});
+            read_record::<ValueRecord>(&obj, key).unwrap_err().0
+        };
+        let kv = kubevirt(Some(json!([])));
+        let ch = chart(json!({}), None);
+        for (obj, key, kind, says) in [
+            (
+                &kv,
+                KUBEVIRT_RECORD,
+                "kubevirt kubevirt",
+                "restores from the ManagedChart's copy",
+            ),
+            (
+                &ch,
+                KUBEVIRT_COPY,
+                "managedchart harvester",
+                "restores from the KubeVirt CR's record",
+            ),
+            (
+                &ch,
+                VALUES_RECORD,
+                "managedchart harvester",
+                "back as it was before pre",
+            ),
+            (
+                &ch,
+                COMPARE_RECORD,
+                "managedchart harvester",
+                "remove the pointer",
+            ),
+        ] {
+            let e = with(obj.clone(), key);
+            assert!(e.contains(says), "{key}: {e}");
+            assert!(e.contains(&format!("annotate {kind} {key}-")), "{key}: {e}");
+        }
+        let other = with(kv.clone(), "workload-update-guard.harvesterhci.io/other");
+        assert!(other.contains("to recover, remove it ("), "{other}");
+    }
 }
