@@ -9,7 +9,7 @@ use crate::model::{
 };
 use crate::plan::chart::{compare_list, find_pointer};
 use crate::plan::kubevirt::{Source, restore_source};
-use crate::plan::ownership::{Owner, owners};
+use crate::plan::ownership::{Owner, owners, update_claim_warning};
 use crate::plan::records::Added;
 use crate::plan::records::{
     CompareRecord, ValueRecord, describe, kubevirt_copy, kubevirt_record, lookup, methods,
@@ -146,11 +146,7 @@ impl Report {
             .collect();
         for o in k.methods_owners.iter().filter(|o| o.blocks_chart_change) {
             if o.owner.manager != FIELD_MANAGER {
-                warnings.push(format!(
-                    "{} holds an Update claim on {METHODS_FIELD}: a chart (Helm 4) change of the \
-                     field will conflict with it; a pre/post cycle of this guard releases it",
-                    o.owner.manager
-                ));
+                warnings.push(update_claim_warning(&o.owner.manager));
             }
         }
         if let Some(r) = restore.filter(|r| r.source == Source::LaterChoice) {

@@ -7,7 +7,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::editor::{CHANGED_WHILE_SUSPENDED, Editor, Malformed, Plan, STILL_SUSPENDED};
-use super::ownership::{methods_owned_by_us, note_return, recorded_owners};
+use super::ownership::{methods_owned_by_us, note_return, recorded_owners, update_claim_warnings};
 use super::records::{ValueRecord, describe, kubevirt_record, methods, value_record};
 use crate::model::{KUBEVIRT_RECORD, METHODS_PATH};
 
@@ -187,7 +187,13 @@ pub fn kubevirt_post(
                 ed.note(notice);
             }
         }
-        (None, Source::LaterChoice) => ed.warn(CHANGED_WHILE_SUSPENDED, restore.reason),
+        // A later choice made by an `Update` (kubectl edit or patch) holds a claim that the
+        // restored values' next deploy conflicts with: say so where the choice is kept.
+        (None, Source::LaterChoice) => {
+            let mut text = vec![restore.reason];
+            text.extend(update_claim_warnings(obj));
+            ed.warn(CHANGED_WHILE_SUSPENDED, text.join("; "))
+        }
         (None, _) if current.as_ref() == Some(&json!([])) => ed.warn(
             STILL_SUSPENDED,
             format!(
@@ -275,6 +281,7 @@ pub fn update_notice(kubevirt: &Value, methods: &Option<Value>) -> Option<String
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::ownership::update_claim_warning;
     use crate::plan::testing::*;
 
     #[test]
@@ -546,6 +553,28 @@ mod tests {
             assert_eq!(plan.warnings.len(), 1);
             assert_eq!(plan.warnings[0].reason, CHANGED_WHILE_SUSPENDED);
             assert!(plan.warnings[0].message.contains(r#"["LiveMigrate"]"#));
+        }
+    }
+
+    #[test]
+    fn a_kept_change_names_the_update_claim_that_a_chart_change_conflicts_with() {
+        let mut changed = pre_kv(&kubevirt(Some(json!(["LiveMigrate"]))));
+        changed["spec"]["workloadUpdateStrategy"]["workloadUpdateMethods"] = json!(["Evict"]);
+        // Whoever made the change: an `Update` (kubectl edit) blocks, an `Apply` does not.
+        for (operation, claim) in [("Update", true), ("Apply", false)] {
+            changed["metadata"]["managedFields"] = json!([
+                entry("helm", "Apply", json!({"f:spec": {"f:x": {}}})),
+                entry("kubectl-edit", operation, methods_fields()),
+            ]);
+            let plan = kubevirt_post(&changed, None, None).unwrap();
+            assert_eq!(plan.warnings.len(), 1);
+            let message = &plan.warnings[0].message;
+            assert!(message.starts_with("workloadUpdateMethods was changed"));
+            assert_eq!(
+                message.ends_with(&format!("; {}", update_claim_warning("kubectl-edit"))),
+                claim,
+                "{operation}: {message}"
+            );
         }
     }
 

@@ -8,7 +8,8 @@ use serde_json::{Value, json};
 use super::editor::{Editor, Malformed, Plan};
 use super::records::{RecordedOwner, Return, annotation, lookup, methods, read_record};
 use crate::model::{
-    CHART_RECORDS, FIELD_MANAGER, KUBEVIRT_RECORDS, Kind, METHODS_PATH, OWNERS_TO_RETURN, pointer,
+    CHART_RECORDS, FIELD_MANAGER, KUBEVIRT_RECORDS, Kind, METHODS_FIELD, METHODS_PATH,
+    OWNERS_TO_RETURN, pointer,
 };
 
 /// Whether our field manager owns `workloadUpdateMethods` according to `managedFields`.
@@ -38,6 +39,25 @@ impl Owner {
     pub fn blocks_apply(&self) -> bool {
         self.operation == "Update"
     }
+}
+
+/// What another manager's `Update` claim on the methods means, in the words that `status` and
+/// `post` both use.
+pub fn update_claim_warning(manager: &str) -> String {
+    format!(
+        "{manager} holds an Update claim on {METHODS_FIELD}: a chart (Helm 4) change of the field \
+         will conflict with it; a pre/post cycle of this guard releases it"
+    )
+}
+
+/// [`update_claim_warning`] for each manager but ours that holds an `Update` claim on the
+/// methods of `obj`.
+pub fn update_claim_warnings(obj: &Value) -> Vec<String> {
+    owners(obj, METHODS_PATH)
+        .iter()
+        .filter(|o| o.blocks_apply() && o.manager != FIELD_MANAGER)
+        .map(|o| update_claim_warning(&o.manager))
+        .collect()
 }
 
 fn managed_fields(obj: &Value) -> &[Value] {

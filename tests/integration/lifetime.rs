@@ -4,6 +4,8 @@
 //! apply that changes the field must never conflict with `workload-update-guard`.
 
 use serde_json::{Value, json};
+use workload_update_guard::plan::CHANGED_WHILE_SUSPENDED;
+use workload_update_guard::plan::ownership::update_claim_warning;
 
 use crate::support::*;
 
@@ -274,4 +276,59 @@ async fn a_cycled_install_stays_exactly_like_a_never_cycled_one() {
         assert_eq!(methods, next.clone().unwrap_or(Value::Null), "chart #{i}");
         same_as_control(&client, &control, &cycled, &format!("after chart #{i}")).await;
     }
+}
+
+/// An administrator changes the methods with `kubectl edit` (an `Update`) while suspended. The
+/// claim makes every deploy of another value conflict (the upstream hazard, made by hand): the
+/// upgrade's deploy of the chart while suspended, and after `post`, which keeps that choice and
+/// restores the values, the next deploy. `post` warns and names the claim. The remedy the warning names, a `pre`/`post` cycle,
+/// releases the claim: the choice stays, and the values decide again at the next deploy.
+#[tokio::test]
+async fn a_kubectl_edit_while_suspended_is_named_and_a_cycle_releases_it() {
+    let client = admin().await;
+    let (ns, chart) = helm_installed(&client, "admin-edit").await;
+    phase_ok(&ns, "pre").await;
+    kubectl_ok(&[
+        "-n",
+        &ns,
+        "patch",
+        "kubevirt",
+        "kubevirt",
+        "--type",
+        "json",
+        "--field-manager=kubectl-edit",
+        "-p",
+        r#"[{"op":"replace","path":"/spec/workloadUpdateStrategy/workloadUpdateMethods","value":["LiveMigrate","Evict"]}]"#,
+    ]);
+    let conflicts = || async {
+        let err = fleet_deploy(&client, &ns, &chart).await.unwrap_err();
+        assert!(
+            err.contains("conflict") && err.contains("kubectl-edit"),
+            "{err}"
+        );
+    };
+    // The upgrade's own deploy of the chart (the values hold pre's `[]`) conflicts already.
+    conflicts().await;
+    let run = run_phase(&ns, "post").await;
+    assert_eq!(run.code, 0, "{run:?}");
+    let kept = json!(["LiveMigrate", "Evict"]);
+    assert_eq!(kubevirt_methods(&client, &ns).await, kept);
+    assert_eq!(methods_owners(&client, &ns).await, ["kubectl-edit/Update"]);
+    let claim = update_claim_warning("kubectl-edit");
+    assert!(
+        run.warnings()
+            .iter()
+            .any(|w| w.starts_with(CHANGED_WHILE_SUSPENDED) && w.ends_with(&claim)),
+        "{run:?}"
+    );
+    conflicts().await;
+    phase_ok(&ns, "pre").await;
+    phase_ok(&ns, "post").await;
+    assert_eq!(kubevirt_methods(&client, &ns).await, kept, "still kept");
+    assert_eq!(methods_owners(&client, &ns).await, Vec::<String>::new());
+    fleet_deploy(&client, &ns, &chart)
+        .await
+        .expect("no conflict after the cycle");
+    assert_eq!(kubevirt_methods(&client, &ns).await, json!(["LiveMigrate"]));
+    assert_eq!(methods_owners(&client, &ns).await, ["helm/Apply"]);
 }

@@ -54,13 +54,6 @@ async fn events(client: &kube::Client, ns: &str) -> Vec<(String, String, String)
         .collect()
 }
 
-fn warnings(run: &Run) -> Vec<String> {
-    run.summary.as_ref().expect("a termination message")["warnings"]
-        .as_array()
-        .map(|w| w.iter().map(|s| s.as_str().unwrap().to_string()).collect())
-        .unwrap_or_default()
-}
-
 /// A typo in a name fails with exit 6, names the object and what to check, and writes nothing,
 /// the other object included. ALLOW_MISSING keeps the skip; a `pre` without the KubeVirt CR
 /// then still writes nothing, as there is nothing to guard.
@@ -155,7 +148,7 @@ async fn updates_left_off_without_a_record_are_loud() {
     let r = run(with(&ns, "post", &[("MANAGEDCHART_NAME", "")])).await;
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(kubevirt_methods(&client, &ns).await, json!([]));
-    let w = warnings(&r);
+    let w = r.warnings();
     assert!(
         w.len() == 1 && w[0].starts_with(STILL_SUSPENDED) && w[0].contains("kubectl"),
         "{w:?}"
@@ -207,7 +200,7 @@ async fn a_change_while_suspended_is_kept_with_a_warning() {
         content(&chart0),
         "override and entry removed"
     );
-    let w = warnings(&r);
+    let w = r.warnings();
     assert!(
         w.iter()
             .any(|w| w.starts_with(CHANGED_WHILE_SUSPENDED) && w.contains("[\"Evict\"]")),
@@ -259,7 +252,7 @@ async fn a_removed_compare_patch_is_reported() {
         .unwrap();
     let r = run(with(&ns, "post", &[])).await;
     assert_eq!(r.code, 0, "{r:?}");
-    let w = warnings(&r);
+    let w = r.warnings();
     assert!(
         w.iter()
             .any(|w| w.starts_with(COMPARE_PATCH_GONE)

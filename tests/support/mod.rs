@@ -347,6 +347,16 @@ pub struct Run {
     pub summary: Option<Value>,
 }
 
+impl Run {
+    /// The warnings of its termination message.
+    pub fn warnings(&self) -> Vec<String> {
+        self.summary.as_ref().expect("a termination message")["warnings"]
+            .as_array()
+            .map(|w| w.iter().map(|s| s.as_str().unwrap().to_string()).collect())
+            .unwrap_or_default()
+    }
+}
+
 impl std::fmt::Debug for Run {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
