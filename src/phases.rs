@@ -200,10 +200,7 @@ async fn after_write(
     } else {
         info!(object = %step.target, actions = ?plan.actions, "written");
     }
-    if step.write != Write::Change {
-        return printed;
-    }
-    if step.target.kind == Kind::KubeVirt {
+    if step.write == Write::Change && step.target.kind == Kind::KubeVirt {
         let (reason, verb) = match cfg.intent.phase {
             Phase::Pre => (
                 "WorkloadUpdatesSuspended",
@@ -275,7 +272,8 @@ async fn status(
 }
 
 /// Test builds only: `FAILPOINTS=after-write-managedchart=return` kills the process with SIGKILL
-/// right after that write; `...=sleep(3000)` pauses there (for API server restarts).
+/// right after its first write of that object; `...=1*off->return` after its second (`post`'s
+/// release); `...=sleep(3000)` pauses there (for API server restarts).
 #[cfg(feature = "failpoints")]
 fn failpoint_after_write(kind: Kind) {
     let name = match kind {

@@ -849,6 +849,57 @@ async fn killed_phases_in_the_field_s_life_leave_no_claim() {
     assert_eq!(kubevirt_methods(&client, &ns).await, json!(["Evict"]));
 }
 
+/// The window between `post`'s writes: the CR is restored while the ManagedChart's values still
+/// hold `pre`'s `[]`. `post` is killed there (after its KubeVirt restore, or after the release
+/// too) and Fleet's Helm applies the chart before the rerun. After the restore the field is ours,
+/// so that apply conflicts with us and changes nothing; after the release it is Helm's, so the
+/// apply sets `[]` again. Either way the rerun restores the original (from the ManagedChart's
+/// copy in the second case), and Fleet's next deploy leaves the field as a never-cycled
+/// install's: the original, owned by `helm` alone, with no claim of ours.
+#[tokio::test]
+async fn a_helm_apply_between_posts_writes_is_survived() {
+    let _serial = SERIAL.lock().await;
+    let client = admin().await;
+    for (point, the_apply_conflicts) in [
+        ("after-write-kubevirt=return", true),
+        ("after-write-kubevirt=1*off->return", false),
+    ] {
+        let (ns, chart) = helm_installed(&client, "post-window").await;
+        let chart0 = get(&client, "ManagedChart", &ns, "harvester").await;
+        assert_eq!(phase_with(&ns, "pre", None).await.code, 0);
+        let killed = phase_with(&ns, "post", Some(point)).await;
+        assert_eq!(killed.code, -1, "{point}: {killed:?}");
+        assert_eq!(kubevirt_methods(&client, &ns).await, json!(["LiveMigrate"]));
+        match fleet_deploy(&client, &ns, &chart).await {
+            Err(e) if the_apply_conflicts => assert!(
+                e.contains("conflict") && e.contains("workload-update-guard"),
+                "{point}: {e}"
+            ),
+            Ok(()) if !the_apply_conflicts => {
+                assert_eq!(kubevirt_methods(&client, &ns).await, json!([]), "{point}")
+            }
+            other => panic!("{point}: {other:?}"),
+        }
+        let rerun = phase_with(&ns, "post", None).await;
+        assert_eq!(rerun.code, 0, "{point}: {rerun:?}");
+        fleet_deploy(&client, &ns, &chart)
+            .await
+            .expect("Fleet's next deploy");
+        assert_eq!(kubevirt_methods(&client, &ns).await, json!(["LiveMigrate"]));
+        assert_eq!(
+            methods_owners(&client, &ns).await,
+            ["helm/Apply"],
+            "{point}"
+        );
+        let mc = get(&client, "ManagedChart", &ns, "harvester").await;
+        assert_eq!(content(&mc), content(&chart0), "{point}");
+        for (kind, name) in [("KubeVirt", "kubevirt"), ("ManagedChart", "harvester")] {
+            let obj = get(&client, kind, &ns, name).await;
+            assert_eq!(claims_of_ours(&obj), Vec::<Value>::new(), "{point}: {kind}");
+        }
+    }
+}
+
 /// KubeVirt without Rancher/Fleet: the ManagedChart CRD is not served. `pre` fails at once with
 /// the hint to switch the chart steps off; `status` reports the KubeVirt half and the problem.
 /// (It removes the CRD of this binary's own control plane, so it lives here, serialized.)
