@@ -575,6 +575,10 @@ mod tests {
                 claim,
                 "{operation}: {message}"
             );
+            let named = "kubectl-edit holds an Update claim on \
+                         .spec.workloadUpdateStrategy.workloadUpdateMethods: a chart (Helm 4) \
+                         change of the field will conflict with it";
+            assert_eq!(message.contains(named), claim, "{operation}: {message}");
         }
     }
 
