@@ -490,6 +490,15 @@ mod tests {
         obj
     }
 
+    /// The content a user sees is as before (`managedFields` are each test's own subject).
+    fn assert_content_as_before(after: &Value, before: &Value) {
+        assert_eq!(after["spec"], before["spec"]);
+        assert_eq!(
+            after["metadata"]["annotations"],
+            before["metadata"]["annotations"]
+        );
+    }
+
     /// A whole cycle on the CR, the server's ownership bookkeeping modelled: pre, post's restore,
     /// post's release.
     fn kubevirt_cycle(obj: &Value) -> Value {
@@ -515,11 +524,7 @@ mod tests {
             ]),
         );
         let after = kubevirt_cycle(&obj);
-        assert_eq!(after["spec"], obj["spec"]);
-        assert_eq!(
-            after["metadata"]["annotations"],
-            obj["metadata"]["annotations"]
-        );
+        assert_content_as_before(&after, &obj);
         // Helm's entry is exactly as before; the stale Update claim is healed, not given back.
         assert_eq!(
             after["metadata"]["managedFields"],
@@ -650,11 +655,7 @@ mod tests {
             &chart_post(&suspended, &kv, &Steps::ALL).unwrap(),
         );
         let after = apply(&restored, &release(&restored, Kind::ManagedChart).unwrap());
-        assert_eq!(after["spec"], obj["spec"]);
-        assert_eq!(
-            after["metadata"]["annotations"],
-            obj["metadata"]["annotations"]
-        );
+        assert_content_as_before(&after, &obj);
         assert_eq!(
             after["metadata"]["managedFields"],
             obj["metadata"]["managedFields"]

@@ -139,24 +139,12 @@ async fn a_cycle_heals_stale_upstream_claims() {
 async fn heal(manager: &str) {
     let client = admin().await;
     let (ns, _) = helm_installed(&client, "heal").await;
-    let field_manager = format!("--field-manager={manager}");
     for ops in [
         r#"[{"op":"replace","path":"/spec/workloadUpdateStrategy/workloadUpdateMethods","value":[]}]"#,
         r#"[{"op":"replace","path":"/spec/workloadUpdateStrategy/workloadUpdateMethods","value":["LiveMigrate"]},
             {"op":"add","path":"/metadata/labels/upstream","value":"patched"}]"#,
     ] {
-        kubectl_ok(&[
-            "-n",
-            &ns,
-            "patch",
-            "kubevirt",
-            "kubevirt",
-            "--type",
-            "json",
-            &field_manager,
-            "-p",
-            ops,
-        ]);
+        kubectl_patch_kubevirt(&ns, manager, ops);
     }
     assert_eq!(
         methods_owners(&client, &ns).await,
@@ -205,6 +193,23 @@ async fn heal(manager: &str) {
         json!({"f:upstream": {}}),
         "{manager} keeps its other fields"
     );
+}
+
+/// A JSON Patch of the KubeVirt CR by `kubectl` as `manager` (an `Update`).
+fn kubectl_patch_kubevirt(ns: &str, manager: &str, ops: &str) {
+    let field_manager = format!("--field-manager={manager}");
+    kubectl_ok(&[
+        "-n",
+        ns,
+        "patch",
+        "kubevirt",
+        "kubevirt",
+        "--type",
+        "json",
+        &field_manager,
+        "-p",
+        ops,
+    ]);
 }
 
 /// What "exactly as before" compares: the content a user sees and every `managedFields` entry
@@ -281,25 +286,19 @@ async fn a_cycled_install_stays_exactly_like_a_never_cycled_one() {
 /// An administrator changes the methods with `kubectl edit` (an `Update`) while suspended. The
 /// claim makes every deploy of another value conflict (the upstream hazard, made by hand): the
 /// upgrade's deploy of the chart while suspended, and after `post`, which keeps that choice and
-/// restores the values, the next deploy. `post` warns and names the claim. The remedy the warning names, a `pre`/`post` cycle,
-/// releases the claim: the choice stays, and the values decide again at the next deploy.
+/// restores the values, the next deploy. `post` warns and names the claim. The remedy it names,
+/// a `pre`/`post` cycle, releases the claim: the choice stays, and the values decide again at the
+/// next deploy.
 #[tokio::test]
 async fn a_kubectl_edit_while_suspended_is_named_and_a_cycle_releases_it() {
     let client = admin().await;
     let (ns, chart) = helm_installed(&client, "admin-edit").await;
     phase_ok(&ns, "pre").await;
-    kubectl_ok(&[
-        "-n",
+    kubectl_patch_kubevirt(
         &ns,
-        "patch",
-        "kubevirt",
-        "kubevirt",
-        "--type",
-        "json",
-        "--field-manager=kubectl-edit",
-        "-p",
+        "kubectl-edit",
         r#"[{"op":"replace","path":"/spec/workloadUpdateStrategy/workloadUpdateMethods","value":["LiveMigrate","Evict"]}]"#,
-    ]);
+    );
     let conflicts = || async {
         let err = fleet_deploy(&client, &ns, &chart).await.unwrap_err();
         assert!(
