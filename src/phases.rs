@@ -221,7 +221,12 @@ async fn after_write(
             .await;
     }
     #[cfg(feature = "failpoints")]
-    failpoint_after_write(step.target.kind);
+    {
+        failpoint_after_write(step.target.kind);
+        if let Some(ms) = pause_after_write() {
+            tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+        }
+    }
     printed
 }
 
@@ -286,6 +291,15 @@ fn failpoint_after_write(kind: Kind) {
             libc::kill(libc::getpid(), libc::SIGKILL);
         }
     });
+}
+
+/// Test builds only: `FAILPOINTS=pause-after-write=return(6000)` pauses 6 s after every write,
+/// on the runtime, so a SIGTERM is answered at once as in a real run (a failpoint's `sleep(...)`
+/// blocks the runtime, and the signal waits).
+#[cfg(feature = "failpoints")]
+fn pause_after_write() -> Option<u64> {
+    fail::fail_point!("pause-after-write", |ms| ms.and_then(|m| m.parse().ok()));
+    None
 }
 
 /// Test builds only: `FAILPOINTS=skip-release=return` runs `post` without its release writes,

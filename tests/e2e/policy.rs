@@ -95,9 +95,10 @@ fn field<'a>(status: &'a str, name: &str) -> &'a str {
 }
 
 /// A pod of the pre Job paused by a failpoint (test image only): the hardening read from the
-/// running process, then an eviction through the Eviction API. The evicted pod carries
-/// DisruptionTarget, so the Job retries without spending backoffLimit (set to 0 here: one
-/// counted failure would fail the Job).
+/// running process, then an eviction through the Eviction API. The paused guard answers the
+/// SIGTERM as in a real run (exit 5, which the Count rule would match), and the evicted pod
+/// carries DisruptionTarget, so the Job retries without spending backoffLimit (set to 0 here:
+/// one counted failure would fail the Job).
 #[test]
 fn running_container_hardening_and_eviction_ignored() {
     let _turn = turn();
@@ -106,9 +107,8 @@ fn running_container_hardening_and_eviction_ignored() {
     apply(&pre_with(|job| {
         job["spec"]["backoffLimit"] = json!(0);
         let spec = &mut job["spec"]["template"]["spec"];
-        spec["terminationGracePeriodSeconds"] = json!(2);
         spec["containers"][0]["image"] = json!(failpoints_image);
-        set_env(job, "FAILPOINTS", "after-write-managedchart=sleep(6000)");
+        set_env(job, "FAILPOINTS", "pause-after-write=return(6000)");
     }));
     // The first pod, running (paused after its first write).
     let deadline = Instant::now() + Duration::from_secs(60);

@@ -133,8 +133,9 @@ fn failed_upgrade_post_runs_on_the_cordoned_drain_tainted_node() {
 }
 
 /// A real `kubectl drain` of the node while the pre pod runs (paused after its first write by
-/// the failpoints image): the pod is evicted, its replacement runs on the cordoned node, the Job
-/// ends Complete and the eviction is not counted (backoffLimit 0 would fail the Job on one).
+/// the failpoints image, on the runtime, so it answers the SIGTERM with exit 5 as a real run
+/// does): the pod is evicted, its replacement runs on the cordoned node, the Job ends Complete and
+/// the eviction is not counted (backoffLimit 0 would fail the Job on one).
 #[test]
 fn kubectl_drain_during_a_phase_is_not_counted() {
     let _turn = turn();
@@ -144,8 +145,7 @@ fn kubectl_drain_during_a_phase_is_not_counted() {
     let mut objects = job_sh_render(&["pre", "--image", &failpoints_image]);
     let job = objects.iter_mut().find(|o| o["kind"] == "Job").unwrap();
     job["spec"]["backoffLimit"] = json!(0);
-    job["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = json!(2);
-    set_env(job, "FAILPOINTS", "after-write-managedchart=sleep(6000)");
+    set_env(job, "FAILPOINTS", "pause-after-write=return(6000)");
     apply(&objects);
     const PRE: &str = "workload-update-guard-pre";
     let mut first = String::new();

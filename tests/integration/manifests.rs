@@ -131,6 +131,13 @@ fn the_pod_failure_policy_names_the_binary_exit_codes() {
             "{dir}"
         );
         assert!(rules.iter().all(|r| r["onExitCodes"].is_null() || r["onExitCodes"]["containerName"] == "guard"));
+        // The first matching rule decides, and an evicted guard exits 5 (SIGTERM): the eviction's
+        // Ignore must come before the Count of exit 5.
+        assert_eq!(
+            (&rules[0]["action"], &rules[0]["onPodConditions"][0]["type"]),
+            (&json!("Ignore"), &json!("DisruptionTarget")),
+            "{dir}"
+        );
     }
 }
 
