@@ -22,9 +22,12 @@ pub fn kubevirt_pre(obj: &Value, copy: Option<&ValueRecord>) -> Result<Plan, Mal
         ed.note("kept the existing record of the original");
         return Ok(ed.finish());
     }
-    // The owners go with the value: the copy's, or those of the field as it is now.
+    // The owners go with the value: the copy's, or those of the field as it is now. The copy
+    // wins only over an `[]` (Fleet rendered the override after a killed `pre`), as in
+    // `restore_source`: a copy left by a `post` killed before its ManagedChart write must not
+    // replace a value someone set since.
     let (original, owners) = match copy {
-        Some(c) if c.original() != current => {
+        Some(c) if current.as_ref() == Some(&json!([])) && c.original() != current => {
             ed.note(format!(
                 "the CR was changed to {} after the ManagedChart was written; the ManagedChart's copy holds the original",
                 describe(&current)
@@ -338,6 +341,24 @@ mod tests {
         assert_eq!(after["spec"], obj["spec"]);
         let fallback = vec!["LiveMigrate".to_string()];
         assert_eq!(post_kv(&after, Some(&fallback)), obj);
+    }
+
+    /// A copy left on the ManagedChart by a `post` killed before its ManagedChart write is
+    /// stale: the next `pre` records the value someone set since, not the copy. Over an `[]`
+    /// (Fleet rendered a killed `pre`'s override) the copy is the original.
+    #[test]
+    fn pre_takes_the_copy_only_over_an_empty_list() {
+        let stale = value_record(Some(json!(["LiveMigrate"])), Vec::new());
+        for (current, recorded) in [
+            (Some(json!(["Evict"])), Some(json!(["Evict"]))),
+            (None, None),
+            (Some(json!([])), Some(json!(["LiveMigrate"]))),
+        ] {
+            let obj = kubevirt(current.clone());
+            let after = apply(&obj, &kubevirt_pre(&obj, Some(&stale)).unwrap());
+            let record = kubevirt_record(&after).unwrap().unwrap();
+            assert_eq!(record.original(), recorded, "{current:?}");
+        }
     }
 
     #[test]
