@@ -98,7 +98,7 @@ impl Summary {
         summary
     }
 
-    /// One line of JSON under [`MAX_BYTES`]: the step actions go first, then the error is cut.
+    /// One line of JSON under [`MAX_BYTES`]: the step actions go first, then the texts are cut.
     pub fn to_line(&self) -> String {
         let line = serde_json::to_string(self).expect("summary serializes");
         if line.len() < MAX_BYTES {
@@ -113,12 +113,21 @@ impl Summary {
             .for_each(|w| truncate_bytes(w, 500));
         loop {
             let line = serde_json::to_string(&short).expect("summary serializes");
-            match &mut short.error {
-                Some(e) if line.len() >= MAX_BYTES && !e.is_empty() => {
-                    let half = e.len() / 2;
-                    truncate_bytes(e, half);
+            if line.len() < MAX_BYTES {
+                return line;
+            }
+            // Halve the error first, then the verdict (a corrupted record's can be long), then
+            // the warnings; each keeps at least its first 64 bytes.
+            let texts = short.error.iter_mut().chain(short.verdict.iter_mut());
+            match texts
+                .chain(short.warnings.iter_mut())
+                .find(|t| t.len() > 64)
+            {
+                Some(t) => {
+                    let half = t.len() / 2;
+                    truncate_bytes(t, half);
                 }
-                _ => return line,
+                None => return line,
             }
         }
     }
@@ -144,5 +153,23 @@ mod tests {
         assert!(!line.contains('\n'));
         let v: serde_json::Value = serde_json::from_str(&line).unwrap();
         assert_eq!(v["steps"][1]["outcome"], "changed");
+    }
+
+    /// `status` with a corrupted record: its verdict quotes the record, which can be long, and
+    /// there may be several long warnings; the line still fits and each text keeps its start.
+    #[test]
+    fn a_long_verdict_and_many_warnings_still_fit() {
+        let mut s = Summary::new(Some(Phase::Status), false);
+        s.verdict = Some(format!("REFUSED: {}", "v".repeat(10_000)));
+        s.warnings = (0..12)
+            .map(|i| format!("w{i} {}", "x".repeat(3000)))
+            .collect();
+        s.error = Some("e".repeat(3000));
+        let line = s.to_line();
+        assert!(line.len() < MAX_BYTES, "{}", line.len());
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert!(v["verdict"].as_str().unwrap().starts_with("REFUSED: v"));
+        assert_eq!(v["warnings"].as_array().unwrap().len(), 12);
+        assert!(v["warnings"][11].as_str().unwrap().starts_with("w11 "));
     }
 }
