@@ -200,7 +200,10 @@ async fn after_write(
     } else {
         info!(object = %step.target, actions = ?plan.actions, "written");
     }
-    if step.write == Write::Change && step.target.kind == Kind::KubeVirt {
+    // A Normal Event for a change that did something: a `post` that keeps a later choice only
+    // drops our record, and its Warning Event says why.
+    if step.write == Write::Change && step.target.kind == Kind::KubeVirt && !plan.actions.is_empty()
+    {
         let (reason, verb) = match cfg.intent.phase {
             Phase::Pre => (
                 "WorkloadUpdatesSuspended",
@@ -208,7 +211,7 @@ async fn after_write(
             ),
             _ => (
                 "WorkloadUpdatesRestored",
-                "Restored automated workload updates",
+                "Restored the workload update methods as they were before pre",
             ),
         };
         let note = format!(

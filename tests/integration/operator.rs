@@ -212,6 +212,10 @@ async fn a_change_while_suspended_is_kept_with_a_warning() {
             .any(|(t, reason, _)| t == "Warning" && reason == CHANGED_WHILE_SUSPENDED),
         "{ev:?}"
     );
+    assert!(
+        !ev.iter().any(|(_, reason, _)| reason == "WorkloadUpdatesRestored"),
+        "nothing was restored: {ev:?}"
+    );
     // status agrees before, and says it in its first line.
     assert_eq!(claims_of_ours(&kv), Vec::<Value>::new());
 }
