@@ -276,6 +276,10 @@ async fn status(
     if kv.is_none() {
         missing(cfg, kubevirt, "nothing was written")?;
     }
+    // Like the other phases: a ManagedChart that is not there (its CRD is) is a wrong name.
+    if let Some((target, Ok(None))) = chart {
+        missing(cfg, target, "nothing was written")?;
+    }
     Ok(report.verdict)
 }
 

@@ -86,6 +86,11 @@ async fn a_wrong_name_fails_loudly_and_writes_nothing() {
         ),
         ("post", &[("KUBEVIRT_NAME", "kubvirt")], "KUBEVIRT_NAME"),
         ("status", &[("KUBEVIRT_NAME", "kubvirt")], "KUBEVIRT_NAME"),
+        (
+            "status",
+            &[("MANAGEDCHART_NAME", "harvestr")],
+            "MANAGEDCHART_NAME",
+        ),
     ];
     for (phase, extra, names) in cases {
         let r = run(with(&ns, phase, extra)).await;
@@ -213,7 +218,8 @@ async fn a_change_while_suspended_is_kept_with_a_warning() {
         "{ev:?}"
     );
     assert!(
-        !ev.iter().any(|(_, reason, _)| reason == "WorkloadUpdatesRestored"),
+        !ev.iter()
+            .any(|(_, reason, _)| reason == "WorkloadUpdatesRestored"),
         "nothing was restored: {ev:?}"
     );
     // status agrees before, and says it in its first line.
