@@ -140,7 +140,8 @@ fn jitter_seed() -> u64 {
 }
 
 impl Cluster {
-    /// A client from the in-cluster config or KUBECONFIG, with kube's own retry layer off.
+    /// A client from KUBECONFIG (or ~/.kube/config), else the in-cluster config, with kube's own
+    /// retry layer off.
     pub async fn connect(dry_run: bool, last_error: LastError) -> Result<Self, Error> {
         let mut config = Config::infer().await.map_err(|e| {
             Error::Config(one_line(format!(

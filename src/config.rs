@@ -98,7 +98,7 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
     ),
     (
         "KUBECONFIG",
-        "in-cluster, else ~/.kube/config",
+        "~/.kube/config, else in-cluster",
         "kubeconfig for runs outside a pod",
     ),
 ];
