@@ -1,10 +1,10 @@
-//! Errors and the exit codes they map to (the Job contract, DESIGN §6).
+//! Errors and the exit codes they map to (the Job contract: README, "Exit codes").
 
 use crate::model::{Kind, Target};
 use crate::plan::Refusal;
 
 /// Exit codes. `manifests/` names the permanent ones in each Job's `podFailurePolicy`;
-/// `tests/manifests.rs` checks that they agree.
+/// `tests/integration/manifests.rs` checks that they agree.
 pub mod exit {
     /// Done, including "already so" and a skipped missing object.
     pub const SUCCESS: u8 = 0;

@@ -10,8 +10,8 @@
 //! - [`editor`]: the JSON Patch editor and the [`Plan`] it makes.
 //!
 //! Every patch starts with a `test` of `/metadata/resourceVersion`, so it applies only to the
-//! exact state it was planned from (DESIGN §4.4). The original value is recorded in an annotation
-//! in the same patch as the change (DESIGN §5), and a record, once written, is never overwritten.
+//! exact state it was planned from (docs/design.md, "The hazards, and the answer to each"). The original value is recorded in an annotation
+//! in the same patch as the change (docs/design.md, "Record annotations"), and a record, once written, is never overwritten.
 
 pub mod chart;
 pub mod editor;

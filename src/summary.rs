@@ -1,4 +1,4 @@
-//! The one-line JSON summary for the termination-message path (DESIGN §6).
+//! The one-line JSON summary for the termination-message path (README, "For orchestrators").
 
 use serde::Serialize;
 

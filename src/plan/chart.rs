@@ -1,6 +1,6 @@
 //! The ManagedChart: the values override and the comparePatches pointer or entry, each
 //! switchable; `post` removes exactly what `pre` added. The comparePatches list belongs to
-//! everyone (DESIGN §4.6): this room must never rewrite or reorder other entries.
+//! everyone (docs/design.md, "The objects"): this room must never rewrite or reorder other entries.
 
 use serde_json::{Value, json};
 

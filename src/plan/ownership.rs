@@ -1,5 +1,5 @@
 //! Field ownership: who owns the methods field (`managedFields`), and `post`'s release of our
-//! claim (DESIGN §4.3, "A claim outlives the write"). The only room that edits
+//! claim (docs/design.md, "Field ownership"). The only room that edits
 //! `metadata.managedFields`; it never changes a field's value.
 
 use serde::Serialize;
@@ -247,14 +247,14 @@ fn owned_fields(fields: &Value, prefix: &str, out: &mut Vec<String>) {
 /// before `pre` (as the restore noted them, see [`note_return`]), and our `managedFields`
 /// entries removed, so that no claim of ours outlives the suspension. Every write that changes a field makes its manager an owner of
 /// it, and the restore is such a write; a later Helm-4 apply that changes the field (a new
-/// chart default, an operator's values edit) would then conflict with us (DESIGN §4.3). The
+/// chart default, an operator's values edit) would then conflict with us (docs/design.md, "Field ownership"). The
 /// server takes a write whose only change is to `managedFields` as it is, so this must be a
 /// write of its own, after the restore. Each removal is guarded by a `test` of the entry's
 /// manager, so an entry that moved is never removed by index.
 ///
 /// Nothing is released while one of our records is still on the object (that part is still
 /// suspended), nor while the KubeVirt CR stays at our own `[]` without a record: that claim is
-/// what lets a later `post` with a fallback act (README "No record").
+/// what lets a later `post` with a fallback act (README, "Warnings: nothing is left off in silence").
 pub fn release(obj: &Value, kind: Kind) -> Result<Plan, Malformed> {
     let mut ed = Editor::new(obj)?;
     let records = match kind {

@@ -1,6 +1,6 @@
 //! The phase and its writes: which objects a phase writes, in which order, and what each
 //! object's plan needs of the other (the ManagedChart's copy of the CR's original, and back).
-//! The only room that knows the order of writes (DESIGN §4.3) and the hints between the two
+//! The only room that knows the order of writes (docs/design.md, "What each phase does") and the hints between the two
 //! objects. It decides nothing about an object's content: that is the other rooms' work.
 
 use serde::Serialize;
@@ -13,7 +13,7 @@ use super::ownership::release;
 use super::records::kubevirt_copy;
 use crate::model::{Kind, ObjectKey, Target};
 
-/// Which steps run (DESIGN §4.3), each switchable. The one place that decides whether an object
+/// Which steps run (docs/design.md, "What each phase does"), each switchable. The one place that decides whether an object
 /// is written at all is [`Steps::writes`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Steps {
@@ -137,7 +137,7 @@ pub struct Refusal {
     pub reason: Malformed,
 }
 
-/// The objects a phase works on, in its order of writes (DESIGN §4.3): `pre` the ManagedChart
+/// The objects a phase works on, in its order of writes (docs/design.md, "What each phase does"): `pre` the ManagedChart
 /// first, so the values Helm would apply agree with the CR before the CR is touched; `post`
 /// the reverse. Only the objects whose steps are on.
 pub fn targets(intent: &Intent) -> Vec<Target> {
