@@ -6,7 +6,7 @@
 #                              status -> pre -> status -> pre -> post -> post -> status, each
 #                              Job's outcome, its pod's termination message, and the Events
 #   bash hack/demo.sh --fast   the quick look: no node, the release binary run on this machine
-#                              with each Job's environment and the ServiceAccount's token only
+#                              with each Job's environment and its ServiceAccount's token only
 #
 # Both end by checking that the KubeVirt CR and the ManagedChart are exactly as before pre, that
 # the same managers own the methods field as before pre, and that no claim of ours is left.
@@ -69,16 +69,20 @@ k -n default patch vmim kubevirt-workload-update-x7k2p --subresource=status --ty
 k apply -k manifests/base
 
 if (( fast )); then
-  # The ServiceAccount's token, from the TokenRequest API: the run has only what the Job has.
-  token="$(k -n harvester-system create token workload-update-guard --duration=10m)"
-  cat > "$dir/sa-kubeconfig" <<KC
+  # Each ServiceAccount's token (the writer's for pre and post, the reader's for status), from the
+  # TokenRequest API: a run has only what its Job has.
+  server="$(k config view -o jsonpath='{.clusters[0].cluster.server}')"
+  for sa in workload-update-guard workload-update-guard-status; do
+    token="$(k -n harvester-system create token "$sa" --duration=10m)"
+    cat > "$dir/$sa.kubeconfig" <<KC
 apiVersion: v1
 kind: Config
-clusters: [{name: local, cluster: {server: "$(k config view -o jsonpath='{.clusters[0].cluster.server}')", certificate-authority: $dir/ca.crt}}]
+clusters: [{name: local, cluster: {server: "$server", certificate-authority: $dir/ca.crt}}]
 users: [{name: sa, user: {token: "$token"}}]
 contexts: [{name: local, context: {cluster: local, user: sa}}]
 current-context: local
 KC
+  done
 fi
 
 # run PHASE: `kubectl apply -k manifests/PHASE` (a rerun replaces the finished Job), then the
@@ -109,13 +113,14 @@ run_job() {
 # run PHASE: the binary with the environment of the Job in manifests/PHASE (logs as text, to read).
 run() {
   (( fast )) || { run_job "$@"; return; }
-  local phase="$1" lines env=()
-  lines="$(k kustomize "manifests/$phase" | k create --dry-run=client -o json -f - \
-        | jq -rs '.[] | select(.kind == "Job") | .spec.template.spec.containers[0].env[] | select(.name != "LOG_FORMAT") | "\(.name)=\(.value)"')"
+  local phase="$1" job lines sa env=()
+  job="$(k kustomize "manifests/$phase" | k create --dry-run=client -o json -f - | jq -s '.[] | select(.kind == "Job")')"
+  lines="$(jq -r '.spec.template.spec.containers[0].env[] | select(.name != "LOG_FORMAT") | "\(.name)=\(.value)"' <<<"$job")"
+  sa="$(jq -r '.spec.template.spec.serviceAccountName' <<<"$job")"
   mapfile -t env <<<"$lines"
   section "PHASE=$phase  (${env[*]})"
   local code=0
-  env -i PATH="$PATH" KUBECONFIG="$dir/sa-kubeconfig" TERMINATION_MESSAGE_PATH="$dir/termination-log" \
+  env -i PATH="$PATH" KUBECONFIG="$dir/$sa.kubeconfig" TERMINATION_MESSAGE_PATH="$dir/termination-log" \
     LOG_FORMAT=text "${env[@]}" "$BIN" || code=$?
   echo "exit code: $code"
   echo "termination message: $(cat "$dir/termination-log")"

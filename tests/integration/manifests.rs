@@ -162,7 +162,13 @@ fn the_jobs_are_hardened_and_outlast_the_tool_deadline() {
         );
         assert!(spec["ttlSecondsAfterFinished"].as_u64().is_some());
         assert_eq!(pod["restartPolicy"], "Never");
-        assert_eq!(pod["serviceAccountName"], "workload-update-guard");
+        // The read-only report never runs with a right to write.
+        let sa = if phase == "status" {
+            "workload-update-guard-status"
+        } else {
+            "workload-update-guard"
+        };
+        assert_eq!(pod["serviceAccountName"], sa, "{dir}");
         assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
         assert_eq!(
             pod["securityContext"]["seccompProfile"]["type"],
@@ -226,8 +232,8 @@ fn the_rbac_names_its_objects_and_grants_no_wildcards_or_secrets() {
     }
 }
 
-/// The ServiceAccount of `manifests/` runs pre, status and post with only its own token, and is
-/// refused everything else.
+/// The ServiceAccounts of `manifests/` run pre and post (the writer) and status (the reader) with
+/// only their own tokens, and are refused everything else.
 #[tokio::test]
 async fn the_service_account_token_runs_every_phase_and_nothing_else() {
     ensure_harvester_namespaces();
@@ -256,9 +262,15 @@ async fn the_service_account_token_runs_every_phase_and_nothing_else() {
     create(&client, "ManagedChart", "fleet-local", other_chart).await;
 
     let kubeconfig = token_kubeconfig(&sa_token(kv_ns, "workload-update-guard"));
+    let reader = token_kubeconfig(&sa_token(kv_ns, "workload-update-guard-status"));
     for dir in ["pre", "status", "post"] {
         let env = job_env(&job(dir));
-        let run = run_bin(&kubeconfig, env).await;
+        let token = if dir == "status" {
+            &reader
+        } else {
+            &kubeconfig
+        };
+        let run = run_bin(token, env).await;
         assert_eq!(run.code, 0, "{dir}: {run:?}");
         if dir == "pre" {
             let kv = get(&client, "KubeVirt", kv_ns, "kubevirt").await;
@@ -317,6 +329,37 @@ async fn the_service_account_token_runs_every_phase_and_nothing_else() {
     assert!(
         matches!(&err, kube::Error::Api(s) if s.code == 403),
         "{err}"
+    );
+    // The writer lists no migrations; the reader writes nothing.
+    let migrations = kube::Api::<kube::api::DynamicObject>::all_with(
+        sa.clone(),
+        &resource("VirtualMachineInstanceMigration"),
+    );
+    let err = migrations.list(&Default::default()).await.unwrap_err();
+    assert!(
+        matches!(&err, kube::Error::Api(s) if s.code == 403),
+        "{err}"
+    );
+    let read_only = client_for(&reader).await;
+    for (kind, ns, name) in [
+        ("KubeVirt", kv_ns, "kubevirt"),
+        ("ManagedChart", "fleet-local", "harvester"),
+    ] {
+        let err = json_patch(&read_only, kind, ns, name, add_label.clone())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, kube::Error::Api(s) if s.code == 403),
+            "{kind} {name}: {err}"
+        );
+    }
+    let mut env = job_env(&job("pre"));
+    env.insert("DEADLINE_SECONDS".into(), "5".into());
+    let run = run_bin(&reader, env).await;
+    assert_eq!(
+        run.code,
+        i32::from(exit::PERMANENT),
+        "pre as the reader: {run:?}"
     );
     // And the binary pointed at the other KubeVirt fails permanently, writing nothing.
     let mut env = job_env(&job("pre"));
