@@ -56,6 +56,8 @@ async fn change(
             warnings: vec![],
         });
     }
+    // The whole phase is planned first only to refuse a malformed object before any write; each
+    // step is planned again below against the object as the previous write left it.
     plan::plan_phase(intent, &objects)?;
     let mut steps = plan::steps(intent).into_iter().peekable();
     while let Some(step) = steps.next() {
