@@ -9,9 +9,10 @@
 //! - [`records`]: the annotation formats and their checked readers (shared with `report`);
 //! - [`editor`]: the JSON Patch editor and the [`Plan`] it makes.
 //!
-//! Every patch starts with a `test` of `/metadata/resourceVersion`, so it applies only to the
-//! exact state it was planned from (docs/design.md, "The hazards, and the answer to each"). The original value is recorded in an annotation
-//! in the same patch as the change (docs/design.md, "Record annotations"), and a record, once written, is never overwritten.
+//! Every patch starts with a `test` of `/metadata/resourceVersion`, so it applies only to the exact
+//! state it was planned from (docs/design.md, "The hazards, and the answer to each"). The original
+//! value is recorded in an annotation in the same patch as the change (docs/design.md, "Record
+//! annotations"), and a record, once written, is never overwritten.
 
 pub mod chart;
 pub mod editor;

@@ -686,7 +686,7 @@ mod tests {
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(1000))]
 
-        /// Whatever was there, whatever someone sets while suspended (other than []), post keeps it.
+        /// Whatever was there, whatever is set while suspended (other than []), post keeps it.
         #[test]
         fn a_later_explicit_choice_wins(s in kubevirt_strategy(), later in methods_strategy()) {
             let mut changed = pre_kv(&s);

@@ -1,7 +1,7 @@
-//! The phase and its writes: which objects a phase writes, in which order, and what each
-//! object's plan needs of the other (the ManagedChart's copy of the CR's original, and back).
-//! The only room that knows the order of writes (docs/design.md, "What each phase does") and the hints between the two
-//! objects. It decides nothing about an object's content: that is the other rooms' work.
+//! The phase and its writes: which objects a phase writes, in which order, and what each object's
+//! plan needs of the other (the ManagedChart's copy of the CR's original, and back). The only room
+//! that knows the order of writes (docs/design.md, "What each phase does") and the hints between
+//! the two objects. It decides nothing about an object's content: that is the other rooms' work.
 
 use serde::Serialize;
 use serde_json::Value;
@@ -13,8 +13,8 @@ use super::ownership::release;
 use super::records::kubevirt_copy;
 use crate::model::{Kind, ObjectKey, Target};
 
-/// Which steps run (docs/design.md, "What each phase does"), each switchable. The one place that decides whether an object
-/// is written at all is [`Steps::writes`].
+/// Which steps run (docs/design.md, "What each phase does"), each switchable. The one place that
+/// decides whether an object is written at all is [`Steps::writes`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Steps {
     /// The direct patch of the KubeVirt CR's methods.
@@ -137,9 +137,9 @@ pub struct Refusal {
     pub reason: Malformed,
 }
 
-/// The objects a phase works on, in its order of writes (docs/design.md, "What each phase does"): `pre` the ManagedChart
-/// first, so the values Helm would apply agree with the CR before the CR is touched; `post`
-/// the reverse. Only the objects whose steps are on.
+/// The objects a phase works on, in its order of writes (docs/design.md, "What each phase does"):
+/// `pre` the ManagedChart first, so the values Helm would apply agree with the CR before the CR is
+/// touched; `post` the reverse. Only the objects whose steps are on.
 pub fn targets(intent: &Intent) -> Vec<Target> {
     let order = match intent.phase {
         Phase::Pre => [Kind::ManagedChart, Kind::KubeVirt],

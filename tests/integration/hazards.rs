@@ -1,4 +1,5 @@
-//! Each hazard of docs/design.md ("The hazards, and the answer to each"), end to end: the real binary against the real API server.
+//! Each hazard of docs/design.md ("The hazards, and the answer to each"), end to end: the real
+//! binary against the real API server.
 
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};

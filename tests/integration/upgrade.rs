@@ -3,7 +3,8 @@
 use crate::support::upgrade::harvester_upgrade;
 
 /// `pre` on the old API server, the new API server on the same etcd, the next chart applied by
-/// Helm 4, `post`: both objects restored exactly, Helm keeps its fields, a second `post` is a no-op.
+/// Helm 4, `post`: both objects restored exactly, Helm keeps its fields, a second `post` is a
+/// no-op.
 #[tokio::test]
 async fn an_api_server_upgrade_between_pre_and_post_loses_nothing() {
     harvester_upgrade(None).await;
