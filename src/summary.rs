@@ -155,20 +155,50 @@ mod tests {
         assert_eq!(v["steps"][1]["outcome"], "changed");
     }
 
+    /// The bounds exactly: a line of 4096 bytes is cut (it must be under), and a text of 64
+    /// bytes is never cut.
+    #[test]
+    fn the_bounds_are_exact() {
+        let mut s = Summary::new(Some(Phase::Status), false);
+        s.error = Some(String::new());
+        let base = serde_json::to_string(&s).unwrap().len();
+        s.error = Some("e".repeat(MAX_BYTES - base));
+        assert_eq!(serde_json::to_string(&s).unwrap().len(), MAX_BYTES);
+        assert!(s.to_line().len() < MAX_BYTES);
+        s.error = Some("e".repeat(64));
+        s.verdict = Some("v".repeat(5000));
+        let v: serde_json::Value = serde_json::from_str(&s.to_line()).unwrap();
+        assert_eq!(v["error"].as_str().unwrap().len(), 64);
+    }
+
     /// `status` with a corrupted record: its verdict quotes the record, which can be long, and
-    /// there may be several long warnings; the line still fits and each text keeps its start.
+    /// there may be several long warnings; the line still fits, each text keeps its start, and
+    /// the texts are cut in order (error, verdict, warnings) no more than the line needs.
     #[test]
     fn a_long_verdict_and_many_warnings_still_fit() {
-        let mut s = Summary::new(Some(Phase::Status), false);
-        s.verdict = Some(format!("REFUSED: {}", "v".repeat(10_000)));
-        s.warnings = (0..12)
-            .map(|i| format!("w{i} {}", "x".repeat(3000)))
-            .collect();
-        s.error = Some("e".repeat(3000));
-        let line = s.to_line();
-        assert!(line.len() < MAX_BYTES, "{}", line.len());
-        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        let line = |warnings: usize| {
+            let mut s = Summary::new(Some(Phase::Status), false);
+            s.verdict = Some(format!("REFUSED: {}", "v".repeat(10_000)));
+            s.warnings = (0..warnings)
+                .map(|i| format!("w{i} {}", "x".repeat(3000)))
+                .collect();
+            s.error = Some("e".repeat(3000));
+            let line = s.to_line();
+            assert!(line.len() < MAX_BYTES, "{}", line.len());
+            serde_json::from_str::<serde_json::Value>(&line).unwrap()
+        };
+        let text =
+            |v: &serde_json::Value, ptr: &str| v.pointer(ptr).unwrap().as_str().unwrap().len();
+        // Four warnings: each keeps its 500 bytes, and the verdict what is left.
+        let v = line(4);
         assert!(v["verdict"].as_str().unwrap().starts_with("REFUSED: v"));
+        assert!(text(&v, "/verdict") > 1000, "{v}");
+        assert!(text(&v, "/error") <= 64, "{v}");
+        for i in 0..4 {
+            assert_eq!(text(&v, &format!("/warnings/{i}")), 500, "{v}");
+        }
+        // Twelve: the warnings are cut too, last, and all twelve stay.
+        let v = line(12);
         assert_eq!(v["warnings"].as_array().unwrap().len(), 12);
         assert!(v["warnings"][11].as_str().unwrap().starts_with("w11 "));
     }
