@@ -14,6 +14,10 @@ use crate::support::*;
 
 const KUSTOMIZATIONS: &[&str] = &["base", "job", "pre", "post", "status"];
 
+/// The tests that apply `manifests/base` to the shared control plane take turns: a server-side
+/// dry run that reads "absent" and then meets another test's real create fails with AlreadyExists.
+static BASE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn ensure_harvester_namespaces() {
     static DONE: OnceLock<()> = OnceLock::new();
     DONE.get_or_init(|| {
@@ -63,6 +67,7 @@ fn job_env(job: &Value) -> BTreeMap<String, String> {
 
 #[test]
 fn every_kustomization_passes_server_side_dry_run() {
+    let _turn = BASE.blocking_lock();
     ensure_harvester_namespaces();
     for dir in KUSTOMIZATIONS {
         let path = repo_root().join("manifests").join(dir);
@@ -76,6 +81,7 @@ fn every_kustomization_passes_server_side_dry_run() {
 /// `ingress: []`, would report its object `configured` on every run).
 #[test]
 fn applying_the_base_again_changes_nothing() {
+    let _turn = BASE.blocking_lock();
     ensure_harvester_namespaces();
     let path = repo_root().join("manifests/base");
     let path = path.to_str().unwrap();
@@ -236,6 +242,7 @@ fn the_rbac_names_its_objects_and_grants_no_wildcards_or_secrets() {
 /// only their own tokens, and are refused everything else.
 #[tokio::test]
 async fn the_service_account_token_runs_every_phase_and_nothing_else() {
+    let _turn = BASE.lock().await;
     ensure_harvester_namespaces();
     let client = admin().await;
     kubectl_ok(&[
