@@ -9,7 +9,7 @@ use crate::model::{
 };
 use crate::plan::chart::{compare_list, find_pointer};
 use crate::plan::kubevirt::{Source, restore_source};
-use crate::plan::ownership::{Owner, owners, update_claim_warning};
+use crate::plan::ownership::{Owner, owners, update_claim_warnings};
 use crate::plan::records::Added;
 use crate::plan::records::{
     CompareRecord, ValueRecord, describe, kubevirt_copy, kubevirt_record, lookup, methods,
@@ -144,11 +144,7 @@ impl Report {
             .filter(|c| !c.found)
             .flat_map(|c| c.problems.iter().cloned())
             .collect();
-        for o in k.methods_owners.iter().filter(|o| o.blocks_chart_change) {
-            if o.owner.manager != FIELD_MANAGER {
-                warnings.push(update_claim_warning(&o.owner.manager));
-            }
-        }
+        warnings.extend(kv.map(update_claim_warnings).unwrap_or_default());
         if let Some(r) = restore.filter(|r| r.source == Source::LaterChoice) {
             warnings.push(r.reason.clone());
         }

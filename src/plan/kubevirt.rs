@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use super::editor::{CHANGED_WHILE_SUSPENDED, Editor, Malformed, Plan, STILL_SUSPENDED};
 use super::ownership::{methods_owned_by_us, note_return, recorded_owners, update_claim_warnings};
-use super::records::{ValueRecord, describe, kubevirt_record, methods, value_record};
+use super::records::{ValueRecord, describe, is_suspended, kubevirt_record, methods, value_record};
 use crate::model::{KUBEVIRT_RECORD, METHODS_PATH};
 
 /// `pre` on the KubeVirt CR: methods to `[]`, the original recorded once. Without a record on
@@ -27,7 +27,7 @@ pub fn kubevirt_pre(obj: &Value, copy: Option<&ValueRecord>) -> Result<Plan, Mal
     // `restore_source`: a copy left by a `post` killed before its ManagedChart write must not
     // replace a value someone set since.
     let (original, owners) = match copy {
-        Some(c) if current.as_ref() == Some(&json!([])) && c.original() != current => {
+        Some(c) if is_suspended(&current) && c.original() != current => {
             ed.note(format!(
                 "the CR was changed to {} after the ManagedChart was written; the ManagedChart's copy holds the original",
                 describe(&current)
@@ -101,7 +101,7 @@ pub fn restore_source(
     fallback: Option<&[String]>,
 ) -> Result<Restore, Malformed> {
     let current = methods(kubevirt)?;
-    let suspended = current.as_ref() == Some(&json!([]));
+    let suspended = is_suspended(&current);
     let (source, original, reason) = match (kubevirt_record(kubevirt)?, copy) {
         (Some(r), _) if suspended => (Source::CrRecord, Some(r), "the CR's record".to_string()),
         (Some(r), _) => (
@@ -184,7 +184,7 @@ pub fn kubevirt_post(
             let appliers = original.owners.iter();
             let appliers = appliers.filter(|o| o.operation == "Apply").cloned().collect();
             note_return(&mut ed, METHODS_PATH, appliers);
-            if current.as_ref() == Some(&json!([]))
+            if is_suspended(&current)
                 && let Some(notice) = update_notice(obj, &original.original())
             {
                 ed.note(notice);
@@ -197,7 +197,7 @@ pub fn kubevirt_post(
             text.extend(update_claim_warnings(obj));
             ed.warn(CHANGED_WHILE_SUSPENDED, text.join("; "))
         }
-        (None, _) if current.as_ref() == Some(&json!([])) => ed.warn(
+        (None, _) if is_suspended(&current) => ed.warn(
             STILL_SUSPENDED,
             format!(
                 "automated workload updates stay OFF: {}. If that is not an administrator's \

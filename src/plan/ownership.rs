@@ -6,7 +6,9 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::editor::{Editor, Malformed, Plan};
-use super::records::{RecordedOwner, Return, annotation, lookup, methods, read_record};
+use super::records::{
+    RecordedOwner, Return, annotation, is_suspended, lookup, methods, read_record,
+};
 use crate::model::{
     CHART_RECORDS, FIELD_MANAGER, KUBEVIRT_RECORDS, Kind, METHODS_FIELD, METHODS_PATH,
     OWNERS_TO_RETURN, pointer,
@@ -265,7 +267,7 @@ pub fn release(obj: &Value, kind: Kind) -> Result<Plan, Malformed> {
         ed.note(format!("our claim stays: the record {key} is still there"));
         return Ok(ed.finish());
     }
-    if kind == Kind::KubeVirt && methods(obj)? == Some(json!([])) && methods_owned_by_us(obj) {
+    if kind == Kind::KubeVirt && is_suspended(&methods(obj)?) && methods_owned_by_us(obj) {
         ed.note("our claim on [] stays: it marks the suspension as ours for a later post with a fallback");
         return Ok(ed.finish());
     }

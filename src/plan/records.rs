@@ -134,6 +134,14 @@ pub fn kubevirt_copy(chart: &Value) -> Result<Option<ValueRecord>, Malformed> {
     Ok(copy)
 }
 
+/// Whether methods are `[]`: what `pre` sets, and what Fleet renders from its values override.
+pub fn is_suspended(methods: &Option<Value>) -> bool {
+    methods
+        .as_ref()
+        .and_then(Value::as_array)
+        .is_some_and(Vec::is_empty)
+}
+
 /// The KubeVirt CR's methods: absent, or a list of strings.
 pub fn methods(obj: &Value) -> Result<Option<Value>, Malformed> {
     let current = lookup(obj, METHODS_PATH)?.cloned();
