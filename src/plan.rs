@@ -6,6 +6,7 @@
 //! - [`kubevirt`]: the CR's suspension and restore, where the original comes from, the notice;
 //! - [`chart`]: the ManagedChart's values override and comparePatches pointer;
 //! - [`ownership`]: `managedFields`: who owns the methods, and the release of our claim;
+//! - [`harvester`]: Harvester's own upgrade: its backup, its cleanup, its blind restores;
 //! - [`records`]: the annotation formats and their checked readers (shared with `report`);
 //! - [`editor`]: the JSON Patch editor and the [`Plan`] it makes.
 //!
@@ -16,6 +17,7 @@
 
 pub mod chart;
 pub mod editor;
+pub mod harvester;
 pub mod kubevirt;
 pub mod ownership;
 pub mod phase;
@@ -24,7 +26,8 @@ pub mod records;
 pub(crate) mod testing;
 
 pub use editor::{
-    CHANGED_WHILE_SUSPENDED, COMPARE_PATCH_GONE, Malformed, Plan, STILL_SUSPENDED, Warning,
+    CHANGED_WHILE_SUSPENDED, COMPARE_PATCH_GONE, HARVESTER_SUSPENDED, HARVESTER_UPGRADE, Malformed,
+    Plan, STILL_SUSPENDED, UPDATE_CLAIM_LEFT, Warning,
 };
 pub use phase::{
     Intent, Keys, Objects, Phase, Refusal, Step, Steps, Write, plan_phase, plan_step, steps,

@@ -265,7 +265,7 @@ fn kubevirt_report(
     let post_will_restore = obj.and_then(|o| {
         let r = read(
             &mut problems,
-            restore_source(o, copy, intent.fallback.as_deref()).map(Some),
+            restore_source(o, copy, intent.fallback.as_deref(), None).map(Some),
         )?;
         Some(RestoreReport {
             source: r.source,

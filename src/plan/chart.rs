@@ -4,7 +4,8 @@
 
 use serde_json::{Value, json};
 
-use super::editor::{COMPARE_PATCH_GONE, Editor, Malformed, Plan};
+use super::editor::{CHANGED_WHILE_SUSPENDED, COMPARE_PATCH_GONE, Editor, Malformed, Plan};
+use super::harvester::blind_restorer;
 use super::ownership::{note_return, recorded_owners};
 use super::phase::Steps;
 use super::records::{
@@ -134,12 +135,31 @@ pub fn chart_post(obj: &Value, kubevirt: &ObjectKey, steps: &Steps) -> Result<Pl
     ed.remove_annotation(KUBEVIRT_COPY);
     if steps.values {
         lookup(obj, VALUES_PATH)?;
-        match values {
-            Some(r) => {
+        match (values, values_choice(obj)?) {
+            (Some(r), Some(later)) => {
+                ed.warn(
+                    CHANGED_WHILE_SUSPENDED,
+                    format!(
+                        "the values override was changed to {later} while suspended; that later \
+                         choice is kept, on the KubeVirt CR too (the recorded original was {})",
+                        describe(&r.original())
+                    ),
+                );
+                ed.remove_annotation(VALUES_RECORD);
+            }
+            (Some(r), None) => {
+                let current = lookup(obj, VALUES_PATH)?.cloned();
+                if let Some(who) = blind_restorer(obj, VALUES_PATH, &current) {
+                    ed.note(format!(
+                        "{who} wrote a hard-coded {} into the values (Harvester's upgrade \
+                         cleanup without a backup); the recorded original goes back",
+                        describe(&current)
+                    ));
+                }
                 ed.restore(VALUES_PATH, &r, "values override")?;
                 ed.remove_annotation(VALUES_RECORD);
             }
-            None => ed.note("no record of the values override: values left as they are"),
+            (None, _) => ed.note("no record of the values override: values left as they are"),
         }
     }
     if steps.compare {
@@ -162,6 +182,24 @@ pub fn chart_post(obj: &Value, kubevirt: &ObjectKey, steps: &Steps) -> Result<Pl
     Ok(ed.finish())
 }
 
+/// The values override's later choice, if someone changed it while suspended: a record of ours,
+/// a value other than our `[]` and the recorded original, and not one of Harvester's blind
+/// restores. `post` keeps it on both objects (the CR follows what Fleet renders), the same rule
+/// as the CR's own later choice. `None` without a record, or with the key absent (the chart's
+/// default then, which `post` cannot know: the CR's record decides).
+pub fn values_choice(obj: &Value) -> Result<Option<Value>, Malformed> {
+    let Some(record) = read_record::<ValueRecord>(obj, VALUES_RECORD)? else {
+        return Ok(None);
+    };
+    let current = lookup(obj, VALUES_PATH)?.cloned();
+    let later = current.as_ref().is_some_and(|v| {
+        *v != json!([])
+            && Some(v) != record.original().as_ref()
+            && blind_restorer(obj, VALUES_PATH, &current).is_none()
+    });
+    Ok(current.filter(|_| later))
+}
+
 fn remove_our_pointer(
     ed: &mut Editor,
     list: Option<&Vec<Value>>,
@@ -173,7 +211,9 @@ fn remove_our_pointer(
         ed.warn(
             COMPARE_PATCH_GONE,
             format!(
-                "our comparePatches pointer for {ours} was removed by someone else; nothing to remove"
+                "our comparePatches pointer for {ours} was removed by someone else (Harvester \
+                 v1.8.0's upgrade cleanup and the upgrade add-on's Finalize remove it); nothing to \
+                 remove"
             ),
         );
         return Ok(());
@@ -468,7 +508,7 @@ mod tests {
             let record: ValueRecord = read_record(&kv2, KUBEVIRT_RECORD).unwrap().unwrap();
             assert_eq!(record.value, original, "the record is the true original");
             for kv in [kv2, kv1] {
-                let restored = apply(&kv, &kubevirt_post(&kv, None, copy.as_ref()).unwrap());
+                let restored = apply(&kv, &kubevirt_post(&kv, None, copy.as_ref(), None).unwrap());
                 assert_eq!(methods(&restored).unwrap(), original);
             }
             assert_eq!(post_chart(&chart1), chart0);

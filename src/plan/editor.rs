@@ -39,6 +39,16 @@ pub const CHANGED_WHILE_SUSPENDED: &str = "WorkloadUpdateMethodsChangedWhileSusp
 
 pub const COMPARE_PATCH_GONE: &str = "ComparePatchRemovedByOthers";
 
+/// The methods are back at the original, but another manager's `Update` claim on them is left
+/// (Harvester v1.8.0's or the add-on's restore).
+pub const UPDATE_CLAIM_LEFT: &str = "WorkloadUpdateMethodsUpdateClaim";
+
+/// Harvester's own upgrade suspended the updates: `pre` leaves them to it.
+pub const HARVESTER_SUSPENDED: &str = "HarvesterUpgradeSuspendedUpdates";
+
+/// A Harvester Upgrade is under way (or its cleanup will write `[]` back): what to do.
+pub const HARVESTER_UPGRADE: &str = "HarvesterUpgrade";
+
 /// Builds a patch op by op, applying each to a working copy so later decisions see its effect.
 pub(super) struct Editor {
     doc: Value,

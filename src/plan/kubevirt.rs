@@ -6,8 +6,11 @@
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::editor::{CHANGED_WHILE_SUSPENDED, Editor, Malformed, Plan, STILL_SUSPENDED};
+use super::editor::{
+    CHANGED_WHILE_SUSPENDED, Editor, Malformed, Plan, STILL_SUSPENDED, UPDATE_CLAIM_LEFT,
+};
 use super::ownership::{methods_owned_by_us, note_return, recorded_owners, update_claim_warnings};
+use super::harvester::blind_restorer;
 use super::records::{ValueRecord, describe, is_suspended, kubevirt_record, methods, value_record};
 use crate::model::{KUBEVIRT_RECORD, METHODS_PATH};
 
@@ -72,6 +75,15 @@ pub enum Source {
     /// A record, but the methods were changed from `[]` while suspended: that later, explicit
     /// choice is kept, and the record dropped.
     LaterChoice,
+    /// A record, but the methods are back at the recorded original already (Harvester's
+    /// cleanup, or Fleet rendering the restored values): nothing to write but the record's removal.
+    AlreadyRestored,
+    /// A record, and the methods were set to the hard-coded `[LiveMigrate]` by one of Harvester's
+    /// blind restores (`plan::harvester::BLIND_RESTORERS`): the recorded original goes back.
+    BlindRestore,
+    /// A record, methods `[]`, and the ManagedChart's values override was changed while
+    /// suspended: that later choice is what Fleet renders, so the CR follows it.
+    ValuesChoice,
     /// No record on the CR, methods `[]`: the copy `pre` wrote on the ManagedChart first.
     ChartCopy,
     /// No record or copy, and the `[]` is ours (our field manager owns it): the configured
@@ -99,11 +111,48 @@ pub fn restore_source(
     kubevirt: &Value,
     copy: Option<&ValueRecord>,
     fallback: Option<&[String]>,
+    values_choice: Option<&Value>,
 ) -> Result<Restore, Malformed> {
     let current = methods(kubevirt)?;
     let suspended = is_suspended(&current);
     let (source, original, reason) = match (kubevirt_record(kubevirt)?, copy) {
-        (Some(r), _) if suspended => (Source::CrRecord, Some(r), "the CR's record".to_string()),
+        (Some(r), _) if suspended => match values_choice {
+            Some(v) => (
+                Source::ValuesChoice,
+                Some(ValueRecord {
+                    present: true,
+                    value: Some(v.clone()),
+                    created_parents: Vec::new(),
+                    owners: r.owners.clone(),
+                }),
+                format!(
+                    "the ManagedChart's values override, changed to {v} while suspended (the \
+                     recorded original was {}): the CR follows what Fleet renders",
+                    describe(&r.original())
+                ),
+            ),
+            None => (Source::CrRecord, Some(r), "the CR's record".to_string()),
+        },
+        (Some(r), _) if r.original() == current => (
+            Source::AlreadyRestored,
+            None,
+            format!(
+                "already back at the recorded original {} (restored by someone else, e.g. \
+                 Harvester's upgrade cleanup)",
+                describe(&current)
+            ),
+        ),
+        (Some(r), _) if blind_restorer(kubevirt, METHODS_PATH, &current).is_some() => (
+            Source::BlindRestore,
+            Some(r.clone()),
+            format!(
+                "the CR's record: {} wrote a hard-coded {} over the recorded original {} \
+                 (Harvester's upgrade cleanup), which goes back",
+                blind_restorer(kubevirt, METHODS_PATH, &current).unwrap_or_default(),
+                describe(&current),
+                describe(&r.original())
+            ),
+        ),
         (Some(r), _) => (
             Source::LaterChoice,
             None,
@@ -170,9 +219,10 @@ pub fn kubevirt_post(
     obj: &Value,
     fallback: Option<&[String]>,
     copy: Option<&ValueRecord>,
+    values_choice: Option<&Value>,
 ) -> Result<Plan, Malformed> {
     let mut ed = Editor::new(obj)?;
-    let restore = restore_source(obj, copy, fallback)?;
+    let restore = restore_source(obj, copy, fallback, values_choice)?;
     let current = methods(obj)?;
     match (&restore.original, restore.source) {
         (Some(original), _) => {
@@ -184,7 +234,7 @@ pub fn kubevirt_post(
             let appliers = original.owners.iter();
             let appliers = appliers.filter(|o| o.operation == "Apply").cloned().collect();
             note_return(&mut ed, METHODS_PATH, appliers);
-            if is_suspended(&current)
+            if (is_suspended(&current) || restore.source == Source::BlindRestore)
                 && let Some(notice) = update_notice(obj, &original.original())
             {
                 ed.note(notice);
@@ -196,6 +246,14 @@ pub fn kubevirt_post(
             let mut text = vec![restore.reason];
             text.extend(update_claim_warnings(obj));
             ed.warn(CHANGED_WHILE_SUSPENDED, text.join("; "))
+        }
+        // Back at the original already: a blind restore's `Update` claim stays (as it would
+        // without the guard), and is named, as `status` names it.
+        (None, Source::AlreadyRestored) => {
+            ed.note(restore.reason);
+            for w in update_claim_warnings(obj) {
+                ed.warn(UPDATE_CLAIM_LEFT, w);
+            }
         }
         (None, _) if is_suspended(&current) => ed.warn(
             STILL_SUSPENDED,
@@ -380,7 +438,7 @@ mod tests {
         for m in [None, Some(json!(["Evict"])), Some(json!(["LiveMigrate"]))] {
             let obj = kubevirt(m);
             assert_eq!(
-                kubevirt_post(&obj, Some(&fallback), None).unwrap().patch,
+                kubevirt_post(&obj, Some(&fallback), None, None).unwrap().patch,
                 None
             );
         }
@@ -389,12 +447,12 @@ mod tests {
         obj["metadata"]["managedFields"] = json!([{"manager": "kubectl-patch", "operation": "Update",
         "fieldsV1": {"f:spec": {"f:workloadUpdateStrategy": {"f:workloadUpdateMethods": {}}}}}]);
         assert_eq!(
-            kubevirt_post(&obj, Some(&fallback), None).unwrap().patch,
+            kubevirt_post(&obj, Some(&fallback), None, None).unwrap().patch,
             None
         );
         // Our [] whose record was lost: the fallback applies.
         obj["metadata"]["managedFields"][0]["manager"] = json!(FIELD_MANAGER);
-        assert_eq!(kubevirt_post(&obj, None, None).unwrap().patch, None);
+        assert_eq!(kubevirt_post(&obj, None, None, None).unwrap().patch, None);
         let restored = post_kv(&obj, Some(&fallback));
         assert_eq!(
             restored["spec"]["workloadUpdateStrategy"]["workloadUpdateMethods"],
@@ -442,7 +500,7 @@ mod tests {
         for (obj, want) in cases {
             for err in [
                 kubevirt_pre(&obj, None).unwrap_err(),
-                kubevirt_post(&obj, None, None).unwrap_err(),
+                kubevirt_post(&obj, None, None, None).unwrap_err(),
             ] {
                 assert!(
                     err.0.contains(want),
@@ -518,40 +576,71 @@ mod tests {
             kubevirt(None),
             kubevirt(Some(json!([]))),
         );
+        // Back at the original already (Harvester's cleanup, or Fleet rendering it).
+        let mut restored = recorded.clone();
+        restored["spec"]["workloadUpdateStrategy"]["workloadUpdateMethods"] = live.clone();
+        // An administrator's [LiveMigrate, Evict], blindly overwritten with [LiveMigrate] by
+        // Harvester v1.8.0's cleanup (an Update as `harvester`), or by an operator's kubectl.
+        let both = json!(["LiveMigrate", "Evict"]);
+        let mut blind = pre_kv(&kubevirt(Some(both.clone())));
+        blind["spec"]["workloadUpdateStrategy"]["workloadUpdateMethods"] = live.clone();
+        let mut by_operator = blind.clone();
+        blind["metadata"]["managedFields"] = json!([entry("harvester", "Update", methods_fields())]);
+        by_operator["metadata"]["managedFields"] =
+            json!([entry("kubectl-edit", "Update", methods_fields())]);
+        let values_later = json!(["LiveMigrate", "Evict"]);
         type Case<'a> = (
             &'a Value,
             Option<&'a ValueRecord>,
             Option<&'a [String]>,
+            Option<&'a Value>,
             Source,
         );
         let cases: Vec<Case> = vec![
-            (&recorded, Some(&copy), Some(&fallback), Source::CrRecord),
-            (&ours, Some(&copy), Some(&fallback), Source::ChartCopy),
-            (&ours, None, Some(&fallback), Source::Fallback),
-            (&ours, None, None, Source::Nothing),
+            (&recorded, Some(&copy), Some(&fallback), None, Source::CrRecord),
+            (&ours, Some(&copy), Some(&fallback), None, Source::ChartCopy),
+            (&ours, None, Some(&fallback), None, Source::Fallback),
+            (&ours, None, None, None, Source::Nothing),
             // Not []: the copy and the fallback do not apply.
-            (&on, Some(&copy), Some(&fallback), Source::Nothing),
-            (&absent, None, Some(&fallback), Source::Nothing),
+            (&on, Some(&copy), Some(&fallback), None, Source::Nothing),
+            (&absent, None, Some(&fallback), None, Source::Nothing),
             // [] that is not ours: the fallback does not apply.
-            (&theirs, None, Some(&fallback), Source::Nothing),
+            (&theirs, None, Some(&fallback), None, Source::Nothing),
             // A record, but someone set [Evict] while suspended: their later choice stands.
-            (&changed, Some(&copy), Some(&fallback), Source::LaterChoice),
+            (&changed, Some(&copy), Some(&fallback), None, Source::LaterChoice),
+            (&restored, Some(&copy), None, None, Source::AlreadyRestored),
+            (&blind, None, None, None, Source::BlindRestore),
+            (&by_operator, None, None, None, Source::LaterChoice),
+            // The values were changed while suspended: the CR follows them.
+            (&recorded, None, None, Some(&values_later), Source::ValuesChoice),
         ];
-        for (obj, copy, fallback, want) in cases {
-            let r = restore_source(obj, copy, fallback).unwrap();
+        for (obj, copy, fallback, values, want) in cases {
+            let r = restore_source(obj, copy, fallback, values).unwrap();
             assert_eq!(r.source, want, "{obj}");
             assert_eq!(
                 r.original.is_some(),
-                !matches!(want, Source::Nothing | Source::LaterChoice)
+                !matches!(
+                    want,
+                    Source::Nothing | Source::LaterChoice | Source::AlreadyRestored
+                )
             );
             // kubevirt_post acts on exactly this source.
-            let after = apply(obj, &kubevirt_post(obj, fallback, copy).unwrap());
+            let after = apply(obj, &kubevirt_post(obj, fallback, copy, values).unwrap());
             let expected = match want {
                 Source::CrRecord => Some(live.clone()),
                 Source::ChartCopy => Some(json!(["Evict"])),
                 Source::Fallback => Some(json!(fallback.unwrap())),
-                Source::Nothing | Source::LaterChoice => methods(obj).unwrap(),
+                Source::BlindRestore => Some(both.clone()),
+                Source::ValuesChoice => Some(values_later.clone()),
+                Source::Nothing | Source::LaterChoice | Source::AlreadyRestored => {
+                    methods(obj).unwrap()
+                }
             };
+            assert_eq!(
+                read_record::<ValueRecord>(&after, KUBEVIRT_RECORD).unwrap(),
+                None,
+                "{want:?}: the record goes"
+            );
             assert_eq!(methods(&after).unwrap(), expected, "{want:?}");
         }
     }
@@ -564,7 +653,7 @@ mod tests {
         for later in [json!(["Evict"]), json!(["LiveMigrate", "Evict"])] {
             let mut changed = suspended.clone();
             changed["spec"]["workloadUpdateStrategy"]["workloadUpdateMethods"] = later.clone();
-            let plan = kubevirt_post(&changed, None, None).unwrap();
+            let plan = kubevirt_post(&changed, None, None, None).unwrap();
             let after = apply(&changed, &plan);
             assert_eq!(methods(&after).unwrap(), Some(later));
             assert_eq!(
@@ -587,7 +676,7 @@ mod tests {
                 entry("helm", "Apply", json!({"f:spec": {"f:x": {}}})),
                 entry("kubectl-edit", operation, methods_fields()),
             ]);
-            let plan = kubevirt_post(&changed, None, None).unwrap();
+            let plan = kubevirt_post(&changed, None, None, None).unwrap();
             assert_eq!(plan.warnings.len(), 1);
             let message = &plan.warnings[0].message;
             assert!(message.starts_with("workloadUpdateMethods was changed"));
@@ -606,7 +695,7 @@ mod tests {
     #[test]
     fn post_that_leaves_updates_off_without_a_record_warns() {
         let off = kubevirt(Some(json!([])));
-        let plan = kubevirt_post(&off, None, None).unwrap();
+        let plan = kubevirt_post(&off, None, None, None).unwrap();
         assert_eq!(plan.patch, None);
         assert_eq!(plan.warnings.len(), 1);
         assert_eq!(plan.warnings[0].reason, STILL_SUSPENDED);
@@ -618,13 +707,13 @@ mod tests {
         // Absent methods, or on: nothing to warn about.
         for m in [None, Some(json!(["LiveMigrate"]))] {
             assert_eq!(
-                kubevirt_post(&kubevirt(m), None, None).unwrap().warnings,
+                kubevirt_post(&kubevirt(m), None, None, None).unwrap().warnings,
                 []
             );
         }
         // A normal restore warns of nothing.
         let suspended = pre_kv(&kubevirt(Some(json!(["LiveMigrate"]))));
-        assert_eq!(kubevirt_post(&suspended, None, None).unwrap().warnings, []);
+        assert_eq!(kubevirt_post(&suspended, None, None, None).unwrap().warnings, []);
     }
 
     #[test]
@@ -633,7 +722,7 @@ mod tests {
         obj["status"] = json!({"outdatedVirtualMachineInstanceWorkloads": 7});
         obj["spec"]["configuration"] = json!({"migrations": {"parallelMigrationsPerCluster": 3}});
         obj["spec"]["configuration"]["migrations"]["parallelOutboundMigrationsPerNode"] = json!(1);
-        let plan = kubevirt_post(&pre_kv(&obj), None, None).unwrap();
+        let plan = kubevirt_post(&pre_kv(&obj), None, None, None).unwrap();
         let said = plan.actions.join("\n");
         for fact in [
             "acts within about 5 s",
@@ -675,7 +764,7 @@ mod tests {
         // Restoring an original that keeps updates off says nothing of the kind.
         let off = pre_kv(&kubevirt(None));
         assert!(
-            kubevirt_post(&off, None, None)
+            kubevirt_post(&off, None, None, None)
                 .unwrap()
                 .actions
                 .iter()
@@ -721,7 +810,7 @@ mod tests {
             let once = pre_kv(&s);
             prop_assert_eq!(kubevirt_pre(&once, None).unwrap().patch, None);
             let restored = post_kv(&once, None);
-            prop_assert_eq!(kubevirt_post(&restored, None, None).unwrap().patch, None);
+            prop_assert_eq!(kubevirt_post(&restored, None, None, None).unwrap().patch, None);
         }
 
         #[test]
@@ -740,7 +829,7 @@ mod tests {
     /// Each way of having nothing to restore says which it is.
     #[test]
     fn nothing_to_restore_says_why() {
-        let reason = |obj: &Value| restore_source(obj, None, None).unwrap().reason;
+        let reason = |obj: &Value| restore_source(obj, None, None, None).unwrap().reason;
         let on = kubevirt(Some(json!(["LiveMigrate"])));
         assert!(
             reason(&on).contains("already restored, or never suspended"),
@@ -763,7 +852,7 @@ mod tests {
         );
         for obj in [&on, &theirs, &ours] {
             assert_eq!(
-                restore_source(obj, None, None).unwrap().source,
+                restore_source(obj, None, None, None).unwrap().source,
                 Source::Nothing
             );
         }

@@ -360,7 +360,7 @@ mod tests {
             .remove("annotations");
         assert_eq!(release(&lost, Kind::KubeVirt).unwrap().patch, None);
         assert_eq!(
-            restore_source(&lost, None, Some(&["LiveMigrate".into()]))
+            restore_source(&lost, None, Some(&["LiveMigrate".into()]), None)
                 .unwrap()
                 .source,
             Source::Fallback
@@ -507,7 +507,7 @@ mod tests {
         let suspended = write_as_server(obj, &kubevirt_pre(obj, None).unwrap(), METHODS_PATH);
         let restored = write_as_server(
             &suspended,
-            &kubevirt_post(&suspended, None, None).unwrap(),
+            &kubevirt_post(&suspended, None, None, None).unwrap(),
             METHODS_PATH,
         );
         apply(&restored, &release(&restored, Kind::KubeVirt).unwrap())
@@ -549,7 +549,7 @@ mod tests {
         let suspended = write_as_server(&obj, &kubevirt_pre(&obj, None).unwrap(), METHODS_PATH);
         let restored = write_as_server(
             &suspended,
-            &kubevirt_post(&suspended, None, None).unwrap(),
+            &kubevirt_post(&suspended, None, None, None).unwrap(),
             METHODS_PATH,
         );
         let note = read_record::<Vec<Return>>(&restored, OWNERS_TO_RETURN).unwrap();
@@ -601,7 +601,7 @@ mod tests {
             json!(r#"{"present":true,"value":["LiveMigrate"]}"#);
         let restored = write_as_server(
             &suspended,
-            &kubevirt_post(&suspended, None, None).unwrap(),
+            &kubevirt_post(&suspended, None, None, None).unwrap(),
             METHODS_PATH,
         );
         assert!(annotation(&restored, OWNERS_TO_RETURN).is_none());

@@ -6,7 +6,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use super::chart::{chart_post, chart_pre};
+use super::chart::{chart_post, chart_pre, values_choice};
 use super::editor::{Malformed, Plan};
 use super::kubevirt::{kubevirt_original, kubevirt_post, kubevirt_pre};
 use super::ownership::release;
@@ -202,7 +202,19 @@ pub fn plan_step(intent: &Intent, step: &Step, objects: &Objects) -> Result<Opti
             chart_pre(obj, kv, &intent.steps, original.as_ref())
         }
         (Phase::Post, Kind::KubeVirt, Write::Change) => {
-            kubevirt_post(obj, intent.fallback.as_deref(), copy()?.as_ref())
+            // A later choice on the values is what Fleet renders: the CR follows it.
+            let values_choice = match &objects.chart {
+                Some(chart) if intent.steps.values => {
+                    values_choice(chart).map_err(refuse(Kind::ManagedChart))?
+                }
+                _ => None,
+            };
+            kubevirt_post(
+                obj,
+                intent.fallback.as_deref(),
+                copy()?.as_ref(),
+                values_choice.as_ref(),
+            )
         }
         (Phase::Post, Kind::ManagedChart, Write::Change) => chart_post(obj, kv, &intent.steps),
         (_, kind, Write::Release) => release(obj, kind),
@@ -364,15 +376,15 @@ mod tests {
         assert_eq!(count(kubevirt_pre(&suspended, None)), 1);
         // post: where the original comes from, the change, and what KubeVirt will now do; a change
         // made while suspended is a warning, not an action.
-        assert_eq!(count(kubevirt_post(&suspended, None, None)), 3);
-        assert_eq!(count(kubevirt_post(&changed, None, None)), 0);
+        assert_eq!(count(kubevirt_post(&suspended, None, None, None)), 3);
+        assert_eq!(count(kubevirt_post(&changed, None, None, None)), 0);
         assert_eq!(
-            kubevirt_post(&changed, None, None).unwrap().warnings.len(),
+            kubevirt_post(&changed, None, None, None).unwrap().warnings.len(),
             1
         );
         // Nothing to restore from: only why.
-        assert_eq!(count(kubevirt_post(&on, None, Some(&other))), 1);
-        assert_eq!(count(kubevirt_post(&on, None, None)), 1);
+        assert_eq!(count(kubevirt_post(&on, None, Some(&other), None)), 1);
+        assert_eq!(count(kubevirt_post(&on, None, None, None)), 1);
     }
 
     #[test]

@@ -34,7 +34,7 @@ pub fn pre_kv(obj: &Value) -> Value {
     apply(obj, &kubevirt_pre(obj, None).unwrap())
 }
 pub fn post_kv(obj: &Value, fallback: Option<&[String]>) -> Value {
-    apply(obj, &kubevirt_post(obj, fallback, None).unwrap())
+    apply(obj, &kubevirt_post(obj, fallback, None, None).unwrap())
 }
 pub fn pre_chart(obj: &Value) -> Value {
     apply(obj, &chart_pre(obj, &kv(), &Steps::ALL, None).unwrap())

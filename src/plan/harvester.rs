@@ -1,0 +1,355 @@
+//! Harvester's own upgrade, which since v1.7.2 and v1.8.0 suspends and restores the methods
+//! itself (docs/design.md, "Harvester's own handling"): the readers of its `Upgrade` and
+//! `Version` objects, and the decisions that depend on them. `pre` leaves a suspension that
+//! Harvester holds a backup of to Harvester; `post` waits for Harvester's cleanup; and a value
+//! written by one of Harvester's blind restores is told from an operator's later choice.
+//! Pure: the objects' JSON in, a decision out.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::editor::Malformed;
+use super::ownership::owners;
+use super::records::{describe, is_suspended};
+
+/// Harvester's backup of the ManagedChart's values key, on the `Upgrade` object
+/// (`package/upgrade/upgrade_manifests.sh`, `disable_kubevirt_workload_live_migration`).
+pub const BACKUP_ANNOTATION: &str = "harvesterhci.io/kubevirt-workload-update-methods";
+/// The newest Upgrade carries `harvesterhci.io/latestUpgrade=true`.
+pub const LATEST_LABEL: &str = "harvesterhci.io/latestUpgrade";
+/// The end of the Upgrade's cleanup (`upgrade_controller.go` `cleanup()`).
+pub const CLEANUP_LABEL: &str = "harvesterhci.io/upgradeCleanup";
+pub const CLEANUP_DONE: &str = "Succeeded";
+/// The label of the Upgrade's state (`Succeeded`, `Failed`, or the step under way).
+pub const STATE_LABEL: &str = "harvesterhci.io/upgradeState";
+
+/// The field managers whose `Update` of the methods is a hard-coded `[LiveMigrate]` at an
+/// upgrade's end, whatever was there before: Harvester's controller (its binary is `harvester`;
+/// v1.8.0's cleanup PUTs the KubeVirt CR, v1.7.2+'s legacy branch the ManagedChart) and the
+/// upgrade-manager add-on (upgrade-toolkit's Finalize merge patch). client-go names an `Update`'s
+/// manager after the binary when the code sets none.
+pub const BLIND_RESTORERS: &[&str] = &["harvester", "upgrade-toolkit"];
+
+/// The value those restores write.
+pub fn blind_value() -> Value {
+    serde_json::json!(["LiveMigrate"])
+}
+
+/// What Harvester's upgrade does with the methods, by the release it upgrades to (README,
+/// "Which Harvester versions").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Handling {
+    /// Up to v1.7.1: nothing.
+    None,
+    /// v1.8.0: the CR merge-patched to `[]` and our pointer added; at its cleanup a PUT of a
+    /// hard-coded `[LiveMigrate]` and the pointer removed.
+    PatchAndHardCodedRestore,
+    /// v1.7.2+, v1.8.1+, v1.9: the values key backed up on the Upgrade and set to `[]`; the
+    /// backup written back at its cleanup.
+    BackupAndRestore,
+}
+
+impl Handling {
+    /// The release's handling; a version that does not parse (a development build) is taken
+    /// as the newest.
+    pub fn of(version: &str) -> Handling {
+        let Some((major, minor, patch)) = parse_version(version) else {
+            return Handling::BackupAndRestore;
+        };
+        match (major, minor, patch) {
+            (0, _, _) | (1, 0..=6, _) | (1, 7, 0..=1) => Handling::None,
+            (1, 8, 0) => Handling::PatchAndHardCodedRestore,
+            _ => Handling::BackupAndRestore,
+        }
+    }
+
+    /// In words, for `pre` and `status`.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Handling::None => "does nothing to the methods itself: the guard is what suspends them",
+            Handling::PatchAndHardCodedRestore => {
+                "suspends the methods itself (CR patched to [], comparePatches pointer added) and \
+                 at its cleanup writes a hard-coded [LiveMigrate]: run post after that cleanup so \
+                 that an original other than [LiveMigrate] is put back"
+            }
+            Handling::BackupAndRestore => {
+                "suspends the methods itself (values override [], backed up on the Upgrade) and \
+                 restores them at its cleanup: the guard is not needed; if pre ran, run post after \
+                 the cleanup (post waits for it)"
+            }
+        }
+    }
+}
+
+/// `vMAJOR.MINOR.PATCH`, with any `-rcN` or build suffix ignored.
+fn parse_version(v: &str) -> Option<(u64, u64, u64)> {
+    let core = v.strip_prefix('v').unwrap_or(v);
+    let core = core.split(['-', '+']).next()?;
+    let mut parts = core.split('.').map(|p| p.parse::<u64>().ok());
+    let version = (parts.next()??, parts.next()??, parts.next()??);
+    parts.next().is_none().then_some(version)
+}
+
+/// Harvester's backup of the values key on an Upgrade.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", content = "value", rename_all = "camelCase")]
+pub enum Backup {
+    /// No annotation (yet).
+    None,
+    /// `null`: the key was absent; the cleanup deletes it.
+    Absent,
+    /// The key's value; the cleanup writes it back.
+    Value(Value),
+}
+
+impl Backup {
+    pub fn describe(&self) -> String {
+        match self {
+            Backup::None => "none yet".into(),
+            Backup::Absent => "null (the values key was absent)".into(),
+            Backup::Value(v) => v.to_string(),
+        }
+    }
+}
+
+/// What Harvester's cleanup (v1.7.2+) will write to the ManagedChart's values key.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", content = "value", rename_all = "camelCase")]
+pub enum CleanupWrite {
+    Nothing,
+    RemoveKey,
+    Set(Value),
+}
+
+impl CleanupWrite {
+    pub fn describe(&self) -> String {
+        match self {
+            CleanupWrite::Nothing => "nothing to the methods".into(),
+            CleanupWrite::RemoveKey => "removes the values key".into(),
+            CleanupWrite::Set(v) => format!("sets the values key to {v}"),
+        }
+    }
+}
+
+/// The latest Harvester Upgrade, as the guard reads it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Upgrade {
+    pub namespace: String,
+    pub name: String,
+    /// The release it upgrades to (`spec.version`).
+    pub version: String,
+    /// `harvesterhci.io/upgradeState`, or the Completed condition, or `unknown`.
+    pub state: String,
+    pub backup: Backup,
+    /// Harvester's cleanup has ended (`harvesterhci.io/upgradeCleanup=Succeeded`).
+    pub cleaned_up: bool,
+    /// Being deleted: its cleanup runs, then it is gone.
+    pub deleting: bool,
+}
+
+impl Upgrade {
+    pub fn from_json(obj: &Value) -> Result<Upgrade, Malformed> {
+        let text = |ptr: &str| obj.pointer(ptr).and_then(Value::as_str).unwrap_or("");
+        let label = |key: &str| {
+            obj.pointer("/metadata/labels")
+                .and_then(|l| l.get(key))
+                .and_then(Value::as_str)
+        };
+        let name = text("/metadata/name").to_string();
+        let backup = match obj
+            .pointer("/metadata/annotations")
+            .and_then(|a| a.get(BACKUP_ANNOTATION))
+        {
+            None => Backup::None,
+            Some(Value::String(s)) => match serde_json::from_str::<Value>(s) {
+                Ok(Value::Null) => Backup::Absent,
+                Ok(v) => Backup::Value(v),
+                Err(e) => {
+                    return Err(Malformed(format!(
+                        "Upgrade {name}: annotation {BACKUP_ANNOTATION} is not JSON ({e}): {s:?}"
+                    )));
+                }
+            },
+            Some(other) => {
+                return Err(Malformed(format!(
+                    "Upgrade {name}: annotation {BACKUP_ANNOTATION} is not a string: {other}"
+                )));
+            }
+        };
+        let completed = obj
+            .pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .and_then(|c| c.iter().find(|c| c["type"] == "Completed"))
+            .and_then(|c| c["status"].as_str());
+        let state = match (label(STATE_LABEL), completed) {
+            (Some(s), _) if !s.is_empty() => s.to_string(),
+            (_, Some("True")) => "Completed".into(),
+            (_, Some("False")) => "Failed".into(),
+            _ => "unknown".into(),
+        };
+        Ok(Upgrade {
+            namespace: text("/metadata/namespace").to_string(),
+            name,
+            version: text("/spec/version").to_string(),
+            state,
+            backup,
+            cleaned_up: label(CLEANUP_LABEL) == Some(CLEANUP_DONE),
+            deleting: obj.pointer("/metadata/deletionTimestamp").is_some(),
+        })
+    }
+
+    /// What the release it upgrades to does with the methods.
+    pub fn handling(&self) -> Handling {
+        Handling::of(&self.version)
+    }
+
+    /// Whether Harvester's cleanup may still write the methods: its release handles them, and
+    /// the cleanup has not ended.
+    pub fn cleanup_pending(&self) -> bool {
+        self.handling() != Handling::None && !self.cleaned_up
+    }
+
+    /// What the v1.7.2+ cleanup will write to the values key (`enableKubevirtWorkloadLiveMigrate`):
+    /// the backup back (`null` deletes the key); without a backup, `[LiveMigrate]` if the key
+    /// exists (the legacy branch).
+    pub fn cleanup_writes(&self, values_key: Option<&Value>) -> CleanupWrite {
+        if self.handling() != Handling::BackupAndRestore || self.cleaned_up {
+            return CleanupWrite::Nothing;
+        }
+        match (&self.backup, values_key) {
+            (Backup::Absent, None) | (Backup::None, None) => CleanupWrite::Nothing,
+            (Backup::Absent, Some(_)) => CleanupWrite::RemoveKey,
+            (Backup::Value(v), Some(now)) if v == now => CleanupWrite::Nothing,
+            (Backup::Value(v), _) => CleanupWrite::Set(v.clone()),
+            (Backup::None, Some(_)) => CleanupWrite::Set(blind_value()),
+        }
+    }
+
+    /// `Upgrade ns/name (to v1.8.1, state X)`.
+    pub fn describe(&self) -> String {
+        format!(
+            "Harvester Upgrade {}/{} (to {}, state {}{})",
+            self.namespace,
+            self.name,
+            if self.version.is_empty() {
+                "an unknown version"
+            } else {
+                &self.version
+            },
+            self.state,
+            if self.deleting { ", being deleted" } else { "" }
+        )
+    }
+}
+
+/// The latest Upgrade among `upgrades` (those of the KubeVirt CR's namespace): the one labelled
+/// `latestUpgrade=true`, the newest by creation if several are.
+pub fn latest(upgrades: &[Value]) -> Result<Option<Upgrade>, Malformed> {
+    let newest = upgrades
+        .iter()
+        .filter(|u| {
+            u.pointer("/metadata/labels")
+                .and_then(|l| l.get(LATEST_LABEL))
+                .and_then(Value::as_str)
+                == Some("true")
+        })
+        .max_by_key(|u| {
+            let created = u
+                .pointer("/metadata/creationTimestamp")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            let name = u.pointer("/metadata/name").and_then(Value::as_str);
+            (created.to_string(), name.unwrap_or("").to_string())
+        });
+    newest.map(Upgrade::from_json).transpose()
+}
+
+/// The releases offered by the `Version` objects that handle the methods themselves, newest
+/// first, with their handling: what `pre` and `status` say of the coming upgrade.
+pub fn offered(versions: &[Value]) -> Vec<(String, Handling)> {
+    let mut out: Vec<(String, Handling)> = versions
+        .iter()
+        .filter_map(|v| v.pointer("/metadata/name").and_then(Value::as_str))
+        .map(|name| (name.to_string(), Handling::of(name)))
+        .filter(|(_, h)| *h != Handling::None)
+        .collect();
+    out.sort_by_key(|(name, _)| std::cmp::Reverse(parse_version(name)));
+    out
+}
+
+/// `pre`'s decision before any write.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PreGate {
+    /// Go on; with notes on the Upgrade, if there is one.
+    Proceed(Vec<String>),
+    /// Harvester's upgrade holds a backup of the values and has not cleaned up: it suspended
+    /// the updates and will restore them itself. Recording its `[]` as the original would turn
+    /// the updates off for good (its cleanup restores first, then `post` would put `[]` back),
+    /// so nothing is written.
+    LeaveToHarvester(String),
+}
+
+/// `pre`, given the latest Upgrade and whether any record of ours is on the objects (a rerun
+/// keeps its own suspension).
+pub fn pre_gate(upgrade: Option<&Upgrade>, ours: bool, methods: &Option<Value>) -> PreGate {
+    let Some(u) = upgrade.filter(|u| u.cleanup_pending()) else {
+        return PreGate::Proceed(Vec::new());
+    };
+    if ours {
+        return PreGate::Proceed(vec![format!(
+            "{} is under way: post waits for its cleanup before it restores",
+            u.describe()
+        )]);
+    }
+    if u.backup != Backup::None {
+        let state = if is_suspended(methods) {
+            "the methods are [] (its suspension)".to_string()
+        } else {
+            format!(
+                "the methods are {} now (its values override [] has not been rendered yet, or \
+                 someone changed them)",
+                describe(methods)
+            )
+        };
+        return PreGate::LeaveToHarvester(format!(
+            "{} already suspended the updates and holds the original ({}); its cleanup restores \
+             it, so pre writes nothing: {state}",
+            u.describe(),
+            u.backup.describe()
+        ));
+    }
+    PreGate::Proceed(vec![format!(
+        "{} is under way and has not backed up the methods yet: it will back up this []; post \
+         waits for its cleanup, then restores the original recorded here",
+        u.describe()
+    )])
+}
+
+/// Whether `post` must wait for Harvester's cleanup first: while the latest Upgrade's cleanup
+/// may still write the methods and we have something to restore, acting first would be undone
+/// by it (it writes its backup, which may be our `[]`, back).
+pub fn post_must_wait(upgrade: Option<&Upgrade>, ours: bool) -> Option<String> {
+    let u = upgrade.filter(|u| ours && u.cleanup_pending())?;
+    Some(format!(
+        "{} has not finished its cleanup (label {CLEANUP_LABEL}={CLEANUP_DONE} not set), which \
+         writes the methods; post restores after it",
+        u.describe()
+    ))
+}
+
+/// The blind restorer whose `Update` wrote the field at `path` of `obj`, if its value is the
+/// hard-coded `[LiveMigrate]` and one of [`BLIND_RESTORERS`] owns it by an `Update`.
+pub fn blind_restorer(obj: &Value, path: &[&str], value: &Option<Value>) -> Option<String> {
+    if value.as_ref() != Some(&blind_value()) {
+        return None;
+    }
+    owners(obj, path)
+        .into_iter()
+        .find(|o| o.blocks_apply() && BLIND_RESTORERS.contains(&o.manager.as_str()))
+        .map(|o| o.manager)
+}
+
+#[cfg(test)]
+mod tests;
