@@ -342,6 +342,37 @@ impl Cluster {
         }
     }
 
+    /// Harvester's objects of `kind` in `namespace` (with a label selector, if any); `None` when
+    /// the resource is not served (not a Harvester cluster). One page: there are a handful.
+    pub async fn list_harvester(
+        &self,
+        kind: Kind,
+        namespace: &str,
+        selector: Option<&str>,
+    ) -> Result<Option<Vec<Value>>, Error> {
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), namespace, &kind.resource());
+        let mut params = ListParams::default();
+        if let Some(s) = selector {
+            params = params.labels(s);
+        }
+        let subject = || Subject::Listed {
+            kind,
+            namespace: namespace.to_string(),
+        };
+        let what = format!("list {}", subject());
+        match self.call(&what, || api.list(&params)).await {
+            Ok(list) => Ok(Some(
+                list.items
+                    .into_iter()
+                    .map(|o| serde_json::to_value(o).expect("objects serialize"))
+                    .collect(),
+            )),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
+            Err(e) => Err(self.permanent(subject(), e)),
+        }
+    }
+
     /// An Event (events.k8s.io/v1) about the KubeVirt CR, so `kubectl describe kubevirt` tells
     /// the story. Best effort: a failure is logged, never fatal.
     pub async fn event(&self, kubevirt: &Value, kind: EventKind, reason: &str, note: &str) {

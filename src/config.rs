@@ -82,6 +82,11 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
         "deadline for the whole run, retries included (1..=86400)",
     ),
     (
+        "HARVESTER_CLEANUP_WAIT_SECONDS",
+        defaults::CLEANUP_WAIT_SECONDS,
+        "post: how long to wait for the latest Harvester Upgrade's cleanup before restoring (0..=86400; past it, exit 7)",
+    ),
+    (
         "LOG_FORMAT",
         "text",
         "text | json (json also makes `status` print JSON)",
@@ -116,6 +121,8 @@ pub struct Config {
     pub intent: Intent,
     pub dry_run: bool,
     pub deadline: Duration,
+    /// `post`'s bound on waiting for Harvester's upgrade cleanup (outside `deadline`).
+    pub cleanup_wait: Duration,
     pub log_format: LogFormat,
     pub termination_message: Option<TerminationMessage>,
     /// Skip a missing object with a warning instead of failing.
@@ -144,6 +151,7 @@ struct Raw {
     fallback_methods: Option<String>,
     dry_run: Option<String>,
     deadline_seconds: Option<String>,
+    harvester_cleanup_wait_seconds: Option<String>,
     log_format: Option<String>,
     termination_message_path: Option<String>,
     allow_missing: Option<String>,
@@ -158,6 +166,14 @@ fn invalid(var: &str, value: &str, accepted: &str) -> ConfigError {
 }
 
 impl Config {
+    /// The bounds of this phase's waits, which come on top of the I/O `deadline`.
+    pub fn waits(&self) -> Duration {
+        match self.intent.phase {
+            Phase::Post => self.cleanup_wait,
+            _ => Duration::ZERO,
+        }
+    }
+
     pub fn from_env() -> Result<Self, ConfigError> {
         Self::from_vars(std::env::vars())
     }
@@ -224,6 +240,20 @@ impl Config {
                 ));
             }
         };
+        let cleanup_wait = raw
+            .harvester_cleanup_wait_seconds
+            .as_deref()
+            .unwrap_or(defaults::CLEANUP_WAIT_SECONDS);
+        let cleanup_wait = match cleanup_wait.parse::<u64>() {
+            Ok(n @ 0..=86_400) => Duration::from_secs(n),
+            _ => {
+                return Err(invalid(
+                    "HARVESTER_CLEANUP_WAIT_SECONDS",
+                    cleanup_wait,
+                    "a whole number of seconds from 0 to 86400",
+                ));
+            }
+        };
         let log_format = match raw.log_format.as_deref() {
             None | Some("text") => LogFormat::Text,
             Some("json") => LogFormat::Json,
@@ -256,6 +286,7 @@ impl Config {
             },
             dry_run,
             deadline,
+            cleanup_wait,
             log_format,
             termination_message,
             allow_missing,
@@ -441,6 +472,9 @@ mod tests {
             ("DEADLINE_SECONDS", "0"),
             ("DEADLINE_SECONDS", "5m"),
             ("DEADLINE_SECONDS", "86401"),
+            ("HARVESTER_CLEANUP_WAIT_SECONDS", "-1"),
+            ("HARVESTER_CLEANUP_WAIT_SECONDS", "15m"),
+            ("HARVESTER_CLEANUP_WAIT_SECONDS", "86401"),
             ("LOG_FORMAT", "yaml"),
             ("TERMINATION_MESSAGE_PATH", "relative/path"),
         ];

@@ -19,6 +19,9 @@ pub mod exit {
     /// An object the phase works on was not found (and `ALLOW_MISSING` is off). Nothing was
     /// written.
     pub const MISSING: u8 = 6;
+    /// `post`: the latest Harvester Upgrade's cleanup did not end within
+    /// `HARVESTER_CLEANUP_WAIT_SECONDS`. Nothing was written.
+    pub const CLEANUP_PENDING: u8 = 7;
 }
 
 /// What a request was about.
@@ -27,6 +30,11 @@ pub enum Subject {
     Object(Target),
     /// The cluster-wide list of workload-update migrations (`status`).
     Migrations,
+    /// A list of Harvester's objects of `kind` in a namespace.
+    Listed {
+        kind: Kind,
+        namespace: String,
+    },
 }
 
 impl std::fmt::Display for Subject {
@@ -34,6 +42,9 @@ impl std::fmt::Display for Subject {
         match self {
             Subject::Object(t) => t.fmt(f),
             Subject::Migrations => write!(f, "{} (all namespaces)", Kind::Migration.plural()),
+            Subject::Listed { kind, namespace } => {
+                write!(f, "{}.{} in {namespace}", kind.plural(), kind.api_version())
+            }
         }
     }
 }
@@ -73,6 +84,10 @@ pub enum Error {
     Deadline { seconds: u64, last: String },
     #[error("interrupted by {0}")]
     Interrupted(&'static str),
+    /// `post` waited for Harvester's upgrade cleanup past its bound; the message names the
+    /// Upgrade and what to do.
+    #[error("{0}")]
+    CleanupPending(String),
 }
 
 impl Error {
@@ -88,6 +103,7 @@ impl Error {
             Error::Deadline { .. } => exit::TRANSIENT,
             Error::Interrupted(_) => exit::INTERRUPTED,
             Error::Missing { .. } => exit::MISSING,
+            Error::CleanupPending(_) => exit::CLEANUP_PENDING,
         }
     }
 
@@ -100,7 +116,7 @@ impl Error {
             | Error::NotServed { subject, .. }
             | Error::Client { subject, .. } => match subject {
                 Subject::Object(t) => Some(t),
-                Subject::Migrations => None,
+                Subject::Migrations | Subject::Listed { .. } => None,
             },
             _ => None,
         }

@@ -6,12 +6,14 @@
 //!   the order of a phase's writes.
 //! - [`cluster`]: all I/O with the API server (read, conditional write, retry, events).
 //! - [`phases`]: runs a phase: read, plan, write step by step, report.
+//! - [`harvester`]: Harvester's own upgrade around a phase: `pre`'s and `post`'s gates.
 //! - [`outcome`]: what each step came to, written by `phases` and summed up by `summary`.
 //! - [`config`], [`error`], [`summary`], [`report`]: the Job contract around them.
 
 pub mod cluster;
 pub mod config;
 pub mod error;
+pub mod harvester;
 pub mod model;
 pub mod outcome;
 pub mod phases;

@@ -86,7 +86,8 @@ fn init_logging(format: LogFormat) {
 async fn run(cfg: &Config) -> u8 {
     let mut done = Vec::new();
     let last_error = LastError::default();
-    let deadline = tokio::time::Instant::now() + cfg.deadline;
+    // The waits (Harvester's cleanup) have bounds of their own, outside the I/O deadline.
+    let deadline = tokio::time::Instant::now() + cfg.deadline + cfg.waits();
     let signals =
         signal(SignalKind::terminate()).and_then(|t| Ok((t, signal(SignalKind::interrupt())?)));
     let (mut sigterm, mut sigint) = match signals {
@@ -104,7 +105,7 @@ async fn run(cfg: &Config) -> u8 {
             r = work => r,
             _ = sigterm.recv() => Err(Error::Interrupted("SIGTERM")),
             _ = sigint.recv() => Err(Error::Interrupted("SIGINT")),
-            _ = tokio::time::sleep_until(deadline) => Err(Error::Deadline { seconds: cfg.deadline.as_secs(), last: last_error.get() }),
+            _ = tokio::time::sleep_until(deadline) => Err(Error::Deadline { seconds: (cfg.deadline + cfg.waits()).as_secs(), last: last_error.get() }),
         }
     };
     let verdict = result.as_ref().ok().cloned().flatten();

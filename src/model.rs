@@ -57,6 +57,9 @@ pub mod defaults {
     pub const CHART_NAMESPACE: &str = "fleet-local";
     pub const CHART_NAME: &str = "harvester";
     pub const DEADLINE_SECONDS: &str = "300";
+    /// Harvester's cleanup runs after the upgrade's Completed condition and its image-cleanup
+    /// plan; 15 minutes covers that on a small cluster, and a Job retry waits again.
+    pub const CLEANUP_WAIT_SECONDS: &str = "900";
     pub const TERMINATION_MESSAGE_PATH: &str = "/dev/termination-log";
 }
 
@@ -72,6 +75,10 @@ pub enum Kind {
     KubeVirt,
     ManagedChart,
     Migration,
+    /// Harvester's `Upgrade` (read only).
+    Upgrade,
+    /// Harvester's `Version`: a release the cluster can upgrade to (read only).
+    Version,
 }
 
 impl Kind {
@@ -79,6 +86,7 @@ impl Kind {
         match self {
             Kind::KubeVirt | Kind::Migration => "kubevirt.io/v1",
             Kind::ManagedChart => "management.cattle.io/v3",
+            Kind::Upgrade | Kind::Version => "harvesterhci.io/v1beta1",
         }
     }
 
@@ -87,6 +95,8 @@ impl Kind {
             Kind::KubeVirt => "KubeVirt",
             Kind::ManagedChart => "ManagedChart",
             Kind::Migration => "VirtualMachineInstanceMigration",
+            Kind::Upgrade => "Upgrade",
+            Kind::Version => "Version",
         }
     }
 
@@ -95,6 +105,8 @@ impl Kind {
             Kind::KubeVirt => "kubevirts",
             Kind::ManagedChart => "managedcharts",
             Kind::Migration => "virtualmachineinstancemigrations",
+            Kind::Upgrade => "upgrades",
+            Kind::Version => "versions",
         }
     }
 

@@ -8,6 +8,7 @@ use tracing::{info, warn};
 use crate::cluster::{Cluster, EventKind, Written};
 use crate::config::{Config, LogFormat};
 use crate::error::Error;
+use crate::harvester;
 use crate::model::{Kind, MIGRATION_PREFIX, Target};
 use crate::outcome::{Done, Outcome};
 use crate::plan::{self, Objects, Phase, Plan, Step, Write};
@@ -55,6 +56,11 @@ async fn change(
             ],
             warnings: vec![],
         });
+    }
+    // Harvester's own upgrade first: `pre` may leave the suspension to it, `post` waits for its
+    // cleanup (and reads the objects again after it).
+    if !harvester::gate(cfg, cluster, &mut objects, done).await? {
+        return Ok(());
     }
     // The whole phase is planned first only to refuse a malformed object before any write; each
     // step is planned again below against the object as the previous write left it.

@@ -9,8 +9,9 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::editor::Malformed;
-use super::ownership::owners;
+use super::ownership::{methods_owned_by_us, owners};
 use super::records::{describe, is_suspended};
+use crate::model::ANNOTATION_PREFIX;
 
 /// Harvester's backup of the ManagedChart's values key, on the `Upgrade` object
 /// (`package/upgrade/upgrade_manifests.sh`, `disable_kubevirt_workload_live_migration`).
@@ -337,6 +338,16 @@ pub fn post_must_wait(upgrade: Option<&Upgrade>, ours: bool) -> Option<String> {
          writes the methods; post restores after it",
         u.describe()
     ))
+}
+
+/// Whether anything of ours is on `obj`: a record annotation, or our claim on the methods
+/// (`post` has something to restore or release).
+pub fn ours(obj: &Value) -> bool {
+    let annotated = obj
+        .pointer("/metadata/annotations")
+        .and_then(Value::as_object)
+        .is_some_and(|a| a.keys().any(|k| k.starts_with(ANNOTATION_PREFIX)));
+    annotated || methods_owned_by_us(obj)
 }
 
 /// The blind restorer whose `Update` wrote the field at `path` of `obj`, if its value is the

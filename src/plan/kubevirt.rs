@@ -9,8 +9,8 @@ use serde_json::{Value, json};
 use super::editor::{
     CHANGED_WHILE_SUSPENDED, Editor, Malformed, Plan, STILL_SUSPENDED, UPDATE_CLAIM_LEFT,
 };
-use super::ownership::{methods_owned_by_us, note_return, recorded_owners, update_claim_warnings};
 use super::harvester::blind_restorer;
+use super::ownership::{methods_owned_by_us, note_return, recorded_owners, update_claim_warnings};
 use super::records::{ValueRecord, describe, is_suspended, kubevirt_record, methods, value_record};
 use crate::model::{KUBEVIRT_RECORD, METHODS_PATH};
 
@@ -438,7 +438,9 @@ mod tests {
         for m in [None, Some(json!(["Evict"])), Some(json!(["LiveMigrate"]))] {
             let obj = kubevirt(m);
             assert_eq!(
-                kubevirt_post(&obj, Some(&fallback), None, None).unwrap().patch,
+                kubevirt_post(&obj, Some(&fallback), None, None)
+                    .unwrap()
+                    .patch,
                 None
             );
         }
@@ -447,7 +449,9 @@ mod tests {
         obj["metadata"]["managedFields"] = json!([{"manager": "kubectl-patch", "operation": "Update",
         "fieldsV1": {"f:spec": {"f:workloadUpdateStrategy": {"f:workloadUpdateMethods": {}}}}}]);
         assert_eq!(
-            kubevirt_post(&obj, Some(&fallback), None, None).unwrap().patch,
+            kubevirt_post(&obj, Some(&fallback), None, None)
+                .unwrap()
+                .patch,
             None
         );
         // Our [] whose record was lost: the fallback applies.
@@ -585,7 +589,8 @@ mod tests {
         let mut blind = pre_kv(&kubevirt(Some(both.clone())));
         blind["spec"]["workloadUpdateStrategy"]["workloadUpdateMethods"] = live.clone();
         let mut by_operator = blind.clone();
-        blind["metadata"]["managedFields"] = json!([entry("harvester", "Update", methods_fields())]);
+        blind["metadata"]["managedFields"] =
+            json!([entry("harvester", "Update", methods_fields())]);
         by_operator["metadata"]["managedFields"] =
             json!([entry("kubectl-edit", "Update", methods_fields())]);
         let values_later = json!(["LiveMigrate", "Evict"]);
@@ -597,7 +602,13 @@ mod tests {
             Source,
         );
         let cases: Vec<Case> = vec![
-            (&recorded, Some(&copy), Some(&fallback), None, Source::CrRecord),
+            (
+                &recorded,
+                Some(&copy),
+                Some(&fallback),
+                None,
+                Source::CrRecord,
+            ),
             (&ours, Some(&copy), Some(&fallback), None, Source::ChartCopy),
             (&ours, None, Some(&fallback), None, Source::Fallback),
             (&ours, None, None, None, Source::Nothing),
@@ -607,12 +618,24 @@ mod tests {
             // [] that is not ours: the fallback does not apply.
             (&theirs, None, Some(&fallback), None, Source::Nothing),
             // A record, but someone set [Evict] while suspended: their later choice stands.
-            (&changed, Some(&copy), Some(&fallback), None, Source::LaterChoice),
+            (
+                &changed,
+                Some(&copy),
+                Some(&fallback),
+                None,
+                Source::LaterChoice,
+            ),
             (&restored, Some(&copy), None, None, Source::AlreadyRestored),
             (&blind, None, None, None, Source::BlindRestore),
             (&by_operator, None, None, None, Source::LaterChoice),
             // The values were changed while suspended: the CR follows them.
-            (&recorded, None, None, Some(&values_later), Source::ValuesChoice),
+            (
+                &recorded,
+                None,
+                None,
+                Some(&values_later),
+                Source::ValuesChoice,
+            ),
         ];
         for (obj, copy, fallback, values, want) in cases {
             let r = restore_source(obj, copy, fallback, values).unwrap();
@@ -707,13 +730,20 @@ mod tests {
         // Absent methods, or on: nothing to warn about.
         for m in [None, Some(json!(["LiveMigrate"]))] {
             assert_eq!(
-                kubevirt_post(&kubevirt(m), None, None, None).unwrap().warnings,
+                kubevirt_post(&kubevirt(m), None, None, None)
+                    .unwrap()
+                    .warnings,
                 []
             );
         }
         // A normal restore warns of nothing.
         let suspended = pre_kv(&kubevirt(Some(json!(["LiveMigrate"]))));
-        assert_eq!(kubevirt_post(&suspended, None, None, None).unwrap().warnings, []);
+        assert_eq!(
+            kubevirt_post(&suspended, None, None, None)
+                .unwrap()
+                .warnings,
+            []
+        );
     }
 
     #[test]

@@ -36,7 +36,7 @@ impl Steps {
         match kind {
             Kind::KubeVirt => self.kubevirt,
             Kind::ManagedChart => self.values || self.compare,
-            Kind::Migration => false,
+            Kind::Migration | Kind::Upgrade | Kind::Version => false,
         }
     }
 }
@@ -54,7 +54,7 @@ impl Keys {
         match kind {
             Kind::KubeVirt => Some(Target::new(kind, &self.kubevirt)),
             Kind::ManagedChart => self.chart.as_ref().map(|k| Target::new(kind, k)),
-            Kind::Migration => None,
+            Kind::Migration | Kind::Upgrade | Kind::Version => None,
         }
     }
 }
@@ -116,7 +116,7 @@ impl Objects {
         match kind {
             Kind::KubeVirt => self.kubevirt.as_ref(),
             Kind::ManagedChart => self.chart.as_ref(),
-            Kind::Migration => None,
+            Kind::Migration | Kind::Upgrade | Kind::Version => None,
         }
     }
 
@@ -124,7 +124,7 @@ impl Objects {
         match kind {
             Kind::KubeVirt => self.kubevirt = obj,
             Kind::ManagedChart => self.chart = obj,
-            Kind::Migration => {}
+            Kind::Migration | Kind::Upgrade | Kind::Version => {}
         }
     }
 }
@@ -379,7 +379,10 @@ mod tests {
         assert_eq!(count(kubevirt_post(&suspended, None, None, None)), 3);
         assert_eq!(count(kubevirt_post(&changed, None, None, None)), 0);
         assert_eq!(
-            kubevirt_post(&changed, None, None, None).unwrap().warnings.len(),
+            kubevirt_post(&changed, None, None, None)
+                .unwrap()
+                .warnings
+                .len(),
             1
         );
         // Nothing to restore from: only why.

@@ -68,7 +68,11 @@ fn a_cleaned_up_or_unhandled_upgrade_is_not_waited_for() {
     assert!(!legacy.cleanup_pending());
     assert_eq!(post_must_wait(Some(&legacy), true), None);
     let running = Upgrade::from_json(&upgrade("v1.7.3", latest_label(), Some("[]"))).unwrap();
-    assert!(post_must_wait(Some(&running), true).unwrap().contains(CLEANUP_LABEL));
+    assert!(
+        post_must_wait(Some(&running), true)
+            .unwrap()
+            .contains(CLEANUP_LABEL)
+    );
     // Nothing of ours to restore: nothing to wait for.
     assert_eq!(post_must_wait(Some(&running), false), None);
     assert_eq!(post_must_wait(None, true), None);
@@ -78,21 +82,33 @@ fn a_cleaned_up_or_unhandled_upgrade_is_not_waited_for() {
 fn a_backup_that_is_not_json_is_malformed_and_named() {
     let bad = upgrade("v1.8.1", latest_label(), Some("[LiveMigrate"));
     let e = latest(&[bad]).unwrap_err();
-    assert!(e.0.contains("hvst-upgrade-x") && e.0.contains(BACKUP_ANNOTATION), "{e}");
+    assert!(
+        e.0.contains("hvst-upgrade-x") && e.0.contains(BACKUP_ANNOTATION),
+        "{e}"
+    );
 }
 
 #[test]
 fn the_cleanup_writes_its_backup_back_or_the_legacy_list() {
     let u = |b: Option<&str>| Upgrade::from_json(&upgrade("v1.8.1", latest_label(), b)).unwrap();
     let empty = json!([]);
-    assert_eq!(u(Some("[]")).cleanup_writes(Some(&empty)), CleanupWrite::Nothing);
-    assert_eq!(u(Some("null")).cleanup_writes(Some(&empty)), CleanupWrite::RemoveKey);
+    assert_eq!(
+        u(Some("[]")).cleanup_writes(Some(&empty)),
+        CleanupWrite::Nothing
+    );
+    assert_eq!(
+        u(Some("null")).cleanup_writes(Some(&empty)),
+        CleanupWrite::RemoveKey
+    );
     assert_eq!(u(Some("null")).cleanup_writes(None), CleanupWrite::Nothing);
     assert_eq!(
         u(Some(r#"["LiveMigrate","Evict"]"#)).cleanup_writes(Some(&empty)),
         CleanupWrite::Set(json!(["LiveMigrate", "Evict"]))
     );
-    assert_eq!(u(None).cleanup_writes(Some(&empty)), CleanupWrite::Set(blind_value()));
+    assert_eq!(
+        u(None).cleanup_writes(Some(&empty)),
+        CleanupWrite::Set(blind_value())
+    );
     assert_eq!(u(None).cleanup_writes(None), CleanupWrite::Nothing);
     // v1.8.0 does not touch the values.
     let v180 = Upgrade::from_json(&upgrade("v1.8.0", latest_label(), None)).unwrap();
@@ -115,7 +131,9 @@ fn pre_leaves_a_suspension_that_harvester_backed_up_to_harvester() {
         PreGate::LeaveToHarvester(_)
     ));
     // A rerun of ours keeps its suspension.
-    assert!(matches!(pre_gate(Some(&backed), true, &suspended), PreGate::Proceed(n) if n.len() == 1));
+    assert!(
+        matches!(pre_gate(Some(&backed), true, &suspended), PreGate::Proceed(n) if n.len() == 1)
+    );
     // No backup yet: pre goes first, and says that post waits.
     let early = Upgrade::from_json(&upgrade("v1.8.1", latest_label(), None)).unwrap();
     assert!(
@@ -129,7 +147,10 @@ fn pre_leaves_a_suspension_that_harvester_backed_up_to_harvester() {
         Some("null"),
     ))
     .unwrap();
-    assert_eq!(pre_gate(Some(&done), false, &suspended), PreGate::Proceed(vec![]));
+    assert_eq!(
+        pre_gate(Some(&done), false, &suspended),
+        PreGate::Proceed(vec![])
+    );
 }
 
 #[test]

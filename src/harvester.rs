@@ -1,0 +1,277 @@
+//! Harvester's own upgrade around a phase (docs/design.md, "Harvester's own handling"): reads
+//! its latest `Upgrade` and the offered `Version`s, and applies the gates of [`plan::harvester`]
+//! before the phase writes: `pre` leaves a suspension that Harvester holds a backup of to
+//! Harvester, and `post` waits for Harvester's cleanup. The decisions are there; the reads are in
+//! `cluster`; this module only puts them in order and says what it found.
+
+use std::time::Duration;
+
+use serde_json::Value;
+use tracing::{info, warn};
+
+use crate::cluster::Cluster;
+use crate::config::Config;
+use crate::error::Error;
+use crate::model::{Kind, Target};
+use crate::outcome::{Done, Outcome};
+use crate::plan::harvester::{
+    self, CLEANUP_DONE, CLEANUP_LABEL, Handling, LATEST_LABEL, PreGate, Upgrade,
+};
+use crate::plan::records::methods;
+use crate::plan::{HARVESTER_SUSPENDED, Objects, Phase, Refusal, Warning};
+
+/// What the cluster says of Harvester's upgrades; empty on a cluster without Harvester.
+#[derive(Debug, Clone, Default)]
+pub struct View {
+    pub upgrade: Option<Upgrade>,
+    /// The releases on offer that handle the methods themselves, newest first.
+    pub offered: Vec<(String, Handling)>,
+}
+
+/// Reads the latest Upgrade and the Versions in the KubeVirt CR's namespace, where Harvester
+/// keeps them. A resource that is not served is no Harvester: an empty view.
+pub async fn read(cluster: &Cluster, cfg: &Config) -> Result<View, Error> {
+    let ns = &cfg.intent.keys.kubevirt.namespace;
+    let selector = format!("{LATEST_LABEL}=true");
+    let upgrades = cluster
+        .list_harvester(Kind::Upgrade, ns, Some(&selector))
+        .await?
+        .unwrap_or_default();
+    let upgrade = harvester::latest(&upgrades).map_err(|reason| Refusal {
+        target: upgrade_target(cfg, &upgrades),
+        reason,
+    })?;
+    let versions = cluster
+        .list_harvester(Kind::Version, ns, None)
+        .await?
+        .unwrap_or_default();
+    Ok(View {
+        upgrade,
+        offered: harvester::offered(&versions),
+    })
+}
+
+fn upgrade_target(cfg: &Config, upgrades: &[Value]) -> Target {
+    let name = upgrades
+        .first()
+        .and_then(|u| u.pointer("/metadata/name"))
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    Target::new(
+        Kind::Upgrade,
+        &crate::model::ObjectKey {
+            namespace: cfg.intent.keys.kubevirt.namespace.clone(),
+            name: name.to_string(),
+        },
+    )
+}
+
+/// The offered releases that suspend the methods themselves, in one line (`pre`, `status`).
+pub fn offered_line(view: &View) -> Option<String> {
+    let first = view.offered.first()?;
+    let list: Vec<&str> = view.offered.iter().map(|(v, _)| v.as_str()).collect();
+    Some(format!(
+        "the cluster offers upgrades to {}: Harvester {} {}",
+        list.join(", "),
+        first.0,
+        first.1.describe()
+    ))
+}
+
+fn anything_of_ours(objects: &Objects) -> bool {
+    [&objects.kubevirt, &objects.chart]
+        .into_iter()
+        .flatten()
+        .any(harvester::ours)
+}
+
+fn warning(reason: &'static str, message: String) -> Warning {
+    Warning { reason, message }
+}
+
+/// The gate before a phase's writes: `false` when the phase must write nothing.
+pub async fn gate(
+    cfg: &Config,
+    cluster: &Cluster,
+    objects: &mut Objects,
+    done: &mut Vec<Done>,
+) -> Result<bool, Error> {
+    match cfg.intent.phase {
+        Phase::Pre => before_pre(cfg, cluster, objects, done).await,
+        Phase::Post => before_post(cfg, cluster, objects, done)
+            .await
+            .map(|()| true),
+        Phase::Status => Ok(true),
+    }
+}
+
+/// `pre`, before its writes: `false` when Harvester's upgrade already holds the suspension, so
+/// nothing is written (each read object gets a `Done` that says why).
+async fn before_pre(
+    cfg: &Config,
+    cluster: &Cluster,
+    objects: &Objects,
+    done: &mut Vec<Done>,
+) -> Result<bool, Error> {
+    let view = read(cluster, cfg).await?;
+    let kubevirt = cfg
+        .intent
+        .keys
+        .target(Kind::KubeVirt)
+        .expect("always named");
+    let current = match &objects.kubevirt {
+        Some(kv) => methods(kv).map_err(|reason| Refusal {
+            target: kubevirt.clone(),
+            reason,
+        })?,
+        None => None,
+    };
+    let mut notes = Vec::new();
+    if let Some(line) = offered_line(&view) {
+        info!("{line}");
+        notes.push(line);
+    }
+    match harvester::pre_gate(view.upgrade.as_ref(), anything_of_ours(objects), &current) {
+        PreGate::Proceed(more) => {
+            for n in &more {
+                info!("{n}");
+            }
+            notes.extend(more);
+            if !notes.is_empty() {
+                done.push(Done {
+                    target: kubevirt,
+                    outcome: Outcome::Unchanged,
+                    actions: notes,
+                    warnings: vec![],
+                });
+            }
+            Ok(true)
+        }
+        PreGate::LeaveToHarvester(why) => {
+            warn!(reason = HARVESTER_SUSPENDED, "{why}");
+            if let Some(kv) = &objects.kubevirt {
+                cluster
+                    .event(
+                        kv,
+                        crate::cluster::EventKind::Warning,
+                        HARVESTER_SUSPENDED,
+                        &why,
+                    )
+                    .await;
+            }
+            for kind in [Kind::ManagedChart, Kind::KubeVirt] {
+                let Some(target) = cfg.intent.keys.target(kind) else {
+                    continue;
+                };
+                if objects.get(kind).is_none() {
+                    continue;
+                }
+                let first = kind == Kind::KubeVirt;
+                done.push(Done {
+                    target,
+                    outcome: Outcome::Unchanged,
+                    actions: vec!["left to Harvester's upgrade: nothing written".into()],
+                    warnings: if first {
+                        vec![warning(HARVESTER_SUSPENDED, why.clone())]
+                    } else {
+                        vec![]
+                    },
+                });
+            }
+            Ok(false)
+        }
+    }
+}
+
+/// `post`, before its writes: while the latest Upgrade's cleanup may still write the methods
+/// and something of ours is on the objects, wait for it (bounded by
+/// `HARVESTER_CLEANUP_WAIT_SECONDS`, a progress line every 30 s); then the objects are read
+/// again, as the cleanup may have written them. Past the bound: exit 7, nothing written.
+async fn before_post(
+    cfg: &Config,
+    cluster: &Cluster,
+    objects: &mut Objects,
+    done: &mut Vec<Done>,
+) -> Result<(), Error> {
+    let ours = anything_of_ours(objects);
+    let mut view = read(cluster, cfg).await?;
+    let Some(mut reason) = harvester::post_must_wait(view.upgrade.as_ref(), ours) else {
+        return Ok(());
+    };
+    if cfg.dry_run {
+        let line = format!(
+            "would wait first (dry run: planned against the objects as they are): {reason}"
+        );
+        info!("{line}");
+        done.push(Done {
+            target: cfg
+                .intent
+                .keys
+                .target(Kind::KubeVirt)
+                .expect("always named"),
+            outcome: Outcome::Unchanged,
+            actions: vec![line],
+            warnings: vec![],
+        });
+        return Ok(());
+    }
+    let started = tokio::time::Instant::now();
+    let bound = cfg.cleanup_wait;
+    let mut last_line = None::<tokio::time::Instant>;
+    while let Some(why) = harvester::post_must_wait(view.upgrade.as_ref(), ours) {
+        reason = why;
+        let waited = started.elapsed();
+        if waited >= bound {
+            let u = view.upgrade.as_ref().expect("a pending upgrade");
+            return Err(Error::CleanupPending(format!(
+                "{}: its cleanup has not ended after {}s, so nothing was written: {reason}. Check \
+                 it (kubectl -n {} get upgrades.harvesterhci.io {} -o yaml), then run post again \
+                 once it carries {CLEANUP_LABEL}={CLEANUP_DONE}, or delete the Upgrade if it is \
+                 stuck (Harvester's cleanup runs on deletion), or raise \
+                 HARVESTER_CLEANUP_WAIT_SECONDS",
+                u.describe(),
+                bound.as_secs(),
+                u.namespace,
+                u.name
+            )));
+        }
+        if last_line.is_none_or(|t| t.elapsed() >= PROGRESS_EVERY) {
+            info!(
+                waited_s = waited.as_secs(),
+                bound_s = bound.as_secs(),
+                "waiting: {reason}"
+            );
+            last_line = Some(tokio::time::Instant::now());
+        }
+        tokio::time::sleep(POLL_EVERY.min(bound.saturating_sub(waited))).await;
+        view = read(cluster, cfg).await?;
+    }
+    let took = started.elapsed();
+    let line = format!(
+        "waited {:.1} s for Harvester's upgrade cleanup ({reason})",
+        took.as_secs_f64()
+    );
+    info!("{line}");
+    // The cleanup may have written either object: plan against what it left.
+    for kind in [Kind::KubeVirt, Kind::ManagedChart] {
+        if objects.get(kind).is_some()
+            && let Some(target) = cfg.intent.keys.target(kind)
+        {
+            objects.set(kind, cluster.get(&target).await?);
+        }
+    }
+    done.push(Done {
+        target: cfg
+            .intent
+            .keys
+            .target(Kind::KubeVirt)
+            .expect("always named"),
+        outcome: Outcome::Unchanged,
+        actions: vec![line],
+        warnings: vec![],
+    });
+    Ok(())
+}
+
+const POLL_EVERY: Duration = Duration::from_secs(1);
+const PROGRESS_EVERY: Duration = Duration::from_secs(30);
