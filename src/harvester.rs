@@ -224,12 +224,10 @@ async fn before_post(
         if waited >= bound {
             let u = view.upgrade.as_ref().expect("a pending upgrade");
             return Err(Error::CleanupPending(format!(
-                "{}: its cleanup has not ended after {}s, so nothing was written: {reason}. Check \
-                 it (kubectl -n {} get upgrades.harvesterhci.io {} -o yaml), then run post again \
-                 once it carries {CLEANUP_LABEL}={CLEANUP_DONE}, or delete the Upgrade if it is \
-                 stuck (Harvester's cleanup runs on deletion), or raise \
-                 HARVESTER_CLEANUP_WAIT_SECONDS",
-                u.describe(),
+                "waited {}s: {reason}; nothing was written. Check it (kubectl -n {} get \
+                 upgrades.harvesterhci.io {} -o yaml), then run post again once it carries \
+                 {CLEANUP_LABEL}={CLEANUP_DONE}, or delete the Upgrade if it is stuck (Harvester's \
+                 cleanup runs on deletion), or raise HARVESTER_CLEANUP_WAIT_SECONDS",
                 bound.as_secs(),
                 u.namespace,
                 u.name
