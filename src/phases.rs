@@ -222,11 +222,15 @@ async fn after_write(
                 "Restored the workload update methods as they were before pre",
             ),
         };
-        let note = format!(
+        let mut note = format!(
             "{verb} ({}): {}",
             crate::model::FIELD_MANAGER,
             plan.actions.join("; ")
         );
+        if cfg.intent.phase == Phase::Pre {
+            info!("{HOTPLUG_NOTICE}");
+            note = format!("{note}. {HOTPLUG_NOTICE}");
+        }
         cluster
             .event(object, EventKind::Normal, reason, &note)
             .await;
@@ -240,6 +244,12 @@ async fn after_write(
     }
     printed
 }
+
+/// What suspension costs while it lasts (Harvester's docs; kubevirt#17329): `pre`'s Event and
+/// log, and `status`.
+pub const HOTPLUG_NOTICE: &str = "While updates are suspended, CPU and memory hot-plug of running \
+     VMs is not applied live (it needs the live migration that the workload updater would start); \
+     it is applied after post, or when a VM restarts";
 
 async fn status(
     cfg: &Config,
@@ -263,6 +273,7 @@ async fn status(
         None => None,
     };
     let migrations = cluster.list_migrations(MIGRATION_PREFIX).await?;
+    let view = harvester::read(cluster, cfg).await?;
     let report = Report::new(
         &cfg.intent,
         (&kubevirt, kv.as_ref()),
@@ -270,7 +281,8 @@ async fn status(
             .as_ref()
             .map(|(t, r)| (t, r.as_ref().map(Option::as_ref))),
         &migrations,
-    );
+    )
+    .with_harvester(view.upgrade, view.offered);
     match cfg.log_format {
         LogFormat::Json => writeln!(
             out,

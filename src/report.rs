@@ -7,7 +7,8 @@ use serde_json::Value;
 use crate::model::{
     FIELD_MANAGER, KUBEVIRT_COPY, KUBEVIRT_RECORD, METHODS_FIELD, METHODS_PATH, Target, VALUES_PATH,
 };
-use crate::plan::chart::{compare_list, find_pointer};
+use crate::plan::chart::{compare_list, find_pointer, values_choice};
+use crate::plan::harvester::{Backup, CleanupWrite, Handling, Upgrade};
 use crate::plan::kubevirt::{Source, restore_source};
 use crate::plan::ownership::{Owner, owners, update_claim_warnings};
 use crate::plan::records::Added;
@@ -31,6 +32,9 @@ pub struct Report {
     pub kubevirt: KubeVirtReport,
     pub managed_chart: Option<ChartReport>,
     pub unfinished_migrations: Vec<Migration>,
+    /// Harvester's own upgrade; `None` where Harvester's resources are not served.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub harvester: Option<HarvesterReport>,
 }
 
 /// A workload-update migration that has not finished.
@@ -90,6 +94,9 @@ pub struct ChartReport {
     pub values_record: Option<ValueRecord>,
     pub compare_patch_record: Option<CompareRecord>,
     pub kubevirt_copy: Option<ValueRecord>,
+    /// The values override's later choice, kept by `post` on both objects.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub values_choice: Option<Value>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub problems: Vec<String>,
 }
@@ -126,16 +133,17 @@ impl Report {
             }
         });
         let copy = chart.as_ref().and_then(|c| c.kubevirt_copy.clone());
-        let k = kubevirt_report(kubevirt, kv, copy.as_ref(), intent);
+        let values_choice = chart.as_ref().and_then(|c| c.values_choice.clone());
+        let k = kubevirt_report(kubevirt, kv, copy.as_ref(), values_choice.as_ref(), intent);
         let unfinished = unfinished(migrations);
         let restore = k.post_will_restore.as_ref();
         let source = restore.map(|r| r.source);
         let suspended = matches!(
             source,
-            Some(Source::CrRecord | Source::ChartCopy | Source::Fallback)
+            Some(Source::CrRecord | Source::ChartCopy | Source::Fallback | Source::ValuesChoice)
         );
         let will_restore = restore
-            .filter(|_| suspended)
+            .filter(|_| suspended || source == Some(Source::BlindRestore))
             .and_then(|r| r.methods.clone());
         // Problems are shown once, under their object, and the verdict names the first; a
         // ManagedChart that could not be read is a warning.
@@ -161,6 +169,7 @@ impl Report {
             kubevirt: k,
             managed_chart: chart,
             unfinished_migrations: unfinished,
+            harvester: None,
         }
     }
 }
@@ -240,6 +249,20 @@ fn verdict(k: &KubeVirtReport, source: Option<Source>, will_restore: &Option<Val
             "SUSPENDED{since}, record lost; post will apply the fallback {}",
             json(will_restore)
         ),
+        Some(Source::ValuesChoice) => format!(
+            "SUSPENDED{since} by pre; the values override was changed while suspended, so post will \
+             set {} on both (what Fleet renders)",
+            json(will_restore)
+        ),
+        Some(Source::BlindRestore) => format!(
+            "ATTENTION: a hard-coded {methods} was written over the recorded original (Harvester's \
+             upgrade cleanup); post will put {} back",
+            json(will_restore)
+        ),
+        Some(Source::AlreadyRestored) => format!(
+            "NOT SUSPENDED: methods back at the recorded original {methods}; post will only drop \
+             its records and claims"
+        ),
         Some(Source::LaterChoice) => format!(
             "ATTENTION: methods changed to {methods} while suspended; post will keep them and drop the record"
         ),
@@ -255,6 +278,7 @@ fn kubevirt_report(
     target: &Target,
     obj: Option<&Value>,
     copy: Option<&ValueRecord>,
+    values_choice: Option<&Value>,
     intent: &Intent,
 ) -> KubeVirtReport {
     let mut problems = Vec::new();
@@ -265,7 +289,7 @@ fn kubevirt_report(
     let post_will_restore = obj.and_then(|o| {
         let r = read(
             &mut problems,
-            restore_source(o, copy, intent.fallback.as_deref(), None).map(Some),
+            restore_source(o, copy, intent.fallback.as_deref(), values_choice).map(Some),
         )?;
         Some(RestoreReport {
             source: r.source,
@@ -318,7 +342,70 @@ fn chart_report(target: &Target, obj: Option<&Value>, intent: &Intent) -> ChartR
         compare_patch_record: obj
             .and_then(|o| read(&mut problems, read_record(o, crate::model::COMPARE_RECORD))),
         kubevirt_copy: obj.and_then(|o| read(&mut problems, kubevirt_copy(o))),
+        values_choice: obj
+            .filter(|_| intent.steps.values)
+            .and_then(|o| read(&mut problems, values_choice(o))),
         problems,
+    }
+}
+
+/// Harvester's own upgrade, as `status` shows it (docs/design.md, "Harvester's own handling").
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HarvesterReport {
+    pub latest_upgrade: Option<Upgrade>,
+    /// What its cleanup will still write to the values key.
+    pub cleanup_writes: Option<CleanupWrite>,
+    /// The releases on offer that suspend the methods themselves, newest first.
+    pub offered: Vec<(String, Handling)>,
+}
+
+impl Report {
+    /// Adds Harvester's upgrade to the report, with a warning where its cleanup will write our
+    /// `[]` back, or where it holds the suspension itself.
+    pub fn with_harvester(
+        mut self,
+        upgrade: Option<Upgrade>,
+        offered: Vec<(String, Handling)>,
+    ) -> Self {
+        let values = self
+            .managed_chart
+            .as_ref()
+            .and_then(|c| c.values_override.clone());
+        let ours = self
+            .managed_chart
+            .as_ref()
+            .is_some_and(|c| c.values_record.is_some());
+        let cleanup_writes = upgrade.as_ref().map(|u| u.cleanup_writes(values.as_ref()));
+        if let Some(u) = upgrade.as_ref().filter(|u| u.cleanup_pending()) {
+            if ours && u.backup == Backup::Value(serde_json::json!([])) {
+                self.warnings.push(format!(
+                    "{} backed up pre's [] as the original: its cleanup writes [] back into the \
+                     values. Run post after that cleanup (post waits for it), or updates stay off",
+                    u.describe()
+                ));
+            } else if !ours && u.backup != Backup::None {
+                self.warnings.push(format!(
+                    "{} suspended the updates itself (backup {}); its cleanup {}",
+                    u.describe(),
+                    u.backup.describe(),
+                    cleanup_writes
+                        .as_ref()
+                        .map_or(String::new(), CleanupWrite::describe)
+                ));
+            } else {
+                self.warnings.push(format!(
+                    "{} has not finished its cleanup: post waits for it",
+                    u.describe()
+                ));
+            }
+        }
+        self.harvester = Some(HarvesterReport {
+            latest_upgrade: upgrade,
+            cleanup_writes,
+            offered,
+        });
+        self
     }
 }
 
@@ -385,6 +472,9 @@ impl std::fmt::Display for Report {
             row(f, "observed / target version", versions)?;
             row(f, "workloadUpdateMethods", json(methods))?;
             row(f, "automated updates", if off { "off" } else { "on" })?;
+            if off {
+                row(f, "while off", crate::phases::HOTPLUG_NOTICE)?;
+            }
             row(f, "saved original", record(&k.saved_original))?;
             if let Some(r) = &k.post_will_restore {
                 let what = match r.source {
@@ -467,6 +557,40 @@ impl std::fmt::Display for Report {
                     row(f, "PROBLEM", p)?;
                 }
             }
+        }
+        if let Some(h) = &self.harvester {
+            writeln!(f, "Harvester's own upgrade")?;
+            match &h.latest_upgrade {
+                None => row(f, "latest Upgrade", "none")?,
+                Some(u) => {
+                    row(f, "latest Upgrade", u.describe())?;
+                    row(f, "its handling", u.handling().describe())?;
+                    row(f, "its backup", u.backup.describe())?;
+                    let cleanup = if u.cleaned_up {
+                        "done".to_string()
+                    } else if !u.cleanup_pending() {
+                        "nothing of the methods".to_string()
+                    } else {
+                        format!(
+                            "pending: it {}",
+                            h.cleanup_writes
+                                .as_ref()
+                                .map_or("-".into(), CleanupWrite::describe)
+                        )
+                    };
+                    row(f, "its cleanup", cleanup)?;
+                }
+            }
+            let offered: Vec<&str> = h.offered.iter().map(|(v, _)| v.as_str()).collect();
+            let offered = if offered.is_empty() {
+                "none that handle the methods themselves".to_string()
+            } else {
+                format!(
+                    "{} (these suspend the methods themselves)",
+                    offered.join(", ")
+                )
+            };
+            row(f, "upgrades on offer", offered)?;
         }
         Ok(())
     }

@@ -128,7 +128,12 @@ fn the_pod_failure_policy_names_the_binary_exit_codes() {
         };
         assert_eq!(
             codes("FailJob"),
-            [exit::CONFIG, exit::PERMANENT, exit::MISSING],
+            [
+                exit::CONFIG,
+                exit::PERMANENT,
+                exit::MISSING,
+                exit::CLEANUP_PENDING
+            ],
             "{dir}"
         );
         assert_eq!(
@@ -162,8 +167,17 @@ fn the_jobs_are_hardened_and_outlast_the_tool_deadline() {
         );
         let deadline: u64 = env["DEADLINE_SECONDS"].parse().unwrap();
         let attempts = spec["backoffLimit"].as_u64().unwrap() + 1;
+        // post waits for Harvester's cleanup first, once (exit 7 fails the Job), with the
+        // binary's default bound.
+        let waits: u64 = if phase == "post" {
+            workload_update_guard::model::defaults::CLEANUP_WAIT_SECONDS
+                .parse()
+                .unwrap()
+        } else {
+            0
+        };
         assert!(
-            spec["activeDeadlineSeconds"].as_u64().unwrap() > attempts * deadline,
+            spec["activeDeadlineSeconds"].as_u64().unwrap() > attempts * deadline + waits,
             "{dir}"
         );
         assert!(spec["ttlSecondsAfterFinished"].as_u64().is_some());
