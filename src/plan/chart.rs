@@ -124,13 +124,24 @@ pub fn chart_post(obj: &Value, kubevirt: &ObjectKey, steps: &Steps) -> Result<Pl
     kubevirt_copy(obj)?;
     // Both fields go back to every recorded owner, `Update` ones included: nothing is known to
     // apply the ManagedChart server-side, so no claim here can block a chart change.
+    // Only a field whose value our write decides goes back: not a later choice kept on the
+    // values, nor a list whose pointer someone else removed (their write owns it now).
     let values = read_record::<ValueRecord>(obj, VALUES_RECORD)?.filter(|_| steps.values);
-    if let Some(r) = &values {
+    if let Some(r) = &values
+        && values_choice(obj)?.is_none()
+    {
         note_return(&mut ed, VALUES_PATH, r.owners.clone());
     }
     let compare = read_record::<CompareRecord>(obj, COMPARE_RECORD)?.filter(|_| steps.compare);
     if let Some(r) = &compare {
-        note_return(&mut ed, COMPARE_PATH, r.owners.clone());
+        let key = r
+            .object
+            .as_ref()
+            .map_or_else(|| kubevirt.clone(), RecordedObject::key);
+        let gone = r.added != Added::Nothing && find_pointer(compare_list(obj)?, &key)?.is_none();
+        if !gone {
+            note_return(&mut ed, COMPARE_PATH, r.owners.clone());
+        }
     }
     ed.remove_annotation(KUBEVIRT_COPY);
     if steps.values {

@@ -214,7 +214,7 @@ fn kubectl_patch_kubevirt(ns: &str, manager: &str, ops: &str) {
 
 /// What "exactly as before" compares: the content a user sees and every `managedFields` entry
 /// (its time aside), with the namespace's name taken out.
-fn as_compared(obj: &Value, ns: &str) -> String {
+pub(crate) fn as_compared(obj: &Value, ns: &str) -> String {
     let mut o = json!({
         "labels": obj["metadata"]["labels"],
         "annotations": obj["metadata"]["annotations"],

@@ -6,6 +6,7 @@
 //! script's message, at once: the failure is kept for the whole binary. Nothing is skipped.
 //! `ControlPlane::up` starts another one, of any version, for tests that restart or upgrade it.
 
+pub mod harvester;
 pub mod upgrade;
 
 use std::collections::BTreeMap;
@@ -215,11 +216,17 @@ pub fn pipe(mut cmd: Command, input: &str) -> String {
 
 /// The crate's own resource definitions, by kind name.
 pub fn resource(kind: &str) -> ApiResource {
-    [Kind::KubeVirt, Kind::ManagedChart, Kind::Migration]
-        .into_iter()
-        .find(|k| k.name() == kind)
-        .unwrap_or_else(|| panic!("unknown kind {kind}"))
-        .resource()
+    [
+        Kind::KubeVirt,
+        Kind::ManagedChart,
+        Kind::Migration,
+        Kind::Upgrade,
+        Kind::Version,
+    ]
+    .into_iter()
+    .find(|k| k.name() == kind)
+    .unwrap_or_else(|| panic!("unknown kind {kind}"))
+    .resource()
 }
 
 /// A fresh namespace per test; the name carries the test's label and a counter.

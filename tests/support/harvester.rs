@@ -1,0 +1,438 @@
+//! Models of Harvester's own handling of the methods in an upgrade, release by release, acting on
+//! the real API server with the same writes as the originals (verb, patch type, field manager),
+//! driven step by step by the tests (docs/design.md, "Harvester's own handling"). Read from
+//! harvester/harvester (`package/upgrade/upgrade_manifests.sh`,
+//! `pkg/controller/master/upgrade/upgrade_controller.go`, tags v1.7.0 to v1.9.0-rc6) and
+//! harvester/upgrade-toolkit. Where their code does not say (the exact jq of a script, whether a
+//! cleanup prunes an emptied map), the model takes the plainest reading and says so.
+//!
+//! Field managers: kubectl names its writes `kubectl-patch` and `kubectl-annotate`; Harvester's
+//! controller (binary `harvester`, no field manager set) is `harvester`; the add-on (binary
+//! `upgrade-toolkit`) is `upgrade-toolkit`.
+
+use kube::Client;
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use workload_update_guard::model::METHODS_POINTER;
+use workload_update_guard::plan::harvester::{
+    BACKUP_ANNOTATION, CLEANUP_DONE, CLEANUP_LABEL, LATEST_LABEL, STATE_LABEL,
+};
+
+use super::*;
+
+fn api(client: &Client, kind: &str, ns: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(client.clone(), ns, &resource(kind))
+}
+
+/// A merge patch as `manager` (kubectl's `patch --type merge`, controller-runtime's MergeFrom).
+pub async fn merge_patch(
+    client: &Client,
+    kind: &str,
+    ns: &str,
+    name: &str,
+    manager: &str,
+    patch: Value,
+) {
+    let pp = PatchParams {
+        field_manager: Some(manager.into()),
+        ..Default::default()
+    };
+    api(client, kind, ns)
+        .patch(name, &pp, &Patch::Merge(&patch))
+        .await
+        .unwrap_or_else(|e| panic!("{manager}'s merge patch of {kind} {ns}/{name}: {e}"));
+}
+
+/// A full Update (PUT) of `obj` as `manager`: what a typed client's `Update` sends.
+pub async fn put(client: &Client, kind: &str, manager: &str, obj: &Value) {
+    let ns = obj["metadata"]["namespace"].as_str().unwrap();
+    let name = obj["metadata"]["name"].as_str().unwrap();
+    let pp = PostParams {
+        field_manager: Some(manager.into()),
+        ..Default::default()
+    };
+    let o: DynamicObject = serde_json::from_value(obj.clone()).unwrap();
+    api(client, kind, ns)
+        .replace(name, &pp, &o)
+        .await
+        .unwrap_or_else(|e| panic!("{manager}'s update of {kind} {ns}/{name}: {e}"));
+}
+
+const VALUES: &str = "/spec/values/kubevirt/spec/workloadUpdateStrategy/workloadUpdateMethods";
+
+/// The ManagedChart's values key, as the script reads it (`null` when absent).
+async fn values_key(client: &Client, ns: &str) -> Value {
+    let mc = get(client, "ManagedChart", ns, "harvester").await;
+    mc.pointer(VALUES).cloned().unwrap_or(Value::Null)
+}
+
+/// One Harvester `Upgrade` (`upgrades.harvesterhci.io/v1beta1`) in the KubeVirt CR's namespace.
+pub struct Upgrade {
+    pub ns: String,
+    pub name: String,
+}
+
+impl Upgrade {
+    /// Harvester's webhook and controller make it the latest: the label on it, off the others.
+    pub async fn start(client: &Client, ns: &str, name: &str, version: &str) -> Upgrade {
+        for mut old in api(client, "Upgrade", ns)
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+        {
+            old.metadata
+                .labels
+                .get_or_insert_default()
+                .remove(LATEST_LABEL);
+            let v = serde_json::to_value(&old).unwrap();
+            put(client, "Upgrade", "harvester", &v).await;
+        }
+        create(
+            client,
+            "Upgrade",
+            ns,
+            json!({"apiVersion": "harvesterhci.io/v1beta1", "kind": "Upgrade",
+                   "metadata": {"name": name, "namespace": ns,
+                                "labels": {LATEST_LABEL: "true", STATE_LABEL: "Started"}},
+                   "spec": {"version": version}}),
+        )
+        .await;
+        Upgrade {
+            ns: ns.into(),
+            name: name.into(),
+        }
+    }
+
+    pub async fn get(&self, client: &Client) -> Value {
+        get(client, "Upgrade", &self.ns, &self.name).await
+    }
+
+    /// The backup annotation as Harvester left it, if any.
+    pub async fn backup(&self, client: &Client) -> Option<String> {
+        self.get(client).await["metadata"]["annotations"][BACKUP_ANNOTATION]
+            .as_str()
+            .map(str::to_string)
+    }
+
+    /// v1.7.2+, v1.8.1+, v1.9: `upgrade_manifests.sh` `disable_kubevirt_workload_live_migration`
+    /// in the apply-manifests job (which runs with the ManagedCharts paused): the values key read as JSON (`null` when absent) and written
+    /// once to the Upgrade (`kubectl annotate`, only if not there yet); unless already `[]`, the
+    /// values merge-patched to `[]` (`kubectl patch --type merge`), the chart unpaused, waited
+    /// for (here: Fleet's deploy, by the real Helm 4), and paused again. It never writes the CR.
+    pub async fn backup_and_suspend(&self, client: &Client, chart: &Path) {
+        // The upgrade has paused the ManagedCharts by then; the chart's own upgrade unpauses it.
+        self.paused(true);
+        let current = values_key(client, &self.ns).await;
+        if self.backup(client).await.is_none() {
+            kubectl_ok(&[
+                "-n",
+                &self.ns,
+                "annotate",
+                "upgrades.harvesterhci.io",
+                &self.name,
+                &format!("{BACKUP_ANNOTATION}={current}"),
+            ]);
+        }
+        if current != json!([]) {
+            let patch = json!({"spec": {"values": {"kubevirt": {"spec": {"workloadUpdateStrategy":
+                {"workloadUpdateMethods": []}}}}}});
+            kubectl_ok(&[
+                "-n",
+                &self.ns,
+                "patch",
+                "managedcharts.management.cattle.io",
+                "harvester",
+                "--type",
+                "merge",
+                "-p",
+                &patch.to_string(),
+            ]);
+            self.unpaused_deploy(client, chart).await;
+        }
+    }
+
+    /// The script's `unpause`, wait for the chart (Fleet's deploy), `pause` again.
+    async fn unpaused_deploy(&self, client: &Client, chart: &Path) {
+        self.paused(false);
+        // A conflict here is Fleet stuck, which the script would wait on: the tests assert the
+        // deploys that matter themselves.
+        let _ = fleet_deploy(client, &self.ns, chart).await;
+        self.paused(true);
+    }
+
+    /// `kubectl patch managedchart harvester --type merge` of `spec.paused`.
+    fn paused(&self, paused: bool) {
+        kubectl_ok(&[
+            "-n",
+            &self.ns,
+            "patch",
+            "managedcharts.management.cattle.io",
+            "harvester",
+            "--type",
+            "merge",
+            "-p",
+            &json!({"spec": {"paused": paused}}).to_string(),
+        ]);
+    }
+
+    /// Later in the upgrade, the harvester chart itself is upgraded: unpaused, and deployed by
+    /// Fleet (the real Helm 4). The deploy's result is Helm's.
+    pub async fn upgrade_chart(&self, client: &Client, chart: &Path) -> Result<(), String> {
+        self.paused(false);
+        fleet_deploy(client, &self.ns, chart).await
+    }
+
+    /// The upgrade ends: the `Completed` condition (True on success, False on failure) and the
+    /// state label, as the controller sets them; the cleanup label `Pending`.
+    pub async fn finish(&self, client: &Client, succeeded: bool) {
+        let status = if succeeded { "True" } else { "False" };
+        set_status(
+            client,
+            "Upgrade",
+            &self.ns,
+            &self.name,
+            json!({"conditions": [{"type": "Completed", "status": status}]}),
+        )
+        .await;
+        let state = if succeeded { "Succeeded" } else { "Failed" };
+        merge_patch(
+            client,
+            "Upgrade",
+            &self.ns,
+            &self.name,
+            "harvester",
+            json!({"metadata": {"labels": {STATE_LABEL: state, CLEANUP_LABEL: "Pending"}}}),
+        )
+        .await;
+    }
+
+    /// v1.7.2+: `upgrade_controller.go` `cleanup()` → `enableKubevirtWorkloadLiveMigrate`: a full
+    /// Update of the ManagedChart as `harvester`: backup `null` deletes the key (the emptied map
+    /// stays: the code deletes the one key); any other backup is put back (parent maps created);
+    /// no annotation: `[LiveMigrate]` if the key exists (legacy). Then the cleanup's end label.
+    pub async fn cleanup_values(&self, client: &Client) {
+        let backup = self.backup(client).await;
+        let mut mc = get(client, "ManagedChart", &self.ns, "harvester").await;
+        let has_key = mc.pointer(VALUES).is_some();
+        let write = match backup.as_deref() {
+            Some("null") => {
+                if let Some(s) = mc
+                    .pointer_mut("/spec/values/kubevirt/spec/workloadUpdateStrategy")
+                    .and_then(Value::as_object_mut)
+                {
+                    s.remove("workloadUpdateMethods");
+                }
+                has_key
+            }
+            Some(b) => {
+                let v: Value = serde_json::from_str(b).unwrap();
+                set_path(&mut mc, VALUES, v);
+                true
+            }
+            None if has_key => {
+                set_path(&mut mc, VALUES, json!(["LiveMigrate"]));
+                true
+            }
+            None => false,
+        };
+        if write {
+            put(client, "ManagedChart", "harvester", &mc).await;
+        }
+        self.cleaned_up(client).await;
+    }
+
+    /// v1.8.0 (harvester#10386), the apply-manifests job: the CR merge-patched to `[]` (kubectl,
+    /// so `kubectl-patch`) and the pointer added to the ManagedChart's entry for
+    /// `kubevirt.io/v1 KubeVirt kubevirt`, only if absent (a new entry if there is none; the list
+    /// is rewritten whole by a merge patch, as a script with jq does).
+    pub async fn v180_suspend(&self, client: &Client) {
+        merge_patch(
+            client,
+            "KubeVirt",
+            &self.ns,
+            "kubevirt",
+            "kubectl-patch",
+            json!({"spec": {"workloadUpdateStrategy": {"workloadUpdateMethods": []}}}),
+        )
+        .await;
+        add_pointer(client, &self.ns, "kubectl-patch").await;
+    }
+
+    /// v1.8.0, at its cleanup: an Update (PUT) of the CR to a hard-coded `[LiveMigrate]` and the
+    /// pointer removed from every KubeVirt entry (an entry left with no pointer dropped), both as
+    /// `harvester`. Then the cleanup's end label.
+    pub async fn v180_cleanup(&self, client: &Client) {
+        let mut kv = get(client, "KubeVirt", &self.ns, "kubevirt").await;
+        set_path(
+            &mut kv,
+            "/spec/workloadUpdateStrategy/workloadUpdateMethods",
+            json!(["LiveMigrate"]),
+        );
+        put(client, "KubeVirt", "harvester", &kv).await;
+        let mut mc = get(client, "ManagedChart", &self.ns, "harvester").await;
+        if remove_pointer(&mut mc) {
+            put(client, "ManagedChart", "harvester", &mc).await;
+        }
+        self.cleaned_up(client).await;
+    }
+
+    async fn cleaned_up(&self, client: &Client) {
+        merge_patch(
+            client,
+            "Upgrade",
+            &self.ns,
+            &self.name,
+            "harvester",
+            json!({"metadata": {"labels": {CLEANUP_LABEL: CLEANUP_DONE}}}),
+        )
+        .await;
+    }
+
+    /// The Upgrade deleted mid-way: its `OnRemove` runs the cleanup, then it is gone.
+    pub async fn delete_with_cleanup(&self, client: &Client) {
+        self.cleanup_values(client).await;
+        api(client, "Upgrade", &self.ns)
+            .delete(&self.name, &Default::default())
+            .await
+            .unwrap();
+    }
+}
+
+/// The upgrade-manager add-on (upgrade-toolkit), PreRun of ClusterUpgrade: the CR merge-patched
+/// to `[]` (controller-runtime `MergeFrom`, only if it differs; an absent field counts as `[]`),
+/// and the pointer added to the ManagedChart (a merge patch of the whole list).
+pub async fn addon_prerun(client: &Client, ns: &str) {
+    let kv = get(client, "KubeVirt", ns, "kubevirt").await;
+    let m = kv.pointer("/spec/workloadUpdateStrategy/workloadUpdateMethods");
+    if m.is_some_and(|m| *m != json!([])) {
+        merge_patch(
+            client,
+            "KubeVirt",
+            ns,
+            "kubevirt",
+            "upgrade-toolkit",
+            json!({"spec": {"workloadUpdateStrategy": {"workloadUpdateMethods": []}}}),
+        )
+        .await;
+    }
+    add_pointer(client, ns, "upgrade-toolkit").await;
+}
+
+/// The add-on's Finalize (success, failure, plan deletion): the CR merge-patched to a hard-coded
+/// `[LiveMigrate]`, no backup; the pointer removed (a merge patch of the whole list).
+pub async fn addon_finalize(client: &Client, ns: &str) {
+    merge_patch(
+        client,
+        "KubeVirt",
+        ns,
+        "kubevirt",
+        "upgrade-toolkit",
+        json!({"spec": {"workloadUpdateStrategy": {"workloadUpdateMethods": ["LiveMigrate"]}}}),
+    )
+    .await;
+    let mut mc = get(client, "ManagedChart", ns, "harvester").await;
+    if remove_pointer(&mut mc) {
+        let list = mc["spec"]["diff"]["comparePatches"].clone();
+        merge_patch(
+            client,
+            "ManagedChart",
+            ns,
+            "harvester",
+            "upgrade-toolkit",
+            json!({"spec": {"diff": {"comparePatches": list}}}),
+        )
+        .await;
+    }
+}
+
+fn is_kubevirt_entry(e: &Value) -> bool {
+    e["apiVersion"] == "kubevirt.io/v1" && e["kind"] == "KubeVirt" && e["name"] == "kubevirt"
+}
+
+/// Adds the pointer to the first KubeVirt entry, or a new entry; a merge patch of the list.
+async fn add_pointer(client: &Client, ns: &str, manager: &str) {
+    let mc = get(client, "ManagedChart", ns, "harvester").await;
+    let mut list = mc["spec"]["diff"]["comparePatches"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let has = list.iter().any(|e| {
+        is_kubevirt_entry(e)
+            && e["jsonPointers"]
+                .as_array()
+                .is_some_and(|p| p.iter().any(|p| p == METHODS_POINTER))
+    });
+    if has {
+        return;
+    }
+    match list.iter_mut().find(|e| is_kubevirt_entry(e)) {
+        Some(e) => {
+            let mut p = e["jsonPointers"].as_array().cloned().unwrap_or_default();
+            p.push(json!(METHODS_POINTER));
+            e["jsonPointers"] = Value::Array(p);
+        }
+        None => list.push(json!({"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt",
+                                  "name": "kubevirt", "jsonPointers": [METHODS_POINTER]})),
+    }
+    merge_patch(
+        client,
+        "ManagedChart",
+        ns,
+        "harvester",
+        manager,
+        json!({"spec": {"diff": {"comparePatches": list}}}),
+    )
+    .await;
+}
+
+/// Removes the pointer from every KubeVirt entry, dropping an entry left with no pointer
+/// (Harvester's `filter_compare_patches_test.go`); whether anything changed.
+fn remove_pointer(mc: &mut Value) -> bool {
+    let Some(list) = mc
+        .pointer_mut("/spec/diff/comparePatches")
+        .and_then(Value::as_array_mut)
+    else {
+        return false;
+    };
+    let before = list.clone();
+    list.retain_mut(|e| {
+        if !is_kubevirt_entry(e) {
+            return true;
+        }
+        if let Some(p) = e["jsonPointers"].as_array_mut() {
+            p.retain(|p| p != METHODS_POINTER);
+            return !p.is_empty();
+        }
+        true
+    });
+    *list != before
+}
+
+/// Sets the value at a JSON pointer, creating parent maps.
+fn set_path(obj: &mut Value, ptr: &str, v: Value) {
+    let mut node = obj;
+    let segs: Vec<&str> = ptr.trim_start_matches('/').split('/').collect();
+    for seg in &segs[..segs.len() - 1] {
+        node = node
+            .as_object_mut()
+            .unwrap()
+            .entry(seg.to_string())
+            .or_insert_with(|| json!({}));
+    }
+    node[segs[segs.len() - 1]] = v;
+}
+
+/// A `Version` the cluster can upgrade to (`versions.harvesterhci.io/v1beta1`), named after it.
+pub async fn offer_version(client: &Client, ns: &str, version: &str) {
+    create(
+        client,
+        "Version",
+        ns,
+        json!({"apiVersion": "harvesterhci.io/v1beta1", "kind": "Version",
+               "metadata": {"name": version, "namespace": ns},
+               "spec": {"isoURL": format!("https://releases.invalid/harvester/{version}/harvester-{version}-amd64.iso"),
+                        "releaseDate": "2026-10-01"}}),
+    )
+    .await;
+}
