@@ -112,7 +112,12 @@ fn nothing_of_ours(obj: &Value, what: &str) {
 /// that Harvester's delete of a key leaves behind aside: the guard's `pre` made Harvester skip
 /// that write) and the owners of the fields the guard writes; nothing of ours; and Helm's next
 /// deploy goes through without conflict on both.
-async fn same_as_without_the_guard(client: &Client, control: &str, guarded: &str, chart: &PathBuf) {
+async fn same_as_without_the_guard(
+    client: &Client,
+    control: &str,
+    guarded: &str,
+    chart: &std::path::Path,
+) {
     for ns in [control, guarded] {
         fleet_deploy(client, ns, chart)
             .await
