@@ -324,7 +324,160 @@ pub fn compare_list(obj: &Value) -> Result<Option<&Vec<Value>>, Malformed> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::METHODS_PATH;
+    use crate::plan::phase::{Objects, Phase};
+    use crate::plan::records::{annotation, methods};
     use crate::plan::testing::*;
+
+    const VALUES_PTR: &str =
+        "/spec/values/kubevirt/spec/workloadUpdateStrategy/workloadUpdateMethods";
+
+    fn suspended_pair(original: Option<Value>) -> Objects {
+        let start = Objects {
+            kubevirt: Some(kubevirt(original)),
+            chart: Some(chart(json!({}), None)),
+        };
+        run_phase(Phase::Pre, &start)
+    }
+
+    /// One rule for both objects: a later choice is kept on both or on neither.
+    #[test]
+    fn a_later_choice_on_the_values_is_kept_on_both_objects() {
+        let mut now = suspended_pair(Some(json!(["LiveMigrate"])));
+        let later = json!(["LiveMigrate", "Evict"]);
+        let chart = now.chart.as_mut().unwrap();
+        *chart.pointer_mut(VALUES_PTR).unwrap() = later.clone();
+        chart["metadata"]["managedFields"] =
+            json!([entry("kubectl-edit", "Update", field_set(VALUES_PATH))]);
+        assert_eq!(values_choice(chart).unwrap(), Some(later.clone()));
+        let end = run_phase(Phase::Post, &now);
+        let (kv, ch) = (end.kubevirt.unwrap(), end.chart.unwrap());
+        assert_eq!(methods(&kv).unwrap(), Some(later.clone()));
+        assert_eq!(ch.pointer(VALUES_PTR), Some(&later));
+        assert_eq!(
+            read_record::<ValueRecord>(&ch, VALUES_RECORD).unwrap(),
+            None
+        );
+        // The later choice's writer keeps it: nothing is given back on the values.
+        assert!(
+            annotation(&ch, crate::model::OWNERS_TO_RETURN)
+                .is_none_or(|n| { !n.as_str().unwrap_or("").contains("workloadUpdateMethods") })
+        );
+    }
+
+    #[test]
+    fn a_later_choice_on_the_values_is_a_warning_that_names_it() {
+        let mut now = suspended_pair(None);
+        let chart = now.chart.as_mut().unwrap();
+        *chart.pointer_mut(VALUES_PTR).unwrap() = json!(["Evict"]);
+        let plan = chart_post(chart, &kv(), &Steps::ALL).unwrap();
+        assert_eq!(plan.warnings.len(), 1);
+        assert_eq!(plan.warnings[0].reason, CHANGED_WHILE_SUSPENDED);
+        assert!(plan.warnings[0].message.contains(r#"["Evict"]"#));
+        assert!(plan.warnings[0].message.contains("absent"));
+    }
+
+    /// Harvester's legacy cleanup (no backup) writes a hard-coded [LiveMigrate] into the values
+    /// as `harvester`: not a later choice; the recorded original goes back on both.
+    #[test]
+    fn harvesters_blind_restore_of_the_values_is_undone() {
+        let mut now = suspended_pair(Some(json!(["LiveMigrate"])));
+        let chart = now.chart.as_mut().unwrap();
+        *chart.pointer_mut(VALUES_PTR).unwrap() = json!(["LiveMigrate"]);
+        chart["metadata"]["managedFields"] =
+            json!([entry("harvester", "Update", field_set(VALUES_PATH))]);
+        assert_eq!(values_choice(chart).unwrap(), None);
+        let plan = chart_post(chart, &kv(), &Steps::ALL).unwrap();
+        assert!(plan.warnings.is_empty(), "{:?}", plan.warnings);
+        assert!(
+            plan.actions
+                .iter()
+                .any(|a| a.contains("harvester wrote a hard-coded"))
+        );
+        let end = run_phase(Phase::Post, &now);
+        assert_eq!(
+            end.chart.unwrap().pointer(VALUES_PTR),
+            None,
+            "absent, as before"
+        );
+        assert_eq!(
+            methods(&end.kubevirt.unwrap()).unwrap(),
+            Some(json!(["LiveMigrate"]))
+        );
+        // The same list by an operator's kubectl is their later choice.
+        let mut by_hand = suspended_pair(None);
+        let chart = by_hand.chart.as_mut().unwrap();
+        *chart.pointer_mut(VALUES_PTR).unwrap() = json!(["LiveMigrate"]);
+        chart["metadata"]["managedFields"] =
+            json!([entry("kubectl-edit", "Update", field_set(VALUES_PATH))]);
+        assert_eq!(values_choice(chart).unwrap(), Some(json!(["LiveMigrate"])));
+    }
+
+    /// A comparePatches list that someone else rewrote (Harvester v1.8.0's cleanup removed our
+    /// pointer) is theirs now: our record goes, nothing is given back on it.
+    #[test]
+    fn a_list_whose_pointer_someone_removed_is_not_given_back() {
+        let now = suspended_pair(Some(json!(["LiveMigrate"])));
+        let mut chart = now.chart.unwrap();
+        chart["spec"]["diff"]["comparePatches"] = json!([longhorn_entry()]);
+        let plan = chart_post(&chart, &kv(), &Steps::ALL).unwrap();
+        let after = apply(&chart, &plan);
+        let note = annotation(&after, crate::model::OWNERS_TO_RETURN)
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        assert!(!note.contains("comparePatches"), "{note}");
+        assert_eq!(
+            after["spec"]["diff"]["comparePatches"],
+            json!([longhorn_entry()])
+        );
+        assert_eq!(
+            read_record::<CompareRecord>(&after, COMPARE_RECORD).unwrap(),
+            None
+        );
+        assert_eq!(plan.warnings[0].reason, COMPARE_PATCH_GONE);
+        assert!(plan.warnings[0].message.contains("v1.8.0"));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(500))]
+
+        /// Whoever changes what while suspended, after post the values render what the CR holds
+        /// (the values' later choice, or the original on both), or a warning says they differ.
+        #[test]
+        fn after_post_the_two_objects_agree_or_a_warning_says_why(
+            original in methods_strategy(),
+            cr_later in prop::option::of(prop::sample::select(vec![json!(["Evict"]), json!(["LiveMigrate", "Evict"])])),
+            values_later in prop::option::of(prop::sample::select(vec![json!(["Evict"]), json!(["LiveMigrate", "Evict"])])),
+        ) {
+            let mut now = suspended_pair(original.clone());
+            if let Some(v) = &cr_later {
+                now.kubevirt.as_mut().unwrap()["spec"]["workloadUpdateStrategy"]["workloadUpdateMethods"] = v.clone();
+            }
+            if let Some(v) = &values_later {
+                *now.chart.as_mut().unwrap().pointer_mut(VALUES_PTR).unwrap() = v.clone();
+            }
+            let intent = intent(Phase::Post);
+            let mut warned = false;
+            let mut end = now.clone();
+            for step in crate::plan::phase::steps(&intent) {
+                if let Some(plan) = crate::plan::phase::plan_step(&intent, &step, &end).unwrap() {
+                    warned |= plan.warnings.iter().any(|w| w.reason == CHANGED_WHILE_SUSPENDED);
+                    let obj = end.get(step.target.kind).unwrap();
+                    end.set(step.target.kind, Some(apply(obj, &plan)));
+                }
+            }
+            let cr = methods(end.kubevirt.as_ref().unwrap()).unwrap();
+            let values = end.chart.as_ref().unwrap().pointer(VALUES_PTR).cloned();
+            // What Fleet renders: the values key if set, else the chart's default (the original).
+            let renders = values.clone().or(original.clone());
+            prop_assert!(cr == renders || warned, "cr {cr:?} values {values:?} original {original:?}");
+            if cr_later.is_none() && values_later.is_none() {
+                prop_assert_eq!(cr, original);
+                prop_assert!(!warned);
+            }
+        }
+    }
 
     #[test]
     fn chart_pre_appends_an_entry_and_overrides_values_in_one_patch() {
