@@ -85,6 +85,20 @@ fn anything_of_ours(objects: &Objects) -> bool {
         .any(harvester::ours)
 }
 
+/// What the gate found, said on the KubeVirt CR's step (the termination message's actions).
+fn note(cfg: &Config, actions: Vec<String>) -> Done {
+    Done {
+        target: cfg
+            .intent
+            .keys
+            .target(Kind::KubeVirt)
+            .expect("always named"),
+        outcome: Outcome::Unchanged,
+        actions,
+        warnings: vec![],
+    }
+}
+
 fn warning(reason: &'static str, message: String) -> Warning {
     Warning { reason, message }
 }
@@ -138,12 +152,7 @@ async fn before_pre(
             }
             notes.extend(more);
             if !notes.is_empty() {
-                done.push(Done {
-                    target: kubevirt,
-                    outcome: Outcome::Unchanged,
-                    actions: notes,
-                    warnings: vec![],
-                });
+                done.push(note(cfg, notes));
             }
             Ok(true)
         }
@@ -203,16 +212,7 @@ async fn before_post(
             "would wait first (dry run: planned against the objects as they are): {reason}"
         );
         info!("{line}");
-        done.push(Done {
-            target: cfg
-                .intent
-                .keys
-                .target(Kind::KubeVirt)
-                .expect("always named"),
-            outcome: Outcome::Unchanged,
-            actions: vec![line],
-            warnings: vec![],
-        });
+        done.push(note(cfg, vec![line]));
         return Ok(());
     }
     let started = tokio::time::Instant::now();
@@ -258,16 +258,7 @@ async fn before_post(
             objects.set(kind, cluster.get(&target).await?);
         }
     }
-    done.push(Done {
-        target: cfg
-            .intent
-            .keys
-            .target(Kind::KubeVirt)
-            .expect("always named"),
-        outcome: Outcome::Unchanged,
-        actions: vec![line],
-        warnings: vec![],
-    });
+    done.push(note(cfg, vec![line]));
     Ok(())
 }
 

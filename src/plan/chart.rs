@@ -324,7 +324,6 @@ pub fn compare_list(obj: &Value) -> Result<Option<&Vec<Value>>, Malformed> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::METHODS_PATH;
     use crate::plan::phase::{Objects, Phase};
     use crate::plan::records::{annotation, methods};
     use crate::plan::testing::*;

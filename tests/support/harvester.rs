@@ -137,17 +137,7 @@ impl Upgrade {
         if current != json!([]) {
             let patch = json!({"spec": {"values": {"kubevirt": {"spec": {"workloadUpdateStrategy":
                 {"workloadUpdateMethods": []}}}}}});
-            kubectl_ok(&[
-                "-n",
-                &self.ns,
-                "patch",
-                "managedcharts.management.cattle.io",
-                "harvester",
-                "--type",
-                "merge",
-                "-p",
-                &patch.to_string(),
-            ]);
+            self.kubectl_merge(&patch);
             self.unpaused_deploy(client, chart).await;
         }
     }
@@ -163,6 +153,11 @@ impl Upgrade {
 
     /// `kubectl patch managedchart harvester --type merge` of `spec.paused`.
     fn paused(&self, paused: bool) {
+        self.kubectl_merge(&json!({"spec": {"paused": paused}}));
+    }
+
+    /// The script's `kubectl patch managedchart harvester --type merge -p PATCH`.
+    fn kubectl_merge(&self, patch: &Value) {
         kubectl_ok(&[
             "-n",
             &self.ns,
@@ -172,7 +167,7 @@ impl Upgrade {
             "--type",
             "merge",
             "-p",
-            &json!({"spec": {"paused": paused}}).to_string(),
+            &patch.to_string(),
         ]);
     }
 
