@@ -304,6 +304,15 @@ pub fn pre_gate(upgrade: Option<&Upgrade>, ours: bool, methods: &Option<Value>) 
             u.describe()
         )]);
     }
+    // v1.8.0 keeps no backup: its `[]` on the CR is its suspension, and its cleanup writes
+    // `[LiveMigrate]`. Recording that `[]` would make post put it back over the restore.
+    if u.handling() == Handling::PatchAndHardCodedRestore && is_suspended(methods) {
+        return PreGate::LeaveToHarvester(format!(
+            "{} already suspended the updates (the methods are []); its cleanup writes \
+             [LiveMigrate], so pre writes nothing",
+            u.describe()
+        ));
+    }
     if u.backup != Backup::None {
         let state = if is_suspended(methods) {
             "the methods are [] (its suspension)".to_string()
@@ -321,9 +330,13 @@ pub fn pre_gate(upgrade: Option<&Upgrade>, ours: bool, methods: &Option<Value>) 
             u.backup.describe()
         ));
     }
+    let then = match u.handling() {
+        Handling::PatchAndHardCodedRestore => "its cleanup will write [LiveMigrate]",
+        _ => "it will back up this [] and write it back at its cleanup",
+    };
     PreGate::Proceed(vec![format!(
-        "{} is under way and has not backed up the methods yet: it will back up this []; post \
-         waits for its cleanup, then restores the original recorded here",
+        "{} is under way and has not suspended the methods yet: {then}; post waits for its \
+         cleanup, then restores the original recorded here",
         u.describe()
     )])
 }

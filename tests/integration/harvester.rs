@@ -472,6 +472,39 @@ async fn v180_hard_coded_restore_is_recognized_and_a_destroyed_setting_put_back(
     }
 }
 
+/// `pre` run during a v1.8.0 upgrade, after its patch: the `[]` is v1.8.0's (kept with no
+/// backup, overwritten by its cleanup), so `pre` writes nothing; both objects end as without.
+#[tokio::test]
+async fn pre_after_v180s_patch_leaves_it_to_harvester() {
+    let client = admin().await;
+    let (control, chart) = install(&client, "hv-180l-c", None).await;
+    let (guarded, _) = install(&client, "hv-180l-g", None).await;
+    for ns in [&control, &guarded] {
+        let up = Upgrade::start(&client, ns, "hvst-upgrade-1", "v1.8.0").await;
+        up.v180_suspend(&client).await;
+        if ns == &guarded {
+            let run = phase_ok(ns, "pre").await;
+            assert!(
+                run.warnings()
+                    .iter()
+                    .any(|w| w.starts_with(HARVESTER_SUSPENDED)),
+                "{run:?}"
+            );
+        }
+        up.finish(&client, true).await;
+        up.v180_cleanup(&client).await;
+        if ns == &guarded {
+            phase_ok(ns, "post").await;
+        }
+    }
+    assert_eq!(
+        kubevirt_methods(&client, &guarded).await,
+        json!(["LiveMigrate"])
+    );
+    // Harvester's PUT left its claim, in both: Helm's next deploy of the same value is fine.
+    same_as_without_the_guard(&client, &control, &guarded, &chart).await;
+}
+
 /// The upgrade-manager add-on: PreRun merge-patches the CR to `[]` and adds the pointer;
 /// Finalize merge-patches a hard-coded `[LiveMigrate]` and removes the pointer. `post` after
 /// Finalize: restored exactly (default), or the administrator's setting put back.

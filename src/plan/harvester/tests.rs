@@ -154,6 +154,20 @@ fn pre_leaves_a_suspension_that_harvester_backed_up_to_harvester() {
 }
 
 #[test]
+fn pre_leaves_v180s_own_suspension_to_it() {
+    let v180 = Upgrade::from_json(&upgrade("v1.8.0", latest_label(), None)).unwrap();
+    match pre_gate(Some(&v180), false, &Some(json!([]))) {
+        PreGate::LeaveToHarvester(m) => assert!(m.contains("[LiveMigrate]"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    // Before its patch: pre records the real original, and says what the cleanup will do.
+    match pre_gate(Some(&v180), false, &Some(json!(["LiveMigrate", "Evict"]))) {
+        PreGate::Proceed(n) => assert!(n[0].contains("cleanup will write [LiveMigrate]"), "{n:?}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
 fn a_blind_restore_is_told_by_its_writer() {
     let mut kv = kubevirt(Some(json!(["LiveMigrate"])));
     kv["metadata"]["managedFields"] = json!([entry("harvester", "Update", methods_fields())]);
@@ -206,8 +220,10 @@ proptest! {
         let pending = Handling::of(version) != Handling::None && !cleaned;
         // post waits exactly when the cleanup is pending and there is something of ours.
         prop_assert_eq!(post_must_wait(Some(&u), ours).is_some(), pending && ours);
-        // pre writes nothing exactly when Harvester holds the backup and nothing is ours.
+        // pre writes nothing exactly when Harvester holds the suspension (its backup, or
+        // v1.8.0's [] that its cleanup overwrites) and nothing is ours.
         let leave = matches!(pre_gate(Some(&u), ours, &methods), PreGate::LeaveToHarvester(_));
-        prop_assert_eq!(leave, pending && !ours && backup.is_some());
+        let holds = backup.is_some() || (version == "v1.8.0" && suspended);
+        prop_assert_eq!(leave, pending && !ours && holds);
     }
 }
