@@ -373,6 +373,28 @@ impl Cluster {
         }
     }
 
+    /// The `value` of Harvester's cluster-scoped `Setting` `name`; `None` when it, or the
+    /// resource, is not there (not a Harvester cluster).
+    pub async fn harvester_setting(&self, name: &str) -> Result<Option<String>, Error> {
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &Kind::Setting.resource());
+        let subject = || Subject::Listed {
+            kind: Kind::Setting,
+            namespace: "(cluster)".into(),
+        };
+        match self
+            .call(&format!("get {} {name}", subject()), || api.get(name))
+            .await
+        {
+            Ok(o) => Ok(o
+                .data
+                .get("value")
+                .and_then(Value::as_str)
+                .map(str::to_string)),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
+            Err(e) => Err(self.permanent(subject(), e)),
+        }
+    }
+
     /// An Event (events.k8s.io/v1) about the KubeVirt CR, so `kubectl describe kubevirt` tells
     /// the story. Best effort: a failure is logged, never fatal.
     pub async fn event(&self, kubevirt: &Value, kind: EventKind, reason: &str, note: &str) {

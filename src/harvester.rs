@@ -45,9 +45,13 @@ pub async fn read(cluster: &Cluster, cfg: &Config) -> Result<View, Error> {
         .list_harvester(Kind::Version, ns, None)
         .await?
         .unwrap_or_default();
+    let current = match versions.is_empty() {
+        true => None,
+        false => cluster.harvester_setting(SERVER_VERSION).await?,
+    };
     Ok(View {
         upgrade,
-        offered: harvester::offered(&versions),
+        offered: harvester::offered(&versions, current.as_deref()),
     })
 }
 
@@ -261,6 +265,9 @@ async fn before_post(
     done.push(note(cfg, vec![line]));
     Ok(())
 }
+
+/// Harvester's own version, a cluster-scoped `Setting`.
+const SERVER_VERSION: &str = "server-version";
 
 const POLL_EVERY: Duration = Duration::from_secs(1);
 const PROGRESS_EVERY: Duration = Duration::from_secs(30);

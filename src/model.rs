@@ -79,6 +79,8 @@ pub enum Kind {
     Upgrade,
     /// Harvester's `Version`: a release the cluster can upgrade to (read only).
     Version,
+    /// Harvester's `Setting` (cluster-scoped; the guard reads `server-version` only).
+    Setting,
 }
 
 impl Kind {
@@ -86,7 +88,7 @@ impl Kind {
         match self {
             Kind::KubeVirt | Kind::Migration => "kubevirt.io/v1",
             Kind::ManagedChart => "management.cattle.io/v3",
-            Kind::Upgrade | Kind::Version => "harvesterhci.io/v1beta1",
+            Kind::Upgrade | Kind::Version | Kind::Setting => "harvesterhci.io/v1beta1",
         }
     }
 
@@ -97,6 +99,7 @@ impl Kind {
             Kind::Migration => "VirtualMachineInstanceMigration",
             Kind::Upgrade => "Upgrade",
             Kind::Version => "Version",
+            Kind::Setting => "Setting",
         }
     }
 
@@ -107,6 +110,7 @@ impl Kind {
             Kind::Migration => "virtualmachineinstancemigrations",
             Kind::Upgrade => "upgrades",
             Kind::Version => "versions",
+            Kind::Setting => "settings",
         }
     }
 

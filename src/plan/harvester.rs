@@ -268,11 +268,17 @@ pub fn latest(upgrades: &[Value]) -> Result<Option<Upgrade>, Malformed> {
 }
 
 /// The releases offered by the `Version` objects that handle the methods themselves, newest
-/// first, with their handling: what `pre` and `status` say of the coming upgrade.
-pub fn offered(versions: &[Value]) -> Vec<(String, Handling)> {
+/// first, with their handling: what `pre` and `status` say of the coming upgrade. With the
+/// cluster's own version (the `server-version` setting), only the newer ones.
+pub fn offered(versions: &[Value], current: Option<&str>) -> Vec<(String, Handling)> {
+    let current = current.and_then(parse_version);
     let mut out: Vec<(String, Handling)> = versions
         .iter()
         .filter_map(|v| v.pointer("/metadata/name").and_then(Value::as_str))
+        .filter(|name| match (current, parse_version(name)) {
+            (Some(now), Some(v)) => v > now,
+            _ => true,
+        })
         .map(|name| (name.to_string(), Handling::of(name)))
         .filter(|(_, h)| *h != Handling::None)
         .collect();

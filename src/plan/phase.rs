@@ -36,7 +36,7 @@ impl Steps {
         match kind {
             Kind::KubeVirt => self.kubevirt,
             Kind::ManagedChart => self.values || self.compare,
-            Kind::Migration | Kind::Upgrade | Kind::Version => false,
+            Kind::Migration | Kind::Upgrade | Kind::Version | Kind::Setting => false,
         }
     }
 }
@@ -54,7 +54,7 @@ impl Keys {
         match kind {
             Kind::KubeVirt => Some(Target::new(kind, &self.kubevirt)),
             Kind::ManagedChart => self.chart.as_ref().map(|k| Target::new(kind, k)),
-            Kind::Migration | Kind::Upgrade | Kind::Version => None,
+            Kind::Migration | Kind::Upgrade | Kind::Version | Kind::Setting => None,
         }
     }
 }
@@ -116,7 +116,7 @@ impl Objects {
         match kind {
             Kind::KubeVirt => self.kubevirt.as_ref(),
             Kind::ManagedChart => self.chart.as_ref(),
-            Kind::Migration | Kind::Upgrade | Kind::Version => None,
+            Kind::Migration | Kind::Upgrade | Kind::Version | Kind::Setting => None,
         }
     }
 
@@ -124,7 +124,7 @@ impl Objects {
         match kind {
             Kind::KubeVirt => self.kubevirt = obj,
             Kind::ManagedChart => self.chart = obj,
-            Kind::Migration | Kind::Upgrade | Kind::Version => {}
+            Kind::Migration | Kind::Upgrade | Kind::Version | Kind::Setting => {}
         }
     }
 }

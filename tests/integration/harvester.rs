@@ -552,11 +552,14 @@ async fn pre_and_status_say_when_the_coming_upgrade_handles_it_itself() {
     let (ns, _) = install(&client, "hv-offer", None).await;
     offer_version(&client, &ns, "v1.7.1").await;
     offer_version(&client, &ns, "v1.8.1").await;
+    // The release the cluster runs (the `server-version` setting) is not a coming upgrade.
+    offer_version(&client, &ns, "v1.7.3").await;
+    server_version(&client, "v1.7.3").await;
     let status = phase_ok(&ns, "status").await;
     assert!(
         status
             .stdout
-            .contains("v1.8.1 (these suspend the methods themselves)"),
+            .contains("offer           v1.8.1 (these suspend the methods themselves)"),
         "{}",
         status.stdout
     );

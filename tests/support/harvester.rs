@@ -431,3 +431,17 @@ pub async fn offer_version(client: &Client, ns: &str, version: &str) {
     )
     .await;
 }
+
+/// Harvester's own version: the cluster-scoped `Setting` `server-version` (shared by every test
+/// of the binary: only releases are compared with it).
+pub async fn server_version(client: &Client, version: &str) {
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource("Setting"));
+    let obj: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "harvesterhci.io/v1beta1", "kind": "Setting",
+        "metadata": {"name": "server-version"}, "value": version}))
+    .unwrap();
+    let pp = PatchParams::apply("harvester").force();
+    api.patch("server-version", &pp, &Patch::Apply(&obj))
+        .await
+        .unwrap();
+}

@@ -222,6 +222,7 @@ pub fn resource(kind: &str) -> ApiResource {
         Kind::Migration,
         Kind::Upgrade,
         Kind::Version,
+        Kind::Setting,
     ]
     .into_iter()
     .find(|k| k.name() == kind)

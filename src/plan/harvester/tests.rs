@@ -191,7 +191,13 @@ fn a_blind_restore_is_told_by_its_writer() {
 #[test]
 fn offered_releases_are_those_that_handle_it_newest_first() {
     let v = |n: &str| json!({"metadata": {"name": n}});
-    let got = offered(&[v("v1.7.1"), v("v1.8.0"), v("v1.9.0"), v("v1.7.3")]);
+    let all = [v("v1.7.1"), v("v1.8.0"), v("v1.9.0"), v("v1.7.3")];
+    // Only those newer than the cluster's own version.
+    assert_eq!(
+        offered(&all, Some("v1.8.0")),
+        [("v1.9.0".to_string(), Handling::BackupAndRestore)]
+    );
+    let got = offered(&all, None);
     assert_eq!(
         got,
         [
