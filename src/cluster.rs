@@ -352,7 +352,10 @@ impl Cluster {
     ) -> Result<Option<Vec<Value>>, Error> {
         let api: Api<DynamicObject> =
             Api::namespaced_with(self.client.clone(), namespace, &kind.resource());
-        let mut params = ListParams::default();
+        // From the API server's watch cache (resourceVersion 0): a consistent list waits up to
+        // ~100 ms for the cache to catch up with etcd; a few ms of staleness mean nothing here
+        // (the wait reads again, and Harvester's steps are minutes apart).
+        let mut params = ListParams::default().match_any();
         if let Some(s) = selector {
             params = params.labels(s);
         }

@@ -28,23 +28,27 @@ pub struct View {
     pub offered: Vec<(String, Handling)>,
 }
 
-/// Reads the latest Upgrade and the Versions in the KubeVirt CR's namespace, where Harvester
-/// keeps them. A resource that is not served is no Harvester: an empty view.
+/// Reads the latest Upgrade and (`pre`, `status`: what the coming upgrade does) the Versions on
+/// offer, in the KubeVirt CR's namespace, where Harvester keeps them; the two lists at once. A
+/// resource that is not served is no Harvester: an empty view.
 pub async fn read(cluster: &Cluster, cfg: &Config) -> Result<View, Error> {
     let ns = &cfg.intent.keys.kubevirt.namespace;
     let selector = format!("{LATEST_LABEL}=true");
-    let upgrades = cluster
-        .list_harvester(Kind::Upgrade, ns, Some(&selector))
-        .await?
-        .unwrap_or_default();
+    let versions = async {
+        match cfg.intent.phase {
+            Phase::Post => Ok(None),
+            _ => cluster.list_harvester(Kind::Version, ns, None).await,
+        }
+    };
+    let (upgrades, versions) = tokio::join!(
+        cluster.list_harvester(Kind::Upgrade, ns, Some(&selector)),
+        versions
+    );
+    let (upgrades, versions) = (upgrades?.unwrap_or_default(), versions?.unwrap_or_default());
     let upgrade = harvester::latest(&upgrades).map_err(|reason| Refusal {
         target: upgrade_target(cfg, &upgrades),
         reason,
     })?;
-    let versions = cluster
-        .list_harvester(Kind::Version, ns, None)
-        .await?
-        .unwrap_or_default();
     let current = match versions.is_empty() {
         true => None,
         false => cluster.harvester_setting(SERVER_VERSION).await?,
