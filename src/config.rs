@@ -79,7 +79,12 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
     (
         "DEADLINE_SECONDS",
         defaults::DEADLINE_SECONDS,
-        "deadline for the whole run, retries included (1..=86400)",
+        "deadline for the run's requests, retries included (1..=86400); the Fleet wait is apart",
+    ),
+    (
+        "FLEET_WAIT_SECONDS",
+        defaults::FLEET_WAIT_SECONDS,
+        "pre/post: how long to wait for Fleet to apply the ManagedChart change (0..=86400; 0: do not wait)",
     ),
     (
         "LOG_FORMAT",
@@ -116,6 +121,9 @@ pub struct Config {
     pub intent: Intent,
     pub dry_run: bool,
     pub deadline: Duration,
+    /// How long `pre` and `post` wait for Fleet to apply their ManagedChart change; zero: not at
+    /// all. Apart from `deadline`, which bounds the requests.
+    pub fleet_wait: Duration,
     pub log_format: LogFormat,
     pub termination_message: Option<TerminationMessage>,
     /// Skip a missing object with a warning instead of failing.
@@ -144,6 +152,7 @@ struct Raw {
     fallback_methods: Option<String>,
     dry_run: Option<String>,
     deadline_seconds: Option<String>,
+    fleet_wait_seconds: Option<String>,
     log_format: Option<String>,
     termination_message_path: Option<String>,
     allow_missing: Option<String>,
@@ -224,6 +233,20 @@ impl Config {
                 ));
             }
         };
+        let fleet_wait = raw
+            .fleet_wait_seconds
+            .as_deref()
+            .unwrap_or(defaults::FLEET_WAIT_SECONDS);
+        let fleet_wait = match fleet_wait.parse::<u64>() {
+            Ok(n @ 0..=86_400) => Duration::from_secs(n),
+            _ => {
+                return Err(invalid(
+                    "FLEET_WAIT_SECONDS",
+                    fleet_wait,
+                    "a whole number of seconds from 0 (do not wait) to 86400",
+                ));
+            }
+        };
         let log_format = match raw.log_format.as_deref() {
             None | Some("text") => LogFormat::Text,
             Some("json") => LogFormat::Json,
@@ -256,6 +279,7 @@ impl Config {
             },
             dry_run,
             deadline,
+            fleet_wait,
             log_format,
             termination_message,
             allow_missing,
@@ -360,7 +384,8 @@ pub fn help() -> String {
     out.push_str(
         "\nExit codes: 0 success (incl. already so); 2 bad configuration; 3 permanent refusal or\n\
          malformed object; 4 transient failures until the deadline; 5 interrupted (SIGTERM/SIGINT);\n\
-         6 an object not found (see ALLOW_MISSING).\n",
+         6 an object not found (see ALLOW_MISSING); 8 written, but Fleet did not apply the\n\
+         ManagedChart change (an error, or FLEET_WAIT_SECONDS passed).\n",
     );
     out
 }
@@ -393,6 +418,7 @@ mod tests {
         );
         assert_eq!((i.steps, c.dry_run), (Steps::ALL, false));
         assert_eq!((&i.fallback, c.deadline), (&None, Duration::from_secs(300)));
+        assert_eq!(c.fleet_wait, Duration::from_secs(600));
         assert_eq!(
             c.termination_message,
             Some(TerminationMessage {
@@ -441,6 +467,10 @@ mod tests {
             ("DEADLINE_SECONDS", "0"),
             ("DEADLINE_SECONDS", "5m"),
             ("DEADLINE_SECONDS", "86401"),
+            ("FLEET_WAIT_SECONDS", "-1"),
+            ("FLEET_WAIT_SECONDS", "10s"),
+            ("FLEET_WAIT_SECONDS", "86401"),
+            ("FLEET_WAIT_SECONDS", ""),
             ("LOG_FORMAT", "yaml"),
             ("TERMINATION_MESSAGE_PATH", "relative/path"),
         ];
@@ -472,6 +502,10 @@ mod tests {
         for (secs, want) in [("1", 1), ("600", 600), ("86400", 86_400)] {
             let c = cfg(&[("PHASE", "post"), ("DEADLINE_SECONDS", secs)]).unwrap();
             assert_eq!(c.deadline, Duration::from_secs(want));
+        }
+        for (secs, want) in [("0", 0), ("5", 5), ("86400", 86_400)] {
+            let c = cfg(&[("PHASE", "pre"), ("FLEET_WAIT_SECONDS", secs)]).unwrap();
+            assert_eq!(c.fleet_wait, Duration::from_secs(want));
         }
         let c = cfg(&[
             ("PHASE", "status"),

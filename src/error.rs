@@ -19,6 +19,10 @@ pub mod exit {
     /// An object the phase works on was not found (and `ALLOW_MISSING` is off). Nothing was
     /// written.
     pub const MISSING: u8 = 6;
+    // 7 is kept for the wait on Harvester's upgrade cleanup.
+    /// Fleet did not apply the phase's ManagedChart change: it reported an error for the new
+    /// generation, or `FLEET_WAIT_SECONDS` passed. The writes stand; a rerun cannot fix it.
+    pub const FLEET_NOT_APPLIED: u8 = 8;
 }
 
 /// What a request was about.
@@ -73,6 +77,9 @@ pub enum Error {
     Deadline { seconds: u64, last: String },
     #[error("interrupted by {0}")]
     Interrupted(&'static str),
+    /// The writes were made; Fleet has not deployed them (README, "Exit codes").
+    #[error("{target}: written, but Fleet has not applied the change: {message}")]
+    FleetNotApplied { target: Target, message: String },
 }
 
 impl Error {
@@ -88,6 +95,7 @@ impl Error {
             Error::Deadline { .. } => exit::TRANSIENT,
             Error::Interrupted(_) => exit::INTERRUPTED,
             Error::Missing { .. } => exit::MISSING,
+            Error::FleetNotApplied { .. } => exit::FLEET_NOT_APPLIED,
         }
     }
 

@@ -57,6 +57,7 @@ pub mod defaults {
     pub const CHART_NAMESPACE: &str = "fleet-local";
     pub const CHART_NAME: &str = "harvester";
     pub const DEADLINE_SECONDS: &str = "300";
+    pub const FLEET_WAIT_SECONDS: &str = "600";
     pub const TERMINATION_MESSAGE_PATH: &str = "/dev/termination-log";
 }
 
