@@ -256,8 +256,9 @@ impl Cluster {
 
     /// The one polling helper (for Fleet's status now, for a list of objects as well): calls
     /// `read` (whose requests go through the retry layer like any other) every
-    /// [`POLL_INTERVAL`] until it returns [`Poll::Ready`], for at most `bound`. Every
-    /// [`PROGRESS_EVERY`] it hands `progress` the time waited and what the last read saw. The
+    /// [`POLL_INTERVAL`] until it returns [`Poll::Ready`], for at most `bound`. At the first
+    /// "not yet" and then every [`PROGRESS_EVERY`] it hands `progress` the time waited and what
+    /// the last read saw. The
     /// run's deadline does not count the sleeps between reads, only the reads; SIGTERM stops a
     /// poll as it stops everything (`main` drops the run). `Ok(Err(last))`: the bound passed,
     /// with what was last seen (and a read in flight then, cut short, says so).
@@ -269,7 +270,7 @@ impl Cluster {
     ) -> Result<Result<T, String>, Error> {
         let start = tokio::time::Instant::now();
         let end = start + bound;
-        let mut said = start;
+        let mut said: Option<tokio::time::Instant> = None;
         let mut last = "nothing read yet".to_string();
         loop {
             match tokio::time::timeout_at(end, read()).await {
@@ -287,8 +288,8 @@ impl Cluster {
             if now >= end {
                 return Ok(Err(last));
             }
-            if now - said >= PROGRESS_EVERY {
-                said = now;
+            if said.is_none_or(|t| now - t >= PROGRESS_EVERY) {
+                said = Some(now);
                 progress(now - start, &last);
             }
             self.deadline

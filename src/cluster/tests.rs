@@ -636,9 +636,10 @@ async fn a_poll_reads_until_ready_and_stops_at_its_bound() {
         .await
         .unwrap();
     assert_eq!(got, Ok(100));
-    // 99 sleeps of 250 ms: progress at 10 s and 20 s.
-    assert_eq!(said.len(), 2, "{said:?}");
-    assert_eq!(said[0].0, 10);
+    // 99 sleeps of 250 ms: progress at once, at 10 s and at 20 s.
+    assert_eq!(said.len(), 3, "{said:?}");
+    assert_eq!((said[0].0, said[1].0, said[2].0), (0, 10, 20));
+    assert_eq!(said[0].1, "read 1");
     let start = tokio::time::Instant::now();
     let timed_out = cluster
         .poll(

@@ -2,6 +2,7 @@
 
 mod cli;
 mod control_plane;
+mod fleet;
 mod hazards;
 mod lifetime;
 mod manifests;
