@@ -159,8 +159,8 @@ pub fn fleet_view(chart: &Value, before: Option<i64>) -> Fleet {
         && seen.is_none_or(|g| g <= b)
     {
         return Fleet::Waiting(format!(
-            "Fleet has not taken the change up yet (observedGeneration {} was {b} before the \
-             write; what it says is about the previous generation: {})",
+            "Fleet has not taken the change up yet (observedGeneration {}, and {b} before the \
+             write; what it says is of the previous generation: {})",
             seen.map_or("none".into(), |g| g.to_string()),
             said(chart)
         ));
