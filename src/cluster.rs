@@ -98,6 +98,10 @@ impl LastError {
     pub fn set(&self, e: String) {
         *self.0.lock().expect("not poisoned") = Some(e);
     }
+    /// The last transient error, if any was seen.
+    pub fn peek(&self) -> Option<String> {
+        self.0.lock().expect("not poisoned").clone()
+    }
     pub fn get(&self) -> String {
         self.0
             .lock()
@@ -272,16 +276,20 @@ impl Cluster {
         let end = start + bound;
         let mut said: Option<tokio::time::Instant> = None;
         let mut last = "nothing read yet".to_string();
+        let errors_before = self.last_error.peek();
         loop {
             match tokio::time::timeout_at(end, read()).await {
                 Ok(Ok(Poll::Ready(t))) => return Ok(Ok(t)),
                 Ok(Ok(Poll::Pending(seen))) => last = seen,
                 Ok(Err(e)) => return Err(e),
                 Err(_) => {
-                    return Ok(Err(format!(
-                        "{last} (a read was still retrying: {})",
-                        self.last_error.get()
-                    )));
+                    let retrying = match self.last_error.peek() {
+                        Some(e) if Some(&e) != errors_before.as_ref() => {
+                            format!(" (reads were failing: {e})")
+                        }
+                        _ => String::new(),
+                    };
+                    return Ok(Err(format!("{last}{retrying}")));
                 }
             }
             let now = tokio::time::Instant::now();
@@ -295,6 +303,9 @@ impl Cluster {
             self.deadline
                 .sleep_apart(POLL_INTERVAL.min(end - now))
                 .await;
+            if tokio::time::Instant::now() >= end {
+                return Ok(Err(last));
+            }
         }
     }
 

@@ -167,6 +167,7 @@ async fn a_rejected_apply_fails_the_phase_with_the_servers_message() {
         .as_str()
         .unwrap()
         .to_string();
+    eprintln!("exit 8 (rejected): {error}");
     for part in [
         "Fleet reports an error",
         "ErrApplied",
@@ -221,6 +222,7 @@ async fn a_conflict_is_named_at_once_and_the_bound_fails_the_phase() {
         .as_str()
         .unwrap()
         .to_string();
+    eprintln!("exit 8 (conflict): {error}\n{}", run.stderr);
     for part in [
         "not applied within FLEET_WAIT_SECONDS=5",
         "WaitApplied(1) [Cluster fleet-local/local]",

@@ -276,10 +276,13 @@ impl Model {
     }
 }
 
-/// Helm's error as the agent reports it: one line, without Helm's `Error: UPGRADE FAILED: `.
+/// Helm's error as the agent reports it: one line, Helm's own log lines and its
+/// `Error: UPGRADE FAILED: ` left out.
 fn fleet_message(helm: &str) -> String {
     let line = helm.split_whitespace().collect::<Vec<_>>().join(" ");
-    let line = line.strip_prefix("Error: ").unwrap_or(&line);
+    let line = line
+        .rsplit_once("Error: ")
+        .map_or(line.as_str(), |(_, e)| e);
     line.strip_prefix("UPGRADE FAILED: ")
         .unwrap_or(line)
         .to_string()
