@@ -355,3 +355,50 @@ async fn status_shows_fleets_view() {
     );
     fleet.stop().await;
 }
+
+/// SIGTERM stops the wait as it stops the rest of a run: exit 5 at once, the termination
+/// message written.
+#[tokio::test]
+async fn sigterm_stops_the_wait() {
+    let client = admin().await;
+    let (ns, chart) = helm_installed(&client, "fleet-term").await;
+    let mut options = Options::helm(chart);
+    options.delay = Duration::from_secs(60);
+    let fleet = FleetModel::start(&client, &ns, options).await;
+    let dir = tempfile_dir();
+    let term = dir.join("termination-log");
+    let mut child = std::process::Command::new(BIN)
+        .env_clear()
+        .env("KUBECONFIG", control_plane().kubeconfig())
+        .env("TERMINATION_MESSAGE_PATH", &term)
+        .envs(env_for(&ns, "pre"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Until the phase waits: its change has shown as WaitApplied.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while fleet.log().iter().all(|s| s.state != "WaitApplied") {
+        assert!(Instant::now() < deadline, "{:?}", fleet.log());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let sent = Instant::now();
+    // SAFETY: kill(2) on the child we started.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+    }
+    let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(status.code(), Some(i32::from(exit::INTERRUPTED)));
+    assert!(
+        sent.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        sent.elapsed()
+    );
+    let summary: Value = serde_json::from_str(&std::fs::read_to_string(&term).unwrap()).unwrap();
+    assert_eq!(summary["exitCode"], 5, "{summary}");
+    assert_eq!(summary["error"], "interrupted by SIGTERM");
+    fleet.stop().await;
+}
