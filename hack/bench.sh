@@ -31,6 +31,7 @@ work="$(mktemp -d)"
 trap 'bash "$REPO_ROOT/hack/control-plane.sh" down "$dir"; rm -rf "$work"' EXIT
 export KUBECONFIG="$dir/kubeconfig"
 # kubectl keeps its discovery cache here, warm after the first call: the baseline's best case.
+real_home="$HOME"
 export HOME="$work/home"; mkdir -p "$HOME"
 "$KUBECTL" apply -f hack/demo/harvester.yaml >/dev/null
 "$KUBECTL" -n harvester-system patch kubevirt kubevirt --subresource=status --type=merge \
@@ -72,7 +73,7 @@ done
 
 # The Fleet wait, apart: its own control plane per run (the test binary starts one).
 for i in $(seq 1 "${BENCH_FLEET_RUNS:-3}"); do
-  FLEET_FIGURES="$work/fleet.txt" cargo test --quiet --test integration \
+  HOME="$real_home" FLEET_FIGURES="$work/fleet.txt" cargo test --quiet --test integration \
     fleet::pre_and_post_end_only_after_fleet_has_deployed -- --exact >"$work/fleet-test-$i.log" 2>&1 \
     || { echo "bench: the Fleet wait run $i failed:" >&2; tail -30 "$work/fleet-test-$i.log" >&2; exit 1; }
 done
