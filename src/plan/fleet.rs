@@ -572,6 +572,40 @@ mod tests {
     }
 
     proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1000))]
+
+        /// Every ManagedChart write of a full run (pre, a rerun, post with its release): the
+        /// planned patch and the objects before and after it agree on whether the deployed spec
+        /// changed; the records-only and release writes never change it.
+        #[test]
+        fn the_patch_and_the_objects_agree_on_a_new_generation(
+            kv0 in kubevirt_strategy(),
+            chart0 in chart_strategy(),
+        ) {
+            let i_pre = intent(Phase::Pre);
+            let i_post = intent(Phase::Post);
+            let start = Objects { kubevirt: Some(kv0), chart: Some(chart0) };
+            let after_pre = run_phase(Phase::Pre, &start);
+            for (i, objects) in [(&i_pre, &start), (&i_pre, &after_pre), (&i_post, &after_pre)] {
+                let mut now = objects.clone();
+                for step in steps(i) {
+                    let Some(plan) = plan_step(i, &step, &now).unwrap() else { continue };
+                    let obj = now.get(step.target.kind).unwrap().clone();
+                    let next = apply(&obj, &plan);
+                    if step.target.kind == Kind::ManagedChart {
+                        let by_patch = plan.patch.as_ref().is_some_and(patch_changes_deployed_spec);
+                        prop_assert_eq!(by_patch, changes_deployed_spec(&obj, &next));
+                        if step.write == Write::Release {
+                            prop_assert!(!by_patch, "a release is managedFields only");
+                        }
+                    }
+                    now.set(step.target.kind, Some(next));
+                }
+            }
+        }
+    }
+
+    proptest! {
         #![proptest_config(ProptestConfig::with_cases(4000))]
 
         /// Every status, every generation before: applied only when Fleet says so of a newer
