@@ -167,9 +167,9 @@ async fn change(
 /// After the steps: waits until Fleet has applied the phase's change of the ManagedChart's
 /// deployed spec (docs/design.md, "Waiting for Fleet"). `read`: the ManagedChart as read at the
 /// start of the phase (the observedGeneration before our first write of the spec); `left`: the
-/// objects as the phase left them. A phase that wrote nothing to the spec (a rerun) waits the
-/// same way for the current generation when the chart is as this phase leaves it (`pre`: our
-/// records on it; `post`: none), so that a Complete Job always means "Fleet has applied it".
+/// objects as the phase left them. A `pre` that wrote nothing to the spec (a rerun) waits the
+/// same way for the current generation when our records are on the chart, so that a Complete
+/// `pre` always means "Fleet has applied the suspension".
 async fn fleet_wait(
     cfg: &Config,
     cluster: &Cluster,
@@ -194,9 +194,23 @@ async fn fleet_wait(
         return Ok(());
     }
     let wrote = fleet::changes_deployed_spec(before, chart);
-    let ours = fleet::records_on_chart(chart) == (intent.phase == Phase::Pre);
-    if !wrote && !ours {
-        info!(object = %target, "the deployed spec was not changed: nothing for Fleet to apply; no wait");
+    // A rerun waits only for `pre`'s suspension (our records on the chart). A `post` that writes
+    // nothing cannot tell an earlier run's restore from anyone else's change (or from a `pre`
+    // that never wrote): it does not wait, but says so if Fleet has not applied the spec.
+    if !wrote && !(intent.phase == Phase::Pre && fleet::records_on_chart(chart)) {
+        match fleet::fleet_view(chart, None) {
+            Fleet::Waiting(said) | Fleet::Failed(said) => {
+                let message = format!(
+                    "Fleet has not applied {target}'s current spec ({said}); this run wrote \
+                     nothing to it, so it does not wait: an earlier run's change or someone \
+                     else's is not deployed yet"
+                );
+                fleet_warning(cluster, left, done, &target, fleet::NOT_APPLIED, message).await;
+            }
+            _ => {
+                info!(object = %target, "the deployed spec was not changed: nothing for Fleet to apply; no wait");
+            }
+        }
         return Ok(());
     }
     let after = wrote.then(|| fleet::observed_generation(before).unwrap_or(0));

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use workload_update_guard::error::exit;
-use workload_update_guard::plan::fleet::{CONFLICT, PAUSED};
+use workload_update_guard::plan::fleet::{CONFLICT, NOT_APPLIED, PAUSED};
 
 use crate::support::fleet::{FleetModel, Options};
 use crate::support::*;
@@ -93,14 +93,11 @@ async fn pre_and_post_end_only_after_fleet_has_deployed() {
         );
         assert!(run.stderr.contains("waiting for Fleet"), "{run:?}");
     }
-    // A rerun writes nothing and finds the current generation applied: no wait.
+    // A rerun writes nothing and finds the current generation applied: no wait, no warning.
     let (run, _) = phase(&ns, "post", &[]).await;
     assert_eq!(run.code, 0, "{run:?}");
-    assert!(
-        run.stderr
-            .contains("Fleet has applied the current generation"),
-        "{run:?}"
-    );
+    assert!(run.stderr.contains("nothing for Fleet to apply"), "{run:?}");
+    assert!(run.warnings().is_empty(), "{run:?}");
     fleet.stop().await;
 }
 
@@ -148,7 +145,7 @@ async fn a_ready_of_the_previous_generation_is_not_taken() {
 
 /// A rejected apply (the new chart's default is a value the CRD refuses): `post`, whose restore
 /// of the values lets the default render, fails with exit 8 and the API server's message;
-/// the writes stand; a rerun fails the same way (not a clean success).
+/// the writes stand; a rerun, which writes nothing, warns (not a clean success).
 #[tokio::test]
 async fn a_rejected_apply_fails_the_phase_with_the_servers_message() {
     let client = admin().await;
@@ -185,8 +182,28 @@ async fn a_rejected_apply_fails_the_phase_with_the_servers_message() {
         "the writes stand: {steps}"
     );
     assert_eq!(kubevirt_methods(&client, &ns).await, json!(["LiveMigrate"]));
+    // A rerun of post writes nothing: no wait, but not in silence.
     let (rerun, _) = phase(&ns, "post", &[]).await;
-    assert_eq!(rerun.code, i32::from(exit::FLEET_NOT_APPLIED), "{rerun:?}");
+    assert_eq!(rerun.code, 0, "{rerun:?}");
+    assert!(
+        rerun
+            .warnings()
+            .iter()
+            .any(|w| w.starts_with(NOT_APPLIED) && w.contains("Unsupported value")),
+        "{rerun:?}"
+    );
+    // A rerun of pre (our records on the chart again after a new pre) waits, and fails the same
+    // way while the deploy fails: here the new pre renders [] again, which Fleet applies.
+    let (run, _) = phase(&ns, "pre", &[]).await;
+    assert_eq!(run.code, 0, "{run:?}");
+    let (rerun, _) = phase(&ns, "pre", &[]).await;
+    assert_eq!(rerun.code, 0, "{rerun:?}");
+    assert!(
+        rerun
+            .stderr
+            .contains("Fleet has applied the current generation"),
+        "{rerun:?}"
+    );
     fleet.stop().await;
 }
 
@@ -400,5 +417,44 @@ async fn sigterm_stops_the_wait() {
     let summary: Value = serde_json::from_str(&std::fs::read_to_string(&term).unwrap()).unwrap();
     assert_eq!(summary["exitCode"], 5, "{summary}");
     assert_eq!(summary["error"], "interrupted by SIGTERM");
+    fleet.stop().await;
+}
+
+/// `pre`'s own deploy rejected (an operator's values carry a value the CRD refuses, which the
+/// next deploy, the one `pre` causes, renders): exit 8 with the server's message; a rerun
+/// writes nothing, finds our records on the chart and Fleet failing: exit 8 again, not 0.
+#[tokio::test]
+async fn a_rejected_pre_fails_and_so_does_its_rerun() {
+    let client = admin().await;
+    let (ns, chart) = helm_installed(&client, "fleet-reject-pre").await;
+    json_patch(
+        &client,
+        "ManagedChart",
+        &ns,
+        "harvester",
+        json!([{"op": "add", "path": "/spec/values/kubevirt/spec/workloadUpdateStrategy",
+                "value": {"batchEvictionSize": "ten"}}]),
+    )
+    .await
+    .unwrap();
+    let fleet = FleetModel::start(&client, &ns, Options::helm(chart)).await;
+    for run_no in 0..2 {
+        let (run, _) = phase(&ns, "pre", &[]).await;
+        assert_eq!(
+            run.code,
+            i32::from(exit::FLEET_NOT_APPLIED),
+            "#{run_no}: {run:?}"
+        );
+        let error = run.summary.as_ref().unwrap()["error"].to_string();
+        assert!(
+            error.contains("ErrApplied") && error.contains("batchEvictionSize"),
+            "#{run_no}: {error}"
+        );
+    }
+    assert_eq!(
+        kubevirt_methods(&client, &ns).await,
+        json!([]),
+        "the writes stand"
+    );
     fleet.stop().await;
 }
