@@ -197,7 +197,8 @@ async fn fleet_wait(
     // A rerun waits only for `pre`'s suspension (our records on the chart). A `post` that writes
     // nothing cannot tell an earlier run's restore from anyone else's change (or from a `pre`
     // that never wrote): it does not wait, but says so if Fleet has not applied the spec.
-    if !wrote && !(intent.phase == Phase::Pre && fleet::records_on_chart(chart)) {
+    let pre_rerun = intent.phase == Phase::Pre && fleet::records_on_chart(chart);
+    if !wrote && !pre_rerun {
         match fleet::fleet_view(chart, None) {
             Fleet::Waiting(said) | Fleet::Failed(said) => {
                 let message = format!(
