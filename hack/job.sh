@@ -30,8 +30,8 @@ options:
                       (the Job and its pods), owned by the UpgradePlan PLAN (which must exist: the
                       Job and its pods go with it), ttlSecondsAfterFinished 604800 (7 days)
   --image IMAGE       the guard's image (default: the one manifests/job/kustomization.yaml names)
-  --timeout SECONDS   how long `wait` waits (default 1800; the Job's own bound is its
-                      activeDeadlineSeconds, 1500)
+  --timeout SECONDS   how long `wait` waits (default 1900; the Job's own bound is its
+                      activeDeadlineSeconds, 1800)
   --pull-timeout SECONDS
                       how long a pod may fail to pull its image before the Job is failed
                       (default 120; 0 never). ErrImageNeverPull and InvalidImageName fail at once.
@@ -66,7 +66,7 @@ case "$phase" in
   *) usage; die "PHASE must be pre, post or status, not '$phase'" ;;
 esac
 shift 2
-plan="" image="" timeout=1800 pull_timeout=120
+plan="" image="" timeout=1900 pull_timeout=120
 while (( $# )); do
   case "$1" in
     --plan) plan="${2:?--plan needs a value}"; shift 2 ;;

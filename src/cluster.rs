@@ -1,8 +1,9 @@
 //! All I/O with the API server: read, conditional write, retry, and the Event.
 //!
 //! One retry layer: kube's own 429/503/504 retry is switched off (`default_retry = false`) and
-//! transient errors are retried here with `backon`, bounded only by the run's deadline, which
-//! `main` enforces around the whole run. Conflicts (409, or 422 from the failed
+//! transient errors are retried here with `backon`, bounded only by the run's deadline for
+//! requests ([`Deadline`]), which `main` enforces around the whole run; its clock stops while
+//! [`Cluster::poll`] sleeps between two reads, and a wait has a bound of its own. Conflicts (409, or 422 from the failed
 //! resourceVersion `test`) are answered by one fresh read and a new plan.
 
 use std::sync::{Arc, Mutex};
@@ -97,6 +98,10 @@ impl LastError {
     pub fn set(&self, e: String) {
         *self.0.lock().expect("not poisoned") = Some(e);
     }
+    /// The last transient error, if any was seen.
+    pub fn peek(&self) -> Option<String> {
+        self.0.lock().expect("not poisoned").clone()
+    }
     pub fn get(&self) -> String {
         self.0
             .lock()
@@ -112,7 +117,77 @@ pub struct Cluster {
     server: String,
     dry_run: bool,
     last_error: LastError,
+    deadline: Deadline,
 }
+
+/// `DEADLINE_SECONDS`: the bound of the run's requests and their retries. Its clock stops while a
+/// [`Cluster::poll`] sleeps between reads: a wait's time is bounded by the wait's own bound.
+#[derive(Debug, Clone, Default)]
+pub struct Deadline(Arc<Mutex<Clock>>);
+
+#[derive(Debug, Default)]
+struct Clock {
+    /// When it passes (`None`: never, as for a test client).
+    at: Option<tokio::time::Instant>,
+    /// Since when its clock is stopped.
+    stopped: Option<tokio::time::Instant>,
+}
+
+impl Deadline {
+    pub fn new(bound: Duration) -> Self {
+        Self(Arc::new(Mutex::new(Clock {
+            at: Some(tokio::time::Instant::now() + bound),
+            stopped: None,
+        })))
+    }
+
+    /// When it passes, unless its clock is stopped.
+    fn at(&self) -> Option<tokio::time::Instant> {
+        let c = self.0.lock().expect("not poisoned");
+        c.at.filter(|_| c.stopped.is_none())
+    }
+
+    /// Returns when the deadline has passed (never while its clock is stopped).
+    pub async fn passed(&self) {
+        loop {
+            match self.at() {
+                Some(at) if at <= tokio::time::Instant::now() => return,
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => tokio::time::sleep(Duration::from_millis(250)).await,
+            }
+        }
+    }
+
+    /// Sleeps `d` with the clock stopped; it moves on by the time slept.
+    async fn sleep_apart(&self, d: Duration) {
+        struct Resume<'a>(&'a Deadline);
+        impl Drop for Resume<'_> {
+            fn drop(&mut self) {
+                let mut c = (self.0).0.lock().expect("not poisoned");
+                if let (Some(at), Some(since)) = (c.at, c.stopped.take()) {
+                    c.at = Some(at + since.elapsed());
+                }
+            }
+        }
+        self.0.lock().expect("not poisoned").stopped = Some(tokio::time::Instant::now());
+        let _resume = Resume(self);
+        tokio::time::sleep(d).await;
+    }
+}
+
+/// What one read of a [`Cluster::poll`] came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Poll<T> {
+    /// Done: the poll returns this.
+    Ready(T),
+    /// Not yet: what is seen, for the progress lines and the message when the bound passes.
+    Pending(String),
+}
+
+/// How long a poll sleeps between two reads.
+pub const POLL_INTERVAL: Duration = Duration::from_millis(250);
+/// How often a poll says what it is waiting for.
+pub const PROGRESS_EVERY: Duration = Duration::from_secs(10);
 
 /// The longest wait between two attempts: a restarted API server is noticed within it.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(2);
@@ -142,7 +217,11 @@ fn jitter_seed() -> u64 {
 impl Cluster {
     /// A client from KUBECONFIG (or ~/.kube/config), else the in-cluster config, with kube's own
     /// retry layer off.
-    pub async fn connect(dry_run: bool, last_error: LastError) -> Result<Self, Error> {
+    pub async fn connect(
+        dry_run: bool,
+        last_error: LastError,
+        deadline: Deadline,
+    ) -> Result<Self, Error> {
         let mut config = Config::infer().await.map_err(|e| {
             Error::Config(one_line(format!(
                 "cannot load Kubernetes client configuration (KUBECONFIG, ~/.kube/config, or in-cluster): {}",
@@ -165,6 +244,7 @@ impl Cluster {
             server,
             dry_run,
             last_error,
+            deadline,
         })
     }
 
@@ -174,6 +254,58 @@ impl Cluster {
             server: "(test client)".into(),
             dry_run,
             last_error: LastError::default(),
+            deadline: Deadline::default(),
+        }
+    }
+
+    /// The one polling helper (for Fleet's status now, for a list of objects as well): calls
+    /// `read` (whose requests go through the retry layer like any other) every
+    /// [`POLL_INTERVAL`] until it returns [`Poll::Ready`], for at most `bound`. At the first
+    /// "not yet" and then every [`PROGRESS_EVERY`] it hands `progress` the time waited and what
+    /// the last read saw. The
+    /// run's deadline does not count the sleeps between reads, only the reads; SIGTERM stops a
+    /// poll as it stops everything (`main` drops the run). `Ok(Err(last))`: the bound passed,
+    /// with what was last seen (and a read in flight then, cut short, says so).
+    pub async fn poll<T>(
+        &self,
+        bound: Duration,
+        mut read: impl AsyncFnMut() -> Result<Poll<T>, Error>,
+        mut progress: impl FnMut(Duration, &str),
+    ) -> Result<Result<T, String>, Error> {
+        let start = tokio::time::Instant::now();
+        let end = start + bound;
+        let mut said: Option<tokio::time::Instant> = None;
+        let mut last = "nothing read yet".to_string();
+        let errors_before = self.last_error.peek();
+        loop {
+            match tokio::time::timeout_at(end, read()).await {
+                Ok(Ok(Poll::Ready(t))) => return Ok(Ok(t)),
+                Ok(Ok(Poll::Pending(seen))) => last = seen,
+                Ok(Err(e)) => return Err(e),
+                Err(_) => {
+                    let retrying = match self.last_error.peek() {
+                        Some(e) if Some(&e) != errors_before.as_ref() => {
+                            format!(" (reads were failing: {e})")
+                        }
+                        _ => String::new(),
+                    };
+                    return Ok(Err(format!("{last}{retrying}")));
+                }
+            }
+            let now = tokio::time::Instant::now();
+            if now >= end {
+                return Ok(Err(last));
+            }
+            if said.is_none_or(|t| now - t >= PROGRESS_EVERY) {
+                said = Some(now);
+                progress(now - start, &last);
+            }
+            self.deadline
+                .sleep_apart(POLL_INTERVAL.min(end - now))
+                .await;
+            if tokio::time::Instant::now() >= end {
+                return Ok(Err(last));
+            }
         }
     }
 

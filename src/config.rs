@@ -79,7 +79,12 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
     (
         "DEADLINE_SECONDS",
         defaults::DEADLINE_SECONDS,
-        "deadline for the whole run, retries included (1..=86400)",
+        "deadline for the run's requests, retries included (1..=86400); the Fleet wait is apart",
+    ),
+    (
+        "FLEET_WAIT_SECONDS",
+        defaults::FLEET_WAIT_SECONDS,
+        "pre/post: how long to wait for Fleet to apply the ManagedChart change (0..=86400; 0: do not wait)",
     ),
     (
         "HARVESTER_CLEANUP_WAIT_SECONDS",
@@ -123,6 +128,9 @@ pub struct Config {
     pub deadline: Duration,
     /// `post`'s bound on waiting for Harvester's upgrade cleanup (outside `deadline`).
     pub cleanup_wait: Duration,
+    /// How long `pre` and `post` wait for Fleet to apply their ManagedChart change; zero: not at
+    /// all. Apart from `deadline`, which bounds the requests.
+    pub fleet_wait: Duration,
     pub log_format: LogFormat,
     pub termination_message: Option<TerminationMessage>,
     /// Skip a missing object with a warning instead of failing.
@@ -152,6 +160,7 @@ struct Raw {
     dry_run: Option<String>,
     deadline_seconds: Option<String>,
     harvester_cleanup_wait_seconds: Option<String>,
+    fleet_wait_seconds: Option<String>,
     log_format: Option<String>,
     termination_message_path: Option<String>,
     allow_missing: Option<String>,
@@ -161,19 +170,24 @@ struct Raw {
 #[error("{0}")]
 pub struct ConfigError(pub String);
 
+/// A wait's bound in whole seconds, 0 (do not wait) to a day.
+fn wait(var: &str, raw: Option<String>, default: &str) -> Result<Duration, ConfigError> {
+    let value = raw.as_deref().unwrap_or(default);
+    match value.parse::<u64>() {
+        Ok(n @ 0..=86_400) => Ok(Duration::from_secs(n)),
+        _ => Err(invalid(
+            var,
+            value,
+            "a whole number of seconds from 0 (do not wait) to 86400",
+        )),
+    }
+}
+
 fn invalid(var: &str, value: &str, accepted: &str) -> ConfigError {
     ConfigError(format!("{var}={value:?} is invalid: expected {accepted}"))
 }
 
 impl Config {
-    /// The bounds of this phase's waits, which come on top of the I/O `deadline`.
-    pub fn waits(&self) -> Duration {
-        match self.intent.phase {
-            Phase::Post => self.cleanup_wait,
-            _ => Duration::ZERO,
-        }
-    }
-
     pub fn from_env() -> Result<Self, ConfigError> {
         Self::from_vars(std::env::vars())
     }
@@ -240,20 +254,16 @@ impl Config {
                 ));
             }
         };
-        let cleanup_wait = raw
-            .harvester_cleanup_wait_seconds
-            .as_deref()
-            .unwrap_or(defaults::CLEANUP_WAIT_SECONDS);
-        let cleanup_wait = match cleanup_wait.parse::<u64>() {
-            Ok(n @ 0..=86_400) => Duration::from_secs(n),
-            _ => {
-                return Err(invalid(
-                    "HARVESTER_CLEANUP_WAIT_SECONDS",
-                    cleanup_wait,
-                    "a whole number of seconds from 0 to 86400",
-                ));
-            }
-        };
+        let cleanup_wait = wait(
+            "HARVESTER_CLEANUP_WAIT_SECONDS",
+            raw.harvester_cleanup_wait_seconds,
+            defaults::CLEANUP_WAIT_SECONDS,
+        )?;
+        let fleet_wait = wait(
+            "FLEET_WAIT_SECONDS",
+            raw.fleet_wait_seconds,
+            defaults::FLEET_WAIT_SECONDS,
+        )?;
         let log_format = match raw.log_format.as_deref() {
             None | Some("text") => LogFormat::Text,
             Some("json") => LogFormat::Json,
@@ -287,6 +297,7 @@ impl Config {
             dry_run,
             deadline,
             cleanup_wait,
+            fleet_wait,
             log_format,
             termination_message,
             allow_missing,
@@ -391,7 +402,8 @@ pub fn help() -> String {
     out.push_str(
         "\nExit codes: 0 success (incl. already so); 2 bad configuration; 3 permanent refusal or\n\
          malformed object; 4 transient failures until the deadline; 5 interrupted (SIGTERM/SIGINT);\n\
-         6 an object not found (see ALLOW_MISSING).\n",
+         6 an object not found (see ALLOW_MISSING); 8 written, but Fleet did not apply the\n\
+         ManagedChart change (an error, or FLEET_WAIT_SECONDS passed).\n",
     );
     out
 }
@@ -424,6 +436,7 @@ mod tests {
         );
         assert_eq!((i.steps, c.dry_run), (Steps::ALL, false));
         assert_eq!((&i.fallback, c.deadline), (&None, Duration::from_secs(300)));
+        assert_eq!(c.fleet_wait, Duration::from_secs(600));
         assert_eq!(
             c.termination_message,
             Some(TerminationMessage {
@@ -475,6 +488,10 @@ mod tests {
             ("HARVESTER_CLEANUP_WAIT_SECONDS", "-1"),
             ("HARVESTER_CLEANUP_WAIT_SECONDS", "15m"),
             ("HARVESTER_CLEANUP_WAIT_SECONDS", "86401"),
+            ("FLEET_WAIT_SECONDS", "-1"),
+            ("FLEET_WAIT_SECONDS", "10s"),
+            ("FLEET_WAIT_SECONDS", "86401"),
+            ("FLEET_WAIT_SECONDS", ""),
             ("LOG_FORMAT", "yaml"),
             ("TERMINATION_MESSAGE_PATH", "relative/path"),
         ];
@@ -506,6 +523,10 @@ mod tests {
         for (secs, want) in [("1", 1), ("600", 600), ("86400", 86_400)] {
             let c = cfg(&[("PHASE", "post"), ("DEADLINE_SECONDS", secs)]).unwrap();
             assert_eq!(c.deadline, Duration::from_secs(want));
+        }
+        for (secs, want) in [("0", 0), ("5", 5), ("86400", 86_400)] {
+            let c = cfg(&[("PHASE", "pre"), ("FLEET_WAIT_SECONDS", secs)]).unwrap();
+            assert_eq!(c.fleet_wait, Duration::from_secs(want));
         }
         let c = cfg(&[
             ("PHASE", "status"),

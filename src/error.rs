@@ -22,6 +22,10 @@ pub mod exit {
     /// `post`: the latest Harvester Upgrade's cleanup did not end within
     /// `HARVESTER_CLEANUP_WAIT_SECONDS`. Nothing was written.
     pub const CLEANUP_PENDING: u8 = 7;
+    // 7 is kept for the wait on Harvester's upgrade cleanup.
+    /// Fleet did not apply the phase's ManagedChart change: it reported an error for the new
+    /// generation, or `FLEET_WAIT_SECONDS` passed. The writes stand; a rerun cannot fix it.
+    pub const FLEET_NOT_APPLIED: u8 = 8;
 }
 
 /// What a request was about.
@@ -88,6 +92,9 @@ pub enum Error {
     /// Upgrade and what to do.
     #[error("{0}")]
     CleanupPending(String),
+    /// The writes were made; Fleet has not deployed them (README, "Exit codes").
+    #[error("{target}: written, but Fleet has not applied the change: {message}")]
+    FleetNotApplied { target: Target, message: String },
 }
 
 impl Error {
@@ -104,6 +111,7 @@ impl Error {
             Error::Interrupted(_) => exit::INTERRUPTED,
             Error::Missing { .. } => exit::MISSING,
             Error::CleanupPending(_) => exit::CLEANUP_PENDING,
+            Error::FleetNotApplied { .. } => exit::FLEET_NOT_APPLIED,
         }
     }
 

@@ -4,12 +4,10 @@
 //! Harvester, and `post` waits for Harvester's cleanup. The decisions are there; the reads are in
 //! `cluster`; this module only puts them in order and says what it found.
 
-use std::time::Duration;
-
 use serde_json::Value;
 use tracing::{info, warn};
 
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, Poll};
 use crate::config::Config;
 use crate::error::Error;
 use crate::model::{Kind, Target};
@@ -201,9 +199,9 @@ async fn before_pre(
 }
 
 /// `post`, before its writes: while the latest Upgrade's cleanup may still write the methods
-/// and something of ours is on the objects, wait for it (bounded by
-/// `HARVESTER_CLEANUP_WAIT_SECONDS`, a progress line every 30 s); then the objects are read
-/// again, as the cleanup may have written them. Past the bound: exit 7, nothing written.
+/// and something of ours is on the objects, wait for it ([`Cluster::poll`], bounded by
+/// `HARVESTER_CLEANUP_WAIT_SECONDS`); then the objects are read again, as the cleanup may have
+/// written them. Past the bound: exit 7, nothing written.
 async fn before_post(
     cfg: &Config,
     cluster: &Cluster,
@@ -211,8 +209,8 @@ async fn before_post(
     done: &mut Vec<Done>,
 ) -> Result<(), Error> {
     let ours = anything_of_ours(objects);
-    let mut view = read(cluster, cfg).await?;
-    let Some(mut reason) = harvester::post_must_wait(view.upgrade.as_ref(), ours) else {
+    let view = read(cluster, cfg).await?;
+    let Some(reason) = harvester::post_must_wait(view.upgrade.as_ref(), ours) else {
         return Ok(());
     };
     if cfg.dry_run {
@@ -225,32 +223,38 @@ async fn before_post(
     }
     let started = tokio::time::Instant::now();
     let bound = cfg.cleanup_wait;
-    let mut last_line = None::<tokio::time::Instant>;
-    while let Some(why) = harvester::post_must_wait(view.upgrade.as_ref(), ours) {
-        reason = why;
-        let waited = started.elapsed();
-        if waited >= bound {
-            let u = view.upgrade.as_ref().expect("a pending upgrade");
-            return Err(Error::CleanupPending(format!(
-                "waited {}s: {reason}; nothing was written. Check it (kubectl -n {} get \
-                 upgrades.harvesterhci.io {} -o yaml), then run post again once it carries \
-                 {CLEANUP_LABEL}={CLEANUP_DONE}, or delete the Upgrade if it is stuck (Harvester's \
-                 cleanup runs on deletion), or raise HARVESTER_CLEANUP_WAIT_SECONDS",
-                bound.as_secs(),
-                u.namespace,
-                u.name
-            )));
-        }
-        if last_line.is_none_or(|t| t.elapsed() >= PROGRESS_EVERY) {
-            info!(
-                waited_s = waited.as_secs(),
-                bound_s = bound.as_secs(),
-                "waiting: {reason}"
-            );
-            last_line = Some(tokio::time::Instant::now());
-        }
-        tokio::time::sleep(POLL_EVERY.min(bound.saturating_sub(waited))).await;
-        view = read(cluster, cfg).await?;
+    let u = view.upgrade.clone().expect("a pending upgrade");
+    let waited = cluster
+        .poll(
+            bound,
+            async || {
+                let view = read(cluster, cfg).await?;
+                Ok(
+                    match harvester::post_must_wait(view.upgrade.as_ref(), ours) {
+                        None => Poll::Ready(()),
+                        Some(why) => Poll::Pending(why),
+                    },
+                )
+            },
+            |waited, seen| {
+                info!(
+                    waited_s = waited.as_secs(),
+                    bound_s = bound.as_secs(),
+                    "waiting: {seen}"
+                )
+            },
+        )
+        .await?;
+    if let Err(last) = waited {
+        return Err(Error::CleanupPending(format!(
+            "waited {}s: {last}; nothing was written. Check it (kubectl -n {} get \
+             upgrades.harvesterhci.io {} -o yaml), then run post again once it carries \
+             {CLEANUP_LABEL}={CLEANUP_DONE}, or delete the Upgrade if it is stuck (Harvester's \
+             cleanup runs on deletion), or raise HARVESTER_CLEANUP_WAIT_SECONDS",
+            bound.as_secs(),
+            u.namespace,
+            u.name
+        )));
     }
     let took = started.elapsed();
     let line = format!(
@@ -272,6 +276,3 @@ async fn before_post(
 
 /// Harvester's own version, a cluster-scoped `Setting`.
 const SERVER_VERSION: &str = "server-version";
-
-const POLL_EVERY: Duration = Duration::from_secs(1);
-const PROGRESS_EVERY: Duration = Duration::from_secs(30);

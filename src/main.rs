@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use tokio::signal::unix::{SignalKind, signal};
 use tracing::{error, info};
 use tracing_subscriber::EnvFilter;
-use workload_update_guard::cluster::{Cluster, LastError};
+use workload_update_guard::cluster::{Cluster, Deadline, LastError};
 use workload_update_guard::config::{self, Config, LogFormat};
 use workload_update_guard::error::{Error, exit};
 use workload_update_guard::model::defaults;
@@ -86,18 +86,18 @@ fn init_logging(format: LogFormat) {
 async fn run(cfg: &Config) -> u8 {
     let mut done = Vec::new();
     let last_error = LastError::default();
-    // The waits (Harvester's cleanup) have bounds of their own, outside the I/O deadline.
-    let deadline = tokio::time::Instant::now() + cfg.deadline + cfg.waits();
+    let deadline = Deadline::new(cfg.deadline);
     let signals =
         signal(SignalKind::terminate()).and_then(|t| Ok((t, signal(SignalKind::interrupt())?)));
     let (mut sigterm, mut sigint) = match signals {
         Ok(s) => s,
         Err(e) => return finish(cfg, &done, None, Err(Error::Signals(e.to_string()))),
     };
-    info!(phase = %cfg.intent.phase, dry_run = cfg.dry_run, deadline_s = cfg.deadline.as_secs(), "starting");
+    info!(phase = %cfg.intent.phase, dry_run = cfg.dry_run, deadline_s = cfg.deadline.as_secs(), fleet_wait_s = cfg.fleet_wait.as_secs(), "starting");
     let result = {
         let work = async {
-            let cluster = Cluster::connect(cfg.dry_run, last_error.clone()).await?;
+            let cluster =
+                Cluster::connect(cfg.dry_run, last_error.clone(), deadline.clone()).await?;
             let mut stdout = std::io::stdout().lock();
             phases::run(cfg, &cluster, &mut done, &mut stdout).await
         };
@@ -105,7 +105,7 @@ async fn run(cfg: &Config) -> u8 {
             r = work => r,
             _ = sigterm.recv() => Err(Error::Interrupted("SIGTERM")),
             _ = sigint.recv() => Err(Error::Interrupted("SIGINT")),
-            _ = tokio::time::sleep_until(deadline) => Err(Error::Deadline { seconds: (cfg.deadline + cfg.waits()).as_secs(), last: last_error.get() }),
+            _ = deadline.passed() => Err(Error::Deadline { seconds: cfg.deadline.as_secs(), last: last_error.get() }),
         }
     };
     let verdict = result.as_ref().ok().cloned().flatten();

@@ -5,6 +5,8 @@
 //! - [`phase`]: the phase's order of writes and the hints between the two objects;
 //! - [`kubevirt`]: the CR's suspension and restore, where the original comes from, the notice;
 //! - [`chart`]: the ManagedChart's values override and comparePatches pointer;
+//! - [`fleet`]: Fleet's view of the ManagedChart (its copied Bundle status) and what a phase
+//!   waits for;
 //! - [`ownership`]: `managedFields`: who owns the methods, and the release of our claim;
 //! - [`harvester`]: Harvester's own upgrade: its backup, its cleanup, its blind restores;
 //! - [`records`]: the annotation formats and their checked readers (shared with `report`);
@@ -17,6 +19,7 @@
 
 pub mod chart;
 pub mod editor;
+pub mod fleet;
 pub mod harvester;
 pub mod kubevirt;
 pub mod ownership;

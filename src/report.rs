@@ -8,6 +8,7 @@ use crate::model::{
     FIELD_MANAGER, KUBEVIRT_COPY, KUBEVIRT_RECORD, METHODS_FIELD, METHODS_PATH, Target, VALUES_PATH,
 };
 use crate::plan::chart::{compare_list, find_pointer, values_choice};
+use crate::plan::fleet::{self, Fleet};
 use crate::plan::harvester::{Backup, CleanupWrite, Handling, Upgrade};
 use crate::plan::kubevirt::{Source, restore_source};
 use crate::plan::ownership::{Owner, owners, update_claim_warnings};
@@ -97,8 +98,26 @@ pub struct ChartReport {
     /// The values override's later choice, kept by `post` on both objects.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub values_choice: Option<Value>,
+    /// Fleet's view (the Bundle's status as Rancher copies it); `None`: no Fleet status at all.
+    pub fleet: Option<FleetReport>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub problems: Vec<String>,
+}
+
+/// Fleet's view of the ManagedChart, as Harvester's upgrade checks it (`Ready`).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FleetReport {
+    /// The `Ready` condition's status (`True`, `False`, ...), if there is one.
+    pub ready: Option<String>,
+    pub state: Option<String>,
+    pub message: Option<String>,
+    /// The Bundle's generation Fleet has seen.
+    pub observed_generation: Option<i64>,
+    /// The current spec, so our last change to it, is deployed: `Ready` with everything ready.
+    pub current_spec_applied: bool,
+    /// What Fleet says, in one line ([`fleet::said`]).
+    pub said: String,
 }
 
 /// Keeps a reader's value, or notes why it is refused.
@@ -155,6 +174,20 @@ impl Report {
         warnings.extend(kv.map(update_claim_warnings).unwrap_or_default());
         if let Some(r) = restore.filter(|r| r.source == Source::LaterChoice) {
             warnings.push(r.reason.clone());
+        }
+        if let Some(c) = chart.as_ref().filter(|c| c.found) {
+            if c.paused {
+                warnings.push(format!(
+                    "{} is paused: Fleet deploys nothing until it is unpaused",
+                    c.object
+                ));
+            } else if let Some(f) = c.fleet.as_ref().filter(|f| !f.current_spec_applied) {
+                warnings.push(format!(
+                    "Fleet has not applied {}'s current spec ({}): Harvester refuses to start an \
+                     upgrade until it is Ready",
+                    c.object, f.said
+                ));
+            }
         }
         let verdict = match refusal(&k, chart.as_ref()) {
             Some(refused) => refused,
@@ -345,6 +378,7 @@ fn chart_report(target: &Target, obj: Option<&Value>, intent: &Intent) -> ChartR
         values_choice: obj
             .filter(|_| intent.steps.values)
             .and_then(|o| read(&mut problems, values_choice(o))),
+        fleet: obj.filter(|o| fleet::has_status(o)).map(fleet_report),
         problems,
     }
 }
@@ -406,6 +440,28 @@ impl Report {
             offered,
         });
         self
+    }
+}
+
+fn fleet_report(chart: &Value) -> FleetReport {
+    let ready = chart
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"));
+    let field = |k: &str| {
+        ready
+            .and_then(|c| c.get(k))
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+    };
+    FleetReport {
+        ready: field("status"),
+        state: text(chart, "/status/display/state"),
+        message: field("message"),
+        observed_generation: fleet::observed_generation(chart),
+        current_spec_applied: matches!(fleet::fleet_view(chart, None), Fleet::Applied(_)),
+        said: fleet::said(chart),
     }
 }
 
@@ -553,6 +609,27 @@ impl std::fmt::Display for Report {
                     });
                 row(f, "compare-patch record", compare)?;
                 row(f, "copy of KubeVirt original", record(&c.kubevirt_copy))?;
+                match &c.fleet {
+                    None => row(f, "Fleet", "no status (no controller reports on it)")?,
+                    Some(fl) => {
+                        row(f, "Fleet Ready", or(&fl.ready))?;
+                        row(f, "Fleet state", or(&fl.state))?;
+                        if let Some(m) = &fl.message {
+                            row(f, "Fleet message", m)?;
+                        }
+                        row(
+                            f,
+                            "Fleet observedGeneration",
+                            fl.observed_generation.map_or("-".into(), |g| g.to_string()),
+                        )?;
+                        let applied = if fl.current_spec_applied {
+                            "yes: the current spec, with our last change, is deployed"
+                        } else {
+                            "no: not deployed yet (or failed), see the message"
+                        };
+                        row(f, "last change applied", applied)?;
+                    }
+                }
                 for p in &c.problems {
                     row(f, "PROBLEM", p)?;
                 }
@@ -664,6 +741,76 @@ mod tests {
         // Once in the verdict, once as the CR's PROBLEM.
         assert_eq!(text.matches("is corrupted").count(), 2, "{text}");
         assert!(!text.contains("Entry"), "{text}");
+    }
+
+    /// Fleet's view: Ready or not, the state and message, and whether the current spec is
+    /// deployed; a chart without any status says so.
+    #[test]
+    fn status_shows_fleets_view() {
+        use crate::model::Kind;
+        use crate::plan::testing::*;
+        let intent = intent(Phase::Status);
+        let key = intent.keys.chart.clone().unwrap();
+        let (kt, ct) = (
+            Target::new(Kind::KubeVirt, &kv()),
+            Target::new(Kind::ManagedChart, &key),
+        );
+        let kv_obj = kubevirt(Some(json!(["LiveMigrate"])));
+        let mut ch = chart(json!({}), None);
+        let text = Report::new(
+            &intent,
+            (&kt, Some(&kv_obj)),
+            Some((&ct, Ok(Some(&ch)))),
+            &[],
+        )
+        .to_string();
+        assert!(text.contains("no status"), "{text}");
+        let wait = "WaitApplied(1) [Cluster fleet-local/local]";
+        ch["status"] = json!({"observedGeneration": 3, "display": {"state": "WaitApplied"},
+            "summary": {"desiredReady": 1, "ready": 0, "waitApplied": 1},
+            "conditions": [{"type": "Ready", "status": "False", "message": wait}]});
+        let r = Report::new(
+            &intent,
+            (&kt, Some(&kv_obj)),
+            Some((&ct, Ok(Some(&ch)))),
+            &[],
+        );
+        let f = r.managed_chart.as_ref().unwrap().fleet.as_ref().unwrap();
+        assert_eq!(
+            (f.ready.as_deref(), f.state.as_deref(), f.message.as_deref()),
+            (Some("False"), Some("WaitApplied"), Some(wait))
+        );
+        assert!(!f.current_spec_applied);
+        assert!(
+            r.warnings.iter().any(|w| w.contains("refuses to start")),
+            "{:?}",
+            r.warnings
+        );
+        let text = r.to_string();
+        assert!(
+            text.contains(wait) && text.contains("last change applied"),
+            "{text}"
+        );
+        ch["status"]["conditions"][0] = json!({"type": "Ready", "status": "True"});
+        ch["status"]["summary"]["ready"] = json!(1);
+        ch["status"]["display"]["state"] = json!("Ready");
+        let r = Report::new(
+            &intent,
+            (&kt, Some(&kv_obj)),
+            Some((&ct, Ok(Some(&ch)))),
+            &[],
+        );
+        assert!(
+            r.managed_chart
+                .as_ref()
+                .unwrap()
+                .fleet
+                .as_ref()
+                .unwrap()
+                .current_spec_applied
+        );
+        assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+        assert!(r.to_string().contains("yes: the current spec"));
     }
 
     #[test]

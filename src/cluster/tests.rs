@@ -612,3 +612,75 @@ fn each_backoff_sleeps_a_sequence_of_its_own() {
         }
     }
 }
+
+/// The polling helper: reads until ready, says what it waits for every 10 s, stops at its
+/// bound with the last thing seen, and keeps the deadline's clock stopped while it sleeps.
+#[tokio::test(start_paused = true)]
+async fn a_poll_reads_until_ready_and_stops_at_its_bound() {
+    let (cluster, _handle) = mock_cluster(false);
+    let mut reads = 0;
+    let mut said = Vec::new();
+    let got = cluster
+        .poll(
+            Duration::from_secs(60),
+            async || {
+                reads += 1;
+                Ok(if reads == 100 {
+                    Poll::Ready(reads)
+                } else {
+                    Poll::Pending(format!("read {reads}"))
+                })
+            },
+            |waited, last| said.push((waited.as_secs(), last.to_string())),
+        )
+        .await
+        .unwrap();
+    assert_eq!(got, Ok(100));
+    // 99 sleeps of 250 ms: progress at once, at 10 s and at 20 s.
+    assert_eq!(said.len(), 3, "{said:?}");
+    assert_eq!((said[0].0, said[1].0, said[2].0), (0, 10, 20));
+    assert_eq!(said[0].1, "read 1");
+    let start = tokio::time::Instant::now();
+    let timed_out = cluster
+        .poll(
+            Duration::from_secs(3),
+            async || Ok(Poll::<()>::Pending("WaitApplied".into())),
+            |_, _| {},
+        )
+        .await
+        .unwrap();
+    assert_eq!(timed_out, Err("WaitApplied".to_string()));
+    assert_eq!(start.elapsed(), Duration::from_secs(3));
+    // An error of a read ends the poll with it.
+    let err = cluster
+        .poll(
+            Duration::from_secs(3),
+            async || Err::<Poll<()>, _>(Error::Interrupted("SIGTERM")),
+            |_, _| {},
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.exit_code(), exit::INTERRUPTED);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_deadline_does_not_count_a_polls_sleeps() {
+    let deadline = Deadline::new(Duration::from_secs(1));
+    let (service, _handle) = mock::pair::<Request<Body>, Response<Body>>();
+    let mut cluster = Cluster::from_client(Client::new(service, "default"), false);
+    cluster.deadline = deadline.clone();
+    let start = tokio::time::Instant::now();
+    let poll = cluster.poll(
+        Duration::from_secs(5),
+        async || Ok(Poll::<()>::Pending("not yet".into())),
+        |_, _| {},
+    );
+    tokio::select! {
+        r = poll => assert_eq!(r.unwrap(), Err("not yet".to_string())),
+        _ = deadline.passed() => panic!("the deadline passed during the poll's sleeps"),
+    }
+    assert_eq!(start.elapsed(), Duration::from_secs(5));
+    // Its second left still runs out afterwards.
+    deadline.passed().await;
+    assert_eq!(start.elapsed(), Duration::from_secs(6));
+}

@@ -1,5 +1,5 @@
 //! Every rule of the Job's podFailurePolicy, for real, and the hardening as the runtime applied
-//! it. The exit codes (manifests/job/job.yaml, src/error.rs): 2, 3 and 6 FailJob; 4 and 5 Count;
+//! it. The exit codes (manifests/job/job.yaml, src/error.rs): 2, 3, 6 and 8 FailJob; 4 and 5 Count;
 //! a pod with the DisruptionTarget condition (an eviction) is ignored.
 
 use std::time::{Duration, Instant};

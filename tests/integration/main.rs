@@ -2,6 +2,7 @@
 
 mod cli;
 mod control_plane;
+mod fleet;
 mod harvester;
 mod hazards;
 mod lifetime;

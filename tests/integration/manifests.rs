@@ -132,7 +132,8 @@ fn the_pod_failure_policy_names_the_binary_exit_codes() {
                 exit::CONFIG,
                 exit::PERMANENT,
                 exit::MISSING,
-                exit::CLEANUP_PENDING
+                exit::CLEANUP_PENDING,
+                exit::FLEET_NOT_APPLIED
             ],
             "{dir}"
         );
@@ -167,19 +168,21 @@ fn the_jobs_are_hardened_and_outlast_the_tool_deadline() {
         );
         let deadline: u64 = env["DEADLINE_SECONDS"].parse().unwrap();
         let attempts = spec["backoffLimit"].as_u64().unwrap() + 1;
-        // post waits for Harvester's cleanup first, once (exit 7 fails the Job), with the
-        // binary's default bound.
-        let waits: u64 = if phase == "post" {
+        let active = spec["activeDeadlineSeconds"].as_u64().unwrap();
+        assert!(active > attempts * deadline, "{dir}");
+        // The waits are apart from DEADLINE_SECONDS, and passing a bound fails the Job (exits 7
+        // and 8), so one of each is added on top of the attempts: Fleet's in pre and post, and
+        // Harvester's cleanup (with the binary's default bound) in post.
+        let wait: u64 = env["FLEET_WAIT_SECONDS"].parse().unwrap();
+        assert_eq!(wait, 600, "{dir}: the default, said in the Job");
+        let cleanup: u64 = if phase == "post" {
             workload_update_guard::model::defaults::CLEANUP_WAIT_SECONDS
                 .parse()
                 .unwrap()
         } else {
             0
         };
-        assert!(
-            spec["activeDeadlineSeconds"].as_u64().unwrap() > attempts * deadline + waits,
-            "{dir}"
-        );
+        assert!(active >= attempts * deadline + wait + cleanup, "{dir}");
         assert!(spec["ttlSecondsAfterFinished"].as_u64().is_some());
         assert_eq!(pod["restartPolicy"], "Never");
         // The read-only report never runs with a right to write.
@@ -271,6 +274,17 @@ async fn the_service_account_token_runs_every_phase_and_nothing_else() {
     let mut chart = harvester_chart("fleet-local");
     chart["metadata"]["namespace"] = json!("fleet-local");
     let chart0 = create(&client, "ManagedChart", "fleet-local", chart).await;
+    // Fleet's status, as Rancher copies it: pre and post wait for it with `get` alone.
+    let fleet = crate::support::fleet::FleetModel::start(
+        &client,
+        "fleet-local",
+        crate::support::fleet::Options {
+            deploy: crate::support::fleet::Deploy::StatusOnly,
+            take_up: std::time::Duration::ZERO,
+            delay: std::time::Duration::from_millis(300),
+        },
+    )
+    .await;
     create(
         &client,
         "KubeVirt",
@@ -302,15 +316,23 @@ async fn the_service_account_token_runs_every_phase_and_nothing_else() {
         }
         if dir == "status" {
             assert!(run.stdout.contains("automated updates"), "{run:?}");
+        } else {
+            let steps = run.summary.as_ref().unwrap()["steps"].to_string();
+            assert!(steps.contains("Fleet applied the change"), "{dir}: {steps}");
         }
     }
+    fleet.stop().await;
     assert_eq!(
         content(&get(&client, "KubeVirt", kv_ns, "kubevirt").await)["spec"],
         content(&kv0)["spec"]
     );
+    let without_status = |mut o: Value| {
+        o.as_object_mut().unwrap().remove("status");
+        content(&o)
+    };
     assert_eq!(
-        content(&get(&client, "ManagedChart", "fleet-local", "harvester").await),
-        content(&chart0)
+        without_status(get(&client, "ManagedChart", "fleet-local", "harvester").await),
+        without_status(chart0)
     );
     // The Role's `create events` was enough for both Events.
     let events: kube::Api<k8s_openapi::api::core::v1::Event> =

@@ -6,6 +6,7 @@
 //! script's message, at once: the failure is kept for the whole binary. Nothing is skipped.
 //! `ControlPlane::up` starts another one, of any version, for tests that restart or upgrade it.
 
+pub mod fleet;
 pub mod harvester;
 pub mod upgrade;
 
@@ -255,6 +256,15 @@ pub async fn create(client: &Client, kind: &str, ns: &str, obj: Value) -> Value 
             .expect("create"),
     )
     .unwrap()
+}
+
+/// The object, or `None` on any error (the Fleet model's reads).
+pub async fn get_opt(client: &Client, kind: &str, ns: &str, name: &str) -> Option<Value> {
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &resource(kind));
+    api.get(name)
+        .await
+        .ok()
+        .map(|o| serde_json::to_value(o).unwrap())
 }
 
 pub async fn get(client: &Client, kind: &str, ns: &str, name: &str) -> Value {
@@ -568,10 +578,16 @@ pub fn chart_without_methods() -> PathBuf {
 /// The error is Helm's own message.
 pub async fn fleet_deploy(client: &Client, ns: &str, chart: &Path) -> Result<(), String> {
     let mc = get(client, "ManagedChart", ns, "harvester").await;
+    helm_deploy(ns, chart, &mc["spec"]["values"]).await
+}
+
+/// `helm upgrade --install harvester CHART --reset-values --server-side true -f VALUES` into `ns`
+/// (without blocking the runtime: the Fleet model runs it in the background).
+pub async fn helm_deploy(ns: &str, chart: &Path, values: &Value) -> Result<(), String> {
     let dir = tempfile_dir();
-    let values = dir.join("values.json");
-    std::fs::write(&values, mc["spec"]["values"].to_string()).unwrap();
-    let out = Command::new(helm_bin())
+    let file = dir.join("values.json");
+    std::fs::write(&file, values.to_string()).unwrap();
+    let out = tokio::process::Command::new(helm_bin())
         .args(["upgrade", "--install", "harvester"])
         .arg(chart)
         .args([
@@ -582,13 +598,15 @@ pub async fn fleet_deploy(client: &Client, ns: &str, chart: &Path) -> Result<(),
             "true",
             "-f",
         ])
-        .arg(&values)
+        .arg(&file)
         .env("KUBECONFIG", control_plane().kubeconfig())
         .env("HELM_CONFIG_HOME", dir.join("config"))
         .env("HELM_CACHE_HOME", dir.join("cache"))
         .env("HELM_DATA_HOME", dir.join("data"))
         .output()
+        .await
         .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
     if out.status.success() {
         Ok(())
     } else {

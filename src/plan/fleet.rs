@@ -1,0 +1,657 @@
+//! Fleet's view of the ManagedChart, and what a phase waits for (docs/design.md, "Waiting for
+//! Fleet"). Pure: the ManagedChart's JSON in, a verdict out; `phases` polls and decides when.
+//!
+//! Rancher copies the Bundle's status onto the ManagedChart as it is
+//! (`pkg/controllers/provisioningv2/managedchart/managedchart.go`, `status.BundleStatus =
+//! bundle.Status`): `conditions` (`Ready`, and wrangler's `Defined`), `summary` (`desiredReady`,
+//! `ready`, `waitApplied`, `errApplied`, `modified`, `notReady`, `outOfSync`, `pending`,
+//! `nonReadyResources[]`), `unavailable`, `display.state`, and `observedGeneration`, which is
+//! the **Bundle's** generation, not the ManagedChart's. Only a change of the ManagedChart's spec
+//! makes a new Bundle generation ([`changes_deployed_spec`]); a `Ready: True` whose
+//! observedGeneration has not moved past the one before the write is the previous generation's
+//! (rancher/fleet#5219: `summary` and `Ready` have been seen not to change during an update),
+//! and is never taken for the new one.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::ownership::owners;
+use super::records::{describe, lookup, methods};
+use crate::model::{CHART_RECORDS, FIELD_MANAGER, METHODS_FIELD, METHODS_PATH, VALUES_PATH};
+
+/// What Fleet says of the ManagedChart's current spec.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "state", content = "said", rename_all = "camelCase")]
+pub enum Fleet {
+    /// The change is deployed: observedGeneration past the one before the write, `Ready: True`,
+    /// ready equals desired, nothing unavailable. The Bundle's generation, if Fleet gave one.
+    Applied(Option<i64>),
+    /// Not yet: what Fleet says (its state and message).
+    Waiting(String),
+    /// Fleet reports an error for the new generation: its message.
+    Failed(String),
+    /// `spec.paused: true`: Fleet deploys nothing until the chart is unpaused.
+    Paused,
+    /// No Fleet status at all: no controller ever wrote one.
+    NoStatus,
+}
+
+/// Warning reasons of the wait.
+pub const PAUSED: &str = "ManagedChartPaused";
+pub const CONFLICT: &str = "FleetDeployWillConflict";
+pub const NOT_APPLIED: &str = "ManagedChartNotApplied";
+
+/// Fleet's states whose `Ready: False` only means "not yet" (rancher/fleet's docs, "Cluster
+/// and Bundle state"). `ErrApplied` and `Modified` are errors; so is a message naming no state.
+const NOT_YET: &[&str] = &[
+    "WaitApplied",
+    "Pending",
+    "NotReady",
+    "OutOfSync",
+    "WaitCheckIn",
+];
+const ERRORS: &[&str] = &["ErrApplied", "Modified"];
+
+fn int(v: &Value, ptr: &str) -> Option<i64> {
+    v.pointer(ptr).and_then(Value::as_i64)
+}
+
+fn text<'a>(v: &'a Value, ptr: &str) -> Option<&'a str> {
+    v.pointer(ptr)
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+}
+
+/// The Bundle's generation Fleet has seen, as copied onto the ManagedChart.
+pub fn observed_generation(chart: &Value) -> Option<i64> {
+    int(chart, "/status/observedGeneration")
+}
+
+/// Whether a controller ever wrote a Fleet status on the ManagedChart.
+pub fn has_status(chart: &Value) -> bool {
+    chart
+        .get("status")
+        .and_then(Value::as_object)
+        .is_some_and(|s| {
+            ["observedGeneration", "conditions", "summary", "display"]
+                .iter()
+                .any(|k| s.contains_key(*k))
+        })
+}
+
+/// A condition's `(status, message)`.
+fn condition<'a>(chart: &'a Value, kind: &str) -> Option<(&'a str, &'a str)> {
+    chart
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)?
+        .iter()
+        .find(|c| c.get("type").and_then(Value::as_str) == Some(kind))
+        .map(|c| {
+            (
+                c.get("status").and_then(Value::as_str).unwrap_or(""),
+                c.get("message").and_then(Value::as_str).unwrap_or(""),
+            )
+        })
+}
+
+/// The state a Fleet message starts with (`WaitApplied(1) [Cluster fleet-local/local]`).
+fn leading_state(message: &str) -> &str {
+    let end = message
+        .find(|c: char| !c.is_ascii_alphanumeric())
+        .unwrap_or(message.len());
+    &message[..end]
+}
+
+/// What Fleet says, in one line: its display state, the Ready condition's message, and the
+/// messages of the resources it names as not ready (the API server's words on a rejected apply).
+pub fn said(chart: &Value) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    if let Some(state) = text(chart, "/status/display/state") {
+        parts.push(format!("state {state}"));
+    }
+    let ready = condition(chart, "Ready");
+    if let Some((status, message)) = ready {
+        let status = if status.is_empty() { "Unknown" } else { status };
+        match message {
+            "" => parts.push(format!("Ready {status}")),
+            m => parts.push(format!("Ready {status}: {m}")),
+        }
+    }
+    let message = ready.map_or("", |(_, m)| m);
+    for r in chart
+        .pointer("/status/summary/nonReadyResources")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        if let Some(m) = text(r, "/message")
+            && !message.contains(m)
+        {
+            let name = text(r, "/name").unwrap_or("a resource");
+            parts.push(format!("{name}: {m}"));
+        }
+    }
+    match observed_generation(chart) {
+        Some(g) => parts.push(format!("observedGeneration {g}")),
+        None => parts.push("no observedGeneration".into()),
+    }
+    parts.join("; ")
+}
+
+/// Fleet's verdict on the ManagedChart's current spec. `before`: the observedGeneration read
+/// before our first write of the deployed spec, which Fleet must move past; `None` when there
+/// was no such write (a rerun), and the current generation is judged as it stands.
+pub fn fleet_view(chart: &Value, before: Option<i64>) -> Fleet {
+    if chart.pointer("/spec/paused").and_then(Value::as_bool) == Some(true) {
+        return Fleet::Paused;
+    }
+    if !has_status(chart) {
+        return Fleet::NoStatus;
+    }
+    // Rancher's own error: it could not make the Bundle from the ManagedChart (wrangler's
+    // generating handler sets `Defined: False` with it). No new generation will come.
+    if let Some(("False", message)) = condition(chart, "Defined") {
+        return Fleet::Failed(format!(
+            "Rancher cannot make the Bundle (Defined False): {message}"
+        ));
+    }
+    let seen = observed_generation(chart);
+    if let Some(b) = before
+        && seen.is_none_or(|g| g <= b)
+    {
+        return Fleet::Waiting(format!(
+            "Fleet has not taken the change up yet (observedGeneration {}, and {b} before the \
+             write; what it says is of the previous generation: {})",
+            seen.map_or("none".into(), |g| g.to_string()),
+            said(chart)
+        ));
+    }
+    let count = |k: &str| int(chart, &format!("/status/summary/{k}")).unwrap_or(0);
+    let ready = condition(chart, "Ready");
+    let message = ready.map_or("", |(_, m)| m);
+    let state = leading_state(message);
+    let error_message = ready.is_some_and(|(s, m)| {
+        s == "False" && !m.is_empty() && (ERRORS.contains(&state) || !NOT_YET.contains(&state))
+    });
+    if count("errApplied") > 0 || count("modified") > 0 || error_message {
+        return Fleet::Failed(said(chart));
+    }
+    match ready {
+        Some(("True", _)) => {
+            let desired = int(chart, "/status/summary/desiredReady");
+            let ready = int(chart, "/status/summary/ready");
+            let unavailable = int(chart, "/status/unavailable").unwrap_or(0);
+            if desired == ready && unavailable == 0 {
+                Fleet::Applied(seen)
+            } else {
+                Fleet::Waiting(format!(
+                    "Ready True but {} of {} ready, {unavailable} unavailable; {}",
+                    ready.unwrap_or(0),
+                    desired.unwrap_or(0),
+                    said(chart)
+                ))
+            }
+        }
+        _ => Fleet::Waiting(said(chart)),
+    }
+}
+
+/// Whether a write of the ManagedChart changed what Rancher copies into the Bundle (anything
+/// under `spec`: values, diff, paused, version, ...), so that Fleet deploys a new generation.
+/// An annotation-only write (a record) or a `managedFields`-only one (the release) does not, and
+/// is never waited for.
+pub fn changes_deployed_spec(before: &Value, after: &Value) -> bool {
+    before.get("spec") != after.get("spec")
+}
+
+/// The same, from a planned patch: does any of its operations write under `/spec`?
+pub fn patch_changes_deployed_spec(patch: &json_patch::Patch) -> bool {
+    let under_spec = |p: &str| p == "/spec" || p.starts_with("/spec/");
+    patch.0.iter().any(|op| {
+        use json_patch::PatchOperation as Op;
+        match op {
+            Op::Test(_) => false,
+            Op::Add(o) => under_spec(o.path.as_str()),
+            Op::Remove(o) => under_spec(o.path.as_str()),
+            Op::Replace(o) => under_spec(o.path.as_str()),
+            Op::Move(o) => under_spec(o.path.as_str()) || under_spec(o.from.as_str()),
+            Op::Copy(o) => under_spec(o.path.as_str()),
+        }
+    })
+}
+
+/// Whether any record of ours is on the ManagedChart (`pre` has suspended it).
+pub fn records_on_chart(chart: &Value) -> bool {
+    let annotations = chart.pointer("/metadata/annotations");
+    CHART_RECORDS
+        .iter()
+        .any(|k| annotations.and_then(|a| a.get(*k)).is_some())
+}
+
+/// Another manager's `Update` claim on the KubeVirt CR's methods that Fleet's next deploy will
+/// conflict with: its value is not the one the ManagedChart's values render.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Conflict {
+    pub manager: String,
+    /// The CR's methods now (the value the claim holds).
+    pub value: Option<Value>,
+    /// The values override of the methods; `None`: no override, the chart's default is deployed.
+    pub rendered: Option<Value>,
+}
+
+impl std::fmt::Display for Conflict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let value = describe(&self.value);
+        let what = match &self.rendered {
+            Some(r) => format!(
+                "Fleet's deploy of {} will conflict with it",
+                describe(&Some(r.clone()))
+            ),
+            None => format!(
+                "the ManagedChart's values set no override, so Fleet's deploy of the chart's \
+                 default will conflict with it unless that default is {value}"
+            ),
+        };
+        write!(
+            f,
+            "{} holds an Update claim on {METHODS_FIELD} of the KubeVirt CR (value {value}): \
+             {what} (Helm: conflict with \"{}\"), and the chart stays WaitApplied. To release \
+             it, run pre and then post once more (the cycle releases the claim and keeps the \
+             value until the values decide), or set the ManagedChart's values override to \
+             {value}",
+            self.manager, self.manager
+        )
+    }
+}
+
+/// The claims on the KubeVirt CR's methods (as the phase left it) that Fleet's deploy of the
+/// ManagedChart's values (as the phase left them) will conflict with: an `Update` claim of
+/// another manager (the ones `ownership::update_claim_warnings` names), on a value other than
+/// the one the values render. No override: any such claim may conflict with the chart's default,
+/// and is named, with that said.
+pub fn conflicts(kubevirt: &Value, chart: &Value) -> Vec<Conflict> {
+    let Ok(value) = methods(kubevirt) else {
+        return Vec::new();
+    };
+    let rendered = lookup(chart, VALUES_PATH).ok().flatten().cloned();
+    if rendered.is_some() && rendered == value {
+        return Vec::new();
+    }
+    owners(kubevirt, METHODS_PATH)
+        .into_iter()
+        .filter(|o| o.blocks_apply() && o.manager != FIELD_MANAGER)
+        .map(|o| Conflict {
+            manager: o.manager,
+            value: value.clone(),
+            rendered: rendered.clone(),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::testing::*;
+
+    /// A ManagedChart with the status Rancher copies from the Bundle.
+    fn with_status(gen_: i64, ready: &str, message: &str, summary: Value) -> Value {
+        let mut c = chart(json!({}), None);
+        let mut s = json!({"desiredReady": 1, "ready": if ready == "True" {1} else {0}});
+        merge(&mut s, &summary);
+        c["status"] = json!({
+            "observedGeneration": gen_,
+            "unavailable": 0,
+            "display": {"state": leading_state(message).to_string()},
+            "summary": s,
+            "conditions": [
+                {"type": "Defined", "status": "True"},
+                {"type": "Ready", "status": ready, "message": message},
+            ],
+        });
+        c
+    }
+
+    fn merge(into: &mut Value, from: &Value) {
+        if let (Some(a), Some(b)) = (into.as_object_mut(), from.as_object()) {
+            for (k, v) in b {
+                a.insert(k.clone(), v.clone());
+            }
+        }
+    }
+
+    const WAIT: &str = "WaitApplied(1) [Cluster fleet-local/local]";
+    const ERR: &str = "ErrApplied(1) [Cluster fleet-local/local: server-side apply failed for object harvester-system/kubevirt: Unsupported value: \"Bogus\"]";
+
+    #[test]
+    fn ready_for_the_new_generation_is_applied() {
+        let c = with_status(5, "True", "", json!({}));
+        assert_eq!(fleet_view(&c, Some(4)), Fleet::Applied(Some(5)));
+        assert_eq!(fleet_view(&c, None), Fleet::Applied(Some(5)));
+    }
+
+    #[test]
+    fn a_ready_true_of_the_previous_generation_is_not_taken() {
+        // rancher/fleet#5219: Ready True left over from before the write.
+        for seen in [3, 4] {
+            let c = with_status(seen, "True", "", json!({}));
+            match fleet_view(&c, Some(4)) {
+                Fleet::Waiting(s) => assert!(s.contains("not taken the change up"), "{s}"),
+                other => panic!("{other:?}"),
+            }
+        }
+        // Even an error of the previous generation is not ours.
+        let c = with_status(4, "False", ERR, json!({"errApplied": 1}));
+        assert!(matches!(fleet_view(&c, Some(4)), Fleet::Waiting(_)));
+        // No observedGeneration at all: not moved either.
+        let mut c = with_status(5, "True", "", json!({}));
+        c["status"]
+            .as_object_mut()
+            .unwrap()
+            .remove("observedGeneration");
+        assert!(matches!(fleet_view(&c, Some(4)), Fleet::Waiting(_)));
+        assert_eq!(fleet_view(&c, None), Fleet::Applied(None));
+    }
+
+    #[test]
+    fn wait_applied_is_waiting_with_fleets_words() {
+        let c = with_status(5, "False", WAIT, json!({"waitApplied": 1}));
+        match fleet_view(&c, Some(4)) {
+            Fleet::Waiting(s) => {
+                assert!(s.contains(WAIT) && s.contains("state WaitApplied"), "{s}");
+                assert!(s.contains("observedGeneration 5"), "{s}");
+            }
+            other => panic!("{other:?}"),
+        }
+        for m in [
+            "NotReady(1) [Cluster fleet-local/local]",
+            "OutOfSync(1) [Cluster fleet-local/local]",
+            "Pending(1)",
+            "",
+        ] {
+            let c = with_status(5, "False", m, json!({}));
+            assert!(matches!(fleet_view(&c, Some(4)), Fleet::Waiting(_)), "{m}");
+        }
+        // Ready with something not ready or unavailable: not yet.
+        let c = with_status(5, "True", "", json!({"ready": 0}));
+        assert!(matches!(fleet_view(&c, Some(4)), Fleet::Waiting(_)));
+        let mut c = with_status(5, "True", "", json!({}));
+        c["status"]["unavailable"] = json!(1);
+        assert!(matches!(fleet_view(&c, Some(4)), Fleet::Waiting(_)));
+        // A status with no Ready condition yet.
+        let mut c = with_status(5, "True", "", json!({}));
+        c["status"]["conditions"] = json!([]);
+        assert!(matches!(fleet_view(&c, Some(4)), Fleet::Waiting(_)));
+    }
+
+    #[test]
+    fn errors_of_the_new_generation_fail_with_the_servers_message() {
+        let mut c = with_status(5, "False", ERR, json!({"errApplied": 1}));
+        c["status"]["summary"]["nonReadyResources"] = json!([
+            {"name": "mcc-harvester", "bundleState": "ErrApplied",
+             "message": "server-side apply failed for object harvester-system/kubevirt: Unsupported value: \"Bogus\""}]);
+        match fleet_view(&c, Some(4)) {
+            Fleet::Failed(s) => {
+                assert!(s.contains("Unsupported value: \"Bogus\""), "{s}");
+                // The resource's message is already in Ready's: said once.
+                assert_eq!(s.matches("Unsupported value").count(), 1, "{s}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // Only in the summary: still named.
+        let mut c = with_status(5, "False", "", json!({"errApplied": 1}));
+        c["status"]["summary"]["nonReadyResources"] =
+            json!([{"name": "mcc-harvester", "message": "boom"}]);
+        match fleet_view(&c, Some(4)) {
+            Fleet::Failed(s) => assert!(s.contains("mcc-harvester: boom"), "{s}"),
+            other => panic!("{other:?}"),
+        }
+        for (m, summary) in [
+            (
+                "Modified(1) [Cluster fleet-local/local; kubevirt.kubevirt.io harvester-system/kubevirt modified]",
+                json!({"modified": 1}),
+            ),
+            (ERR, json!({})),
+            ("chart harvester not found", json!({})),
+        ] {
+            let c = with_status(5, "False", m, summary);
+            assert!(matches!(fleet_view(&c, Some(4)), Fleet::Failed(_)), "{m}");
+        }
+        // Rancher's Defined False: no generation will come, fail whatever the generation.
+        let mut c = with_status(4, "True", "", json!({}));
+        c["status"]["conditions"][0] =
+            json!({"type": "Defined", "status": "False", "message": "no chart"});
+        match fleet_view(&c, Some(4)) {
+            Fleet::Failed(s) => assert!(s.contains("(Defined False): no chart"), "{s}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn paused_and_statusless_charts_are_said_so() {
+        let mut c = with_status(5, "False", WAIT, json!({}));
+        c["spec"]["paused"] = json!(true);
+        assert_eq!(fleet_view(&c, Some(4)), Fleet::Paused);
+        let mut bare = chart(json!({}), None);
+        assert_eq!(fleet_view(&bare, Some(4)), Fleet::NoStatus);
+        bare["status"] = json!({});
+        assert_eq!(fleet_view(&bare, None), Fleet::NoStatus);
+        bare["spec"]["paused"] = json!(false);
+        assert_eq!(fleet_view(&bare, None), Fleet::NoStatus);
+    }
+
+    #[test]
+    fn only_spec_writes_make_a_new_generation() {
+        let c0 = chart(json!({}), Some(json!([longhorn_entry()])));
+        // pre: values and comparePatches, with the records: a spec change.
+        let pre = chart_pre(&c0, &kv(), &Steps::ALL, None).unwrap();
+        let c1 = apply(&c0, &pre);
+        assert!(changes_deployed_spec(&c0, &c1));
+        assert!(patch_changes_deployed_spec(pre.patch.as_ref().unwrap()));
+        // A second pre: nothing; a record alone: annotations only.
+        assert_eq!(
+            chart_pre(&c1, &kv(), &Steps::ALL, None).unwrap().patch,
+            None
+        );
+        let mut rec = c0.clone();
+        rec["metadata"]["annotations"] = json!({"a": "b"});
+        assert!(!changes_deployed_spec(&c0, &rec));
+        let ops: json_patch::Patch = serde_json::from_value(json!([
+            {"op": "test", "path": "/spec/values", "value": {}},
+            {"op": "add", "path": "/metadata/annotations", "value": {"a": "b"}},
+            {"op": "remove", "path": "/metadata/managedFields/1"},
+            {"op": "replace", "path": "/metadata/managedFields/0/fieldsV1", "value": {}},
+            {"op": "add", "path": "/specials", "value": 1},
+        ]))
+        .unwrap();
+        assert!(!patch_changes_deployed_spec(&ops));
+        for op in [
+            json!({"op": "replace", "path": "/spec/paused", "value": true}),
+            json!({"op": "add", "path": "/spec/version", "value": "1.7"}),
+            json!({"op": "remove", "path": "/spec/diff"}),
+            json!({"op": "move", "from": "/spec/a", "path": "/metadata/b"}),
+            json!({"op": "copy", "from": "/metadata/a", "path": "/spec/b"}),
+            json!({"op": "replace", "path": "/spec", "value": {}}),
+        ] {
+            let p: json_patch::Patch = serde_json::from_value(json!([op])).unwrap();
+            assert!(patch_changes_deployed_spec(&p), "{op}");
+        }
+    }
+
+    #[test]
+    fn a_claim_on_another_value_is_a_conflict_and_named() {
+        let mut kv_obj = kubevirt(Some(json!(["LiveMigrate", "Evict"])));
+        kv_obj["metadata"]["managedFields"] = json!([
+            entry("fleetagent", "Apply", methods_fields()),
+            entry("kubectl-edit", "Update", methods_fields()),
+            entry(FIELD_MANAGER, "Update", methods_fields()),
+        ]);
+        let values = |m: Value| {
+            chart(
+                json!({"kubevirt": {"spec": {"workloadUpdateStrategy": {"workloadUpdateMethods": m}}}}),
+                None,
+            )
+        };
+        let c = conflicts(&kv_obj, &values(json!([])));
+        assert_eq!(c.len(), 1, "{c:?}");
+        assert_eq!(c[0].manager, "kubectl-edit");
+        let text = c[0].to_string();
+        for part in [
+            "kubectl-edit holds an Update claim",
+            "conflict with \"kubectl-edit\"",
+            "run pre and then post once more",
+            "[\"LiveMigrate\",\"Evict\"]",
+        ] {
+            assert!(text.contains(part), "{part}: {text}");
+        }
+        // The values render the claim's value: no conflict.
+        assert!(conflicts(&kv_obj, &values(json!(["LiveMigrate", "Evict"]))).is_empty());
+        // No override: named, with the chart's default as the condition.
+        let c = conflicts(&kv_obj, &chart(json!({}), None));
+        assert!(
+            c[0].to_string().contains("unless that default is"),
+            "{}",
+            c[0]
+        );
+        // Appliers and our own claim are no conflict.
+        kv_obj["metadata"]["managedFields"] = json!([
+            entry("fleetagent", "Apply", methods_fields()),
+            entry(FIELD_MANAGER, "Update", methods_fields()),
+        ]);
+        assert!(conflicts(&kv_obj, &values(json!([]))).is_empty());
+    }
+
+    #[test]
+    fn records_on_the_chart_are_seen() {
+        let c0 = chart(json!({}), None);
+        assert!(!records_on_chart(&c0));
+        assert!(records_on_chart(&pre_chart(&c0)));
+        assert!(!records_on_chart(&post_chart(&pre_chart(&c0))));
+    }
+
+    fn status_strategy() -> impl Strategy<Value = Value> {
+        let state = prop::sample::select(vec![
+            "WaitApplied",
+            "ErrApplied",
+            "Modified",
+            "NotReady",
+            "OutOfSync",
+            "Pending",
+            "Ready",
+            "",
+        ]);
+        (
+            proptest::option::of(0i64..8),
+            prop::sample::select(vec!["True", "False", "Unknown", ""]),
+            state,
+            0i64..2,
+            0i64..2,
+            0i64..2,
+            0i64..2,
+            0i64..2,
+            any::<bool>(),
+            any::<bool>(),
+        )
+            .prop_map(
+                |(og, ready, state, rdy, err, modified, unavailable, desired, paused, defined)| {
+                    let mut c = chart(json!({}), None);
+                    c["spec"]["paused"] = json!(paused);
+                    let message = if state.is_empty() { String::new() } else { format!("{state}(1) [Cluster fleet-local/local]") };
+                    c["status"] = json!({
+                        "unavailable": unavailable,
+                        "summary": {"desiredReady": desired, "ready": rdy, "errApplied": err, "modified": modified},
+                        "conditions": [
+                            {"type": "Defined", "status": if defined {"True"} else {"False"}},
+                            {"type": "Ready", "status": ready, "message": message},
+                        ],
+                    });
+                    if let Some(g) = og {
+                        c["status"]["observedGeneration"] = json!(g);
+                    }
+                    c
+                },
+            )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1000))]
+
+        /// Every ManagedChart write of a full run (pre, a rerun, post with its release): the
+        /// planned patch and the objects before and after it agree on whether the deployed spec
+        /// changed; the records-only and release writes never change it.
+        #[test]
+        fn the_patch_and_the_objects_agree_on_a_new_generation(
+            kv0 in kubevirt_strategy(),
+            chart0 in chart_strategy(),
+        ) {
+            let i_pre = intent(Phase::Pre);
+            let i_post = intent(Phase::Post);
+            let start = Objects { kubevirt: Some(kv0), chart: Some(chart0) };
+            let after_pre = run_phase(Phase::Pre, &start);
+            for (i, objects) in [(&i_pre, &start), (&i_pre, &after_pre), (&i_post, &after_pre)] {
+                let mut now = objects.clone();
+                for step in steps(i) {
+                    let Some(plan) = plan_step(i, &step, &now).unwrap() else { continue };
+                    let obj = now.get(step.target.kind).unwrap().clone();
+                    let next = apply(&obj, &plan);
+                    if step.target.kind == Kind::ManagedChart {
+                        let by_patch = plan.patch.as_ref().is_some_and(patch_changes_deployed_spec);
+                        prop_assert_eq!(by_patch, changes_deployed_spec(&obj, &next));
+                        if step.write == Write::Release {
+                            prop_assert!(!by_patch, "a release is managedFields only");
+                        }
+                    }
+                    now.set(step.target.kind, Some(next));
+                }
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4000))]
+
+        /// Every status, every generation before: applied only when Fleet says so of a newer
+        /// generation; errors only when Fleet reports one; paused and missing status said so.
+        #[test]
+        fn the_verdict_follows_only_what_fleet_says_of_the_new_generation(
+            c in status_strategy(),
+            before in proptest::option::of(0i64..8),
+        ) {
+            let v = fleet_view(&c, before);
+            let s = &c["status"];
+            let og = s["observedGeneration"].as_i64();
+            let moved = before.is_none_or(|b| og.is_some_and(|g| g > b));
+            let paused = c["spec"]["paused"] == json!(true);
+            let defined_false = s["conditions"][0]["status"] == "False";
+            match &v {
+                Fleet::Paused => prop_assert!(paused),
+                Fleet::NoStatus => prop_assert!(false, "a status was written"),
+                Fleet::Applied(g) => {
+                    prop_assert!(!paused && moved && !defined_false);
+                    prop_assert_eq!(*g, og);
+                    prop_assert_eq!(&s["conditions"][1]["status"], "True");
+                    prop_assert_eq!(&s["summary"]["ready"], &s["summary"]["desiredReady"]);
+                    prop_assert_eq!(&s["unavailable"], 0);
+                    prop_assert_eq!(&s["summary"]["errApplied"], 0);
+                    prop_assert_eq!(&s["summary"]["modified"], 0);
+                }
+                Fleet::Failed(m) => {
+                    prop_assert!(!paused && !m.is_empty());
+                    prop_assert!(defined_false || moved);
+                    let msg = s["conditions"][1]["message"].as_str().unwrap();
+                    prop_assert!(defined_false
+                        || s["summary"]["errApplied"] == 1
+                        || s["summary"]["modified"] == 1
+                        || (s["conditions"][1]["status"] == "False"
+                            && (msg.starts_with("ErrApplied") || msg.starts_with("Modified") || msg.starts_with("Ready("))));
+                }
+                Fleet::Waiting(m) => {
+                    prop_assert!(!paused && !defined_false && !m.is_empty());
+                }
+            }
+            // Not moved past `before`: never applied, never failed for Fleet's counts.
+            if !moved && !paused && !defined_false {
+                prop_assert!(matches!(v, Fleet::Waiting(_)), "{:?}", v);
+            }
+        }
+    }
+}
