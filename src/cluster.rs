@@ -5,6 +5,7 @@
 //! `main` enforces around the whole run. Conflicts (409, or 422 from the failed
 //! resourceVersion `test`) are answered by one fresh read and a new plan.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -112,6 +113,10 @@ pub struct Cluster {
     server: String,
     dry_run: bool,
     last_error: LastError,
+    /// The run's deadline (`DEADLINE_SECONDS`), named by the first retry's WARN line.
+    deadline: Option<Duration>,
+    /// Whether a retry was logged yet.
+    retried: AtomicBool,
 }
 
 /// The longest wait between two attempts: a restarted API server is noticed within it.
@@ -144,9 +149,10 @@ impl Cluster {
     /// retry layer off.
     pub async fn connect(dry_run: bool, last_error: LastError) -> Result<Self, Error> {
         let mut config = Config::infer().await.map_err(|e| {
+            // kube quotes a path with `Debug` inside its own quotes: '"/x"'. Once is enough.
+            let causes = with_causes(&e).replace("'\"", "'").replace("\"'", "'");
             Error::Config(one_line(format!(
-                "cannot load Kubernetes client configuration (KUBECONFIG, ~/.kube/config, or in-cluster): {}",
-                with_causes(&e)
+                "cannot load Kubernetes client configuration (KUBECONFIG, ~/.kube/config, or in-cluster): {causes}"
             )))
         })?;
         config.default_retry = false;
@@ -165,7 +171,15 @@ impl Cluster {
             server,
             dry_run,
             last_error,
+            deadline: None,
+            retried: AtomicBool::new(false),
         })
+    }
+
+    /// Names the run's deadline in the first retry's WARN line.
+    pub fn with_deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = Some(deadline);
+        self
     }
 
     pub fn from_client(client: Client, dry_run: bool) -> Self {
@@ -174,6 +188,8 @@ impl Cluster {
             server: "(test client)".into(),
             dry_run,
             last_error: LastError::default(),
+            deadline: None,
+            retried: AtomicBool::new(false),
         }
     }
 
@@ -196,7 +212,12 @@ impl Cluster {
             .when(|e| classify(e) == Class::Transient)
             .notify(|e, wait| {
                 let e = with_causes(e);
-                warn!(request = what, error = %e, retry_in_ms = wait.as_millis() as u64, "transient error, retrying");
+                let wait_ms = wait.as_millis() as u64;
+                if self.retried.swap(true, Ordering::Relaxed) {
+                    warn!(request = what, error = %e, retry_in_ms = wait_ms, "transient error, retrying");
+                } else {
+                    warn!(request = what, error = %e, retry_in_ms = wait_ms, "{}", first_retry(self.deadline));
+                }
                 self.last_error.set(one_line(format!("{what} at {}: {e}", self.server)));
             })
             .await
@@ -414,6 +435,18 @@ impl EventKind {
             EventKind::Warning => "Warning",
         }
     }
+}
+
+/// The first retry's WARN message: what bounds the retries, and what happens then.
+pub fn first_retry(deadline: Option<Duration>) -> String {
+    let bound = match deadline {
+        Some(d) => format!("DEADLINE_SECONDS={}", d.as_secs()),
+        None => "DEADLINE_SECONDS".to_string(),
+    };
+    format!(
+        "transient error, retrying (at most 2 s apart) until the run's deadline, {bound}, runs \
+         out; then exit 4. Set DEADLINE_SECONDS to wait less or longer"
+    )
 }
 
 fn one_line(s: String) -> String {

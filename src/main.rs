@@ -96,7 +96,9 @@ async fn run(cfg: &Config) -> u8 {
     info!(phase = %cfg.intent.phase, dry_run = cfg.dry_run, deadline_s = cfg.deadline.as_secs(), "starting");
     let result = {
         let work = async {
-            let cluster = Cluster::connect(cfg.dry_run, last_error.clone()).await?;
+            let cluster = Cluster::connect(cfg.dry_run, last_error.clone())
+                .await?
+                .with_deadline(cfg.deadline);
             let mut stdout = std::io::stdout().lock();
             phases::run(cfg, &cluster, &mut done, &mut stdout).await
         };

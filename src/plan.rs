@@ -7,6 +7,7 @@
 //! - [`chart`]: the ManagedChart's values override and comparePatches pointer;
 //! - [`ownership`]: `managedFields`: who owns the methods, and the release of our claim;
 //! - [`records`]: the annotation formats and their checked readers (shared with `report`);
+//! - [`skipped`]: what a phase leaves of ours on what it was told to skip (a step off, no name);
 //! - [`editor`]: the JSON Patch editor and the [`Plan`] it makes.
 //!
 //! Every patch starts with a `test` of `/metadata/resourceVersion`, so it applies only to the exact
@@ -20,6 +21,7 @@ pub mod kubevirt;
 pub mod ownership;
 pub mod phase;
 pub mod records;
+pub mod skipped;
 #[cfg(test)]
 pub(crate) mod testing;
 

@@ -15,6 +15,7 @@ use crate::plan::records::{
     CompareRecord, ValueRecord, describe, kubevirt_copy, kubevirt_record, lookup, methods,
     read_record,
 };
+use crate::plan::skipped::{ChartOurs, chart_ours};
 use crate::plan::{Intent, Malformed};
 
 #[derive(Debug, Serialize)]
@@ -117,6 +118,7 @@ impl Report {
         chart: Option<(&Target, Result<Option<&Value>, &String>)>,
         migrations: &[Value],
     ) -> Self {
+        let chart_read = chart;
         let chart = chart.map(|(t, read)| match read {
             Ok(obj) => chart_report(t, obj, intent),
             Err(e) => {
@@ -148,11 +150,12 @@ impl Report {
         if let Some(r) = restore.filter(|r| r.source == Source::LaterChoice) {
             warnings.push(r.reason.clone());
         }
-        let verdict = match refusal(&k, chart.as_ref()) {
-            Some(refused) => refused,
+        let refused = refusal(&k, chart.as_ref());
+        let verdict = match &refused {
+            Some(refused) => refused.clone(),
             None => verdict(&k, source, &will_restore),
         };
-        Report {
+        let mut report = Report {
             verdict,
             suspended,
             will_restore,
@@ -161,7 +164,66 @@ impl Report {
             kubevirt: k,
             managed_chart: chart,
             unfinished_migrations: unfinished,
+        };
+        if let (None, Some((target, Ok(Some(obj))))) = (&refused, chart_read) {
+            report.account_for(target, &chart_ours(obj, &intent.keys.kubevirt), true);
         }
+        report
+    }
+
+    /// With `MANAGEDCHART_NAME` empty: the default ManagedChart as read, for what of ours it
+    /// still carries (`post` with that setting leaves it there).
+    pub fn with_unnamed_chart(mut self, intent: &Intent, target: &Target, obj: &Value) -> Self {
+        if !self.verdict.starts_with("REFUSED") {
+            self.account_for(target, &chart_ours(obj, &intent.keys.kubevirt), false);
+        }
+        self
+    }
+
+    /// The verdict accounts for what of ours the ManagedChart still carries while the CR is not
+    /// suspended by us: a half-restored state, which Fleet's next deploy suspends again while
+    /// pre's values override `[]` is there.
+    fn account_for(&mut self, target: &Target, ours: &ChartOurs, named: bool) {
+        if self.suspended || !self.kubevirt.found || ours.is_empty() {
+            return;
+        }
+        let parts: Vec<String> = [&ours.values, &ours.compare, &ours.object]
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect();
+        let switches = if named {
+            "with the ManagedChart steps on (STEP_CHART_VALUES=true STEP_COMPARE_PATCHES=true)"
+                .to_string()
+        } else {
+            format!(
+                "with MANAGEDCHART_NAMESPACE={} MANAGEDCHART_NAME={} (MANAGEDCHART_NAME is empty \
+                 here: the default was read)",
+                target.key.namespace, target.key.name
+            )
+        };
+        let finish = format!("post {switches} removes it (hack/job.sh run post)");
+        let methods = &self.kubevirt.workload_update_methods;
+        let on = methods
+            .as_ref()
+            .and_then(Value::as_array)
+            .is_some_and(|m| !m.is_empty());
+        self.warnings.push(format!(
+            "{target} still carries what pre wrote there: {}",
+            parts.join(", ")
+        ));
+        self.verdict = if ours.suspends_at_next_deploy && on {
+            format!(
+                "ATTENTION: automated updates on ({}) only until Fleet's next deploy, which \
+                 suspends them again: {target} still has pre's values override []; {finish}",
+                json(methods)
+            )
+        } else {
+            format!(
+                "{}; but {target} still carries records of ours; {finish}",
+                self.verdict
+            )
+        };
     }
 }
 
@@ -346,7 +408,8 @@ fn row(
     label: &str,
     value: impl std::fmt::Display,
 ) -> std::fmt::Result {
-    writeln!(f, "  {label:<28}{value}")
+    // At least one space: a label longer than the column still ends before its value.
+    writeln!(f, "  {label:<27} {value}")
 }
 
 fn json(v: &Option<Value>) -> String {
@@ -388,7 +451,10 @@ impl std::fmt::Display for Report {
             row(f, "saved original", record(&k.saved_original))?;
             if let Some(r) = &k.post_will_restore {
                 let what = match r.source {
-                    Source::Nothing | Source::LaterChoice => format!("nothing: {}", r.reason),
+                    Source::Nothing | Source::LaterChoice => {
+                        let why = r.reason.strip_prefix("nothing to restore: ");
+                        format!("nothing: {}", why.unwrap_or(&r.reason))
+                    }
                     _ => format!("{}, from {}", json(&r.methods), r.reason),
                 };
                 row(f, "post would restore", what)?;

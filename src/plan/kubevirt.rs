@@ -193,6 +193,10 @@ pub fn kubevirt_post(
         // A later choice made by an `Update` (kubectl edit or patch) holds a claim that the
         // restored values' next deploy conflicts with: say so where the choice is kept.
         (None, Source::LaterChoice) => {
+            ed.note(format!(
+                "removed our record of the original; kept the methods {} set while suspended",
+                describe(&current)
+            ));
             let mut text = vec![restore.reason];
             text.extend(update_claim_warnings(obj));
             ed.warn(CHANGED_WHILE_SUSPENDED, text.join("; "))
