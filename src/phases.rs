@@ -166,15 +166,18 @@ async fn read_skipped(cfg: &Config, cluster: &Cluster, done: &mut Vec<Done>) -> 
     let mut read = Skipped::default();
     if !intent.steps.kubevirt {
         let target = Target::new(Kind::KubeVirt, &intent.keys.kubevirt);
-        read.kubevirt = peek(cluster, target, done).await;
+        read.kubevirt = peek(cluster, target, true, done).await;
     }
-    if intent.keys.chart.is_none() || !intent.steps.writes(Kind::ManagedChart) {
-        let key = intent
-            .keys
-            .chart
-            .clone()
-            .unwrap_or_else(skipped::default_chart);
-        read.chart = peek(cluster, Target::new(Kind::ManagedChart, &key), done).await;
+    match (&intent.keys.chart, &cfg.unnamed_chart) {
+        (Some(key), _) if !intent.steps.writes(Kind::ManagedChart) => {
+            let target = Target::new(Kind::ManagedChart, key);
+            read.chart = peek(cluster, target, true, done).await;
+        }
+        (None, Some(key)) => {
+            let target = Target::new(Kind::ManagedChart, key);
+            read.chart = peek(cluster, target, false, done).await;
+        }
+        _ => {}
     }
     read
 }
@@ -185,11 +188,23 @@ struct Skipped {
     chart: Option<(Target, Value)>,
 }
 
-async fn peek(cluster: &Cluster, target: Target, done: &mut Vec<Done>) -> Option<(Target, Value)> {
+/// A skipped object, read-only. `loud`: a failed read is a warning (an object that is
+/// configured); otherwise (the unnamed ManagedChart, which KubeVirt without Fleet may not let
+/// us read) an INFO line.
+async fn peek(
+    cluster: &Cluster,
+    target: Target,
+    loud: bool,
+    done: &mut Vec<Done>,
+) -> Option<(Target, Value)> {
     match cluster.get(&target).await {
         Ok(Some(obj)) => Some((target, obj)),
         // Not there, or no such kind (no Fleet): nothing of ours can be left on it.
         Ok(None) | Err(Error::NotServed { .. }) => None,
+        Err(e @ Error::Refused { .. }) if !loud => {
+            info!(object = %target, error = %e, "not read: records of ours left there are not checked (MANAGEDCHART_NAME is empty)");
+            None
+        }
         Err(e) => {
             let message = format!(
                 "could not read it to check for records of ours left there (its step is off): {e}"
@@ -438,16 +453,9 @@ async fn status(
     };
     let migrations = cluster.list_migrations(MIGRATION_PREFIX).await?;
     // Without a name, the default ManagedChart is read too, for what of ours it still carries.
-    let unnamed = match &keys.chart {
-        None => {
-            peek(
-                cluster,
-                Target::new(Kind::ManagedChart, &skipped::default_chart()),
-                done,
-            )
-            .await
-        }
-        Some(_) => None,
+    let unnamed = match &cfg.unnamed_chart {
+        Some(key) => peek(cluster, Target::new(Kind::ManagedChart, key), false, done).await,
+        None => None,
     };
     let mut report = Report::new(
         &cfg.intent,

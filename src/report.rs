@@ -616,9 +616,125 @@ mod tests {
         let kt = Target::new(Kind::KubeVirt, &kv());
         let obj = kubevirt(Some(json!(["LiveMigrate"])));
         let text = Report::new(&intent, (&kt, Some(&obj)), None, &[]).to_string();
+        // The label is longer than its column: a space still parts it from the value.
         assert!(
-            text.contains(&format!("owners of {METHODS_FIELD}")) && text.contains("none"),
+            text.contains(&format!("owners of {METHODS_FIELD} none\n")),
             "{text}"
         );
+        // "nothing" once, then why.
+        assert!(
+            text.contains(
+                "  post would restore          nothing: no record of ours, and the methods are \
+                 [\"LiveMigrate\"] (already restored, or never suspended)\n"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("nothing: nothing"), "{text}");
+    }
+
+    /// The issue's case: `pre` with the defaults, then `post MANAGEDCHART_NAME=`. The CR is on,
+    /// the ManagedChart keeps pre's values override `[]`: the verdict says that Fleet's next
+    /// deploy suspends the updates again and how to finish, with the ManagedChart named or read
+    /// under the default name; a state that is all suspended or all restored says no such thing.
+    #[test]
+    fn a_half_restored_state_is_not_called_not_suspended() {
+        use crate::model::Kind;
+        use crate::plan::testing::*;
+        let named = intent(Phase::Status);
+        let start = Objects {
+            kubevirt: Some(kubevirt(Some(json!(["LiveMigrate"])))),
+            chart: Some(chart(json!({}), None)),
+        };
+        let suspended = run_phase(Phase::Pre, &start);
+        let (kv1, ch1) = (suspended.kubevirt.unwrap(), suspended.chart.unwrap());
+        let kv_only = post_kv(&kv1, None);
+        let key = named.keys.chart.clone().unwrap();
+        let (kt, ct) = (
+            Target::new(Kind::KubeVirt, &kv()),
+            Target::new(Kind::ManagedChart, &key),
+        );
+        let r = Report::new(
+            &named,
+            (&kt, Some(&kv_only)),
+            Some((&ct, Ok(Some(&ch1)))),
+            &[],
+        );
+        assert_eq!(
+            r.verdict,
+            "ATTENTION: automated updates on ([\"LiveMigrate\"]) only until Fleet's next deploy, \
+             which suspends them again: ManagedChart fleet-local/harvester still has pre's values \
+             override []; post with the ManagedChart steps on (STEP_CHART_VALUES=true \
+             STEP_COMPARE_PATCHES=true) removes it (hack/job.sh run post)"
+        );
+        assert_eq!(
+            r.warnings,
+            [
+                "ManagedChart fleet-local/harvester still carries what pre wrote there: the values \
+              override [] and its record, the comparePatches pointer and its record, the copy of \
+              the KubeVirt CR's original"
+            ]
+        );
+        let mut unnamed = named.clone();
+        unnamed.keys.chart = None;
+        let r = Report::new(&unnamed, (&kt, Some(&kv_only)), None, &[])
+            .with_unnamed_chart(&unnamed, &ct, &ch1);
+        assert!(
+            r.verdict.starts_with("ATTENTION: automated updates on"),
+            "{}",
+            r.verdict
+        );
+        assert!(
+            r.verdict.contains(
+                "post with MANAGEDCHART_NAMESPACE=fleet-local MANAGEDCHART_NAME=harvester \
+                 (MANAGEDCHART_NAME is empty here: the default was read) removes it"
+            ),
+            "{}",
+            r.verdict
+        );
+        // Only the comparePatches record left: not suspended, and the record is named.
+        let mut compare_only = ch1.clone();
+        for key in [VALUES_RECORD, KUBEVIRT_COPY] {
+            compare_only["metadata"]["annotations"]
+                .as_object_mut()
+                .unwrap()
+                .remove(key);
+        }
+        compare_only["spec"]["values"] = json!({});
+        let r = Report::new(
+            &named,
+            (&kt, Some(&kv_only)),
+            Some((&ct, Ok(Some(&compare_only)))),
+            &[],
+        );
+        assert!(
+            r.verdict.starts_with(
+                "NOT SUSPENDED: automated updates on ([\"LiveMigrate\"]); but ManagedChart \
+                 fleet-local/harvester still carries records of ours; post with"
+            ),
+            "{}",
+            r.verdict
+        );
+        // All suspended, or all restored: the verdicts as before, no warning.
+        let r = Report::new(&named, (&kt, Some(&kv1)), Some((&ct, Ok(Some(&ch1)))), &[]);
+        assert!(r.verdict.starts_with("SUSPENDED"), "{}", r.verdict);
+        assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+        let end = run_phase(
+            Phase::Post,
+            &Objects {
+                kubevirt: Some(kv1),
+                chart: Some(ch1),
+            },
+        );
+        let r = Report::new(
+            &named,
+            (&kt, end.kubevirt.as_ref()),
+            Some((&ct, Ok(end.chart.as_ref()))),
+            &[],
+        );
+        assert_eq!(
+            r.verdict,
+            "NOT SUSPENDED: automated updates on ([\"LiveMigrate\"])"
+        );
+        assert!(r.warnings.is_empty(), "{:?}", r.warnings);
     }
 }

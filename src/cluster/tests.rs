@@ -612,3 +612,14 @@ fn each_backoff_sleeps_a_sequence_of_its_own() {
         }
     }
 }
+
+/// The first retry's WARN says what bounds the retries, with its value, and what comes then.
+#[test]
+fn the_first_retry_names_the_deadline() {
+    assert_eq!(
+        first_retry(Some(Duration::from_secs(300))),
+        "transient error, retrying (at most 2 s apart) until the run's deadline, \
+         DEADLINE_SECONDS=300, runs out; then exit 4. Set DEADLINE_SECONDS to wait less or longer"
+    );
+    assert!(first_retry(None).contains("deadline, DEADLINE_SECONDS, runs out"));
+}

@@ -578,6 +578,13 @@ mod tests {
             assert_eq!(plan.warnings.len(), 1);
             assert_eq!(plan.warnings[0].reason, CHANGED_WHILE_SUSPENDED);
             assert!(plan.warnings[0].message.contains(r#"["LiveMigrate"]"#));
+            // The write says what it did: the record removed, the later choice kept.
+            assert_eq!(
+                plan.actions,
+                [format!(
+                    "removed our record of the original; kept the methods {later} set while suspended"
+                )]
+            );
         }
     }
 

@@ -6,10 +6,12 @@
 //! `pre` that skips one says what an earlier `pre` left there, and what `post` needs to remove it.
 //! Readers only: nothing here plans a write.
 //!
-//! With `MANAGEDCHART_NAME` empty the configured name is unknown; `phases` then reads the
-//! default `fleet-local/harvester` read-only (both ServiceAccounts may `get` it already), the one
-//! name a `pre` with the defaults writes. A cluster without Fleet does not serve the kind, and
-//! there is nothing to say.
+//! With `MANAGEDCHART_NAME` empty the name is unknown; `phases` then reads the ManagedChart of
+//! the default name `harvester` in `MANAGEDCHART_NAMESPACE` (default `fleet-local`) read-only:
+//! the one a `pre` with the defaults writes, and both ServiceAccounts may `get` it already, so
+//! the RBAC stays as it is. The records on the CR name no ManagedChart, and a new field there
+//! would make older binaries refuse the record. A cluster without Fleet does not serve the kind,
+//! and there is nothing to say.
 
 use serde_json::Value;
 
@@ -19,7 +21,7 @@ use super::phase::{Intent, Phase};
 use super::records::{CompareRecord, annotation, describe, is_suspended, lookup, read_record};
 use crate::model::{
     COMPARE_RECORD, FIELD_MANAGER, KUBEVIRT_COPY, KUBEVIRT_RECORD, METHODS_PATH, OWNERS_TO_RETURN,
-    ObjectKey, Target, VALUES_PATH, VALUES_RECORD, defaults,
+    ObjectKey, Target, VALUES_PATH, VALUES_RECORD,
 };
 
 /// The Warning reason of a skipped object that still carries something of ours.
@@ -30,14 +32,6 @@ pub const SKIPPED_NOT_FOUND: &str = "SkippedNotFound";
 pub const SKIPPED_NOT_CHECKED: &str = "SkippedObjectNotChecked";
 /// `pre`: workload-update migrations created before it, which `[]` does not stop.
 pub const MIGRATIONS_UNDER_WAY: &str = "WorkloadUpdateMigrationsUnderWay";
-
-/// The default ManagedChart, read when `MANAGEDCHART_NAME` is empty (see the module's notes).
-pub fn default_chart() -> ObjectKey {
-    ObjectKey {
-        namespace: defaults::CHART_NAMESPACE.into(),
-        name: defaults::CHART_NAME.into(),
-    }
-}
 
 /// What of ours is on the KubeVirt CR (all of it `STEP_KUBEVIRT`'s), in words. A record that
 /// does not parse counts: it is ours all the same.
@@ -255,7 +249,10 @@ mod tests {
     use crate::plan::testing::*;
 
     fn chart_key() -> ObjectKey {
-        default_chart()
+        ObjectKey {
+            namespace: crate::model::defaults::CHART_NAMESPACE.into(),
+            name: crate::model::defaults::CHART_NAME.into(),
+        }
     }
 
     /// Every combination of the three switches, and the ManagedChart named or not.
