@@ -570,7 +570,7 @@ mod tests {
             changed["spec"]["workloadUpdateStrategy"]["workloadUpdateMethods"] = later.clone();
             let plan = kubevirt_post(&changed, None, None).unwrap();
             let after = apply(&changed, &plan);
-            assert_eq!(methods(&after).unwrap(), Some(later));
+            assert_eq!(methods(&after).unwrap(), Some(later.clone()));
             assert_eq!(
                 read_record::<ValueRecord>(&after, KUBEVIRT_RECORD).unwrap(),
                 None
