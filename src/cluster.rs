@@ -117,6 +117,8 @@ pub struct Cluster {
     deadline: Option<Duration>,
     /// Whether a retry was logged yet.
     retried: AtomicBool,
+    /// The Events that could not be made, for the termination message's warnings.
+    event_failures: Mutex<Vec<String>>,
 }
 
 /// The longest wait between two attempts: a restarted API server is noticed within it.
@@ -173,6 +175,7 @@ impl Cluster {
             last_error,
             deadline: None,
             retried: AtomicBool::new(false),
+            event_failures: Mutex::default(),
         })
     }
 
@@ -190,6 +193,7 @@ impl Cluster {
             last_error: LastError::default(),
             deadline: None,
             retried: AtomicBool::new(false),
+            event_failures: Mutex::default(),
         }
     }
 
@@ -416,8 +420,16 @@ impl Cluster {
         };
         // One attempt: an Event is not worth delaying the upgrade for.
         if let Err(e) = api.create(&params, &event).await {
-            warn!(error = %with_causes(&e), reason, "could not record the Event on the KubeVirt CR");
+            let e = with_causes(&e);
+            warn!(error = %e, reason, "could not record the Event on the KubeVirt CR");
+            let mut failures = self.event_failures.lock().expect("not poisoned");
+            failures.push(format!("{reason}: {e}"));
         }
+    }
+
+    /// The Events that could not be made so far (`REASON: error`), in order.
+    pub fn event_failures(&self) -> Vec<String> {
+        self.event_failures.lock().expect("not poisoned").clone()
     }
 }
 

@@ -156,6 +156,17 @@ async fn change(
         printed?;
     }
     after_steps(cfg, cluster, &objects, skipped, done).await;
+    // An Event that could not be made (e.g. no `create` on events) is no failure, but said.
+    let failed = cluster.event_failures();
+    if let Some(first) = failed.first() {
+        let message = format!(
+            "{} Event(s) could not be recorded on the KubeVirt CR (the first: {first}); the \
+             warnings and actions are in this message and the log",
+            failed.len()
+        );
+        let target = Target::new(Kind::KubeVirt, &intent.keys.kubevirt);
+        done.push(noted(&target, skipped::EVENTS_NOT_RECORDED, message));
+    }
     Ok(())
 }
 

@@ -623,3 +623,17 @@ fn the_first_retry_names_the_deadline() {
     );
     assert!(first_retry(None).contains("deadline, DEADLINE_SECONDS, runs out"));
 }
+
+/// An Event the server refuses is no failure of the run, but it is kept for the termination
+/// message.
+#[tokio::test]
+async fn a_refused_event_is_kept_for_the_summary() {
+    let (cluster, handle) = mock_cluster(false);
+    let server = serve(handle, vec![Ok(status(403, json!({})))]);
+    within(cluster.event(&kubevirt("1"), EventKind::Warning, "Why", "note")).await;
+    within(server).await.unwrap();
+    let failed = cluster.event_failures();
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert!(failed[0].starts_with("Why: "), "{failed:?}");
+    assert!(failed[0].contains("403"), "{failed:?}");
+}

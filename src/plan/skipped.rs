@@ -30,6 +30,8 @@ pub const LEFT_BY_SKIPPED_STEP: &str = "RecordsLeftBySkippedStep";
 pub const SKIPPED_NOT_FOUND: &str = "SkippedNotFound";
 /// A skipped object that could not be read to check what of ours it carries.
 pub const SKIPPED_NOT_CHECKED: &str = "SkippedObjectNotChecked";
+/// Events that could not be made on the KubeVirt CR (said in the termination message only).
+pub const EVENTS_NOT_RECORDED: &str = "EventsNotRecorded";
 /// `pre`: workload-update migrations created before it, which `[]` does not stop.
 pub const MIGRATIONS_UNDER_WAY: &str = "WorkloadUpdateMigrationsUnderWay";
 
