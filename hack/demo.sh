@@ -110,20 +110,17 @@ fi
 
 # run PHASE: `hack/job.sh run PHASE`, as the README has the operator run it (it prints how the
 # previous run ended, deletes it, creates the Job and waits for Complete or Failed, with the pod's
-# exit code and termination message), then the termination message as JSON and, for status, the
-# report from the logs.
+# exit code and termination message, the run's summary), then, for status, the report from the
+# logs.
 run_job() {
-  local phase="$1" job="workload-update-guard-$1" start code=0 pod
+  local phase="$1" start code=0
   section "hack/job.sh run $phase"
   start=$(date +%s%3N)
   KUBECTL="$KUBECTL" KUBECONFIG="$dir/kubeconfig" bash hack/job.sh run "$phase" --timeout 300 2>&1 || code=$?
   echo "hack/job.sh run $phase: exit $code after $(( $(date +%s%3N) - start )) ms"
-  pod="$(k -n harvester-system get pods -l "job-name=$job" -o jsonpath='{.items[0].metadata.name}')"
-  echo "termination message:"
-  k -n harvester-system get pod "$pod" -o json \
-    | jq '.status.containerStatuses[0].state.terminated | {exitCode, message: (.message | fromjson? // .)}'
   if [[ "$phase" == status ]]; then
-    echo "logs:"; k -n harvester-system logs "$pod" | sed 's/^/  /'
+    echo "logs (kubectl logs job/workload-update-guard-status):"
+    k -n harvester-system logs job/workload-update-guard-status | sed 's/^/  /'
   fi
   return "$code"
 }
