@@ -164,6 +164,12 @@ report() { # report JOB_JSON: how the Job ended, and each pod's exit code and te
         "job: pod \($pod): exit \($s.terminated.exitCode) \($s.terminated.message // "" | gsub("\n$"; ""))"
       elif $s.waiting then "job: pod \($pod): waiting: \($s.waiting.reason) \($s.waiting.message // "")"
       else "job: pod \($pod): \(.status.phase) \(.status.reason // "")" end' >&2 || true
+  # The run's warnings (a half-restored post, migrations pre cannot stop, skips), one a line, so
+  # that none hides in the JSON above.
+  k -n "$NS" get pods -l "job-name=$job" -o json 2>/dev/null | jq -r '
+    .items | sort_by(.metadata.creationTimestamp)[]
+    | (.status.containerStatuses[0].state.terminated.message // "" | fromjson? // {}) | .warnings[]?
+    | "job: WARNING: \(.)"' >&2 || true
 }
 
 # fail_unpullable: a pod of the Job that cannot get its image (a pull reason for --pull-timeout
