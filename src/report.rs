@@ -5,7 +5,8 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::model::{
-    FIELD_MANAGER, KUBEVIRT_COPY, KUBEVIRT_RECORD, METHODS_FIELD, METHODS_PATH, Target, VALUES_PATH,
+    FIELD_MANAGER, KUBEVIRT_COPY, KUBEVIRT_RECORD, METHODS_FIELD, METHODS_PATH, OWNERS_TO_RETURN,
+    Target, VALUES_PATH,
 };
 use crate::plan::chart::{compare_list, find_pointer};
 use crate::plan::kubevirt::{Source, restore_source};
@@ -167,6 +168,23 @@ impl Report {
         };
         if let (None, Some((target, Ok(Some(obj))))) = (&refused, chart_read) {
             report.account_for(target, &chart_ours(obj, &intent.keys.kubevirt), true);
+        }
+        // A post stopped between its restore and its release: the fields are restored, but
+        // given back to nobody yet.
+        let pending = kv.is_some_and(|o| {
+            o.pointer("/metadata/annotations")
+                .and_then(|a| a.get(OWNERS_TO_RETURN))
+                .is_some()
+        });
+        if refused.is_none() && pending && !report.suspended {
+            report.warnings.push(format!(
+                "{kubevirt} still has the owners a stopped post has to give back ({OWNERS_TO_RETURN})"
+            ));
+            report.verdict = format!(
+                "{}; but post stopped before giving the methods back to their owners: run post \
+                 again to finish (hack/job.sh run post)",
+                report.verdict
+            );
         }
         report
     }
@@ -736,5 +754,21 @@ mod tests {
             "NOT SUSPENDED: automated updates on ([\"LiveMigrate\"])"
         );
         assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+        // A post stopped between the CR's restore and its release: said, with the remedy.
+        let mut stopped = end.kubevirt.clone().unwrap();
+        stopped["metadata"]["annotations"] = json!({OWNERS_TO_RETURN: "[]"});
+        let r = Report::new(
+            &named,
+            (&kt, Some(&stopped)),
+            Some((&ct, Ok(end.chart.as_ref()))),
+            &[],
+        );
+        assert_eq!(
+            r.verdict,
+            "NOT SUSPENDED: automated updates on ([\"LiveMigrate\"]); but post stopped before \
+             giving the methods back to their owners: run post again to finish (hack/job.sh run \
+             post)"
+        );
+        assert_eq!(r.warnings.len(), 1, "{:?}", r.warnings);
     }
 }
