@@ -156,17 +156,6 @@ async fn change(
         printed?;
     }
     after_steps(cfg, cluster, &objects, skipped, done).await;
-    // An Event that could not be made (e.g. no `create` on events) is no failure, but said.
-    let failed = cluster.event_failures();
-    if let Some(first) = failed.first() {
-        let message = format!(
-            "{} Event(s) could not be recorded on the KubeVirt CR (the first: {first}); the \
-             warnings and actions are in this message and the log",
-            failed.len()
-        );
-        let target = Target::new(Kind::KubeVirt, &intent.keys.kubevirt);
-        done.push(noted(&target, skipped::EVENTS_NOT_RECORDED, message));
-    }
     Ok(())
 }
 
@@ -238,7 +227,8 @@ fn noted(target: &Target, reason: &'static str, message: String) -> Done {
 
 /// After the steps: what of ours is left on what the phase skipped, the migrations `pre` cannot
 /// stop, and the Events of the objects skipped as missing; each a warning in the termination
-/// message, a WARN line and a Warning Event on the KubeVirt CR.
+/// message, a WARN line and a Warning Event on the KubeVirt CR. Last, the Events that could not
+/// be made, as one warning.
 async fn after_steps(
     cfg: &Config,
     cluster: &Cluster,
@@ -287,6 +277,16 @@ async fn after_steps(
                 .event(kv, EventKind::Warning, w.reason, &w.message)
                 .await;
         }
+    }
+    // An Event that could not be made (e.g. no `create` on events) is no failure, but said.
+    let failed = cluster.event_failures();
+    if let Some(first) = failed.first() {
+        let message = format!(
+            "{} Event(s) could not be recorded on the KubeVirt CR (the first: {first}); the \
+             warnings and actions are in this message and the log",
+            failed.len()
+        );
+        done.push(noted(&kv_target, skipped::EVENTS_NOT_RECORDED, message));
     }
 }
 
