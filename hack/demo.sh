@@ -2,8 +2,9 @@
 # The main job with a Harvester-like cluster state (hack/demo/harvester.yaml):
 #
 #   bash hack/demo.sh          the real way: the guard's image (hack/image.sh) run as Jobs by a
-#                              real node (hack/node.sh): `kubectl apply -k manifests/PHASE` for
-#                              status -> pre -> status -> pre -> post -> post -> status, each
+#                              real node (hack/node.sh), with `hack/job.sh run PHASE` (the script
+#                              the README has the operator use) for
+#                              status -> pre -> status -> pre -> post -> post -> status: each
 #                              Job's outcome, its pod's termination message, and the Events
 #   bash hack/demo.sh --fast   the quick look: no node, the release binary run on this machine
 #                              with each Job's environment and its ServiceAccount's token only
@@ -15,7 +16,9 @@
 # On a bare Debian or Ubuntu machine it installs the packages it needs first (hack/setup.sh,
 # hack/packages.txt) and checks the Rust and Go versions. It builds only what it runs: the
 # control plane (and the node's binaries) of the default Kubernetes version, and one release build
-# of the guard (its image, for the node); each build is cached for the next run.
+# of the guard (its image, for the node); each build is cached for the next run. Each build is one
+# line ("==> building ... done in N s"); its output goes to target/demo-build.log, and is shown
+# if it fails.
 set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO_ROOT"
@@ -41,18 +44,38 @@ fi
 
 section() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
-section "build (each cached after the first run)"
+# build DESCRIPTION CMD...: one line for the build, its output (cargo's, go's) in BUILD_LOG; on a
+# failure, that output is shown.
+mkdir -p target
+BUILD_LOG="$REPO_ROOT/target/demo-build.log"
+: > "$BUILD_LOG"
+build() {
+  local what="$1" start=$SECONDS code=0 from
+  shift
+  from=$(( $(wc -l < "$BUILD_LOG") + 1 ))
+  printf '==> %s ... ' "$what" >&2
+  { echo "==> $what: $*"; "$@"; } >>"$BUILD_LOG" 2>&1 || code=$?
+  if (( code == 0 )); then
+    printf 'done in %d s\n' "$((SECONDS - start))" >&2
+    return 0
+  fi
+  printf 'FAILED after %d s (exit code %d); its output (%s):\n' "$((SECONDS - start))" "$code" "$BUILD_LOG" >&2
+  tail -n "+$from" "$BUILD_LOG" | tail -n 60 >&2
+  exit 1
+}
+
+section "build (each cached after the first run; output in target/demo-build.log)"
 KUBECTL="$(bash hack/control-plane.sh bin-dir)/kubectl"
 if (( fast )); then
-  step "building kube-apiserver, etcd and kubectl $kube" bash hack/control-plane.sh build
-  step "building the guard (cargo build --release)" cargo build --release --locked --quiet
+  build "building kube-apiserver, etcd and kubectl $kube" bash hack/control-plane.sh build
+  build "building the guard (cargo build --release)" cargo build --release --locked
   BIN="$REPO_ROOT/target/release/workload-update-guard"
   section "control plane"
   dir="$(step "starting kube-apiserver and etcd" bash hack/control-plane.sh up)"
   trap 'bash "$REPO_ROOT/hack/control-plane.sh" down "$dir"' EXIT
 else
-  step "building kube-apiserver, etcd, kubectl and the node's binaries $kube" bash hack/node.sh build
-  step "building the guard's image (cargo build --release, then buildah)" bash hack/image.sh build guard
+  build "building kube-apiserver, etcd, kubectl and the node's binaries $kube" bash hack/node.sh build
+  build "building the guard's image (cargo build --release, then buildah)" bash hack/image.sh build guard
   section "node: kubelet on containerd + runc, bridge CNI, kube-proxy, controller-manager, scheduler"
   dir="$(NODE_OWNER_PID=$$ step "starting the node" bash hack/node.sh up)"
   trap 'bash "$REPO_ROOT/hack/node.sh" down "$dir"' EXIT
@@ -85,29 +108,21 @@ KC
   done
 fi
 
-# run PHASE: `kubectl apply -k manifests/PHASE` (a rerun replaces the finished Job), then the
-# Job's outcome, its pod's termination message (the run's summary) and, for status, its logs.
+# run PHASE: `hack/job.sh run PHASE`, as the README has the operator run it (it prints how the
+# previous run ended, deletes it, creates the Job and waits for Complete or Failed, with the pod's
+# exit code and termination message, the run's summary), then, for status, the report from the
+# logs.
 run_job() {
-  local phase="$1" job="workload-update-guard-$1" start outcome="" pod
-  section "kubectl apply -k manifests/$phase"
-  k -n harvester-system delete job "$job" --ignore-not-found --cascade=foreground --wait >/dev/null
+  local phase="$1" start code=0
+  section "hack/job.sh run $phase"
   start=$(date +%s%3N)
-  k apply -k "manifests/$phase" | grep -E '^job' || true
-  while [[ -z "$outcome" ]]; do
-    outcome="$(k -n harvester-system get job "$job" -o json | jq -r '
-      [.status.conditions[]? | select((.type == "Complete" or .type == "Failed") and .status == "True")
-       | "\(.type) (\(.reason))"] | first // empty')"
-    [[ -n "$outcome" ]] || sleep 0.2
-  done
-  pod="$(k -n harvester-system get pods -l "job-name=$job" -o jsonpath='{.items[0].metadata.name}')"
-  echo "Job $job: $outcome after $(( $(date +%s%3N) - start )) ms; pod $pod"
-  echo "termination message:"
-  k -n harvester-system get pod "$pod" -o json \
-    | jq '.status.containerStatuses[0].state.terminated | {exitCode, message: (.message | fromjson? // .)}'
+  KUBECTL="$KUBECTL" KUBECONFIG="$dir/kubeconfig" bash hack/job.sh run "$phase" --timeout 300 2>&1 || code=$?
+  echo "hack/job.sh run $phase: exit $code after $(( $(date +%s%3N) - start )) ms"
   if [[ "$phase" == status ]]; then
-    echo "logs:"; k -n harvester-system logs "$pod" | sed 's/^/  /'
+    echo "logs (kubectl logs job/workload-update-guard-status):"
+    k -n harvester-system logs job/workload-update-guard-status | sed 's/^/  /'
   fi
-  [[ "$outcome" == Complete* ]]
+  return "$code"
 }
 
 # run PHASE: the binary with the environment of the Job in manifests/PHASE (logs as text, to read).

@@ -52,6 +52,12 @@ PULL_REASONS='["ErrImagePull","ImagePullBackOff","ErrImageNeverPull","InvalidIma
 PERMANENT_PULL_REASONS='["ErrImageNeverPull","InvalidImageName"]'
 
 die() { echo "job: ERROR: $*" >&2; exit 2; }
+# bad MESSAGE: a wrong command line: the one-line error, then a one-line hint (not the usage).
+bad() {
+  echo "job: ERROR: $*" >&2
+  echo "usage: hack/job.sh run|wait|render pre|post|status [--plan PLAN] [--image IMAGE] [--timeout SECONDS] [--pull-timeout SECONDS] (hack/job.sh --help says more)" >&2
+  exit 2
+}
 say() { echo "job: $*" >&2; }
 k() { "$KUBECTL" "$@"; }
 
@@ -59,11 +65,13 @@ cmd="${1:-}"; phase="${2:-}"
 case "$cmd" in
   -h|--help|help) usage; exit 0 ;;
   run|wait|render) ;;
-  *) usage; exit 2 ;;
+  "") usage; exit 2 ;;
+  *) bad "unknown command '$cmd': expected run, wait or render" ;;
 esac
 case "$phase" in
   pre|post|status) ;;
-  *) usage; die "PHASE must be pre, post or status, not '$phase'" ;;
+  "") bad "$cmd needs a PHASE: pre, post or status" ;;
+  *) bad "PHASE must be pre, post or status, not '$phase'" ;;
 esac
 shift 2
 plan="" image="" timeout=1900 pull_timeout=120
@@ -73,11 +81,28 @@ while (( $# )); do
     --image) image="${2:?--image needs a value}"; shift 2 ;;
     --timeout) timeout="${2:?--timeout needs a value}"; shift 2 ;;
     --pull-timeout) pull_timeout="${2:?--pull-timeout needs a value}"; shift 2 ;;
-    *) usage; die "unknown option '$1'" ;;
+    *) bad "unknown option '$1'" ;;
   esac
 done
 [[ "$timeout" =~ ^[0-9]+$ && "$pull_timeout" =~ ^[0-9]+$ ]] || die "--timeout and --pull-timeout take seconds"
 command -v jq >/dev/null || die "jq is required"
+command -v "$KUBECTL" >/dev/null || die "kubectl is required (KUBECTL=$KUBECTL is not found)"
+
+# Every command needs the API server (even render: kubectl converts the manifests with the
+# server's API list). Unreachable, that is said once, with kubectl's own reason, and nothing
+# downstream blames the manifests or a missing Job.
+reachable() {
+  local out server
+  if out="$(k get --raw /version --request-timeout=10s 2>&1 >/dev/null)"; then return 0; fi
+  server="$(k config view --minify -o jsonpath='{.clusters[0].cluster.server}' 2>/dev/null || true)"
+  # kubectl's last line is the reason; the lines before it are client-go's log (E1201 ...).
+  out="$(grep -v '^[EWI][0-9]\{4\} ' <<<"$out" | sed '/^$/d' | tail -n 1)"
+  case "$out" in
+    *Unauthorized* | *orbidden*) die "the API server${server:+ at $server} refused kubectl's credentials: $out (check KUBECONFIG${KUBECONFIG:+=$KUBECONFIG})" ;;
+  esac
+  die "the cluster is unreachable${server:+ at $server}: ${out:-kubectl get --raw /version failed} (check KUBECONFIG${KUBECONFIG:+=$KUBECONFIG} and the network)"
+}
+reachable
 
 component="workload-update-guard-$phase"
 job="$component"
@@ -139,6 +164,12 @@ report() { # report JOB_JSON: how the Job ended, and each pod's exit code and te
         "job: pod \($pod): exit \($s.terminated.exitCode) \($s.terminated.message // "" | gsub("\n$"; ""))"
       elif $s.waiting then "job: pod \($pod): waiting: \($s.waiting.reason) \($s.waiting.message // "")"
       else "job: pod \($pod): \(.status.phase) \(.status.reason // "")" end' >&2 || true
+  # The run's warnings (a half-restored post, migrations pre cannot stop, skips), one a line, so
+  # that none hides in the JSON above.
+  k -n "$NS" get pods -l "job-name=$job" -o json 2>/dev/null | jq -r '
+    .items | sort_by(.metadata.creationTimestamp)[]
+    | (.status.containerStatuses[0].state.terminated.message // "" | fromjson? // {}) | .warnings[]?
+    | "job: WARNING: \(.)"' >&2 || true
 }
 
 # fail_unpullable: a pod of the Job that cannot get its image (a pull reason for --pull-timeout

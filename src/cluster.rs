@@ -6,6 +6,7 @@
 //! [`Cluster::poll`] sleeps between two reads, and a wait has a bound of its own. Conflicts (409, or 422 from the failed
 //! resourceVersion `test`) are answered by one fresh read and a new plan.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -118,6 +119,10 @@ pub struct Cluster {
     dry_run: bool,
     last_error: LastError,
     deadline: Deadline,
+    /// Whether a retry was logged yet.
+    retried: AtomicBool,
+    /// The Events that could not be made, for the termination message's warnings.
+    event_failures: Mutex<Vec<String>>,
 }
 
 /// `DEADLINE_SECONDS`: the bound of the run's requests and their retries. Its clock stops while a
@@ -127,6 +132,8 @@ pub struct Deadline(Arc<Mutex<Clock>>);
 
 #[derive(Debug, Default)]
 struct Clock {
+    /// `DEADLINE_SECONDS`, named by the first retry's WARN line.
+    bound: Option<Duration>,
     /// When it passes (`None`: never, as for a test client).
     at: Option<tokio::time::Instant>,
     /// Since when its clock is stopped.
@@ -136,9 +143,15 @@ struct Clock {
 impl Deadline {
     pub fn new(bound: Duration) -> Self {
         Self(Arc::new(Mutex::new(Clock {
+            bound: Some(bound),
             at: Some(tokio::time::Instant::now() + bound),
             stopped: None,
         })))
+    }
+
+    /// Its bound (`None`: a test client's, which never passes).
+    pub fn bound(&self) -> Option<Duration> {
+        self.0.lock().expect("not poisoned").bound
     }
 
     /// When it passes, unless its clock is stopped.
@@ -223,9 +236,10 @@ impl Cluster {
         deadline: Deadline,
     ) -> Result<Self, Error> {
         let mut config = Config::infer().await.map_err(|e| {
+            // kube quotes a path with `Debug` inside its own quotes: '"/x"'. Once is enough.
+            let causes = with_causes(&e).replace("'\"", "'").replace("\"'", "'");
             Error::Config(one_line(format!(
-                "cannot load Kubernetes client configuration (KUBECONFIG, ~/.kube/config, or in-cluster): {}",
-                with_causes(&e)
+                "cannot load Kubernetes client configuration (KUBECONFIG, ~/.kube/config, or in-cluster): {causes}"
             )))
         })?;
         config.default_retry = false;
@@ -245,6 +259,8 @@ impl Cluster {
             dry_run,
             last_error,
             deadline,
+            retried: AtomicBool::new(false),
+            event_failures: Mutex::default(),
         })
     }
 
@@ -255,6 +271,8 @@ impl Cluster {
             dry_run,
             last_error: LastError::default(),
             deadline: Deadline::default(),
+            retried: AtomicBool::new(false),
+            event_failures: Mutex::default(),
         }
     }
 
@@ -328,7 +346,12 @@ impl Cluster {
             .when(|e| classify(e) == Class::Transient)
             .notify(|e, wait| {
                 let e = with_causes(e);
-                warn!(request = what, error = %e, retry_in_ms = wait.as_millis() as u64, "transient error, retrying");
+                let wait_ms = wait.as_millis() as u64;
+                if self.retried.swap(true, Ordering::Relaxed) {
+                    warn!(request = what, error = %e, retry_in_ms = wait_ms, "transient error, retrying");
+                } else {
+                    warn!(request = what, error = %e, retry_in_ms = wait_ms, "{}", first_retry(self.deadline.bound()));
+                }
                 self.last_error.set(one_line(format!("{what} at {}: {e}", self.server)));
             })
             .await
@@ -583,8 +606,16 @@ impl Cluster {
         };
         // One attempt: an Event is not worth delaying the upgrade for.
         if let Err(e) = api.create(&params, &event).await {
-            warn!(error = %with_causes(&e), reason, "could not record the Event on the KubeVirt CR");
+            let e = with_causes(&e);
+            warn!(error = %e, reason, "could not record the Event on the KubeVirt CR");
+            let mut failures = self.event_failures.lock().expect("not poisoned");
+            failures.push(format!("{reason}: {e}"));
         }
+    }
+
+    /// The Events that could not be made so far (`REASON: error`), in order.
+    pub fn event_failures(&self) -> Vec<String> {
+        self.event_failures.lock().expect("not poisoned").clone()
     }
 }
 
@@ -602,6 +633,18 @@ impl EventKind {
             EventKind::Warning => "Warning",
         }
     }
+}
+
+/// The first retry's WARN message: what bounds the retries, and what happens then.
+pub fn first_retry(deadline: Option<Duration>) -> String {
+    let bound = match deadline {
+        Some(d) => format!("DEADLINE_SECONDS={}", d.as_secs()),
+        None => "DEADLINE_SECONDS".to_string(),
+    };
+    format!(
+        "transient error, retrying (at most 2 s apart) until the run's deadline, {bound}, runs \
+         out; then exit 4. Set DEADLINE_SECONDS to wait less or longer"
+    )
 }
 
 fn one_line(s: String) -> String {

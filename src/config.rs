@@ -135,6 +135,10 @@ pub struct Config {
     pub termination_message: Option<TerminationMessage>,
     /// Skip a missing object with a warning instead of failing.
     pub allow_missing: bool,
+    /// With `MANAGEDCHART_NAME` empty: the ManagedChart read read-only for what of ours an
+    /// earlier `pre` left there (`MANAGEDCHART_NAMESPACE`, default `fleet-local`, and the
+    /// default name `harvester`, the one a `pre` with the defaults writes).
+    pub unnamed_chart: Option<ObjectKey>,
 }
 
 /// Where the summary goes. The default path is written only if it exists: outside a pod,
@@ -220,6 +224,10 @@ impl Config {
             raw.managedchart_namespace,
             defaults::CHART_NAMESPACE,
         )?;
+        let unnamed_chart = ObjectKey {
+            namespace: chart_namespace.clone(),
+            name: defaults::CHART_NAME.into(),
+        };
         let chart = match raw.managedchart_name.as_deref() {
             Some("") => None,
             _ => Some(ObjectKey {
@@ -232,6 +240,7 @@ impl Config {
             }),
         };
         let named = chart.is_some();
+        let unnamed_chart = (!named).then_some(unnamed_chart);
         let steps = Steps {
             kubevirt: boolean("STEP_KUBEVIRT", raw.step_kubevirt, true)?,
             compare: boolean("STEP_COMPARE_PATCHES", raw.step_compare_patches, true)? && named,
@@ -301,6 +310,7 @@ impl Config {
             log_format,
             termination_message,
             allow_missing,
+            unnamed_chart,
         };
         if phase != Phase::Status && crate::plan::targets(&config.intent).is_empty() {
             return Err(ConfigError(
@@ -460,6 +470,21 @@ mod tests {
             c.intent.fallback,
             Some(vec!["LiveMigrate".into(), "Evict".into()])
         );
+        // What an earlier pre may have left is looked for under the default name, in the
+        // configured namespace; with a name there is no such read.
+        let key = |ns: &str| ObjectKey {
+            namespace: ns.into(),
+            name: "harvester".into(),
+        };
+        assert_eq!(c.unnamed_chart, Some(key("fleet-local")));
+        let c = cfg(&[
+            ("PHASE", "post"),
+            ("MANAGEDCHART_NAME", ""),
+            ("MANAGEDCHART_NAMESPACE", "mine"),
+        ])
+        .unwrap();
+        assert_eq!(c.unnamed_chart, Some(key("mine")));
+        assert_eq!(cfg(&[("PHASE", "post")]).unwrap().unnamed_chart, None);
     }
 
     #[test]

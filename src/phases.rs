@@ -12,7 +12,8 @@ use crate::harvester;
 use crate::model::{Kind, MIGRATION_PREFIX, Target};
 use crate::outcome::{Done, Outcome};
 use crate::plan::fleet::{self, Fleet};
-use crate::plan::{self, Objects, Phase, Plan, Step, Write};
+use crate::plan::skipped::{self, MIGRATIONS_UNDER_WAY, SKIPPED_NOT_CHECKED, SKIPPED_NOT_FOUND};
+use crate::plan::{self, CHANGED_WHILE_SUSPENDED, Objects, Phase, Plan, Step, Warning, Write};
 use crate::report::Report;
 
 /// Runs the configured phase; `status` also returns its verdict, for the termination message.
@@ -23,7 +24,7 @@ pub async fn run(
     out: &mut impl std::io::Write,
 ) -> Result<Option<String>, Error> {
     match cfg.intent.phase {
-        Phase::Status => status(cfg, cluster, out).await.map(Some),
+        Phase::Status => status(cfg, cluster, done, out).await.map(Some),
         Phase::Pre | Phase::Post => {
             let (read, left) = change(cfg, cluster, done, out).await?;
             fleet_wait(cfg, cluster, read.as_ref(), &left, done)
@@ -49,9 +50,12 @@ async fn change(
             None => done.push(missing(cfg, target, "nothing was written")?),
         }
     }
+    // What the phase skips is read too, read-only, to say what of ours it leaves there.
+    let skipped = read_skipped(cfg, cluster, done).await;
     // Harvester's own upgrade first: `pre` may leave the suspension to it, `post` waits for its
     // cleanup (and reads the objects again after it, so Fleet's generation is taken after it).
     if !harvester::gate(cfg, cluster, &mut objects, done).await? {
+        after_steps(cfg, cluster, &objects, skipped, done).await;
         return Ok((objects.chart.clone(), objects));
     }
     let read = objects.chart.clone();
@@ -167,6 +171,7 @@ async fn change(
         });
         printed?;
     }
+    after_steps(cfg, cluster, &objects, skipped, done).await;
     Ok((read, objects))
 }
 
@@ -346,6 +351,190 @@ async fn fleet_warning(
     });
 }
 
+/// The objects the phase skips (a step off, or the ManagedChart without a name: then the
+/// default one), read-only: `plan::skipped` says what of ours is left there.
+async fn read_skipped(cfg: &Config, cluster: &Cluster, done: &mut Vec<Done>) -> Skipped {
+    let intent = &cfg.intent;
+    let mut read = Skipped::default();
+    if !intent.steps.kubevirt {
+        let target = Target::new(Kind::KubeVirt, &intent.keys.kubevirt);
+        read.kubevirt = peek(cluster, target, true, done).await;
+    }
+    match (&intent.keys.chart, &cfg.unnamed_chart) {
+        (Some(key), _) if !intent.steps.writes(Kind::ManagedChart) => {
+            let target = Target::new(Kind::ManagedChart, key);
+            read.chart = peek(cluster, target, true, done).await;
+        }
+        (None, Some(key)) => {
+            let target = Target::new(Kind::ManagedChart, key);
+            read.chart = peek(cluster, target, false, done).await;
+        }
+        _ => {}
+    }
+    read
+}
+
+#[derive(Default)]
+struct Skipped {
+    kubevirt: Option<(Target, Value)>,
+    chart: Option<(Target, Value)>,
+}
+
+/// A skipped object, read-only. `loud`: a failed read is a warning (an object that is
+/// configured); otherwise (the unnamed ManagedChart, which KubeVirt without Fleet may not let
+/// us read) an INFO line.
+async fn peek(
+    cluster: &Cluster,
+    target: Target,
+    loud: bool,
+    done: &mut Vec<Done>,
+) -> Option<(Target, Value)> {
+    match cluster.get(&target).await {
+        Ok(Some(obj)) => Some((target, obj)),
+        // Not there, or no such kind (no Fleet): nothing of ours can be left on it.
+        Ok(None) | Err(Error::NotServed { .. }) => None,
+        Err(e @ Error::Refused { .. }) if !loud => {
+            info!(object = %target, error = %e, "not read: records of ours left there are not checked (MANAGEDCHART_NAME is empty)");
+            None
+        }
+        Err(e) => {
+            let message = format!(
+                "could not read it to check for records of ours left there (its step is off): {e}"
+            );
+            warn!(object = %target, reason = SKIPPED_NOT_CHECKED, "{message}");
+            done.push(noted(&target, SKIPPED_NOT_CHECKED, message));
+            None
+        }
+    }
+}
+
+fn noted(target: &Target, reason: &'static str, message: String) -> Done {
+    Done {
+        target: target.clone(),
+        outcome: Outcome::Unchanged,
+        actions: vec![],
+        warnings: vec![Warning { reason, message }],
+    }
+}
+
+/// After the steps: what of ours is left on what the phase skipped, the migrations `pre` cannot
+/// stop, and the Events of the objects skipped as missing; each a warning in the termination
+/// message, a WARN line and a Warning Event on the KubeVirt CR. Last, the Events that could not
+/// be made, as one warning.
+async fn after_steps(
+    cfg: &Config,
+    cluster: &Cluster,
+    objects: &Objects,
+    skipped: Skipped,
+    done: &mut Vec<Done>,
+) {
+    let intent = &cfg.intent;
+    let kv_target = Target::new(Kind::KubeVirt, &intent.keys.kubevirt);
+    let kubevirt = match (&objects.kubevirt, &skipped.kubevirt) {
+        (Some(o), _) => Some((&kv_target, o)),
+        (None, Some((t, o))) => Some((t, o)),
+        _ => None,
+    };
+    let chart_target = intent.keys.target(Kind::ManagedChart);
+    let chart = match (&objects.chart, &chart_target, &skipped.chart) {
+        (Some(o), Some(t), _) => Some((t, o)),
+        (_, _, Some((t, o))) => Some((t, o)),
+        _ => None,
+    };
+    let mut warnings = skipped::leftovers(intent, kubevirt, chart);
+    if intent.phase == Phase::Pre
+        && kubevirt.is_some()
+        && let Some(w) = migrations_under_way(cluster).await
+    {
+        warnings.push((kv_target.clone(), w));
+    }
+    let kv_obj = kubevirt.map(|(_, o)| o);
+    for (target, w) in warnings {
+        warn!(object = %target, reason = w.reason, "{}", w.message);
+        if let Some(kv) = kv_obj {
+            cluster
+                .event(kv, EventKind::Warning, w.reason, &w.message)
+                .await;
+        }
+        done.push(noted(&target, w.reason, w.message));
+    }
+    // The objects skipped as missing (logged when found missing) get their Event too.
+    if let Some(kv) = kv_obj {
+        for w in done
+            .iter()
+            .filter(|d| d.outcome == Outcome::Missing)
+            .flat_map(|d| &d.warnings)
+        {
+            cluster
+                .event(kv, EventKind::Warning, w.reason, &w.message)
+                .await;
+        }
+    }
+    // An Event that could not be made (e.g. no `create` on events) is no failure, but said.
+    let failed = cluster.event_failures();
+    if let Some(first) = failed.first() {
+        let message = format!(
+            "{} Event(s) could not be recorded on the KubeVirt CR (the first: {first}); the \
+             warnings and actions are in this message and the log",
+            failed.len()
+        );
+        done.push(noted(&kv_target, skipped::EVENTS_NOT_RECORDED, message));
+    }
+}
+
+/// `pre`: the workload-update migrations created before it that have not finished, which `[]`
+/// does not stop. Best effort, at most 10 s: the suspension is written already.
+async fn migrations_under_way(cluster: &Cluster) -> Option<Warning> {
+    let listed = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        cluster.list_migrations(MIGRATION_PREFIX),
+    )
+    .await;
+    let message = match listed {
+        Ok(Ok(list)) => {
+            let unfinished = crate::report::unfinished(&list);
+            if unfinished.is_empty() {
+                info!("no workload-update migration is under way");
+                return None;
+            }
+            let mut names: Vec<String> = unfinished
+                .iter()
+                .take(10)
+                .map(|m| format!("{}/{} ({})", m.namespace, m.name, m.phase))
+                .collect();
+            if unfinished.len() > 10 {
+                names.push(format!("and {} more", unfinished.len() - 10));
+            }
+            let first = &unfinished[0];
+            format!(
+                "{} workload-update migration{} created before pre {} not finished: {}. Setting \
+                 the methods to [] stops new ones but cancels none of these: they go on moving \
+                 their VMs during the upgrade. To cancel one, delete it (e.g. kubectl -n {} \
+                 delete virtualmachineinstancemigration {}); PHASE=status lists those not \
+                 finished (hack/job.sh run status)",
+                unfinished.len(),
+                if unfinished.len() == 1 { "" } else { "s" },
+                if unfinished.len() == 1 { "is" } else { "are" },
+                names.join(", "),
+                first.namespace,
+                first.name,
+            )
+        }
+        Ok(Err(e)) => format!(
+            "could not list the workload-update migrations under way ({e}): [] stops new ones \
+             but cancels none already created; PHASE=status lists them (hack/job.sh run status)"
+        ),
+        Err(_) => "could not list the workload-update migrations under way within 10 s: [] \
+                   stops new ones but cancels none already created; PHASE=status lists them \
+                   (hack/job.sh run status)"
+            .to_string(),
+    };
+    Some(Warning {
+        reason: MIGRATIONS_UNDER_WAY,
+        message,
+    })
+}
+
 /// A missing object: an error that names it and what to check, unless `ALLOW_MISSING` is on.
 fn missing(cfg: &Config, target: Target, when: &str) -> Result<Done, Error> {
     let hint = match target.kind {
@@ -355,18 +544,28 @@ fn missing(cfg: &Config, target: Target, when: &str) -> Result<Done, Error> {
              for KubeVirt without Fleet set MANAGEDCHART_NAME= (empty)"
         }
     };
+    // `status` writes nothing whatever happens: it has no `when` to tell.
+    let when = if when.is_empty() {
+        String::new()
+    } else {
+        format!("; {when}")
+    };
     if !cfg.allow_missing {
         return Err(Error::Missing {
             target,
-            hint: format!("{hint}, or set ALLOW_MISSING=true to skip it; {when}"),
+            hint: format!("{hint}, or set ALLOW_MISSING=true to skip it{when}"),
         });
     }
-    warn!(object = %target, "not found: step skipped (ALLOW_MISSING)");
+    let message = format!("{target} not found: skipped (ALLOW_MISSING=true){when}; {hint}");
+    warn!(object = %target, reason = SKIPPED_NOT_FOUND, "{message}");
     Ok(Done {
         target,
         outcome: Outcome::Missing,
         actions: vec![],
-        warnings: vec![],
+        warnings: vec![Warning {
+            reason: SKIPPED_NOT_FOUND,
+            message,
+        }],
     })
 }
 
@@ -395,7 +594,14 @@ async fn after_write(
     }
     // A Normal Event for a change that did something: a `post` that keeps a later choice only
     // drops our record, and its Warning Event says why.
-    if step.write == Write::Change && step.target.kind == Kind::KubeVirt && !plan.actions.is_empty()
+    let kept = plan
+        .warnings
+        .iter()
+        .any(|w| w.reason == CHANGED_WHILE_SUSPENDED);
+    if step.write == Write::Change
+        && step.target.kind == Kind::KubeVirt
+        && !plan.actions.is_empty()
+        && !kept
     {
         let (reason, verb) = match cfg.intent.phase {
             Phase::Pre => (
@@ -439,6 +645,7 @@ pub const HOTPLUG_NOTICE: &str = "While updates are suspended, CPU and memory ho
 async fn status(
     cfg: &Config,
     cluster: &Cluster,
+    done: &mut Vec<Done>,
     out: &mut impl std::io::Write,
 ) -> Result<String, Error> {
     let keys = &cfg.intent.keys;
@@ -459,7 +666,12 @@ async fn status(
     };
     let migrations = cluster.list_migrations(MIGRATION_PREFIX).await?;
     let view = harvester::read(cluster, cfg).await?;
-    let report = Report::new(
+    // Without a name, the default ManagedChart is read too, for what of ours it still carries.
+    let unnamed = match &cfg.unnamed_chart {
+        Some(key) => peek(cluster, Target::new(Kind::ManagedChart, key), false, done).await,
+        None => None,
+    };
+    let mut report = Report::new(
         &cfg.intent,
         (&kubevirt, kv.as_ref()),
         chart
@@ -468,6 +680,23 @@ async fn status(
         &migrations,
     )
     .with_harvester(view.upgrade, view.offered);
+    if let Some((target, obj)) = &unnamed {
+        report = report.with_unnamed_chart(&cfg.intent, target, obj);
+    }
+    // The report's warnings are the termination message's too.
+    done.push(Done {
+        target: kubevirt.clone(),
+        outcome: Outcome::Unchanged,
+        actions: vec![],
+        warnings: report
+            .warnings
+            .iter()
+            .map(|w| Warning {
+                reason: "",
+                message: w.clone(),
+            })
+            .collect(),
+    });
     match cfg.log_format {
         LogFormat::Json => writeln!(
             out,
@@ -479,11 +708,11 @@ async fn status(
     .and_then(|()| out.flush())
     .map_err(|e| Error::Output(e.to_string()))?;
     if kv.is_none() {
-        missing(cfg, kubevirt, "nothing was written")?;
+        done.push(missing(cfg, kubevirt, "")?);
     }
     // Like the other phases: a ManagedChart that is not there (its CRD is) is a wrong name.
     if let Some((target, Ok(None))) = chart {
-        missing(cfg, target, "nothing was written")?;
+        done.push(missing(cfg, target, "")?);
     }
     Ok(report.verdict)
 }

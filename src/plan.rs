@@ -10,6 +10,7 @@
 //! - [`ownership`]: `managedFields`: who owns the methods, and the release of our claim;
 //! - [`harvester`]: Harvester's own upgrade: its backup, its cleanup, its blind restores;
 //! - [`records`]: the annotation formats and their checked readers (shared with `report`);
+//! - [`skipped`]: what a phase leaves of ours on what it was told to skip (a step off, no name);
 //! - [`editor`]: the JSON Patch editor and the [`Plan`] it makes.
 //!
 //! Every patch starts with a `test` of `/metadata/resourceVersion`, so it applies only to the exact
@@ -25,6 +26,7 @@ pub mod kubevirt;
 pub mod ownership;
 pub mod phase;
 pub mod records;
+pub mod skipped;
 #[cfg(test)]
 pub(crate) mod testing;
 

@@ -5,7 +5,8 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::model::{
-    FIELD_MANAGER, KUBEVIRT_COPY, KUBEVIRT_RECORD, METHODS_FIELD, METHODS_PATH, Target, VALUES_PATH,
+    FIELD_MANAGER, KUBEVIRT_COPY, KUBEVIRT_RECORD, METHODS_FIELD, METHODS_PATH, OWNERS_TO_RETURN,
+    Target, VALUES_PATH,
 };
 use crate::plan::chart::{compare_list, find_pointer, values_choice};
 use crate::plan::fleet::{self, Fleet};
@@ -17,6 +18,7 @@ use crate::plan::records::{
     CompareRecord, ValueRecord, describe, kubevirt_copy, kubevirt_record, lookup, methods,
     read_record,
 };
+use crate::plan::skipped::{ChartOurs, chart_ours};
 use crate::plan::{Intent, Malformed};
 
 #[derive(Debug, Serialize)]
@@ -143,6 +145,7 @@ impl Report {
         chart: Option<(&Target, Result<Option<&Value>, &String>)>,
         migrations: &[Value],
     ) -> Self {
+        let chart_read = chart;
         let chart = chart.map(|(t, read)| match read {
             Ok(obj) => chart_report(t, obj, intent),
             Err(e) => {
@@ -189,11 +192,12 @@ impl Report {
                 ));
             }
         }
-        let verdict = match refusal(&k, chart.as_ref()) {
-            Some(refused) => refused,
+        let refused = refusal(&k, chart.as_ref());
+        let verdict = match &refused {
+            Some(refused) => refused.clone(),
             None => verdict(&k, source, &will_restore),
         };
-        Report {
+        let mut report = Report {
             verdict,
             suspended,
             will_restore,
@@ -203,7 +207,83 @@ impl Report {
             managed_chart: chart,
             unfinished_migrations: unfinished,
             harvester: None,
+        };
+        if let (None, Some((target, Ok(Some(obj))))) = (&refused, chart_read) {
+            report.account_for(target, &chart_ours(obj, &intent.keys.kubevirt), true);
         }
+        // A post stopped between its restore and its release: the fields are restored, but
+        // given back to nobody yet.
+        let pending = kv.is_some_and(|o| {
+            o.pointer("/metadata/annotations")
+                .and_then(|a| a.get(OWNERS_TO_RETURN))
+                .is_some()
+        });
+        if refused.is_none() && pending && !report.suspended {
+            report.warnings.push(format!(
+                "{kubevirt} still has the owners a stopped post has to give back ({OWNERS_TO_RETURN})"
+            ));
+            report.verdict = format!(
+                "{}; but post stopped before giving the methods back to their owners: run post \
+                 again to finish (hack/job.sh run post)",
+                report.verdict
+            );
+        }
+        report
+    }
+
+    /// With `MANAGEDCHART_NAME` empty: the default ManagedChart as read, for what of ours it
+    /// still carries (`post` with that setting leaves it there).
+    pub fn with_unnamed_chart(mut self, intent: &Intent, target: &Target, obj: &Value) -> Self {
+        if !self.verdict.starts_with("REFUSED") {
+            self.account_for(target, &chart_ours(obj, &intent.keys.kubevirt), false);
+        }
+        self
+    }
+
+    /// The verdict accounts for what of ours the ManagedChart still carries while the CR is not
+    /// suspended by us: a half-restored state, which Fleet's next deploy suspends again while
+    /// pre's values override `[]` is there.
+    fn account_for(&mut self, target: &Target, ours: &ChartOurs, named: bool) {
+        if self.suspended || !self.kubevirt.found || ours.is_empty() {
+            return;
+        }
+        let parts: Vec<String> = [&ours.values, &ours.compare, &ours.object]
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect();
+        let switches = if named {
+            "with the ManagedChart steps on (STEP_CHART_VALUES=true STEP_COMPARE_PATCHES=true)"
+                .to_string()
+        } else {
+            format!(
+                "with MANAGEDCHART_NAMESPACE={} MANAGEDCHART_NAME={} (MANAGEDCHART_NAME is empty \
+                 here: the default was read)",
+                target.key.namespace, target.key.name
+            )
+        };
+        let finish = format!("post {switches} removes it (hack/job.sh run post)");
+        let methods = &self.kubevirt.workload_update_methods;
+        let on = methods
+            .as_ref()
+            .and_then(Value::as_array)
+            .is_some_and(|m| !m.is_empty());
+        self.warnings.push(format!(
+            "{target} still carries what pre wrote there: {}",
+            parts.join(", ")
+        ));
+        self.verdict = if ours.suspends_at_next_deploy && on {
+            format!(
+                "ATTENTION: automated updates on ({}) only until Fleet's next deploy, which \
+                 suspends them again: {target} still has pre's values override []; {finish}",
+                json(methods)
+            )
+        } else {
+            format!(
+                "{}; but {target} still carries records of ours; {finish}",
+                self.verdict
+            )
+        };
     }
 }
 
@@ -489,7 +569,8 @@ fn row(
     label: &str,
     value: impl std::fmt::Display,
 ) -> std::fmt::Result {
-    writeln!(f, "  {label:<28}{value}")
+    // At least one space: a label longer than the column still ends before its value.
+    writeln!(f, "  {label:<27} {value}")
 }
 
 fn json(v: &Option<Value>) -> String {
@@ -534,7 +615,10 @@ impl std::fmt::Display for Report {
             row(f, "saved original", record(&k.saved_original))?;
             if let Some(r) = &k.post_will_restore {
                 let what = match r.source {
-                    Source::Nothing | Source::LaterChoice => format!("nothing: {}", r.reason),
+                    Source::Nothing | Source::LaterChoice => {
+                        let why = r.reason.strip_prefix("nothing to restore: ");
+                        format!("nothing: {}", why.unwrap_or(&r.reason))
+                    }
                     _ => format!("{}, from {}", json(&r.methods), r.reason),
                 };
                 row(f, "post would restore", what)?;
@@ -821,9 +905,141 @@ mod tests {
         let kt = Target::new(Kind::KubeVirt, &kv());
         let obj = kubevirt(Some(json!(["LiveMigrate"])));
         let text = Report::new(&intent, (&kt, Some(&obj)), None, &[]).to_string();
+        // The label is longer than its column: a space still parts it from the value.
         assert!(
-            text.contains(&format!("owners of {METHODS_FIELD}")) && text.contains("none"),
+            text.contains(&format!("owners of {METHODS_FIELD} none\n")),
             "{text}"
         );
+        // "nothing" once, then why.
+        assert!(
+            text.contains(
+                "  post would restore          nothing: no record of ours, and the methods are \
+                 [\"LiveMigrate\"] (already restored, or never suspended)\n"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("nothing: nothing"), "{text}");
+    }
+
+    /// The issue's case: `pre` with the defaults, then `post MANAGEDCHART_NAME=`. The CR is on,
+    /// the ManagedChart keeps pre's values override `[]`: the verdict says that Fleet's next
+    /// deploy suspends the updates again and how to finish, with the ManagedChart named or read
+    /// under the default name; a state that is all suspended or all restored says no such thing.
+    #[test]
+    fn a_half_restored_state_is_not_called_not_suspended() {
+        use crate::model::Kind;
+        use crate::plan::testing::*;
+        let named = intent(Phase::Status);
+        let start = Objects {
+            kubevirt: Some(kubevirt(Some(json!(["LiveMigrate"])))),
+            chart: Some(chart(json!({}), None)),
+        };
+        let suspended = run_phase(Phase::Pre, &start);
+        let (kv1, ch1) = (suspended.kubevirt.unwrap(), suspended.chart.unwrap());
+        let kv_only = post_kv(&kv1, None);
+        let key = named.keys.chart.clone().unwrap();
+        let (kt, ct) = (
+            Target::new(Kind::KubeVirt, &kv()),
+            Target::new(Kind::ManagedChart, &key),
+        );
+        let r = Report::new(
+            &named,
+            (&kt, Some(&kv_only)),
+            Some((&ct, Ok(Some(&ch1)))),
+            &[],
+        );
+        assert_eq!(
+            r.verdict,
+            "ATTENTION: automated updates on ([\"LiveMigrate\"]) only until Fleet's next deploy, \
+             which suspends them again: ManagedChart fleet-local/harvester still has pre's values \
+             override []; post with the ManagedChart steps on (STEP_CHART_VALUES=true \
+             STEP_COMPARE_PATCHES=true) removes it (hack/job.sh run post)"
+        );
+        assert_eq!(
+            r.warnings,
+            [
+                "ManagedChart fleet-local/harvester still carries what pre wrote there: the values \
+              override [] and its record, the comparePatches pointer and its record, the copy of \
+              the KubeVirt CR's original"
+            ]
+        );
+        let mut unnamed = named.clone();
+        unnamed.keys.chart = None;
+        let r = Report::new(&unnamed, (&kt, Some(&kv_only)), None, &[])
+            .with_unnamed_chart(&unnamed, &ct, &ch1);
+        assert!(
+            r.verdict.starts_with("ATTENTION: automated updates on"),
+            "{}",
+            r.verdict
+        );
+        assert!(
+            r.verdict.contains(
+                "post with MANAGEDCHART_NAMESPACE=fleet-local MANAGEDCHART_NAME=harvester \
+                 (MANAGEDCHART_NAME is empty here: the default was read) removes it"
+            ),
+            "{}",
+            r.verdict
+        );
+        // Only the comparePatches record left: not suspended, and the record is named.
+        let mut compare_only = ch1.clone();
+        for key in [VALUES_RECORD, KUBEVIRT_COPY] {
+            compare_only["metadata"]["annotations"]
+                .as_object_mut()
+                .unwrap()
+                .remove(key);
+        }
+        compare_only["spec"]["values"] = json!({});
+        let r = Report::new(
+            &named,
+            (&kt, Some(&kv_only)),
+            Some((&ct, Ok(Some(&compare_only)))),
+            &[],
+        );
+        assert!(
+            r.verdict.starts_with(
+                "NOT SUSPENDED: automated updates on ([\"LiveMigrate\"]); but ManagedChart \
+                 fleet-local/harvester still carries records of ours; post with"
+            ),
+            "{}",
+            r.verdict
+        );
+        // All suspended, or all restored: the verdicts as before, no warning.
+        let r = Report::new(&named, (&kt, Some(&kv1)), Some((&ct, Ok(Some(&ch1)))), &[]);
+        assert!(r.verdict.starts_with("SUSPENDED"), "{}", r.verdict);
+        assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+        let end = run_phase(
+            Phase::Post,
+            &Objects {
+                kubevirt: Some(kv1),
+                chart: Some(ch1),
+            },
+        );
+        let r = Report::new(
+            &named,
+            (&kt, end.kubevirt.as_ref()),
+            Some((&ct, Ok(end.chart.as_ref()))),
+            &[],
+        );
+        assert_eq!(
+            r.verdict,
+            "NOT SUSPENDED: automated updates on ([\"LiveMigrate\"])"
+        );
+        assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+        // A post stopped between the CR's restore and its release: said, with the remedy.
+        let mut stopped = end.kubevirt.clone().unwrap();
+        stopped["metadata"]["annotations"] = json!({OWNERS_TO_RETURN: "[]"});
+        let r = Report::new(
+            &named,
+            (&kt, Some(&stopped)),
+            Some((&ct, Ok(end.chart.as_ref()))),
+            &[],
+        );
+        assert_eq!(
+            r.verdict,
+            "NOT SUSPENDED: automated updates on ([\"LiveMigrate\"]); but post stopped before \
+             giving the methods back to their owners: run post again to finish (hack/job.sh run \
+             post)"
+        );
+        assert_eq!(r.warnings.len(), 1, "{:?}", r.warnings);
     }
 }

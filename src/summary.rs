@@ -86,9 +86,11 @@ impl Summary {
         summary.warnings = done
             .iter()
             .flat_map(|d| {
-                d.warnings
-                    .iter()
-                    .map(|w| format!("{}: {}", w.reason, w.message))
+                // `status`'s warnings are the report's lines, without a reason.
+                d.warnings.iter().map(|w| match w.reason {
+                    "" => w.message.clone(),
+                    reason => format!("{reason}: {}", w.message),
+                })
             })
             .collect();
         if let Err(e) = result {

@@ -684,3 +684,28 @@ async fn the_deadline_does_not_count_a_polls_sleeps() {
     deadline.passed().await;
     assert_eq!(start.elapsed(), Duration::from_secs(6));
 }
+
+/// The first retry's WARN says what bounds the retries, with its value, and what comes then.
+#[test]
+fn the_first_retry_names_the_deadline() {
+    assert_eq!(
+        first_retry(Some(Duration::from_secs(300))),
+        "transient error, retrying (at most 2 s apart) until the run's deadline, \
+         DEADLINE_SECONDS=300, runs out; then exit 4. Set DEADLINE_SECONDS to wait less or longer"
+    );
+    assert!(first_retry(None).contains("deadline, DEADLINE_SECONDS, runs out"));
+}
+
+/// An Event the server refuses is no failure of the run, but it is kept for the termination
+/// message.
+#[tokio::test]
+async fn a_refused_event_is_kept_for_the_summary() {
+    let (cluster, handle) = mock_cluster(false);
+    let server = serve(handle, vec![Ok(status(403, json!({})))]);
+    within(cluster.event(&kubevirt("1"), EventKind::Warning, "Why", "note")).await;
+    within(server).await.unwrap();
+    let failed = cluster.event_failures();
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert!(failed[0].starts_with("Why: "), "{failed:?}");
+    assert!(failed[0].contains("403"), "{failed:?}");
+}

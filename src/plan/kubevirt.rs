@@ -243,6 +243,10 @@ pub fn kubevirt_post(
         // A later choice made by an `Update` (kubectl edit or patch) holds a claim that the
         // restored values' next deploy conflicts with: say so where the choice is kept.
         (None, Source::LaterChoice) => {
+            ed.note(format!(
+                "removed our record of the original; kept the methods {} set while suspended",
+                describe(&current)
+            ));
             let mut text = vec![restore.reason];
             text.extend(update_claim_warnings(obj));
             ed.warn(CHANGED_WHILE_SUSPENDED, text.join("; "))
@@ -678,7 +682,7 @@ mod tests {
             changed["spec"]["workloadUpdateStrategy"]["workloadUpdateMethods"] = later.clone();
             let plan = kubevirt_post(&changed, None, None, None).unwrap();
             let after = apply(&changed, &plan);
-            assert_eq!(methods(&after).unwrap(), Some(later));
+            assert_eq!(methods(&after).unwrap(), Some(later.clone()));
             assert_eq!(
                 read_record::<ValueRecord>(&after, KUBEVIRT_RECORD).unwrap(),
                 None
@@ -686,6 +690,13 @@ mod tests {
             assert_eq!(plan.warnings.len(), 1);
             assert_eq!(plan.warnings[0].reason, CHANGED_WHILE_SUSPENDED);
             assert!(plan.warnings[0].message.contains(r#"["LiveMigrate"]"#));
+            // The write says what it did: the record removed, the later choice kept.
+            assert_eq!(
+                plan.actions,
+                [format!(
+                    "removed our record of the original; kept the methods {later} set while suspended"
+                )]
+            );
         }
     }
 

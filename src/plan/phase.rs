@@ -375,9 +375,9 @@ mod tests {
         assert_eq!(count(kubevirt_pre(&kubevirt(Some(json!([]))), None)), 1);
         assert_eq!(count(kubevirt_pre(&suspended, None)), 1);
         // post: where the original comes from, the change, and what KubeVirt will now do; a change
-        // made while suspended is a warning, not an action.
+        // made while suspended is a warning, and the one action is the record removed.
         assert_eq!(count(kubevirt_post(&suspended, None, None, None)), 3);
-        assert_eq!(count(kubevirt_post(&changed, None, None, None)), 0);
+        assert_eq!(count(kubevirt_post(&changed, None, None, None)), 1);
         assert_eq!(
             kubevirt_post(&changed, None, None, None)
                 .unwrap()

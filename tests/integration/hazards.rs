@@ -452,7 +452,29 @@ async fn status_reports_read_only() {
         )
         .await;
     }
-    assert_ok(&run_phase(&ns, "pre").await);
+    // pre names the workload-update migrations under way, and says that [] does not stop them
+    // (other tests' migrations may be listed too: the list is cluster-wide).
+    let pre = run_phase(&ns, "pre").await;
+    assert_ok(&pre);
+    let under_way: Vec<String> = pre
+        .warnings()
+        .into_iter()
+        .filter(|w| w.starts_with("WorkloadUpdateMigrationsUnderWay: "))
+        .collect();
+    assert_eq!(under_way.len(), 1, "{pre:?}");
+    for want in [
+        &format!("{ns}/kubevirt-workload-update-aaaa (Running)"),
+        "created before pre",
+        "Setting the methods to [] stops new ones but cancels none of these",
+        "PHASE=status lists those not finished",
+    ] {
+        assert!(under_way[0].contains(want), "{want:?} in {}", under_way[0]);
+    }
+    assert!(!under_way[0].contains("bbbb") && !under_way[0].contains("manual-migration"));
+    assert!(
+        pre.stderr.contains(" WARN ") && pre.stderr.contains("kubevirt-workload-update-aaaa"),
+        "{pre:?}"
+    );
     let before = kubevirt_rv(&client, &ns).await;
     let text = run_phase(&ns, "status").await;
     assert_ok(&text);

@@ -373,12 +373,22 @@ async fn the_service_account_token_runs_every_phase_and_nothing_else() {
         matches!(&err, kube::Error::Api(s) if s.code == 403),
         "{err}"
     );
-    // The writer lists no migrations; the reader writes nothing.
+    // The writer lists the migrations (pre names those under way) and may not change one; the
+    // reader writes nothing.
     let migrations = kube::Api::<kube::api::DynamicObject>::all_with(
         sa.clone(),
         &resource("VirtualMachineInstanceMigration"),
     );
-    let err = migrations.list(&Default::default()).await.unwrap_err();
+    migrations
+        .list(&Default::default())
+        .await
+        .expect("the writer lists the migrations");
+    let in_ns = kube::Api::<kube::api::DynamicObject>::namespaced_with(
+        sa.clone(),
+        "default",
+        &resource("VirtualMachineInstanceMigration"),
+    );
+    let err = in_ns.delete("any", &Default::default()).await.unwrap_err();
     assert!(
         matches!(&err, kube::Error::Api(s) if s.code == 403),
         "{err}"

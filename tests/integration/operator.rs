@@ -185,6 +185,17 @@ async fn a_change_while_suspended_is_kept_with_a_warning() {
         .unwrap();
     let r = run(with(&ns, "post", &[])).await;
     assert_eq!(r.code, 0, "{r:?}");
+    // The write says what it did (issue 25: it said `actions=[]`).
+    let step = &r.summary.as_ref().unwrap()["steps"][0];
+    assert_eq!(step["outcome"], "changed", "{step}");
+    assert_eq!(
+        step["actions"],
+        json!([
+            "removed our record of the original; kept the methods [\"Evict\"] set while suspended"
+        ]),
+        "{step}"
+    );
+    assert!(!r.stderr.contains("actions=[]"), "{r:?}");
     let kv = get(&client, "KubeVirt", &ns, "kubevirt").await;
     assert_eq!(
         kv["spec"]["workloadUpdateStrategy"]["workloadUpdateMethods"],
@@ -325,6 +336,19 @@ async fn connection_errors_say_where_and_why() {
         "{}",
         r.stderr
     );
+    // The first retry says what bounds the retries, once.
+    let warns: Vec<&str> = r.stderr.lines().filter(|l| l.contains(" WARN ")).collect();
+    assert!(
+        warns[0].contains("until the run's deadline, DEADLINE_SECONDS=3, runs out; then exit 4"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(
+        r.stderr.matches("DEADLINE_SECONDS=3").count(),
+        1,
+        "{}",
+        r.stderr
+    );
 }
 
 /// Outside a pod, the default termination-message path is not created; a given one is written.
@@ -420,5 +444,241 @@ async fn the_json_log_carries_the_summary_as_an_object() {
     assert_eq!(last["summary"], *r.summary.as_ref().unwrap());
     for line in r.stderr.lines() {
         serde_json::from_str::<Value>(line).expect("every log line is JSON");
+    }
+}
+
+/// Issue 25's case: `pre` with the defaults, then `post MANAGEDCHART_NAME=`. The CR is restored,
+/// the ManagedChart keeps pre's values override `[]` (Fleet's next deploy would suspend the
+/// updates again): post says so loudly (WARN, Warning Event, termination message) with the
+/// command that finishes, `status` does not call it NOT SUSPENDED, and a `post` with the
+/// defaults finishes the job.
+#[tokio::test]
+async fn a_post_that_skips_the_chart_is_not_called_success() {
+    let client = admin().await;
+    let ns = namespace(&client, "half").await;
+    let (_, chart0) = harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+    assert_eq!(run(with(&ns, "pre", &[])).await.code, 0);
+    let r = run(with(&ns, "post", &[("MANAGEDCHART_NAME", "")])).await;
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(kubevirt_methods(&client, &ns).await, json!(["LiveMigrate"]));
+    let left: Vec<String> = r
+        .warnings()
+        .into_iter()
+        .filter(|w| w.starts_with("RecordsLeftBySkippedStep: "))
+        .collect();
+    assert_eq!(left.len(), 1, "{r:?}");
+    for want in [
+        &format!("NOT FULLY RESTORED: ManagedChart {ns}/harvester keeps what pre wrote there"),
+        "the values override [] and its record",
+        "the comparePatches pointer and its record",
+        "MANAGEDCHART_NAME is empty",
+        "Fleet's next deploy of the chart renders that [] on the KubeVirt CR and suspends the \
+         automated updates again",
+        &format!("run post again with MANAGEDCHART_NAMESPACE={ns} MANAGEDCHART_NAME=harvester"),
+        "hack/job.sh run post",
+    ] {
+        assert!(left[0].contains(want), "{want:?} in {}", left[0]);
+    }
+    assert!(
+        r.stderr.contains(" WARN ") && r.stderr.contains("NOT FULLY RESTORED"),
+        "{r:?}"
+    );
+    let ev = events(&client, &ns).await;
+    assert!(
+        ev.iter().any(|(t, reason, note)| t == "Warning"
+            && reason == "RecordsLeftBySkippedStep"
+            && note.contains("NOT FULLY RESTORED")),
+        "{ev:?}"
+    );
+    // status, with the chart named or not: the verdict says Fleet's next deploy suspends again.
+    for extra in [&[][..], &[("MANAGEDCHART_NAME", "")][..]] {
+        let s = run(with(&ns, "status", extra)).await;
+        assert_eq!(s.code, 0, "{s:?}");
+        let verdict = s.summary.as_ref().unwrap()["verdict"].as_str().unwrap();
+        assert!(
+            verdict.starts_with(
+                "ATTENTION: automated updates on ([\"LiveMigrate\"]) only until Fleet's next \
+                 deploy, which suspends them again"
+            ) && verdict.contains("hack/job.sh run post"),
+            "{extra:?}: {verdict}"
+        );
+        assert!(s.stdout.starts_with(verdict), "{s:?}");
+        assert!(
+            s.warnings()
+                .iter()
+                .any(|w| w.contains("still carries what pre wrote there")),
+            "{s:?}"
+        );
+    }
+    // The command it names finishes the job.
+    let r = run(with(&ns, "post", &[])).await;
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(r.warnings(), Vec::<String>::new(), "{r:?}");
+    let chart = get(&client, "ManagedChart", &ns, "harvester").await;
+    assert_eq!(content(&chart), content(&chart0));
+    let s = run(with(&ns, "status", &[])).await;
+    assert_eq!(
+        s.summary.as_ref().unwrap()["verdict"],
+        "NOT SUSPENDED: automated updates on ([\"LiveMigrate\"])"
+    );
+}
+
+/// Every skip is in the termination message's `warnings`: ALLOW_MISSING's included (the file
+/// the kubelet would read, written by the run).
+#[tokio::test]
+async fn every_skip_is_in_the_termination_message() {
+    let client = admin().await;
+    let ns = namespace(&client, "skips").await;
+    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+    for (phase, extra, object) in [
+        (
+            "pre",
+            &[("KUBEVIRT_NAMESPACE", "kubevirt")][..],
+            "KubeVirt kubevirt/kubevirt",
+        ),
+        (
+            "post",
+            &[("KUBEVIRT_NAMESPACE", "kubevirt")][..],
+            "KubeVirt kubevirt/kubevirt",
+        ),
+        (
+            "pre",
+            &[("MANAGEDCHART_NAME", "harvestr")][..],
+            &format!("ManagedChart {ns}/harvestr"),
+        ),
+        (
+            "status",
+            &[("KUBEVIRT_NAME", "kubvirt")][..],
+            &format!("KubeVirt {ns}/kubvirt"),
+        ),
+    ] {
+        let mut env = with(&ns, phase, extra);
+        env.insert("ALLOW_MISSING".into(), "true".into());
+        let r = run(env).await;
+        assert_eq!(r.code, 0, "{phase} {extra:?}: {r:?}");
+        let w = r.warnings();
+        let want = format!("SkippedNotFound: {object} not found: skipped (ALLOW_MISSING=true)");
+        assert!(w.iter().any(|w| w.starts_with(&want)), "{want:?} in {w:?}");
+        assert!(
+            w.iter().any(|w| w.contains("check ")),
+            "says what to check: {w:?}"
+        );
+    }
+    // The read-only status never says that nothing was written.
+    let r = run(with(&ns, "status", &[("KUBEVIRT_NAME", "kubvirt")])).await;
+    assert_eq!(r.code, i32::from(exit::MISSING), "{r:?}");
+    let error = r.summary.as_ref().unwrap()["error"].as_str().unwrap();
+    assert!(!error.contains("written"), "{error}");
+    // A step switched off that leaves pre's record on the CR: named too.
+    assert_eq!(run(with(&ns, "pre", &[])).await.code, 0);
+    let r = run(with(&ns, "post", &[("STEP_KUBEVIRT", "false")])).await;
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        r.warnings().iter().any(|w| w.starts_with(&format!(
+            "RecordsLeftBySkippedStep: NOT FULLY RESTORED: KubeVirt {ns}/kubevirt keeps what pre \
+             wrote there: the methods [] that pre set, pre's record of the original"
+        )) && w.contains("STEP_KUBEVIRT=true")
+            && w.contains("stay OFF")),
+        "{r:?}"
+    );
+}
+
+/// The messages of issue 25, point 6, in the words an operator reads.
+#[tokio::test]
+async fn the_messages_say_what_they_mean() {
+    // A kubeconfig that is not there: its path quoted once.
+    let r = run_bin(
+        std::path::Path::new("/nonexistent/kubeconfig"),
+        env_for("default", "status"),
+    )
+    .await;
+    assert_eq!(r.code, i32::from(exit::CONFIG), "{r:?}");
+    let error = r.summary.as_ref().unwrap()["error"].as_str().unwrap();
+    assert!(error.contains("'/nonexistent/kubeconfig'"), "{error}");
+    assert!(!error.contains("'\"") && !error.contains("\"'"), "{error}");
+
+    // (A change made while suspended: `a_change_while_suspended_is_kept_with_a_warning`.)
+    let client = admin().await;
+    let ns = namespace(&client, "said").await;
+    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+
+    // status: "nothing" said once, and the owners' label parted from its value.
+    let mut plain = with(&ns, "status", &[]);
+    plain.insert("KUBEVIRT_NAME".into(), "other".into());
+    create(
+        &client,
+        "KubeVirt",
+        &ns,
+        json!({"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt", "metadata": {"name": "other"},
+               "spec": {"workloadUpdateStrategy": {"workloadUpdateMethods": ["LiveMigrate"]}}}),
+    )
+    .await;
+    let s = run(plain).await;
+    assert!(
+        s.stdout
+            .contains("post would restore          nothing: no record of ours, and the methods"),
+        "{s:?}"
+    );
+    assert!(!s.stdout.contains("nothing: nothing"), "{s:?}");
+    assert!(
+        s.stdout
+            .contains(".spec.workloadUpdateStrategy.workloadUpdateMethods "),
+        "{s:?}"
+    );
+    assert!(!s.stdout.contains("workloadUpdateMethodsnone"), "{s:?}");
+}
+
+/// hack/job.sh: a wrong command line is one line and a one-line hint; an unreachable cluster is
+/// called unreachable, not a problem of the manifests.
+#[test]
+fn job_sh_says_what_is_wrong_in_one_line() {
+    let kubectl = control_plane().bin_dir.join("kubectl");
+    let dir = tempfile_dir();
+    let closed = dir.join("closed-kubeconfig");
+    std::fs::write(
+        &closed,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:1\n    insecure-skip-tls-verify: true\n\
+         users:\n- name: u\n  user:\n    token: x\ncontexts:\n- name: c\n  context: {cluster: c, user: u}\ncurrent-context: c\n",
+    )
+    .unwrap();
+    let job = |args: &[&str]| {
+        let out = std::process::Command::new("bash")
+            .arg(repo_root().join("hack/job.sh"))
+            .args(args)
+            .env("KUBECTL", &kubectl)
+            .env("KUBECONFIG", &closed)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, err) = job(&["run", "during"]);
+    assert_eq!(code, Some(2));
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 2, "{err}");
+    assert_eq!(
+        lines[0],
+        "job: ERROR: PHASE must be pre, post or status, not 'during'"
+    );
+    assert!(lines[1].starts_with("usage: hack/job.sh run|wait|render pre|post|status"));
+    for args in [
+        &["run", "pre"][..],
+        &["render", "status"],
+        &["wait", "post"],
+    ] {
+        let (code, err) = job(args);
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(
+            err.starts_with("job: ERROR: the cluster is unreachable at https://127.0.0.1:1: ")
+                && err.contains("refused"),
+            "{args:?}: {err}"
+        );
+        assert!(
+            !err.contains("manifests") && !err.contains("--validate"),
+            "{args:?}: {err}"
+        );
     }
 }
