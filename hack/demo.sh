@@ -8,6 +8,8 @@
 #                              Job's outcome, its pod's termination message, and the Events
 #   bash hack/demo.sh --fast   the quick look: no node, the release binary run on this machine
 #                              with each Job's environment and its ServiceAccount's token only
+#   bash hack/demo.sh --keep   the node and the Harvester-like state only, kept until Ctrl-C: to
+#                              follow the README's checklist by hand, as on a real cluster
 #
 # Both end by checking that the KubeVirt CR and the ManagedChart are exactly as before pre, that
 # the same managers own the methods field as before pre, and that no claim of ours is left.
@@ -22,11 +24,12 @@
 set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO_ROOT"
-fast=0
+fast=0 keep=0
 case "${1:-}" in
   --fast) fast=1 ;;
+  --keep) keep=1 ;;
   "") ;;
-  *) echo "usage: bash hack/demo.sh [--fast]" >&2; exit 2 ;;
+  *) echo "usage: bash hack/demo.sh [--fast | --keep]" >&2; exit 2 ;;
 esac
 # shellcheck source=hack/setup.sh
 source hack/setup.sh
@@ -87,9 +90,22 @@ section "Harvester-like state: KubeVirt harvester-system/kubevirt, ManagedChart 
 # Server-side, as manager helm: the field ownership Helm 4 (so Fleet) leaves on the KubeVirt CR.
 k apply --server-side --field-manager helm -f hack/demo/harvester.yaml
 k -n harvester-system patch kubevirt kubevirt --subresource=status --type=merge -p \
-  '{"status":{"phase":"Deployed","observedKubeVirtVersion":"v1.4.1","targetKubeVirtVersion":"v1.5.2","outdatedVirtualMachineInstanceWorkloads":2}}' >/dev/null
+  '{"status":{"phase":"Deployed","observedKubeVirtVersion":"v1.6.0","targetKubeVirtVersion":"v1.7.0","outdatedVirtualMachineInstanceWorkloads":2}}' >/dev/null
 k -n default patch vmim kubevirt-workload-update-x7k2p --subresource=status --type=merge -p '{"status":{"phase":"Running"}}' >/dev/null
 k apply -k manifests/base
+
+if (( keep )); then
+  section "kept for you: follow the README's checklist (\"Before you start\") in another shell"
+  cat <<KEEP
+  export KUBECONFIG=$dir/kubeconfig KUBECTL=$KUBECTL
+  alias kubectl=\$KUBECTL
+The image is on the node already (hack/image.sh build guard, imported by hack/node.sh). There is
+no Harvester upgrade on this node: the checklist's "start the upgrade" step is a no-op here, and
+Harvester's Upgrade objects are absent (its CRDs are served, as fixtures).
+Ctrl-C here stops the node and removes everything this script started.
+KEEP
+  while :; do sleep 3600; done
+fi
 
 if (( fast )); then
   # Each ServiceAccount's token (the writer's for pre and post, the reader's for status), from the

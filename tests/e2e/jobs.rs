@@ -124,7 +124,7 @@ fn upgrade_objects(next: &Value) -> Vec<Value> {
             "securityContext": {"runAsNonRoot": true, "runAsUser": 65532, "runAsGroup": 65532,
                                 "seccompProfile": {"type": "RuntimeDefault"}},
             "initContainers": [kubectl("bump-chart", json!(["-n", CHART_NS, "patch", "managedchart", "harvester",
-                "--type=json", "-p", r#"[{"op":"replace","path":"/spec/version","value":"1.7.0"}]"#]))],
+                "--type=json", "-p", r#"[{"op":"replace","path":"/spec/version","value":"1.8.0"}]"#]))],
             "containers": [kubectl("helm-apply", json!(["apply", "--server-side", "--field-manager", "helm",
                 "-f", "/chart/kubevirt.json"]))],
             "volumes": [{"name": "tmp", "emptyDir": {}},
@@ -160,15 +160,15 @@ fn orchestrator_pre_upgrade_post() {
         "harvester",
         "--wait",
     ]);
-    // Harvester 1.6.0's chart, installed by Helm 4 (Fleet).
+    // Harvester 1.7.0's chart, installed by Helm 4 (Fleet).
     let chart0 = harvester_chart(CHART_NS);
     apply(std::slice::from_ref(&chart0));
     let chart0 = get_json(&["-n", CHART_NS, "managedchart", "harvester"]);
-    let kv_rendered = render_kubevirt(NS, "1.6.0", &chart0);
+    let kv_rendered = render_kubevirt(NS, "1.7.0", &chart0);
     crate::support::upgrade::helm_apply(&node().control_plane(), &kv_rendered).unwrap();
     set_kubevirt_status(
         NS,
-        r#"{"phase":"Deployed","observedKubeVirtVersion":"v1.4.0","targetKubeVirtVersion":"v1.5.0"}"#,
+        r#"{"phase":"Deployed","observedKubeVirtVersion":"v1.6.0","targetKubeVirtVersion":"v1.7.0"}"#,
     );
     let kv0 = get_json(&["-n", NS, "kubevirt", "kubevirt"]);
 
@@ -176,7 +176,7 @@ fn orchestrator_pre_upgrade_post() {
     assert_eq!(outcome, complete(), "pre");
     // Fleet renders the next chart from the ManagedChart as pre left it.
     let chart_pre = get_json(&["-n", CHART_NS, "managedchart", "harvester"]);
-    let next = render_kubevirt(NS, "1.7.0", &chart_pre);
+    let next = render_kubevirt(NS, "1.8.0", &chart_pre);
     assert_eq!(
         next["spec"]["workloadUpdateStrategy"]["workloadUpdateMethods"],
         json!([])
@@ -192,12 +192,12 @@ fn orchestrator_pre_upgrade_post() {
     assert!(started_at("workload-update-guard-post") >= finished_at("wug-upgrade"));
     // Both objects as before pre, plus what the upgrade changed.
     let kv1 = get_json(&["-n", NS, "kubevirt", "kubevirt"]);
-    let mut want_kv = render_kubevirt(NS, "1.7.0", &chart0);
+    let mut want_kv = render_kubevirt(NS, "1.8.0", &chart0);
     want_kv["metadata"] = content(&kv0)["metadata"].clone();
     want_kv["status"] = kv0["status"].clone();
     assert_eq!(content(&kv1), want_kv, "the KubeVirt CR");
     let mut want_chart = content(&chart0);
-    want_chart["spec"]["version"] = json!("1.7.0");
+    want_chart["spec"]["version"] = json!("1.8.0");
     assert_eq!(
         content(&get_json(&["-n", CHART_NS, "managedchart", "harvester"])),
         want_chart,

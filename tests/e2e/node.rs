@@ -305,7 +305,7 @@ pub fn harvester_state() {
     ]);
     set_kubevirt_status(
         NS,
-        r#"{"phase":"Deployed","observedKubeVirtVersion":"v1.4.1","targetKubeVirtVersion":"v1.5.2","outdatedVirtualMachineInstanceWorkloads":2}"#,
+        r#"{"phase":"Deployed","observedKubeVirtVersion":"v1.6.0","targetKubeVirtVersion":"v1.7.0","outdatedVirtualMachineInstanceWorkloads":2}"#,
     );
     k(&["apply", "-k", "manifests/base"]);
 }

@@ -491,7 +491,7 @@ async fn status_reports_read_only() {
     );
     for want in [
         "Deployed",
-        "v1.4.0 / v1.5.0",
+        "v1.6.0 / v1.7.0",
         &format!("{ns}/kubevirt-workload-update-aaaa (Running)"),
     ] {
         assert!(text.stdout.contains(want), "{want:?} in\n{}", text.stdout);

@@ -332,7 +332,7 @@ pub async fn harvester(client: &Client, ns: &str, methods: Option<Value>) -> (Va
         "KubeVirt",
         ns,
         "kubevirt",
-        json!({"phase": "Deployed", "observedKubeVirtVersion": "v1.4.0", "targetKubeVirtVersion": "v1.5.0",
+        json!({"phase": "Deployed", "observedKubeVirtVersion": "v1.6.0", "targetKubeVirtVersion": "v1.7.0",
                "outdatedVirtualMachineInstanceWorkloads": 3}),
     )
     .await;
@@ -344,7 +344,7 @@ pub async fn harvester(client: &Client, ns: &str, methods: Option<Value>) -> (Va
 pub fn harvester_chart(ns: &str) -> Value {
     json!({"apiVersion": "management.cattle.io/v3", "kind": "ManagedChart",
            "metadata": {"name": "harvester", "namespace": ns},
-           "spec": {"chart": "harvester", "releaseName": "harvester", "version": "1.6.0", "paused": false,
+           "spec": {"chart": "harvester", "releaseName": "harvester", "version": "1.7.0", "paused": false,
                     "defaultNamespace": "harvester-system",
                     "values": {"kubevirt": {"spec": {"configuration": {"vmStateStorageClass": "vmstate-persistence"}}},
                                "longhorn": {"enabled": true}},

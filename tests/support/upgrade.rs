@@ -19,7 +19,7 @@ const METHODS: &str = "/spec/workloadUpdateStrategy/workloadUpdateMethods";
 
 /// The KubeVirt CR as the Harvester chart `version` renders it: the chart's template under the
 /// ManagedChart's `values.kubevirt.spec`, merged the way Helm merges values (maps deeply, lists
-/// replaced). 1.7.0 adds a feature gate and a rollout strategy to 1.6.0's template.
+/// replaced). 1.8.0 adds a feature gate and a rollout strategy to 1.7.0's template.
 pub fn render_kubevirt(ns: &str, version: &str, chart: &Value) -> Value {
     let mut gates = json!(["LiveMigration", "HotplugVolumes", "HostDevices"]);
     let mut spec = json!({
@@ -27,7 +27,7 @@ pub fn render_kubevirt(ns: &str, version: &str, chart: &Value) -> Value {
         "configuration": {"developerConfiguration": {"featureGates": null}},
         "workloadUpdateStrategy": {"workloadUpdateMethods": ["LiveMigrate"],
                                    "batchEvictionSize": 10, "batchEvictionInterval": "1m0s"}});
-    if version != "1.6.0" {
+    if version != "1.7.0" {
         gates
             .as_array_mut()
             .unwrap()
@@ -126,16 +126,16 @@ pub async fn harvester_upgrade(kill_pre_after: Option<&str>) {
     let ns = namespace(&client, "upgrade").await;
     let env = |phase: &str| -> BTreeMap<String, String> { env_for(&ns, phase) };
 
-    // Harvester v1.7: the ManagedChart, and the KubeVirt CR that Helm installed from chart 1.6.0.
+    // Harvester v1.7: the ManagedChart, and the KubeVirt CR that Helm installed from chart 1.7.0.
     let chart0 = create(&client, "ManagedChart", &ns, harvester_chart(&ns)).await;
-    helm_apply(&cp, &render_kubevirt(&ns, "1.6.0", &chart0)).expect("helm install");
+    helm_apply(&cp, &render_kubevirt(&ns, "1.7.0", &chart0)).expect("helm install");
     set_status(
         &client,
         "KubeVirt",
         &ns,
         "kubevirt",
-        json!({"phase": "Deployed", "observedKubeVirtVersion": "v1.4.0",
-               "targetKubeVirtVersion": "v1.5.0", "outdatedVirtualMachineInstanceWorkloads": 3}),
+        json!({"phase": "Deployed", "observedKubeVirtVersion": "v1.6.0",
+               "targetKubeVirtVersion": "v1.7.0", "outdatedVirtualMachineInstanceWorkloads": 3}),
     )
     .await;
     let kv0 = get(&client, "KubeVirt", &ns, "kubevirt").await;
@@ -187,12 +187,12 @@ pub async fn harvester_upgrade(kill_pre_after: Option<&str>) {
         "ManagedChart",
         &ns,
         "harvester",
-        json!([{"op": "replace", "path": "/spec/version", "value": "1.7.0"}]),
+        json!([{"op": "replace", "path": "/spec/version", "value": "1.8.0"}]),
     )
     .await
     .expect("bump the chart");
     let chart = get(&client, "ManagedChart", &ns, "harvester").await;
-    let next = render_kubevirt(&ns, "1.7.0", &chart);
+    let next = render_kubevirt(&ns, "1.8.0", &chart);
     assert_eq!(next.pointer(METHODS), Some(&json!([])));
     helm_apply(&cp, &next).expect("Helm 4's apply of the next chart meets no conflict");
     let kv_applied = get(&client, "KubeVirt", &ns, "kubevirt").await;
@@ -203,12 +203,12 @@ pub async fn harvester_upgrade(kill_pre_after: Option<&str>) {
     assert_eq!(post.code, 0, "{post:?}");
     let kv1 = get(&client, "KubeVirt", &ns, "kubevirt").await;
     let chart1 = get(&client, "ManagedChart", &ns, "harvester").await;
-    let mut want_kv = render_kubevirt(&ns, "1.7.0", &chart0);
+    let mut want_kv = render_kubevirt(&ns, "1.8.0", &chart0);
     want_kv["metadata"] = content(&kv0)["metadata"].clone();
     want_kv["status"] = kv0["status"].clone();
     assert_eq!(content(&kv1), want_kv, "the KubeVirt CR");
     let mut want_chart = content(&chart0);
-    want_chart["spec"]["version"] = json!("1.7.0");
+    want_chart["spec"]["version"] = json!("1.8.0");
     assert_eq!(content(&chart1), want_chart, "the ManagedChart");
 
     // managedFields: Helm keeps every field it applied, the methods included (post gave them
@@ -246,7 +246,7 @@ pub async fn harvester_upgrade(kill_pre_after: Option<&str>) {
     );
 
     // Helm's next reconcile, now without the override, agrees with the restored methods.
-    let settled = render_kubevirt(&ns, "1.7.0", &chart1);
+    let settled = render_kubevirt(&ns, "1.8.0", &chart1);
     assert_eq!(settled.pointer(METHODS), kv0.pointer(METHODS));
     helm_apply(&cp, &settled).expect("Helm's apply after post meets no conflict");
     assert_eq!(
