@@ -191,13 +191,9 @@ impl Upgrade {
         )
         .await;
         let state = if succeeded { "Succeeded" } else { "Failed" };
-        merge_patch(
+        self.label(
             client,
-            "Upgrade",
-            &self.ns,
-            &self.name,
-            "harvester",
-            json!({"metadata": {"labels": {STATE_LABEL: state, CLEANUP_LABEL: "Pending"}}}),
+            json!({STATE_LABEL: state, CLEANUP_LABEL: "Pending"}),
         )
         .await;
     }
@@ -273,15 +269,14 @@ impl Upgrade {
     }
 
     async fn cleaned_up(&self, client: &Client) {
-        merge_patch(
-            client,
-            "Upgrade",
-            &self.ns,
-            &self.name,
-            "harvester",
-            json!({"metadata": {"labels": {CLEANUP_LABEL: CLEANUP_DONE}}}),
-        )
-        .await;
+        self.label(client, json!({CLEANUP_LABEL: CLEANUP_DONE}))
+            .await;
+    }
+
+    /// The controller's labels on the Upgrade (a merge patch as `harvester`).
+    async fn label(&self, client: &Client, labels: Value) {
+        let patch = json!({"metadata": {"labels": labels}});
+        merge_patch(client, "Upgrade", &self.ns, &self.name, "harvester", patch).await;
     }
 
     /// The Upgrade deleted mid-way: its `OnRemove` runs the cleanup, then it is gone.
