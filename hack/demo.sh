@@ -95,16 +95,22 @@ k -n default patch vmim kubevirt-workload-update-x7k2p --subresource=status --ty
 k apply -k manifests/base
 
 if (( keep )); then
-  section "kept for you: follow the README's checklist (\"Before you start\") in another shell"
+  section "kept for you: follow the README's \"The checklist, per upgrade path\" in another shell"
   cat <<KEEP
   export KUBECONFIG=$dir/kubeconfig KUBECTL=$KUBECTL
-  alias kubectl=\$KUBECTL
-The image is on the node already (hack/image.sh build guard, imported by hack/node.sh). There is
-no Harvester upgrade on this node: the checklist's "start the upgrade" step is a no-op here, and
-Harvester's Upgrade objects are absent (its CRDs are served, as fixtures).
-Ctrl-C here stops the node and removes everything this script started.
+  kubectl() { "\$KUBECTL" "\$@"; }   # the pinned kubectl, not another one on PATH
+This node models path A (upgrades to Harvester v1.7.1 or earlier): it has no server-version
+Setting (the path command says NotFound) and no Version or Upgrade objects (their CRDs are
+served, as fixtures). The checklist's step 2 here (no RKE2 ctr on this host):
+  bash hack/node.sh ctr $dir images ls -q | grep workload-update-guard
+Step 5 ("start the upgrade") is a no-op here, and no KubeVirt controller runs: in step 9 the
+outdated count stays at 2 and the demo's two migrations never move.
+Ctrl-C here (or kill $$: a SIGTERM) stops the node and removes everything this script started.
 KEEP
-  while :; do sleep 3600; done
+  trap 'bash "$REPO_ROOT/hack/node.sh" down "$dir"; echo "demo: the node is stopped and its state removed" >&2' EXIT
+  trap 'exit 130' INT TERM
+  # In the background, so that a signal is answered at once, not after the sleep.
+  while :; do sleep 3600 & wait $!; done
 fi
 
 if (( fast )); then
