@@ -466,12 +466,16 @@ impl Cluster {
         }
     }
 
-    /// Migrations whose names start with `prefix`, in all namespaces (for `status`).
+    /// Migrations whose names start with `prefix`, in all namespaces (`status`, and `pre`'s
+    /// warning of those under way).
     pub async fn list_migrations(&self, prefix: &str) -> Result<Vec<Value>, Error> {
         let api: Api<DynamicObject> =
             Api::all_with(self.client.clone(), &Kind::Migration.resource());
         let mut out = Vec::new();
-        let mut params = ListParams::default().limit(500);
+        // From the watch cache, as Harvester's lists (see there): a report and a warning, where a
+        // few ms of staleness mean nothing and a consistent list waited ~55 ms. kube drops the
+        // resourceVersion of a list with a limit, and the cache answers in one page anyway.
+        let mut params = ListParams::default().match_any();
         loop {
             let page = self
                 .call("list virtualmachineinstancemigrations", || {
@@ -491,7 +495,10 @@ impl Cluster {
                     .map(|m| serde_json::to_value(m).expect("objects serialize")),
             );
             match page.metadata.continue_ {
-                Some(c) if !c.is_empty() => params = params.continue_token(&c),
+                // A continued list names no resourceVersion (the token holds it).
+                Some(c) if !c.is_empty() => {
+                    params = ListParams::default().limit(500).continue_token(&c)
+                }
                 _ => return Ok(out),
             }
         }

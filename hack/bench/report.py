@@ -13,9 +13,13 @@ import sys
 
 # A read and a write per object; post also releases our field-manager claim on each object.
 MAX_OBJECT_REQUESTS = {"pre": 4, "post": 6}
-# Harvester's own upgrade (docs/design.md, "Harvester's own handling"): pre lists the Upgrades and
-# the Versions on offer (at once), post the Upgrades only.
-HARVESTER_LISTS = {"pre": 2, "post": 1}
+# The lists: Harvester's own upgrade (docs/design.md, "Harvester's own handling"): pre lists the
+# Upgrades and the Versions on offer (at once), post the Upgrades only; and pre lists the
+# workload-update migrations under way, to name them.
+LISTS = {"pre": 3, "post": 1}
+LISTED = ("upgrades", "versions", "virtualmachineinstancemigrations")
+# The Normal Event of each phase; pre also warns of the demo state's two migrations under way.
+MAX_EVENTS = {"pre": 2, "post": 1}
 work, binary, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 cycles = collections.defaultdict(list)
 for line in open(f"{work}/cycles.txt"):
@@ -63,10 +67,10 @@ for tool in ("guard", "kubectl"):
             for r in runs:
                 resource = lambda e: (e.get("objectRef") or {}).get("resource")
                 events = sum(1 for e in r if resource(e) == "events")
-                lists = [e for e in r if resource(e) in ("upgrades", "versions")]
+                lists = [e for e in r if resource(e) in LISTED]
                 objects = len(r) - events - len(lists)
-                if (objects > MAX_OBJECT_REQUESTS[phase] or events > 1
-                        or len(lists) > HARVESTER_LISTS[phase] or any(e["verb"] != "list" for e in lists)
+                if (objects > MAX_OBJECT_REQUESTS[phase] or events > MAX_EVENTS[phase]
+                        or len(lists) > LISTS[phase] or any(e["verb"] != "list" for e in lists)
                         or any(e["verb"] not in ("get", "patch", "create") for e in r if e not in lists)):
                     ok = False
 # The wait for Fleet, apart from the guard's own figures (lines "PHASE deploy_ms=.. exit_after_ready_ms=.. phase_ms=..").
@@ -89,7 +93,7 @@ size = os.path.getsize(binary)
 print(f"release binary: {size / 1048576:.2f} MiB ({size} bytes, stripped)")
 targets = [
     ("cycle wall time <= 0.2x the kubectl script", ratio <= 0.2, f"{ratio:.3f}"),
-    ("pre <= 4 and post <= 6 object requests (a read and a write per object, and post's release), <= 1 Event per phase, Harvester's lists (pre 2, post 1), no discovery", ok, "see above"),
+    ("pre <= 4 and post <= 6 object requests (a read and a write per object, and post's release), Events (pre 2: one a warning of the migrations under way; post 1), the lists (pre 3, post 1), no discovery", ok, "see above"),
     ("peak RSS <= 20 MiB", rss["guard"] <= 20 * 1024, f"{rss['guard'] / 1024:.1f} MiB"),
     ("stripped release binary <= 10 MiB", size <= 10 * 1048576, f"{size / 1048576:.2f} MiB"),
     ("pre and post exit < 1 s after Fleet's Ready (the Fleet model)", fleet_ok,
