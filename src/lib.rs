@@ -6,14 +6,18 @@
 //!   the order of a phase's writes.
 //! - [`cluster`]: all I/O with the API server (read, conditional write, retry, events).
 //! - [`phases`]: runs a phase: read, plan, write step by step, report.
+//! - [`fleet`]: the wait for Fleet after a phase's ManagedChart change.
 //! - [`harvester`]: Harvester's own upgrade around a phase: `pre`'s and `post`'s gates.
+//! - [`leftovers`]: what a phase leaves on what it skips, said after its steps.
 //! - [`outcome`]: what each step came to, written by `phases` and summed up by `summary`.
 //! - [`config`], [`error`], [`summary`], [`report`]: the Job contract around them.
 
 pub mod cluster;
 pub mod config;
 pub mod error;
+pub mod fleet;
 pub mod harvester;
+pub mod leftovers;
 pub mod model;
 pub mod outcome;
 pub mod phases;

@@ -5,14 +5,14 @@
 use serde_json::{Value, json};
 use tracing::{info, warn};
 
-use crate::cluster::{Cluster, EventKind, Poll, Written};
+use crate::cluster::{Cluster, EventKind, Written};
 use crate::config::{Config, LogFormat};
 use crate::error::Error;
 use crate::harvester;
+use crate::leftovers;
 use crate::model::{Kind, MIGRATION_PREFIX, Target};
 use crate::outcome::{Done, Outcome};
-use crate::plan::fleet::{self, Fleet};
-use crate::plan::skipped::{self, MIGRATIONS_UNDER_WAY, SKIPPED_NOT_CHECKED, SKIPPED_NOT_FOUND};
+use crate::plan::skipped::SKIPPED_NOT_FOUND;
 use crate::plan::{self, CHANGED_WHILE_SUSPENDED, Objects, Phase, Plan, Step, Warning, Write};
 use crate::report::Report;
 
@@ -27,7 +27,7 @@ pub async fn run(
         Phase::Status => status(cfg, cluster, done, out).await.map(Some),
         Phase::Pre | Phase::Post => {
             let (read, left) = change(cfg, cluster, done, out).await?;
-            fleet_wait(cfg, cluster, read.as_ref(), &left, done)
+            crate::fleet::wait(cfg, cluster, read.as_ref(), &left, done)
                 .await
                 .map(|()| None)
         }
@@ -51,11 +51,11 @@ async fn change(
         }
     }
     // What the phase skips is read too, read-only, to say what of ours it leaves there.
-    let skipped = read_skipped(cfg, cluster, done).await;
+    let skipped = leftovers::read_skipped(cfg, cluster, done).await;
     // Harvester's own upgrade first: `pre` may leave the suspension to it, `post` waits for its
     // cleanup (and reads the objects again after it, so Fleet's generation is taken after it).
     if !harvester::gate(cfg, cluster, &mut objects, done).await? {
-        after_steps(cfg, cluster, &objects, skipped, done).await;
+        leftovers::after_steps(cfg, cluster, &objects, skipped, done).await;
         return Ok((objects.chart.clone(), objects));
     }
     let read = objects.chart.clone();
@@ -171,368 +171,8 @@ async fn change(
         });
         printed?;
     }
-    after_steps(cfg, cluster, &objects, skipped, done).await;
+    leftovers::after_steps(cfg, cluster, &objects, skipped, done).await;
     Ok((read, objects))
-}
-
-/// After the steps: waits until Fleet has applied the phase's change of the ManagedChart's
-/// deployed spec (docs/design.md, "Waiting for Fleet"). `read`: the ManagedChart as read at the
-/// start of the phase (the observedGeneration before our first write of the spec); `left`: the
-/// objects as the phase left them. A `pre` that wrote nothing to the spec (a rerun) waits the
-/// same way for the current generation when our records are on the chart, so that a Complete
-/// `pre` always means "Fleet has applied the suspension".
-async fn fleet_wait(
-    cfg: &Config,
-    cluster: &Cluster,
-    read: Option<&Value>,
-    left: &Objects,
-    done: &mut Vec<Done>,
-) -> Result<(), Error> {
-    let intent = &cfg.intent;
-    let Some(target) = intent
-        .keys
-        .target(Kind::ManagedChart)
-        .filter(|_| intent.steps.writes(Kind::ManagedChart))
-    else {
-        info!("the ManagedChart steps are off: no wait for Fleet");
-        return Ok(());
-    };
-    let (Some(before), Some(chart)) = (read, left.chart.as_ref()) else {
-        return Ok(());
-    };
-    if cfg.dry_run {
-        info!(object = %target, "dry run: nothing changed, so there is nothing for Fleet to apply; no wait");
-        return Ok(());
-    }
-    let wrote = fleet::changes_deployed_spec(before, chart);
-    // A rerun waits only for `pre`'s suspension (our records on the chart). A `post` that writes
-    // nothing cannot tell an earlier run's restore from anyone else's change (or from a `pre`
-    // that never wrote): it does not wait, but says so if Fleet has not applied the spec.
-    let pre_rerun = intent.phase == Phase::Pre && fleet::records_on_chart(chart);
-    if !wrote && !pre_rerun {
-        match fleet::fleet_view(chart, None) {
-            Fleet::Waiting(said) | Fleet::Failed(said) => {
-                let message = format!(
-                    "Fleet has not applied {target}'s current spec ({said}); this run wrote \
-                     nothing to it, so it does not wait: an earlier run's change or someone \
-                     else's is not deployed yet"
-                );
-                fleet_warning(cluster, left, done, &target, fleet::NOT_APPLIED, message).await;
-            }
-            _ => {
-                info!(object = %target, "the deployed spec was not changed: nothing for Fleet to apply; no wait");
-            }
-        }
-        return Ok(());
-    }
-    let after = wrote.then(|| fleet::observed_generation(before).unwrap_or(0));
-    match fleet::fleet_view(chart, after) {
-        Fleet::Paused => {
-            let message = format!(
-                "{target} is paused (spec.paused: true): Fleet deploys the change when the chart is \
-                 unpaused; Harvester refuses to start an upgrade until it is Ready again"
-            );
-            fleet_warning(cluster, left, done, &target, fleet::PAUSED, message).await;
-            return Ok(());
-        }
-        Fleet::NoStatus if !fleet::has_status(before) => {
-            info!(object = %target, "no Fleet status on the ManagedChart (no controller reports on it): no wait");
-            return Ok(());
-        }
-        Fleet::Applied(_) if !wrote => {
-            info!(object = %target, "Fleet has applied the current generation: no wait");
-            return Ok(());
-        }
-        _ => {}
-    }
-    // A claim that Fleet's deploy will conflict with is said at once, with how to release it.
-    let kubevirt = match &left.kubevirt {
-        Some(kv) => Some(kv.clone()),
-        None => match intent.keys.target(Kind::KubeVirt) {
-            Some(t) => cluster.get(&t).await.ok().flatten(),
-            None => None,
-        },
-    };
-    let conflicts = kubevirt
-        .as_ref()
-        .map(|kv| fleet::conflicts(kv, chart))
-        .unwrap_or_default();
-    for c in &conflicts {
-        fleet_warning(cluster, left, done, &target, fleet::CONFLICT, c.to_string()).await;
-    }
-    let cause = match conflicts.first() {
-        Some(c) => format!("; the cause the guard sees: {c}"),
-        None => String::new(),
-    };
-    if cfg.fleet_wait.is_zero() {
-        info!(object = %target, "FLEET_WAIT_SECONDS=0: no wait for Fleet to apply the change");
-        return Ok(());
-    }
-    let bound = cfg.fleet_wait.as_secs();
-    info!(object = %target, bound_s = bound, "waiting for Fleet to apply the change");
-    let start = std::time::Instant::now();
-    let polled = cluster
-        .poll(
-            cfg.fleet_wait,
-            async || {
-                let Some(now) = cluster.get(&target).await? else {
-                    return Ok(Poll::Ready(Fleet::Failed(
-                        "the ManagedChart was deleted".into(),
-                    )));
-                };
-                Ok(match fleet::fleet_view(&now, after) {
-                    Fleet::Waiting(said) => Poll::Pending(said),
-                    Fleet::NoStatus => Poll::Pending("no Fleet status".into()),
-                    verdict => Poll::Ready(verdict),
-                })
-            },
-            |waited, said| {
-                info!(object = %target, waited_s = waited.as_secs(), "waiting for Fleet: {said}");
-            },
-        )
-        .await?;
-    let took = start.elapsed().as_secs_f64();
-    match polled {
-        Ok(Fleet::Applied(generation)) => {
-            let generation =
-                generation.map_or(String::new(), |g| format!(" (Bundle generation {g})"));
-            let action =
-                format!("Fleet applied the change{generation} {took:.1} s after the write");
-            info!(object = %target, took_s = took, "{action}");
-            done.push(Done {
-                target,
-                outcome: Outcome::Unchanged,
-                actions: vec![action],
-                warnings: vec![],
-            });
-            Ok(())
-        }
-        Ok(Fleet::Paused) => {
-            let message = format!(
-                "{target} was paused while waiting: Fleet deploys the change when it is unpaused"
-            );
-            fleet_warning(cluster, left, done, &target, fleet::PAUSED, message).await;
-            Ok(())
-        }
-        Ok(Fleet::Failed(said)) => Err(Error::FleetNotApplied {
-            target,
-            message: format!("Fleet reports an error for the new generation: {said}{cause}"),
-        }),
-        Ok(other) => unreachable!("the poll returns a final verdict: {other:?}"),
-        Err(last) => Err(Error::FleetNotApplied {
-            target,
-            message: format!(
-                "not applied within FLEET_WAIT_SECONDS={bound}; Fleet last said: {last}{cause}"
-            ),
-        }),
-    }
-}
-
-/// A warning of the Fleet wait: logged, an Event on the KubeVirt CR, and in the summary.
-async fn fleet_warning(
-    cluster: &Cluster,
-    left: &Objects,
-    done: &mut Vec<Done>,
-    target: &Target,
-    reason: &'static str,
-    message: String,
-) {
-    warn!(object = %target, reason, "{message}");
-    if let Some(kv) = &left.kubevirt {
-        cluster
-            .event(kv, EventKind::Warning, reason, &message)
-            .await;
-    }
-    done.push(Done {
-        target: target.clone(),
-        outcome: Outcome::Unchanged,
-        actions: vec![],
-        warnings: vec![plan::Warning { reason, message }],
-    });
-}
-
-/// The objects the phase skips (a step off, or the ManagedChart without a name: then the
-/// default one), read-only: `plan::skipped` says what of ours is left there.
-async fn read_skipped(cfg: &Config, cluster: &Cluster, done: &mut Vec<Done>) -> Skipped {
-    let intent = &cfg.intent;
-    let mut read = Skipped::default();
-    if !intent.steps.kubevirt {
-        let target = Target::new(Kind::KubeVirt, &intent.keys.kubevirt);
-        read.kubevirt = peek(cluster, target, true, done).await;
-    }
-    match (&intent.keys.chart, &cfg.unnamed_chart) {
-        (Some(key), _) if !intent.steps.writes(Kind::ManagedChart) => {
-            let target = Target::new(Kind::ManagedChart, key);
-            read.chart = peek(cluster, target, true, done).await;
-        }
-        (None, Some(key)) => {
-            let target = Target::new(Kind::ManagedChart, key);
-            read.chart = peek(cluster, target, false, done).await;
-        }
-        _ => {}
-    }
-    read
-}
-
-#[derive(Default)]
-struct Skipped {
-    kubevirt: Option<(Target, Value)>,
-    chart: Option<(Target, Value)>,
-}
-
-/// A skipped object, read-only. `loud`: a failed read is a warning (an object that is
-/// configured); otherwise (the unnamed ManagedChart, which KubeVirt without Fleet may not let
-/// us read) an INFO line.
-async fn peek(
-    cluster: &Cluster,
-    target: Target,
-    loud: bool,
-    done: &mut Vec<Done>,
-) -> Option<(Target, Value)> {
-    match cluster.get(&target).await {
-        Ok(Some(obj)) => Some((target, obj)),
-        // Not there, or no such kind (no Fleet): nothing of ours can be left on it.
-        Ok(None) | Err(Error::NotServed { .. }) => None,
-        Err(e @ Error::Refused { .. }) if !loud => {
-            info!(object = %target, error = %e, "not read: records of ours left there are not checked (MANAGEDCHART_NAME is empty)");
-            None
-        }
-        Err(e) => {
-            let message = format!(
-                "could not read it to check for records of ours left there (its step is off): {e}"
-            );
-            warn!(object = %target, reason = SKIPPED_NOT_CHECKED, "{message}");
-            done.push(noted(&target, SKIPPED_NOT_CHECKED, message));
-            None
-        }
-    }
-}
-
-fn noted(target: &Target, reason: &'static str, message: String) -> Done {
-    Done {
-        target: target.clone(),
-        outcome: Outcome::Unchanged,
-        actions: vec![],
-        warnings: vec![Warning { reason, message }],
-    }
-}
-
-/// After the steps: what of ours is left on what the phase skipped, the migrations `pre` cannot
-/// stop, and the Events of the objects skipped as missing; each a warning in the termination
-/// message, a WARN line and a Warning Event on the KubeVirt CR. Last, the Events that could not
-/// be made, as one warning.
-async fn after_steps(
-    cfg: &Config,
-    cluster: &Cluster,
-    objects: &Objects,
-    skipped: Skipped,
-    done: &mut Vec<Done>,
-) {
-    let intent = &cfg.intent;
-    let kv_target = Target::new(Kind::KubeVirt, &intent.keys.kubevirt);
-    let kubevirt = match (&objects.kubevirt, &skipped.kubevirt) {
-        (Some(o), _) => Some((&kv_target, o)),
-        (None, Some((t, o))) => Some((t, o)),
-        _ => None,
-    };
-    let chart_target = intent.keys.target(Kind::ManagedChart);
-    let chart = match (&objects.chart, &chart_target, &skipped.chart) {
-        (Some(o), Some(t), _) => Some((t, o)),
-        (_, _, Some((t, o))) => Some((t, o)),
-        _ => None,
-    };
-    let mut warnings = skipped::leftovers(intent, kubevirt, chart);
-    if intent.phase == Phase::Pre
-        && kubevirt.is_some()
-        && let Some(w) = migrations_under_way(cluster).await
-    {
-        warnings.push((kv_target.clone(), w));
-    }
-    let kv_obj = kubevirt.map(|(_, o)| o);
-    for (target, w) in warnings {
-        warn!(object = %target, reason = w.reason, "{}", w.message);
-        if let Some(kv) = kv_obj {
-            cluster
-                .event(kv, EventKind::Warning, w.reason, &w.message)
-                .await;
-        }
-        done.push(noted(&target, w.reason, w.message));
-    }
-    // The objects skipped as missing (logged when found missing) get their Event too.
-    if let Some(kv) = kv_obj {
-        for w in done
-            .iter()
-            .filter(|d| d.outcome == Outcome::Missing)
-            .flat_map(|d| &d.warnings)
-        {
-            cluster
-                .event(kv, EventKind::Warning, w.reason, &w.message)
-                .await;
-        }
-    }
-    // An Event that could not be made (e.g. no `create` on events) is no failure, but said.
-    let failed = cluster.event_failures();
-    if let Some(first) = failed.first() {
-        let message = format!(
-            "{} Event(s) could not be recorded on the KubeVirt CR (the first: {first}); the \
-             warnings and actions are in this message and the log",
-            failed.len()
-        );
-        done.push(noted(&kv_target, skipped::EVENTS_NOT_RECORDED, message));
-    }
-}
-
-/// `pre`: the workload-update migrations created before it that have not finished, which `[]`
-/// does not stop. Best effort, at most 10 s: the suspension is written already.
-async fn migrations_under_way(cluster: &Cluster) -> Option<Warning> {
-    let listed = tokio::time::timeout(
-        std::time::Duration::from_secs(10),
-        cluster.list_migrations(MIGRATION_PREFIX),
-    )
-    .await;
-    let message = match listed {
-        Ok(Ok(list)) => {
-            let unfinished = crate::report::unfinished(&list);
-            if unfinished.is_empty() {
-                info!("no workload-update migration is under way");
-                return None;
-            }
-            let mut names: Vec<String> = unfinished
-                .iter()
-                .take(10)
-                .map(|m| format!("{}/{} ({})", m.namespace, m.name, m.phase))
-                .collect();
-            if unfinished.len() > 10 {
-                names.push(format!("and {} more", unfinished.len() - 10));
-            }
-            let first = &unfinished[0];
-            format!(
-                "{} workload-update migration{} created before pre {} not finished: {}. Setting \
-                 the methods to [] stops new ones but cancels none of these: they go on moving \
-                 their VMs during the upgrade. To cancel one, delete it (e.g. kubectl -n {} \
-                 delete virtualmachineinstancemigration {}); PHASE=status lists those not \
-                 finished (hack/job.sh run status)",
-                unfinished.len(),
-                if unfinished.len() == 1 { "" } else { "s" },
-                if unfinished.len() == 1 { "is" } else { "are" },
-                names.join(", "),
-                first.namespace,
-                first.name,
-            )
-        }
-        Ok(Err(e)) => format!(
-            "could not list the workload-update migrations under way ({e}): [] stops new ones \
-             but cancels none already created; PHASE=status lists them (hack/job.sh run status)"
-        ),
-        Err(_) => "could not list the workload-update migrations under way within 10 s: [] \
-                   stops new ones but cancels none already created; PHASE=status lists them \
-                   (hack/job.sh run status)"
-            .to_string(),
-    };
-    Some(Warning {
-        reason: MIGRATIONS_UNDER_WAY,
-        message,
-    })
 }
 
 /// A missing object: an error that names it and what to check, unless `ALLOW_MISSING` is on.
@@ -668,7 +308,9 @@ async fn status(
     let view = harvester::read(cluster, cfg).await?;
     // Without a name, the default ManagedChart is read too, for what of ours it still carries.
     let unnamed = match &cfg.unnamed_chart {
-        Some(key) => peek(cluster, Target::new(Kind::ManagedChart, key), false, done).await,
+        Some(key) => {
+            leftovers::peek(cluster, Target::new(Kind::ManagedChart, key), false, done).await
+        }
         None => None,
     };
     let mut report = Report::new(

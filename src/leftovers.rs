@@ -1,0 +1,199 @@
+//! What a phase leaves, said after its steps (docs/design.md, "What a phase skips"): what of ours
+//! stays on an object the phase was told to skip, the workload-update migrations `pre` cannot
+//! stop, and the Events that could not be made; each a warning in the termination message, a
+//! WARN line and a Warning Event. The decisions are in `plan::skipped`; the reads in `cluster`.
+
+use serde_json::Value;
+use tracing::{info, warn};
+
+use crate::cluster::{Cluster, EventKind};
+use crate::config::Config;
+use crate::error::Error;
+use crate::model::{Kind, MIGRATION_PREFIX, Target};
+use crate::outcome::{Done, Outcome};
+use crate::plan::skipped::{self, MIGRATIONS_UNDER_WAY, SKIPPED_NOT_CHECKED};
+use crate::plan::{Objects, Phase, Warning};
+
+/// The objects the phase skips (a step off, or the ManagedChart without a name: then the
+/// default one), read-only: `plan::skipped` says what of ours is left there.
+pub async fn read_skipped(cfg: &Config, cluster: &Cluster, done: &mut Vec<Done>) -> Skipped {
+    let intent = &cfg.intent;
+    let mut read = Skipped::default();
+    if !intent.steps.kubevirt {
+        let target = Target::new(Kind::KubeVirt, &intent.keys.kubevirt);
+        read.kubevirt = peek(cluster, target, true, done).await;
+    }
+    match (&intent.keys.chart, &cfg.unnamed_chart) {
+        (Some(key), _) if !intent.steps.writes(Kind::ManagedChart) => {
+            let target = Target::new(Kind::ManagedChart, key);
+            read.chart = peek(cluster, target, true, done).await;
+        }
+        (None, Some(key)) => {
+            let target = Target::new(Kind::ManagedChart, key);
+            read.chart = peek(cluster, target, false, done).await;
+        }
+        _ => {}
+    }
+    read
+}
+
+#[derive(Default)]
+pub struct Skipped {
+    kubevirt: Option<(Target, Value)>,
+    chart: Option<(Target, Value)>,
+}
+
+/// A skipped object, read-only. `loud`: a failed read is a warning (an object that is
+/// configured); otherwise (the unnamed ManagedChart, which KubeVirt without Fleet may not let
+/// us read) an INFO line.
+pub async fn peek(
+    cluster: &Cluster,
+    target: Target,
+    loud: bool,
+    done: &mut Vec<Done>,
+) -> Option<(Target, Value)> {
+    match cluster.get(&target).await {
+        Ok(Some(obj)) => Some((target, obj)),
+        // Not there, or no such kind (no Fleet): nothing of ours can be left on it.
+        Ok(None) | Err(Error::NotServed { .. }) => None,
+        Err(e @ Error::Refused { .. }) if !loud => {
+            info!(object = %target, error = %e, "not read: records of ours left there are not checked (MANAGEDCHART_NAME is empty)");
+            None
+        }
+        Err(e) => {
+            let message = format!(
+                "could not read it to check for records of ours left there (its step is off): {e}"
+            );
+            warn!(object = %target, reason = SKIPPED_NOT_CHECKED, "{message}");
+            done.push(noted(&target, SKIPPED_NOT_CHECKED, message));
+            None
+        }
+    }
+}
+
+fn noted(target: &Target, reason: &'static str, message: String) -> Done {
+    Done {
+        target: target.clone(),
+        outcome: Outcome::Unchanged,
+        actions: vec![],
+        warnings: vec![Warning { reason, message }],
+    }
+}
+
+/// After the steps: what of ours is left on what the phase skipped, the migrations `pre` cannot
+/// stop, and the Events of the objects skipped as missing; each a warning in the termination
+/// message, a WARN line and a Warning Event on the KubeVirt CR. Last, the Events that could not
+/// be made, as one warning.
+pub async fn after_steps(
+    cfg: &Config,
+    cluster: &Cluster,
+    objects: &Objects,
+    skipped: Skipped,
+    done: &mut Vec<Done>,
+) {
+    let intent = &cfg.intent;
+    let kv_target = Target::new(Kind::KubeVirt, &intent.keys.kubevirt);
+    let kubevirt = match (&objects.kubevirt, &skipped.kubevirt) {
+        (Some(o), _) => Some((&kv_target, o)),
+        (None, Some((t, o))) => Some((t, o)),
+        _ => None,
+    };
+    let chart_target = intent.keys.target(Kind::ManagedChart);
+    let chart = match (&objects.chart, &chart_target, &skipped.chart) {
+        (Some(o), Some(t), _) => Some((t, o)),
+        (_, _, Some((t, o))) => Some((t, o)),
+        _ => None,
+    };
+    let mut warnings = skipped::leftovers(intent, kubevirt, chart);
+    if intent.phase == Phase::Pre
+        && kubevirt.is_some()
+        && let Some(w) = migrations_under_way(cluster).await
+    {
+        warnings.push((kv_target.clone(), w));
+    }
+    let kv_obj = kubevirt.map(|(_, o)| o);
+    for (target, w) in warnings {
+        warn!(object = %target, reason = w.reason, "{}", w.message);
+        if let Some(kv) = kv_obj {
+            cluster
+                .event(kv, EventKind::Warning, w.reason, &w.message)
+                .await;
+        }
+        done.push(noted(&target, w.reason, w.message));
+    }
+    // The objects skipped as missing (logged when found missing) get their Event too.
+    if let Some(kv) = kv_obj {
+        for w in done
+            .iter()
+            .filter(|d| d.outcome == Outcome::Missing)
+            .flat_map(|d| &d.warnings)
+        {
+            cluster
+                .event(kv, EventKind::Warning, w.reason, &w.message)
+                .await;
+        }
+    }
+    // An Event that could not be made (e.g. no `create` on events) is no failure, but said.
+    let failed = cluster.event_failures();
+    if let Some(first) = failed.first() {
+        let message = format!(
+            "{} Event(s) could not be recorded on the KubeVirt CR (the first: {first}); the \
+             warnings and actions are in this message and the log",
+            failed.len()
+        );
+        done.push(noted(&kv_target, skipped::EVENTS_NOT_RECORDED, message));
+    }
+}
+
+/// `pre`: the workload-update migrations created before it that have not finished, which `[]`
+/// does not stop. Best effort, at most 10 s: the suspension is written already.
+async fn migrations_under_way(cluster: &Cluster) -> Option<Warning> {
+    let listed = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        cluster.list_migrations(MIGRATION_PREFIX),
+    )
+    .await;
+    let message = match listed {
+        Ok(Ok(list)) => {
+            let unfinished = crate::report::unfinished(&list);
+            if unfinished.is_empty() {
+                info!("no workload-update migration is under way");
+                return None;
+            }
+            let mut names: Vec<String> = unfinished
+                .iter()
+                .take(10)
+                .map(|m| format!("{}/{} ({})", m.namespace, m.name, m.phase))
+                .collect();
+            if unfinished.len() > 10 {
+                names.push(format!("and {} more", unfinished.len() - 10));
+            }
+            let first = &unfinished[0];
+            format!(
+                "{} workload-update migration{} created before pre {} not finished: {}. Setting \
+                 the methods to [] stops new ones but cancels none of these: they go on moving \
+                 their VMs during the upgrade. To cancel one, delete it (e.g. kubectl -n {} \
+                 delete virtualmachineinstancemigration {}); PHASE=status lists those not \
+                 finished (hack/job.sh run status)",
+                unfinished.len(),
+                if unfinished.len() == 1 { "" } else { "s" },
+                if unfinished.len() == 1 { "is" } else { "are" },
+                names.join(", "),
+                first.namespace,
+                first.name,
+            )
+        }
+        Ok(Err(e)) => format!(
+            "could not list the workload-update migrations under way ({e}): [] stops new ones \
+             but cancels none already created; PHASE=status lists them (hack/job.sh run status)"
+        ),
+        Err(_) => "could not list the workload-update migrations under way within 10 s: [] \
+                   stops new ones but cancels none already created; PHASE=status lists them \
+                   (hack/job.sh run status)"
+            .to_string(),
+    };
+    Some(Warning {
+        reason: MIGRATIONS_UNDER_WAY,
+        message,
+    })
+}
