@@ -238,15 +238,7 @@ impl Upgrade {
     /// `kubevirt.io/v1 KubeVirt kubevirt`, only if absent (a new entry if there is none; the list
     /// is rewritten whole by a merge patch, as a script with jq does).
     pub async fn v180_suspend(&self, client: &Client) {
-        merge_patch(
-            client,
-            "KubeVirt",
-            &self.ns,
-            "kubevirt",
-            "kubectl-patch",
-            json!({"spec": {"workloadUpdateStrategy": {"workloadUpdateMethods": []}}}),
-        )
-        .await;
+        set_methods(client, &self.ns, "kubectl-patch", json!([])).await;
         add_pointer(client, &self.ns, "kubectl-patch").await;
     }
 
@@ -296,15 +288,7 @@ pub async fn addon_prerun(client: &Client, ns: &str) {
     let kv = get(client, "KubeVirt", ns, "kubevirt").await;
     let m = kv.pointer("/spec/workloadUpdateStrategy/workloadUpdateMethods");
     if m.is_some_and(|m| *m != json!([])) {
-        merge_patch(
-            client,
-            "KubeVirt",
-            ns,
-            "kubevirt",
-            "upgrade-toolkit",
-            json!({"spec": {"workloadUpdateStrategy": {"workloadUpdateMethods": []}}}),
-        )
-        .await;
+        set_methods(client, ns, "upgrade-toolkit", json!([])).await;
     }
     add_pointer(client, ns, "upgrade-toolkit").await;
 }
@@ -312,15 +296,7 @@ pub async fn addon_prerun(client: &Client, ns: &str) {
 /// The add-on's Finalize (success, failure, plan deletion): the CR merge-patched to a hard-coded
 /// `[LiveMigrate]`, no backup; the pointer removed (a merge patch of the whole list).
 pub async fn addon_finalize(client: &Client, ns: &str) {
-    merge_patch(
-        client,
-        "KubeVirt",
-        ns,
-        "kubevirt",
-        "upgrade-toolkit",
-        json!({"spec": {"workloadUpdateStrategy": {"workloadUpdateMethods": ["LiveMigrate"]}}}),
-    )
-    .await;
+    set_methods(client, ns, "upgrade-toolkit", json!(["LiveMigrate"])).await;
     let mut mc = get(client, "ManagedChart", ns, "harvester").await;
     if remove_pointer(&mut mc) {
         let list = mc["spec"]["diff"]["comparePatches"].clone();
@@ -334,6 +310,12 @@ pub async fn addon_finalize(client: &Client, ns: &str) {
         )
         .await;
     }
+}
+
+/// A merge patch of the CR's methods as `manager`.
+async fn set_methods(client: &Client, ns: &str, manager: &str, methods: Value) {
+    let patch = json!({"spec": {"workloadUpdateStrategy": {"workloadUpdateMethods": methods}}});
+    merge_patch(client, "KubeVirt", ns, "kubevirt", manager, patch).await;
 }
 
 fn is_kubevirt_entry(e: &Value) -> bool {
