@@ -3,8 +3,9 @@
 //! One retry layer: kube's own 429/503/504 retry is switched off (`default_retry = false`) and
 //! transient errors are retried here with `backon`, bounded only by the run's deadline for
 //! requests ([`Deadline`]), which `main` enforces around the whole run; its clock stops while
-//! [`Cluster::poll`] sleeps between two reads, and a wait has a bound of its own. Conflicts (409, or 422 from the failed
-//! resourceVersion `test`) are answered by one fresh read and a new plan.
+//! [`Cluster::poll`] sleeps between two reads, and a wait has a bound of its own. Conflicts
+//! (409, or 422 from the failed resourceVersion `test`) are answered by one fresh read and a new
+//! plan.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -280,10 +281,10 @@ impl Cluster {
     /// `read` (whose requests go through the retry layer like any other) every
     /// [`POLL_INTERVAL`] until it returns [`Poll::Ready`], for at most `bound`. At the first
     /// "not yet" and then every [`PROGRESS_EVERY`] it hands `progress` the time waited and what
-    /// the last read saw. The
-    /// run's deadline does not count the sleeps between reads, only the reads; SIGTERM stops a
-    /// poll as it stops everything (`main` drops the run). `Ok(Err(last))`: the bound passed,
-    /// with what was last seen (and a read in flight then, cut short, says so).
+    /// the last read saw. The run's deadline does not count the sleeps between reads, only the
+    /// reads; SIGTERM stops a poll as it stops everything (`main` drops the run).
+    /// `Ok(Err(last))`: the bound passed, with what was last seen (and a read in flight then,
+    /// cut short, says so).
     pub async fn poll<T>(
         &self,
         bound: Duration,

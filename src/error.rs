@@ -22,7 +22,6 @@ pub mod exit {
     /// `post`: the latest Harvester Upgrade's cleanup did not end within
     /// `HARVESTER_CLEANUP_WAIT_SECONDS`. Nothing was written.
     pub const CLEANUP_PENDING: u8 = 7;
-    // 7 is kept for the wait on Harvester's upgrade cleanup.
     /// Fleet did not apply the phase's ManagedChart change: it reported an error for the new
     /// generation, or `FLEET_WAIT_SECONDS` passed. The writes stand; a rerun cannot fix it.
     pub const FLEET_NOT_APPLIED: u8 = 8;

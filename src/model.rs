@@ -58,7 +58,7 @@ pub mod defaults {
     pub const CHART_NAME: &str = "harvester";
     pub const DEADLINE_SECONDS: &str = "300";
     /// Harvester's cleanup runs after the upgrade's Completed condition and its image-cleanup
-    /// plan; 15 minutes covers that on a small cluster, and a Job retry waits again.
+    /// plan; 15 minutes covers that on a small cluster (past it, exit 7 fails the Job).
     pub const CLEANUP_WAIT_SECONDS: &str = "900";
     pub const FLEET_WAIT_SECONDS: &str = "600";
     pub const TERMINATION_MESSAGE_PATH: &str = "/dev/termination-log";

@@ -31,8 +31,8 @@ pub mod skipped;
 pub(crate) mod testing;
 
 pub use editor::{
-    CHANGED_WHILE_SUSPENDED, COMPARE_PATCH_GONE, HARVESTER_SUSPENDED, HARVESTER_UPGRADE, Malformed,
-    Plan, STILL_SUSPENDED, UPDATE_CLAIM_LEFT, Warning,
+    CHANGED_WHILE_SUSPENDED, COMPARE_PATCH_GONE, HARVESTER_SUSPENDED, Malformed, Plan,
+    STILL_SUSPENDED, UPDATE_CLAIM_LEFT, Warning,
 };
 pub use phase::{
     Intent, Keys, Objects, Phase, Refusal, Step, Steps, Write, plan_phase, plan_step, steps,

@@ -35,7 +35,8 @@ pub struct Report {
     pub kubevirt: KubeVirtReport,
     pub managed_chart: Option<ChartReport>,
     pub unfinished_migrations: Vec<Migration>,
-    /// Harvester's own upgrade; `None` where Harvester's resources are not served.
+    /// Harvester's own upgrade (its latest Upgrade `None`, and nothing on offer, where
+    /// Harvester's resources are not served).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub harvester: Option<HarvesterReport>,
 }
@@ -486,13 +487,15 @@ impl Report {
             .managed_chart
             .as_ref()
             .and_then(|c| c.values_override.clone());
-        let ours = self
+        let values_ours = self
             .managed_chart
             .as_ref()
             .is_some_and(|c| c.values_record.is_some());
+        // What `post` waits for the cleanup with (`harvester::ours`, as the report reads it).
+        let ours = values_ours || self.kubevirt.saved_original.is_some();
         let cleanup_writes = upgrade.as_ref().map(|u| u.cleanup_writes(values.as_ref()));
         if let Some(u) = upgrade.as_ref().filter(|u| u.cleanup_pending()) {
-            if ours && u.backup == Backup::Value(serde_json::json!([])) {
+            if values_ours && u.backup == Backup::Value(serde_json::json!([])) {
                 self.warnings.push(format!(
                     "{} backed up pre's [] as the original: its cleanup writes [] back into the \
                      values. Run post after that cleanup (post waits for it), or updates stay off",
@@ -507,7 +510,7 @@ impl Report {
                         .as_ref()
                         .map_or(String::new(), CleanupWrite::describe)
                 ));
-            } else {
+            } else if ours {
                 self.warnings.push(format!(
                     "{} has not finished its cleanup: post waits for it",
                     u.describe()

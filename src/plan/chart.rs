@@ -127,8 +127,9 @@ pub fn chart_post(obj: &Value, kubevirt: &ObjectKey, steps: &Steps) -> Result<Pl
     // Only a field whose value our write decides goes back: not a later choice kept on the
     // values, nor a list whose pointer someone else removed (their write owns it now).
     let values = read_record::<ValueRecord>(obj, VALUES_RECORD)?.filter(|_| steps.values);
+    let later = values_choice(obj)?;
     if let Some(r) = &values
-        && values_choice(obj)?.is_none()
+        && later.is_none()
     {
         note_return(&mut ed, VALUES_PATH, r.owners.clone());
     }
@@ -146,7 +147,7 @@ pub fn chart_post(obj: &Value, kubevirt: &ObjectKey, steps: &Steps) -> Result<Pl
     ed.remove_annotation(KUBEVIRT_COPY);
     if steps.values {
         lookup(obj, VALUES_PATH)?;
-        match (values, values_choice(obj)?) {
+        match (values, later) {
             (Some(r), Some(later)) => {
                 ed.warn(
                     CHANGED_WHILE_SUSPENDED,

@@ -46,9 +46,6 @@ pub const UPDATE_CLAIM_LEFT: &str = "WorkloadUpdateMethodsUpdateClaim";
 /// Harvester's own upgrade suspended the updates: `pre` leaves them to it.
 pub const HARVESTER_SUSPENDED: &str = "HarvesterUpgradeSuspendedUpdates";
 
-/// A Harvester Upgrade is under way (or its cleanup will write `[]` back): what to do.
-pub const HARVESTER_UPGRADE: &str = "HarvesterUpgrade";
-
 /// Builds a patch op by op, applying each to a working copy so later decisions see its effect.
 pub(super) struct Editor {
     doc: Value,

@@ -115,6 +115,7 @@ pub fn restore_source(
 ) -> Result<Restore, Malformed> {
     let current = methods(kubevirt)?;
     let suspended = is_suspended(&current);
+    let blind = blind_restorer(kubevirt, METHODS_PATH, &current);
     let (source, original, reason) = match (kubevirt_record(kubevirt)?, copy) {
         (Some(r), _) if suspended => match values_choice {
             Some(v) => (
@@ -142,13 +143,13 @@ pub fn restore_source(
                 describe(&current)
             ),
         ),
-        (Some(r), _) if blind_restorer(kubevirt, METHODS_PATH, &current).is_some() => (
+        (Some(r), _) if blind.is_some() => (
             Source::BlindRestore,
             Some(r.clone()),
             format!(
                 "the CR's record: {} wrote a hard-coded {} over the recorded original {} \
                  (Harvester's upgrade cleanup), which goes back",
-                blind_restorer(kubevirt, METHODS_PATH, &current).unwrap_or_default(),
+                blind.as_deref().unwrap_or_default(),
                 describe(&current),
                 describe(&r.original())
             ),
