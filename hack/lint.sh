@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Static checks: every shell script (shellcheck), and what cannot run here: the Dockerfile
+# Static checks: the shape of src/ (hack/house.py: no import cycle, no twin file name, no file
+# over 500 lines or function over 100), every shell script (shellcheck), and what cannot run here: the Dockerfile
 # (hadolint, checkov) and the rendered manifests (checkov's Kubernetes checks). Every skipped
 # check carries its reason in the source.
 set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
+echo "lint: the shape of src/ (hack/house.py)"
+python3 "$REPO_ROOT/hack/house.py"
 command -v shellcheck >/dev/null || { echo "lint: shellcheck is required (apt-get install shellcheck)" >&2; exit 1; }
 # Every tracked file whose #! line names bash or sh.
 scripts=()

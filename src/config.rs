@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::model::{ObjectKey, defaults};
-use crate::plan::{Intent, Keys, Phase, Steps};
+use crate::vocabulary::{Intent, Keys, Phase, Steps};
 
 /// The git commit the binary was built from (build.rs), or `unknown`.
 pub const COMMIT: &str = env!("WUG_GIT_COMMIT");
@@ -312,7 +312,7 @@ impl Config {
             allow_missing,
             unnamed_chart,
         };
-        if phase != Phase::Status && crate::plan::targets(&config.intent).is_empty() {
+        if phase != Phase::Status && config.intent.targets().is_empty() {
             return Err(ConfigError(
                 "nothing to do: STEP_KUBEVIRT is false and the ManagedChart steps are off \
                  (MANAGEDCHART_NAME empty, or STEP_COMPARE_PATCHES and STEP_CHART_VALUES false)"

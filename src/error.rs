@@ -1,7 +1,7 @@
 //! Errors and the exit codes they map to (the Job contract: README, "Exit codes").
 
 use crate::model::{Kind, Target};
-use crate::plan::Refusal;
+use crate::vocabulary::Refusal;
 
 /// Exit codes. `manifests/` names the permanent ones in each Job's `podFailurePolicy`;
 /// `tests/integration/manifests.rs` checks that they agree.

@@ -1,26 +1,30 @@
 //! workload-update-guard: suspends KubeVirt's automated workload updates before a Harvester
 //! upgrade and restores exactly what was there afterwards.
 //!
-//! - [`model`]: the objects, their fields and our names on them (shared by all below).
-//! - [`plan`]: what to change (pure: object JSON in, conditional JSON Patch out), including
-//!   the order of a phase's writes.
-//! - [`cluster`]: all I/O with the API server (read, conditional write, retry, events).
-//! - [`phases`]: runs a phase: read, plan, write step by step, report.
-//! - [`fleet`]: the wait for Fleet after a phase's ManagedChart change.
-//! - [`harvester`]: Harvester's own upgrade around a phase: `pre`'s and `post`'s gates.
-//! - [`leftovers`]: what a phase leaves on what it skips, said after its steps.
-//! - [`outcome`]: what each step came to, written by `phases` and summed up by `summary`.
-//! - [`config`], [`error`], [`summary`], [`report`]: the Job contract around them.
+//! The layers, lowest first; each file imports only from the layers below it (docs/design.md,
+//! "Layers"; `hack/house.py` checks it):
+//! - [`model`], [`warnings`], [`vocabulary`]: the objects and our names on them, every reason
+//!   the guard gives, and the run's vocabulary (phase, intent, steps, plan);
+//! - [`config`], [`error`], [`outcome`], [`summary`]: the Job contract: settings, exit codes, what
+//!   each step came to and the termination message;
+//! - [`plan`]: what to change (pure: object JSON in, conditional JSON Patch out);
+//! - [`cluster`]: all I/O with the API server (read, conditional write, retry, events);
+//! - [`fleet_wait`], [`harvester_gate`], [`leftovers_check`]: the I/O around a phase's writes:
+//!   the wait for Fleet, Harvester's own upgrade, what is left on what a phase skips;
+//! - [`report`]: `status`'s report: its data, its judgement (the verdict) and its text;
+//! - [`runner`]: runs a phase: read, plan, write step by step, report.
 
 pub mod cluster;
 pub mod config;
 pub mod error;
-pub mod fleet;
-pub mod harvester;
-pub mod leftovers;
+pub mod fleet_wait;
+pub mod harvester_gate;
+pub mod leftovers_check;
 pub mod model;
 pub mod outcome;
-pub mod phases;
 pub mod plan;
 pub mod report;
+pub mod runner;
 pub mod summary;
+pub mod vocabulary;
+pub mod warnings;

@@ -12,7 +12,7 @@ use workload_update_guard::config::{self, Config, LogFormat};
 use workload_update_guard::error::{Error, exit};
 use workload_update_guard::model::defaults;
 use workload_update_guard::outcome::Done;
-use workload_update_guard::phases;
+use workload_update_guard::runner;
 use workload_update_guard::summary::Summary;
 
 fn main() -> ExitCode {
@@ -99,7 +99,7 @@ async fn run(cfg: &Config) -> u8 {
             let cluster =
                 Cluster::connect(cfg.dry_run, last_error.clone(), deadline.clone()).await?;
             let mut stdout = std::io::stdout().lock();
-            phases::run(cfg, &cluster, &mut done, &mut stdout).await
+            runner::run(cfg, &cluster, &mut done, &mut stdout).await
         };
         tokio::select! {
             r = work => r,

@@ -4,7 +4,7 @@
 use serde::Serialize;
 
 use crate::model::Target;
-use crate::plan::Warning;
+use crate::warnings::Warning;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]

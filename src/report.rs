@@ -1,127 +1,26 @@
 //! `PHASE=status`: a read-only report, read through the same readers as the planners, so it
 //! never calls "absent" what `pre` or `post` would refuse as corrupted.
 
-use serde::Serialize;
 use serde_json::Value;
 
-use crate::model::{
-    FIELD_MANAGER, KUBEVIRT_COPY, KUBEVIRT_RECORD, METHODS_FIELD, METHODS_PATH, OWNERS_TO_RETURN,
-    Target, VALUES_PATH,
-};
+use crate::model::{METHODS_PATH, OWNERS_TO_RETURN, Target, VALUES_PATH};
 use crate::plan::chart::{compare_list, find_pointer, values_choice};
-use crate::plan::fleet::{self, Fleet};
-use crate::plan::harvester::{Backup, CleanupWrite, Handling, Upgrade};
+use crate::plan::fleet_status::{self, Fleet};
+use crate::plan::harvester_upgrade::{Backup, CleanupWrite, Handling, Upgrade};
 use crate::plan::kubevirt::{Source, restore_source};
-use crate::plan::ownership::{Owner, owners, update_claim_warnings};
-use crate::plan::records::Added;
+use crate::plan::leftovers::{ChartOurs, chart_ours};
+use crate::plan::migrations::unfinished;
+use crate::plan::ownership::{owners, update_claim_warnings};
 use crate::plan::records::{
-    CompareRecord, ValueRecord, describe, kubevirt_copy, kubevirt_record, lookup, methods,
-    read_record,
+    ValueRecord, describe, kubevirt_copy, kubevirt_record, lookup, methods, read_record,
 };
-use crate::plan::skipped::{ChartOurs, chart_ours};
-use crate::plan::{Intent, Malformed};
+mod data;
+mod text;
+mod verdict;
 
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Report {
-    /// The answer in one line: suspended or not, and what `post` will do.
-    pub verdict: String,
-    /// Suspended by us: `post` has an original to restore.
-    pub suspended: bool,
-    /// The methods `post` would set now (`null`: nothing, or an absent field).
-    pub will_restore: Option<Value>,
-    pub restore_source: Option<Source>,
-    pub warnings: Vec<String>,
-    pub kubevirt: KubeVirtReport,
-    pub managed_chart: Option<ChartReport>,
-    pub unfinished_migrations: Vec<Migration>,
-    /// Harvester's own upgrade (its latest Upgrade `None`, and nothing on offer, where
-    /// Harvester's resources are not served).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub harvester: Option<HarvesterReport>,
-}
-
-/// A workload-update migration that has not finished.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Migration {
-    pub namespace: String,
-    pub name: String,
-    pub phase: String,
-}
-
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct KubeVirtReport {
-    pub object: String,
-    pub found: bool,
-    pub phase: Option<String>,
-    pub observed_kube_virt_version: Option<String>,
-    pub target_kube_virt_version: Option<String>,
-    /// `None`: the field is absent.
-    pub workload_update_methods: Option<Value>,
-    pub saved_original: Option<ValueRecord>,
-    pub outdated_virtual_machine_instance_workloads: Option<i64>,
-    /// Who owns the methods field; each `Update` owner blocks a chart change of it.
-    pub methods_owners: Vec<OwnerReport>,
-    /// What `post` would restore now, and from where.
-    pub post_will_restore: Option<RestoreReport>,
-    /// Content that `pre` or `post` would refuse.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub problems: Vec<String>,
-}
-
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct OwnerReport {
-    #[serde(flatten)]
-    pub owner: Owner,
-    pub blocks_chart_change: bool,
-}
-
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct RestoreReport {
-    pub source: Source,
-    /// The methods `post` would set; `None` with `source: nothing`, or an absent original.
-    pub methods: Option<Value>,
-    pub reason: String,
-}
-
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ChartReport {
-    pub object: String,
-    pub found: bool,
-    pub paused: bool,
-    pub compare_patches_pointer: bool,
-    pub values_override: Option<Value>,
-    pub values_record: Option<ValueRecord>,
-    pub compare_patch_record: Option<CompareRecord>,
-    pub kubevirt_copy: Option<ValueRecord>,
-    /// The values override's later choice, kept by `post` on both objects.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub values_choice: Option<Value>,
-    /// Fleet's view (the Bundle's status as Rancher copies it); `None`: no Fleet status at all.
-    pub fleet: Option<FleetReport>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub problems: Vec<String>,
-}
-
-/// Fleet's view of the ManagedChart, as Harvester's upgrade checks it (`Ready`).
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct FleetReport {
-    /// The `Ready` condition's status (`True`, `False`, ...), if there is one.
-    pub ready: Option<String>,
-    pub state: Option<String>,
-    pub message: Option<String>,
-    /// The Bundle's generation Fleet has seen.
-    pub observed_generation: Option<i64>,
-    /// The current spec, so our last change to it, is deployed: `Ready` with everything ready.
-    pub current_spec_applied: bool,
-    /// What Fleet says, in one line ([`fleet::said`]).
-    pub said: String,
-}
+use crate::vocabulary::{Intent, Malformed};
+pub use data::*;
+use verdict::{refusal, verdict};
 
 /// Keeps a reader's value, or notes why it is refused.
 fn read<T>(problems: &mut Vec<String>, r: Result<Option<T>, Malformed>) -> Option<T> {
@@ -277,7 +176,7 @@ impl Report {
             format!(
                 "ATTENTION: automated updates on ({}) only until Fleet's next deploy, which \
                  suspends them again: {target} still has pre's values override []; {finish}",
-                json(methods)
+                describe(methods)
             )
         } else {
             format!(
@@ -285,106 +184,6 @@ impl Report {
                 self.verdict
             )
         };
-    }
-}
-
-/// The verdict while content of ours is corrupted or malformed: `pre` and `post` refuse (exit 3)
-/// and write nothing. It names the problem (with the commands that recover, which the reader
-/// puts in it) and what the other object's copy of the original says.
-fn refusal(k: &KubeVirtReport, chart: Option<&ChartReport>) -> Option<String> {
-    // A ManagedChart that could not be read (its CRD not served) refuses nothing by itself.
-    let chart = chart.filter(|c| c.found);
-    let chart_problems = chart.map_or(&[][..], |c| c.problems.as_slice());
-    let (object, problem) = match (k.problems.first(), chart_problems.first()) {
-        (Some(p), _) => (&k.object, p),
-        (None, Some(p)) => (&chart.expect("a chart problem").object, p),
-        (None, None) => return None,
-    };
-    let other = if k.problems.iter().any(|p| p.contains(KUBEVIRT_RECORD)) {
-        match chart.and_then(|c| c.kubevirt_copy.as_ref()) {
-            Some(copy) => format!(
-                " The ManagedChart's copy says the original was {}.",
-                json(&copy.original())
-            ),
-            None => " There is no copy of the original on the ManagedChart.".into(),
-        }
-    } else if chart_problems.iter().any(|p| p.contains(KUBEVIRT_COPY)) {
-        match &k.saved_original {
-            Some(r) => format!(
-                " The KubeVirt CR's record says the original was {}.",
-                json(&r.original())
-            ),
-            None => " The KubeVirt CR has no record of the original.".into(),
-        }
-    } else {
-        String::new()
-    };
-    let more = k.problems.len() + chart_problems.len() - 1;
-    let more = if more > 0 {
-        format!(" ({more} more PROBLEM below)")
-    } else {
-        String::new()
-    };
-    Some(format!(
-        "REFUSED: pre and post exit 3 and write nothing until this is fixed: {object}: \
-         {problem}.{other}{more}"
-    ))
-}
-
-/// The operator's question, answered first.
-fn verdict(k: &KubeVirtReport, source: Option<Source>, will_restore: &Option<Value>) -> String {
-    if !k.found {
-        return format!(
-            "NOT FOUND: {} (check KUBEVIRT_NAMESPACE and KUBEVIRT_NAME)",
-            k.object
-        );
-    }
-    let methods = json(&k.workload_update_methods);
-    let since = k
-        .methods_owners
-        .iter()
-        .find(|o| o.owner.manager == FIELD_MANAGER)
-        .and_then(|o| o.owner.time.as_deref())
-        .map_or(String::new(), |t| format!(" since {t}"));
-    let off = k
-        .workload_update_methods
-        .as_ref()
-        .is_none_or(|m| m.as_array().is_some_and(Vec::is_empty));
-    match source {
-        Some(Source::CrRecord) => format!(
-            "SUSPENDED{since} by pre; post will restore {} (from the CR's record)",
-            json(will_restore)
-        ),
-        Some(Source::ChartCopy) => format!(
-            "SUSPENDED{since}, no record on the CR; post will restore {} (from the ManagedChart's copy)",
-            json(will_restore)
-        ),
-        Some(Source::Fallback) => format!(
-            "SUSPENDED{since}, record lost; post will apply the fallback {}",
-            json(will_restore)
-        ),
-        Some(Source::ValuesChoice) => format!(
-            "SUSPENDED{since} by pre; the values override was changed while suspended, so post will \
-             set {} on both (what Fleet renders)",
-            json(will_restore)
-        ),
-        Some(Source::BlindRestore) => format!(
-            "ATTENTION: a hard-coded {methods} was written over the recorded original (Harvester's \
-             upgrade cleanup); post will put {} back",
-            json(will_restore)
-        ),
-        Some(Source::AlreadyRestored) => format!(
-            "NOT SUSPENDED: methods back at the recorded original {methods}; post will only drop \
-             its records and claims"
-        ),
-        Some(Source::LaterChoice) => format!(
-            "ATTENTION: methods changed to {methods} while suspended; post will keep them and drop the record"
-        ),
-        _ if off && k.workload_update_methods.is_some() => {
-            "ATTENTION: updates off ([]) with no record; post will not restore them".into()
-        }
-        _ if off => "NOT SUSPENDED: methods absent (no automated updates)".into(),
-        _ => format!("NOT SUSPENDED: automated updates on ({methods})"),
     }
 }
 
@@ -459,20 +258,11 @@ fn chart_report(target: &Target, obj: Option<&Value>, intent: &Intent) -> ChartR
         values_choice: obj
             .filter(|_| intent.steps.values)
             .and_then(|o| read(&mut problems, values_choice(o))),
-        fleet: obj.filter(|o| fleet::has_status(o)).map(fleet_report),
+        fleet: obj
+            .filter(|o| fleet_status::has_status(o))
+            .map(fleet_report),
         problems,
     }
-}
-
-/// Harvester's own upgrade, as `status` shows it (docs/design.md, "Harvester's own handling").
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct HarvesterReport {
-    pub latest_upgrade: Option<Upgrade>,
-    /// What its cleanup will still write to the values key.
-    pub cleanup_writes: Option<CleanupWrite>,
-    /// The releases on offer that suspend the methods themselves, newest first.
-    pub offered: Vec<(String, Handling)>,
 }
 
 impl Report {
@@ -491,7 +281,7 @@ impl Report {
             .managed_chart
             .as_ref()
             .is_some_and(|c| c.values_record.is_some());
-        // What `post` waits for the cleanup with (`harvester::ours`, as the report reads it).
+        // What `post` waits for the cleanup with (`harvester_upgrade::ours`, as the report reads it).
         let ours = values_ours || self.kubevirt.saved_original.is_some();
         let cleanup_writes = upgrade.as_ref().map(|u| u.cleanup_writes(values.as_ref()));
         if let Some(u) = upgrade.as_ref().filter(|u| u.cleanup_pending()) {
@@ -542,221 +332,9 @@ fn fleet_report(chart: &Value) -> FleetReport {
         ready: field("status"),
         state: text(chart, "/status/display/state"),
         message: field("message"),
-        observed_generation: fleet::observed_generation(chart),
-        current_spec_applied: matches!(fleet::fleet_view(chart, None), Fleet::Applied(_)),
-        said: fleet::said(chart),
-    }
-}
-
-/// The workload-update migrations that have not finished.
-pub fn unfinished(migrations: &[Value]) -> Vec<Migration> {
-    migrations
-        .iter()
-        .filter(|m| {
-            !matches!(
-                m.pointer("/status/phase").and_then(Value::as_str),
-                Some("Succeeded" | "Failed")
-            )
-        })
-        .map(|m| Migration {
-            namespace: text(m, "/metadata/namespace").unwrap_or_default(),
-            name: text(m, "/metadata/name").unwrap_or_default(),
-            phase: text(m, "/status/phase").unwrap_or_else(|| "Pending".into()),
-        })
-        .collect()
-}
-
-/// One `  label   value` line of the human report.
-fn row(
-    f: &mut std::fmt::Formatter<'_>,
-    label: &str,
-    value: impl std::fmt::Display,
-) -> std::fmt::Result {
-    // At least one space: a label longer than the column still ends before its value.
-    writeln!(f, "  {label:<27} {value}")
-}
-
-fn json(v: &Option<Value>) -> String {
-    describe(v)
-}
-
-fn record(r: &Option<ValueRecord>) -> String {
-    r.as_ref().map_or_else(
-        || "none".into(),
-        |r| format!("original was {}", json(&r.original())),
-    )
-}
-
-impl std::fmt::Display for Report {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let or = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
-        writeln!(f, "{}", self.verdict)?;
-        for w in &self.warnings {
-            writeln!(f, "WARNING: {w}")?;
-        }
-        let k = &self.kubevirt;
-        writeln!(f, "{}", k.object)?;
-        if !k.found {
-            row(f, "not found", "")?;
-        } else {
-            let methods = &k.workload_update_methods;
-            let off = methods
-                .as_ref()
-                .is_none_or(|m| m.as_array().is_some_and(Vec::is_empty));
-            row(f, "phase", or(&k.phase))?;
-            let versions = format!(
-                "{} / {}",
-                or(&k.observed_kube_virt_version),
-                or(&k.target_kube_virt_version)
-            );
-            row(f, "observed / target version", versions)?;
-            row(f, "workloadUpdateMethods", json(methods))?;
-            row(f, "automated updates", if off { "off" } else { "on" })?;
-            if off {
-                row(f, "while off", crate::phases::HOTPLUG_NOTICE)?;
-            }
-            row(f, "saved original", record(&k.saved_original))?;
-            if let Some(r) = &k.post_will_restore {
-                let what = match r.source {
-                    Source::Nothing | Source::LaterChoice => {
-                        let why = r.reason.strip_prefix("nothing to restore: ");
-                        format!("nothing: {}", why.unwrap_or(&r.reason))
-                    }
-                    _ => format!("{}, from {}", json(&r.methods), r.reason),
-                };
-                row(f, "post would restore", what)?;
-            }
-            row(
-                f,
-                "outdated VMI workloads",
-                k.outdated_virtual_machine_instance_workloads
-                    .map_or("-".into(), |n| n.to_string()),
-            )?;
-            let none = if k.methods_owners.is_empty() {
-                "none"
-            } else {
-                ""
-            };
-            row(f, &format!("owners of {METHODS_FIELD}"), none)?;
-            for o in &k.methods_owners {
-                let claim = match (o.blocks_chart_change, o.owner.manager == FIELD_MANAGER) {
-                    (false, _) => "",
-                    (true, true) => " <- our claim while suspended: post releases it",
-                    (true, false) => {
-                        " <- Update claim: a chart (Helm 4) change of the field will conflict with \
-                         it; a pre/post cycle of this guard releases it"
-                    }
-                };
-                writeln!(
-                    f,
-                    "    {} ({}, {}){claim}",
-                    o.owner.manager,
-                    o.owner.operation,
-                    o.owner.time.as_deref().unwrap_or("-")
-                )?;
-            }
-            for p in &k.problems {
-                row(f, "PROBLEM", p)?;
-            }
-        }
-        writeln!(
-            f,
-            "workload-update migrations not finished: {}",
-            self.unfinished_migrations.len()
-        )?;
-        for m in &self.unfinished_migrations {
-            writeln!(f, "  {}/{} ({})", m.namespace, m.name, m.phase)?;
-        }
-        if let Some(c) = &self.managed_chart {
-            writeln!(f, "{}", c.object)?;
-            if !c.found {
-                row(f, "not found", "")?;
-            } else {
-                row(f, "paused", c.paused)?;
-                let pointer = if c.compare_patches_pointer {
-                    "present"
-                } else {
-                    "absent"
-                };
-                row(f, "comparePatches pointer", pointer)?;
-                row(f, "values override", json(&c.values_override))?;
-                row(f, "values record", record(&c.values_record))?;
-                let compare = c
-                    .compare_patch_record
-                    .as_ref()
-                    .map_or("none", |r| match r.added {
-                        Added::Entry => "pre added our entry (post removes it)",
-                        Added::Pointer => {
-                            "pre appended our pointer to an existing entry (post removes it)"
-                        }
-                        Added::PointerList => {
-                            "pre gave an existing entry jsonPointers with ours (post removes them)"
-                        }
-                        Added::Nothing => "our pointer was there before pre (post leaves it)",
-                    });
-                row(f, "compare-patch record", compare)?;
-                row(f, "copy of KubeVirt original", record(&c.kubevirt_copy))?;
-                match &c.fleet {
-                    None => row(f, "Fleet", "no status (no controller reports on it)")?,
-                    Some(fl) => {
-                        row(f, "Fleet Ready", or(&fl.ready))?;
-                        row(f, "Fleet state", or(&fl.state))?;
-                        if let Some(m) = &fl.message {
-                            row(f, "Fleet message", m)?;
-                        }
-                        row(
-                            f,
-                            "Fleet observedGeneration",
-                            fl.observed_generation.map_or("-".into(), |g| g.to_string()),
-                        )?;
-                        let applied = if fl.current_spec_applied {
-                            "yes: the current spec, with our last change, is deployed"
-                        } else {
-                            "no: not deployed yet (or failed), see the message"
-                        };
-                        row(f, "last change applied", applied)?;
-                    }
-                }
-                for p in &c.problems {
-                    row(f, "PROBLEM", p)?;
-                }
-            }
-        }
-        if let Some(h) = &self.harvester {
-            writeln!(f, "Harvester's own upgrade")?;
-            match &h.latest_upgrade {
-                None => row(f, "latest Upgrade", "none")?,
-                Some(u) => {
-                    row(f, "latest Upgrade", u.describe())?;
-                    row(f, "its handling", u.handling().describe())?;
-                    row(f, "its backup", u.backup.describe())?;
-                    let cleanup = if u.cleaned_up {
-                        "done".to_string()
-                    } else if !u.cleanup_pending() {
-                        "nothing of the methods".to_string()
-                    } else {
-                        format!(
-                            "pending: it {}",
-                            h.cleanup_writes
-                                .as_ref()
-                                .map_or("-".into(), CleanupWrite::describe)
-                        )
-                    };
-                    row(f, "its cleanup", cleanup)?;
-                }
-            }
-            let offered: Vec<&str> = h.offered.iter().map(|(v, _)| v.as_str()).collect();
-            let offered = if offered.is_empty() {
-                "none that handle the methods themselves".to_string()
-            } else {
-                format!(
-                    "{} (these suspend the methods themselves)",
-                    offered.join(", ")
-                )
-            };
-            row(f, "upgrades on offer", offered)?;
-        }
-        Ok(())
+        observed_generation: fleet_status::observed_generation(chart),
+        current_spec_applied: matches!(fleet_status::fleet_view(chart, None), Fleet::Applied(_)),
+        said: fleet_status::said(chart),
     }
 }
 
@@ -764,34 +342,6 @@ impl std::fmt::Display for Report {
 mod tests {
     use super::*;
     use serde_json::json;
-
-    #[test]
-    fn only_unfinished_workload_update_migrations_are_listed() {
-        let m = |ns: &str, name: &str, phase: Option<&str>| {
-            let mut v = json!({"metadata": {"namespace": ns, "name": name}});
-            if let Some(p) = phase {
-                v["status"] = json!({"phase": p});
-            }
-            v
-        };
-        let list = [
-            m("a", "kubevirt-workload-update-1", Some("Running")),
-            m("b", "kubevirt-workload-update-2", Some("Succeeded")),
-            m("c", "kubevirt-workload-update-3", None),
-            m("d", "kubevirt-workload-update-4", Some("Failed")),
-        ];
-        let names: Vec<String> = unfinished(&list)
-            .iter()
-            .map(|m| format!("{}/{} ({})", m.namespace, m.name, m.phase))
-            .collect();
-        assert_eq!(
-            names,
-            [
-                "a/kubevirt-workload-update-1 (Running)",
-                "c/kubevirt-workload-update-3 (Pending)"
-            ]
-        );
-    }
 
     /// A corrupted record on the CR: one verdict that names it, what the ManagedChart's copy
     /// says and the command that recovers; the problem shown once under its object.

@@ -5,13 +5,14 @@ use serde::Serialize;
 use crate::error::Error;
 use crate::model::truncate_bytes;
 use crate::outcome::{Done, Outcome};
-use crate::plan::{self, Intent, Phase, Steps};
+use crate::vocabulary::{Intent, Phase, Steps};
 
 /// The kubelet reads at most 4096 bytes of a termination message.
 pub const MAX_BYTES: usize = 4096;
 
+/// One row of `steps`: what a phase did to one object.
 #[derive(Debug, Clone, Serialize)]
-pub struct Step {
+pub struct StepRow {
     pub object: String,
     pub outcome: Outcome,
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -29,7 +30,7 @@ pub struct Summary {
     pub verdict: Option<String>,
     /// `pre` and `post`: one row per object (none for `status`, which writes nothing).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub steps: Vec<Step>,
+    pub steps: Vec<StepRow>,
     /// What the operator must hear about, e.g. updates left off without a record.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
@@ -64,7 +65,7 @@ impl Summary {
             ..intent.clone()
         };
         let failed = result.as_ref().err().and_then(Error::target);
-        for target in plan::targets(&all) {
+        for target in all.targets() {
             let mine: Vec<&Done> = done.iter().filter(|d| d.target == target).collect();
             let outcome = if !intent.steps.writes(target.kind) {
                 Outcome::Disabled
@@ -77,7 +78,7 @@ impl Summary {
             } else {
                 Outcome::Unchanged
             };
-            summary.steps.push(Step {
+            summary.steps.push(StepRow {
                 object: target.to_string(),
                 outcome,
                 actions: mine.iter().flat_map(|d| d.actions.clone()).collect(),
@@ -143,7 +144,7 @@ mod tests {
     fn the_line_stays_under_4096_bytes() {
         let mut s = Summary::new(Some(Phase::Pre), false);
         for (object, action) in [("KubeVirt a/b", "x"), ("ManagedChart c/d", "y")] {
-            s.steps.push(Step {
+            s.steps.push(StepRow {
                 object: object.into(),
                 outcome: Outcome::Changed,
                 actions: vec![action.repeat(3000)],

@@ -9,8 +9,12 @@ use kube::client::Body;
 use serde_json::json;
 use tower_test::mock;
 
-use crate::error::exit;
-use crate::model::ObjectKey;
+use backon::BackoffBuilder;
+
+use super::retry::backoff;
+use crate::error::{Subject, exit};
+use crate::model::{FIELD_MANAGER, Kind, ObjectKey, Target};
+use crate::vocabulary::{Plan, Refusal};
 
 type Handle = mock::Handle<Request<Body>, Response<Body>>;
 

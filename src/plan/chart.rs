@@ -4,10 +4,9 @@
 
 use serde_json::{Value, json};
 
-use super::editor::{CHANGED_WHILE_SUSPENDED, COMPARE_PATCH_GONE, Editor, Malformed, Plan};
-use super::harvester::blind_restorer;
+use super::editor::Editor;
+use super::harvester_upgrade::blind_restorer;
 use super::ownership::{note_return, recorded_owners};
-use super::phase::Steps;
 use super::records::{
     Added, CompareRecord, RecordedObject, ValueRecord, describe, kubevirt_copy, lookup,
     read_record, value_record,
@@ -16,6 +15,9 @@ use crate::model::{
     COMPARE_PATH, COMPARE_RECORD, KUBEVIRT_COPY, Kind, METHODS_POINTER, ObjectKey, VALUES_PATH,
     VALUES_RECORD, pointer,
 };
+use crate::vocabulary::Steps;
+use crate::vocabulary::{Malformed, Plan};
+use crate::warnings::{CHANGED_WHILE_SUSPENDED, COMPARE_PATCH_GONE};
 
 /// `pre` on the ManagedChart: the values override and the comparePatches pointer, each
 /// switchable, and a copy of the KubeVirt CR's `kubevirt_original` (once).
@@ -325,9 +327,9 @@ pub fn compare_list(obj: &Value) -> Result<Option<&Vec<Value>>, Malformed> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::phase::{Objects, Phase};
     use crate::plan::records::{annotation, methods};
     use crate::plan::testing::*;
+    use crate::vocabulary::{Objects, Phase};
 
     const VALUES_PTR: &str =
         "/spec/values/kubevirt/spec/workloadUpdateStrategy/workloadUpdateMethods";
@@ -460,8 +462,8 @@ mod tests {
             let intent = intent(Phase::Post);
             let mut warned = false;
             let mut end = now.clone();
-            for step in crate::plan::phase::steps(&intent) {
-                if let Some(plan) = crate::plan::phase::plan_step(&intent, &step, &end).unwrap() {
+            for step in crate::plan::order::steps(&intent) {
+                if let Some(plan) = crate::plan::order::plan_step(&intent, &step, &end).unwrap() {
                     warned |= plan.warnings.iter().any(|w| w.reason == CHANGED_WHILE_SUSPENDED);
                     let obj = end.get(step.target.kind).unwrap();
                     end.set(step.target.kind, Some(apply(obj, &plan)));

@@ -9,42 +9,8 @@ use serde_json::{Map, Value, json};
 
 use super::records::{ValueRecord, describe, lookup};
 use crate::model::pointer;
-
-/// An object that cannot be planned for. Nothing is written when this is returned.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct Malformed(pub String);
-
-/// The outcome of planning: a conditional patch, or nothing to do; and what it does, in words.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Plan {
-    pub patch: Option<Patch>,
-    pub actions: Vec<String>,
-    /// What the operator must hear about: logged as warnings, in the termination message, and
-    /// (for the KubeVirt CR) in a Warning Event.
-    pub warnings: Vec<Warning>,
-}
-
-/// A warning, with the reason its Event carries.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Warning {
-    pub reason: &'static str,
-    pub message: String,
-}
-
-/// Warning reasons.
-pub const STILL_SUSPENDED: &str = "WorkloadUpdatesStillSuspended";
-
-pub const CHANGED_WHILE_SUSPENDED: &str = "WorkloadUpdateMethodsChangedWhileSuspended";
-
-pub const COMPARE_PATCH_GONE: &str = "ComparePatchRemovedByOthers";
-
-/// The methods are back at the original, but another manager's `Update` claim on them is left
-/// (Harvester v1.8.0's or the add-on's restore).
-pub const UPDATE_CLAIM_LEFT: &str = "WorkloadUpdateMethodsUpdateClaim";
-
-/// Harvester's own upgrade suspended the updates: `pre` leaves them to it.
-pub const HARVESTER_SUSPENDED: &str = "HarvesterUpgradeSuspendedUpdates";
+use crate::vocabulary::{Malformed, Plan};
+use crate::warnings::Warning;
 
 /// Builds a patch op by op, applying each to a working copy so later decisions see its effect.
 pub(super) struct Editor {

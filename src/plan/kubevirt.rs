@@ -6,13 +6,13 @@
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::editor::{
-    CHANGED_WHILE_SUSPENDED, Editor, Malformed, Plan, STILL_SUSPENDED, UPDATE_CLAIM_LEFT,
-};
-use super::harvester::blind_restorer;
+use super::editor::Editor;
+use super::harvester_upgrade::blind_restorer;
 use super::ownership::{methods_owned_by_us, note_return, recorded_owners, update_claim_warnings};
 use super::records::{ValueRecord, describe, is_suspended, kubevirt_record, methods, value_record};
 use crate::model::{KUBEVIRT_RECORD, METHODS_PATH};
+use crate::vocabulary::{Malformed, Plan};
+use crate::warnings::{CHANGED_WHILE_SUSPENDED, STILL_SUSPENDED, UPDATE_CLAIM_LEFT};
 
 /// `pre` on the KubeVirt CR: methods to `[]`, the original recorded once. Without a record on
 /// the CR, the original is the ManagedChart's `copy` if there is one, else the current value.
@@ -79,7 +79,7 @@ pub enum Source {
     /// cleanup, or Fleet rendering the restored values): nothing to write but the record's removal.
     AlreadyRestored,
     /// A record, and the methods were set to the hard-coded `[LiveMigrate]` by one of Harvester's
-    /// blind restores (`plan::harvester::BLIND_RESTORERS`): the recorded original goes back.
+    /// blind restores (`plan::harvester_upgrade::BLIND_RESTORERS`): the recorded original goes back.
     BlindRestore,
     /// A record, methods `[]`, and the ManagedChart's values override was changed while
     /// suspended: that later choice is what Fleet renders, so the CR follows it.
@@ -343,6 +343,12 @@ pub fn update_notice(kubevirt: &Value, methods: &Option<Value>) -> Option<String
          again stops new ones but cancels none already created"
     ))
 }
+
+/// What suspension costs while it lasts (Harvester's docs; kubevirt#17329): `pre`'s Event and
+/// log, and `status`.
+pub const HOTPLUG_NOTICE: &str = "While updates are suspended, CPU and memory hot-plug of running \
+     VMs is not applied live (it needs the live migration that the workload updater would start); \
+     it is applied after post, or when a VM restarts";
 
 #[cfg(test)]
 mod tests {

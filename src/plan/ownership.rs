@@ -5,7 +5,7 @@
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::editor::{Editor, Malformed, Plan};
+use super::editor::Editor;
 use super::records::{
     RecordedOwner, Return, annotation, is_suspended, lookup, methods, read_record,
 };
@@ -13,6 +13,7 @@ use crate::model::{
     CHART_RECORDS, FIELD_MANAGER, KUBEVIRT_RECORDS, Kind, METHODS_FIELD, METHODS_PATH,
     OWNERS_TO_RETURN, pointer,
 };
+use crate::vocabulary::{Malformed, Plan};
 
 /// Whether our field manager owns `workloadUpdateMethods` according to `managedFields`.
 pub fn methods_owned_by_us(obj: &Value) -> bool {

@@ -7,11 +7,11 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::editor::Malformed;
 use crate::model::{
     COMPARE_RECORD, KUBEVIRT_COPY, KUBEVIRT_RECORD, METHODS_PATH, METHODS_POINTER, ObjectKey,
     VALUES_PATH, VALUES_RECORD, pointer,
 };
+use crate::vocabulary::Malformed;
 
 /// Record of a single value: whether it was present, its exact value, and the parent maps that
 /// the guard created to hold its replacement (removed again by `post` when they are empty).

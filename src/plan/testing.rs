@@ -1,12 +1,12 @@
 //! Shared by the rooms' unit tests: sample objects, the proptest strategies and small helpers.
 
 pub use super::chart::*;
-pub use super::editor::*;
 pub use super::kubevirt::*;
+pub use super::order::*;
 pub(crate) use super::ownership::merge_sets;
-pub use super::phase::*;
 pub use super::records::*;
 pub use crate::model::*;
+pub use crate::vocabulary::*;
 pub use proptest::prelude::*;
 pub use serde_json::{Value, json};
 

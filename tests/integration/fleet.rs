@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use workload_update_guard::error::exit;
-use workload_update_guard::plan::fleet::{CONFLICT, NOT_APPLIED, PAUSED};
+use workload_update_guard::warnings::{CONFLICT, NOT_APPLIED, PAUSED};
 
 use crate::support::fleet::{FleetModel, Options};
 use crate::support::*;

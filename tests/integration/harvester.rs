@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use workload_update_guard::error::exit;
 use workload_update_guard::model::{ANNOTATION_PREFIX, COMPARE_PATH, METHODS_PATH, VALUES_PATH};
 use workload_update_guard::plan::ownership::owners;
-use workload_update_guard::plan::{HARVESTER_SUSPENDED, UPDATE_CLAIM_LEFT};
+use workload_update_guard::warnings::{HARVESTER_SUSPENDED, UPDATE_CLAIM_LEFT};
 
 use crate::lifetime::as_compared;
 use crate::support::harvester::*;

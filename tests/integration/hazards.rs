@@ -128,7 +128,7 @@ async fn post_without_a_record_applies_the_fallback_only_to_our_own_empty_list()
             warnings[0]
                 .as_str()
                 .unwrap()
-                .starts_with(workload_update_guard::plan::STILL_SUSPENDED),
+                .starts_with(workload_update_guard::warnings::STILL_SUSPENDED),
             "{warnings}"
         );
         assert_eq!(kubevirt_rv(&client, &ns).await, rv(&kv0));
@@ -246,12 +246,11 @@ async fn a_write_between_our_read_and_our_write_is_not_lost() {
     };
     let written = cluster
         .converge(&target, stale, |o| {
-            plan::chart::chart_pre(o, &kv, &plan::Steps::ALL, None).map_err(|reason| {
-                plan::Refusal {
+            plan::chart::chart_pre(o, &kv, &workload_update_guard::vocabulary::Steps::ALL, None)
+                .map_err(|reason| workload_update_guard::vocabulary::Refusal {
                     target: target.clone(),
                     reason,
-                }
-            })
+                })
         })
         .await
         .unwrap();
@@ -373,8 +372,13 @@ async fn dry_run_prints_the_patches_and_changes_nothing() {
         name: "kubevirt".into(),
     };
     let original = plan::kubevirt::kubevirt_original(&kv0).unwrap();
-    let chart_plan =
-        plan::chart::chart_pre(&chart0, &kv, &plan::Steps::ALL, Some(&original)).unwrap();
+    let chart_plan = plan::chart::chart_pre(
+        &chart0,
+        &kv,
+        &workload_update_guard::vocabulary::Steps::ALL,
+        Some(&original),
+    )
+    .unwrap();
     assert_eq!(
         lines[0]["patch"],
         serde_json::to_value(chart_plan.patch).unwrap()

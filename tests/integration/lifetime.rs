@@ -4,8 +4,8 @@
 //! apply that changes the field must never conflict with `workload-update-guard`.
 
 use serde_json::{Value, json};
-use workload_update_guard::plan::CHANGED_WHILE_SUSPENDED;
 use workload_update_guard::plan::ownership::update_claim_warning;
+use workload_update_guard::warnings::CHANGED_WHILE_SUSPENDED;
 
 use crate::support::*;
 

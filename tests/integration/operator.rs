@@ -9,7 +9,9 @@ use k8s_openapi::api::core::v1::Event;
 use kube::Api;
 use serde_json::{Value, json};
 use workload_update_guard::error::exit;
-use workload_update_guard::plan::{CHANGED_WHILE_SUSPENDED, COMPARE_PATCH_GONE, STILL_SUSPENDED};
+use workload_update_guard::warnings::{
+    CHANGED_WHILE_SUSPENDED, COMPARE_PATCH_GONE, STILL_SUSPENDED,
+};
 
 use crate::support::*;
 

@@ -14,7 +14,7 @@ use kube::Client;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use workload_update_guard::model::METHODS_POINTER;
-use workload_update_guard::plan::harvester::{
+use workload_update_guard::plan::harvester_upgrade::{
     BACKUP_ANNOTATION, CLEANUP_DONE, CLEANUP_LABEL, LATEST_LABEL, STATE_LABEL,
 };
 

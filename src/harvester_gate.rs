@@ -12,11 +12,12 @@ use crate::config::Config;
 use crate::error::Error;
 use crate::model::{Kind, Target};
 use crate::outcome::{Done, Outcome};
-use crate::plan::harvester::{
+use crate::plan::harvester_upgrade::{
     self, CLEANUP_DONE, CLEANUP_LABEL, Handling, LATEST_LABEL, PreGate, Upgrade,
 };
 use crate::plan::records::methods;
-use crate::plan::{HARVESTER_SUSPENDED, Objects, Phase, Refusal, Warning};
+use crate::vocabulary::{Objects, Phase, Refusal};
+use crate::warnings::{HARVESTER_SUSPENDED, Warning};
 
 /// What the cluster says of Harvester's upgrades; empty on a cluster without Harvester.
 #[derive(Debug, Clone, Default)]
@@ -45,7 +46,7 @@ pub async fn read(cluster: &Cluster, cfg: &Config) -> Result<View, Error> {
             .await?
             .unwrap_or_default(),
     };
-    let upgrade = harvester::latest(&upgrades).map_err(|reason| Refusal {
+    let upgrade = harvester_upgrade::latest(&upgrades).map_err(|reason| Refusal {
         target: upgrade_target(cfg, &upgrades),
         reason,
     })?;
@@ -55,7 +56,7 @@ pub async fn read(cluster: &Cluster, cfg: &Config) -> Result<View, Error> {
     };
     Ok(View {
         upgrade,
-        offered: harvester::offered(&versions, current.as_deref()),
+        offered: harvester_upgrade::offered(&versions, current.as_deref()),
     })
 }
 
@@ -90,7 +91,7 @@ fn anything_of_ours(objects: &Objects) -> bool {
     [&objects.kubevirt, &objects.chart]
         .into_iter()
         .flatten()
-        .any(harvester::ours)
+        .any(harvester_upgrade::ours)
 }
 
 /// What the gate found, said on the KubeVirt CR's step (the termination message's actions).
@@ -153,7 +154,7 @@ async fn before_pre(
         info!("{line}");
         notes.push(line);
     }
-    match harvester::pre_gate(view.upgrade.as_ref(), anything_of_ours(objects), &current) {
+    match harvester_upgrade::pre_gate(view.upgrade.as_ref(), anything_of_ours(objects), &current) {
         PreGate::Proceed(more) => {
             for n in &more {
                 info!("{n}");
@@ -212,7 +213,7 @@ async fn before_post(
 ) -> Result<(), Error> {
     let ours = anything_of_ours(objects);
     let view = read(cluster, cfg).await?;
-    let Some(reason) = harvester::post_must_wait(view.upgrade.as_ref(), ours) else {
+    let Some(reason) = harvester_upgrade::post_must_wait(view.upgrade.as_ref(), ours) else {
         return Ok(());
     };
     if cfg.dry_run {
@@ -232,7 +233,7 @@ async fn before_post(
             async || {
                 let view = read(cluster, cfg).await?;
                 Ok(
-                    match harvester::post_must_wait(view.upgrade.as_ref(), ours) {
+                    match harvester_upgrade::post_must_wait(view.upgrade.as_ref(), ours) {
                         None => Poll::Ready(()),
                         Some(why) => Poll::Pending(why),
                     },

@@ -8,13 +8,15 @@ use tracing::{info, warn};
 use crate::cluster::{Cluster, EventKind, Written};
 use crate::config::{Config, LogFormat};
 use crate::error::Error;
-use crate::harvester;
-use crate::leftovers;
+use crate::harvester_gate;
+use crate::leftovers_check;
 use crate::model::{Kind, MIGRATION_PREFIX, Target};
 use crate::outcome::{Done, Outcome};
-use crate::plan::skipped::SKIPPED_NOT_FOUND;
-use crate::plan::{self, CHANGED_WHILE_SUSPENDED, Objects, Phase, Plan, Step, Warning, Write};
+use crate::plan;
+use crate::plan::kubevirt::HOTPLUG_NOTICE;
 use crate::report::Report;
+use crate::vocabulary::{Objects, Phase, Plan, Step, Write};
+use crate::warnings::{self, CHANGED_WHILE_SUSPENDED, SKIPPED_NOT_FOUND, Warning};
 
 /// Runs the configured phase; `status` also returns its verdict, for the termination message.
 pub async fn run(
@@ -27,7 +29,7 @@ pub async fn run(
         Phase::Status => status(cfg, cluster, done, out).await.map(Some),
         Phase::Pre | Phase::Post => {
             let (read, left) = change(cfg, cluster, done, out).await?;
-            crate::fleet::wait(cfg, cluster, read.as_ref(), &left, done)
+            crate::fleet_wait::wait(cfg, cluster, read.as_ref(), &left, done)
                 .await
                 .map(|()| None)
         }
@@ -44,18 +46,18 @@ async fn change(
 ) -> Result<(Option<Value>, Objects), Error> {
     let intent = &cfg.intent;
     let mut objects = Objects::default();
-    for target in plan::targets(intent) {
+    for target in intent.targets() {
         match cluster.get(&target).await? {
             Some(obj) => objects.set(target.kind, Some(obj)),
             None => done.push(missing(cfg, target, "nothing was written")?),
         }
     }
     // What the phase skips is read too, read-only, to say what of ours it leaves there.
-    let skipped = leftovers::read_skipped(cfg, cluster, done).await;
+    let skipped = leftovers_check::read_skipped(cfg, cluster, done).await;
     // Harvester's own upgrade first: `pre` may leave the suspension to it, `post` waits for its
     // cleanup (and reads the objects again after it, so Fleet's generation is taken after it).
-    if !harvester::gate(cfg, cluster, &mut objects, done).await? {
-        leftovers::after_steps(cfg, cluster, &objects, skipped, done).await;
+    if !harvester_gate::gate(cfg, cluster, &mut objects, done).await? {
+        leftovers_check::after_steps(cfg, cluster, &objects, skipped, done).await;
         return Ok((objects.chart.clone(), objects));
     }
     let read = objects.chart.clone();
@@ -171,7 +173,7 @@ async fn change(
         });
         printed?;
     }
-    leftovers::after_steps(cfg, cluster, &objects, skipped, done).await;
+    leftovers_check::after_steps(cfg, cluster, &objects, skipped, done).await;
     Ok((read, objects))
 }
 
@@ -244,12 +246,9 @@ async fn after_write(
         && !kept
     {
         let (reason, verb) = match cfg.intent.phase {
-            Phase::Pre => (
-                "WorkloadUpdatesSuspended",
-                "Suspended automated workload updates",
-            ),
+            Phase::Pre => (warnings::SUSPENDED, "Suspended automated workload updates"),
             _ => (
-                "WorkloadUpdatesRestored",
+                warnings::RESTORED,
                 "Restored the workload update methods as they were before pre",
             ),
         };
@@ -276,12 +275,6 @@ async fn after_write(
     printed
 }
 
-/// What suspension costs while it lasts (Harvester's docs; kubevirt#17329): `pre`'s Event and
-/// log, and `status`.
-pub const HOTPLUG_NOTICE: &str = "While updates are suspended, CPU and memory hot-plug of running \
-     VMs is not applied live (it needs the live migration that the workload updater would start); \
-     it is applied after post, or when a VM restarts";
-
 async fn status(
     cfg: &Config,
     cluster: &Cluster,
@@ -305,11 +298,11 @@ async fn status(
         None => None,
     };
     let migrations = cluster.list_migrations(MIGRATION_PREFIX).await?;
-    let view = harvester::read(cluster, cfg).await?;
+    let view = harvester_gate::read(cluster, cfg).await?;
     // Without a name, the default ManagedChart is read too, for what of ours it still carries.
     let unnamed = match &cfg.unnamed_chart {
         Some(key) => {
-            leftovers::peek(cluster, Target::new(Kind::ManagedChart, key), false, done).await
+            leftovers_check::peek(cluster, Target::new(Kind::ManagedChart, key), false, done).await
         }
         None => None,
     };

@@ -11,8 +11,9 @@ use crate::config::Config;
 use crate::error::Error;
 use crate::model::{Kind, MIGRATION_PREFIX, Target};
 use crate::outcome::{Done, Outcome};
-use crate::plan::skipped::{self, MIGRATIONS_UNDER_WAY, SKIPPED_NOT_CHECKED};
-use crate::plan::{Objects, Phase, Warning};
+use crate::plan::leftovers;
+use crate::vocabulary::{Objects, Phase};
+use crate::warnings::{EVENTS_NOT_RECORDED, MIGRATIONS_UNDER_WAY, SKIPPED_NOT_CHECKED, Warning};
 
 /// The objects the phase skips (a step off, or the ManagedChart without a name: then the
 /// default one), read-only: `plan::skipped` says what of ours is left there.
@@ -104,7 +105,7 @@ pub async fn after_steps(
         (_, _, Some((t, o))) => Some((t, o)),
         _ => None,
     };
-    let mut warnings = skipped::leftovers(intent, kubevirt, chart);
+    let mut warnings = leftovers::leftovers(intent, kubevirt, chart);
     if intent.phase == Phase::Pre
         && kubevirt.is_some()
         && let Some(w) = migrations_under_way(cluster).await
@@ -141,7 +142,7 @@ pub async fn after_steps(
              warnings and actions are in this message and the log",
             failed.len()
         );
-        done.push(noted(&kv_target, skipped::EVENTS_NOT_RECORDED, message));
+        done.push(noted(&kv_target, EVENTS_NOT_RECORDED, message));
     }
 }
 
@@ -155,7 +156,7 @@ async fn migrations_under_way(cluster: &Cluster) -> Option<Warning> {
     .await;
     let message = match listed {
         Ok(Ok(list)) => {
-            let unfinished = crate::report::unfinished(&list);
+            let unfinished = crate::plan::migrations::unfinished(&list);
             if unfinished.is_empty() {
                 info!("no workload-update migration is under way");
                 return None;

@@ -8,10 +8,10 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use super::editor::Malformed;
 use super::ownership::{methods_owned_by_us, owners};
 use super::records::{describe, is_suspended};
 use crate::model::ANNOTATION_PREFIX;
+use crate::vocabulary::Malformed;
 
 /// Harvester's backup of the ManagedChart's values key, on the `Upgrade` object
 /// (`package/upgrade/upgrade_manifests.sh`, `disable_kubevirt_workload_live_migration`).

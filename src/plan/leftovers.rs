@@ -16,24 +16,13 @@
 use serde_json::Value;
 
 use super::chart::{compare_list, find_pointer};
-use super::editor::Warning;
-use super::phase::{Intent, Phase};
 use super::records::{CompareRecord, annotation, describe, is_suspended, lookup, read_record};
 use crate::model::{
     COMPARE_RECORD, FIELD_MANAGER, KUBEVIRT_COPY, KUBEVIRT_RECORD, METHODS_PATH, OWNERS_TO_RETURN,
     ObjectKey, Target, VALUES_PATH, VALUES_RECORD,
 };
-
-/// The Warning reason of a skipped object that still carries something of ours.
-pub const LEFT_BY_SKIPPED_STEP: &str = "RecordsLeftBySkippedStep";
-/// An object not found, skipped because `ALLOW_MISSING` is on.
-pub const SKIPPED_NOT_FOUND: &str = "SkippedNotFound";
-/// A skipped object that could not be read to check what of ours it carries.
-pub const SKIPPED_NOT_CHECKED: &str = "SkippedObjectNotChecked";
-/// Events that could not be made on the KubeVirt CR (said in the termination message only).
-pub const EVENTS_NOT_RECORDED: &str = "EventsNotRecorded";
-/// `pre`: workload-update migrations created before it, which `[]` does not stop.
-pub const MIGRATIONS_UNDER_WAY: &str = "WorkloadUpdateMigrationsUnderWay";
+use crate::vocabulary::{Intent, Phase};
+use crate::warnings::{LEFT_BY_SKIPPED_STEP, Warning};
 
 /// What of ours is on the KubeVirt CR (all of it `STEP_KUBEVIRT`'s), in words. A record that
 /// does not parse counts: it is ours all the same.

@@ -11,8 +11,9 @@ use crate::config::Config;
 use crate::error::Error;
 use crate::model::{Kind, Target};
 use crate::outcome::{Done, Outcome};
-use crate::plan::fleet::{self, Fleet};
-use crate::plan::{self, Objects, Phase};
+use crate::plan::fleet_status::{self, Fleet};
+use crate::vocabulary::{Objects, Phase};
+use crate::warnings::{CONFLICT, NOT_APPLIED, PAUSED};
 
 /// After the steps: waits until Fleet has applied the phase's change of the ManagedChart's
 /// deployed spec (docs/design.md, "Waiting for Fleet"). `read`: the ManagedChart as read at the
@@ -43,20 +44,20 @@ pub async fn wait(
         info!(object = %target, "dry run: nothing changed, so there is nothing for Fleet to apply; no wait");
         return Ok(());
     }
-    let wrote = fleet::changes_deployed_spec(before, chart);
+    let wrote = fleet_status::changes_deployed_spec(before, chart);
     // A rerun waits only for `pre`'s suspension (our records on the chart). A `post` that writes
     // nothing cannot tell an earlier run's restore from anyone else's change (or from a `pre`
     // that never wrote): it does not wait, but says so if Fleet has not applied the spec.
-    let pre_rerun = intent.phase == Phase::Pre && fleet::records_on_chart(chart);
+    let pre_rerun = intent.phase == Phase::Pre && fleet_status::records_on_chart(chart);
     if !wrote && !pre_rerun {
-        match fleet::fleet_view(chart, None) {
+        match fleet_status::fleet_view(chart, None) {
             Fleet::Waiting(said) | Fleet::Failed(said) => {
                 let message = format!(
                     "Fleet has not applied {target}'s current spec ({said}); this run wrote \
                      nothing to it, so it does not wait: an earlier run's change or someone \
                      else's is not deployed yet"
                 );
-                fleet_warning(cluster, left, done, &target, fleet::NOT_APPLIED, message).await;
+                fleet_warning(cluster, left, done, &target, NOT_APPLIED, message).await;
             }
             _ => {
                 info!(object = %target, "the deployed spec was not changed: nothing for Fleet to apply; no wait");
@@ -64,17 +65,17 @@ pub async fn wait(
         }
         return Ok(());
     }
-    let after = wrote.then(|| fleet::observed_generation(before).unwrap_or(0));
-    match fleet::fleet_view(chart, after) {
+    let after = wrote.then(|| fleet_status::observed_generation(before).unwrap_or(0));
+    match fleet_status::fleet_view(chart, after) {
         Fleet::Paused => {
             let message = format!(
                 "{target} is paused (spec.paused: true): Fleet deploys the change when the chart is \
                  unpaused; Harvester refuses to start an upgrade until it is Ready again"
             );
-            fleet_warning(cluster, left, done, &target, fleet::PAUSED, message).await;
+            fleet_warning(cluster, left, done, &target, PAUSED, message).await;
             return Ok(());
         }
-        Fleet::NoStatus if !fleet::has_status(before) => {
+        Fleet::NoStatus if !fleet_status::has_status(before) => {
             info!(object = %target, "no Fleet status on the ManagedChart (no controller reports on it): no wait");
             return Ok(());
         }
@@ -94,10 +95,10 @@ pub async fn wait(
     };
     let conflicts = kubevirt
         .as_ref()
-        .map(|kv| fleet::conflicts(kv, chart))
+        .map(|kv| fleet_status::conflicts(kv, chart))
         .unwrap_or_default();
     for c in &conflicts {
-        fleet_warning(cluster, left, done, &target, fleet::CONFLICT, c.to_string()).await;
+        fleet_warning(cluster, left, done, &target, CONFLICT, c.to_string()).await;
     }
     let cause = match conflicts.first() {
         Some(c) => format!("; the cause the guard sees: {c}"),
@@ -119,7 +120,7 @@ pub async fn wait(
                         "the ManagedChart was deleted".into(),
                     )));
                 };
-                Ok(match fleet::fleet_view(&now, after) {
+                Ok(match fleet_status::fleet_view(&now, after) {
                     Fleet::Waiting(said) => Poll::Pending(said),
                     Fleet::NoStatus => Poll::Pending("no Fleet status".into()),
                     verdict => Poll::Ready(verdict),
@@ -150,7 +151,7 @@ pub async fn wait(
             let message = format!(
                 "{target} was paused while waiting: Fleet deploys the change when it is unpaused"
             );
-            fleet_warning(cluster, left, done, &target, fleet::PAUSED, message).await;
+            fleet_warning(cluster, left, done, &target, PAUSED, message).await;
             Ok(())
         }
         Ok(Fleet::Failed(said)) => Err(Error::FleetNotApplied {
@@ -186,6 +187,6 @@ async fn fleet_warning(
         target: target.clone(),
         outcome: Outcome::Unchanged,
         actions: vec![],
-        warnings: vec![plan::Warning { reason, message }],
+        warnings: vec![crate::warnings::Warning { reason, message }],
     });
 }

@@ -36,11 +36,6 @@ pub enum Fleet {
     NoStatus,
 }
 
-/// Warning reasons of the wait.
-pub const PAUSED: &str = "ManagedChartPaused";
-pub const CONFLICT: &str = "FleetDeployWillConflict";
-pub const NOT_APPLIED: &str = "ManagedChartNotApplied";
-
 /// Fleet's states whose `Ready: False` only means "not yet" (rancher/fleet's docs, "Cluster
 /// and Bundle state"). `ErrApplied` and `Modified` are errors; so is a message naming no state.
 const NOT_YET: &[&str] = &[

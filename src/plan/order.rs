@@ -1,157 +1,15 @@
-//! The phase and its writes: which objects a phase writes, in which order, and what each object's
-//! plan needs of the other (the ManagedChart's copy of the CR's original, and back). The only room
-//! that knows the order of writes (docs/design.md, "What each phase does") and the hints between
-//! the two objects. It decides nothing about an object's content: that is the other rooms' work.
-
-use serde::Serialize;
-use serde_json::Value;
+//! The order of a phase's writes: which objects a phase writes, in which order, and what each
+//! object's plan needs of the other (the ManagedChart's copy of the CR's original, and back). The
+//! only room that knows the order of writes (docs/design.md, "What each phase does") and the hints
+//! between the two objects. It decides nothing about an object's content: that is the other rooms'
+//! work.
 
 use super::chart::{chart_post, chart_pre, values_choice};
-use super::editor::{Malformed, Plan};
 use super::kubevirt::{kubevirt_original, kubevirt_post, kubevirt_pre};
 use super::ownership::release;
 use super::records::kubevirt_copy;
-use crate::model::{Kind, ObjectKey, Target};
-
-/// Which steps run (docs/design.md, "What each phase does"), each switchable. The one place that
-/// decides whether an object is written at all is [`Steps::writes`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Steps {
-    /// The direct patch of the KubeVirt CR's methods.
-    pub kubevirt: bool,
-    /// The ManagedChart's values override.
-    pub values: bool,
-    /// The ManagedChart's comparePatches pointer.
-    pub compare: bool,
-}
-
-impl Steps {
-    pub const ALL: Steps = Steps {
-        kubevirt: true,
-        values: true,
-        compare: true,
-    };
-
-    pub fn writes(&self, kind: Kind) -> bool {
-        match kind {
-            Kind::KubeVirt => self.kubevirt,
-            Kind::ManagedChart => self.values || self.compare,
-            Kind::Migration | Kind::Upgrade | Kind::Version | Kind::Setting => false,
-        }
-    }
-}
-
-/// The objects' names. `chart: None` is plain KubeVirt without Fleet.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Keys {
-    pub kubevirt: ObjectKey,
-    pub chart: Option<ObjectKey>,
-}
-
-impl Keys {
-    /// The named object of `kind` (no ManagedChart without a name).
-    pub fn target(&self, kind: Kind) -> Option<Target> {
-        match kind {
-            Kind::KubeVirt => Some(Target::new(kind, &self.kubevirt)),
-            Kind::ManagedChart => self.chart.as_ref().map(|k| Target::new(kind, k)),
-            Kind::Migration | Kind::Upgrade | Kind::Version | Kind::Setting => None,
-        }
-    }
-}
-
-/// What to do: everything a plan depends on besides the objects.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Intent {
-    pub phase: Phase,
-    pub steps: Steps,
-    pub keys: Keys,
-    /// The methods `post` applies to our own `[]` when every record is lost.
-    pub fallback: Option<Vec<String>>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Phase {
-    Pre,
-    Post,
-    Status,
-}
-
-impl std::fmt::Display for Phase {
-    /// As the `PHASE` variable spells it.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Phase::Pre => "pre",
-            Phase::Post => "post",
-            Phase::Status => "status",
-        })
-    }
-}
-
-/// The two kinds of write on an object.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Write {
-    /// `pre`'s suspension or `post`'s restore, with the records.
-    Change,
-    /// `post`'s last write: drop our `managedFields` claim (see [`release`]).
-    Release,
-}
-
-/// One write of a phase.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Step {
-    pub target: Target,
-    pub write: Write,
-}
-
-/// The objects as last read or written; `None`: not read (step off) or not found.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Objects {
-    pub kubevirt: Option<Value>,
-    pub chart: Option<Value>,
-}
-
-impl Objects {
-    pub fn get(&self, kind: Kind) -> Option<&Value> {
-        match kind {
-            Kind::KubeVirt => self.kubevirt.as_ref(),
-            Kind::ManagedChart => self.chart.as_ref(),
-            Kind::Migration | Kind::Upgrade | Kind::Version | Kind::Setting => None,
-        }
-    }
-
-    pub fn set(&mut self, kind: Kind, obj: Option<Value>) {
-        match kind {
-            Kind::KubeVirt => self.kubevirt = obj,
-            Kind::ManagedChart => self.chart = obj,
-            Kind::Migration | Kind::Upgrade | Kind::Version | Kind::Setting => {}
-        }
-    }
-}
-
-/// A plan that cannot be made, and the object whose content is at fault.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{target}: malformed object: {reason}")]
-pub struct Refusal {
-    pub target: Target,
-    pub reason: Malformed,
-}
-
-/// The objects a phase works on, in its order of writes (docs/design.md, "What each phase does"):
-/// `pre` the ManagedChart first, so the values Helm would apply agree with the CR before the CR is
-/// touched; `post` the reverse. Only the objects whose steps are on.
-pub fn targets(intent: &Intent) -> Vec<Target> {
-    let order = match intent.phase {
-        Phase::Pre => [Kind::ManagedChart, Kind::KubeVirt],
-        Phase::Post => [Kind::KubeVirt, Kind::ManagedChart],
-        Phase::Status => return Vec::new(),
-    };
-    order
-        .into_iter()
-        .filter(|&k| intent.steps.writes(k))
-        .filter_map(|k| intent.keys.target(k))
-        .collect()
-}
+use crate::model::Kind;
+use crate::vocabulary::{Intent, Objects, Phase, Plan, Refusal, Step, Write};
 
 /// The writes of a phase, in order: `post` releases our claim on each object right after its
 /// restore (a separate write: one that also changes a field claims that field again).
@@ -160,7 +18,8 @@ pub fn steps(intent: &Intent) -> Vec<Step> {
         Phase::Post => &[Write::Change, Write::Release],
         _ => &[Write::Change],
     };
-    targets(intent)
+    intent
+        .targets()
         .into_iter()
         .flat_map(|target| {
             writes.iter().map(move |&write| Step {
@@ -301,13 +160,14 @@ mod tests {
             compare: false,
             kubevirt: true,
         };
-        assert_eq!(targets(&no_chart).len(), 1);
+        assert_eq!(no_chart.targets().len(), 1);
         no_chart.steps = Steps {
             kubevirt: false,
             ..Steps::ALL
         };
         assert_eq!(
-            targets(&no_chart)
+            no_chart
+                .targets()
                 .iter()
                 .map(|t| t.kind)
                 .collect::<Vec<_>>(),
@@ -409,7 +269,7 @@ mod tests {
             let mut i = intent(Phase::Pre);
             i.steps = steps;
             assert_eq!(
-                targets(&i).iter().map(|t| t.kind).collect::<Vec<_>>(),
+                i.targets().iter().map(|t| t.kind).collect::<Vec<_>>(),
                 [Kind::ManagedChart]
             );
         }

@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""The shape of src/ (docs/design.md, "Layers"), checked: no import cycle between files, no file
+name used twice, no source file over 500 lines before its tests, no function over 100 lines.
+
+A file's imports are the `crate::a::b` and `super::` paths in its code before its tests (the
+first `#[cfg(test)]` line); a path names the deepest file it reaches. Functions are counted from
+their `fn` line to the closing brace at the same indent. Run by hack/lint.sh; exit 1 on a finding.
+"""
+import pathlib
+import re
+import sys
+
+MAX_FILE_LINES = 500
+MAX_FN_LINES = 100
+SRC = pathlib.Path(__file__).resolve().parent.parent / "src"
+
+
+def module_of(path):
+    rel = path.relative_to(SRC).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] in ("lib", "main", "mod"):
+        parts = parts[:-1]
+    return tuple(parts)
+
+
+def body(path):
+    """The file's lines before its tests."""
+    lines = path.read_text().splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("#[cfg(test)]"):
+            return lines[:i]
+    return lines
+
+
+def resolve(path_parts, modules):
+    """The deepest module in `modules` that the path reaches, or None."""
+    for n in range(len(path_parts), 0, -1):
+        if tuple(path_parts[:n]) in modules:
+            return tuple(path_parts[:n])
+    return None
+
+
+USE_TREE = re.compile(r"\b(crate|super)((?:::\w+)+)(::\{[^;]*?\})?", re.S)
+
+
+def imports(mod, text, modules):
+    found = set()
+    for m in USE_TREE.finditer(text):
+        head, tail, group = m.group(1), m.group(2), m.group(3)
+        base = [] if head == "crate" else list(mod[:-1])
+        parts = base + [p for p in tail.split("::") if p]
+        heads = [parts]
+        if group:
+            for item in re.split(r",", group.strip(":{}")):
+                item = item.strip().split("::")[0].split(" as ")[0].strip()
+                if item and item != "self":
+                    heads.append(parts + [item])
+        for p in heads:
+            target = resolve(p, modules)
+            if target is not None and target != mod and target != ():
+                found.add(target)
+    return found
+
+
+def cycles(graph):
+    """Strongly connected components with more than one file (Tarjan)."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+FN = re.compile(r"^(\s*)(pub(\([\w:]+\))?\s+)?(const\s+)?(async\s+)?fn\s+(\w+)")
+
+
+def long_functions(path, lines):
+    found = []
+    for i, line in enumerate(lines):
+        m = FN.match(line)
+        if not m:
+            continue
+        indent = m.group(1)
+        for j in range(i, len(lines)):
+            if lines[j].rstrip().endswith(";") and j == i:
+                break  # a declaration without a body
+            if lines[j] == indent + "}":
+                if j - i + 1 > MAX_FN_LINES:
+                    found.append(f"{path.relative_to(SRC.parent)}:{i + 1}: fn {m.group(6)} is {j - i + 1} lines (at most {MAX_FN_LINES})")
+                break
+    return found
+
+
+def main():
+    files = sorted(p for p in SRC.rglob("*.rs") if p.name != "tests.rs" and p.name != "testing.rs")
+    modules = {module_of(p): p for p in files}
+    problems = []
+    names = {}
+    for p in sorted(SRC.rglob("*.rs")):
+        if p.name in ("mod.rs", "tests.rs"):
+            continue
+        names.setdefault(p.name, []).append(str(p.relative_to(SRC.parent)))
+    for name, where in sorted(names.items()):
+        if len(where) > 1:
+            problems.append(f"file name {name} used twice: {', '.join(where)}")
+    graph = {}
+    for mod, p in modules.items():
+        lines = body(p)
+        if len(lines) > MAX_FILE_LINES:
+            problems.append(f"{p.relative_to(SRC.parent)}: {len(lines)} lines before its tests (at most {MAX_FILE_LINES})")
+        problems += long_functions(p, lines)
+        if mod == ():
+            continue
+        text = "\n".join(l for l in lines if not l.lstrip().startswith("//"))
+        graph[mod] = imports(mod, text, modules)
+    for comp in cycles(graph):
+        problems.append("import cycle between " + ", ".join("::".join(m) for m in comp))
+    for line in problems:
+        print(f"house: {line}", file=sys.stderr)
+    if problems:
+        sys.exit(1)
+    print(f"house: ok ({len(modules)} files, no cycle, no twin name, none over {MAX_FILE_LINES} lines, no fn over {MAX_FN_LINES} lines)")
+
+
+if __name__ == "__main__":
+    main()

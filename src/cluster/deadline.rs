@@ -1,0 +1,138 @@
+//! The run's deadline for requests ([`Deadline`]) and the one polling helper
+//! ([`Cluster::poll`]), whose sleeps between reads the deadline does not count.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::Cluster;
+use crate::error::Error;
+
+/// `DEADLINE_SECONDS`: the bound of the run's requests and their retries. Its clock stops while a
+/// [`Cluster::poll`] sleeps between reads: a wait's time is bounded by the wait's own bound.
+#[derive(Debug, Clone, Default)]
+pub struct Deadline(Arc<Mutex<Clock>>);
+
+#[derive(Debug, Default)]
+struct Clock {
+    /// `DEADLINE_SECONDS`, named by the first retry's WARN line.
+    bound: Option<Duration>,
+    /// When it passes (`None`: never, as for a test client).
+    at: Option<tokio::time::Instant>,
+    /// Since when its clock is stopped.
+    stopped: Option<tokio::time::Instant>,
+}
+
+impl Deadline {
+    pub fn new(bound: Duration) -> Self {
+        Self(Arc::new(Mutex::new(Clock {
+            bound: Some(bound),
+            at: Some(tokio::time::Instant::now() + bound),
+            stopped: None,
+        })))
+    }
+
+    /// Its bound (`None`: a test client's, which never passes).
+    pub fn bound(&self) -> Option<Duration> {
+        self.0.lock().expect("not poisoned").bound
+    }
+
+    /// When it passes, unless its clock is stopped.
+    fn at(&self) -> Option<tokio::time::Instant> {
+        let c = self.0.lock().expect("not poisoned");
+        c.at.filter(|_| c.stopped.is_none())
+    }
+
+    /// Returns when the deadline has passed (never while its clock is stopped).
+    pub async fn passed(&self) {
+        loop {
+            match self.at() {
+                Some(at) if at <= tokio::time::Instant::now() => return,
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => tokio::time::sleep(Duration::from_millis(250)).await,
+            }
+        }
+    }
+
+    /// Sleeps `d` with the clock stopped; it moves on by the time slept.
+    async fn sleep_apart(&self, d: Duration) {
+        struct Resume<'a>(&'a Deadline);
+        impl Drop for Resume<'_> {
+            fn drop(&mut self) {
+                let mut c = (self.0).0.lock().expect("not poisoned");
+                if let (Some(at), Some(since)) = (c.at, c.stopped.take()) {
+                    c.at = Some(at + since.elapsed());
+                }
+            }
+        }
+        self.0.lock().expect("not poisoned").stopped = Some(tokio::time::Instant::now());
+        let _resume = Resume(self);
+        tokio::time::sleep(d).await;
+    }
+}
+
+/// What one read of a [`Cluster::poll`] came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Poll<T> {
+    /// Done: the poll returns this.
+    Ready(T),
+    /// Not yet: what is seen, for the progress lines and the message when the bound passes.
+    Pending(String),
+}
+
+/// How long a poll sleeps between two reads.
+pub const POLL_INTERVAL: Duration = Duration::from_millis(250);
+/// How often a poll says what it is waiting for.
+pub const PROGRESS_EVERY: Duration = Duration::from_secs(10);
+
+impl Cluster {
+    /// The one polling helper (for Fleet's status now, for a list of objects as well): calls
+    /// `read` (whose requests go through the retry layer like any other) every
+    /// [`POLL_INTERVAL`] until it returns [`Poll::Ready`], for at most `bound`. At the first
+    /// "not yet" and then every [`PROGRESS_EVERY`] it hands `progress` the time waited and what
+    /// the last read saw. The run's deadline does not count the sleeps between reads, only the
+    /// reads; SIGTERM stops a poll as it stops everything (`main` drops the run).
+    /// `Ok(Err(last))`: the bound passed, with what was last seen (and a read in flight then,
+    /// cut short, says so).
+    pub async fn poll<T>(
+        &self,
+        bound: Duration,
+        mut read: impl AsyncFnMut() -> Result<Poll<T>, Error>,
+        mut progress: impl FnMut(Duration, &str),
+    ) -> Result<Result<T, String>, Error> {
+        let start = tokio::time::Instant::now();
+        let end = start + bound;
+        let mut said: Option<tokio::time::Instant> = None;
+        let mut last = "nothing read yet".to_string();
+        let errors_before = self.last_error.peek();
+        loop {
+            match tokio::time::timeout_at(end, read()).await {
+                Ok(Ok(Poll::Ready(t))) => return Ok(Ok(t)),
+                Ok(Ok(Poll::Pending(seen))) => last = seen,
+                Ok(Err(e)) => return Err(e),
+                Err(_) => {
+                    let retrying = match self.last_error.peek() {
+                        Some(e) if Some(&e) != errors_before.as_ref() => {
+                            format!(" (reads were failing: {e})")
+                        }
+                        _ => String::new(),
+                    };
+                    return Ok(Err(format!("{last}{retrying}")));
+                }
+            }
+            let now = tokio::time::Instant::now();
+            if now >= end {
+                return Ok(Err(last));
+            }
+            if said.is_none_or(|t| now - t >= PROGRESS_EVERY) {
+                said = Some(now);
+                progress(now - start, &last);
+            }
+            self.deadline
+                .sleep_apart(POLL_INTERVAL.min(end - now))
+                .await;
+            if tokio::time::Instant::now() >= end {
+                return Ok(Err(last));
+            }
+        }
+    }
+}

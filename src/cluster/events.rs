@@ -1,0 +1,94 @@
+//! The Events on the KubeVirt CR, so `kubectl describe kubevirt` tells the story.
+
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::api::{Api, PostParams};
+use serde_json::Value;
+use tracing::warn;
+
+use super::Cluster;
+use crate::error::with_causes;
+use crate::model::{FIELD_MANAGER, Kind};
+
+impl Cluster {
+    /// An Event (events.k8s.io/v1) about the KubeVirt CR, so `kubectl describe kubevirt` tells
+    /// the story. Best effort: a failure is logged, never fatal.
+    pub async fn event(&self, kubevirt: &Value, kind: EventKind, reason: &str, note: &str) {
+        if self.dry_run {
+            return;
+        }
+        let meta = &kubevirt["metadata"];
+        let text = |k: &str| meta[k].as_str().map(str::to_string);
+        let namespace = text("namespace").unwrap_or_default();
+        let now = jiff::Timestamp::now();
+        let event = Event {
+            metadata: ObjectMeta {
+                // client-go's recorder names Events `<object>.<unix nanos in hex>`.
+                name: Some(format!(
+                    "{}.{:x}",
+                    text("name").unwrap_or_default(),
+                    now.as_nanosecond()
+                )),
+                namespace: Some(namespace.clone()),
+                ..Default::default()
+            },
+            event_time: Some(MicroTime(now)),
+            action: Some(reason.into()),
+            reason: Some(reason.into()),
+            // The API server takes at most 1 kB of note.
+            note: Some({
+                let mut note = note.to_string();
+                crate::model::truncate_bytes(&mut note, 1024);
+                note
+            }),
+            type_: Some(kind.as_str().into()),
+            reporting_controller: Some(FIELD_MANAGER.into()),
+            reporting_instance: Some(
+                std::env::var("HOSTNAME").unwrap_or_else(|_| FIELD_MANAGER.into()),
+            ),
+            regarding: Some(k8s_openapi::api::core::v1::ObjectReference {
+                api_version: Some(Kind::KubeVirt.api_version().into()),
+                kind: Some(Kind::KubeVirt.name().into()),
+                name: text("name"),
+                namespace: text("namespace"),
+                uid: text("uid"),
+                resource_version: text("resourceVersion"),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
+        let params = PostParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..Default::default()
+        };
+        // One attempt: an Event is not worth delaying the upgrade for.
+        if let Err(e) = api.create(&params, &event).await {
+            let e = with_causes(&e);
+            warn!(error = %e, reason, "could not record the Event on the KubeVirt CR");
+            let mut failures = self.event_failures.lock().expect("not poisoned");
+            failures.push(format!("{reason}: {e}"));
+        }
+    }
+
+    /// The Events that could not be made so far (`REASON: error`), in order.
+    pub fn event_failures(&self) -> Vec<String> {
+        self.event_failures.lock().expect("not poisoned").clone()
+    }
+}
+
+/// An Event's type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    Normal,
+    Warning,
+}
+
+impl EventKind {
+    fn as_str(self) -> &'static str {
+        match self {
+            EventKind::Normal => "Normal",
+            EventKind::Warning => "Warning",
+        }
+    }
+}

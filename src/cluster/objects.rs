@@ -1,0 +1,208 @@
+//! Reads, the conditional write, and lists: the object I/O, each request through the retry
+//! layer.
+
+use std::time::Duration;
+
+use backon::BackoffBuilder;
+use json_patch::Patch as JsonPatch;
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
+use serde_json::Value;
+use tracing::debug;
+
+use super::retry::{Class, backoff, classify};
+use super::{Cluster, Written, rv};
+use crate::error::{Error, Subject};
+use crate::model::{FIELD_MANAGER, Kind, Target};
+use crate::vocabulary::{Plan, Refusal};
+
+impl Cluster {
+    fn api(&self, target: &Target) -> Api<DynamicObject> {
+        Api::namespaced_with(
+            self.client.clone(),
+            &target.key.namespace,
+            &target.kind.resource(),
+        )
+    }
+
+    /// The object's JSON, or `None` if it does not exist. A 404 for the resource itself (no CRD)
+    /// is a permanent error.
+    pub async fn get(&self, target: &Target) -> Result<Option<Value>, Error> {
+        let api = self.api(target);
+        let what = format!("get {target}");
+        match self.call(&what, || api.get(&target.key.name)).await {
+            Ok(obj) => Ok(Some(serde_json::to_value(obj).expect("objects serialize"))),
+            Err(kube::Error::Api(s)) if s.code == 404 => {
+                if s.details
+                    .as_ref()
+                    .is_some_and(|d| d.name == target.key.name)
+                {
+                    Ok(None)
+                } else {
+                    Err(Error::NotServed {
+                        subject: Subject::Object(target.clone()),
+                        plural: target.kind.plural(),
+                        hint: match target.kind {
+                            Kind::ManagedChart => {
+                                "; for KubeVirt without Rancher/Fleet, set MANAGEDCHART_NAME= (empty)"
+                            }
+                            _ => "",
+                        },
+                        message: s.message.trim().to_string(),
+                    })
+                }
+            }
+            Err(e) => Err(self.permanent(Subject::Object(target.clone()), e)),
+        }
+    }
+
+    /// Plans against `current` and writes the plan conditionally; on a conflict, reads again and
+    /// plans again, until the plan applies or there is nothing to do.
+    pub async fn converge(
+        &self,
+        target: &Target,
+        mut current: Value,
+        plan: impl Fn(&Value) -> Result<Plan, Refusal>,
+    ) -> Result<Written, Error> {
+        let mut conflicts = backoff().with_min_delay(Duration::from_millis(10)).build();
+        loop {
+            let p = plan(&current)?;
+            let Some(patch) = p.patch.clone() else {
+                return Ok(Written::Unchanged {
+                    plan: p,
+                    object: current,
+                });
+            };
+            match self.patch(target, &patch).await {
+                Ok(object) => return Ok(Written::Changed { plan: p, object }),
+                Err(e) if classify(&e) == Class::NotFound => return Ok(Written::Missing),
+                Err(e) if classify(&e) == Class::Conflict => {
+                    // Back off before the fresh read, never between read and write: the plan
+                    // must go out while its resourceVersion is still current.
+                    tokio::time::sleep(conflicts.next().unwrap_or_default()).await;
+                    let before = rv(&current).map(str::to_string);
+                    current = match self.get(target).await? {
+                        Some(obj) => obj,
+                        None => return Ok(Written::Missing),
+                    };
+                    // A failed patch on an unchanged object is not a conflict: it would fail forever.
+                    if rv(&current) == before.as_deref() {
+                        return Err(self.permanent(Subject::Object(target.clone()), e));
+                    }
+                    debug!(object = %target, resource_version = rv(&current), "conflict: read again");
+                }
+                Err(e) => return Err(self.permanent(Subject::Object(target.clone()), e)),
+            }
+        }
+    }
+
+    async fn patch(&self, target: &Target, patch: &JsonPatch) -> Result<Value, kube::Error> {
+        let api = self.api(target);
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            dry_run: self.dry_run,
+            ..Default::default()
+        };
+        let what = format!("patch {target}");
+        let obj = self
+            .call(&what, || async {
+                api.patch(&target.key.name, &params, &Patch::<()>::Json(patch.clone()))
+                    .await
+            })
+            .await?;
+        Ok(serde_json::to_value(obj).expect("objects serialize"))
+    }
+
+    /// Migrations whose names start with `prefix`, in all namespaces (`status`, and `pre`'s
+    /// warning of those under way).
+    pub async fn list_migrations(&self, prefix: &str) -> Result<Vec<Value>, Error> {
+        let api: Api<DynamicObject> =
+            Api::all_with(self.client.clone(), &Kind::Migration.resource());
+        let mut out = Vec::new();
+        // From the watch cache, as Harvester's lists (see there): a report and a warning, where a
+        // few ms of staleness mean nothing and a consistent list waited ~55 ms. kube drops the
+        // resourceVersion of a list with a limit, and the cache answers in one page anyway.
+        let mut params = ListParams::default().match_any();
+        loop {
+            let page = self
+                .call("list virtualmachineinstancemigrations", || {
+                    api.list(&params)
+                })
+                .await
+                .map_err(|e| self.permanent(Subject::Migrations, e))?;
+            out.extend(
+                page.items
+                    .into_iter()
+                    .filter(|m| {
+                        m.metadata
+                            .name
+                            .as_deref()
+                            .is_some_and(|n| n.starts_with(prefix))
+                    })
+                    .map(|m| serde_json::to_value(m).expect("objects serialize")),
+            );
+            match page.metadata.continue_ {
+                // A continued list names no resourceVersion (the token holds it).
+                Some(c) if !c.is_empty() => {
+                    params = ListParams::default().limit(500).continue_token(&c)
+                }
+                _ => return Ok(out),
+            }
+        }
+    }
+
+    /// Harvester's objects of `kind` in `namespace` (with a label selector, if any); `None` when
+    /// the resource is not served (not a Harvester cluster). One page: there are a handful.
+    pub async fn list_harvester(
+        &self,
+        kind: Kind,
+        namespace: &str,
+        selector: Option<&str>,
+    ) -> Result<Option<Vec<Value>>, Error> {
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), namespace, &kind.resource());
+        // From the API server's watch cache (resourceVersion 0): a consistent list waits up to
+        // ~100 ms for the cache to catch up with etcd; a few ms of staleness mean nothing here
+        // (the wait reads again, and Harvester's steps are minutes apart).
+        let mut params = ListParams::default().match_any();
+        if let Some(s) = selector {
+            params = params.labels(s);
+        }
+        let subject = || Subject::Listed {
+            kind,
+            namespace: namespace.to_string(),
+        };
+        let what = format!("list {}", subject());
+        match self.call(&what, || api.list(&params)).await {
+            Ok(list) => Ok(Some(
+                list.items
+                    .into_iter()
+                    .map(|o| serde_json::to_value(o).expect("objects serialize"))
+                    .collect(),
+            )),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
+            Err(e) => Err(self.permanent(subject(), e)),
+        }
+    }
+
+    /// The `value` of Harvester's cluster-scoped `Setting` `name`; `None` when it, or the
+    /// resource, is not there (not a Harvester cluster).
+    pub async fn harvester_setting(&self, name: &str) -> Result<Option<String>, Error> {
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &Kind::Setting.resource());
+        let subject = || Subject::Listed {
+            kind: Kind::Setting,
+            namespace: "(cluster)".into(),
+        };
+        match self
+            .call(&format!("get {} {name}", subject()), || api.get(name))
+            .await
+        {
+            Ok(o) => Ok(o
+                .data
+                .get("value")
+                .and_then(Value::as_str)
+                .map(str::to_string)),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
+            Err(e) => Err(self.permanent(subject(), e)),
+        }
+    }
+}

@@ -1,0 +1,173 @@
+//! The one retry layer: transient errors retried with `backon` (jittered, at most
+//! [`MAX_BACKOFF`] apart) until the run's deadline drops the request; what an error is
+//! ([`classify`]); and the error for a request that failed for good.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use backon::{ExponentialBuilder, Retryable};
+use tracing::warn;
+
+use super::{Cluster, one_line};
+use crate::error::{Error, Subject, with_causes};
+
+/// How an API error is handled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Class {
+    Transient,
+    Conflict,
+    NotFound,
+    Permanent,
+}
+
+/// 429, 5xx and connection-level failures are transient; 409 and the failed `test` (422 with
+/// no details) are conflicts; everything else the server says is final.
+pub fn classify(e: &kube::Error) -> Class {
+    match e {
+        kube::Error::Api(s) => match s.code {
+            409 => Class::Conflict,
+            422 if s
+                .details
+                .as_ref()
+                .is_none_or(|d| d.causes.is_empty() && d.name.is_empty()) =>
+            {
+                Class::Conflict
+            }
+            404 => Class::NotFound,
+            429 | 500 | 502 | 503 | 504 => Class::Transient,
+            _ => Class::Permanent,
+        },
+        kube::Error::HyperError(_) | kube::Error::Service(_) if tls_failure(e).is_some() => {
+            Class::Permanent
+        }
+        kube::Error::HyperError(_) | kube::Error::Service(_) => Class::Transient,
+        _ => Class::Permanent,
+    }
+}
+
+/// The TLS reason, if a connection failed because the server's certificate was refused (an
+/// unknown authority, a name mismatch, an expired certificate) or ours was: retrying cannot
+/// mend that. Found in the error's source chain, whose innermost error is rustls'.
+pub fn tls_failure(e: &kube::Error) -> Option<String> {
+    let mut source: Option<&dyn std::error::Error> = Some(e);
+    let mut found = None;
+    while let Some(err) = source {
+        let text = err.to_string();
+        if [
+            "invalid peer certificate",
+            "received fatal alert",
+            "peer is incompatible",
+        ]
+        .iter()
+        .any(|m| text.contains(m))
+        {
+            found = Some(text);
+        }
+        source = err.source();
+    }
+    found
+}
+
+/// The last transient error seen, for the message when the deadline cuts the retries short.
+#[derive(Debug, Clone, Default)]
+pub struct LastError(Arc<Mutex<Option<String>>>);
+
+impl LastError {
+    pub fn set(&self, e: String) {
+        *self.0.lock().expect("not poisoned") = Some(e);
+    }
+    /// The last transient error, if any was seen.
+    pub fn peek(&self) -> Option<String> {
+        self.0.lock().expect("not poisoned").clone()
+    }
+    pub fn get(&self) -> String {
+        self.0
+            .lock()
+            .expect("not poisoned")
+            .clone()
+            .unwrap_or_else(|| "none (a request was still in flight)".into())
+    }
+}
+
+/// The longest wait between two attempts: a restarted API server is noticed within it.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+/// 100 ms doubling to half of [`MAX_BACKOFF`]; the jitter adds up to as much again.
+pub(super) fn backoff() -> ExponentialBuilder {
+    ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(100))
+        .with_max_delay(MAX_BACKOFF / 2)
+        .with_factor(2.0)
+        .with_jitter()
+        .with_jitter_seed(jitter_seed())
+        .without_max_times()
+}
+
+/// A seed of its own for each backoff. Without its `std` feature, backon seeds every process
+/// alike, and Jobs that fail together would retry in lockstep. `RandomState`'s keys come from
+/// the OS once per thread and change with each `new()`; the pid and the clock only add to that.
+fn jitter_seed() -> u64 {
+    use std::hash::BuildHasher;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    std::hash::RandomState::new().hash_one((std::process::id(), now))
+}
+
+/// The first retry's WARN message: what bounds the retries, and what happens then.
+pub fn first_retry(deadline: Option<Duration>) -> String {
+    let bound = match deadline {
+        Some(d) => format!("DEADLINE_SECONDS={}", d.as_secs()),
+        None => "DEADLINE_SECONDS".to_string(),
+    };
+    format!(
+        "transient error, retrying (at most 2 s apart) until the run's deadline, {bound}, runs \
+         out; then exit 4. Set DEADLINE_SECONDS to wait less or longer"
+    )
+}
+
+impl Cluster {
+    /// Runs one request, retrying transient failures until the run's deadline drops it.
+    pub(super) async fn call<T, F, Fut>(&self, what: &str, f: F) -> Result<T, kube::Error>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, kube::Error>>,
+    {
+        f.retry(backoff())
+            .sleep(tokio::time::sleep)
+            .when(|e| classify(e) == Class::Transient)
+            .notify(|e, wait| {
+                let e = with_causes(e);
+                let wait_ms = wait.as_millis() as u64;
+                if self.retried.swap(true, Ordering::Relaxed) {
+                    warn!(request = what, error = %e, retry_in_ms = wait_ms, "transient error, retrying");
+                } else {
+                    warn!(request = what, error = %e, retry_in_ms = wait_ms, "{}", first_retry(self.deadline.bound()));
+                }
+                self.last_error.set(one_line(format!("{what} at {}: {e}", self.server)));
+            })
+            .await
+    }
+
+    /// The error for a request that failed for good.
+    pub(super) fn permanent(&self, subject: Subject, e: kube::Error) -> Error {
+        if let Some(tls) = tls_failure(&e) {
+            return Error::Client {
+                subject,
+                message: format!("cannot connect to {}: TLS: {tls}", self.server),
+            };
+        }
+        match e {
+            kube::Error::Api(s) => Error::Refused {
+                subject,
+                code: s.code,
+                message: one_line(s.message),
+            },
+            other => Error::Client {
+                subject,
+                message: one_line(format!("{} ({})", with_causes(&other), self.server)),
+            },
+        }
+    }
+}

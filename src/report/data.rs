@@ -1,0 +1,116 @@
+//! `status`'s report as data: what the JSON of `LOG_FORMAT=json` and the termination message
+//! carry, and what the text and the verdict are made from.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::plan::harvester_upgrade::{CleanupWrite, Handling, Upgrade};
+use crate::plan::kubevirt::Source;
+use crate::plan::migrations::Migration;
+use crate::plan::ownership::Owner;
+use crate::plan::records::{CompareRecord, ValueRecord};
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    /// The answer in one line: suspended or not, and what `post` will do.
+    pub verdict: String,
+    /// Suspended by us: `post` has an original to restore.
+    pub suspended: bool,
+    /// The methods `post` would set now (`null`: nothing, or an absent field).
+    pub will_restore: Option<Value>,
+    pub restore_source: Option<Source>,
+    pub warnings: Vec<String>,
+    pub kubevirt: KubeVirtReport,
+    pub managed_chart: Option<ChartReport>,
+    pub unfinished_migrations: Vec<Migration>,
+    /// Harvester's own upgrade (its latest Upgrade `None`, and nothing on offer, where
+    /// Harvester's resources are not served).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub harvester: Option<HarvesterReport>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KubeVirtReport {
+    pub object: String,
+    pub found: bool,
+    pub phase: Option<String>,
+    pub observed_kube_virt_version: Option<String>,
+    pub target_kube_virt_version: Option<String>,
+    /// `None`: the field is absent.
+    pub workload_update_methods: Option<Value>,
+    pub saved_original: Option<ValueRecord>,
+    pub outdated_virtual_machine_instance_workloads: Option<i64>,
+    /// Who owns the methods field; each `Update` owner blocks a chart change of it.
+    pub methods_owners: Vec<OwnerReport>,
+    /// What `post` would restore now, and from where.
+    pub post_will_restore: Option<RestoreReport>,
+    /// Content that `pre` or `post` would refuse.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub problems: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OwnerReport {
+    #[serde(flatten)]
+    pub owner: Owner,
+    pub blocks_chart_change: bool,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoreReport {
+    pub source: Source,
+    /// The methods `post` would set; `None` with `source: nothing`, or an absent original.
+    pub methods: Option<Value>,
+    pub reason: String,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ChartReport {
+    pub object: String,
+    pub found: bool,
+    pub paused: bool,
+    pub compare_patches_pointer: bool,
+    pub values_override: Option<Value>,
+    pub values_record: Option<ValueRecord>,
+    pub compare_patch_record: Option<CompareRecord>,
+    pub kubevirt_copy: Option<ValueRecord>,
+    /// The values override's later choice, kept by `post` on both objects.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub values_choice: Option<Value>,
+    /// Fleet's view (the Bundle's status as Rancher copies it); `None`: no Fleet status at all.
+    pub fleet: Option<FleetReport>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub problems: Vec<String>,
+}
+
+/// Fleet's view of the ManagedChart, as Harvester's upgrade checks it (`Ready`).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FleetReport {
+    /// The `Ready` condition's status (`True`, `False`, ...), if there is one.
+    pub ready: Option<String>,
+    pub state: Option<String>,
+    pub message: Option<String>,
+    /// The Bundle's generation Fleet has seen.
+    pub observed_generation: Option<i64>,
+    /// The current spec, so our last change to it, is deployed: `Ready` with everything ready.
+    pub current_spec_applied: bool,
+    /// What Fleet says, in one line ([`fleet_status::said`]).
+    pub said: String,
+}
+
+/// Harvester's own upgrade, as `status` shows it (docs/design.md, "Harvester's own handling").
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HarvesterReport {
+    pub latest_upgrade: Option<Upgrade>,
+    /// What its cleanup will still write to the values key.
+    pub cleanup_writes: Option<CleanupWrite>,
+    /// The releases on offer that suspend the methods themselves, newest first.
+    pub offered: Vec<(String, Handling)>,
+}

@@ -1,0 +1,167 @@
+//! The run's vocabulary: the phase, what it is told to do ([`Intent`]: steps, names, fallback),
+//! the objects it works on, its writes, and what planning one gives ([`Plan`], [`Refusal`]).
+//! Plain data, shared by every layer above `model`; it decides nothing.
+
+use json_patch::Patch;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::model::{Kind, ObjectKey, Target};
+use crate::warnings::Warning;
+
+/// Which steps run (docs/design.md, "What each phase does"), each switchable. The one place that
+/// decides whether an object is written at all is [`Steps::writes`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Steps {
+    /// The direct patch of the KubeVirt CR's methods.
+    pub kubevirt: bool,
+    /// The ManagedChart's values override.
+    pub values: bool,
+    /// The ManagedChart's comparePatches pointer.
+    pub compare: bool,
+}
+
+impl Steps {
+    pub const ALL: Steps = Steps {
+        kubevirt: true,
+        values: true,
+        compare: true,
+    };
+
+    pub fn writes(&self, kind: Kind) -> bool {
+        match kind {
+            Kind::KubeVirt => self.kubevirt,
+            Kind::ManagedChart => self.values || self.compare,
+            Kind::Migration | Kind::Upgrade | Kind::Version | Kind::Setting => false,
+        }
+    }
+}
+
+/// The objects' names. `chart: None` is plain KubeVirt without Fleet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Keys {
+    pub kubevirt: ObjectKey,
+    pub chart: Option<ObjectKey>,
+}
+
+impl Keys {
+    /// The named object of `kind` (no ManagedChart without a name).
+    pub fn target(&self, kind: Kind) -> Option<Target> {
+        match kind {
+            Kind::KubeVirt => Some(Target::new(kind, &self.kubevirt)),
+            Kind::ManagedChart => self.chart.as_ref().map(|k| Target::new(kind, k)),
+            Kind::Migration | Kind::Upgrade | Kind::Version | Kind::Setting => None,
+        }
+    }
+}
+
+/// What to do: everything a plan depends on besides the objects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Intent {
+    pub phase: Phase,
+    pub steps: Steps,
+    pub keys: Keys,
+    /// The methods `post` applies to our own `[]` when every record is lost.
+    pub fallback: Option<Vec<String>>,
+}
+
+impl Intent {
+    /// The objects a phase works on, in its order of writes (docs/design.md, "What each phase does"):
+    /// `pre` the ManagedChart first, so the values Helm would apply agree with the CR before the CR is
+    /// touched; `post` the reverse. Only the objects whose steps are on.
+    pub fn targets(&self) -> Vec<Target> {
+        let order = match self.phase {
+            Phase::Pre => [Kind::ManagedChart, Kind::KubeVirt],
+            Phase::Post => [Kind::KubeVirt, Kind::ManagedChart],
+            Phase::Status => return Vec::new(),
+        };
+        order
+            .into_iter()
+            .filter(|&k| self.steps.writes(k))
+            .filter_map(|k| self.keys.target(k))
+            .collect()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    Pre,
+    Post,
+    Status,
+}
+
+impl std::fmt::Display for Phase {
+    /// As the `PHASE` variable spells it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Phase::Pre => "pre",
+            Phase::Post => "post",
+            Phase::Status => "status",
+        })
+    }
+}
+
+/// The two kinds of write on an object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Write {
+    /// `pre`'s suspension or `post`'s restore, with the records.
+    Change,
+    /// `post`'s last write: drop our `managedFields` claim (see `plan::ownership::release`).
+    Release,
+}
+
+/// One write of a phase.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Step {
+    pub target: Target,
+    pub write: Write,
+}
+
+/// The objects as last read or written; `None`: not read (step off) or not found.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Objects {
+    pub kubevirt: Option<Value>,
+    pub chart: Option<Value>,
+}
+
+impl Objects {
+    pub fn get(&self, kind: Kind) -> Option<&Value> {
+        match kind {
+            Kind::KubeVirt => self.kubevirt.as_ref(),
+            Kind::ManagedChart => self.chart.as_ref(),
+            Kind::Migration | Kind::Upgrade | Kind::Version | Kind::Setting => None,
+        }
+    }
+
+    pub fn set(&mut self, kind: Kind, obj: Option<Value>) {
+        match kind {
+            Kind::KubeVirt => self.kubevirt = obj,
+            Kind::ManagedChart => self.chart = obj,
+            Kind::Migration | Kind::Upgrade | Kind::Version | Kind::Setting => {}
+        }
+    }
+}
+
+/// A plan that cannot be made, and the object whose content is at fault.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{target}: malformed object: {reason}")]
+pub struct Refusal {
+    pub target: Target,
+    pub reason: Malformed,
+}
+
+/// An object that cannot be planned for. Nothing is written when this is returned.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Malformed(pub String);
+
+/// The outcome of planning: a conditional patch, or nothing to do; and what it does, in words.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Plan {
+    pub patch: Option<Patch>,
+    pub actions: Vec<String>,
+    /// What the operator must hear about: logged as warnings, in the termination message, and
+    /// (for the KubeVirt CR) in a Warning Event.
+    pub warnings: Vec<Warning>,
+}

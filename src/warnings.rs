@@ -1,0 +1,95 @@
+//! Every reason the guard gives: the Warning reasons (Events, the termination message's
+//! `warnings`, WARN log lines), in the order of the README's table "Warnings: nothing is left
+//! off in silence", and the Normal Events' reasons. One place, so the table and the code agree
+//! (`tests::the_reasons_are_the_readmes_table_in_its_order`).
+
+use serde::Serialize;
+
+/// A warning, with the reason its Event carries.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Warning {
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// The CR is at `[]` and nothing says what to restore: updates stay off.
+pub const STILL_SUSPENDED: &str = "WorkloadUpdatesStillSuspended";
+/// Someone set the methods while suspended: that later choice is kept.
+pub const CHANGED_WHILE_SUSPENDED: &str = "WorkloadUpdateMethodsChangedWhileSuspended";
+/// Our comparePatches pointer is gone from the ManagedChart.
+pub const COMPARE_PATCH_GONE: &str = "ComparePatchRemovedByOthers";
+/// The methods are back at the original, but another manager's `Update` claim on them is left
+/// (Harvester v1.8.0's or the add-on's restore).
+pub const UPDATE_CLAIM_LEFT: &str = "WorkloadUpdateMethodsUpdateClaim";
+/// Harvester's own upgrade suspended the updates: `pre` leaves them to it.
+pub const HARVESTER_SUSPENDED: &str = "HarvesterUpgradeSuspendedUpdates";
+/// Another manager's `Update` claim holds a value the values do not render: Helm will conflict.
+pub const CONFLICT: &str = "FleetDeployWillConflict";
+/// The ManagedChart is paused: Fleet applies nothing until it is unpaused.
+pub const PAUSED: &str = "ManagedChartPaused";
+/// Fleet has not applied the ManagedChart's current spec (a `post` that writes nothing).
+pub const NOT_APPLIED: &str = "ManagedChartNotApplied";
+/// A skipped object still carries what `pre` wrote.
+pub const LEFT_BY_SKIPPED_STEP: &str = "RecordsLeftBySkippedStep";
+/// `ALLOW_MISSING`: an object is not there and is skipped.
+pub const SKIPPED_NOT_FOUND: &str = "SkippedNotFound";
+/// A skipped object could not be read to check for records of ours.
+pub const SKIPPED_NOT_CHECKED: &str = "SkippedObjectNotChecked";
+/// `pre`: workload-update migrations created before it are not finished.
+pub const MIGRATIONS_UNDER_WAY: &str = "WorkloadUpdateMigrationsUnderWay";
+/// An Event could not be made (once per run, in the termination message only).
+pub const EVENTS_NOT_RECORDED: &str = "EventsNotRecorded";
+
+/// Every Warning reason, in the README's order.
+pub const ALL: &[&str] = &[
+    STILL_SUSPENDED,
+    CHANGED_WHILE_SUSPENDED,
+    COMPARE_PATCH_GONE,
+    UPDATE_CLAIM_LEFT,
+    HARVESTER_SUSPENDED,
+    CONFLICT,
+    PAUSED,
+    NOT_APPLIED,
+    LEFT_BY_SKIPPED_STEP,
+    SKIPPED_NOT_FOUND,
+    SKIPPED_NOT_CHECKED,
+    MIGRATIONS_UNDER_WAY,
+    EVENTS_NOT_RECORDED,
+];
+
+/// The Normal Event of a `pre` that suspended.
+pub const SUSPENDED: &str = "WorkloadUpdatesSuspended";
+/// The Normal Event of a `post` that restored.
+pub const RESTORED: &str = "WorkloadUpdatesRestored";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The reasons of the README's warning table, in its order, then `EventsNotRecorded`, which
+    /// the paragraph under the table names.
+    fn readme_reasons() -> Vec<String> {
+        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+            .expect("README.md");
+        let (_, section) = readme
+            .split_once("### Warnings: nothing is left off in silence")
+            .expect("the README's warning table");
+        let rows = section
+            .lines()
+            .skip_while(|l| !l.starts_with('|'))
+            .take_while(|l| l.starts_with('|'))
+            .skip(2);
+        let mut reasons: Vec<String> = rows
+            .filter_map(|l| l.split('`').nth(1).map(str::to_string))
+            .collect();
+        if section.contains(&format!("`{EVENTS_NOT_RECORDED}`")) {
+            reasons.push(EVENTS_NOT_RECORDED.to_string());
+        }
+        reasons
+    }
+
+    #[test]
+    fn the_reasons_are_the_readmes_table_in_its_order() {
+        assert_eq!(readme_reasons(), ALL);
+    }
+}
