@@ -8,6 +8,7 @@ set -euo pipefail
 usage() {
   cat >&2 <<'USAGE'
 usage: hack/job.sh COMMAND PHASE [OPTIONS]     PHASE: pre, post or status
+       hack/job.sh images [--image IMAGE]
 
   run PHASE     run the phase again, and wait as `wait` does:
                 - refuses while the phase's Job is still running (it never starts a second run
@@ -22,6 +23,10 @@ usage: hack/job.sh COMMAND PHASE [OPTIONS]     PHASE: pre, post or status
                 once (podFailurePolicy); the message, naming the image, is printed here and left
                 on the Job (annotation workload-update-guard.harvesterhci.io/failure).
   render PHASE  print the objects `run` creates, as one JSON List
+  images        check that every node has the guard's image: a short pod per node, pinned to it,
+                with imagePullPolicy Never (a node without the image answers ErrImageNeverPull at
+                once, whatever the kubelet's image list shows); one line per node, `NODE true` or
+                `NODE false (REASON)`. Exit 0 only if every node has it.
 
 options:
   --plan PLAN         upgrade-toolkit's conventions: the Job `PLAN-workload-update-guard-PHASE`,
@@ -65,8 +70,10 @@ cmd="${1:-}"; phase="${2:-}"
 case "$cmd" in
   -h|--help|help) usage; exit 0 ;;
   run|wait|render) ;;
+  # The image of the status Job (the same in every phase's), unless --image says otherwise.
+  images) phase=status; set -- "$1" status "${@:2}" ;;
   "") usage; exit 2 ;;
-  *) bad "unknown command '$cmd': expected run, wait or render" ;;
+  *) bad "unknown command '$cmd': expected run, wait, render or images" ;;
 esac
 case "$phase" in
   pre|post|status) ;;
@@ -252,8 +259,60 @@ run() {
   wait_job
 }
 
+# images: one pod per node, pinned to it (nodeName: no scheduler, every taint tolerated), running
+# the image's `--version` with imagePullPolicy Never: present, it exits 0; absent, the kubelet
+# says ErrImageNeverPull at once. The pods go at the end, whatever happened.
+delete_checks() {
+  local p
+  for p in "${pods[@]}"; do k -n "$NS" delete pod "$p" --wait=false >/dev/null 2>&1 || true; done
+}
+images() {
+  local img nodes node pod missing=0 state deadline
+  pods=()
+  img="$(render | jq -r '[.items[] | select(.kind == "Job")][0].spec.template.spec.containers[0].image')"
+  nodes="$(k get nodes -o jsonpath='{range .items[*]}{.metadata.name}{"\n"}{end}')" || die "cannot list the nodes"
+  [[ -n "$nodes" ]] || die "the cluster has no node"
+  say "checking every node for $img"
+  trap delete_checks EXIT
+  while IFS= read -r node; do
+    # A pod name is at most 63 characters here (a label value): the node name's end is dropped.
+    pod="workload-update-guard-image-$(printf '%s' "$node" | tr -c 'a-z0-9-' '-' | cut -c1-30)-$(printf '%s' "$node" | cksum | cut -c1-6)"
+    pods+=("$pod")
+    jq -n --arg name "$pod" --arg node "$node" --arg image "$img" --arg ns "$NS" '{
+      apiVersion: "v1", kind: "Pod",
+      metadata: {name: $name, namespace: $ns, labels: {"app.kubernetes.io/name": "workload-update-guard-image-check"}},
+      spec: {nodeName: $node, restartPolicy: "Never", automountServiceAccountToken: false,
+        tolerations: [{operator: "Exists"}],
+        securityContext: {runAsNonRoot: true, runAsUser: 65532, runAsGroup: 65532, seccompProfile: {type: "RuntimeDefault"}},
+        containers: [{name: "guard", image: $image, imagePullPolicy: "Never", args: ["--version"],
+          resources: {requests: {cpu: "10m", memory: "16Mi"}, limits: {cpu: "200m", memory: "64Mi"}},
+          securityContext: {allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, privileged: false, capabilities: {drop: ["ALL"]}}}]}}' \
+      | { k -n "$NS" delete pod "$pod" --wait >/dev/null 2>&1 || true; k create -f - >/dev/null; } \
+      || die "cannot create the check pod on node $node"
+  done <<<"$nodes"
+  for pod in "${pods[@]}"; do
+    deadline=$((SECONDS + 60))
+    while :; do
+      state="$(k -n "$NS" get pod "$pod" -o json | jq -r '
+        (.status.containerStatuses[0].state // {}) as $s
+        | if .status.phase == "Succeeded" then "true"
+          elif $s.waiting.reason == "ErrImageNeverPull" or $s.waiting.reason == "InvalidImageName" then "false (\($s.waiting.reason))"
+          elif .status.phase == "Failed" then "false (exit \($s.terminated.exitCode // "?"))"
+          else "" end')" || state=""
+      [[ -z "$state" && $SECONDS -lt $deadline ]] || break
+      sleep 0.5
+    done
+    node="$(k -n "$NS" get pod "$pod" -o jsonpath='{.spec.nodeName}')"
+    echo "$node ${state:-false (no answer within 60 s: is the node Ready?)}"
+    [[ "$state" == true ]] || missing=$((missing + 1))
+  done
+  (( missing == 0 )) || { say "$missing node(s) without $img: import it there (README, \"The image first\")"; return 1; }
+  say "every node has $img"
+}
+
 case "$cmd" in
   render) render ;;
   wait) wait_job ;;
   run) run ;;
+  images) images ;;
 esac

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Static checks: the shape of src/ (hack/house.py: no import cycle, no twin file name, no file
-# over 500 lines or function over 100), every shell script (shellcheck), and what cannot run here: the Dockerfile
+# over 500 lines or function over 100), the docs against the code and the manifests
+# (hack/docs_check.py: exit codes, variables, the Jobs' deadlines and failure policies), every shell script (shellcheck), and what cannot run here: the Dockerfile
 # (hadolint, checkov) and the rendered manifests (checkov's Kubernetes checks). Every skipped
 # check carries its reason in the source.
 set -euo pipefail
@@ -23,6 +24,9 @@ if [[ ! -x "$VENV/bin/checkov" || ! -x "$VENV/bin/hadolint" ]]; then
 fi
 KUBECTL="$(bash "$REPO_ROOT/hack/control-plane.sh" bin-dir)/kubectl"
 [[ -x "$KUBECTL" ]] || { echo "lint: kubectl missing: run hack/control-plane.sh build" >&2; exit 1; }
+
+echo "lint: the docs against the code and the manifests (hack/docs_check.py)"
+python3 "$REPO_ROOT/hack/docs_check.py" "$KUBECTL"
 
 echo "lint: hadolint Dockerfile"
 "$VENV/bin/hadolint" "$REPO_ROOT/Dockerfile"

@@ -1,7 +1,7 @@
 //! Every reason the guard gives: the Warning reasons (Events, the termination message's
-//! `warnings`, WARN log lines), in the order of the README's table "Warnings: nothing is left
+//! `warnings`, WARN log lines), in the order of docs/configuration.md's table "Warnings: nothing is left
 //! off in silence", and the Normal Events' reasons. One place, so the table and the code agree
-//! (`tests::the_reasons_are_the_readmes_table_in_its_order`).
+//! (`tests::the_reasons_are_the_documented_table_in_its_order`).
 
 use serde::Serialize;
 
@@ -40,7 +40,7 @@ pub const MIGRATIONS_UNDER_WAY: &str = "WorkloadUpdateMigrationsUnderWay";
 /// An Event could not be made (once per run, in the termination message only).
 pub const EVENTS_NOT_RECORDED: &str = "EventsNotRecorded";
 
-/// Every Warning reason, in the README's order.
+/// Every Warning reason, in the documented order.
 pub const ALL: &[&str] = &[
     STILL_SUSPENDED,
     CHANGED_WHILE_SUSPENDED,
@@ -66,13 +66,16 @@ pub const RESTORED: &str = "WorkloadUpdatesRestored";
 mod tests {
     use super::*;
 
-    /// The reasons of the README's warning table, in its order, then `EventsNotRecorded`, which
+    /// The reasons of docs/configuration.md's warning table, in its order, then `EventsNotRecorded`, which
     /// the paragraph under the table names.
     fn readme_reasons() -> Vec<String> {
-        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
-            .expect("README.md");
+        let readme = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/docs/configuration.md"
+        ))
+        .expect("docs/configuration.md");
         let (_, section) = readme
-            .split_once("### Warnings: nothing is left off in silence")
+            .split_once("## Warnings: nothing is left off in silence")
             .expect("the README's warning table");
         let rows = section
             .lines()
@@ -89,7 +92,7 @@ mod tests {
     }
 
     #[test]
-    fn the_reasons_are_the_readmes_table_in_its_order() {
+    fn the_reasons_are_the_documented_table_in_its_order() {
         assert_eq!(readme_reasons(), ALL);
     }
 }

@@ -162,3 +162,38 @@ fn a_missing_image_fails_the_job_naming_it() {
         took.as_secs_f64()
     ));
 }
+
+/// `hack/job.sh images` (README, "The image first"): a node with the image says `true`; the same
+/// check of an image no node has says `false (ErrImageNeverPull)` at once and exits 1; no check
+/// pod is left behind.
+#[test]
+fn the_image_check_tells_a_node_with_the_image_from_one_without() {
+    let _turn = turn();
+    harvester_state();
+    let there = job_sh(&["images"]);
+    assert_eq!(there.code, 0, "{there:?}");
+    let line = there.stdout.lines().next().unwrap_or_default().to_string();
+    assert!(line.ends_with(" true"), "{there:?}");
+    let absent = job_sh(&["images", "--image", "workload-update-guard:0.0.0-absent"]);
+    assert_eq!(absent.code, 1, "{absent:?}");
+    assert!(
+        absent.stdout.contains(" false (ErrImageNeverPull)"),
+        "{absent:?}"
+    );
+    assert!(absent.stderr.contains("1 node(s) without"), "{absent:?}");
+    wait_until(
+        "the check pods are deleted",
+        Duration::from_secs(60),
+        || {
+            let selector = "app.kubernetes.io/name=workload-update-guard-image-check";
+            k(&["-n", NS, "get", "pods", "-l", selector, "-o", "name"])
+                .trim()
+                .is_empty()
+        },
+    );
+    figure(&format!(
+        "hack/job.sh images (1 node): {:.1} s with the image, {:.1} s without",
+        there.took.as_secs_f64(),
+        absent.took.as_secs_f64()
+    ));
+}
