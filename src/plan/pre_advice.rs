@@ -7,7 +7,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::harvester_upgrade::{Handling, Upgrade, blind_value};
-use super::migrations::Migration;
+pub use super::migrations::Migration;
 use super::records::describe;
 
 /// Harvester's Upgrade states, in order (harvester/harvester
