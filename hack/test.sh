@@ -10,8 +10,11 @@
 #                                            suite again on each other version of $KUBE_VERSIONS
 #                                            (default: v1.34.4 v1.35.4 v1.37.2)
 #   KUBE_VERSION=vX.Y.Z bash hack/test.sh    everything on that one version
-# The upgrade tests go from $UPGRADE_FROM to $UPGRADE_TO (default v1.34.4 to v1.35.4) whatever
-# the version under test.
+# The upgrade tests run for each Kubernetes pair of $UPGRADE_PAIRS (FROM:TO, default
+# "v1.33.13:v1.34.4 v1.34.4:v1.35.4": Harvester v1.6 → v1.7, path A, and v1.7 → v1.8, path C), on
+# the same etcd, whatever the version under test. The last pair runs with the whole suite; the
+# others run the upgrade tests (integration and reliability) again. UPGRADE_FROM and UPGRADE_TO,
+# if both set, are the one pair.
 #
 # On a bare Debian or Ubuntu machine it installs the packages it needs first (hack/setup.sh,
 # hack/packages.txt) and checks the Rust and Go versions; each build says what it builds and
@@ -33,15 +36,26 @@ else
   read -r -d '' -a versions <<<"${KUBE_VERSIONS:-v1.34.4 v1.35.4 v1.37.2}" || true
 fi
 export KUBE_VERSION="$primary"
-export UPGRADE_FROM="${UPGRADE_FROM:-v1.34.4}" UPGRADE_TO="${UPGRADE_TO:-v1.35.4}"
+if [[ -n "${UPGRADE_FROM:-}" && -n "${UPGRADE_TO:-}" ]]; then
+  pairs=("$UPGRADE_FROM:$UPGRADE_TO")
+else
+  read -r -d '' -a pairs <<<"${UPGRADE_PAIRS:-v1.33.13:v1.34.4 v1.34.4:v1.35.4}" || true
+fi
+upgrade_versions=()
+for pair in "${pairs[@]}"; do
+  [[ "$pair" =~ ^(v[0-9.]+):(v[0-9.]+)$ ]] || { echo "hack/test.sh: bad upgrade pair '$pair' (FROM:TO)" >&2; exit 1; }
+  upgrade_versions+=("${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}")
+done
+# The whole suite runs with the last pair.
+export UPGRADE_FROM="${upgrade_versions[-2]}" UPGRADE_TO="${upgrade_versions[-1]}"
 
 # Go, for whatever of these is not built yet.
 builds=()
-for v in "$primary" "${versions[@]}" "$UPGRADE_FROM" "$UPGRADE_TO"; do builds+=("cp:$v"); done
+for v in "$primary" "${versions[@]}" "${upgrade_versions[@]}"; do builds+=("cp:$v"); done
 setup_go "${builds[@]}" "node:$primary" helm
 # Every version first (each cached by version), so that a version that cannot be built fails here.
 declare -A built=()
-for v in "$primary" "${versions[@]}" "$UPGRADE_FROM" "$UPGRADE_TO"; do
+for v in "$primary" "${versions[@]}" "${upgrade_versions[@]}"; do
   [[ -z "${built[$v]:-}" ]] || continue
   built[$v]=1
   step "building kube-apiserver, etcd and kubectl $v (cached after the first build)" \
@@ -79,6 +93,16 @@ done
 start=$SECONDS
 cargo test --features failpoints --test reliability -- --nocapture 2>&1 | tee -a "$log"
 times+=("reliability on $primary: $((SECONDS - start)) s")
+# The upgrade tests again for each other Kubernetes pair (the last ran above).
+for pair in "${pairs[@]:0:${#pairs[@]}-1}"; do
+  start=$SECONDS
+  echo "hack/test.sh: the upgrade tests from Kubernetes ${pair%%:*} to ${pair##*:}"
+  UPGRADE_FROM="${pair%%:*}" UPGRADE_TO="${pair##*:}" \
+    cargo test --test integration upgrade:: 2>&1 | tee -a "$log"
+  UPGRADE_FROM="${pair%%:*}" UPGRADE_TO="${pair##*:}" \
+    cargo test --features failpoints --test reliability a_killed_pre_an_api_server_upgrade 2>&1 | tee -a "$log"
+  times+=("upgrade tests ${pair%%:*} to ${pair##*:}: $((SECONDS - start)) s")
+done
 
 # A control plane (or a node) that cannot start fails every test of the binary at once with the
 # script's message, instead of one start-up timeout per test.
@@ -118,7 +142,7 @@ mkdir -p docs/figures
   echo
   echo "- when: $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (with uncommitted changes)')"
   echo "- machine: $(nproc) cores, $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo), Linux $(uname -r), load average at the end $(cut -d' ' -f1-3 /proc/loadavg)"
-  echo "- Kubernetes $primary (integration also on: ${versions[*]}); upgrade tests $UPGRADE_FROM to $UPGRADE_TO"
+  echo "- Kubernetes $primary (integration also on: ${versions[*]}); upgrade tests ${pairs[*]}"
   echo "- $total in ${SECONDS} s"
   echo
   echo "Per test binary (in the order run):"

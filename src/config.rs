@@ -92,6 +92,11 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
         "post: how long to wait for the latest Harvester Upgrade's cleanup before restoring (0..=86400; past it, exit 7)",
     ),
     (
+        "PRE_EVEN_IF_NOT_NEEDED",
+        "false",
+        "pre: suspend even where the release the cluster upgrades to (the Upgrade under way, or the one release on offer) restores the methods itself; by default pre then writes nothing and says \"not needed\"",
+    ),
+    (
         "LOG_FORMAT",
         "text",
         "text | json (json also makes `status` print JSON)",
@@ -135,6 +140,9 @@ pub struct Config {
     pub termination_message: Option<TerminationMessage>,
     /// Skip a missing object with a warning instead of failing.
     pub allow_missing: bool,
+    /// `pre` suspends even where Harvester's own handling of the coming release makes it
+    /// unnecessary (`PRE_EVEN_IF_NOT_NEEDED`).
+    pub even_if_not_needed: bool,
     /// With `MANAGEDCHART_NAME` empty: the ManagedChart read read-only for what of ours an
     /// earlier `pre` left there (`MANAGEDCHART_NAMESPACE`, default `fleet-local`, and the
     /// default name `harvester`, the one a `pre` with the defaults writes).
@@ -168,6 +176,7 @@ struct Raw {
     log_format: Option<String>,
     termination_message_path: Option<String>,
     allow_missing: Option<String>,
+    pre_even_if_not_needed: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -249,6 +258,8 @@ impl Config {
         let fallback = fallback(raw.fallback_methods)?;
         let allow_missing = boolean("ALLOW_MISSING", raw.allow_missing, false)?;
         let dry_run = boolean("DRY_RUN", raw.dry_run, false)?;
+        let even_if_not_needed =
+            boolean("PRE_EVEN_IF_NOT_NEEDED", raw.pre_even_if_not_needed, false)?;
         let deadline = match raw.deadline_seconds.as_deref() {
             None => defaults::DEADLINE_SECONDS,
             Some(s) => s,
@@ -310,6 +321,7 @@ impl Config {
             log_format,
             termination_message,
             allow_missing,
+            even_if_not_needed,
             unnamed_chart,
         };
         if phase != Phase::Status && config.intent.targets().is_empty() {

@@ -15,9 +15,10 @@ use crate::outcome::{Done, Outcome};
 use crate::plan::harvester_upgrade::{
     self, CLEANUP_DONE, CLEANUP_LABEL, Handling, LATEST_LABEL, PreGate, Upgrade,
 };
+use crate::plan::pre_advice::{self, Advice, Coming};
 use crate::plan::records::methods;
 use crate::vocabulary::{Objects, Phase, Refusal};
-use crate::warnings::{HARVESTER_SUSPENDED, Warning};
+use crate::warnings::{HARVESTER_SUSPENDED, NOT_NEEDED, PRE_LATE, Warning};
 
 /// What the cluster says of Harvester's upgrades; empty on a cluster without Harvester.
 #[derive(Debug, Clone, Default)]
@@ -25,6 +26,16 @@ pub struct View {
     pub upgrade: Option<Upgrade>,
     /// The releases on offer that handle the methods themselves, newest first.
     pub offered: Vec<(String, Handling)>,
+    /// Every release on offer, newest first (`pre`'s "exactly one release on offer").
+    pub on_offer: Vec<(String, Handling)>,
+}
+
+impl View {
+    /// The release the cluster upgrades to, as far as this view knows it. The add-on's
+    /// UpgradePlan is not read here yet (`Coming::AddOn` is given by its reader).
+    pub fn coming(&self) -> Coming {
+        Coming::of(self.upgrade.as_ref(), None, &self.on_offer)
+    }
 }
 
 /// Reads the latest Upgrade and (`pre`, `status`: what the coming upgrade does) the Versions on
@@ -54,9 +65,15 @@ pub async fn read(cluster: &Cluster, cfg: &Config) -> Result<View, Error> {
         true => None,
         false => cluster.harvester_setting(SERVER_VERSION).await?,
     };
+    let on_offer = harvester_upgrade::on_offer(&versions, current.as_deref());
     Ok(View {
         upgrade,
-        offered: harvester_upgrade::offered(&versions, current.as_deref()),
+        offered: on_offer
+            .iter()
+            .filter(|(_, h)| *h != Handling::None)
+            .cloned()
+            .collect(),
+        on_offer,
     })
 }
 
@@ -154,15 +171,45 @@ async fn before_pre(
         info!("{line}");
         notes.push(line);
     }
-    match harvester_upgrade::pre_gate(view.upgrade.as_ref(), anything_of_ours(objects), &current) {
+    let ours = anything_of_ours(objects);
+    match harvester_upgrade::pre_gate(view.upgrade.as_ref(), ours, &current) {
         PreGate::Proceed(more) => {
             for n in &more {
                 info!("{n}");
             }
             notes.extend(more);
-            if !notes.is_empty() {
-                done.push(note(cfg, notes));
+            let advice = pre_advice::advise(&view.coming(), &current);
+            // A rerun keeps (and completes) its own suspension whatever the release.
+            if let (Advice::NotNeeded(why), false, false) = (&advice, ours, cfg.even_if_not_needed)
+            {
+                stand_aside(cfg, cluster, objects, done, notes, why).await;
+                return Ok(false);
             }
+            let line = match (&advice, ours) {
+                (Advice::NotNeeded(why), true) => {
+                    format!("{why}; an earlier pre's suspension is on the objects: kept")
+                }
+                (Advice::NotNeeded(why), false) => {
+                    format!("{why}; PRE_EVEN_IF_NOT_NEEDED=true: pre suspends anyway")
+                }
+                (a, _) => a.line().to_string(),
+            };
+            info!("{line}");
+            notes.push(line);
+            let mut warnings = Vec::new();
+            if let Some(late) = pre_advice::late(view.upgrade.as_ref(), objects.kubevirt.as_ref()) {
+                let listed = under_way(cluster).await;
+                let message = late.message(listed.as_deref().map_err(String::as_str));
+                warn!(reason = PRE_LATE, "{message}");
+                if let Some(kv) = &objects.kubevirt {
+                    let kind = crate::cluster::EventKind::Warning;
+                    cluster.event(kv, kind, PRE_LATE, &message).await;
+                }
+                warnings.push(warning(PRE_LATE, message));
+            }
+            let mut d = note(cfg, notes);
+            d.warnings = warnings;
+            done.push(d);
             Ok(true)
         }
         PreGate::LeaveToHarvester(why) => {
@@ -198,6 +245,56 @@ async fn before_pre(
             }
             Ok(false)
         }
+    }
+}
+
+/// `pre` is not needed for the coming release: nothing is written; each read object says so,
+/// with a Normal Event on the KubeVirt CR.
+async fn stand_aside(
+    cfg: &Config,
+    cluster: &Cluster,
+    objects: &Objects,
+    done: &mut Vec<Done>,
+    notes: Vec<String>,
+    why: &str,
+) {
+    let line = format!(
+        "{why}: nothing written (PRE_EVEN_IF_NOT_NEEDED=true suspends anyway); no post is needed"
+    );
+    info!(reason = NOT_NEEDED, "{line}");
+    if let Some(kv) = &objects.kubevirt {
+        let kind = crate::cluster::EventKind::Normal;
+        cluster.event(kv, kind, NOT_NEEDED, &line).await;
+    }
+    for kind in [Kind::ManagedChart, Kind::KubeVirt] {
+        let Some(target) = cfg.intent.keys.target(kind) else {
+            continue;
+        };
+        if objects.get(kind).is_none() {
+            continue;
+        }
+        let mut actions = notes.clone();
+        actions.push(line.clone());
+        done.push(Done {
+            target,
+            outcome: Outcome::Unchanged,
+            actions,
+            warnings: vec![],
+        });
+    }
+}
+
+/// The workload-update migrations under way, for the late `pre`'s warning (at most 10 s).
+async fn under_way(cluster: &Cluster) -> Result<Vec<pre_advice::Migration>, String> {
+    let listed = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        cluster.list_migrations(crate::model::MIGRATION_PREFIX),
+    )
+    .await;
+    match listed {
+        Ok(Ok(list)) => Ok(crate::plan::migrations::unfinished(&list)),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("not listed within 10 s".into()),
     }
 }
 

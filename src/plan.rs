@@ -9,6 +9,7 @@
 //!   phase waits for;
 //! - [`ownership`]: `managedFields`: who owns the methods, and the release of our claim;
 //! - [`harvester_upgrade`]: Harvester's own upgrade: its backup, its cleanup, its blind restores;
+//! - [`pre_advice`]: whether `pre` is needed for the coming release, and whether it comes late;
 //! - [`records`]: the annotation formats and their checked readers (shared with `report`);
 //! - [`leftovers`]: what a phase leaves of ours on what it was told to skip (a step off, no name);
 //! - [`migrations`]: the workload-update migrations under way;
@@ -28,6 +29,7 @@ pub mod leftovers;
 pub mod migrations;
 pub mod order;
 pub mod ownership;
+pub mod pre_advice;
 pub mod records;
 #[cfg(test)]
 pub(crate) mod testing;

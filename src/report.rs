@@ -11,6 +11,7 @@ use crate::plan::kubevirt::{Source, restore_source};
 use crate::plan::leftovers::{ChartOurs, chart_ours};
 use crate::plan::migrations::unfinished;
 use crate::plan::ownership::{owners, update_claim_warnings};
+use crate::plan::pre_advice::{self, Coming};
 use crate::plan::records::{
     ValueRecord, describe, kubevirt_copy, kubevirt_record, lookup, methods, read_record,
 };
@@ -272,6 +273,7 @@ impl Report {
         mut self,
         upgrade: Option<Upgrade>,
         offered: Vec<(String, Handling)>,
+        coming: Coming,
     ) -> Self {
         let values = self
             .managed_chart
@@ -307,10 +309,18 @@ impl Report {
                 ));
             }
         }
+        // `pre`'s own answer (`pre_advice::advise`), on the methods as they are before it.
+        let pre_needed = match ours {
+            false => pre_advice::advise(&coming, &self.kubevirt.workload_update_methods)
+                .line()
+                .to_string(),
+            true => "pre has run (its records are on the objects): post restores".to_string(),
+        };
         self.harvester = Some(HarvesterReport {
             latest_upgrade: upgrade,
             cleanup_writes,
             offered,
+            pre_needed,
         });
         self
     }

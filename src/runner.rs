@@ -314,7 +314,7 @@ async fn status(
             .map(|(t, r)| (t, r.as_ref().map(Option::as_ref))),
         &migrations,
     )
-    .with_harvester(view.upgrade, view.offered);
+    .with_harvester(view.upgrade.clone(), view.offered.clone(), view.coming());
     if let Some((target, obj)) = &unnamed {
         report = report.with_unnamed_chart(&cfg.intent, target, obj);
     }

@@ -37,6 +37,8 @@ pub const SKIPPED_NOT_FOUND: &str = "SkippedNotFound";
 pub const SKIPPED_NOT_CHECKED: &str = "SkippedObjectNotChecked";
 /// `pre`: workload-update migrations created before it are not finished.
 pub const MIGRATIONS_UNDER_WAY: &str = "WorkloadUpdateMigrationsUnderWay";
+/// `pre` came late: KubeVirt is (being) upgraded, or the CR counts outdated workloads.
+pub const PRE_LATE: &str = "PreAfterKubeVirtUpgrade";
 /// An Event could not be made (once per run, in the termination message only).
 pub const EVENTS_NOT_RECORDED: &str = "EventsNotRecorded";
 
@@ -54,11 +56,14 @@ pub const ALL: &[&str] = &[
     SKIPPED_NOT_FOUND,
     SKIPPED_NOT_CHECKED,
     MIGRATIONS_UNDER_WAY,
+    PRE_LATE,
     EVENTS_NOT_RECORDED,
 ];
 
 /// The Normal Event of a `pre` that suspended.
 pub const SUSPENDED: &str = "WorkloadUpdatesSuspended";
+/// The Normal Event of a `pre` that stood aside: the coming release restores the methods itself.
+pub const NOT_NEEDED: &str = "WorkloadUpdateGuardNotNeeded";
 /// The Normal Event of a `post` that restored.
 pub const RESTORED: &str = "WorkloadUpdatesRestored";
 

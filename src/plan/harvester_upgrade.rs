@@ -271,6 +271,14 @@ pub fn latest(upgrades: &[Value]) -> Result<Option<Upgrade>, Malformed> {
 /// first, with their handling: what `pre` and `status` say of the coming upgrade. With the
 /// cluster's own version (the `server-version` setting), only the newer ones.
 pub fn offered(versions: &[Value], current: Option<&str>) -> Vec<(String, Handling)> {
+    let mut out = on_offer(versions, current);
+    out.retain(|(_, h)| *h != Handling::None);
+    out
+}
+
+/// Every release on offer (newer than `current`, when known), newest first, with its handling:
+/// `pre`'s "exactly one release on offer" counts these, those without handling included.
+pub fn on_offer(versions: &[Value], current: Option<&str>) -> Vec<(String, Handling)> {
     let current = current.and_then(parse_version);
     let mut out: Vec<(String, Handling)> = versions
         .iter()
@@ -280,7 +288,6 @@ pub fn offered(versions: &[Value], current: Option<&str>) -> Vec<(String, Handli
             _ => true,
         })
         .map(|name| (name.to_string(), Handling::of(name)))
-        .filter(|(_, h)| *h != Handling::None)
         .collect();
     out.sort_by_key(|(name, _)| std::cmp::Reverse(parse_version(name)));
     out

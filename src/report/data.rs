@@ -113,4 +113,6 @@ pub struct HarvesterReport {
     pub cleanup_writes: Option<CleanupWrite>,
     /// The releases on offer that suspend the methods themselves, newest first.
     pub offered: Vec<(String, Handling)>,
+    /// Whether `pre` is needed for the coming release: `pre`'s own answer, before it runs.
+    pub pre_needed: String,
 }

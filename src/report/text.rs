@@ -234,6 +234,7 @@ impl Display for HarvesterReport {
             )
         };
         row(f, "upgrades on offer", offered)?;
+        row(f, "pre", &h.pre_needed)?;
         Ok(())
     }
 }

@@ -563,7 +563,19 @@ async fn pre_and_status_say_when_the_coming_upgrade_handles_it_itself() {
         "{}",
         status.stdout
     );
-    let pre = phase_ok(&ns, "pre").await;
+    // The one release on offer restores what is there: pre is not needed, and says so; asked
+    // to, it suspends anyway (issue 28 point 4).
+    let aside = phase_ok(&ns, "pre").await;
+    let said = aside.summary.as_ref().unwrap().to_string();
+    assert!(said.contains("pre is not needed"), "{said}");
+    assert!(
+        status.stdout.contains("pre is not needed"),
+        "{}",
+        status.stdout
+    );
+    assert_eq!(kubevirt_methods(&client, &ns).await, json!(["LiveMigrate"]));
+    let pre = phase(&ns, "pre", &[("PRE_EVEN_IF_NOT_NEEDED", "true")]).await;
+    assert_eq!(pre.code, 0, "{pre:?}");
     let actions = pre.summary.as_ref().unwrap().to_string();
     assert!(
         actions.contains(

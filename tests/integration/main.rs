@@ -8,6 +8,7 @@ mod hazards;
 mod lifetime;
 mod manifests;
 mod operator;
+mod pre_advice;
 mod process;
 #[path = "../support/mod.rs"]
 mod support;

@@ -1,4 +1,5 @@
-//! The Kubernetes upgrade between `pre` and `post` (Harvester v1.7 → v1.8: v1.34 → v1.35).
+//! The Kubernetes upgrade between `pre` and `post`: Harvester v1.7 → v1.8 on v1.34 → v1.35 by
+//! default, v1.6 → v1.7 on v1.33 → v1.34 with `UPGRADE_FROM=v1.33.13 UPGRADE_TO=v1.34.4`.
 
 use crate::support::upgrade::harvester_upgrade;
 

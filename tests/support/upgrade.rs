@@ -9,17 +9,50 @@ use serde_json::{Value, json};
 
 use super::*;
 
-/// Harvester v1.7 runs Kubernetes 1.34, v1.8 runs 1.35; override with `UPGRADE_FROM`/`UPGRADE_TO`.
+/// The Kubernetes pair of the upgrade; default v1.34 to v1.35, override with
+/// `UPGRADE_FROM`/`UPGRADE_TO` (hack/test.sh runs each pair of `UPGRADE_PAIRS`).
 pub fn upgrade_versions() -> (String, String) {
     let v = |name: &str, default: &str| std::env::var(name).unwrap_or_else(|_| default.into());
     (v("UPGRADE_FROM", "v1.34.4"), v("UPGRADE_TO", "v1.35.4"))
+}
+
+/// The Harvester upgrade that goes with a Kubernetes upgrade from `from`: Harvester v1.6 runs
+/// Kubernetes 1.33, v1.7 runs 1.34, v1.8 runs 1.35. The chart versions, and KubeVirt's versions
+/// before and after, in the models' names.
+#[derive(Debug, Clone, Copy)]
+pub struct HarvesterPair {
+    pub chart_from: &'static str,
+    pub chart_to: &'static str,
+    pub kubevirt_from: &'static str,
+    pub kubevirt_to: &'static str,
+}
+
+pub fn harvester_pair(from: &str) -> HarvesterPair {
+    match from.split('.').nth(1) {
+        // Harvester v1.6 → v1.7 (path A: the guard is needed).
+        Some("33") => HarvesterPair {
+            chart_from: "1.6.0",
+            chart_to: "1.7.0",
+            kubevirt_from: "v1.5.0",
+            kubevirt_to: "v1.6.0",
+        },
+        // Harvester v1.7 → v1.8 (path C).
+        Some("34") => HarvesterPair {
+            chart_from: "1.7.0",
+            chart_to: "1.8.0",
+            kubevirt_from: "v1.6.0",
+            kubevirt_to: "v1.7.0",
+        },
+        _ => panic!("no Harvester release pairs with an upgrade from Kubernetes {from}"),
+    }
 }
 
 const METHODS: &str = "/spec/workloadUpdateStrategy/workloadUpdateMethods";
 
 /// The KubeVirt CR as the Harvester chart `version` renders it: the chart's template under the
 /// ManagedChart's `values.kubevirt.spec`, merged the way Helm merges values (maps deeply, lists
-/// replaced). 1.8.0 adds a feature gate and a rollout strategy to 1.7.0's template.
+/// replaced). 1.8.0 adds a feature gate and a rollout strategy to the template of 1.6.0 and
+/// 1.7.0 (the model takes those two as one: they differ in nothing the guard touches).
 pub fn render_kubevirt(ns: &str, version: &str, chart: &Value) -> Value {
     let mut gates = json!(["LiveMigration", "HotplugVolumes", "HostDevices"]);
     let mut spec = json!({
@@ -27,7 +60,11 @@ pub fn render_kubevirt(ns: &str, version: &str, chart: &Value) -> Value {
         "configuration": {"developerConfiguration": {"featureGates": null}},
         "workloadUpdateStrategy": {"workloadUpdateMethods": ["LiveMigrate"],
                                    "batchEvictionSize": 10, "batchEvictionInterval": "1m0s"}});
-    if version != "1.7.0" {
+    let minor = version
+        .split('.')
+        .nth(1)
+        .and_then(|m| m.parse::<u32>().ok());
+    if minor.is_some_and(|m| m >= 8) {
         gates
             .as_array_mut()
             .unwrap()
@@ -120,22 +157,25 @@ fn rv(obj: &Value) -> &str {
 /// `pre` runs again on the new version before the chart is applied.
 pub async fn harvester_upgrade(kill_pre_after: Option<&str>) {
     let (from, to) = upgrade_versions();
+    let pair = harvester_pair(&from);
     let mut cp = ControlPlane::up(&[("KUBE_VERSION", &from)]).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(cp.server_version(), from);
     let client = client_for(&cp.kubeconfig()).await;
     let ns = namespace(&client, "upgrade").await;
     let env = |phase: &str| -> BTreeMap<String, String> { env_for(&ns, phase) };
 
-    // Harvester v1.7: the ManagedChart, and the KubeVirt CR that Helm installed from chart 1.7.0.
-    let chart0 = create(&client, "ManagedChart", &ns, harvester_chart(&ns)).await;
-    helm_apply(&cp, &render_kubevirt(&ns, "1.7.0", &chart0)).expect("helm install");
+    // The old Harvester: the ManagedChart, and the KubeVirt CR that Helm installed from its chart.
+    let mut chart0 = harvester_chart(&ns);
+    chart0["spec"]["version"] = json!(pair.chart_from);
+    let chart0 = create(&client, "ManagedChart", &ns, chart0).await;
+    helm_apply(&cp, &render_kubevirt(&ns, pair.chart_from, &chart0)).expect("helm install");
     set_status(
         &client,
         "KubeVirt",
         &ns,
         "kubevirt",
-        json!({"phase": "Deployed", "observedKubeVirtVersion": "v1.6.0",
-               "targetKubeVirtVersion": "v1.7.0", "outdatedVirtualMachineInstanceWorkloads": 3}),
+        json!({"phase": "Deployed", "observedKubeVirtVersion": pair.kubevirt_from,
+               "targetKubeVirtVersion": pair.kubevirt_to, "outdatedVirtualMachineInstanceWorkloads": 3}),
     )
     .await;
     let kv0 = get(&client, "KubeVirt", &ns, "kubevirt").await;
@@ -180,19 +220,19 @@ pub async fn harvester_upgrade(kill_pre_after: Option<&str>) {
         "the values override"
     );
 
-    // Harvester v1.8: the upgrade controller moves the ManagedChart to the next chart, and Helm
+    // The new Harvester: the upgrade controller moves the ManagedChart to the next chart, and Helm
     // applies that chart's KubeVirt CR, rendered with the values override (methods []).
     json_patch(
         &client,
         "ManagedChart",
         &ns,
         "harvester",
-        json!([{"op": "replace", "path": "/spec/version", "value": "1.8.0"}]),
+        json!([{"op": "replace", "path": "/spec/version", "value": pair.chart_to}]),
     )
     .await
     .expect("bump the chart");
     let chart = get(&client, "ManagedChart", &ns, "harvester").await;
-    let next = render_kubevirt(&ns, "1.8.0", &chart);
+    let next = render_kubevirt(&ns, pair.chart_to, &chart);
     assert_eq!(next.pointer(METHODS), Some(&json!([])));
     helm_apply(&cp, &next).expect("Helm 4's apply of the next chart meets no conflict");
     let kv_applied = get(&client, "KubeVirt", &ns, "kubevirt").await;
@@ -203,12 +243,12 @@ pub async fn harvester_upgrade(kill_pre_after: Option<&str>) {
     assert_eq!(post.code, 0, "{post:?}");
     let kv1 = get(&client, "KubeVirt", &ns, "kubevirt").await;
     let chart1 = get(&client, "ManagedChart", &ns, "harvester").await;
-    let mut want_kv = render_kubevirt(&ns, "1.8.0", &chart0);
+    let mut want_kv = render_kubevirt(&ns, pair.chart_to, &chart0);
     want_kv["metadata"] = content(&kv0)["metadata"].clone();
     want_kv["status"] = kv0["status"].clone();
     assert_eq!(content(&kv1), want_kv, "the KubeVirt CR");
     let mut want_chart = content(&chart0);
-    want_chart["spec"]["version"] = json!("1.8.0");
+    want_chart["spec"]["version"] = json!(pair.chart_to);
     assert_eq!(content(&chart1), want_chart, "the ManagedChart");
 
     // managedFields: Helm keeps every field it applied, the methods included (post gave them
@@ -246,7 +286,7 @@ pub async fn harvester_upgrade(kill_pre_after: Option<&str>) {
     );
 
     // Helm's next reconcile, now without the override, agrees with the restored methods.
-    let settled = render_kubevirt(&ns, "1.8.0", &chart1);
+    let settled = render_kubevirt(&ns, pair.chart_to, &chart1);
     assert_eq!(settled.pointer(METHODS), kv0.pointer(METHODS));
     helm_apply(&cp, &settled).expect("Helm's apply after post meets no conflict");
     assert_eq!(

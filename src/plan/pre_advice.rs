@@ -1,0 +1,254 @@
+//! What `pre` says of the coming upgrade before it writes (issue 28, points 3 and 4): whether it
+//! is needed at all (Harvester's own handling of the release the cluster upgrades to restores
+//! what is there now), and whether it comes late (KubeVirt is upgraded already, so the wave of
+//! workload updates has begun). `status` gives the same answer. Pure: what was read in, words out.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::harvester_upgrade::{Handling, Upgrade, blind_value};
+pub use super::migrations::Migration;
+use super::records::describe;
+
+/// Harvester's Upgrade states, in order (harvester/harvester
+/// `pkg/controller/master/upgrade/job_controller.go`, the `State*` constants).
+pub const STATES: &[&str] = &[
+    "Upgrading",
+    "PreparingLoggingInfra",
+    "LoggingInfraPrepared",
+    "CreatingUpgradeImage",
+    "PreparingRepo",
+    "RepoPrepared",
+    "PreparingNodes",
+    "UpgradingSystemServices",
+    "UpgradingNodes",
+    "Succeeded",
+    "Failed",
+];
+
+/// The states of an upgrade under way in which KubeVirt is upgraded already or being upgraded
+/// (the apply-manifests job runs in `UpgradingSystemServices`).
+pub const LATE_STATES: &[&str] = &["UpgradingSystemServices", "UpgradingNodes"];
+
+/// The upgrade's end: the upgrade is over, its release no longer "coming".
+fn ended(state: &str) -> bool {
+    matches!(state, "Succeeded" | "Failed" | "Completed")
+}
+
+/// Whether `u` is under way: not ended and not being deleted.
+pub fn under_way(u: &Upgrade) -> bool {
+    !ended(&u.state) && !u.deleting
+}
+
+/// The release the cluster upgrades to, as far as it is known.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+pub enum Coming {
+    /// The latest Harvester Upgrade, under way, and its `spec.version`.
+    Upgrade { describe: String, version: String },
+    /// The one release on offer (a `Version` newer than the cluster's own).
+    Offered { version: String },
+    /// An upgrade by the upgrade-manager add-on (an `UpgradePlan` under way).
+    AddOn { plan: String, version: String },
+    /// Not known: no upgrade under way, and none or several releases on offer.
+    Unknown { on_offer: Vec<String> },
+}
+
+impl Coming {
+    /// From the latest Upgrade, the add-on's plan under way (name, version) and every release on
+    /// offer (newer than the cluster's own, with or without handling). An Upgrade under way wins;
+    /// then the add-on's plan; then exactly one release on offer.
+    pub fn of(
+        upgrade: Option<&Upgrade>,
+        addon: Option<(&str, &str)>,
+        on_offer: &[(String, Handling)],
+    ) -> Coming {
+        if let Some(u) = upgrade.filter(|u| under_way(u) && !u.version.is_empty()) {
+            return Coming::Upgrade {
+                describe: u.describe(),
+                version: u.version.clone(),
+            };
+        }
+        if let Some((plan, version)) = addon {
+            return Coming::AddOn {
+                plan: plan.into(),
+                version: version.into(),
+            };
+        }
+        match on_offer {
+            [(version, _)] => Coming::Offered {
+                version: version.clone(),
+            },
+            _ => Coming::Unknown {
+                on_offer: on_offer.iter().map(|(v, _)| v.clone()).collect(),
+            },
+        }
+    }
+
+    /// What the coming release's own handling puts back at its end.
+    fn restores(&self) -> Option<Restores> {
+        let version = match self {
+            Coming::Upgrade { version, .. } | Coming::Offered { version } => version,
+            Coming::AddOn { .. } => return Some(Restores::OnlyDefault),
+            Coming::Unknown { .. } => return None,
+        };
+        Some(match Handling::of(version) {
+            Handling::None => Restores::Nothing,
+            Handling::PatchAndHardCodedRestore => Restores::OnlyDefault,
+            Handling::BackupAndRestore => Restores::Any,
+        })
+    }
+
+    fn name(&self) -> String {
+        match self {
+            Coming::Upgrade { describe, .. } => describe.clone(),
+            Coming::Offered { version } => format!("Harvester {version}, the one release on offer"),
+            Coming::AddOn { plan, version } => {
+                format!("the upgrade add-on's UpgradePlan {plan} (to {version})")
+            }
+            Coming::Unknown { .. } => "an unknown release".into(),
+        }
+    }
+}
+
+/// What a release's own handling of the methods restores at its end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Restores {
+    /// v1.7.1 and before: it suspends nothing, restores nothing.
+    Nothing,
+    /// v1.8.0 and the add-on: a hard-coded `[LiveMigrate]`.
+    OnlyDefault,
+    /// v1.7.2+, v1.8.1+, v1.9: its backup of what was there.
+    Any,
+}
+
+/// `pre`'s answer to "is the guard needed for this upgrade?" (`status` gives it too).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", content = "why", rename_all = "camelCase")]
+pub enum Advice {
+    /// The coming release suspends the methods and restores what is there now: `pre` writes
+    /// nothing (unless `PRE_EVEN_IF_NOT_NEEDED`).
+    NotNeeded(String),
+    /// The coming release is known and does not restore what is there now: `pre` is needed.
+    Needed(String),
+    /// The coming release is not known: `pre` acts, and names the releases that would make it
+    /// unnecessary.
+    Unknown(String),
+}
+
+impl Advice {
+    pub fn line(&self) -> &str {
+        match self {
+            Advice::NotNeeded(s) | Advice::Needed(s) | Advice::Unknown(s) => s,
+        }
+    }
+}
+
+/// Whether `pre` is needed before the upgrade to `coming`, with `methods` the KubeVirt CR's now.
+pub fn advise(coming: &Coming, methods: &Option<Value>) -> Advice {
+    let now = describe(methods);
+    let default = methods.as_ref() == Some(&blind_value());
+    match coming.restores() {
+        None => {
+            let Coming::Unknown { on_offer } = coming else {
+                unreachable!("only an unknown release has no handling")
+            };
+            let offer = match on_offer.as_slice() {
+                [] => "no release on offer".to_string(),
+                list => format!("{} releases on offer ({})", list.len(), list.join(", ")),
+            };
+            let also = if default {
+                ", or to v1.8.0, or by the upgrade add-on (they restore the default [LiveMigrate], \
+                 which is what is there now)"
+            } else {
+                ""
+            };
+            Advice::Unknown(format!(
+                "pre is needed unless the upgrade goes to v1.7.2+, v1.8.1+ or v1.9 (Harvester \
+                 suspends and restores any methods itself){also}: the release the cluster \
+                 upgrades to is not known (no Upgrade under way, {offer}), so pre suspends"
+            ))
+        }
+        Some(Restores::Any) => Advice::NotNeeded(format!(
+            "pre is not needed: {} suspends the methods itself and restores what is there now \
+             ({now}) at its cleanup",
+            coming.name()
+        )),
+        Some(Restores::OnlyDefault) if default => Advice::NotNeeded(format!(
+            "pre is not needed: {} suspends the methods itself and at its end writes \
+             [LiveMigrate], which is what is there now",
+            coming.name()
+        )),
+        Some(Restores::OnlyDefault) => Advice::Needed(format!(
+            "pre is needed: {} writes a hard-coded [LiveMigrate] at its end, not what is there \
+             now ({now}); run post after it",
+            coming.name()
+        )),
+        Some(Restores::Nothing) => Advice::Needed(format!(
+            "pre is needed: {} does nothing to the methods itself",
+            coming.name()
+        )),
+    }
+}
+
+/// Why `pre` comes late: the wave of workload updates has begun.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Late {
+    /// The Upgrade under way in a state in which KubeVirt is (being) upgraded: its description.
+    pub upgrade: Option<String>,
+    /// The KubeVirt CR's `status.outdatedVirtualMachineInstanceWorkloads`, if above zero.
+    pub outdated: Option<u64>,
+}
+
+/// Whether `pre` comes late, from the latest Upgrade and the KubeVirt CR.
+pub fn late(upgrade: Option<&Upgrade>, kubevirt: Option<&Value>) -> Option<Late> {
+    let upgrade = upgrade
+        .filter(|u| !u.deleting && LATE_STATES.contains(&u.state.as_str()))
+        .map(Upgrade::describe);
+    let outdated = kubevirt
+        .and_then(|kv| kv.pointer("/status/outdatedVirtualMachineInstanceWorkloads"))
+        .and_then(Value::as_u64)
+        .filter(|n| *n > 0);
+    (upgrade.is_some() || outdated.is_some()).then_some(Late { upgrade, outdated })
+}
+
+impl Late {
+    /// The warning, with the workload-update migrations under way (or why they are not known).
+    pub fn message(&self, migrations: Result<&[Migration], &str>) -> String {
+        let mut why = Vec::new();
+        if let Some(u) = &self.upgrade {
+            why.push(format!("{u} has reached KubeVirt's upgrade"));
+        }
+        if let Some(n) = self.outdated {
+            why.push(format!(
+                "the KubeVirt CR counts {n} outdated workload{} \
+                 (status.outdatedVirtualMachineInstanceWorkloads)",
+                if n == 1 { "" } else { "s" }
+            ));
+        }
+        let under_way = match migrations {
+            Ok([]) => "no workload-update migration is under way".to_string(),
+            Ok(list) => {
+                let mut names: Vec<String> = list
+                    .iter()
+                    .take(10)
+                    .map(|m| format!("{}/{} ({})", m.namespace, m.name, m.phase))
+                    .collect();
+                if list.len() > 10 {
+                    names.push(format!("and {} more", list.len() - 10));
+                }
+                format!("workload-update migrations under way: {}", names.join(", "))
+            }
+            Err(e) => format!("the workload-update migrations under way are not known ({e})"),
+        };
+        format!(
+            "pre came late: {}. The suspension stops the rest of the wave, not the migrations \
+             already created; {under_way}",
+            why.join("; ")
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests;
