@@ -5,7 +5,7 @@
 //! `cluster`; this module only puts them in order and says what it found.
 
 use serde_json::Value;
-use tracing::{info, warn};
+use tracing::info;
 
 use crate::cluster::{Cluster, Poll};
 use crate::config::Config;
@@ -166,17 +166,8 @@ async fn before_pre(
             Ok(true)
         }
         PreGate::LeaveToHarvester(why) => {
-            warn!(reason = HARVESTER_SUSPENDED, "{why}");
-            if let Some(kv) = &objects.kubevirt {
-                cluster
-                    .event(
-                        kv,
-                        crate::cluster::EventKind::Warning,
-                        HARVESTER_SUSPENDED,
-                        &why,
-                    )
-                    .await;
-            }
+            let said = warning(HARVESTER_SUSPENDED, why.clone());
+            cluster.warn(objects.kubevirt.as_ref(), None, &said).await;
             for kind in [Kind::ManagedChart, Kind::KubeVirt] {
                 let Some(target) = cfg.intent.keys.target(kind) else {
                     continue;
