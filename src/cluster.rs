@@ -65,20 +65,24 @@ impl Cluster {
         let mut config = Config::infer().await.map_err(|e| {
             // kube quotes a path with `Debug` inside its own quotes: '"/x"'. Once is enough.
             let causes = with_causes(&e).replace("'\"", "'").replace("\"'", "'");
-            Error::Config(one_line(format!(
-                "cannot load Kubernetes client configuration (KUBECONFIG, ~/.kube/config, or in-cluster): {causes}"
-            )))
+            Error::Kubeconfig {
+                message: one_line(format!(
+                    "cannot load Kubernetes client configuration (KUBECONFIG, ~/.kube/config, or in-cluster): {causes}"
+                )),
+                source: Box::new(e),
+            }
         })?;
         config.default_retry = false;
         let server = config.cluster_url.to_string();
         config.connect_timeout = Some(Duration::from_secs(5));
         config.read_timeout = Some(Duration::from_secs(30));
         config.write_timeout = Some(Duration::from_secs(30));
-        let client = Client::try_from(config).map_err(|e| {
-            Error::Config(one_line(format!(
+        let client = Client::try_from(config).map_err(|e| Error::Kubeconfig {
+            message: one_line(format!(
                 "cannot build the Kubernetes client: {}",
                 with_causes(&e)
-            )))
+            )),
+            source: Box::new(e),
         })?;
         Ok(Self {
             client,

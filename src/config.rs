@@ -184,14 +184,55 @@ struct Raw {
 pub struct ConfigError(pub String);
 
 /// A wait's bound in whole seconds, 0 (do not wait) to a day.
-fn wait(var: &str, raw: Option<String>, default: &str) -> Result<Duration, ConfigError> {
+/// A seconds setting: a whole number from `min` (0: do not wait) to 86400, else `default`.
+fn seconds(
+    var: &str,
+    raw: Option<String>,
+    default: &str,
+    min: u64,
+) -> Result<Duration, ConfigError> {
     let value = raw.as_deref().unwrap_or(default);
     match value.parse::<u64>() {
-        Ok(n @ 0..=86_400) => Ok(Duration::from_secs(n)),
+        Ok(n) if (min..=86_400).contains(&n) => Ok(Duration::from_secs(n)),
         _ => Err(invalid(
             var,
             value,
-            "a whole number of seconds from 0 (do not wait) to 86400",
+            &if min == 0 {
+                "a whole number of seconds from 0 (do not wait) to 86400".to_string()
+            } else {
+                format!("a whole number of seconds from {min} to 86400")
+            },
+        )),
+    }
+}
+
+fn phase(raw: Option<&str>) -> Result<Phase, ConfigError> {
+    match raw {
+        Some("pre") => Ok(Phase::Pre),
+        Some("post") => Ok(Phase::Post),
+        Some("status") => Ok(Phase::Status),
+        None => Err(ConfigError(
+            "PHASE is not set: expected pre, post or status".into(),
+        )),
+        Some(other) => Err(invalid("PHASE", other, "pre, post or status")),
+    }
+}
+
+fn termination_message(raw: Option<&str>) -> Result<Option<TerminationMessage>, ConfigError> {
+    match raw {
+        None => Ok(Some(TerminationMessage {
+            path: PathBuf::from(defaults::TERMINATION_MESSAGE_PATH),
+            explicit: false,
+        })),
+        Some("") => Ok(None),
+        Some(p) if p.starts_with('/') => Ok(Some(TerminationMessage {
+            path: PathBuf::from(p),
+            explicit: true,
+        })),
+        Some(p) => Err(invalid(
+            "TERMINATION_MESSAGE_PATH",
+            p,
+            "an absolute path, or empty",
         )),
     }
 }
@@ -209,17 +250,7 @@ impl Config {
         vars: impl IntoIterator<Item = (String, String)>,
     ) -> Result<Self, ConfigError> {
         let raw: Raw = envy::from_iter(vars).map_err(|e| ConfigError(e.to_string()))?;
-        let phase = match raw.phase.as_deref() {
-            Some("pre") => Phase::Pre,
-            Some("post") => Phase::Post,
-            Some("status") => Phase::Status,
-            None => {
-                return Err(ConfigError(
-                    "PHASE is not set: expected pre, post or status".into(),
-                ));
-            }
-            Some(other) => return Err(invalid("PHASE", other, "pre, post or status")),
-        };
+        let phase = phase(raw.phase.as_deref())?;
         let kubevirt = ObjectKey {
             namespace: namespace(
                 "KUBEVIRT_NAMESPACE",
@@ -260,53 +291,30 @@ impl Config {
         let dry_run = boolean("DRY_RUN", raw.dry_run, false)?;
         let even_if_not_needed =
             boolean("PRE_EVEN_IF_NOT_NEEDED", raw.pre_even_if_not_needed, false)?;
-        let deadline = match raw.deadline_seconds.as_deref() {
-            None => defaults::DEADLINE_SECONDS,
-            Some(s) => s,
-        };
-        let deadline = match deadline.parse::<u64>() {
-            Ok(n @ 1..=86_400) => Duration::from_secs(n),
-            _ => {
-                return Err(invalid(
-                    "DEADLINE_SECONDS",
-                    deadline,
-                    "a whole number of seconds from 1 to 86400",
-                ));
-            }
-        };
-        let cleanup_wait = wait(
+        let deadline = seconds(
+            "DEADLINE_SECONDS",
+            raw.deadline_seconds,
+            defaults::DEADLINE_SECONDS,
+            1,
+        )?;
+        let cleanup_wait = seconds(
             "HARVESTER_CLEANUP_WAIT_SECONDS",
             raw.harvester_cleanup_wait_seconds,
             defaults::CLEANUP_WAIT_SECONDS,
+            0,
         )?;
-        let fleet_wait = wait(
+        let fleet_wait = seconds(
             "FLEET_WAIT_SECONDS",
             raw.fleet_wait_seconds,
             defaults::FLEET_WAIT_SECONDS,
+            0,
         )?;
         let log_format = match raw.log_format.as_deref() {
             None | Some("text") => LogFormat::Text,
             Some("json") => LogFormat::Json,
             Some(other) => return Err(invalid("LOG_FORMAT", other, "text or json")),
         };
-        let termination_message = match raw.termination_message_path.as_deref() {
-            None => Some(TerminationMessage {
-                path: PathBuf::from(defaults::TERMINATION_MESSAGE_PATH),
-                explicit: false,
-            }),
-            Some("") => None,
-            Some(p) if p.starts_with('/') => Some(TerminationMessage {
-                path: PathBuf::from(p),
-                explicit: true,
-            }),
-            Some(p) => {
-                return Err(invalid(
-                    "TERMINATION_MESSAGE_PATH",
-                    p,
-                    "an absolute path, or empty",
-                ));
-            }
-        };
+        let termination_message = termination_message(raw.termination_message_path.as_deref())?;
         let config = Config {
             intent: Intent {
                 phase,

@@ -63,6 +63,9 @@ pub enum Error {
         subject: Subject,
         code: u16,
         message: String,
+        /// The API server's answer, as kube gave it.
+        #[source]
+        source: Box<kube::Error>,
     },
     #[error(
         "{subject}: the resource {plural} is not served (is its CRD installed?{hint}): {message}"
@@ -73,12 +76,27 @@ pub enum Error {
         /// What to do about it, with its leading separator.
         hint: &'static str,
         message: String,
+        #[source]
+        source: Box<kube::Error>,
     },
     #[error("{target} not found: {hint}")]
     Missing { target: Target, hint: String },
     /// A client-side failure that retrying cannot mend (a response that does not decode, ...).
     #[error("{subject}: {message}")]
-    Client { subject: Subject, message: String },
+    Client {
+        subject: Subject,
+        message: String,
+        #[source]
+        source: Box<kube::Error>,
+    },
+    /// The Kubernetes client's configuration (kubeconfig, in-cluster) cannot be used: exit 2,
+    /// with the words of [`Error::Config`].
+    #[error("invalid configuration: {message}")]
+    Kubeconfig {
+        message: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     #[error("cannot write the report to stdout: {0}")]
     Output(String),
     #[error("cannot install the signal handlers: {0}")]
@@ -99,7 +117,7 @@ pub enum Error {
 impl Error {
     pub fn exit_code(&self) -> u8 {
         match self {
-            Error::Config(_) => exit::CONFIG,
+            Error::Config(_) | Error::Kubeconfig { .. } => exit::CONFIG,
             Error::Malformed(_)
             | Error::Refused { .. }
             | Error::NotServed { .. }

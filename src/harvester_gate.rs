@@ -5,7 +5,7 @@
 //! `cluster`; this module only puts them in order and says what it found.
 
 use serde_json::Value;
-use tracing::{info, warn};
+use tracing::info;
 
 use crate::cluster::{Cluster, Poll};
 use crate::config::Config;
@@ -200,12 +200,9 @@ async fn before_pre(
             if let Some(late) = pre_advice::late(view.upgrade.as_ref(), objects.kubevirt.as_ref()) {
                 let listed = under_way(cluster).await;
                 let message = late.message(listed.as_deref().map_err(String::as_str));
-                warn!(reason = PRE_LATE, "{message}");
-                if let Some(kv) = &objects.kubevirt {
-                    let kind = crate::cluster::EventKind::Warning;
-                    cluster.event(kv, kind, PRE_LATE, &message).await;
-                }
-                warnings.push(warning(PRE_LATE, message));
+                let said = warning(PRE_LATE, message);
+                cluster.warn(objects.kubevirt.as_ref(), None, &said).await;
+                warnings.push(said);
             }
             let mut d = note(cfg, notes);
             d.warnings = warnings;
@@ -213,17 +210,8 @@ async fn before_pre(
             Ok(true)
         }
         PreGate::LeaveToHarvester(why) => {
-            warn!(reason = HARVESTER_SUSPENDED, "{why}");
-            if let Some(kv) = &objects.kubevirt {
-                cluster
-                    .event(
-                        kv,
-                        crate::cluster::EventKind::Warning,
-                        HARVESTER_SUSPENDED,
-                        &why,
-                    )
-                    .await;
-            }
+            let said = warning(HARVESTER_SUSPENDED, why.clone());
+            cluster.warn(objects.kubevirt.as_ref(), None, &said).await;
             for kind in [Kind::ManagedChart, Kind::KubeVirt] {
                 let Some(target) = cfg.intent.keys.target(kind) else {
                     continue;

@@ -114,13 +114,8 @@ pub async fn after_steps(
     }
     let kv_obj = kubevirt.map(|(_, o)| o);
     for (target, w) in warnings {
-        warn!(object = %target, reason = w.reason, "{}", w.message);
-        if let Some(kv) = kv_obj {
-            cluster
-                .event(kv, EventKind::Warning, w.reason, &w.message)
-                .await;
-        }
-        done.push(noted(&target, w.reason, w.message));
+        cluster.warn(kv_obj, Some(&target), &w).await;
+        done.push(Done::warned(target, w));
     }
     // The objects skipped as missing (logged when found missing) get their Event too.
     if let Some(kv) = kv_obj {

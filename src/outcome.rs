@@ -1,4 +1,4 @@
-//! What one step of a run came to: written by `phases`, read by `summary` (and `main`), so
+//! What one step of a run came to: written by `runner`, read by `summary` (and `main`), so
 //! neither of those imports the other.
 
 use serde::Serialize;
@@ -32,4 +32,16 @@ pub struct Done {
     pub outcome: Outcome,
     pub actions: Vec<String>,
     pub warnings: Vec<Warning>,
+}
+
+impl Done {
+    /// A warning on `target` that changed nothing, recorded for the termination message.
+    pub fn warned(target: Target, warning: Warning) -> Done {
+        Done {
+            target,
+            outcome: Outcome::Unchanged,
+            actions: vec![],
+            warnings: vec![warning],
+        }
+    }
 }

@@ -68,14 +68,7 @@ async fn change(
         && objects.kubevirt.is_none()
         && let Some(key) = objects.chart.take().and(intent.keys.chart.as_ref())
     {
-        done.push(Done {
-            target: Target::new(Kind::ManagedChart, key),
-            outcome: Outcome::Unchanged,
-            actions: vec![
-                "left alone: the KubeVirt CR is missing, so there is nothing to guard".into(),
-            ],
-            warnings: vec![],
-        });
+        done.push(nothing_to_guard(key));
     }
     // The whole phase is planned first only to refuse a malformed object before any write; each
     // step is planned again below against the object as the previous write left it.
@@ -90,29 +83,7 @@ async fn change(
         if step.write == Write::Release && skip_release() {
             continue;
         }
-        let written = if cfg.dry_run && step.write == Write::Release {
-            // The release is planned against the restore's dry-run result, which the server
-            // did not keep, so it could not apply there: it is shown, not sent.
-            let plan = plan::plan_step(intent, &step, &objects)?.unwrap_or_default();
-            match plan.patch {
-                Some(_) => Written::Changed {
-                    plan,
-                    object: current,
-                },
-                None => Written::Unchanged {
-                    plan,
-                    object: current,
-                },
-            }
-        } else {
-            cluster
-                .converge(&step.target, current, |obj| {
-                    let mut now = objects.clone();
-                    now.set(kind, Some(obj.clone()));
-                    plan::plan_step(intent, &step, &now).map(Option::unwrap_or_default)
-                })
-                .await?
-        };
+        let written = write_step(cfg, cluster, &step, current, &objects).await?;
         // A dry run's patch that cannot be printed fails the run (exit 3), once this step is
         // recorded as done.
         let mut printed = Ok(());
@@ -135,20 +106,8 @@ async fn change(
             }
         };
         // One "already as wanted" line per object, once its last step is done without a write.
-        let last_of_object = steps.peek().is_none_or(|next| next.target != step.target);
-        let object_unchanged = outcome == Outcome::Unchanged
-            && done
-                .iter()
-                .filter(|d| d.target == step.target)
-                .all(|d| d.outcome == Outcome::Unchanged);
-        if last_of_object && object_unchanged {
-            let mut actions: Vec<&String> = done
-                .iter()
-                .filter(|d| d.target == step.target)
-                .flat_map(|d| &d.actions)
-                .collect();
-            actions.extend(&plan.actions);
-            info!(object = %step.target, actions = ?actions, "already as wanted: nothing to write");
+        if steps.peek().is_none_or(|next| next.target != step.target) {
+            already_as_wanted(&step.target, outcome, &plan, done);
         }
         // Each warning also goes on the KubeVirt CR, where `kubectl describe` shows it.
         let kubevirt = if kind == Kind::KubeVirt {
@@ -157,12 +116,7 @@ async fn change(
             objects.kubevirt.as_ref()
         };
         for w in &plan.warnings {
-            warn!(object = %step.target, reason = w.reason, "{}", w.message);
-            if let Some(kv) = kubevirt {
-                cluster
-                    .event(kv, EventKind::Warning, w.reason, &w.message)
-                    .await;
-            }
+            cluster.warn(kubevirt, Some(&step.target), w).await;
         }
         objects.set(kind, Some(object));
         done.push(Done {
@@ -175,6 +129,64 @@ async fn change(
     }
     leftovers_check::after_steps(cfg, cluster, &objects, skipped, done).await;
     Ok((read, objects))
+}
+
+/// A `pre` whose KubeVirt CR is missing (ALLOW_MISSING) leaves the ManagedChart alone.
+fn nothing_to_guard(chart: &crate::model::ObjectKey) -> Done {
+    Done {
+        target: Target::new(Kind::ManagedChart, chart),
+        outcome: Outcome::Unchanged,
+        actions: vec![
+            "left alone: the KubeVirt CR is missing, so there is nothing to guard".into(),
+        ],
+        warnings: vec![],
+    }
+}
+
+/// One step's write: converged on the server, or, a dry run's release, planned and shown only
+/// (it is planned against the restore's dry-run result, which the server did not keep, so it
+/// could not apply there).
+async fn write_step(
+    cfg: &Config,
+    cluster: &Cluster,
+    step: &Step,
+    current: Value,
+    objects: &Objects,
+) -> Result<Written, Error> {
+    let intent = &cfg.intent;
+    if cfg.dry_run && step.write == Write::Release {
+        let plan = plan::plan_step(intent, step, objects)?.unwrap_or_default();
+        return Ok(match plan.patch {
+            Some(_) => Written::Changed {
+                plan,
+                object: current,
+            },
+            None => Written::Unchanged {
+                plan,
+                object: current,
+            },
+        });
+    }
+    let kind = step.target.kind;
+    cluster
+        .converge(&step.target, current, |obj| {
+            let mut now = objects.clone();
+            now.set(kind, Some(obj.clone()));
+            plan::plan_step(intent, step, &now).map(Option::unwrap_or_default)
+        })
+        .await
+}
+
+/// The "already as wanted" line of an object whose steps (this last one and those in `done`)
+/// wrote nothing.
+fn already_as_wanted(target: &Target, outcome: Outcome, plan: &Plan, done: &[Done]) {
+    let of_it = || done.iter().filter(|d| d.target == *target);
+    if outcome != Outcome::Unchanged || !of_it().all(|d| d.outcome == Outcome::Unchanged) {
+        return;
+    }
+    let mut actions: Vec<&String> = of_it().flat_map(|d| &d.actions).collect();
+    actions.extend(&plan.actions);
+    info!(object = %target, actions = ?actions, "already as wanted: nothing to write");
 }
 
 /// A missing object: an error that names it and what to check, unless `ALLOW_MISSING` is on.

@@ -8,9 +8,24 @@ use tracing::warn;
 
 use super::Cluster;
 use crate::error::with_causes;
-use crate::model::{FIELD_MANAGER, Kind};
+use crate::model::{FIELD_MANAGER, Kind, Target};
+use crate::warnings::Warning;
 
 impl Cluster {
+    /// A warning of a phase, said where it is looked for: a WARN line (naming `target`, if
+    /// given) and a Warning Event on the KubeVirt CR (if there is one). The caller records it
+    /// in the termination message (e.g. [`crate::outcome::Done::warned`]).
+    pub async fn warn(&self, kubevirt: Option<&Value>, target: Option<&Target>, w: &Warning) {
+        match target {
+            Some(target) => warn!(object = %target, reason = w.reason, "{}", w.message),
+            None => warn!(reason = w.reason, "{}", w.message),
+        }
+        if let Some(kv) = kubevirt {
+            self.event(kv, EventKind::Warning, w.reason, &w.message)
+                .await;
+        }
+    }
+
     /// An Event (events.k8s.io/v1) about the KubeVirt CR, so `kubectl describe kubevirt` tells
     /// the story. Best effort: a failure is logged, never fatal.
     pub async fn event(&self, kubevirt: &Value, kind: EventKind, reason: &str, note: &str) {

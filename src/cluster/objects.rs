@@ -48,6 +48,7 @@ impl Cluster {
                             _ => "",
                         },
                         message: s.message.trim().to_string(),
+                        source: Box::new(kube::Error::Api(s)),
                     })
                 }
             }

@@ -156,17 +156,20 @@ impl Cluster {
             return Error::Client {
                 subject,
                 message: format!("cannot connect to {}: TLS: {tls}", self.server),
+                source: Box::new(e),
             };
         }
         match e {
-            kube::Error::Api(s) => Error::Refused {
+            kube::Error::Api(ref s) => Error::Refused {
                 subject,
                 code: s.code,
-                message: one_line(s.message),
+                message: one_line(s.message.clone()),
+                source: Box::new(e),
             },
             other => Error::Client {
                 subject,
                 message: one_line(format!("{} ({})", with_causes(&other), self.server)),
+                source: Box::new(other),
             },
         }
     }

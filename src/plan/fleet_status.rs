@@ -1,5 +1,6 @@
 //! Fleet's view of the ManagedChart, and what a phase waits for (docs/design.md, "Waiting for
-//! Fleet"). Pure: the ManagedChart's JSON in, a verdict out; `phases` polls and decides when.
+//! Fleet"). Pure: the ManagedChart's JSON in, a verdict out; the
+//! decisions of the wait ([`wait_for`], [`poll_view`], [`waited`]); `fleet_wait` polls.
 //!
 //! Rancher copies the Bundle's status onto the ManagedChart as it is
 //! (`pkg/controllers/provisioningv2/managedchart/managedchart.go`, `status.BundleStatus =
@@ -17,7 +18,11 @@ use serde_json::Value;
 
 use super::ownership::owners;
 use super::records::{describe, lookup, methods};
-use crate::model::{CHART_RECORDS, FIELD_MANAGER, METHODS_FIELD, METHODS_PATH, VALUES_PATH};
+use crate::model::{
+    CHART_RECORDS, FIELD_MANAGER, METHODS_FIELD, METHODS_PATH, Target, VALUES_PATH,
+};
+use crate::vocabulary::Phase;
+use crate::warnings::{NOT_APPLIED, PAUSED, Warning};
 
 /// What Fleet says of the ManagedChart's current spec.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -283,6 +288,120 @@ pub fn conflicts(kubevirt: &Value, chart: &Value) -> Vec<Conflict> {
         .collect()
 }
 
+/// Whether the wait for Fleet waits, decided from the ManagedChart as read at the start of the
+/// phase and as the phase left it (docs/design.md, "Waiting for Fleet").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Wait {
+    /// No wait; the log line says why.
+    No(&'static str),
+    /// No wait, and a warning.
+    Warn(Warning),
+    /// Wait until Fleet applies a generation past `after` (`None`: the current generation).
+    For { after: Option<i64> },
+}
+
+/// Whether to wait: a phase waits when it changed the deployed spec, or, a `pre` that wrote
+/// nothing (a rerun), when our records are on the chart, so that a Complete `pre` always means
+/// "Fleet has applied the suspension". A `post` that writes nothing cannot tell an earlier
+/// run's restore from anyone else's change (or from a `pre` that never wrote): it does not wait,
+/// but says so if Fleet has not applied the spec.
+pub fn wait_for(phase: Phase, target: &Target, before: &Value, chart: &Value) -> Wait {
+    let wrote = changes_deployed_spec(before, chart);
+    let pre_rerun = phase == Phase::Pre && records_on_chart(chart);
+    if !wrote && !pre_rerun {
+        return match fleet_view(chart, None) {
+            Fleet::Waiting(said) | Fleet::Failed(said) => Wait::Warn(Warning {
+                reason: NOT_APPLIED,
+                message: format!(
+                    "Fleet has not applied {target}'s current spec ({said}); this run wrote \
+                     nothing to it, so it does not wait: an earlier run's change or someone \
+                     else's is not deployed yet"
+                ),
+            }),
+            _ => Wait::No("the deployed spec was not changed: nothing for Fleet to apply; no wait"),
+        };
+    }
+    let after = wrote.then(|| observed_generation(before).unwrap_or(0));
+    match fleet_view(chart, after) {
+        Fleet::Paused => Wait::Warn(Warning {
+            reason: PAUSED,
+            message: format!(
+                "{target} is paused (spec.paused: true): Fleet deploys the change when the chart \
+                 is unpaused; Harvester refuses to start an upgrade until it is Ready again"
+            ),
+        }),
+        Fleet::NoStatus if !has_status(before) => {
+            Wait::No("no Fleet status on the ManagedChart (no controller reports on it): no wait")
+        }
+        Fleet::Applied(_) if !wrote => {
+            Wait::No("Fleet has applied the current generation: no wait")
+        }
+        _ => Wait::For { after },
+    }
+}
+
+/// One look during the wait at the ManagedChart (`None`: deleted): `Ok` a final verdict, `Err`
+/// what Fleet says while it is not done.
+pub fn poll_view(now: Option<&Value>, after: Option<i64>) -> Result<Fleet, String> {
+    let Some(now) = now else {
+        return Ok(Fleet::Failed("the ManagedChart was deleted".into()));
+    };
+    match fleet_view(now, after) {
+        Fleet::Waiting(said) => Err(said),
+        Fleet::NoStatus => Err("no Fleet status".into()),
+        verdict => Ok(verdict),
+    }
+}
+
+/// How the wait ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Waited {
+    /// Applied: the action to log and record.
+    Applied(String),
+    /// Paused while waiting: the warning.
+    Paused(Warning),
+    /// Not applied (exit 8): the error's message.
+    NotApplied(String),
+}
+
+/// What the wait came to: `polled` the poll's result (`Err`: the bound passed, with what Fleet
+/// last said), `bound` FLEET_WAIT_SECONDS, `took` the seconds since the wait began, and
+/// `conflicts` the claims Fleet's deploy conflicts with (the first is named as the cause).
+pub fn waited(
+    target: &Target,
+    polled: Result<Fleet, String>,
+    bound: u64,
+    took: f64,
+    conflicts: &[Conflict],
+) -> Waited {
+    let cause = match conflicts.first() {
+        Some(c) => format!("; the cause the guard sees: {c}"),
+        None => String::new(),
+    };
+    match polled {
+        Ok(Fleet::Applied(generation)) => {
+            let generation =
+                generation.map_or(String::new(), |g| format!(" (Bundle generation {g})"));
+            Waited::Applied(format!(
+                "Fleet applied the change{generation} {took:.1} s after the write"
+            ))
+        }
+        Ok(Fleet::Paused) => Waited::Paused(Warning {
+            reason: PAUSED,
+            message: format!(
+                "{target} was paused while waiting: Fleet deploys the change when it is unpaused"
+            ),
+        }),
+        Ok(Fleet::Failed(said)) => Waited::NotApplied(format!(
+            "Fleet reports an error for the new generation: {said}{cause}"
+        )),
+        Ok(other) => unreachable!("the poll returns a final verdict: {other:?}"),
+        Err(last) => Waited::NotApplied(format!(
+            "not applied within FLEET_WAIT_SECONDS={bound}; Fleet last said: {last}{cause}"
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -521,6 +640,204 @@ mod tests {
         assert!(!records_on_chart(&c0));
         assert!(records_on_chart(&pre_chart(&c0)));
         assert!(!records_on_chart(&post_chart(&pre_chart(&c0))));
+    }
+
+    fn mc() -> Target {
+        Target::new(crate::model::Kind::ManagedChart, &kv())
+    }
+
+    fn reason(w: &Wait) -> &'static str {
+        match w {
+            Wait::Warn(w) => w.reason,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_write_of_the_spec_waits_past_the_generation_before_it() {
+        let before = with_status(4, "True", "", json!({}));
+        let after = pre_chart(&before);
+        for phase in [Phase::Pre, Phase::Post] {
+            assert_eq!(
+                wait_for(phase, &mc(), &before, &after),
+                Wait::For { after: Some(4) }
+            );
+        }
+        // No observedGeneration before the write: any generation Fleet reports is new.
+        let mut before = before;
+        before["status"]
+            .as_object_mut()
+            .unwrap()
+            .remove("observedGeneration");
+        let after = pre_chart(&before);
+        assert_eq!(
+            wait_for(Phase::Pre, &mc(), &before, &after),
+            Wait::For { after: Some(0) }
+        );
+        // Fleet's status gone after the write, though it was there before: still waited for.
+        let mut gone = pre_chart(&with_status(4, "True", "", json!({})));
+        gone.as_object_mut().unwrap().remove("status");
+        assert_eq!(
+            wait_for(
+                Phase::Post,
+                &mc(),
+                &with_status(4, "True", "", json!({})),
+                &gone
+            ),
+            Wait::For { after: Some(4) }
+        );
+    }
+
+    #[test]
+    fn a_phase_that_wrote_nothing_waits_only_for_pres_records() {
+        // post, nothing written: no wait, a warning only if Fleet has not applied the spec.
+        let applied = with_status(5, "True", "", json!({}));
+        match wait_for(Phase::Post, &mc(), &applied, &applied) {
+            Wait::No(why) => assert!(why.contains("not changed"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        for (ready, message) in [("False", WAIT), ("False", ERR)] {
+            let c = with_status(5, ready, message, json!({}));
+            let w = wait_for(Phase::Post, &mc(), &c, &c);
+            assert_eq!(reason(&w), NOT_APPLIED);
+            let Wait::Warn(w) = w else { unreachable!() };
+            assert!(
+                w.message.contains("this run wrote nothing"),
+                "{}",
+                w.message
+            );
+            assert!(w.message.contains(&mc().to_string()), "{}", w.message);
+        }
+        // pre, nothing written, our records on the chart (a rerun): waits for the current
+        // generation, unless Fleet has applied it.
+        let rerun = pre_chart(&with_status(5, "True", "", json!({})));
+        match wait_for(Phase::Pre, &mc(), &rerun, &rerun) {
+            Wait::No(why) => assert!(why.contains("applied the current generation"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        let waiting = pre_chart(&with_status(5, "False", WAIT, json!({})));
+        assert_eq!(
+            wait_for(Phase::Pre, &mc(), &waiting, &waiting),
+            Wait::For { after: None }
+        );
+        // The same chart at post (nothing written): a warning, no wait.
+        assert_eq!(
+            reason(&wait_for(Phase::Post, &mc(), &waiting, &waiting)),
+            NOT_APPLIED
+        );
+        // pre, nothing written, no records: as post.
+        let bare = with_status(5, "False", WAIT, json!({}));
+        assert_eq!(
+            reason(&wait_for(Phase::Pre, &mc(), &bare, &bare)),
+            NOT_APPLIED
+        );
+    }
+
+    #[test]
+    fn a_paused_or_statusless_chart_is_not_waited_for() {
+        let before = with_status(4, "True", "", json!({}));
+        let mut after = pre_chart(&before);
+        after["spec"]["paused"] = json!(true);
+        let w = wait_for(Phase::Pre, &mc(), &before, &after);
+        assert_eq!(reason(&w), PAUSED);
+        let Wait::Warn(w) = w else { unreachable!() };
+        assert!(w.message.contains("spec.paused: true"), "{}", w.message);
+        // No controller ever reported on the chart: no wait.
+        let bare = chart(json!({}), None);
+        match wait_for(Phase::Pre, &mc(), &bare, &pre_chart(&bare)) {
+            Wait::No(why) => assert!(why.contains("no Fleet status"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn each_look_during_the_wait_is_final_or_says_what_fleet_says() {
+        assert_eq!(
+            poll_view(None, Some(4)),
+            Ok(Fleet::Failed("the ManagedChart was deleted".into()))
+        );
+        let applied = with_status(5, "True", "", json!({}));
+        assert_eq!(
+            poll_view(Some(&applied), Some(4)),
+            Ok(Fleet::Applied(Some(5)))
+        );
+        let waiting = with_status(5, "False", WAIT, json!({}));
+        assert_eq!(
+            poll_view(Some(&waiting), Some(4)),
+            Err(match fleet_view(&waiting, Some(4)) {
+                Fleet::Waiting(said) => said,
+                other => panic!("{other:?}"),
+            })
+        );
+        let bare = chart(json!({}), None);
+        assert_eq!(poll_view(Some(&bare), None), Err("no Fleet status".into()));
+        let failed = with_status(5, "False", ERR, json!({"errApplied": 1}));
+        assert!(matches!(
+            poll_view(Some(&failed), Some(4)),
+            Ok(Fleet::Failed(_))
+        ));
+        let mut paused = waiting.clone();
+        paused["spec"]["paused"] = json!(true);
+        assert_eq!(poll_view(Some(&paused), Some(4)), Ok(Fleet::Paused));
+    }
+
+    #[test]
+    fn the_end_of_the_wait_names_the_generation_the_bound_and_the_cause() {
+        assert_eq!(
+            waited(&mc(), Ok(Fleet::Applied(Some(7))), 30, 1.26, &[]),
+            Waited::Applied(
+                "Fleet applied the change (Bundle generation 7) 1.3 s after the write".into()
+            )
+        );
+        assert_eq!(
+            waited(&mc(), Ok(Fleet::Applied(None)), 30, 0.0, &[]),
+            Waited::Applied("Fleet applied the change 0.0 s after the write".into())
+        );
+        match waited(&mc(), Ok(Fleet::Paused), 30, 0.0, &[]) {
+            Waited::Paused(w) => {
+                assert_eq!(w.reason, PAUSED);
+                assert!(
+                    w.message.starts_with(&format!("{} was paused", mc())),
+                    "{}",
+                    w.message
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        let conflict = Conflict {
+            manager: "kubectl-edit".into(),
+            value: Some(json!(["LiveMigrate"])),
+            rendered: None,
+        };
+        let cause = format!("; the cause the guard sees: {conflict}");
+        assert_eq!(
+            waited(&mc(), Ok(Fleet::Failed("boom".into())), 30, 0.0, &[]),
+            Waited::NotApplied("Fleet reports an error for the new generation: boom".into())
+        );
+        assert_eq!(
+            waited(
+                &mc(),
+                Ok(Fleet::Failed("boom".into())),
+                30,
+                0.0,
+                std::slice::from_ref(&conflict)
+            ),
+            Waited::NotApplied(format!(
+                "Fleet reports an error for the new generation: boom{cause}"
+            ))
+        );
+        assert_eq!(
+            waited(
+                &mc(),
+                Err("WaitApplied".into()),
+                30,
+                30.0,
+                &[conflict.clone(), conflict]
+            ),
+            Waited::NotApplied(format!(
+                "not applied within FLEET_WAIT_SECONDS=30; Fleet last said: WaitApplied{cause}"
+            ))
+        );
     }
 
     fn status_strategy() -> impl Strategy<Value = Value> {

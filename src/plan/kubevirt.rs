@@ -115,9 +115,45 @@ pub fn restore_source(
 ) -> Result<Restore, Malformed> {
     let current = methods(kubevirt)?;
     let suspended = is_suspended(&current);
-    let blind = blind_restorer(kubevirt, METHODS_PATH, &current);
     let (source, original, reason) = match (kubevirt_record(kubevirt)?, copy) {
-        (Some(r), _) if suspended => match values_choice {
+        (Some(r), _) => from_record(kubevirt, r, &current, values_choice),
+        (None, Some(c)) if suspended => (
+            Source::ChartCopy,
+            Some(c.clone()),
+            "the ManagedChart's copy of the original, as the CR has no record".to_string(),
+        ),
+        (None, Some(_)) => (
+            Source::Nothing,
+            None,
+            format!(
+                "already restored on the CR: no record there, and its methods are {}",
+                describe(&current)
+            ),
+        ),
+        (None, None) => from_fallback(kubevirt, &current, fallback),
+    };
+    Ok(Restore {
+        source,
+        original,
+        reason,
+    })
+}
+
+/// A source of the original, what it restores, and why in words.
+type Chosen = (Source, Option<ValueRecord>, String);
+
+/// [`restore_source`] with the CR's record `r`: the values' later choice, the record itself,
+/// nothing (already restored, or a later choice kept), or the record over a blind restore.
+fn from_record(
+    kubevirt: &Value,
+    r: ValueRecord,
+    current: &Option<Value>,
+    values_choice: Option<&Value>,
+) -> Chosen {
+    let suspended = is_suspended(current);
+    let blind = blind_restorer(kubevirt, METHODS_PATH, current);
+    match r {
+        r if suspended => match values_choice {
             Some(v) => (
                 Source::ValuesChoice,
                 Some(ValueRecord {
@@ -134,83 +170,70 @@ pub fn restore_source(
             ),
             None => (Source::CrRecord, Some(r), "the CR's record".to_string()),
         },
-        (Some(r), _) if r.original() == current => (
+        r if r.original() == *current => (
             Source::AlreadyRestored,
             None,
             format!(
                 "already back at the recorded original {} (restored by someone else, e.g. \
                  Harvester's upgrade cleanup)",
-                describe(&current)
+                describe(current)
             ),
         ),
-        (Some(r), _) if blind.is_some() => (
+        r if blind.is_some() => (
             Source::BlindRestore,
             Some(r.clone()),
             format!(
                 "the CR's record: {} wrote a hard-coded {} over the recorded original {} \
                  (Harvester's upgrade cleanup), which goes back",
                 blind.as_deref().unwrap_or_default(),
-                describe(&current),
+                describe(current),
                 describe(&r.original())
             ),
         ),
-        (Some(r), _) => (
+        r => (
             Source::LaterChoice,
             None,
             format!(
                 "workloadUpdateMethods was changed to {} while suspended; that later choice is kept \
                  (the recorded original was {})",
-                describe(&current),
+                describe(current),
                 describe(&r.original())
             ),
         ),
-        (None, Some(c)) if suspended => (
-            Source::ChartCopy,
-            Some(c.clone()),
-            "the ManagedChart's copy of the original, as the CR has no record".to_string(),
+    }
+}
+
+/// [`restore_source`] with no record anywhere: FALLBACK_METHODS for a `[]` of ours, else
+/// nothing, said why.
+fn from_fallback(kubevirt: &Value, current: &Option<Value>, fallback: Option<&[String]>) -> Chosen {
+    let suspended = is_suspended(current);
+    match fallback {
+        Some(list) if suspended && methods_owned_by_us(kubevirt) => (
+            Source::Fallback,
+            Some(value_record(Some(json!(list)), Vec::new())),
+            "FALLBACK_METHODS, as no record of the original is left and the [] is ours".to_string(),
         ),
-        (None, Some(_)) => (
+        _ if !suspended => (
             Source::Nothing,
             None,
             format!(
-                "already restored on the CR: no record there, and its methods are {}",
-                describe(&current)
+                "nothing to restore: no record of ours, and the methods are {} (already \
+                     restored, or never suspended)",
+                describe(current)
             ),
         ),
-        (None, None) => match fallback {
-            Some(list) if suspended && methods_owned_by_us(kubevirt) => (
-                Source::Fallback,
-                Some(value_record(Some(json!(list)), Vec::new())),
-                "FALLBACK_METHODS, as no record of the original is left and the [] is ours"
-                    .to_string(),
-            ),
-            _ if !suspended => (
-                Source::Nothing,
-                None,
-                format!(
-                    "nothing to restore: no record of ours, and the methods are {} (already \
-                     restored, or never suspended)",
-                    describe(&current)
-                ),
-            ),
-            _ if methods_owned_by_us(kubevirt) => (
-                Source::Nothing,
-                None,
-                "no record of the original and no FALLBACK_METHODS: the [] that pre wrote stays"
-                    .to_string(),
-            ),
-            _ => (
-                Source::Nothing,
-                None,
-                "no record of ours, and this [] was not written by the guard: it stays".to_string(),
-            ),
-        },
-    };
-    Ok(Restore {
-        source,
-        original,
-        reason,
-    })
+        _ if methods_owned_by_us(kubevirt) => (
+            Source::Nothing,
+            None,
+            "no record of the original and no FALLBACK_METHODS: the [] that pre wrote stays"
+                .to_string(),
+        ),
+        _ => (
+            Source::Nothing,
+            None,
+            "no record of ours, and this [] was not written by the guard: it stays".to_string(),
+        ),
+    }
 }
 
 /// `post` on the KubeVirt CR: the original from [`restore_source`] back, exactly, and the
