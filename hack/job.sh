@@ -28,10 +28,13 @@ options:
                       labelled management.harvesterhci.io/upgrade-plan=PLAN and
                       management.harvesterhci.io/upgrade-component=workload-update-guard-PHASE
                       (the Job and its pods), owned by the UpgradePlan PLAN (which must exist: the
-                      Job and its pods go with it), ttlSecondsAfterFinished 604800 (7 days)
+                      Job and its pods go with it), ttlSecondsAfterFinished 604800 (7 days), and
+                      UPGRADE_PLAN=PLAN in its environment (post does not wait for the plan that
+                      runs it to end)
   --image IMAGE       the guard's image (default: the one manifests/job/kustomization.yaml names)
-  --timeout SECONDS   how long `wait` waits (default 1900; the Job's own bound is its
-                      activeDeadlineSeconds, 1800)
+  --timeout SECONDS   how long `wait` waits (default: the Job's own bound, its
+                      activeDeadlineSeconds, and 60 s more: 1860 for pre and status, 2760 for
+                      post, whose Job waits for an upgrade under way and its cleanup)
   --pull-timeout SECONDS
                       how long a pod may fail to pull its image before the Job is failed
                       (default 120; 0 never). ErrImageNeverPull and InvalidImageName fail at once.
@@ -74,7 +77,7 @@ case "$phase" in
   *) bad "PHASE must be pre, post or status, not '$phase'" ;;
 esac
 shift 2
-plan="" image="" timeout=1900 pull_timeout=120
+plan="" image="" timeout="" pull_timeout=120
 while (( $# )); do
   case "$1" in
     --plan) plan="${2:?--plan needs a value}"; shift 2 ;;
@@ -84,7 +87,7 @@ while (( $# )); do
     *) bad "unknown option '$1'" ;;
   esac
 done
-[[ "$timeout" =~ ^[0-9]+$ && "$pull_timeout" =~ ^[0-9]+$ ]] || die "--timeout and --pull-timeout take seconds"
+[[ ( -z "$timeout" || "$timeout" =~ ^[0-9]+$ ) && "$pull_timeout" =~ ^[0-9]+$ ]] || die "--timeout and --pull-timeout take seconds"
 command -v jq >/dev/null || die "jq is required"
 command -v "$KUBECTL" >/dev/null || die "kubectl is required (KUBECTL=$KUBECTL is not found)"
 
@@ -135,6 +138,7 @@ render() { # the kustomization of the phase, with --image and --plan applied, as
                 "kind": "UpgradePlan", "name": $plan, "uid": $uid,
                 "controller": true, "blockOwnerDeletion": true}]
             | .spec.ttlSecondsAfterFinished = 604800
+            | .spec.template.spec.containers[0].env += [{"name": "UPGRADE_PLAN", "value": $plan}]
           end
       end)
     | {"apiVersion": "v1", "kind": "List", "items": .}' <<<"$objects"
@@ -210,6 +214,12 @@ fail_unpullable() {
 
 wait_job() {
   local start=$SECONDS j outcome last_pull_check=-10
+  j="$(job_json)" || die "job $NS/$job not found"
+  # By default the Job's own bound and a minute more, so a Job still within its bound never
+  # reads as 124.
+  if [[ -z "$timeout" ]]; then
+    timeout="$(jq -r '(.spec.activeDeadlineSeconds // 1800) + 60' <<<"$j")"
+  fi
   say "waiting for job $NS/$job (Complete or Failed, at most $timeout s)"
   while :; do
     j="$(job_json)" || die "job $NS/$job not found"

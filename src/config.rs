@@ -89,7 +89,17 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
     (
         "HARVESTER_CLEANUP_WAIT_SECONDS",
         defaults::CLEANUP_WAIT_SECONDS,
-        "post: how long to wait for the latest Harvester Upgrade's cleanup before restoring (0..=86400; past it, exit 7)",
+        "post: its one bound on waiting, before restoring, for an upgrade under way (Harvester's latest Upgrade, the add-on's UpgradePlans) to end and for the latest Upgrade's cleanup (0..=86400; past it, exit 7, nothing written)",
+    ),
+    (
+        "RESTORE_DURING_UPGRADE",
+        "false",
+        "post: restore even while an upgrade is under way or its cleanup pending (an Upgrade stuck for good), with a RestoredDuringUpgrade warning naming it",
+    ),
+    (
+        "UPGRADE_PLAN",
+        "empty (none)",
+        "post: the UpgradePlan that runs this post (hack/job.sh --plan sets it); post does not wait for that plan to end",
     ),
     (
         "LOG_FORMAT",
@@ -135,6 +145,10 @@ pub struct Config {
     pub termination_message: Option<TerminationMessage>,
     /// Skip a missing object with a warning instead of failing.
     pub allow_missing: bool,
+    /// `post` restores even while an upgrade is under way (`RESTORE_DURING_UPGRADE`).
+    pub restore_during_upgrade: bool,
+    /// The UpgradePlan that runs this `post` (`UPGRADE_PLAN`): not waited for.
+    pub upgrade_plan: Option<String>,
     /// With `MANAGEDCHART_NAME` empty: the ManagedChart read read-only for what of ours an
     /// earlier `pre` left there (`MANAGEDCHART_NAMESPACE`, default `fleet-local`, and the
     /// default name `harvester`, the one a `pre` with the defaults writes).
@@ -168,6 +182,8 @@ struct Raw {
     log_format: Option<String>,
     termination_message_path: Option<String>,
     allow_missing: Option<String>,
+    restore_during_upgrade: Option<String>,
+    upgrade_plan: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -249,6 +265,9 @@ impl Config {
         let fallback = fallback(raw.fallback_methods)?;
         let allow_missing = boolean("ALLOW_MISSING", raw.allow_missing, false)?;
         let dry_run = boolean("DRY_RUN", raw.dry_run, false)?;
+        let restore_during_upgrade =
+            boolean("RESTORE_DURING_UPGRADE", raw.restore_during_upgrade, false)?;
+        let upgrade_plan = optional_name("UPGRADE_PLAN", raw.upgrade_plan)?;
         let deadline = match raw.deadline_seconds.as_deref() {
             None => defaults::DEADLINE_SECONDS,
             Some(s) => s,
@@ -310,6 +329,8 @@ impl Config {
             log_format,
             termination_message,
             allow_missing,
+            restore_during_upgrade,
+            upgrade_plan,
             unnamed_chart,
         };
         if phase != Phase::Status && config.intent.targets().is_empty() {
@@ -373,6 +394,14 @@ fn name(var: &str, value: Option<String>, default: &str) -> Result<String, Confi
     }
 }
 
+/// An object name, or `None` when unset or empty.
+fn optional_name(var: &str, value: Option<String>) -> Result<Option<String>, ConfigError> {
+    match value.filter(|v| !v.is_empty()) {
+        Some(v) => name(var, Some(v), "").map(Some),
+        None => Ok(None),
+    }
+}
+
 fn fallback(value: Option<String>) -> Result<Option<Vec<String>>, ConfigError> {
     let Some(v) = value.filter(|v| !v.trim().is_empty()) else {
         return Ok(None);
@@ -412,8 +441,9 @@ pub fn help() -> String {
     out.push_str(
         "\nExit codes: 0 success (incl. already so); 2 bad configuration; 3 permanent refusal or\n\
          malformed object; 4 transient failures until the deadline; 5 interrupted (SIGTERM/SIGINT);\n\
-         6 an object not found (see ALLOW_MISSING); 8 written, but Fleet did not apply the\n\
-         ManagedChart change (an error, or FLEET_WAIT_SECONDS passed).\n",
+         6 an object not found (see ALLOW_MISSING); 7 post: an upgrade still under way or its\n\
+         cleanup pending at HARVESTER_CLEANUP_WAIT_SECONDS, nothing written; 8 written, but Fleet\n\
+         did not apply the ManagedChart change (an error, or FLEET_WAIT_SECONDS passed).\n",
     );
     out
 }

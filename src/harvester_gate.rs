@@ -16,8 +16,9 @@ use crate::plan::harvester_upgrade::{
     self, CLEANUP_DONE, CLEANUP_LABEL, Handling, LATEST_LABEL, PreGate, Upgrade,
 };
 use crate::plan::records::methods;
+use crate::plan::upgrade_progress::{self, PlanView};
 use crate::vocabulary::{Objects, Phase, Refusal};
-use crate::warnings::{HARVESTER_SUSPENDED, Warning};
+use crate::warnings::{HARVESTER_SUSPENDED, RESTORED_DURING_UPGRADE, Warning};
 
 /// What the cluster says of Harvester's upgrades; empty on a cluster without Harvester.
 #[derive(Debug, Clone, Default)]
@@ -25,6 +26,8 @@ pub struct View {
     pub upgrade: Option<Upgrade>,
     /// The releases on offer that handle the methods themselves, newest first.
     pub offered: Vec<(String, Handling)>,
+    /// `post`: the add-on's UpgradePlans (but the one that runs this post, `UPGRADE_PLAN`).
+    pub plans: Vec<PlanView>,
 }
 
 /// Reads the latest Upgrade and (`pre`, `status`: what the coming upgrade does) the Versions on
@@ -54,9 +57,18 @@ pub async fn read(cluster: &Cluster, cfg: &Config) -> Result<View, Error> {
         true => None,
         false => cluster.harvester_setting(SERVER_VERSION).await?,
     };
+    // Only `post` waits for the add-on's upgrade; the others' RBAC does not read UpgradePlans.
+    let plans = match cfg.intent.phase {
+        Phase::Post => cluster
+            .list_cluster_scoped(Kind::UpgradePlan)
+            .await?
+            .unwrap_or_default(),
+        _ => Vec::new(),
+    };
     Ok(View {
         upgrade,
         offered: harvester_upgrade::offered(&versions, current.as_deref()),
+        plans: upgrade_progress::plans(&plans, cfg.upgrade_plan.as_deref()),
     })
 }
 
@@ -201,10 +213,18 @@ async fn before_pre(
     }
 }
 
-/// `post`, before its writes: while the latest Upgrade's cleanup may still write the methods
-/// and something of ours is on the objects, wait for it ([`Cluster::poll`], bounded by
-/// `HARVESTER_CLEANUP_WAIT_SECONDS`); then the objects are read again, as the cleanup may have
-/// written them. Past the bound: exit 7, nothing written.
+/// Why `post` must wait now (`None`: it may restore): an upgrade under way, for every release,
+/// or the latest Upgrade's cleanup pending ([`upgrade_progress::post_must_wait`]).
+fn must_wait(view: &View, ours: bool) -> Option<String> {
+    upgrade_progress::post_must_wait(view.upgrade.as_ref(), &view.plans, ours)
+}
+
+/// `post`, before its writes: while an upgrade is under way (any release: turning updates on
+/// mid-upgrade starts the wave the guard exists to prevent), or the latest Upgrade's cleanup may
+/// still write the methods, and something of ours is on the objects, wait ([`Cluster::poll`],
+/// one bound for the whole wait: `HARVESTER_CLEANUP_WAIT_SECONDS`); then the objects are read
+/// again, as the cleanup may have written them. Past the bound: exit 7, nothing written.
+/// `RESTORE_DURING_UPGRADE=true`: no wait, a warning naming what is under way.
 async fn before_post(
     cfg: &Config,
     cluster: &Cluster,
@@ -213,9 +233,30 @@ async fn before_post(
 ) -> Result<(), Error> {
     let ours = anything_of_ours(objects);
     let view = read(cluster, cfg).await?;
-    let Some(reason) = harvester_upgrade::post_must_wait(view.upgrade.as_ref(), ours) else {
+    let Some(reason) = must_wait(&view, ours) else {
         return Ok(());
     };
+    if cfg.restore_during_upgrade {
+        let why = format!(
+            "RESTORE_DURING_UPGRADE=true: restoring anyway, though {reason}; updates are turned \
+             on now, and a pending cleanup may still write the methods"
+        );
+        warn!(reason = RESTORED_DURING_UPGRADE, "{why}");
+        if let Some(kv) = &objects.kubevirt {
+            cluster
+                .event(
+                    kv,
+                    crate::cluster::EventKind::Warning,
+                    RESTORED_DURING_UPGRADE,
+                    &why,
+                )
+                .await;
+        }
+        let mut d = note(cfg, vec![]);
+        d.warnings.push(warning(RESTORED_DURING_UPGRADE, why));
+        done.push(d);
+        return Ok(());
+    }
     if cfg.dry_run {
         let line = format!(
             "would wait first (dry run: planned against the objects as they are): {reason}"
@@ -226,18 +267,15 @@ async fn before_post(
     }
     let started = tokio::time::Instant::now();
     let bound = cfg.cleanup_wait;
-    let u = view.upgrade.clone().expect("a pending upgrade");
     let waited = cluster
         .poll(
             bound,
             async || {
                 let view = read(cluster, cfg).await?;
-                Ok(
-                    match harvester_upgrade::post_must_wait(view.upgrade.as_ref(), ours) {
-                        None => Poll::Ready(()),
-                        Some(why) => Poll::Pending(why),
-                    },
-                )
+                Ok(match must_wait(&view, ours) {
+                    None => Poll::Ready(()),
+                    Some(why) => Poll::Pending(why),
+                })
             },
             |waited, seen| {
                 info!(
@@ -249,19 +287,13 @@ async fn before_post(
         )
         .await?;
     if let Err(last) = waited {
-        return Err(Error::CleanupPending(format!(
-            "waited {}s: {last}; nothing was written. Check it (kubectl -n {} get \
-             upgrades.harvesterhci.io {} -o yaml), then run post again once it carries \
-             {CLEANUP_LABEL}={CLEANUP_DONE}, or delete the Upgrade if it is stuck (Harvester's \
-             cleanup runs on deletion), or raise HARVESTER_CLEANUP_WAIT_SECONDS",
-            bound.as_secs(),
-            u.namespace,
-            u.name
+        return Err(Error::CleanupPending(pending_message(
+            cfg, &view, bound, &last,
         )));
     }
     let took = started.elapsed();
     let line = format!(
-        "waited {:.1} s for Harvester's upgrade cleanup ({reason})",
+        "waited {:.1} s for the upgrade to end and Harvester's cleanup ({reason})",
         took.as_secs_f64()
     );
     info!("{line}");
@@ -275,6 +307,33 @@ async fn before_post(
     }
     done.push(note(cfg, vec![line]));
     Ok(())
+}
+
+/// Exit 7's one line: what was last seen (naming the Upgrade or UpgradePlan and its state),
+/// that nothing was written, and what to do.
+fn pending_message(cfg: &Config, view: &View, bound: std::time::Duration, last: &str) -> String {
+    let check = match (&view.upgrade, view.plans.iter().find(|p| p.under_way())) {
+        (Some(u), _) => format!(
+            "kubectl -n {} get upgrades.harvesterhci.io {} -o yaml",
+            u.namespace, u.name
+        ),
+        (None, Some(p)) => format!(
+            "kubectl get upgradeplans.management.harvesterhci.io {}",
+            p.name
+        ),
+        (None, None) => format!(
+            "kubectl -n {} get upgrades.harvesterhci.io",
+            cfg.intent.keys.kubevirt.namespace
+        ),
+    };
+    format!(
+        "waited {}s: {last}; nothing was written. Check it ({check}), then run post again once \
+         the upgrade has ended and, for a release that handles the methods, the Upgrade carries \
+         {CLEANUP_LABEL}={CLEANUP_DONE}; or delete the Upgrade if it is stuck (Harvester's \
+         cleanup runs on deletion), or raise HARVESTER_CLEANUP_WAIT_SECONDS, or set \
+         RESTORE_DURING_UPGRADE=true to restore anyway",
+        bound.as_secs()
+    )
 }
 
 /// Harvester's own version, a cluster-scoped `Setting`.

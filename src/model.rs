@@ -82,6 +82,8 @@ pub enum Kind {
     Version,
     /// Harvester's `Setting` (cluster-scoped; the guard reads `server-version` only).
     Setting,
+    /// The upgrade-manager add-on's `UpgradePlan` (cluster-scoped, read only).
+    UpgradePlan,
 }
 
 impl Kind {
@@ -90,6 +92,7 @@ impl Kind {
             Kind::KubeVirt | Kind::Migration => "kubevirt.io/v1",
             Kind::ManagedChart => "management.cattle.io/v3",
             Kind::Upgrade | Kind::Version | Kind::Setting => "harvesterhci.io/v1beta1",
+            Kind::UpgradePlan => "management.harvesterhci.io/v1beta1",
         }
     }
 
@@ -101,6 +104,7 @@ impl Kind {
             Kind::Upgrade => "Upgrade",
             Kind::Version => "Version",
             Kind::Setting => "Setting",
+            Kind::UpgradePlan => "UpgradePlan",
         }
     }
 
@@ -112,6 +116,7 @@ impl Kind {
             Kind::Upgrade => "upgrades",
             Kind::Version => "versions",
             Kind::Setting => "settings",
+            Kind::UpgradePlan => "upgradeplans",
         }
     }
 

@@ -184,6 +184,31 @@ impl Cluster {
         }
     }
 
+    /// Every object of the cluster-scoped `kind` (the add-on's UpgradePlans, a handful), from
+    /// the watch cache as [`Cluster::list_harvester`]; `None` when the resource is not served
+    /// (no add-on).
+    pub async fn list_cluster_scoped(&self, kind: Kind) -> Result<Option<Vec<Value>>, Error> {
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &kind.resource());
+        let params = ListParams::default().match_any();
+        let subject = || Subject::Listed {
+            kind,
+            namespace: "(cluster)".into(),
+        };
+        match self
+            .call(&format!("list {}", subject()), || api.list(&params))
+            .await
+        {
+            Ok(list) => Ok(Some(
+                list.items
+                    .into_iter()
+                    .map(|o| serde_json::to_value(o).expect("objects serialize"))
+                    .collect(),
+            )),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
+            Err(e) => Err(self.permanent(subject(), e)),
+        }
+    }
+
     /// The `value` of Harvester's cluster-scoped `Setting` `name`; `None` when it, or the
     /// resource, is not there (not a Harvester cluster).
     pub async fn harvester_setting(&self, name: &str) -> Result<Option<String>, Error> {
