@@ -12,3 +12,4 @@ mod process;
 #[path = "../support/mod.rs"]
 mod support;
 mod upgrade;
+mod upgrade_order;
