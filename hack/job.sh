@@ -7,7 +7,14 @@ set -euo pipefail
 
 usage() {
   cat >&2 <<'USAGE'
-usage: hack/job.sh COMMAND PHASE [OPTIONS]     PHASE: pre, post or status
+usage: hack/job.sh COMMAND PHASE [OPTIONS]     PHASE: pre, post, status or post-armed
+       hack/job.sh arm [OPTIONS]
+
+  arm           right after pre: create the armed post Job (manifests/post-armed,
+                workload-update-guard-post-armed), which waits for the next upgrade to begin and
+                to end (cleanup included, at most ARM_WAIT_SECONDS, a week), then restores as
+                post does. Refused while an armed Job still runs (one at a time). It does not
+                wait: `hack/job.sh run status` names it, `hack/job.sh wait post-armed` waits.
 
   run PHASE     run the phase again, and wait as `wait` does:
                 - refuses while the phase's Job is still running (it never starts a second run
@@ -58,7 +65,7 @@ die() { echo "job: ERROR: $*" >&2; exit 2; }
 # bad MESSAGE: a wrong command line: the one-line error, then a one-line hint (not the usage).
 bad() {
   echo "job: ERROR: $*" >&2
-  echo "usage: hack/job.sh run|wait|render pre|post|status [--plan PLAN] [--image IMAGE] [--timeout SECONDS] [--pull-timeout SECONDS] (hack/job.sh --help says more)" >&2
+  echo "usage: hack/job.sh run|wait|render pre|post|status|post-armed | arm [--plan PLAN] [--image IMAGE] [--timeout SECONDS] [--pull-timeout SECONDS] (hack/job.sh --help says more)" >&2
   exit 2
 }
 say() { echo "job: $*" >&2; }
@@ -68,13 +75,15 @@ cmd="${1:-}"; phase="${2:-}"
 case "$cmd" in
   -h|--help|help) usage; exit 0 ;;
   run|wait|render) ;;
+  # arm is `run post-armed` without the wait (which lasts until the upgrade's end).
+  arm) phase=post-armed; set -- "$cmd" "$phase" "${@:2}" ;;
   "") usage; exit 2 ;;
-  *) bad "unknown command '$cmd': expected run, wait or render" ;;
+  *) bad "unknown command '$cmd': expected run, wait, render or arm" ;;
 esac
 case "$phase" in
-  pre|post|status) ;;
+  pre|post|status|post-armed) ;;
   "") bad "$cmd needs a PHASE: pre, post or status" ;;
-  *) bad "PHASE must be pre, post or status, not '$phase'" ;;
+  *) bad "PHASE must be pre, post, status or post-armed, not '$phase'" ;;
 esac
 shift 2
 plan="" image="" timeout="" pull_timeout=120
@@ -247,6 +256,7 @@ run() {
   local j objects outcome
   if j="$(job_json)"; then
     outcome="$(finished "$j")"
+    [[ "$phase" != post-armed || -n "$outcome" ]] || die "an armed post is already waiting (job $NS/$job, since $(jq -r '.metadata.creationTimestamp' <<<"$j")): a second arm is refused; hack/job.sh run status names it"
     [[ -n "$outcome" ]] || die "job $NS/$job is still running: wait for it (hack/job.sh wait $phase${plan:+ --plan $plan}), or delete it yourself"
     say "the previous run of $job ended $outcome ($(jq -r '.metadata.creationTimestamp' <<<"$j")):"
     report "$j"
@@ -259,11 +269,15 @@ run() {
   jq '.items |= map(select(.kind == "Job"))' <<<"$objects" | k create -f - >/dev/null \
     || die "kubectl create job $NS/$job failed"
   say "created job $NS/$job"
+  if [[ "$cmd" == arm ]]; then
+    say "armed: it waits for the next upgrade to begin and to end, then restores (hack/job.sh wait post-armed waits with it)"
+    return 0
+  fi
   wait_job
 }
 
 case "$cmd" in
   render) render ;;
   wait) wait_job ;;
-  run) run ;;
+  run | arm) run ;;
 esac

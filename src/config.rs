@@ -97,6 +97,21 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
         "post: restore even while an upgrade is under way or its cleanup pending (an Upgrade stuck for good), with a RestoredDuringUpgrade warning naming it",
     ),
     (
+        "ARM",
+        "false",
+        "post: the armed post: wait for the next upgrade (a Harvester Upgrade or UpgradePlan created after pre's record, or one under way) to begin and to end, cleanup included, then restore as post does (hack/job.sh arm); nothing of ours left: ends 0 at once",
+    ),
+    (
+        "ARM_WAIT_SECONDS",
+        defaults::ARM_WAIT_SECONDS,
+        "ARM=true: the bound of that wait (1..=2592000); past it, exit 9, nothing written, the suspension stays",
+    ),
+    (
+        "ARM_POLL_SECONDS",
+        defaults::ARM_POLL_SECONDS,
+        "ARM=true: seconds between two reads of the upgrade (1..=30): at most twice a minute",
+    ),
+    (
         "UPGRADE_PLAN",
         "empty (none)",
         "post: the UpgradePlan that runs this post (hack/job.sh --plan sets it); post does not wait for that plan to end",
@@ -149,10 +164,20 @@ pub struct Config {
     pub restore_during_upgrade: bool,
     /// The UpgradePlan that runs this `post` (`UPGRADE_PLAN`): not waited for.
     pub upgrade_plan: Option<String>,
+    /// The armed `post` (`ARM`): its bound and its pace; `None`: not armed.
+    pub arm: Option<Arm>,
     /// With `MANAGEDCHART_NAME` empty: the ManagedChart read read-only for what of ours an
     /// earlier `pre` left there (`MANAGEDCHART_NAMESPACE`, default `fleet-local`, and the
     /// default name `harvester`, the one a `pre` with the defaults writes).
     pub unnamed_chart: Option<ObjectKey>,
+}
+
+/// The armed `post`'s bound (`ARM_WAIT_SECONDS`) and the time between two reads
+/// (`ARM_POLL_SECONDS`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Arm {
+    pub wait: Duration,
+    pub every: Duration,
 }
 
 /// Where the summary goes. The default path is written only if it exists: outside a pod,
@@ -184,6 +209,9 @@ struct Raw {
     allow_missing: Option<String>,
     restore_during_upgrade: Option<String>,
     upgrade_plan: Option<String>,
+    arm: Option<String>,
+    arm_wait_seconds: Option<String>,
+    arm_poll_seconds: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -268,6 +296,7 @@ impl Config {
         let restore_during_upgrade =
             boolean("RESTORE_DURING_UPGRADE", raw.restore_during_upgrade, false)?;
         let upgrade_plan = optional_name("UPGRADE_PLAN", raw.upgrade_plan)?;
+        let arm = arm(phase, raw.arm, raw.arm_wait_seconds, raw.arm_poll_seconds)?;
         let deadline = match raw.deadline_seconds.as_deref() {
             None => defaults::DEADLINE_SECONDS,
             Some(s) => s,
@@ -331,6 +360,7 @@ impl Config {
             allow_missing,
             restore_during_upgrade,
             upgrade_plan,
+            arm,
             unnamed_chart,
         };
         if phase != Phase::Status && config.intent.targets().is_empty() {
@@ -394,6 +424,43 @@ fn name(var: &str, value: Option<String>, default: &str) -> Result<String, Confi
     }
 }
 
+/// `ARM` and its settings; an armed run is a `post`.
+fn arm(
+    phase: Phase,
+    arm: Option<String>,
+    wait: Option<String>,
+    every: Option<String>,
+) -> Result<Option<Arm>, ConfigError> {
+    if !boolean("ARM", arm, false)? {
+        return Ok(None);
+    }
+    if phase != Phase::Post {
+        return Err(ConfigError(format!(
+            "ARM=true is for PHASE=post (the armed post), not PHASE={phase}"
+        )));
+    }
+    let seconds = |var: &str, raw: Option<String>, default: &str, max: u64| {
+        let value = raw.unwrap_or_else(|| default.to_string());
+        match value.parse::<u64>() {
+            Ok(n) if (1..=max).contains(&n) => Ok(Duration::from_secs(n)),
+            _ => Err(invalid(
+                var,
+                &value,
+                &format!("a whole number of seconds from 1 to {max}"),
+            )),
+        }
+    };
+    Ok(Some(Arm {
+        wait: seconds(
+            "ARM_WAIT_SECONDS",
+            wait,
+            defaults::ARM_WAIT_SECONDS,
+            2_592_000,
+        )?,
+        every: seconds("ARM_POLL_SECONDS", every, defaults::ARM_POLL_SECONDS, 30)?,
+    }))
+}
+
 /// An object name, or `None` when unset or empty.
 fn optional_name(var: &str, value: Option<String>) -> Result<Option<String>, ConfigError> {
     match value.filter(|v| !v.is_empty()) {
@@ -443,7 +510,8 @@ pub fn help() -> String {
          malformed object; 4 transient failures until the deadline; 5 interrupted (SIGTERM/SIGINT);\n\
          6 an object not found (see ALLOW_MISSING); 7 post: an upgrade still under way or its\n\
          cleanup pending at HARVESTER_CLEANUP_WAIT_SECONDS, nothing written; 8 written, but Fleet\n\
-         did not apply the ManagedChart change (an error, or FLEET_WAIT_SECONDS passed).\n",
+         did not apply the ManagedChart change (an error, or FLEET_WAIT_SECONDS passed); 9 ARM=true:\n\
+         no upgrade began and ended within ARM_WAIT_SECONDS, nothing written, the suspension stays.\n",
     );
     out
 }

@@ -99,7 +99,8 @@ pub fn offered_line(view: &View) -> Option<String> {
     ))
 }
 
-fn anything_of_ours(objects: &Objects) -> bool {
+/// Whether anything of ours is on either object: `post` has something to restore.
+pub fn anything_of_ours(objects: &Objects) -> bool {
     [&objects.kubevirt, &objects.chart]
         .into_iter()
         .flatten()

@@ -61,6 +61,10 @@ pub mod defaults {
     /// plan; 15 minutes covers that on a small cluster (past it, exit 7 fails the Job).
     pub const CLEANUP_WAIT_SECONDS: &str = "900";
     pub const FLEET_WAIT_SECONDS: &str = "600";
+    /// The armed `post` waits days, not hours: a week from `pre` to the upgrade's end.
+    pub const ARM_WAIT_SECONDS: &str = "604800";
+    /// At most twice a minute: cheap over days (a few requests a read).
+    pub const ARM_POLL_SECONDS: &str = "30";
     pub const TERMINATION_MESSAGE_PATH: &str = "/dev/termination-log";
 }
 

@@ -56,6 +56,8 @@ async fn change(
     let skipped = leftovers_check::read_skipped(cfg, cluster, done).await;
     // Harvester's own upgrade first: `pre` may leave the suspension to it, `post` waits for its
     // cleanup (and reads the objects again after it, so Fleet's generation is taken after it).
+    // The armed `post` first waits for the next upgrade to begin and end.
+    crate::armed_wait::wait(cfg, cluster, &mut objects, done).await?;
     if !harvester_gate::gate(cfg, cluster, &mut objects, done).await? {
         leftovers_check::after_steps(cfg, cluster, &objects, skipped, done).await;
         return Ok((objects.chart.clone(), objects));

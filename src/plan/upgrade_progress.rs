@@ -8,6 +8,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::harvester_upgrade::{self, Upgrade};
+use crate::model::FIELD_MANAGER;
 
 /// Harvester's states of an Upgrade (label `harvesterhci.io/upgradeState`), in the order its
 /// controller sets them (harvester/harvester `pkg/controller/master/upgrade/common.go` and
@@ -158,6 +159,37 @@ pub fn post_must_wait(upgrade: Option<&Upgrade>, plans: &[PlanView], ours: bool)
         why.push(cleanup);
     }
     (!why.is_empty()).then(|| why.join("; "))
+}
+
+/// When `pre` recorded the suspension: the earliest, over `objects`, of the latest time of our
+/// field manager's `managedFields` entries (pre writes the ManagedChart first). RFC 3339, as the
+/// API server writes it (whole seconds, UTC), so strings compare as times.
+pub fn record_time(objects: &[&Value]) -> Option<String> {
+    objects
+        .iter()
+        .filter_map(|o| {
+            o.pointer("/metadata/managedFields")
+                .and_then(Value::as_array)?
+                .iter()
+                .filter(|e| e["manager"] == FIELD_MANAGER)
+                .filter_map(|e| e["time"].as_str())
+                .max()
+                .map(str::to_string)
+        })
+        .min()
+}
+
+/// The armed `post`: the upgrade that began since `since` (created then or later), or one under
+/// way now (a `pre` that came late), in words; `None`: none yet.
+pub fn begun(upgrade: Option<&Upgrade>, plans: &[PlanView], since: &str) -> Option<String> {
+    let upgrade = upgrade
+        .filter(|u| u.created.as_str() >= since || upgrade_under_way(u))
+        .map(Upgrade::describe);
+    let plan = plans
+        .iter()
+        .find(|p| p.created.as_str() >= since || p.under_way())
+        .map(PlanView::describe);
+    upgrade.or(plan)
 }
 
 #[cfg(test)]

@@ -1,4 +1,5 @@
 use super::*;
+use crate::model::FIELD_MANAGER;
 use crate::plan::harvester_upgrade::{CLEANUP_DONE, CLEANUP_LABEL, LATEST_LABEL, STATE_LABEL};
 use proptest::prelude::*;
 use serde_json::json;
@@ -149,4 +150,64 @@ proptest! {
         let expected = ours && (running || plan_running || cleanup);
         prop_assert_eq!(post_must_wait(Some(&u), &views, ours).is_some(), expected);
     }
+}
+
+#[test]
+fn the_record_time_is_pres_first_write() {
+    let obj = |times: &[(&str, &str)]| {
+        let mf: Vec<Value> = times
+            .iter()
+            .map(|(m, t)| json!({"manager": m, "operation": "Update", "time": t}))
+            .collect();
+        json!({"metadata": {"managedFields": mf}})
+    };
+    let chart = obj(&[
+        ("helm", "2026-11-01T00:00:00Z"),
+        (FIELD_MANAGER, "2026-12-01T10:00:00Z"),
+    ]);
+    let kv = obj(&[
+        (FIELD_MANAGER, "2026-12-01T10:00:01Z"),
+        ("kubectl-patch", "2026-12-02T00:00:00Z"),
+    ]);
+    assert_eq!(
+        record_time(&[&chart, &kv]).as_deref(),
+        Some("2026-12-01T10:00:00Z")
+    );
+    assert_eq!(
+        record_time(&[&obj(&[("helm", "2026-11-01T00:00:00Z")])]),
+        None
+    );
+}
+
+#[test]
+fn an_upgrade_has_begun_if_created_since_the_record_or_under_way() {
+    let since = "2026-12-01T10:00:00Z";
+    let at = |created: &str, state: &str| {
+        let mut u = upgrade("v1.7.1", Some(state), false, false);
+        u.created = created.into();
+        u
+    };
+    assert_eq!(
+        begun(Some(&at("2026-11-01T00:00:00Z", "Succeeded")), &[], since),
+        None
+    );
+    assert!(begun(Some(&at("2026-12-01T10:00:00Z", "Succeeded")), &[], since).is_some());
+    assert!(
+        begun(
+            Some(&at("2026-11-01T00:00:00Z", "UpgradingNodes")),
+            &[],
+            since
+        )
+        .is_some()
+    );
+    let mut old_plan = PlanView::from_json(&plan(Some("Succeeded"), "currentPhase"));
+    old_plan.created = "2026-11-01T00:00:00Z".into();
+    assert_eq!(begun(None, std::slice::from_ref(&old_plan), since), None);
+    old_plan.created = "2026-12-02T00:00:00Z".into();
+    assert!(
+        begun(None, &[old_plan], since)
+            .unwrap()
+            .contains("UpgradePlan")
+    );
+    assert_eq!(begun(None, &[], since), None);
 }
