@@ -9,6 +9,10 @@ use serde::Deserialize;
 use crate::model::{ObjectKey, defaults};
 use crate::vocabulary::{Intent, Keys, Phase, Steps};
 
+mod armed;
+pub use armed::Arm;
+use armed::{arm, optional_name};
+
 /// The git commit the binary was built from (build.rs), or `unknown`.
 pub const COMMIT: &str = env!("WUG_GIT_COMMIT");
 
@@ -170,14 +174,6 @@ pub struct Config {
     /// earlier `pre` left there (`MANAGEDCHART_NAMESPACE`, default `fleet-local`, and the
     /// default name `harvester`, the one a `pre` with the defaults writes).
     pub unnamed_chart: Option<ObjectKey>,
-}
-
-/// The armed `post`'s bound (`ARM_WAIT_SECONDS`) and the time between two reads
-/// (`ARM_POLL_SECONDS`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Arm {
-    pub wait: Duration,
-    pub every: Duration,
 }
 
 /// Where the summary goes. The default path is written only if it exists: outside a pod,
@@ -421,51 +417,6 @@ fn name(var: &str, value: Option<String>, default: &str) -> Result<String, Confi
             &v,
             "an object name (RFC 1123 subdomain: a-z, 0-9, '-', '.')",
         ))
-    }
-}
-
-/// `ARM` and its settings; an armed run is a `post`.
-fn arm(
-    phase: Phase,
-    arm: Option<String>,
-    wait: Option<String>,
-    every: Option<String>,
-) -> Result<Option<Arm>, ConfigError> {
-    if !boolean("ARM", arm, false)? {
-        return Ok(None);
-    }
-    if phase != Phase::Post {
-        return Err(ConfigError(format!(
-            "ARM=true is for PHASE=post (the armed post), not PHASE={phase}"
-        )));
-    }
-    let seconds = |var: &str, raw: Option<String>, default: &str, max: u64| {
-        let value = raw.unwrap_or_else(|| default.to_string());
-        match value.parse::<u64>() {
-            Ok(n) if (1..=max).contains(&n) => Ok(Duration::from_secs(n)),
-            _ => Err(invalid(
-                var,
-                &value,
-                &format!("a whole number of seconds from 1 to {max}"),
-            )),
-        }
-    };
-    Ok(Some(Arm {
-        wait: seconds(
-            "ARM_WAIT_SECONDS",
-            wait,
-            defaults::ARM_WAIT_SECONDS,
-            2_592_000,
-        )?,
-        every: seconds("ARM_POLL_SECONDS", every, defaults::ARM_POLL_SECONDS, 30)?,
-    }))
-}
-
-/// An object name, or `None` when unset or empty.
-fn optional_name(var: &str, value: Option<String>) -> Result<Option<String>, ConfigError> {
-    match value.filter(|v| !v.is_empty()) {
-        Some(v) => name(var, Some(v), "").map(Some),
-        None => Ok(None),
     }
 }
 
