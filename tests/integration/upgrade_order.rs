@@ -255,3 +255,88 @@ async fn the_addons_upgrade_plan_is_waited_for_in_every_phase() {
     own.delete(&client).await;
     cp.down();
 }
+
+/// The armed `post` (`ARM=true`, reads every second here: `ARM_POLL_SECONDS=1`; 30 s by
+/// default), started right after `pre`: it waits while no upgrade has begun, through every state
+/// of a v1.7.1 upgrade, and restores within 5 s of its end, never before. A by-hand `post` first:
+/// the armed one then has nothing to do and ends 0, as does a new pod of it. At its bound: exit
+/// 9, nothing written, the suspension stays.
+#[tokio::test]
+async fn the_armed_post_restores_once_after_the_next_upgrade_and_never_before() {
+    let client = admin().await;
+    let kubeconfig = control_plane().kubeconfig();
+    let armed = |ns: &str, extra: &[(&str, &str)]| {
+        let mut e = env(ns, "post", &[("ARM", "true"), ("ARM_POLL_SECONDS", "1")]);
+        for (k, v) in extra {
+            e.insert((*k).into(), (*v).into());
+        }
+        let kc = kubeconfig.clone();
+        tokio::spawn(async move { run_bin(&kc, e).await })
+    };
+    let ns = suspended(&client, &kubeconfig, "order-armed").await;
+    let before = versions(&client, &ns).await;
+    let post = armed(&ns, &[]);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        !post.is_finished(),
+        "no upgrade has begun: the armed post waits"
+    );
+    let up = Upgrade::start(&client, &ns, "hvst-upgrade-armed", "v1.7.1").await;
+    for state in running(UPGRADE_STATES) {
+        up.set_state(&client, state).await;
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert!(!post.is_finished(), "the armed post ended during {state}");
+        assert_eq!(
+            versions(&client, &ns).await,
+            before,
+            "{state}: nothing written"
+        );
+    }
+    let ended = Instant::now();
+    up.finish(&client, true).await;
+    let run = tokio::time::timeout(Duration::from_secs(5), post)
+        .await
+        .expect("the armed post restores within 5 s of the end")
+        .unwrap();
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(ended.elapsed() < Duration::from_secs(5));
+    assert!(run.stderr.contains("hvst-upgrade-armed"), "{}", run.stderr);
+    assert_eq!(kubevirt_methods(&client, &ns).await, json!(["LiveMigrate"]));
+    // A new pod of the same Job after the restore: nothing to do.
+    let again = armed(&ns, &[]).await.unwrap();
+    assert_eq!(again.code, 0, "{again:?}");
+    assert!(again.stderr.contains("nothing of ours"), "{}", again.stderr);
+
+    // pre again (the last upgrade is over, created before this record); a by-hand post first.
+    let pre = run_bin(&kubeconfig, env(&ns, "pre", &[])).await;
+    assert_eq!(pre.code, 0, "{pre:?}");
+    let post = armed(&ns, &[]);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(!post.is_finished(), "the old upgrade is not the next one");
+    let by_hand = run_bin(&kubeconfig, env(&ns, "post", &[])).await;
+    assert_eq!(by_hand.code, 0, "{by_hand:?}");
+    let run = tokio::time::timeout(Duration::from_secs(5), post)
+        .await
+        .expect("the armed post sees the by-hand restore")
+        .unwrap();
+    assert_eq!(run.code, 0, "{run:?}");
+    assert_eq!(kubevirt_methods(&client, &ns).await, json!(["LiveMigrate"]));
+
+    // The bound: no upgrade within ARM_WAIT_SECONDS.
+    let pre = run_bin(&kubeconfig, env(&ns, "pre", &[])).await;
+    assert_eq!(pre.code, 0, "{pre:?}");
+    let before = versions(&client, &ns).await;
+    let run = armed(&ns, &[("ARM_WAIT_SECONDS", "2")]).await.unwrap();
+    assert_eq!(run.code, i32::from(exit::ARMED_BOUND), "{run:?}");
+    let error = run.summary.as_ref().unwrap()["error"].as_str().unwrap();
+    for words in [
+        "ARM_WAIT_SECONDS",
+        "nothing was written",
+        "the suspension stays",
+        "no upgrade has begun",
+    ] {
+        assert!(error.contains(words), "{words:?} in {error}");
+    }
+    assert_eq!(versions(&client, &ns).await, before);
+    assert_eq!(kubevirt_methods(&client, &ns).await, json!([]));
+}
