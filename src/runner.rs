@@ -334,13 +334,14 @@ async fn status(
             })
             .collect(),
     });
+    let armed = armed_section(cfg, cluster, done).await;
     match cfg.log_format {
         LogFormat::Json => writeln!(
             out,
             "{}",
             serde_json::to_string(&report).expect("report serializes")
         ),
-        LogFormat::Text => write!(out, "{report}"),
+        LogFormat::Text => write!(out, "{report}{armed}"),
     }
     .and_then(|()| out.flush())
     .map_err(|e| Error::Output(e.to_string()))?;
@@ -352,6 +353,23 @@ async fn status(
         done.push(missing(cfg, target, "")?);
     }
     Ok(report.verdict)
+}
+
+/// `status`: the armed `post`'s Job, if there is one (issue 28): what it waits for and since
+/// when, for the text report and the termination message's steps.
+async fn armed_section(cfg: &Config, cluster: &Cluster, done: &mut Vec<Done>) -> String {
+    let ns = &cfg.intent.keys.kubevirt.namespace;
+    let job = cluster.job(ns, plan::upgrade_progress::ARMED_JOB).await;
+    let Some(lines) = plan::upgrade_progress::armed_lines(job.as_ref()) else {
+        return String::new();
+    };
+    done.push(Done {
+        target: Target::new(Kind::KubeVirt, &cfg.intent.keys.kubevirt),
+        outcome: Outcome::Unchanged,
+        actions: vec![lines.join(" ")],
+        warnings: vec![],
+    });
+    lines.iter().map(|l| format!("{l}\n")).collect()
 }
 
 /// Test builds only: `FAILPOINTS=after-write-managedchart=return` kills the process with SIGKILL

@@ -192,5 +192,46 @@ pub fn begun(upgrade: Option<&Upgrade>, plans: &[PlanView], since: &str) -> Opti
     upgrade.or(plan)
 }
 
+/// The name of the armed `post`'s Job (manifests/post-armed): one at a time.
+pub const ARMED_JOB: &str = "workload-update-guard-post-armed";
+
+/// `status`'s lines on the armed `post`'s Job: running (what it waits for, since when), ended at
+/// its bound (the suspension stays), or ended; `None`: no such Job.
+pub fn armed_lines(job: Option<&Value>) -> Option<Vec<String>> {
+    let job = job?;
+    let text = |ptr: &str| job.pointer(ptr).and_then(Value::as_str).unwrap_or("");
+    let ns = text("/metadata/namespace");
+    let since = text("/metadata/creationTimestamp");
+    let ended = job
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .and_then(|c| {
+            c.iter().find(|c| {
+                c["status"] == "True" && (c["type"] == "Complete" || c["type"] == "Failed")
+            })
+        })
+        .map(|c| {
+            (
+                c["type"].as_str().unwrap_or(""),
+                c["message"].as_str().unwrap_or(""),
+            )
+        });
+    let head = format!("armed post    Job {ns}/{ARMED_JOB}, since {since}");
+    Some(match ended {
+        None => vec![
+            head,
+            "              waits for the next upgrade (a Harvester Upgrade or UpgradePlan created \
+             after pre's record, or one under way) to begin and to end, cleanup included; then \
+             it restores"
+                .to_string(),
+        ],
+        Some(("Complete", _)) => vec![format!("{head}: ended (Complete)")],
+        Some((_, message)) => vec![format!(
+            "{head}: FAILED ({message}); at its bound (exit 9) it leaves the suspension: run post \
+             once the upgrade has ended, or arm again"
+        )],
+    })
+}
+
 #[cfg(test)]
 mod tests;

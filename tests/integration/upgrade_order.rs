@@ -276,6 +276,23 @@ async fn the_armed_post_restores_once_after_the_next_upgrade_and_never_before() 
     let ns = suspended(&client, &kubeconfig, "order-armed").await;
     let before = versions(&client, &ns).await;
     let post = armed(&ns, &[]);
+    // Its Job (no kubelet here: the object alone), which status names.
+    let job: k8s_openapi::api::batch::v1::Job = serde_json::from_value(json!({
+        "metadata": {"name": "workload-update-guard-post-armed", "namespace": ns},
+        "spec": {"template": {"spec": {"restartPolicy": "Never",
+            "containers": [{"name": "guard", "image": "workload-update-guard"}]}}}}))
+    .unwrap();
+    kube::Api::namespaced(client.clone(), &ns)
+        .create(&Default::default(), &job)
+        .await
+        .unwrap();
+    let status = run_bin(&kubeconfig, env(&ns, "status", &[])).await;
+    assert!(
+        status.stdout.contains("armed post    Job")
+            && status.stdout.contains("waits for the next upgrade"),
+        "{}",
+        status.stdout
+    );
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(
         !post.is_finished(),
