@@ -4,7 +4,8 @@
 //! again: with nothing of ours left (a by-hand `post`, or an earlier pod's restore) there is
 //! nothing to wait for and the run ends 0, so the restore happens once. The decisions are in
 //! [`plan::upgrade_progress`]; the reads go through [`Cluster::poll_paced`], at most twice a
-//! minute, whose sleeps the run's request deadline does not count.
+//! minute, whose sleeps the run's request deadline does not count, and each read gets the whole
+//! deadline ([`Cluster::restart_deadline`]): days of reads do not add up to `DEADLINE_SECONDS`.
 
 use std::time::Duration;
 
@@ -63,6 +64,7 @@ pub async fn wait(
             bound,
             (arm.every, SAY_EVERY),
             async || {
+                cluster.restart_deadline();
                 let mut now = Objects::default();
                 for target in cfg.intent.targets() {
                     now.set(target.kind, cluster.get(&target).await?);
@@ -96,6 +98,7 @@ pub async fn wait(
             },
         )
         .await?;
+    cluster.restart_deadline();
     match waited {
         Ok(now) => {
             for kind in [Kind::KubeVirt, Kind::ManagedChart] {

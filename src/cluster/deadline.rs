@@ -53,6 +53,14 @@ impl Deadline {
         }
     }
 
+    /// Starts its clock again from now, with its whole bound.
+    pub(super) fn restart(&self) {
+        let mut c = self.0.lock().expect("not poisoned");
+        if let Some(bound) = c.bound {
+            c.at = Some(tokio::time::Instant::now() + bound);
+        }
+    }
+
     /// Sleeps `d` with the clock stopped; it moves on by the time slept.
     async fn sleep_apart(&self, d: Duration) {
         struct Resume<'a>(&'a Deadline);
@@ -85,6 +93,14 @@ pub const POLL_INTERVAL: Duration = Duration::from_millis(250);
 pub const PROGRESS_EVERY: Duration = Duration::from_secs(10);
 
 impl Cluster {
+    /// Gives the run's request deadline its whole bound again, from now: the armed `post` reads
+    /// for days, and each of its reads (and the restore after them) gets `DEADLINE_SECONDS` for
+    /// its retries (an API server restarted during the control plane's upgrade), not what the
+    /// reads before it left.
+    pub fn restart_deadline(&self) {
+        self.deadline.restart();
+    }
+
     /// The one polling helper (for Fleet's status now, for a list of objects as well): calls
     /// `read` (whose requests go through the retry layer like any other) every
     /// [`POLL_INTERVAL`] until it returns [`Poll::Ready`], for at most `bound`. At the first
