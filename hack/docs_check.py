@@ -3,7 +3,7 @@
 
 - every exit code the binary defines (src/error.rs, `mod exit`) has a row in the README's
   exit-code table, with a meaning, and no row names a code the binary does not define; the
-  table's Job column says what the Jobs' podFailurePolicy does with it;
+  table's Job column says what the Jobs' podFailurePolicy does with it (in any Job);
 - every variable of the configuration table (src/config.rs, `VARIABLES`) is in the README's
   variables table and in docs/configuration.md;
 - docs/jobs.md's "Job contract" table gives each manifest's activeDeadlineSeconds, backoffLimit
@@ -112,14 +112,14 @@ def main():
     contract = {r[0].strip("`"): dict(zip(header, r)) for r in table_after(jobs_md, "### The Job contract, per manifest")}
     manifests = sorted(f"manifests/{p.name}" for p in (ROOT / "manifests").iterdir()
                        if p.is_dir() and p.name not in ("base", "job"))
-    the_job_policy = None
+    fail, count = set(), set()
     for m in manifests:
         job = rendered(kubectl, m)
         if job is None:
             continue
         seen = policy(job)
-        if m == "manifests/pre":
-            the_job_policy = seen
+        fail |= set(filter(None, seen["FailJob"].split(", ")))
+        count |= set(filter(None, seen["Count"].split(", ")))
         if m not in contract:
             problems.append(f"docs/jobs.md: {m} makes a Job but has no row in the Job contract table")
             continue
@@ -129,9 +129,8 @@ def main():
     for m in sorted(set(contract) - set(manifests)):
         problems.append(f"docs/jobs.md: the Job contract names {m}, which is not a manifest")
 
-    if the_job_policy:
-        fail = set(the_job_policy["FailJob"].split(", "))
-        count = set(the_job_policy["Count"].split(", "))
+    # What the Jobs do with each code (a code only one Job exits with is that Job's rule).
+    if fail or count:
         for code, r in sorted(documented.items()):
             job_col = r[2] if len(r) > 2 else ""
             want = "FailJob" if str(code) in fail else "Count" if str(code) in count else "-"

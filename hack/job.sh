@@ -7,8 +7,15 @@ set -euo pipefail
 
 usage() {
   cat >&2 <<'USAGE'
-usage: hack/job.sh COMMAND PHASE [OPTIONS]     PHASE: pre, post or status
+usage: hack/job.sh COMMAND PHASE [OPTIONS]     PHASE: pre, post, status or post-armed
+       hack/job.sh arm [OPTIONS]
        hack/job.sh images [--image IMAGE]
+
+  arm           right after pre: create the armed post Job (manifests/post-armed,
+                workload-update-guard-post-armed), which waits for the next upgrade to begin and
+                to end (cleanup included, at most ARM_WAIT_SECONDS, a week), then restores as
+                post does. Refused while an armed Job still runs (one at a time). It does not
+                wait: `hack/job.sh run status` names it, `hack/job.sh wait post-armed` waits.
 
   run PHASE     run the phase again, and wait as `wait` does:
                 - refuses while the phase's Job is still running (it never starts a second run
@@ -33,10 +40,13 @@ options:
                       labelled management.harvesterhci.io/upgrade-plan=PLAN and
                       management.harvesterhci.io/upgrade-component=workload-update-guard-PHASE
                       (the Job and its pods), owned by the UpgradePlan PLAN (which must exist: the
-                      Job and its pods go with it), ttlSecondsAfterFinished 604800 (7 days)
+                      Job and its pods go with it), ttlSecondsAfterFinished 604800 (7 days), and
+                      UPGRADE_PLAN=PLAN in its environment (post does not wait for the plan that
+                      runs it to end)
   --image IMAGE       the guard's image (default: the one manifests/job/kustomization.yaml names)
-  --timeout SECONDS   how long `wait` waits (default 1900; the Job's own bound is its
-                      activeDeadlineSeconds, 1800)
+  --timeout SECONDS   how long `wait` waits (default: the Job's own bound, its
+                      activeDeadlineSeconds, and 60 s more: 1860 for pre and status, 2760 for
+                      post, whose Job waits for an upgrade under way and its cleanup)
   --pull-timeout SECONDS
                       how long a pod may fail to pull its image before the Job is failed
                       (default 120; 0 never). ErrImageNeverPull and InvalidImageName fail at once.
@@ -60,7 +70,7 @@ die() { echo "job: ERROR: $*" >&2; exit 2; }
 # bad MESSAGE: a wrong command line: the one-line error, then a one-line hint (not the usage).
 bad() {
   echo "job: ERROR: $*" >&2
-  echo "usage: hack/job.sh run|wait|render pre|post|status [--plan PLAN] [--image IMAGE] [--timeout SECONDS] [--pull-timeout SECONDS] (hack/job.sh --help says more)" >&2
+  echo "usage: hack/job.sh run|wait|render pre|post|status|post-armed | arm [--plan PLAN] [--image IMAGE] [--timeout SECONDS] [--pull-timeout SECONDS] (hack/job.sh --help says more)" >&2
   exit 2
 }
 say() { echo "job: $*" >&2; }
@@ -72,16 +82,18 @@ case "$cmd" in
   run|wait|render) ;;
   # The image of the status Job (the same in every phase's), unless --image says otherwise.
   images) phase=status; set -- "$1" status "${@:2}" ;;
+  # arm is `run post-armed` without the wait (which lasts until the upgrade's end).
+  arm) phase=post-armed; set -- "$cmd" "$phase" "${@:2}" ;;
   "") usage; exit 2 ;;
-  *) bad "unknown command '$cmd': expected run, wait, render or images" ;;
+  *) bad "unknown command '$cmd': expected run, wait, render, arm or images" ;;
 esac
 case "$phase" in
-  pre|post|status) ;;
+  pre|post|status|post-armed) ;;
   "") bad "$cmd needs a PHASE: pre, post or status" ;;
-  *) bad "PHASE must be pre, post or status, not '$phase'" ;;
+  *) bad "PHASE must be pre, post, status or post-armed, not '$phase'" ;;
 esac
 shift 2
-plan="" image="" timeout=1900 pull_timeout=120
+plan="" image="" timeout="" pull_timeout=120
 while (( $# )); do
   case "$1" in
     --plan) plan="${2:?--plan needs a value}"; shift 2 ;;
@@ -91,7 +103,7 @@ while (( $# )); do
     *) bad "unknown option '$1'" ;;
   esac
 done
-[[ "$timeout" =~ ^[0-9]+$ && "$pull_timeout" =~ ^[0-9]+$ ]] || die "--timeout and --pull-timeout take seconds"
+[[ ( -z "$timeout" || "$timeout" =~ ^[0-9]+$ ) && "$pull_timeout" =~ ^[0-9]+$ ]] || die "--timeout and --pull-timeout take seconds"
 command -v jq >/dev/null || die "jq is required"
 command -v "$KUBECTL" >/dev/null || die "kubectl is required (KUBECTL=$KUBECTL is not found)"
 
@@ -142,6 +154,7 @@ render() { # the kustomization of the phase, with --image and --plan applied, as
                 "kind": "UpgradePlan", "name": $plan, "uid": $uid,
                 "controller": true, "blockOwnerDeletion": true}]
             | .spec.ttlSecondsAfterFinished = 604800
+            | .spec.template.spec.containers[0].env += [{"name": "UPGRADE_PLAN", "value": $plan}]
           end
       end)
     | {"apiVersion": "v1", "kind": "List", "items": .}' <<<"$objects"
@@ -217,6 +230,12 @@ fail_unpullable() {
 
 wait_job() {
   local start=$SECONDS j outcome last_pull_check=-10
+  j="$(job_json)" || die "job $NS/$job not found"
+  # By default the Job's own bound and a minute more, so a Job still within its bound never
+  # reads as 124.
+  if [[ -z "$timeout" ]]; then
+    timeout="$(jq -r '(.spec.activeDeadlineSeconds // 1800) + 60' <<<"$j")"
+  fi
   say "waiting for job $NS/$job (Complete or Failed, at most $timeout s)"
   while :; do
     j="$(job_json)" || die "job $NS/$job not found"
@@ -244,6 +263,7 @@ run() {
   local j objects outcome
   if j="$(job_json)"; then
     outcome="$(finished "$j")"
+    [[ "$phase" != post-armed || -n "$outcome" ]] || die "an armed post is already waiting (job $NS/$job, since $(jq -r '.metadata.creationTimestamp' <<<"$j")): a second arm is refused; hack/job.sh run status names it"
     [[ -n "$outcome" ]] || die "job $NS/$job is still running: wait for it (hack/job.sh wait $phase${plan:+ --plan $plan}), or delete it yourself"
     say "the previous run of $job ended $outcome ($(jq -r '.metadata.creationTimestamp' <<<"$j")):"
     report "$j"
@@ -256,6 +276,10 @@ run() {
   jq '.items |= map(select(.kind == "Job"))' <<<"$objects" | k create -f - >/dev/null \
     || die "kubectl create job $NS/$job failed"
   say "created job $NS/$job"
+  if [[ "$cmd" == arm ]]; then
+    say "armed: it waits for the next upgrade to begin and to end, then restores (hack/job.sh wait post-armed waits with it)"
+    return 0
+  fi
   wait_job
 }
 
@@ -313,6 +337,6 @@ images() {
 case "$cmd" in
   render) render ;;
   wait) wait_job ;;
-  run) run ;;
+  run | arm) run ;;
   images) images ;;
 esac

@@ -9,6 +9,10 @@ use serde::Deserialize;
 use crate::model::{ObjectKey, defaults};
 use crate::vocabulary::{Intent, Keys, Phase, Steps};
 
+mod armed;
+pub use armed::Arm;
+use armed::{arm, optional_name};
+
 /// The git commit the binary was built from (build.rs), or `unknown`.
 pub const COMMIT: &str = env!("WUG_GIT_COMMIT");
 
@@ -89,7 +93,32 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
     (
         "HARVESTER_CLEANUP_WAIT_SECONDS",
         defaults::CLEANUP_WAIT_SECONDS,
-        "post: how long to wait for the latest Harvester Upgrade's cleanup before restoring (0..=86400; past it, exit 7)",
+        "post: its one bound on waiting, before restoring, for an upgrade under way (Harvester's latest Upgrade, the add-on's UpgradePlans) to end and for the latest Upgrade's cleanup (0..=86400; past it, exit 7, nothing written)",
+    ),
+    (
+        "RESTORE_DURING_UPGRADE",
+        "false",
+        "post: restore even while an upgrade is under way or its cleanup pending (an Upgrade stuck for good), with a RestoredDuringUpgrade warning naming it",
+    ),
+    (
+        "ARM",
+        "false",
+        "post: the armed post: wait for the next upgrade (a Harvester Upgrade or UpgradePlan created after pre's record, or one under way) to begin and to end, cleanup included, then restore as post does (hack/job.sh arm); nothing of ours left: ends 0 at once",
+    ),
+    (
+        "ARM_WAIT_SECONDS",
+        defaults::ARM_WAIT_SECONDS,
+        "ARM=true: the bound of that wait (1..=2592000); past it, exit 9, nothing written, the suspension stays",
+    ),
+    (
+        "ARM_POLL_SECONDS",
+        defaults::ARM_POLL_SECONDS,
+        "ARM=true: seconds between two reads of the upgrade (1..=30): at most twice a minute",
+    ),
+    (
+        "UPGRADE_PLAN",
+        "empty (none)",
+        "post: the UpgradePlan that runs this post (hack/job.sh --plan sets it); post does not wait for that plan to end",
     ),
     (
         "PRE_EVEN_IF_NOT_NEEDED",
@@ -143,6 +172,12 @@ pub struct Config {
     /// `pre` suspends even where Harvester's own handling of the coming release makes it
     /// unnecessary (`PRE_EVEN_IF_NOT_NEEDED`).
     pub even_if_not_needed: bool,
+    /// `post` restores even while an upgrade is under way (`RESTORE_DURING_UPGRADE`).
+    pub restore_during_upgrade: bool,
+    /// The UpgradePlan that runs this `post` (`UPGRADE_PLAN`): not waited for.
+    pub upgrade_plan: Option<String>,
+    /// The armed `post` (`ARM`): its bound and its pace; `None`: not armed.
+    pub arm: Option<Arm>,
     /// With `MANAGEDCHART_NAME` empty: the ManagedChart read read-only for what of ours an
     /// earlier `pre` left there (`MANAGEDCHART_NAMESPACE`, default `fleet-local`, and the
     /// default name `harvester`, the one a `pre` with the defaults writes).
@@ -177,6 +212,11 @@ struct Raw {
     termination_message_path: Option<String>,
     allow_missing: Option<String>,
     pre_even_if_not_needed: Option<String>,
+    restore_during_upgrade: Option<String>,
+    upgrade_plan: Option<String>,
+    arm: Option<String>,
+    arm_wait_seconds: Option<String>,
+    arm_poll_seconds: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -291,6 +331,10 @@ impl Config {
         let dry_run = boolean("DRY_RUN", raw.dry_run, false)?;
         let even_if_not_needed =
             boolean("PRE_EVEN_IF_NOT_NEEDED", raw.pre_even_if_not_needed, false)?;
+        let restore_during_upgrade =
+            boolean("RESTORE_DURING_UPGRADE", raw.restore_during_upgrade, false)?;
+        let upgrade_plan = optional_name("UPGRADE_PLAN", raw.upgrade_plan)?;
+        let arm = arm(phase, raw.arm, raw.arm_wait_seconds, raw.arm_poll_seconds)?;
         let deadline = seconds(
             "DEADLINE_SECONDS",
             raw.deadline_seconds,
@@ -330,6 +374,9 @@ impl Config {
             termination_message,
             allow_missing,
             even_if_not_needed,
+            restore_during_upgrade,
+            upgrade_plan,
+            arm,
             unnamed_chart,
         };
         if phase != Phase::Status && config.intent.targets().is_empty() {
@@ -432,8 +479,10 @@ pub fn help() -> String {
     out.push_str(
         "\nExit codes: 0 success (incl. already so); 2 bad configuration; 3 permanent refusal or\n\
          malformed object; 4 transient failures until the deadline; 5 interrupted (SIGTERM/SIGINT);\n\
-         6 an object not found (see ALLOW_MISSING); 8 written, but Fleet did not apply the\n\
-         ManagedChart change (an error, or FLEET_WAIT_SECONDS passed).\n",
+         6 an object not found (see ALLOW_MISSING); 7 post: an upgrade still under way or its\n\
+         cleanup pending at HARVESTER_CLEANUP_WAIT_SECONDS, nothing written; 8 written, but Fleet\n\
+         did not apply the ManagedChart change (an error, or FLEET_WAIT_SECONDS passed); 9 ARM=true:\n\
+         no upgrade began and ended within ARM_WAIT_SECONDS, nothing written, the suspension stays.\n",
     );
     out
 }

@@ -25,6 +25,10 @@ pub mod exit {
     /// Fleet did not apply the phase's ManagedChart change: it reported an error for the new
     /// generation, or `FLEET_WAIT_SECONDS` passed. The writes stand; a rerun cannot fix it.
     pub const FLEET_NOT_APPLIED: u8 = 8;
+    /// The armed `post` (`ARM=true`): no upgrade began and ended (cleanup included) within
+    /// `ARM_WAIT_SECONDS`. Nothing was written: the suspension stays (turning updates on with
+    /// no upgrade seen could start the wave just as the operator starts the upgrade).
+    pub const ARMED_BOUND: u8 = 9;
 }
 
 /// What a request was about.
@@ -109,6 +113,9 @@ pub enum Error {
     /// Upgrade and what to do.
     #[error("{0}")]
     CleanupPending(String),
+    /// The armed `post` waited past `ARM_WAIT_SECONDS`; the message says what it saw.
+    #[error("{0}")]
+    ArmedBound(String),
     /// The writes were made; Fleet has not deployed them (README, "Exit codes").
     #[error("{target}: written, but Fleet has not applied the change: {message}")]
     FleetNotApplied { target: Target, message: String },
@@ -129,6 +136,7 @@ impl Error {
             Error::Missing { .. } => exit::MISSING,
             Error::CleanupPending(_) => exit::CLEANUP_PENDING,
             Error::FleetNotApplied { .. } => exit::FLEET_NOT_APPLIED,
+            Error::ArmedBound(_) => exit::ARMED_BOUND,
         }
     }
 

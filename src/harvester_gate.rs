@@ -17,8 +17,11 @@ use crate::plan::harvester_upgrade::{
 };
 use crate::plan::pre_advice::{self, Advice, Coming};
 use crate::plan::records::methods;
+use crate::plan::upgrade_progress::{self, PlanView};
 use crate::vocabulary::{Objects, Phase, Refusal};
-use crate::warnings::{HARVESTER_SUSPENDED, NOT_NEEDED, PRE_LATE, Warning};
+use crate::warnings::{
+    HARVESTER_SUSPENDED, NOT_NEEDED, PRE_LATE, RESTORED_DURING_UPGRADE, Warning,
+};
 
 /// What the cluster says of Harvester's upgrades; empty on a cluster without Harvester.
 #[derive(Debug, Clone, Default)]
@@ -26,6 +29,8 @@ pub struct View {
     pub upgrade: Option<Upgrade>,
     /// The releases on offer that handle the methods themselves, newest first.
     pub offered: Vec<(String, Handling)>,
+    /// `post`: the add-on's UpgradePlans (but the one that runs this post, `UPGRADE_PLAN`).
+    pub plans: Vec<PlanView>,
     /// Every release on offer, newest first (`pre`'s "exactly one release on offer").
     pub on_offer: Vec<(String, Handling)>,
 }
@@ -66,6 +71,14 @@ pub async fn read(cluster: &Cluster, cfg: &Config) -> Result<View, Error> {
         false => cluster.harvester_setting(SERVER_VERSION).await?,
     };
     let on_offer = harvester_upgrade::on_offer(&versions, current.as_deref());
+    // Only `post` waits for the add-on's upgrade; the others' RBAC does not read UpgradePlans.
+    let plans = match cfg.intent.phase {
+        Phase::Post => cluster
+            .list_cluster_scoped(Kind::UpgradePlan)
+            .await?
+            .unwrap_or_default(),
+        _ => Vec::new(),
+    };
     Ok(View {
         upgrade,
         offered: on_offer
@@ -74,6 +87,7 @@ pub async fn read(cluster: &Cluster, cfg: &Config) -> Result<View, Error> {
             .cloned()
             .collect(),
         on_offer,
+        plans: upgrade_progress::plans(&plans, cfg.upgrade_plan.as_deref()),
     })
 }
 
@@ -104,7 +118,8 @@ pub fn offered_line(view: &View) -> Option<String> {
     ))
 }
 
-fn anything_of_ours(objects: &Objects) -> bool {
+/// Whether anything of ours is on either object: `post` has something to restore.
+pub fn anything_of_ours(objects: &Objects) -> bool {
     [&objects.kubevirt, &objects.chart]
         .into_iter()
         .flatten()
@@ -286,10 +301,18 @@ async fn under_way(cluster: &Cluster) -> Result<Vec<pre_advice::Migration>, Stri
     }
 }
 
-/// `post`, before its writes: while the latest Upgrade's cleanup may still write the methods
-/// and something of ours is on the objects, wait for it ([`Cluster::poll`], bounded by
-/// `HARVESTER_CLEANUP_WAIT_SECONDS`); then the objects are read again, as the cleanup may have
-/// written them. Past the bound: exit 7, nothing written.
+/// Why `post` must wait now (`None`: it may restore): an upgrade under way, for every release,
+/// or the latest Upgrade's cleanup pending ([`upgrade_progress::post_must_wait`]).
+fn must_wait(view: &View, ours: bool) -> Option<String> {
+    upgrade_progress::post_must_wait(view.upgrade.as_ref(), &view.plans, ours)
+}
+
+/// `post`, before its writes: while an upgrade is under way (any release: turning updates on
+/// mid-upgrade starts the wave the guard exists to prevent), or the latest Upgrade's cleanup may
+/// still write the methods, and something of ours is on the objects, wait ([`Cluster::poll`],
+/// one bound for the whole wait: `HARVESTER_CLEANUP_WAIT_SECONDS`); then the objects are read
+/// again, as the cleanup may have written them. Past the bound: exit 7, nothing written.
+/// `RESTORE_DURING_UPGRADE=true`: no wait, a warning naming what is under way.
 async fn before_post(
     cfg: &Config,
     cluster: &Cluster,
@@ -298,9 +321,21 @@ async fn before_post(
 ) -> Result<(), Error> {
     let ours = anything_of_ours(objects);
     let view = read(cluster, cfg).await?;
-    let Some(reason) = harvester_upgrade::post_must_wait(view.upgrade.as_ref(), ours) else {
+    let Some(reason) = must_wait(&view, ours) else {
         return Ok(());
     };
+    if cfg.restore_during_upgrade {
+        let why = format!(
+            "RESTORE_DURING_UPGRADE=true: restoring anyway, though {reason}; updates are turned \
+             on now, and a pending cleanup may still write the methods"
+        );
+        let said = warning(RESTORED_DURING_UPGRADE, why);
+        cluster.warn(objects.kubevirt.as_ref(), None, &said).await;
+        let mut d = note(cfg, vec![]);
+        d.warnings.push(said);
+        done.push(d);
+        return Ok(());
+    }
     if cfg.dry_run {
         let line = format!(
             "would wait first (dry run: planned against the objects as they are): {reason}"
@@ -311,18 +346,15 @@ async fn before_post(
     }
     let started = tokio::time::Instant::now();
     let bound = cfg.cleanup_wait;
-    let u = view.upgrade.clone().expect("a pending upgrade");
     let waited = cluster
         .poll(
             bound,
             async || {
                 let view = read(cluster, cfg).await?;
-                Ok(
-                    match harvester_upgrade::post_must_wait(view.upgrade.as_ref(), ours) {
-                        None => Poll::Ready(()),
-                        Some(why) => Poll::Pending(why),
-                    },
-                )
+                Ok(match must_wait(&view, ours) {
+                    None => Poll::Ready(()),
+                    Some(why) => Poll::Pending(why),
+                })
             },
             |waited, seen| {
                 info!(
@@ -334,19 +366,13 @@ async fn before_post(
         )
         .await?;
     if let Err(last) = waited {
-        return Err(Error::CleanupPending(format!(
-            "waited {}s: {last}; nothing was written. Check it (kubectl -n {} get \
-             upgrades.harvesterhci.io {} -o yaml), then run post again once it carries \
-             {CLEANUP_LABEL}={CLEANUP_DONE}, or delete the Upgrade if it is stuck (Harvester's \
-             cleanup runs on deletion), or raise HARVESTER_CLEANUP_WAIT_SECONDS",
-            bound.as_secs(),
-            u.namespace,
-            u.name
+        return Err(Error::CleanupPending(pending_message(
+            cfg, &view, bound, &last,
         )));
     }
     let took = started.elapsed();
     let line = format!(
-        "waited {:.1} s for Harvester's upgrade cleanup ({reason})",
+        "waited {:.1} s for the upgrade to end and Harvester's cleanup ({reason})",
         took.as_secs_f64()
     );
     info!("{line}");
@@ -360,6 +386,33 @@ async fn before_post(
     }
     done.push(note(cfg, vec![line]));
     Ok(())
+}
+
+/// Exit 7's one line: what was last seen (naming the Upgrade or UpgradePlan and its state),
+/// that nothing was written, and what to do.
+fn pending_message(cfg: &Config, view: &View, bound: std::time::Duration, last: &str) -> String {
+    let check = match (&view.upgrade, view.plans.iter().find(|p| p.under_way())) {
+        (Some(u), _) => format!(
+            "kubectl -n {} get upgrades.harvesterhci.io {} -o yaml",
+            u.namespace, u.name
+        ),
+        (None, Some(p)) => format!(
+            "kubectl get upgradeplans.management.harvesterhci.io {}",
+            p.name
+        ),
+        (None, None) => format!(
+            "kubectl -n {} get upgrades.harvesterhci.io",
+            cfg.intent.keys.kubevirt.namespace
+        ),
+    };
+    format!(
+        "waited {}s: {last}; nothing was written. Check it ({check}), then run post again once \
+         the upgrade has ended and, for a release that handles the methods, the Upgrade carries \
+         {CLEANUP_LABEL}={CLEANUP_DONE}; or delete the Upgrade if it is stuck (Harvester's \
+         cleanup runs on deletion), or raise HARVESTER_CLEANUP_WAIT_SECONDS, or set \
+         RESTORE_DURING_UPGRADE=true to restore anyway",
+        bound.as_secs()
+    )
 }
 
 /// Harvester's own version, a cluster-scoped `Setting`.

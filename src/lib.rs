@@ -11,9 +11,11 @@
 //! - [`cluster`]: all I/O with the API server (read, conditional write, retry, events);
 //! - [`fleet_wait`], [`harvester_gate`], [`leftovers_check`]: the I/O around a phase's writes:
 //!   the wait for Fleet, Harvester's own upgrade, what is left on what a phase skips;
+//! - [`armed_wait`]: the armed `post`'s wait for the next upgrade to begin and end;
 //! - [`report`]: `status`'s report: its data, its judgement (the verdict) and its text;
 //! - [`runner`]: runs a phase: read, plan, write step by step, report.
 
+pub mod armed_wait;
 pub mod cluster;
 pub mod config;
 pub mod error;

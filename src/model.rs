@@ -61,6 +61,10 @@ pub mod defaults {
     /// plan; 15 minutes covers that on a small cluster (past it, exit 7 fails the Job).
     pub const CLEANUP_WAIT_SECONDS: &str = "900";
     pub const FLEET_WAIT_SECONDS: &str = "600";
+    /// The armed `post` waits days, not hours: a week from `pre` to the upgrade's end.
+    pub const ARM_WAIT_SECONDS: &str = "604800";
+    /// At most twice a minute: cheap over days (a few requests a read).
+    pub const ARM_POLL_SECONDS: &str = "30";
     pub const TERMINATION_MESSAGE_PATH: &str = "/dev/termination-log";
 }
 
@@ -82,6 +86,8 @@ pub enum Kind {
     Version,
     /// Harvester's `Setting` (cluster-scoped; the guard reads `server-version` only).
     Setting,
+    /// The upgrade-manager add-on's `UpgradePlan` (cluster-scoped, read only).
+    UpgradePlan,
 }
 
 impl Kind {
@@ -90,6 +96,7 @@ impl Kind {
             Kind::KubeVirt | Kind::Migration => "kubevirt.io/v1",
             Kind::ManagedChart => "management.cattle.io/v3",
             Kind::Upgrade | Kind::Version | Kind::Setting => "harvesterhci.io/v1beta1",
+            Kind::UpgradePlan => "management.harvesterhci.io/v1beta1",
         }
     }
 
@@ -101,6 +108,7 @@ impl Kind {
             Kind::Upgrade => "Upgrade",
             Kind::Version => "Version",
             Kind::Setting => "Setting",
+            Kind::UpgradePlan => "UpgradePlan",
         }
     }
 
@@ -112,6 +120,7 @@ impl Kind {
             Kind::Upgrade => "upgrades",
             Kind::Version => "versions",
             Kind::Setting => "settings",
+            Kind::UpgradePlan => "upgradeplans",
         }
     }
 

@@ -10,6 +10,7 @@
 //! - [`ownership`]: `managedFields`: who owns the methods, and the release of our claim;
 //! - [`harvester_upgrade`]: Harvester's own upgrade: its backup, its cleanup, its blind restores;
 //! - [`pre_advice`]: whether `pre` is needed for the coming release, and whether it comes late;
+//! - [`upgrade_progress`]: whether an upgrade (Harvester's or the add-on's) is under way;
 //! - [`records`]: the annotation formats and their checked readers (shared with `report`);
 //! - [`leftovers`]: what a phase leaves of ours on what it was told to skip (a step off, no name);
 //! - [`migrations`]: the workload-update migrations under way;
@@ -33,5 +34,6 @@ pub mod pre_advice;
 pub mod records;
 #[cfg(test)]
 pub(crate) mod testing;
+pub mod upgrade_progress;
 
 pub use order::{plan_phase, plan_step, steps};

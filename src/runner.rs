@@ -56,6 +56,8 @@ async fn change(
     let skipped = leftovers_check::read_skipped(cfg, cluster, done).await;
     // Harvester's own upgrade first: `pre` may leave the suspension to it, `post` waits for its
     // cleanup (and reads the objects again after it, so Fleet's generation is taken after it).
+    // The armed `post` first waits for the next upgrade to begin and end.
+    crate::armed_wait::wait(cfg, cluster, &mut objects, done).await?;
     if !harvester_gate::gate(cfg, cluster, &mut objects, done).await? {
         leftovers_check::after_steps(cfg, cluster, &objects, skipped, done).await;
         return Ok((objects.chart.clone(), objects));
@@ -344,13 +346,14 @@ async fn status(
             })
             .collect(),
     });
+    let armed = armed_section(cfg, cluster, done).await;
     match cfg.log_format {
         LogFormat::Json => writeln!(
             out,
             "{}",
             serde_json::to_string(&report).expect("report serializes")
         ),
-        LogFormat::Text => write!(out, "{report}"),
+        LogFormat::Text => write!(out, "{report}{armed}"),
     }
     .and_then(|()| out.flush())
     .map_err(|e| Error::Output(e.to_string()))?;
@@ -362,6 +365,23 @@ async fn status(
         done.push(missing(cfg, target, "")?);
     }
     Ok(report.verdict)
+}
+
+/// `status`: the armed `post`'s Job, if there is one (issue 28): what it waits for and since
+/// when, for the text report and the termination message's steps.
+async fn armed_section(cfg: &Config, cluster: &Cluster, done: &mut Vec<Done>) -> String {
+    let ns = &cfg.intent.keys.kubevirt.namespace;
+    let job = cluster.job(ns, plan::upgrade_progress::ARMED_JOB).await;
+    let Some(lines) = plan::upgrade_progress::armed_lines(job.as_ref()) else {
+        return String::new();
+    };
+    done.push(Done {
+        target: Target::new(Kind::KubeVirt, &cfg.intent.keys.kubevirt),
+        outcome: Outcome::Unchanged,
+        actions: vec![lines.join(" ")],
+        warnings: vec![],
+    });
+    lines.iter().map(|l| format!("{l}\n")).collect()
 }
 
 /// Test builds only: `FAILPOINTS=after-write-managedchart=return` kills the process with SIGKILL

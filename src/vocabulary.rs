@@ -32,7 +32,9 @@ impl Steps {
         match kind {
             Kind::KubeVirt => self.kubevirt,
             Kind::ManagedChart => self.values || self.compare,
-            Kind::Migration | Kind::Upgrade | Kind::Version | Kind::Setting => false,
+            Kind::Migration | Kind::Upgrade | Kind::Version | Kind::Setting | Kind::UpgradePlan => {
+                false
+            }
         }
     }
 }
@@ -50,7 +52,9 @@ impl Keys {
         match kind {
             Kind::KubeVirt => Some(Target::new(kind, &self.kubevirt)),
             Kind::ManagedChart => self.chart.as_ref().map(|k| Target::new(kind, k)),
-            Kind::Migration | Kind::Upgrade | Kind::Version | Kind::Setting => None,
+            Kind::Migration | Kind::Upgrade | Kind::Version | Kind::Setting | Kind::UpgradePlan => {
+                None
+            }
         }
     }
 }
@@ -130,7 +134,9 @@ impl Objects {
         match kind {
             Kind::KubeVirt => self.kubevirt.as_ref(),
             Kind::ManagedChart => self.chart.as_ref(),
-            Kind::Migration | Kind::Upgrade | Kind::Version | Kind::Setting => None,
+            Kind::Migration | Kind::Upgrade | Kind::Version | Kind::Setting | Kind::UpgradePlan => {
+                None
+            }
         }
     }
 
@@ -138,7 +144,8 @@ impl Objects {
         match kind {
             Kind::KubeVirt => self.kubevirt = obj,
             Kind::ManagedChart => self.chart = obj,
-            Kind::Migration | Kind::Upgrade | Kind::Version | Kind::Setting => {}
+            Kind::Migration | Kind::Upgrade | Kind::Version | Kind::Setting | Kind::UpgradePlan => {
+            }
         }
     }
 }

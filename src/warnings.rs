@@ -23,6 +23,9 @@ pub const COMPARE_PATCH_GONE: &str = "ComparePatchRemovedByOthers";
 pub const UPDATE_CLAIM_LEFT: &str = "WorkloadUpdateMethodsUpdateClaim";
 /// Harvester's own upgrade suspended the updates: `pre` leaves them to it.
 pub const HARVESTER_SUSPENDED: &str = "HarvesterUpgradeSuspendedUpdates";
+/// `post` restored with `RESTORE_DURING_UPGRADE=true` while an upgrade was under way (or its
+/// cleanup pending).
+pub const RESTORED_DURING_UPGRADE: &str = "RestoredDuringUpgrade";
 /// Another manager's `Update` claim holds a value the values do not render: Helm will conflict.
 pub const CONFLICT: &str = "FleetDeployWillConflict";
 /// The ManagedChart is paused: Fleet applies nothing until it is unpaused.
@@ -49,6 +52,7 @@ pub const ALL: &[&str] = &[
     COMPARE_PATCH_GONE,
     UPDATE_CLAIM_LEFT,
     HARVESTER_SUSPENDED,
+    RESTORED_DURING_UPGRADE,
     CONFLICT,
     PAUSED,
     NOT_APPLIED,

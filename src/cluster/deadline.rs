@@ -53,6 +53,14 @@ impl Deadline {
         }
     }
 
+    /// Starts its clock again from now, with its whole bound.
+    pub(super) fn restart(&self) {
+        let mut c = self.0.lock().expect("not poisoned");
+        if let Some(bound) = c.bound {
+            c.at = Some(tokio::time::Instant::now() + bound);
+        }
+    }
+
     /// Sleeps `d` with the clock stopped; it moves on by the time slept.
     async fn sleep_apart(&self, d: Duration) {
         struct Resume<'a>(&'a Deadline);
@@ -85,6 +93,14 @@ pub const POLL_INTERVAL: Duration = Duration::from_millis(250);
 pub const PROGRESS_EVERY: Duration = Duration::from_secs(10);
 
 impl Cluster {
+    /// Gives the run's request deadline its whole bound again, from now: the armed `post` reads
+    /// for days, and each of its reads (and the restore after them) gets `DEADLINE_SECONDS` for
+    /// its retries (an API server restarted during the control plane's upgrade), not what the
+    /// reads before it left.
+    pub fn restart_deadline(&self) {
+        self.deadline.restart();
+    }
+
     /// The one polling helper (for Fleet's status now, for a list of objects as well): calls
     /// `read` (whose requests go through the retry layer like any other) every
     /// [`POLL_INTERVAL`] until it returns [`Poll::Ready`], for at most `bound`. At the first
@@ -96,6 +112,19 @@ impl Cluster {
     pub async fn poll<T>(
         &self,
         bound: Duration,
+        read: impl AsyncFnMut() -> Result<Poll<T>, Error>,
+        progress: impl FnMut(Duration, &str),
+    ) -> Result<Result<T, String>, Error> {
+        self.poll_paced(bound, (POLL_INTERVAL, PROGRESS_EVERY), read, progress)
+            .await
+    }
+
+    /// [`Cluster::poll`] at another pace: `(every, say_every)`, the time between two reads and
+    /// between two progress lines (the armed `post` reads at most twice a minute for days).
+    pub async fn poll_paced<T>(
+        &self,
+        bound: Duration,
+        (every, say_every): (Duration, Duration),
         mut read: impl AsyncFnMut() -> Result<Poll<T>, Error>,
         mut progress: impl FnMut(Duration, &str),
     ) -> Result<Result<T, String>, Error> {
@@ -123,13 +152,11 @@ impl Cluster {
             if now >= end {
                 return Ok(Err(last));
             }
-            if said.is_none_or(|t| now - t >= PROGRESS_EVERY) {
+            if said.is_none_or(|t| now - t >= say_every) {
                 said = Some(now);
                 progress(now - start, &last);
             }
-            self.deadline
-                .sleep_apart(POLL_INTERVAL.min(end - now))
-                .await;
+            self.deadline.sleep_apart(every.min(end - now)).await;
             if tokio::time::Instant::now() >= end {
                 return Ok(Err(last));
             }

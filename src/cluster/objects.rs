@@ -185,6 +185,52 @@ impl Cluster {
         }
     }
 
+    /// Every object of the cluster-scoped `kind` (the add-on's UpgradePlans, a handful), from
+    /// the watch cache as [`Cluster::list_harvester`]; `None` when the resource is not served
+    /// (no add-on).
+    pub async fn list_cluster_scoped(&self, kind: Kind) -> Result<Option<Vec<Value>>, Error> {
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &kind.resource());
+        let params = ListParams::default().match_any();
+        let subject = || Subject::Listed {
+            kind,
+            namespace: "(cluster)".into(),
+        };
+        match self
+            .call(&format!("list {}", subject()), || api.list(&params))
+            .await
+        {
+            Ok(list) => Ok(Some(
+                list.items
+                    .into_iter()
+                    .map(|o| serde_json::to_value(o).expect("objects serialize"))
+                    .collect(),
+            )),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
+            Err(e) => Err(self.permanent(subject(), e)),
+        }
+    }
+
+    /// The Job `namespace/name` (`status`: the armed post's), or `None` when it is not there or
+    /// may not be read (a 403 says nothing about it: the report just leaves it out).
+    pub async fn job(&self, namespace: &str, name: &str) -> Option<Value> {
+        let resource = kube::api::ApiResource::from_gvk_with_plural(
+            &kube::core::GroupVersionKind::gvk("batch", "v1", "Job"),
+            "jobs",
+        );
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), namespace, &resource);
+        match self
+            .call(&format!("get job {namespace}/{name}"), || api.get(name))
+            .await
+        {
+            Ok(o) => Some(serde_json::to_value(o).expect("objects serialize")),
+            Err(e) => {
+                debug!(error = %e, "the armed post's Job not read");
+                None
+            }
+        }
+    }
+
     /// The `value` of Harvester's cluster-scoped `Setting` `name`; `None` when it, or the
     /// resource, is not there (not a Harvester cluster).
     pub async fn harvester_setting(&self, name: &str) -> Result<Option<String>, Error> {

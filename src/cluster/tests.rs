@@ -730,3 +730,21 @@ async fn a_refused_event_is_kept_for_the_summary() {
     assert!(failed[0].starts_with("Why: "), "{failed:?}");
     assert!(failed[0].contains("403"), "{failed:?}");
 }
+
+/// The armed post's reads each get the whole deadline again: a restart moves it on from now.
+#[tokio::test(start_paused = true)]
+async fn a_restarted_deadline_has_its_whole_bound_again() {
+    let d = Deadline::new(Duration::from_secs(10));
+    tokio::time::advance(Duration::from_secs(8)).await;
+    d.restart();
+    tokio::time::advance(Duration::from_secs(8)).await;
+    let passed = tokio::time::timeout(Duration::from_millis(1), d.passed()).await;
+    assert!(
+        passed.is_err(),
+        "16 s in, 8 s after the restart: not passed"
+    );
+    tokio::time::advance(Duration::from_secs(3)).await;
+    tokio::time::timeout(Duration::from_millis(1), d.passed())
+        .await
+        .expect("11 s after the restart: passed");
+}

@@ -148,6 +148,9 @@ pub struct Upgrade {
     pub cleaned_up: bool,
     /// Being deleted: its cleanup runs, then it is gone.
     pub deleting: bool,
+    /// `metadata.creationTimestamp` (the armed `post`: an upgrade begun after `pre`).
+    #[serde(skip)]
+    pub created: String,
 }
 
 impl Upgrade {
@@ -198,6 +201,7 @@ impl Upgrade {
             backup,
             cleaned_up: label(CLEANUP_LABEL) == Some(CLEANUP_DONE),
             deleting: obj.pointer("/metadata/deletionTimestamp").is_some(),
+            created: text("/metadata/creationTimestamp").to_string(),
         })
     }
 

@@ -13,3 +13,4 @@ mod process;
 #[path = "../support/mod.rs"]
 mod support;
 mod upgrade;
+mod upgrade_order;

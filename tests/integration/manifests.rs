@@ -421,3 +421,46 @@ async fn the_service_account_token_runs_every_phase_and_nothing_else() {
     let run = run_bin(&kubeconfig, env).await;
     assert_eq!(run.code, i32::from(exit::PERMANENT), "{run:?}");
 }
+
+/// The armed post (manifests/post-armed): post with ARM=true under its fixed name (the lock),
+/// evictions Ignored first, exit 9 failing the Job, room for a node's reboots, and a bound above
+/// ARM_WAIT_SECONDS and post's own.
+#[test]
+fn the_armed_post_job_outlasts_its_bound_and_survives_drains() {
+    let armed = job("post-armed");
+    let post = job("post");
+    let spec = &armed["spec"];
+    assert_eq!(
+        armed["metadata"]["name"],
+        "workload-update-guard-post-armed"
+    );
+    let env = job_env(&armed);
+    assert_eq!(env["PHASE"], "post");
+    assert_eq!(env["ARM"], "true");
+    let wait: u64 = env["ARM_WAIT_SECONDS"].parse().unwrap();
+    assert_eq!(
+        wait.to_string(),
+        workload_update_guard::model::defaults::ARM_WAIT_SECONDS
+    );
+    let active = spec["activeDeadlineSeconds"].as_u64().unwrap();
+    assert!(active > wait + post["spec"]["activeDeadlineSeconds"].as_u64().unwrap());
+    assert!(spec["backoffLimit"].as_u64().unwrap() >= 10);
+    let rules = spec["podFailurePolicy"]["rules"].as_array().unwrap();
+    assert_eq!(rules[0]["action"], "Ignore");
+    assert_eq!(rules[0]["onPodConditions"][0]["type"], "DisruptionTarget");
+    assert_eq!(
+        rules[1]["onExitCodes"]["values"],
+        json!([
+            exit::CONFIG,
+            exit::PERMANENT,
+            exit::MISSING,
+            exit::CLEANUP_PENDING,
+            exit::FLEET_NOT_APPLIED,
+            exit::ARMED_BOUND
+        ])
+    );
+    assert_eq!(
+        armed["spec"]["template"]["spec"]["serviceAccountName"],
+        "workload-update-guard"
+    );
+}

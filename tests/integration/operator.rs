@@ -662,13 +662,14 @@ fn job_sh_says_what_is_wrong_in_one_line() {
     assert_eq!(lines.len(), 2, "{err}");
     assert_eq!(
         lines[0],
-        "job: ERROR: PHASE must be pre, post or status, not 'during'"
+        "job: ERROR: PHASE must be pre, post, status or post-armed, not 'during'"
     );
     assert!(lines[1].starts_with("usage: hack/job.sh run|wait|render pre|post|status"));
     for args in [
         &["run", "pre"][..],
         &["render", "status"],
         &["wait", "post"],
+        &["arm"],
     ] {
         let (code, err) = job(args);
         assert_eq!(code, Some(2), "{args:?}: {err}");

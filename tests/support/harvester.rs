@@ -73,7 +73,8 @@ pub struct Upgrade {
 }
 
 impl Upgrade {
-    /// Harvester's webhook and controller make it the latest: the label on it, off the others.
+    /// Harvester's webhook and controller make it the latest: the label on it, off the others,
+    /// and the first state (`upgrade_controller.go` `initStatus`: `PreparingLoggingInfra`).
     pub async fn start(client: &Client, ns: &str, name: &str, version: &str) -> Upgrade {
         for mut old in api(client, "Upgrade", ns)
             .list(&Default::default())
@@ -94,7 +95,7 @@ impl Upgrade {
             ns,
             json!({"apiVersion": "harvesterhci.io/v1beta1", "kind": "Upgrade",
                    "metadata": {"name": name, "namespace": ns,
-                                "labels": {LATEST_LABEL: "true", STATE_LABEL: "Started"}},
+                                "labels": {LATEST_LABEL: "true", STATE_LABEL: "PreparingLoggingInfra"}},
                    "spec": {"version": version}}),
         )
         .await;
@@ -260,6 +261,13 @@ impl Upgrade {
         self.cleaned_up(client).await;
     }
 
+    /// The controller moves the state label on (`upgrade_controller.go` and `job_controller.go`
+    /// set `harvesterhci.io/upgradeState` with an Update of the Upgrade; here a merge patch of
+    /// the label as `harvester`, the same field and manager).
+    pub async fn set_state(&self, client: &Client, state: &str) {
+        self.label(client, json!({STATE_LABEL: state})).await;
+    }
+
     async fn cleaned_up(&self, client: &Client) {
         self.label(client, json!({CLEANUP_LABEL: CLEANUP_DONE}))
             .await;
@@ -421,4 +429,69 @@ pub async fn server_version(client: &Client, version: &str) {
     api.patch("server-version", &pp, &Patch::Apply(&obj))
         .await
         .unwrap();
+}
+
+/// The upgrade-manager add-on's `UpgradePlan` (upgrade-toolkit `api/v1beta1/upgradeplan_types.go`,
+/// cluster-scoped), created as its webhook admits it (no status yet) and moved through its
+/// phases as its controller does: a merge patch of the status subresource as `upgrade-toolkit`.
+pub struct UpgradePlan {
+    pub name: String,
+}
+
+impl UpgradePlan {
+    pub async fn create(client: &Client, name: &str, version: &str) -> UpgradePlan {
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource("UpgradePlan"));
+        let obj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "management.harvesterhci.io/v1beta1", "kind": "UpgradePlan",
+            "metadata": {"name": name}, "spec": {"version": version}}))
+        .unwrap();
+        api.create(&PostParams::default(), &obj).await.unwrap();
+        let plan = UpgradePlan { name: name.into() };
+        plan.cached(client, None).await;
+        plan
+    }
+
+    /// Waits until the API server's watch cache, which the guard lists from, shows the plan
+    /// (with `phase`): right after a write, a list from the cache may not show it yet, and the
+    /// test's next step must not race that (an upgrade's phases are minutes apart).
+    async fn cached(&self, client: &Client, phase: Option<&str>) {
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource("UpgradePlan"));
+        for _ in 0..200 {
+            let list = api
+                .list(&kube::api::ListParams::default().match_any())
+                .await
+                .unwrap();
+            let seen = list.items.iter().any(|p| {
+                p.metadata.name.as_deref() == Some(self.name.as_str())
+                    && phase.is_none_or(|ph| p.data["status"]["currentPhase"] == ph)
+            });
+            if seen {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        panic!("UpgradePlan {} not in the watch cache", self.name);
+    }
+
+    /// `status.currentPhase` (the fixture's field).
+    pub async fn set_phase(&self, client: &Client, phase: &str) {
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource("UpgradePlan"));
+        let pp = PatchParams {
+            field_manager: Some("upgrade-toolkit".into()),
+            ..Default::default()
+        };
+        api.patch_status(
+            &self.name,
+            &pp,
+            &Patch::Merge(json!({"status": {"currentPhase": phase}})),
+        )
+        .await
+        .unwrap();
+        self.cached(client, Some(phase)).await;
+    }
+
+    pub async fn delete(&self, client: &Client) {
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource("UpgradePlan"));
+        let _ = api.delete(&self.name, &Default::default()).await;
+    }
 }

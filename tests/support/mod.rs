@@ -224,6 +224,7 @@ pub fn resource(kind: &str) -> ApiResource {
         Kind::Upgrade,
         Kind::Version,
         Kind::Setting,
+        Kind::UpgradePlan,
     ]
     .into_iter()
     .find(|k| k.name() == kind)

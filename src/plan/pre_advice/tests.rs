@@ -11,6 +11,7 @@ fn upgrade(version: &str, state: &str) -> Upgrade {
         backup: crate::plan::harvester_upgrade::Backup::None,
         cleaned_up: false,
         deleting: false,
+        created: String::new(),
     }
 }
 

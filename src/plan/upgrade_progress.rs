@@ -1,0 +1,237 @@
+//! Whether an upgrade is under way (issue 28, point 1): `post` never turns updates on while one
+//! is, whatever the release, since every outdated VM would start live-migrating in the middle of
+//! the drains. Two kinds of upgrade: Harvester's `Upgrade` (its latest, read by
+//! [`harvester_upgrade::latest`]) and the upgrade-manager add-on's cluster-scoped `UpgradePlan`.
+//! Pure: the objects' JSON in, a decision out.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::harvester_upgrade::{self, Upgrade};
+use crate::model::FIELD_MANAGER;
+
+/// Harvester's states of an Upgrade (label `harvesterhci.io/upgradeState`), in the order its
+/// controller sets them (harvester/harvester `pkg/controller/master/upgrade/common.go` and
+/// `upgrade_controller.go`, `initStatus` and the job controller), the end states last.
+/// KubeVirt is upgraded in `UpgradingSystemServices`.
+pub const UPGRADE_STATES: &[&str] = &[
+    "PreparingLoggingInfra",
+    "LoggingInfraPrepared",
+    "CreatingUpgradeImage",
+    "PreparingRepo",
+    "RepoPrepared",
+    "PreparingNodes",
+    "UpgradingSystemServices",
+    "UpgradingNodes",
+    "Succeeded",
+    "Failed",
+];
+
+/// The add-on's phases of an UpgradePlan (harvester/upgrade-toolkit
+/// `api/v1beta1/upgradeplan_types.go`), in order, the end phases last.
+pub const PLAN_PHASES: &[&str] = &[
+    "Initializing",
+    "Initialized",
+    "ISODownloading",
+    "ISODownloaded",
+    "RepoCreating",
+    "RepoCreated",
+    "MetadataPopulating",
+    "MetadataPopulated",
+    "ImagePreloading",
+    "ImagePreloaded",
+    "ClusterUpgrading",
+    "ClusterUpgraded",
+    "NodeUpgrading",
+    "NodeUpgraded",
+    "CleaningUp",
+    "CleanedUp",
+    "Succeeded",
+    "Failed",
+];
+
+/// The states (and phases) in which an upgrade has ended.
+pub const ENDED: &[&str] = &["Succeeded", "Failed"];
+
+/// Whether a Harvester Upgrade is under way: its state is not an end state (an Upgrade with no
+/// state label yet has just been created: under way) and it is not being deleted (its removal
+/// runs the cleanup, then it is gone). `Completed` is the reader's name for a Completed=True
+/// condition without a state label.
+pub fn upgrade_under_way(u: &Upgrade) -> bool {
+    !u.deleting && !ENDED.contains(&u.state.as_str()) && u.state != "Completed"
+}
+
+/// One of the add-on's UpgradePlans, as the guard reads it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanView {
+    pub name: String,
+    /// `status.currentPhase` (the issue's and the fixture's field), else `status.phase` (the
+    /// field upgrade-toolkit's main branch names); empty when neither is set yet.
+    pub phase: String,
+    pub deleting: bool,
+    /// `metadata.creationTimestamp`, RFC 3339.
+    pub created: String,
+}
+
+impl PlanView {
+    pub fn from_json(obj: &Value) -> PlanView {
+        let text = |ptr: &str| obj.pointer(ptr).and_then(Value::as_str).unwrap_or("");
+        let phase = match text("/status/currentPhase") {
+            "" => text("/status/phase"),
+            p => p,
+        };
+        PlanView {
+            name: text("/metadata/name").to_string(),
+            phase: phase.to_string(),
+            deleting: obj.pointer("/metadata/deletionTimestamp").is_some(),
+            created: text("/metadata/creationTimestamp").to_string(),
+        }
+    }
+
+    /// Under way while its phase is not an end phase (none yet: just created) and it is not
+    /// being deleted (the add-on's Finalize runs on deletion).
+    pub fn under_way(&self) -> bool {
+        !self.deleting && !ENDED.contains(&self.phase.as_str())
+    }
+
+    /// `UpgradePlan NAME (phase X)`.
+    pub fn describe(&self) -> String {
+        let phase = if self.phase.is_empty() {
+            "no phase yet"
+        } else {
+            &self.phase
+        };
+        format!(
+            "UpgradePlan {} (phase {phase}{})",
+            self.name,
+            if self.deleting { ", being deleted" } else { "" }
+        )
+    }
+}
+
+/// The plans in `plans`, skipping `exempt` (the plan that runs this `post` itself, which cannot
+/// end before its post does).
+pub fn plans(plans: &[Value], exempt: Option<&str>) -> Vec<PlanView> {
+    plans
+        .iter()
+        .map(PlanView::from_json)
+        .filter(|p| Some(p.name.as_str()) != exempt)
+        .collect()
+}
+
+/// What is under way, in words, one entry per upgrade (empty: nothing).
+pub fn under_way(upgrade: Option<&Upgrade>, plans: &[PlanView]) -> Vec<String> {
+    let mut out: Vec<String> = upgrade
+        .filter(|u| upgrade_under_way(u))
+        .map(Upgrade::describe)
+        .into_iter()
+        .collect();
+    out.extend(
+        plans
+            .iter()
+            .filter(|p| p.under_way())
+            .map(PlanView::describe),
+    );
+    out
+}
+
+/// Whether `post` must wait before it restores, and for what: while an upgrade is under way
+/// (any release: turning updates on mid-upgrade starts the wave), and while the latest Upgrade's
+/// cleanup may still write the methods ([`harvester_upgrade::post_must_wait`]). Nothing of ours
+/// on the objects: nothing to restore, nothing to wait for.
+pub fn post_must_wait(upgrade: Option<&Upgrade>, plans: &[PlanView], ours: bool) -> Option<String> {
+    if !ours {
+        return None;
+    }
+    let running = under_way(upgrade, plans);
+    let mut why = Vec::new();
+    if !running.is_empty() {
+        why.push(format!(
+            "{} under way: post does not turn updates on during an upgrade",
+            running.join(" and ")
+        ));
+    }
+    // While the Upgrade runs, its cleanup is pending too: said once, by the line above.
+    if let Some(cleanup) = harvester_upgrade::post_must_wait(upgrade, ours)
+        && !upgrade.is_some_and(upgrade_under_way)
+    {
+        why.push(cleanup);
+    }
+    (!why.is_empty()).then(|| why.join("; "))
+}
+
+/// When `pre` recorded the suspension: the earliest, over `objects`, of the latest time of our
+/// field manager's `managedFields` entries (pre writes the ManagedChart first). RFC 3339, as the
+/// API server writes it (whole seconds, UTC), so strings compare as times.
+pub fn record_time(objects: &[&Value]) -> Option<String> {
+    objects
+        .iter()
+        .filter_map(|o| {
+            o.pointer("/metadata/managedFields")
+                .and_then(Value::as_array)?
+                .iter()
+                .filter(|e| e["manager"] == FIELD_MANAGER)
+                .filter_map(|e| e["time"].as_str())
+                .max()
+                .map(str::to_string)
+        })
+        .min()
+}
+
+/// The armed `post`: the upgrade that began since `since` (created then or later), or one under
+/// way now (a `pre` that came late), in words; `None`: none yet.
+pub fn begun(upgrade: Option<&Upgrade>, plans: &[PlanView], since: &str) -> Option<String> {
+    let upgrade = upgrade
+        .filter(|u| u.created.as_str() >= since || upgrade_under_way(u))
+        .map(Upgrade::describe);
+    let plan = plans
+        .iter()
+        .find(|p| p.created.as_str() >= since || p.under_way())
+        .map(PlanView::describe);
+    upgrade.or(plan)
+}
+
+/// The name of the armed `post`'s Job (manifests/post-armed): one at a time.
+pub const ARMED_JOB: &str = "workload-update-guard-post-armed";
+
+/// `status`'s lines on the armed `post`'s Job: running (what it waits for, since when), ended at
+/// its bound (the suspension stays), or ended; `None`: no such Job.
+pub fn armed_lines(job: Option<&Value>) -> Option<Vec<String>> {
+    let job = job?;
+    let text = |ptr: &str| job.pointer(ptr).and_then(Value::as_str).unwrap_or("");
+    let ns = text("/metadata/namespace");
+    let since = text("/metadata/creationTimestamp");
+    let ended = job
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .and_then(|c| {
+            c.iter().find(|c| {
+                c["status"] == "True" && (c["type"] == "Complete" || c["type"] == "Failed")
+            })
+        })
+        .map(|c| {
+            (
+                c["type"].as_str().unwrap_or(""),
+                c["message"].as_str().unwrap_or(""),
+            )
+        });
+    let head = format!("armed post    Job {ns}/{ARMED_JOB}, since {since}");
+    Some(match ended {
+        None => vec![
+            head,
+            "              waits for the next upgrade (a Harvester Upgrade or UpgradePlan created \
+             after pre's record, or one under way) to begin and to end, cleanup included; then \
+             it restores"
+                .to_string(),
+        ],
+        Some(("Complete", _)) => vec![format!("{head}: ended (Complete)")],
+        Some((_, message)) => vec![format!(
+            "{head}: FAILED ({message}); at its bound (exit 9) it leaves the suspension: run post \
+             once the upgrade has ended, or arm again"
+        )],
+    })
+}
+
+#[cfg(test)]
+mod tests;
