@@ -353,11 +353,7 @@ impl Config {
             defaults::FLEET_WAIT_SECONDS,
             0,
         )?;
-        let log_format = match raw.log_format.as_deref() {
-            None | Some("text") => LogFormat::Text,
-            Some("json") => LogFormat::Json,
-            Some(other) => return Err(invalid("LOG_FORMAT", other, "text or json")),
-        };
+        let log_format = log_format(raw.log_format.as_deref())?;
         let termination_message = termination_message(raw.termination_message_path.as_deref())?;
         let config = Config {
             intent: Intent {
@@ -485,6 +481,14 @@ pub fn help() -> String {
          no upgrade began and ended within ARM_WAIT_SECONDS, nothing written, the suspension stays.\n",
     );
     out
+}
+
+fn log_format(v: Option<&str>) -> Result<LogFormat, ConfigError> {
+    match v {
+        None | Some("text") => Ok(LogFormat::Text),
+        Some("json") => Ok(LogFormat::Json),
+        Some(other) => Err(invalid("LOG_FORMAT", other, "text or json")),
+    }
 }
 
 #[cfg(test)]
