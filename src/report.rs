@@ -605,4 +605,39 @@ mod tests {
         );
         assert_eq!(r.warnings.len(), 1, "{:?}", r.warnings);
     }
+
+    /// `status` gives `pre`'s own answer before `pre` runs, and says when `pre` has run.
+    #[test]
+    fn status_says_whether_pre_is_needed() {
+        use crate::model::Kind;
+        use crate::plan::testing::*;
+        let intent = intent(Phase::Status);
+        let kt = Target::new(Kind::KubeVirt, &kv());
+        let kv0 = kubevirt(Some(json!(["LiveMigrate"])));
+        for (offer, want) in [
+            (
+                "v1.7.3",
+                "pre is not needed: Harvester v1.7.3, the one release on offer",
+            ),
+            (
+                "v1.8.0",
+                "pre is not needed: Harvester v1.8.0, the one release on offer",
+            ),
+            (
+                "v1.7.1",
+                "pre is needed: Harvester v1.7.1, the one release on offer",
+            ),
+        ] {
+            let coming = Coming::of(None, None, &[(offer.into(), Handling::of(offer))]);
+            let text = Report::new(&intent, (&kt, Some(&kv0)), None, &[])
+                .with_harvester(None, vec![], coming)
+                .to_string();
+            assert!(text.contains(want), "{text}");
+        }
+        let unknown = Coming::of(None, None, &[]);
+        let text = Report::new(&intent, (&kt, Some(&pre_kv(&kv0))), None, &[])
+            .with_harvester(None, vec![], unknown)
+            .to_string();
+        assert!(text.contains("pre has run"), "{text}");
+    }
 }
