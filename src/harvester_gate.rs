@@ -36,10 +36,12 @@ pub struct View {
 }
 
 impl View {
-    /// The release the cluster upgrades to, as far as this view knows it. The add-on's
-    /// UpgradePlan is not read here yet (`Coming::AddOn` is given by its reader).
+    /// The release the cluster upgrades to, as far as this view knows it: an Upgrade under way,
+    /// else an add-on UpgradePlan under way, else the one release on offer.
     pub fn coming(&self) -> Coming {
-        Coming::of(self.upgrade.as_ref(), None, &self.on_offer)
+        let addon = self.plans.iter().find(|p| p.under_way());
+        let addon = addon.map(|p| (p.name.as_str(), p.version.as_str()));
+        Coming::of(self.upgrade.as_ref(), addon, &self.on_offer)
     }
 }
 
@@ -71,9 +73,10 @@ pub async fn read(cluster: &Cluster, cfg: &Config) -> Result<View, Error> {
         false => cluster.harvester_setting(SERVER_VERSION).await?,
     };
     let on_offer = harvester_upgrade::on_offer(&versions, current.as_deref());
-    // Only `post` waits for the add-on's upgrade; the others' RBAC does not read UpgradePlans.
+    // `post` waits for the add-on's upgrade, `pre` asks whether it is needed for it; `status`'s
+    // read-only RBAC does not read UpgradePlans.
     let plans = match cfg.intent.phase {
-        Phase::Post => cluster
+        Phase::Pre | Phase::Post => cluster
             .list_cluster_scoped(Kind::UpgradePlan)
             .await?
             .unwrap_or_default(),

@@ -72,6 +72,8 @@ pub struct PlanView {
     pub deleting: bool,
     /// `metadata.creationTimestamp`, RFC 3339.
     pub created: String,
+    /// `spec.version`: the release it upgrades to (`pre`'s "not needed" answer).
+    pub version: String,
 }
 
 impl PlanView {
@@ -86,6 +88,7 @@ impl PlanView {
             phase: phase.to_string(),
             deleting: obj.pointer("/metadata/deletionTimestamp").is_some(),
             created: text("/metadata/creationTimestamp").to_string(),
+            version: text("/spec/version").to_string(),
         }
     }
 

@@ -197,6 +197,33 @@ async fn the_addons_upgrade_plan_is_waited_for_in_every_phase() {
     let kubeconfig = cp.kubeconfig();
     let ns = suspended(&client, &kubeconfig, "order-addon").await;
     let plan = UpgradePlan::create(&client, "hvst-upgrade-addon", "v1.8.0").await;
+    // Issue 28 point 4: with the add-on's plan under way, `pre` knows the target. Its Finalize
+    // restores `[LiveMigrate]`, so for the default `pre` stands aside and writes nothing; for
+    // `[LiveMigrate, Evict]` it is needed and suspends.
+    for (methods, needed) in [
+        (json!(["LiveMigrate"]), false),
+        (json!(["LiveMigrate", "Evict"]), true),
+    ] {
+        let other = namespace(&client, "order-addon-pre").await;
+        harvester(&client, &other, Some(methods.clone())).await;
+        let before = versions(&client, &other).await;
+        let pre = run_bin(&kubeconfig, env(&other, "pre", &[])).await;
+        assert_eq!(pre.code, 0, "{pre:?}");
+        if needed {
+            assert_eq!(
+                kubevirt_methods(&client, &other).await,
+                json!([]),
+                "{pre:?}"
+            );
+        } else {
+            assert!(pre.stderr.contains("not needed"), "{pre:?}");
+            assert!(
+                pre.stderr.contains("hvst-upgrade-addon"),
+                "names the plan: {pre:?}"
+            );
+            assert_eq!(versions(&client, &other).await, before, "nothing written");
+        }
+    }
     post_waits_and_gives_up(
         &client,
         &kubeconfig,
