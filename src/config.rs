@@ -500,6 +500,44 @@ mod tests {
     }
 
     #[test]
+    fn the_armed_post_and_the_order_settings() {
+        let c = cfg(&[("PHASE", "post")]).unwrap();
+        assert_eq!(
+            (c.arm, c.restore_during_upgrade, c.upgrade_plan),
+            (None, false, None)
+        );
+        let c = cfg(&[("PHASE", "post"), ("ARM", "true")]).unwrap();
+        assert_eq!(
+            c.arm,
+            Some(Arm {
+                wait: Duration::from_secs(604_800),
+                every: Duration::from_secs(30)
+            })
+        );
+        let e = cfg(&[("PHASE", "pre"), ("ARM", "true")]).unwrap_err();
+        assert!(e.0.contains("PHASE=post"), "{e}");
+        for (var, bad) in [("ARM_WAIT_SECONDS", "0"), ("ARM_POLL_SECONDS", "31")] {
+            let e = cfg(&[("PHASE", "post"), ("ARM", "true"), (var, bad)]).unwrap_err();
+            assert!(e.0.starts_with(var), "{e}");
+        }
+        let c = cfg(&[
+            ("PHASE", "post"),
+            ("RESTORE_DURING_UPGRADE", "true"),
+            ("UPGRADE_PLAN", "hvst-upgrade-x"),
+        ])
+        .unwrap();
+        assert!(c.restore_during_upgrade);
+        assert_eq!(c.upgrade_plan.as_deref(), Some("hvst-upgrade-x"));
+        assert!(cfg(&[("PHASE", "post"), ("UPGRADE_PLAN", "Bad_Name")]).is_err());
+        assert_eq!(
+            cfg(&[("PHASE", "post"), ("UPGRADE_PLAN", "")])
+                .unwrap()
+                .upgrade_plan,
+            None
+        );
+    }
+
+    #[test]
     fn defaults_are_harvester_ones() {
         let c = cfg(&[("PHASE", "pre")]).unwrap();
         let i = &c.intent;

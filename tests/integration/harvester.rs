@@ -586,3 +586,49 @@ async fn pre_and_status_say_when_the_coming_upgrade_handles_it_itself() {
     assert!(pre.stderr.contains("hot-plug"), "{}", pre.stderr);
     phase_ok(&ns, "post").await;
 }
+
+/// The armed `post` (issue 28) beside v1.7.3's own handling (backup and restore): armed right
+/// after `pre`, it waits through the upgrade and past its end until Harvester's cleanup has
+/// written its backup back, then restores within 5 s of that cleanup; both objects end as
+/// without the guard.
+#[tokio::test]
+async fn armed_post_waits_for_the_upgrade_and_its_cleanup_then_restores() {
+    let client = admin().await;
+    let (control, chart) = install(&client, "hv-arm-c", None).await;
+    let (guarded, _) = install(&client, "hv-arm-g", None).await;
+    phase_ok(&guarded, "pre").await;
+    let armed = {
+        let ns = guarded.clone();
+        tokio::spawn(async move {
+            phase(&ns, "post", &[("ARM", "true"), ("ARM_POLL_SECONDS", "1")]).await
+        })
+    };
+    let mut ended = None;
+    for ns in [&control, &guarded] {
+        let g = ns == &guarded;
+        let up = Upgrade::start(&client, ns, "hvst-upgrade-1", "v1.7.3").await;
+        up.backup_and_suspend(&client, &chart).await;
+        up.set_state(&client, "UpgradingSystemServices").await;
+        up.upgrade_chart(&client, &chart).await.unwrap();
+        up.finish(&client, true).await;
+        if g {
+            still_waiting(&armed).await;
+            assert_eq!(kubevirt_methods(&client, ns).await, json!([]));
+        }
+        up.cleanup_values(&client).await;
+        if g {
+            ended = Some(std::time::Instant::now());
+        }
+    }
+    let run = tokio::time::timeout(std::time::Duration::from_secs(5), armed)
+        .await
+        .expect("the armed post restores within 5 s of the cleanup")
+        .unwrap();
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(ended.unwrap().elapsed() < std::time::Duration::from_secs(5));
+    assert_eq!(
+        kubevirt_methods(&client, &guarded).await,
+        json!(["LiveMigrate"])
+    );
+    same_as_without_the_guard(&client, &control, &guarded, &chart).await;
+}

@@ -464,3 +464,42 @@ fn the_armed_post_job_outlasts_its_bound_and_survives_drains() {
         "workload-update-guard"
     );
 }
+
+/// `hack/job.sh arm` creates the armed Job and returns at once; a second arm is refused while it
+/// runs (no kubelet here: the Job never ends, as one that waits for the upgrade).
+#[tokio::test]
+async fn a_second_arm_is_refused_while_one_waits() {
+    let _turn = BASE.lock().await;
+    ensure_harvester_namespaces();
+    let job_sh = |args: &[&str]| {
+        let out = std::process::Command::new("bash")
+            .arg(repo_root().join("hack/job.sh"))
+            .args(args)
+            .env("KUBECTL", control_plane().bin_dir.join("kubectl"))
+            .env("KUBECONFIG", control_plane().kubeconfig())
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, err) = job_sh(&["arm"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        err.contains("created job harvester-system/workload-update-guard-post-armed"),
+        "{err}"
+    );
+    assert!(err.contains("armed:"), "{err}");
+    let (code, err) = job_sh(&["arm"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("a second arm is refused"), "{err}");
+    kubectl_ok(&[
+        "-n",
+        "harvester-system",
+        "delete",
+        "job",
+        "workload-update-guard-post-armed",
+        "--wait",
+    ]);
+}
