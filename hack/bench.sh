@@ -8,7 +8,8 @@
 # 1 Event each (pre: 1 more, the warning of the demo state's migrations under way), plus the lists
 # (pre: Harvester's Upgrades and Versions, and the migrations; post: the Upgrades); RSS <= 20 MiB;
 # size <= 10 MiB. The demo's
-# ManagedChart has no Fleet status, so these phases have nothing to wait for.
+# ManagedChart has no Fleet status, so these phases have nothing to wait for. Then the armed post
+# while it waits (BENCH_ARMED_SECONDS, default 90): its requests per minute and its peak RSS.
 # Apart from those figures, the wait for Fleet (docs/design.md, "Waiting for Fleet"): BENCH_FLEET_RUNS
 # runs (default 3) of the integration test that deploys with the Fleet model (tests/support/fleet.rs,
 # a 5 s deploy by the real Helm 4); per phase, how long the model's deploy took and how long after
@@ -72,6 +73,20 @@ for tool in guard kubectl; do
     cmp -s "$work/initial.json" "$work/now.json" || { echo "bench: $tool cycle $i did not restore the state" >&2; diff "$work/initial.json" "$work/now.json" >&2; exit 1; }
   done
 done
+
+# The armed post while it waits (issue 28: cheap for hours or days): after a pre, ARM=true at its
+# default pace (ARM_POLL_SECONDS=30) with no upgrade begun, for ARMED_SECONDS; its requests (the
+# audit log) per minute and its peak RSS. SIGTERM ends it (exit 5), as a drain would.
+ARMED_SECONDS="${BENCH_ARMED_SECONDS:-90}"
+run guard pre armed
+before=$(audit_lines)
+armed_start=$(date +%s%N)
+PHASE=post ARM=true TERMINATION_MESSAGE_PATH="" RUST_LOG=warn \
+  /usr/bin/time -f "%M" -o "$work/armed-rss" timeout -s TERM "$ARMED_SECONDS" "$BIN" >/dev/null 2>&1 || true
+armed_ms=$(( ($(date +%s%N) - armed_start) / 1000000 ))
+after=$(audit_lines)
+sed -n "$((before + 1)),${after}p" "$dir/audit.log" > "$work/audit-armed.log"
+echo "$armed_ms $(tail -1 "$work/armed-rss")" > "$work/armed.txt"
 
 # The Fleet wait, apart: its own control plane per run (the test binary starts one).
 for i in $(seq 1 "${BENCH_FLEET_RUNS:-3}"); do
