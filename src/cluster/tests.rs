@@ -748,3 +748,219 @@ async fn a_restarted_deadline_has_its_whole_bound_again() {
         .await
         .expect("11 s after the restart: passed");
 }
+
+#[test]
+fn the_last_error_is_none_until_one_is_set() {
+    let last = LastError::default();
+    assert_eq!(last.peek(), None);
+    assert_eq!(last.get(), "none (a request was still in flight)");
+    last.set("get x at y: 503".into());
+    assert_eq!(last.peek().as_deref(), Some("get x at y: 503"));
+    assert_eq!(last.get(), "get x at y: 503");
+    // A clone shares it: `main` keeps one for the deadline's message.
+    let other = last.clone();
+    other.set("later".into());
+    assert_eq!(last.peek().as_deref(), Some("later"));
+}
+
+#[test]
+fn a_deadline_names_its_bound_and_a_test_clients_has_none() {
+    assert_eq!(
+        Deadline::new(Duration::from_secs(300)).bound(),
+        Some(Duration::from_secs(300))
+    );
+    assert_eq!(Deadline::default().bound(), None);
+}
+
+/// A poll cut short by its bound while a read is in flight says that reads were failing, but
+/// only for an error seen during this poll (not one left from before it).
+#[tokio::test(start_paused = true)]
+async fn a_poll_cut_short_names_only_its_own_failing_reads() {
+    let (cluster, _handle) = mock_cluster(false);
+    let hang = async |set: Option<&str>| -> Result<Poll<()>, Error> {
+        if let Some(e) = set {
+            cluster.last_error.set(e.into());
+        }
+        std::future::pending::<()>().await;
+        unreachable!()
+    };
+    let cut = cluster
+        .poll(
+            Duration::from_secs(3),
+            async || hang(Some("E1")).await,
+            |_, _| {},
+        )
+        .await
+        .unwrap();
+    assert_eq!(cut, Err("nothing read yet (reads were failing: E1)".into()));
+    // E1 is from before this poll: not named.
+    let cut = cluster
+        .poll(Duration::from_secs(3), async || hang(None).await, |_, _| {})
+        .await
+        .unwrap();
+    assert_eq!(cut, Err("nothing read yet".into()));
+    // A new error during the poll is named.
+    let cut = cluster
+        .poll(
+            Duration::from_secs(3),
+            async || hang(Some("E2")).await,
+            |_, _| {},
+        )
+        .await
+        .unwrap();
+    assert_eq!(cut, Err("nothing read yet (reads were failing: E2)".into()));
+    // A read that says something first, then hangs: that is the last thing seen.
+    let mut reads = 0;
+    let cut = cluster
+        .poll(
+            Duration::from_secs(3),
+            async || {
+                reads += 1;
+                if reads == 1 {
+                    return Ok(Poll::Pending("WaitApplied".into()));
+                }
+                hang(Some("E3")).await
+            },
+            |_, _| {},
+        )
+        .await
+        .unwrap();
+    assert_eq!(cut, Err("WaitApplied (reads were failing: E3)".into()));
+}
+
+/// A poll whose bound ends during a sleep, or right after a read, returns what it last saw.
+#[tokio::test(start_paused = true)]
+async fn a_poll_ends_at_its_bound_between_reads() {
+    let (cluster, _handle) = mock_cluster(false);
+    let start = tokio::time::Instant::now();
+    let mut reads = 0;
+    let got = cluster
+        .poll(
+            Duration::from_millis(600),
+            async || {
+                reads += 1;
+                Ok(Poll::<()>::Pending(format!("read {reads}")))
+            },
+            |_, _| {},
+        )
+        .await
+        .unwrap();
+    // Reads at 0, 250 and 500 ms; the last sleep is cut to the 100 ms left.
+    assert_eq!(got, Err("read 3".into()));
+    assert_eq!(reads, 3);
+    assert_eq!(start.elapsed(), Duration::from_millis(600));
+    // A read that takes the whole bound: no sleep after it.
+    let start = tokio::time::Instant::now();
+    let got = cluster
+        .poll(
+            Duration::from_secs(1),
+            async || {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                Ok(Poll::<()>::Pending("slow".into()))
+            },
+            |_, _| {},
+        )
+        .await
+        .unwrap();
+    assert!(got.is_err(), "{got:?}");
+    assert_eq!(start.elapsed(), Duration::from_secs(1));
+}
+
+fn list_of(kind: &str, items: Value) -> Response<Body> {
+    respond(
+        200,
+        json!({"apiVersion": "harvesterhci.io/v1beta1", "kind": format!("{kind}List"),
+               "metadata": {"resourceVersion": "7"}, "items": items}),
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn harvesters_lists_give_their_items_none_without_the_resource_and_refusals() {
+    let upgrade = json!({"apiVersion": "harvesterhci.io/v1beta1", "kind": "Upgrade",
+                         "metadata": {"name": "hvst-upgrade-1", "namespace": "harvester-system"},
+                         "status": {"previousVersion": "v1.4.0"}});
+    let (cluster, handle) = mock_cluster(false);
+    let server = serve(
+        handle,
+        vec![
+            Ok(list_of("Upgrade", json!([upgrade]))),
+            Ok(list_of("Upgrade", json!([]))),
+            Ok(status(404, json!({}))),
+            Ok(status(403, json!({}))),
+        ],
+    );
+    let list = || cluster.list_harvester(Kind::Upgrade, "harvester-system", Some("a=b"));
+    let items = within(list()).await.unwrap().unwrap();
+    assert_eq!(items.len(), 1, "{items:?}");
+    assert_eq!(items[0]["metadata"]["name"], "hvst-upgrade-1");
+    assert_eq!(items[0]["status"]["previousVersion"], "v1.4.0");
+    assert_eq!(within(list()).await.unwrap(), Some(vec![]));
+    assert_eq!(within(list()).await.unwrap(), None);
+    let err = within(list()).await.unwrap_err();
+    assert!(
+        matches!(&err, Error::Refused { code: 403, subject: Subject::Listed { kind: Kind::Upgrade, namespace }, .. }
+            if namespace == "harvester-system"),
+        "{err:?}"
+    );
+    let seen = within(server).await.unwrap();
+    assert_eq!(
+        seen[0].line,
+        "GET /apis/harvesterhci.io/v1beta1/namespaces/harvester-system/upgrades"
+    );
+    assert!(
+        seen[0].query.contains("labelSelector=a%3Db"),
+        "{}",
+        seen[0].query
+    );
+    assert!(
+        seen[0].query.contains("resourceVersion=0"),
+        "{}",
+        seen[0].query
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_harvester_setting_is_its_value_or_none() {
+    let setting = |value: Option<&str>| {
+        let mut s = json!({"apiVersion": "harvesterhci.io/v1beta1", "kind": "Setting",
+                           "metadata": {"name": "server-version"}});
+        if let Some(v) = value {
+            s["value"] = json!(v);
+        }
+        respond(200, s)
+    };
+    let (cluster, handle) = mock_cluster(false);
+    let server = serve(
+        handle,
+        vec![
+            Ok(setting(Some("v1.5.0"))),
+            Ok(setting(None)),
+            Ok(status(404, json!({}))),
+            Ok(status(403, json!({}))),
+        ],
+    );
+    let read = || cluster.harvester_setting("server-version");
+    assert_eq!(within(read()).await.unwrap().as_deref(), Some("v1.5.0"));
+    assert_eq!(within(read()).await.unwrap(), None);
+    assert_eq!(within(read()).await.unwrap(), None);
+    let err = within(read()).await.unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            Error::Refused {
+                code: 403,
+                subject: Subject::Listed {
+                    kind: Kind::Setting,
+                    ..
+                },
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let seen = within(server).await.unwrap();
+    assert_eq!(
+        seen[0].line,
+        "GET /apis/harvesterhci.io/v1beta1/settings/server-version"
+    );
+}
