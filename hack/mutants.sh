@@ -13,6 +13,8 @@
 #   hack/mutants.sh                                       # every file above
 #   hack/mutants.sh src/plan/chart.rs src/config.rs       # some of them
 #   hack/mutants.sh src/plan/kubevirt.rs --in-diff d.diff # further options go to cargo-mutants
+#   hack/mutants.sh src/cluster.rs src/cluster/*.rs --jobs 1 -- cluster::
+#                        # the I/O module against its own tests only (19 min on 2 shared cores)
 #
 # Output: target/mutants/mutants.out (MUTANTS_OUT overrides target/mutants; target/ is not
 # committed). Each missed mutant is listed in missed.txt there, with its diff under diff/.

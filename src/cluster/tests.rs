@@ -964,3 +964,37 @@ async fn a_harvester_setting_is_its_value_or_none() {
         "GET /apis/harvesterhci.io/v1beta1/settings/server-version"
     );
 }
+
+/// A phase's warning: one Warning Event on the KubeVirt CR with its reason and message each
+/// time; none without the CR.
+#[tokio::test]
+async fn a_warning_is_one_warning_event_on_the_kubevirt_cr() {
+    let w = crate::warnings::Warning {
+        reason: "WhyNot",
+        message: "because".into(),
+    };
+    let (cluster, handle) = mock_cluster(false);
+    let server = serve(
+        handle,
+        vec![Ok(respond(201, json!({}))), Ok(respond(201, json!({})))],
+    );
+    within(cluster.warn(Some(&kubevirt("1")), Some(&target()), &w)).await;
+    within(cluster.warn(Some(&kubevirt("1")), None, &w)).await;
+    drop(cluster);
+    let seen = within(server).await.unwrap();
+    // One each, with or without a target to log.
+    assert_eq!(seen.len(), 2);
+    for s in &seen {
+        let e = &s.body;
+        assert_eq!(
+            (&e["type"], &e["reason"], &e["note"]),
+            (&json!("Warning"), &json!("WhyNot"), &json!("because"))
+        );
+    }
+    // Without the CR nothing is sent.
+    let (cluster, handle) = mock_cluster(false);
+    within(cluster.warn(None, Some(&target()), &w)).await;
+    drop(cluster);
+    let mut handle = handle;
+    assert!(within(handle.next_request()).await.is_none());
+}
