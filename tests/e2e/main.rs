@@ -6,6 +6,7 @@
 //! Nothing is skipped. The tests share the node and the fixed names of `manifests/`
 //! (harvester-system, fleet-local), so they take turns (`node::turn`).
 
+mod armed;
 mod byhand;
 mod jobs;
 mod node;
