@@ -172,17 +172,7 @@ impl Cluster {
             kind,
             namespace: namespace.to_string(),
         };
-        let what = format!("list {}", subject());
-        match self.call(&what, || api.list(&params)).await {
-            Ok(list) => Ok(Some(
-                list.items
-                    .into_iter()
-                    .map(|o| serde_json::to_value(o).expect("objects serialize"))
-                    .collect(),
-            )),
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
-            Err(e) => Err(self.permanent(subject(), e)),
-        }
+        self.list_one_page(&api, &params, subject()).await
     }
 
     /// Every object of the cluster-scoped `kind` (the add-on's UpgradePlans, a handful), from
@@ -191,12 +181,22 @@ impl Cluster {
     pub async fn list_cluster_scoped(&self, kind: Kind) -> Result<Option<Vec<Value>>, Error> {
         let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &kind.resource());
         let params = ListParams::default().match_any();
-        let subject = || Subject::Listed {
+        let subject = Subject::Listed {
             kind,
             namespace: "(cluster)".into(),
         };
+        self.list_one_page(&api, &params, subject).await
+    }
+
+    /// One page of a list (a handful of objects); `None` when the resource is not served.
+    async fn list_one_page(
+        &self,
+        api: &Api<DynamicObject>,
+        params: &ListParams,
+        subject: Subject,
+    ) -> Result<Option<Vec<Value>>, Error> {
         match self
-            .call(&format!("list {}", subject()), || api.list(&params))
+            .call(&format!("list {subject}"), || api.list(params))
             .await
         {
             Ok(list) => Ok(Some(
@@ -206,7 +206,7 @@ impl Cluster {
                     .collect(),
             )),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
-            Err(e) => Err(self.permanent(subject(), e)),
+            Err(e) => Err(self.permanent(subject, e)),
         }
     }
 

@@ -10,35 +10,18 @@ use super::harvester_upgrade::{Handling, Upgrade, blind_value};
 pub use super::migrations::Migration;
 use super::records::describe;
 
-/// Harvester's Upgrade states, in order (harvester/harvester
-/// `pkg/controller/master/upgrade/job_controller.go`, the `State*` constants).
-pub const STATES: &[&str] = &[
-    "Upgrading",
-    "PreparingLoggingInfra",
-    "LoggingInfraPrepared",
-    "CreatingUpgradeImage",
-    "PreparingRepo",
-    "RepoPrepared",
-    "PreparingNodes",
-    "UpgradingSystemServices",
-    "UpgradingNodes",
-    "Succeeded",
-    "Failed",
-];
+/// Harvester's Upgrade states, in order: the one list, `upgrade_progress`'s.
+pub use super::upgrade_progress::UPGRADE_STATES as STATES;
+/// Under way: not ended and not being deleted, as `post`'s wait reads it.
+pub use super::upgrade_progress::upgrade_under_way as under_way;
 
 /// The states of an upgrade under way in which KubeVirt is upgraded already or being upgraded
 /// (the apply-manifests job runs in `UpgradingSystemServices`).
 pub const LATE_STATES: &[&str] = &["UpgradingSystemServices", "UpgradingNodes"];
 
 /// The upgrade's end: the upgrade is over, its release no longer "coming".
-fn ended(state: &str) -> bool {
-    matches!(state, "Succeeded" | "Failed" | "Completed")
-}
-
-/// Whether `u` is under way: not ended and not being deleted.
-pub fn under_way(u: &Upgrade) -> bool {
-    !ended(&u.state) && !u.deleting
-}
+#[cfg(test)]
+use super::upgrade_progress::state_ended as ended;
 
 /// The release the cluster upgrades to, as far as it is known.
 #[derive(Debug, Clone, PartialEq, Serialize)]

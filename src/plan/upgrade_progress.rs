@@ -58,7 +58,12 @@ pub const ENDED: &[&str] = &["Succeeded", "Failed"];
 /// runs the cleanup, then it is gone). `Completed` is the reader's name for a Completed=True
 /// condition without a state label.
 pub fn upgrade_under_way(u: &Upgrade) -> bool {
-    !u.deleting && !ENDED.contains(&u.state.as_str()) && u.state != "Completed"
+    !u.deleting && !state_ended(&u.state)
+}
+
+/// An end state of an Upgrade (`Completed`: the condition older releases name the end by).
+pub fn state_ended(state: &str) -> bool {
+    ENDED.contains(&state) || state == "Completed"
 }
 
 /// One of the add-on's UpgradePlans, as the guard reads it.
