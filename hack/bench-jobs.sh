@@ -4,7 +4,7 @@
 # (it only runs `--version`) in turns, five of each, and writes the breakdown of each step to
 # target/e2e-figures.txt. This prints it and checks the target: the guard's Job within 1.3x of the
 # empty one (medians of Job created -> Complete). Needs what the e2e tests need (hack/node.sh
-# build, hack/image.sh build).
+# build, hack/image.sh build --test-images).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 figures=target/e2e-figures.txt

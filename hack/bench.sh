@@ -14,11 +14,23 @@
 # runs (default 3) of the integration test that deploys with the Fleet model (tests/support/fleet.rs,
 # a 5 s deploy by the real Helm 4); per phase, how long the model's deploy took and how long after
 # its Ready the phase exited (target: under 1 s).
-#   hack/bench.sh            (BENCH_CYCLES=N, default 20; BENCH_FLEET_RUNS=M, default 3)
+# Last, the scale run (hack/bench/scale.sh, issue 33): 10,000 and 30,000 migrations
+# (BENCH_SCALE), the peak RSS and time of `pre` and `status` against `kubectl get`, with the goals
+# (hack/bench/scale_report.py); its figures go to docs/figures/bench-scale.md.
+#   hack/bench.sh            (BENCH_CYCLES=N, default 20; BENCH_FLEET_RUNS=M, default 3;
+#                             BENCH_SCALE="10000 30000"; BENCH_SCALE_RUNS=R, default 3)
+#   hack/bench.sh scale      the scale run alone, on a control plane of its own
+#   hack/bench.sh resident   the resident guard alone (BENCH_RESIDENT_SECONDS, default 300)
 set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+MODE="${1:-all}"
+[[ "$MODE" == all || "$MODE" == scale || "$MODE" == resident ]] || { echo "usage: hack/bench.sh [scale|resident]" >&2; exit 2; }
 N="${BENCH_CYCLES:-20}"
 (( N >= 20 )) || { echo "bench: BENCH_CYCLES must be at least 20" >&2; exit 2; }
+# shellcheck source=hack/bench/scale.sh
+source "$REPO_ROOT/hack/bench/scale.sh"
+# shellcheck source=hack/bench/resident.sh
+source "$REPO_ROOT/hack/bench/resident.sh"
 for tool in jq /usr/bin/time python3; do
   command -v "$tool" >/dev/null || { echo "bench: $tool is required (apt-get install jq time python3)" >&2; exit 1; }
 done
@@ -46,6 +58,30 @@ snapshot() {
 snapshot > "$work/initial.json"
 
 audit_lines() { wc -l < "$dir/audit.log"; }
+
+# The scale run's figures, in the file the docs point to (docs/testing.md, "Performance").
+scale_figures() {
+  local rc=0
+  python3 hack/bench/scale_report.py "$work" > "$work/scale-report.txt" || rc=$?
+  cat "$work/scale-report.txt"
+  mkdir -p docs/figures
+  {
+    echo "# The last scale run of \`bash hack/bench.sh\` (or \`bash hack/bench.sh scale\`)"
+    echo
+    echo "Written by \`hack/bench.sh\` at the end of its scale run; do not edit by hand."
+    echo "When: $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown); load average at the end $(cut -d' ' -f1-3 /proc/loadavg); exit status $rc."
+    echo
+    echo '```'
+    cat "$work/scale-report.txt"
+    echo '```'
+  } > docs/figures/bench-scale.md
+  return "$rc"
+}
+if [[ "$MODE" == scale ]]; then
+  scale_run
+  scale_figures
+  exit
+fi
 # run TOOL PHASE CYCLE: one phase under /usr/bin/time; appends "tool phase cycle rss_kb requests" to results.
 run() {
   local tool="$1" phase="$2" cycle="$3" before after
@@ -60,6 +96,11 @@ run() {
   sed -n "$((before + 1)),${after}p" "$dir/audit.log" > "$work/audit-$tool-$phase-$cycle.log"
   echo "$tool $phase $cycle $(tail -1 "$work/rss")" >> "$work/phases.txt"
 }
+if [[ "$MODE" == resident ]]; then
+  resident_run
+  python3 hack/bench/report.py "$work" "$BIN" 0 resident
+  exit
+fi
 
 for tool in guard kubectl; do
   # One warm-up cycle (page cache, kubectl's discovery cache), not measured.
@@ -88,6 +129,9 @@ after=$(audit_lines)
 sed -n "$((before + 1)),${after}p" "$dir/audit.log" > "$work/audit-armed.log"
 echo "$armed_ms $(tail -1 "$work/armed-rss")" > "$work/armed.txt"
 
+# The resident guard over a quiet period, then its reaction to an upgrade (hack/bench/resident.sh).
+resident_run
+
 # The Fleet wait, apart: its own control plane per run (the test binary starts one).
 for i in $(seq 1 "${BENCH_FLEET_RUNS:-3}"); do
   HOME="$real_home" FLEET_FIGURES="$work/fleet.txt" cargo test --quiet --test integration \
@@ -95,9 +139,12 @@ for i in $(seq 1 "${BENCH_FLEET_RUNS:-3}"); do
     || { echo "bench: the Fleet wait run $i failed:" >&2; tail -30 "$work/fleet-test-$i.log" >&2; exit 1; }
 done
 
+scale_run
+
 rc=0
 python3 hack/bench/report.py "$work" "$BIN" "$N" > "$work/report.txt" || rc=$?
 cat "$work/report.txt"
+scale_figures || rc=1
 # The figures, in the one place the docs point to (docs/testing.md, "Performance"): refreshed by
 # every run, so commit it with the change it measured.
 mkdir -p docs/figures
@@ -106,6 +153,7 @@ mkdir -p docs/figures
   echo
   echo "Written by \`hack/bench.sh\` at the end of its run; do not edit by hand."
   echo "When: $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown); load average at the end $(cut -d' ' -f1-3 /proc/loadavg); exit status $rc."
+  echo "The scale run's figures (10,000 and 30,000 migrations): [bench-scale.md](bench-scale.md)."
   echo
   echo '```'
   cat "$work/report.txt"

@@ -9,7 +9,7 @@
 #   bash hack/demo.sh --fast   the quick look: no node, the release binary run on this machine
 #                              with each Job's environment and its ServiceAccount's token only
 #   bash hack/demo.sh --keep   the node and the Harvester-like state only, kept until Ctrl-C: to
-#                              follow the README's checklist by hand, as on a real cluster
+#                              follow the README's "The Jobs by hand" on it, as on a real cluster
 #
 # Both end by checking that the KubeVirt CR and the ManagedChart are exactly as before pre, that
 # the same managers own the methods field as before pre, and that no claim of ours is left.
@@ -47,22 +47,28 @@ fi
 
 section() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
-# build DESCRIPTION CMD...: one line for the build, its output (cargo's, go's) in BUILD_LOG; on a
-# failure, that output is shown.
+# build DESCRIPTION FIRST CMD...: one line for the build, its output (cargo's, go's) in
+# BUILD_LOG; FIRST says how long the first build takes (a cached one takes seconds), and while it
+# builds a line every minute says how long so far; on a failure, the output is shown.
 mkdir -p target
 BUILD_LOG="$REPO_ROOT/target/demo-build.log"
 : > "$BUILD_LOG"
 build() {
-  local what="$1" start=$SECONDS code=0 from
-  shift
+  local what="$1" first="$2" start=$SECONDS code=0 from ticker
+  shift 2
   from=$(( $(wc -l < "$BUILD_LOG") + 1 ))
-  printf '==> %s ... ' "$what" >&2
+  printf '==> %s (the first time %s; cached after) ...\n' "$what" "$first" >&2
+  # The ticker: the screen is never silent for more than a minute.
+  ( while sleep 60 >/dev/null 2>&1; do printf '    still building: %d min so far (output: %s)\n' "$(( (SECONDS - start) / 60 ))" "$BUILD_LOG" >&2; done ) &
+  ticker=$!
   { echo "==> $what: $*"; "$@"; } >>"$BUILD_LOG" 2>&1 || code=$?
+  kill "$ticker" 2>/dev/null || true
+  wait "$ticker" 2>/dev/null || true
   if (( code == 0 )); then
-    printf 'done in %d s\n' "$((SECONDS - start))" >&2
+    printf '    done in %d s\n' "$((SECONDS - start))" >&2
     return 0
   fi
-  printf 'FAILED after %d s (exit code %d); its output (%s):\n' "$((SECONDS - start))" "$code" "$BUILD_LOG" >&2
+  printf '    FAILED after %d s (exit code %d); its output (%s):\n' "$((SECONDS - start))" "$code" "$BUILD_LOG" >&2
   tail -n "+$from" "$BUILD_LOG" | tail -n 60 >&2
   exit 1
 }
@@ -70,17 +76,18 @@ build() {
 section "build (each cached after the first run; output in target/demo-build.log)"
 KUBECTL="$(bash hack/control-plane.sh bin-dir)/kubectl"
 if (( fast )); then
-  build "building kube-apiserver, etcd and kubectl $kube" bash hack/control-plane.sh build
-  build "building the guard (cargo build --release)" cargo build --release --locked
+  build "building kube-apiserver, etcd and kubectl $kube" "takes about 9 minutes on 2 cores" bash hack/control-plane.sh build
+  build "building the guard (cargo build --release)" "takes about 4 minutes" cargo build --release --locked
   BIN="$REPO_ROOT/target/release/workload-update-guard"
   section "control plane"
   dir="$(step "starting kube-apiserver and etcd" bash hack/control-plane.sh up)"
   trap 'bash "$REPO_ROOT/hack/control-plane.sh" down "$dir"' EXIT
 else
-  build "building kube-apiserver, etcd, kubectl and the node's binaries $kube" bash hack/node.sh build
-  build "building the guard's image (cargo build --release, then buildah)" bash hack/image.sh build guard
+  build "building kube-apiserver, etcd, kubectl and the node's binaries $kube" "takes 9 to 12 minutes on 2 cores" bash hack/node.sh build
+  build "building the guard's image (cargo build --release, then buildah)" "takes about 4 to 5 minutes" bash hack/image.sh build guard
   section "node: kubelet on containerd + runc, bridge CNI, kube-proxy, controller-manager, scheduler"
-  dir="$(NODE_OWNER_PID=$$ step "starting the node" bash hack/node.sh up)"
+  # The node imports the images built; the e2e tests' own images are not needed here.
+  dir="$(IMAGE_IMPORT_QUIET=1 NODE_OWNER_PID=$$ step "starting the node" bash hack/node.sh up)"
   trap 'bash "$REPO_ROOT/hack/node.sh" down "$dir"' EXIT
 fi
 k() { "$KUBECTL" --kubeconfig "$dir/kubeconfig" "$@"; }
@@ -95,16 +102,20 @@ k -n default patch vmim kubevirt-workload-update-x7k2p --subresource=status --ty
 k apply -k manifests/base
 
 if (( keep )); then
-  section "kept for you: follow the README's \"The checklist, per upgrade path\" in another shell"
+  section "kept for you: follow the README's section \"The Jobs by hand\" in another shell"
   cat <<KEEP
   export KUBECONFIG=$dir/kubeconfig KUBECTL=$KUBECTL
   kubectl() { "\$KUBECTL" "\$@"; }   # the pinned kubectl, not another one on PATH
-This node models path A (upgrades to Harvester v1.7.1 or earlier): it has no server-version
-Setting (the path command says NotFound) and no Version or Upgrade objects (their CRDs are
-served, as fixtures). The checklist's step 2 here (no RKE2 ctr on this host):
+This node models an upgrade to Harvester v1.7.1 or earlier (the first row of the README's
+per-release table): it has no server-version Setting (the release commands say NotFound) and no
+Version or Upgrade objects (their CRDs are served, as fixtures), so pre does not know the target
+and suspends. The image is already on the node, under its default name: give no --image, and
+check it with
   bash hack/node.sh ctr $dir images ls -q | grep workload-update-guard
-Step 5 ("start the upgrade") is a no-op here, and no KubeVirt controller runs: in step 9 the
-outdated count stays at 2 and the demo's two migrations never move.
+(hack/job.sh images works too). "Start the upgrade" is a no-op here: there is no Harvester
+upgrade, so an armed post waits until you delete it
+(kubectl -n harvester-system delete job workload-update-guard-post-armed). No KubeVirt
+controller runs: the outdated count stays at 2 and the demo's two migrations never move.
 Ctrl-C here (or kill $$: a SIGTERM) stops the node and removes everything this script started.
 KEEP
   trap 'bash "$REPO_ROOT/hack/node.sh" down "$dir"; echo "demo: the node is stopped and its state removed" >&2' EXIT
@@ -130,6 +141,8 @@ KC
   done
 fi
 
+# A log line of the guard (text logs): an RFC 3339 time, then the level.
+LOG_LINE='^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z +(TRACE|DEBUG|INFO|WARN|ERROR) '
 # run PHASE: `hack/job.sh run PHASE`, as the README has the operator run it (it prints how the
 # previous run ended, deletes it, creates the Job and waits for Complete or Failed, with the pod's
 # exit code and termination message, the run's summary), then, for status, the report from the
@@ -141,8 +154,14 @@ run_job() {
   KUBECTL="$KUBECTL" KUBECONFIG="$dir/kubeconfig" bash hack/job.sh run "$phase" --timeout 300 2>&1 || code=$?
   echo "hack/job.sh run $phase: exit $code after $(( $(date +%s%3N) - start )) ms"
   if [[ "$phase" == status ]]; then
-    echo "logs (kubectl logs job/workload-update-guard-status):"
-    k -n harvester-system logs job/workload-update-guard-status | sed 's/^/  /'
+    # The pod's log holds both streams, which the kubelet may interleave: the report (stdout)
+    # first, then the log lines (stderr: a timestamp and a level), each apart.
+    local logs
+    logs="$(k -n harvester-system logs job/workload-update-guard-status)"
+    echo "the report (kubectl logs job/workload-update-guard-status, its stdout):"
+    grep -Ev "$LOG_LINE" <<<"$logs" | sed 's/^/  /' || true
+    echo "its log lines (stderr):"
+    grep -E "$LOG_LINE" <<<"$logs" | sed 's/^/  /' || true
   fi
   return "$code"
 }
@@ -228,3 +247,10 @@ fi
 [[ "$claims" == 0 ]] || { same=0; echo "no: $claims managedFields entries of workload-update-guard are left"; }
 (( same )) && echo "yes: the KubeVirt CR and the ManagedChart are exactly as before pre, the methods field has" \
   "the same owners ($(cat "$dir/owners-after.json")), and no claim of ours is left"
+section "next"
+cat <<NEXT
+On a real cluster: the README's "Install it once" (the resident guard, the chart or the add-on),
+or "The Jobs by hand" (what this demo ran). To try those Jobs yourself on this node:
+bash hack/demo.sh --keep. Every message the guard prints: docs/troubleshooting.md.
+NEXT
+(( same ))

@@ -1,18 +1,35 @@
 #!/usr/bin/env bash
 # The guard's image from this repository's Dockerfile, with no container registry: buildah
 # (Debian's package) builds the Dockerfile's `prebuilt` binary on its `debian-base`, a base
-# assembled from this Debian 12 host's packages. Also the images the node and the e2e tests need:
-# a pause image from a tiny static C program, the guard with test-only failpoints, and the pinned
-# static kubectl. Every image is written as a docker-archive that `ctr images import` takes.
+# assembled from this Debian 12 host's packages. By default only that one runtime image; with
+# --test-images also what the node and the e2e tests need: a pause image from a tiny static C
+# program, the guard with test-only failpoints, and the pinned static kubectl. Every image is
+# written as a docker-archive that `ctr images import` takes, and `push` sends the runtime image
+# to a registry.
+#
+# What the build needs from the network: only crates.io (cargo fetches the locked crates, once,
+# into ~/.cargo; none with a warm cache or `cargo vendor`). No container registry: no base image
+# is pulled (the base is this host's glibc, libgcc and CA bundle), and the kubectl image's binary
+# is hack/control-plane.sh's (built from the Go module proxy). `push` needs only the registry.
 set -euo pipefail
 
 usage() {
   cat >&2 <<USAGE
 usage: hack/image.sh COMMAND
 
-  build          build every image into target/image/*.tar (the guard's binaries with cargo)
-  build guard    only what the demo's node runs: the guard's image and the pause image (one
-                 release build of the guard; no failpoints image, no kubectl image)
+  build          build the guard's runtime image into target/image/ (one release build)
+  build --test-images
+                 also the images the e2e tests' node needs: the guard with failpoints, the
+                 pause image and the pinned kubectl (what hack/test.sh builds)
+  build guard    what the demo's node runs: the guard's image and the pause image
+  push REF [--creds USER:PASSWORD] [--authfile FILE] [--cert-dir DIR] [--tls-verify=false]
+                 push the built runtime image to REF (REGISTRY/REPO[:TAG]; the tag defaults to
+                 the version, $VERSION) with buildah, and print REF@sha256:DIGEST on stdout: the
+                 reference to give hack/job.sh --image (tag or digest). Credentials: --creds, or
+                 \$IMAGE_PUSH_CREDS, or an auth file (--authfile, \$REGISTRY_AUTH_FILE, or
+                 podman/buildah's default). A registry with a private CA: --cert-dir DIR with
+                 the CA as DIR/ca.crt (as /etc/containers/certs.d/HOST:PORT/).
+  version        print the version (Cargo.toml's: the tag)
   import SOCKET  import the images built into containerd's k8s.io namespace at SOCKET (the
                  guard's and the pause image must be there; the test images if built)
   list           print the image names, one a line
@@ -21,7 +38,7 @@ USAGE
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="$REPO_ROOT/target/image"
-VERSION="$(sed -n 's/^version = "\(.*\)"/\1/p' "$REPO_ROOT/Cargo.toml" | head -1)"
+VERSION="$(bash "$REPO_ROOT/hack/version.sh")"
 # Fully qualified: the kubelet asks for `workload-update-guard:0.1.0`, which CRI normalises so.
 GUARD="docker.io/library/workload-update-guard:$VERSION"
 GUARD_FAILPOINTS="docker.io/library/workload-update-guard:$VERSION-failpoints"
@@ -84,15 +101,22 @@ scratch_image() { # scratch_image NAME FILE [ENTRYPOINT...]: one static binary o
 
 file_of() { local n="${1##*/}"; echo "${n//:/_}.tar"; }
 
-build() { # build [guard]
-  local only="${1:-}"
-  [[ -z "$only" || "$only" == guard ]] || { usage; exit 2; }
+build() { # build [--test-images | guard]
+  local what="${1:-runtime}"
+  case "$what" in
+    runtime | guard | --test-images) ;;
+    *) usage; exit 2 ;;
+  esac
   command -v buildah >/dev/null || die "buildah is required (apt-get install buildah)"
   command -v gcc >/dev/null || die "gcc is required for the pause image (apt-get install gcc libc6-dev)"
   mkdir -p "$OUT"
   # The test image first, so that target/release/ ends with the shipped binary.
-  [[ -n "$only" ]] || guard "$GUARD_FAILPOINTS" --features failpoints
+  [[ "$what" != --test-images ]] || guard "$GUARD_FAILPOINTS" --features failpoints
   guard "$GUARD"
+  if [[ "$what" == runtime ]]; then
+    cleanup_storage
+    return 0
+  fi
   # The pause image: sleeps until SIGTERM/SIGINT.
   cat > "$OUT/pause.c" <<'C'
 #include <signal.h>
@@ -103,30 +127,74 @@ C
   gcc -static -Os -s -o "$OUT/pause" "$OUT/pause.c" || die "gcc -static failed (is libc6-dev installed?)"
   scratch_image "$PAUSE" "$OUT/pause"
   # The pinned kubectl (a static Go binary) for the e2e "upgrade" Job.
-  [[ -n "$only" ]] || scratch_image "$KUBECTL" "$(bash "$REPO_ROOT/hack/control-plane.sh" bin-dir)/kubectl"
-  # Only the archives are kept.
+  [[ "$what" != --test-images ]] || scratch_image "$KUBECTL" "$(bash "$REPO_ROOT/hack/control-plane.sh" bin-dir)/kubectl"
+  cleanup_storage
+}
+
+cleanup_storage() { # only the archives are kept
   buildah_ rmi --all --force >/dev/null 2>&1 || true
   rm -rf "$OUT/storage" "$OUT/run"
 }
 
+push() { # push REF [OPTIONS]: the runtime image's archive, through buildah, to REF
+  local ref="${1:-}" opts=() creds="${IMAGE_PUSH_CREDS:-}" digest archive
+  [[ -n "$ref" && "$ref" != -* ]] || { usage; exit 2; }
+  shift
+  while (( $# )); do
+    case "$1" in
+      --creds) creds="${2:?--creds needs USER:PASSWORD}"; shift 2 ;;
+      --authfile | --cert-dir) opts+=("$1" "${2:?$1 needs a value}"); shift 2 ;;
+      --tls-verify=*) opts+=("$1"); shift ;;
+      *) die "push: unknown option '$1'" ;;
+    esac
+  done
+  # A tag unless REF has one (a ':' after the last '/') or a digest.
+  [[ "${ref##*/}" == *:* || "$ref" == *@* ]] || ref="$ref:$VERSION"
+  [[ "$ref" != *@* ]] || die "push: give REGISTRY/REPO[:TAG], not a digest: the digest is printed"
+  archive="$OUT/$(file_of "$GUARD")"
+  [[ -f "$archive" ]] || die "no $archive: run hack/image.sh build first"
+  command -v buildah >/dev/null || die "buildah is required (apt-get install buildah)"
+  [[ -z "$creds" ]] || opts+=(--creds "$creds")
+  mkdir -p "$OUT"
+  buildah_ pull --quiet "docker-archive:$archive" >/dev/null || die "cannot load $archive"
+  rm -f "$OUT/push.digest"
+  if ! buildah_ push --quiet --digestfile "$OUT/push.digest" "${opts[@]}" "$GUARD" "docker://$ref" >&2; then
+    cleanup_storage
+    die "pushing $GUARD to $ref failed (see buildah's message above)"
+  fi
+  cleanup_storage
+  digest="$(cat "$OUT/push.digest")"
+  [[ "$digest" == sha256:* ]] || die "buildah wrote no digest for $ref"
+  log "pushed $GUARD to $ref ($digest)"
+  echo "$ref@$digest"
+}
+
+# import SOCKET: every image built. The e2e tests' own images (failpoints, kubectl) are optional:
+# the demo's node runs without them, so their absence is one informational line, none with
+# IMAGE_IMPORT_QUIET=1 (the demo sets it).
 import() {
-  local sock="${1:?usage: import SOCKET}" name
+  local sock="${1:?usage: import SOCKET}" name skipped=()
   for name in "$GUARD" "$PAUSE" "$GUARD_FAILPOINTS" "$KUBECTL"; do
     if [[ ! -f "$OUT/$(file_of "$name")" ]]; then
       # The demo's node needs only the first two (hack/image.sh build guard).
       [[ "$name" == "$GUARD" || "$name" == "$PAUSE" ]] \
-        && die "no $OUT/$(file_of "$name"): run hack/image.sh build guard (or build)"
-      log "not importing $name: not built (hack/image.sh build builds it; the e2e tests need it)"
+        && die "no $OUT/$(file_of "$name"): run hack/image.sh build guard (or build --test-images)"
+      skipped+=("$name")
       continue
     fi
     ctr --address "$sock" -n k8s.io images import "$OUT/$(file_of "$name")" >/dev/null \
       || die "importing $name failed"
   done
+  if (( ${#skipped[@]} )) && [[ "${IMAGE_IMPORT_QUIET:-}" != 1 ]]; then
+    log "imported the guard's and the pause image; the e2e tests' images (${skipped[*]}) are not built, which only the e2e tests need (hack/image.sh build --test-images builds them)"
+  fi
 }
 
 cmd="${1:-}"; shift || true
 case "$cmd" in
   build) build "$@" ;;
+  push) push "$@" ;;
+  version) echo "$VERSION" ;;
   import) import "$@" ;;
   list) printf '%s\n' "$GUARD" "$GUARD_FAILPOINTS" "$PAUSE" "$KUBECTL" ;;
   -h|--help|help) usage ;;

@@ -9,7 +9,8 @@ usage() {
   cat >&2 <<'USAGE'
 usage: hack/job.sh COMMAND PHASE [OPTIONS]     PHASE: pre, post, status or post-armed
        hack/job.sh arm [OPTIONS]
-       hack/job.sh images [--image IMAGE]
+       hack/job.sh images [--image IMAGE] [--no-pull]
+       hack/job.sh uninstall [--force]
 
   arm           right after pre: create the armed post Job (manifests/post-armed,
                 workload-update-guard-post-armed), which waits for the next upgrade to begin and
@@ -30,10 +31,19 @@ usage: hack/job.sh COMMAND PHASE [OPTIONS]     PHASE: pre, post, status or post-
                 once (podFailurePolicy); the message, naming the image, is printed here and left
                 on the Job (annotation workload-update-guard.harvesterhci.io/failure).
   render PHASE  print the objects `run` creates, as one JSON List
-  images        check that every node has the guard's image: a short pod per node, pinned to it,
-                with imagePullPolicy Never (a node without the image answers ErrImageNeverPull at
-                once, whatever the kubelet's image list shows); one line per node, `NODE true` or
-                `NODE false (REASON)`. Exit 0 only if every node has it.
+  images        check, on every node, what the Jobs' pod will find there: a short pod per node,
+                pinned to it, with imagePullPolicy Never (a node without the image answers
+                ErrImageNeverPull at once, whatever the kubelet's image list shows); on a node
+                without it, a second one with IfNotPresent, the Jobs' policy: the kubelet pulls
+                it now (and keeps it). One line per node: `NODE true` (present), `NODE true
+                (pulled now)`, or `NODE false (REASON)` naming why it cannot be pulled (auth, TLS,
+                not found, unreachable) and the kubelet's message. Exit 0 only if every node
+                has it or pulled it. --no-pull: only the first check.
+  uninstall     remove what the manifests installed (the Jobs of every phase, then the
+                ServiceAccount, RBAC and NetworkPolicy of manifests/base). Refused while a
+                suspension of ours is in place: it runs `status` first and goes on only if the
+                verdict is NOT SUSPENDED or NOT FOUND (run post first); refused while an armed
+                post waits. --force: remove them anyway (the suspension and its record stay).
 
 options:
   --plan PLAN         upgrade-toolkit's conventions: the Job `PLAN-workload-update-guard-PHASE`,
@@ -50,6 +60,10 @@ options:
   --pull-timeout SECONDS
                       how long a pod may fail to pull its image before the Job is failed
                       (default 120; 0 never). ErrImageNeverPull and InvalidImageName fail at once.
+  --env NAME=VALUE    set a variable of the guard (repeatable): any of the configuration table's
+                      (docs/configuration.md), e.g. --env FLEET_WAIT_SECONDS=900; it replaces the
+                      manifest's value. An unknown name is refused before anything is created;
+                      PHASE is the command's (and ARM is arm's, UPGRADE_PLAN --plan's).
 
 environment: KUBECTL (default: kubectl on PATH), and kubectl's own (KUBECONFIG).
 USAGE
@@ -70,7 +84,7 @@ die() { echo "job: ERROR: $*" >&2; exit 2; }
 # bad MESSAGE: a wrong command line: the one-line error, then a one-line hint (not the usage).
 bad() {
   echo "job: ERROR: $*" >&2
-  echo "usage: hack/job.sh run|wait|render pre|post|status|post-armed | arm [--plan PLAN] [--image IMAGE] [--timeout SECONDS] [--pull-timeout SECONDS] (hack/job.sh --help says more)" >&2
+  echo "usage: hack/job.sh run|wait|render pre|post|status|post-armed | arm [--plan PLAN] [--image IMAGE] [--env NAME=VALUE] [--timeout SECONDS] [--pull-timeout SECONDS] (hack/job.sh --help says more)" >&2
   exit 2
 }
 say() { echo "job: $*" >&2; }
@@ -82,10 +96,12 @@ case "$cmd" in
   run|wait|render) ;;
   # The image of the status Job (the same in every phase's), unless --image says otherwise.
   images) phase=status; set -- "$1" status "${@:2}" ;;
+  # uninstall runs status first.
+  uninstall) phase=status; set -- "$1" status "${@:2}" ;;
   # arm is `run post-armed` without the wait (which lasts until the upgrade's end).
   arm) phase=post-armed; set -- "$cmd" "$phase" "${@:2}" ;;
   "") usage; exit 2 ;;
-  *) bad "unknown command '$cmd': expected run, wait, render, arm or images" ;;
+  *) bad "unknown command '$cmd': expected run, wait, render, arm, images or uninstall" ;;
 esac
 case "$phase" in
   pre|post|status|post-armed) ;;
@@ -93,10 +109,32 @@ case "$phase" in
   *) bad "PHASE must be pre, post, status or post-armed, not '$phase'" ;;
 esac
 shift 2
-plan="" image="" timeout="" pull_timeout=120
+plan="" image="" timeout="" pull_timeout=120 env_json="[]" no_pull=0 force=0
+# The variables --env may set: the configuration table's (docs/configuration.md, as
+# hack/docs_check.py reads it), but the ones this script's commands set themselves.
+documented_vars() {
+  awk '/^## Configuration/ {on = 1; next} on && /^## / {exit}
+       on && /^\| `[A-Z_]+` \|/ {split($0, c, "`"); print c[2]}' "$REPO_ROOT/docs/configuration.md"
+}
+add_env() { # add_env NAME=VALUE
+  local name="${1%%=*}" value="${1#*=}"
+  [[ "$1" == *=* && -n "$name" ]] || bad "--env takes NAME=VALUE, not '$1'"
+  case "$name" in
+    PHASE) bad "--env PHASE: the phase is the command's (run pre|post|status)" ;;
+    ARM) bad "--env ARM: hack/job.sh arm sets it" ;;
+    UPGRADE_PLAN) bad "--env UPGRADE_PLAN: --plan sets it" ;;
+  esac
+  grep -qxF -- "$name" <(documented_vars) \
+    || bad "--env $name: not a variable of the guard (the table in docs/configuration.md: $(documented_vars | grep -v -x -e PHASE -e ARM -e UPGRADE_PLAN | paste -sd, -))"
+  env_json="$(jq -c --arg n "$name" --arg v "$value" 'map(select(.name != $n)) + [{name: $n, value: $v}]' <<<"$env_json")"
+}
+command -v jq >/dev/null || die "jq is required"
 while (( $# )); do
   case "$1" in
     --plan) plan="${2:?--plan needs a value}"; shift 2 ;;
+    --env) add_env "${2:?--env needs NAME=VALUE}"; shift 2 ;;
+    --no-pull) [[ "$cmd" == images ]] || bad "--no-pull is for images"; no_pull=1; shift ;;
+    --force) [[ "$cmd" == uninstall ]] || bad "--force is for uninstall"; force=1; shift ;;
     --image) image="${2:?--image needs a value}"; shift 2 ;;
     --timeout) timeout="${2:?--timeout needs a value}"; shift 2 ;;
     --pull-timeout) pull_timeout="${2:?--pull-timeout needs a value}"; shift 2 ;;
@@ -104,7 +142,6 @@ while (( $# )); do
   esac
 done
 [[ ( -z "$timeout" || "$timeout" =~ ^[0-9]+$ ) && "$pull_timeout" =~ ^[0-9]+$ ]] || die "--timeout and --pull-timeout take seconds"
-command -v jq >/dev/null || die "jq is required"
 command -v "$KUBECTL" >/dev/null || die "kubectl is required (KUBECTL=$KUBECTL is not found)"
 
 # Every command needs the API server (even render: kubectl converts the manifests with the
@@ -140,11 +177,14 @@ render() { # the kustomization of the phase, with --image and --plan applied, as
       || die "no UpgradePlan '$plan' to own the Job"
   fi
   jq -s --arg job "$job" --arg image "$image" --arg plan "$plan" --arg uid "$uid" \
-    --arg component "$component" '
+    --arg component "$component" --argjson env "$env_json" '
     [.[] | if .kind == "List" then .items[] else . end]
     | map(if .kind != "Job" then . else
         .metadata.name = $job
         | if $image != "" then .spec.template.spec.containers[0].image = $image else . end
+        | ([$env[].name]) as $names
+        | .spec.template.spec.containers[0].env
+            |= ([.[]? | select(.name as $n | $names | index($n) | not)] + $env)
         | if $plan == "" then . else
             ({"management.harvesterhci.io/upgrade-plan": $plan,
               "management.harvesterhci.io/upgrade-component": $component}) as $labels
@@ -284,54 +324,139 @@ run() {
 }
 
 # images: one pod per node, pinned to it (nodeName: no scheduler, every taint tolerated), running
-# the image's `--version` with imagePullPolicy Never: present, it exits 0; absent, the kubelet
-# says ErrImageNeverPull at once. The pods go at the end, whatever happened.
+# the image's `--version`: first with imagePullPolicy Never (present, it exits 0; absent, the
+# kubelet says ErrImageNeverPull at once), then, on the nodes without it, with IfNotPresent, as
+# the Jobs' pod: the kubelet pulls it, or says why it cannot. The pods go at the end, whatever
+# happened.
 delete_checks() {
   local p
   for p in "${pods[@]}"; do k -n "$NS" delete pod "$p" --wait=false >/dev/null 2>&1 || true; done
 }
+check_pod_name() { # check_pod_name NODE SUFFIX: at most 63 characters (a label value)
+  printf 'workload-update-guard-image-%s-%s%s' "$(printf '%s' "$1" | tr -c 'a-z0-9-' '-' | cut -c1-22)" \
+    "$(printf '%s' "$1" | cksum | cut -c1-6)" "$2"
+}
+create_check() { # create_check POD NODE IMAGE POLICY
+  jq -n --arg name "$1" --arg node "$2" --arg image "$3" --arg policy "$4" --arg ns "$NS" '{
+    apiVersion: "v1", kind: "Pod",
+    metadata: {name: $name, namespace: $ns, labels: {"app.kubernetes.io/name": "workload-update-guard-image-check"}},
+    spec: {nodeName: $node, restartPolicy: "Never", automountServiceAccountToken: false,
+      tolerations: [{operator: "Exists"}],
+      securityContext: {runAsNonRoot: true, runAsUser: 65532, runAsGroup: 65532, seccompProfile: {type: "RuntimeDefault"}},
+      containers: [{name: "guard", image: $image, imagePullPolicy: $policy, args: ["--version"],
+        resources: {requests: {cpu: "10m", memory: "16Mi"}, limits: {cpu: "200m", memory: "64Mi"}},
+        securityContext: {allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, privileged: false, capabilities: {drop: ["ALL"]}}}]}}' \
+    | { k -n "$NS" delete pod "$1" --wait >/dev/null 2>&1 || true; k create -f - >/dev/null; } \
+    || die "cannot create the check pod on node $2"
+}
+# pull_reason MESSAGE: what kind of failure the kubelet's pull message is.
+pull_reason() {
+  case "$1" in
+    *x509* | *certificate* | *tls:* | *"TLS handshake"*) echo TLS ;;
+    *"401 Unauthorized"* | *"403 Forbidden"* | *nauthorized* | *"authorization failed"* | *"authentication required"* | *denied*) echo auth ;;
+    *"not found"* | *"manifest unknown"* | *"name unknown"* | *"404 Not Found"*) echo "not found" ;;
+    *refused* | *"no such host"* | *unreachable* | *timeout* | *"no route"* | *dial*) echo unreachable ;;
+    *) echo error ;;
+  esac
+}
+check_state() { # check_state POD: "" while undecided, else true, false (...), or pull:REASON\tMESSAGE
+  k -n "$NS" get pod "$1" -o json | jq -r '
+    (.status.containerStatuses[0].state // {}) as $s
+    | if .status.phase == "Succeeded" then "true"
+      elif $s.waiting.reason == "ErrImageNeverPull" then "false (ErrImageNeverPull)"
+      elif $s.waiting.reason == "InvalidImageName" then "false (InvalidImageName: \($s.waiting.message // ""))"
+      elif $s.waiting.reason == "ErrImagePull" or $s.waiting.reason == "ImagePullBackOff" then
+        "pull:\($s.waiting.reason)\t\($s.waiting.message // "")"
+      elif .status.phase == "Failed" then "false (exit \($s.terminated.exitCode // "?"))"
+      else "" end'
+}
 images() {
-  local img nodes node pod missing=0 state deadline
+  local img nodes node pod missing=0 state deadline i
+  local -a node_list=() states=() pull_pods=()
   pods=()
   img="$(render | jq -r '[.items[] | select(.kind == "Job")][0].spec.template.spec.containers[0].image')"
   nodes="$(k get nodes -o jsonpath='{range .items[*]}{.metadata.name}{"\n"}{end}')" || die "cannot list the nodes"
   [[ -n "$nodes" ]] || die "the cluster has no node"
+  mapfile -t node_list <<<"$nodes"
   say "checking every node for $img"
   trap delete_checks EXIT
-  while IFS= read -r node; do
-    # A pod name is at most 63 characters here (a label value): the node name's end is dropped.
-    pod="workload-update-guard-image-$(printf '%s' "$node" | tr -c 'a-z0-9-' '-' | cut -c1-30)-$(printf '%s' "$node" | cksum | cut -c1-6)"
+  for node in "${node_list[@]}"; do
+    pod="$(check_pod_name "$node" "")"
     pods+=("$pod")
-    jq -n --arg name "$pod" --arg node "$node" --arg image "$img" --arg ns "$NS" '{
-      apiVersion: "v1", kind: "Pod",
-      metadata: {name: $name, namespace: $ns, labels: {"app.kubernetes.io/name": "workload-update-guard-image-check"}},
-      spec: {nodeName: $node, restartPolicy: "Never", automountServiceAccountToken: false,
-        tolerations: [{operator: "Exists"}],
-        securityContext: {runAsNonRoot: true, runAsUser: 65532, runAsGroup: 65532, seccompProfile: {type: "RuntimeDefault"}},
-        containers: [{name: "guard", image: $image, imagePullPolicy: "Never", args: ["--version"],
-          resources: {requests: {cpu: "10m", memory: "16Mi"}, limits: {cpu: "200m", memory: "64Mi"}},
-          securityContext: {allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, privileged: false, capabilities: {drop: ["ALL"]}}}]}}' \
-      | { k -n "$NS" delete pod "$pod" --wait >/dev/null 2>&1 || true; k create -f - >/dev/null; } \
-      || die "cannot create the check pod on node $node"
-  done <<<"$nodes"
-  for pod in "${pods[@]}"; do
+    create_check "$pod" "$node" "$img" Never
+  done
+  for i in "${!node_list[@]}"; do
     deadline=$((SECONDS + 60))
     while :; do
-      state="$(k -n "$NS" get pod "$pod" -o json | jq -r '
-        (.status.containerStatuses[0].state // {}) as $s
-        | if .status.phase == "Succeeded" then "true"
-          elif $s.waiting.reason == "ErrImageNeverPull" or $s.waiting.reason == "InvalidImageName" then "false (\($s.waiting.reason))"
-          elif .status.phase == "Failed" then "false (exit \($s.terminated.exitCode // "?"))"
-          else "" end')" || state=""
+      state="$(check_state "${pods[$i]}")" || state=""
       [[ -z "$state" && $SECONDS -lt $deadline ]] || break
       sleep 0.5
     done
-    node="$(k -n "$NS" get pod "$pod" -o jsonpath='{.spec.nodeName}')"
-    echo "$node ${state:-false (no answer within 60 s: is the node Ready?)}"
-    [[ "$state" == true ]] || missing=$((missing + 1))
+    states[i]="${state:-false (no answer within 60 s: is the node Ready?)}"
   done
-  (( missing == 0 )) || { say "$missing node(s) without $img: import it there (README, \"The image first\")"; return 1; }
-  say "every node has $img"
+  # The nodes without it: can the kubelet pull it there now (as the Jobs' pod would)?
+  if (( ! no_pull )); then
+    for i in "${!node_list[@]}"; do
+      pull_pods[i]=""
+      [[ "${states[$i]}" == "false (ErrImageNeverPull)" ]] || continue
+      pod="$(check_pod_name "${node_list[$i]}" "-pull")"
+      pods+=("$pod")
+      pull_pods[i]="$pod"
+      create_check "$pod" "${node_list[$i]}" "$img" IfNotPresent
+    done
+    for i in "${!node_list[@]}"; do
+      [[ -n "${pull_pods[$i]}" ]] || continue
+      deadline=$((SECONDS + 120))
+      while :; do
+        state="$(check_state "${pull_pods[$i]}")" || state=""
+        [[ -z "$state" && $SECONDS -lt $deadline ]] || break
+        sleep 0.5
+      done
+      case "$state" in
+        true) states[i]="true (pulled now)" ;;
+        pull:*)
+          local msg="${state#*$'\t'}" kubelet_reason="${state%%$'\t'*}"
+          states[i]="false (not present, cannot pull: $(pull_reason "$msg"): ${kubelet_reason#pull:}: $msg)" ;;
+        "") states[i]="false (not present, and no pull within 120 s)" ;;
+        *) states[i]="false (not present, pulled: $state)" ;;
+      esac
+    done
+  fi
+  for i in "${!node_list[@]}"; do
+    echo "${node_list[$i]} ${states[$i]}"
+    [[ "${states[$i]}" == true* ]] || missing=$((missing + 1))
+  done
+  (( missing == 0 )) || { say "$missing node(s) without $img, that cannot pull it now (README, \"The image first\")"; return 1; }
+  say "every node has $img or pulled it now"
+}
+
+# uninstall: status first (a Job: the same image and RBAC), then the Jobs, then manifests/base.
+uninstall() {
+  local verdict armed
+  armed="$(k -n "$NS" get job workload-update-guard-post-armed -o json 2>/dev/null || true)"
+  if [[ -n "$armed" && -z "$(finished "$armed")" ]] && (( ! force )); then
+    die "uninstall refused: an armed post waits (job $NS/workload-update-guard-post-armed): it restores after the upgrade; --force removes it (and the suspension stays)"
+  fi
+  if (( ! force )); then
+    say "uninstall: running status first"
+    local out=0
+    run || out=$?
+    verdict="$(k -n "$NS" get pods -l "job-name=$job" -o json \
+      | jq -r '[.items[] | .status.containerStatuses[0].state.terminated.message // "" | fromjson? // {} | .verdict // empty][0] // empty')"
+    if (( out != 0 )) || [[ -z "$verdict" ]]; then die "uninstall refused: status did not run (exit $out), so whether a suspension is in place is not known; --force removes anyway"; fi
+    case "$verdict" in
+      "NOT SUSPENDED: automated updates on"* | "NOT SUSPENDED: methods absent"* | "NOT FOUND"*) ;;
+      *) die "uninstall refused: $verdict. Run hack/job.sh run post first (docs/jobs.md, \"Uninstall\"); --force removes the guard and leaves this as it is" ;;
+    esac
+    say "uninstall: status says: $verdict"
+  else
+    say "uninstall: --force: not checking for a suspension (one in place stays, with its record)"
+  fi
+  k -n "$NS" delete jobs -l app.kubernetes.io/name=workload-update-guard --cascade=foreground --wait --timeout=120s >&2 \
+    || die "could not delete the Jobs"
+  k delete -k "$REPO_ROOT/manifests/base" --ignore-not-found --wait --timeout=120s >&2 \
+    || die "kubectl delete -k manifests/base failed"
+  say "uninstalled: the Jobs, the ServiceAccount, the RBAC and the NetworkPolicy are gone"
 }
 
 case "$cmd" in
@@ -339,4 +464,5 @@ case "$cmd" in
   wait) wait_job ;;
   run | arm) run ;;
   images) images ;;
+  uninstall) uninstall ;;
 esac

@@ -1,11 +1,29 @@
 #!/usr/bin/env bash
 # Static checks: the shape of src/ (hack/house.py: no import cycle, no twin file name, no file
 # over 500 lines or function over 100), the docs against the code and the manifests
-# (hack/docs_check.py: exit codes, variables, the Jobs' deadlines and failure policies), every shell script (shellcheck), and what cannot run here: the Dockerfile
-# (hadolint, checkov) and the rendered manifests (checkov's Kubernetes checks). Every skipped
-# check carries its reason in the source.
+# (hack/docs_check.py: exit codes and variables against the source and `--help`, the Jobs'
+# deadlines and failure policies, every link and anchor of the docs), every shell script
+# (shellcheck), and what cannot run here: the Dockerfile (hadolint, checkov), the rendered
+# manifests and Helm chart (checkov's Kubernetes checks), the chart itself (helm lint), and the
+# GitHub Actions workflows (actionlint, built from its pinned Go module and cached like
+# hack/helm.sh's Helm; `hack/lint.sh actionlint-path` prints where). Every skipped check carries
+# its reason in the source.
 set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+ACTIONLINT_VERSION="${ACTIONLINT_VERSION:-v1.7.12}"
+ACTIONLINT="${CP_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/workload-update-guard/control-plane}/actionlint-$ACTIONLINT_VERSION/bin/actionlint"
+if [[ "${1:-}" == actionlint-path ]]; then echo "$ACTIONLINT"; exit 0; fi
+
+build_actionlint() { # the pinned actionlint, from the Go module proxy, cached by version
+  [[ ! -x "$ACTIONLINT" ]] || return 0
+  command -v go >/dev/null || export PATH="/usr/local/go/bin:$PATH"
+  command -v go >/dev/null || { echo "lint: go is required to build actionlint (hack/setup.sh go actionlint)" >&2; exit 1; }
+  mkdir -p "$(dirname "$ACTIONLINT")"
+  GOBIN="$(dirname "$ACTIONLINT")" GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod go install -trimpath \
+    -ldflags "-s -w -X github.com/rhysd/actionlint.version=$ACTIONLINT_VERSION" \
+    "github.com/rhysd/actionlint/cmd/actionlint@$ACTIONLINT_VERSION" \
+    || { echo "lint: building actionlint $ACTIONLINT_VERSION failed" >&2; exit 1; }
+}
 
 echo "lint: the shape of src/ (hack/house.py)"
 python3 "$REPO_ROOT/hack/house.py"
@@ -25,8 +43,15 @@ fi
 KUBECTL="$(bash "$REPO_ROOT/hack/control-plane.sh" bin-dir)/kubectl"
 [[ -x "$KUBECTL" ]] || { echo "lint: kubectl missing: run hack/control-plane.sh build" >&2; exit 1; }
 
+echo "lint: actionlint $ACTIONLINT_VERSION on .github/workflows/ (with shellcheck on their run: steps)"
+build_actionlint
+(cd "$REPO_ROOT" && "$ACTIONLINT" -shellcheck "$(command -v shellcheck)")
+
 echo "lint: the docs against the code and the manifests (hack/docs_check.py)"
 python3 "$REPO_ROOT/hack/docs_check.py" "$KUBECTL"
+
+echo "lint: the chart (hack/chart.sh lint: helm lint --strict, and Chart.yaml's versions are Cargo.toml's)"
+bash "$REPO_ROOT/hack/chart.sh" lint
 
 echo "lint: hadolint Dockerfile"
 "$VENV/bin/hadolint" "$REPO_ROOT/Dockerfile"
@@ -36,8 +61,9 @@ trap 'rm -rf "$rendered"' EXIT
 for d in pre post status; do
   "$KUBECTL" kustomize "$REPO_ROOT/manifests/$d" > "$rendered/$d.yaml"
 done
+bash "$REPO_ROOT/hack/chart.sh" template > "$rendered/chart.yaml"
 cp "$REPO_ROOT/Dockerfile" "$rendered/Dockerfile"
-echo "lint: checkov (kubernetes, dockerfile) on the rendered manifests and the Dockerfile"
+echo "lint: checkov (kubernetes, dockerfile) on the rendered manifests and chart, and the Dockerfile"
 # --skip-download: no network; the checks themselves ship with checkov.
 "$VENV/bin/checkov" -d "$rendered" --framework kubernetes dockerfile --compact --skip-download \
   --output cli 2>&1 | grep -v '^\s*$' | tee "$rendered/report.txt" | grep -B1 -A1 -E "checks:|SKIPPED for|FAILED for" | grep -v -- "^--$" || true

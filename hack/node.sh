@@ -24,6 +24,14 @@ usage: hack/node.sh COMMAND [ARGS]
   start-kubelet DIR  start it again (the same configuration and state), and wait until the node
                is Ready
   env DIR      print \`export KUBECONFIG=... PATH=...\` for eval
+  registry-up DIR    a TLS registry (hack/registry.sh) in the node's namespace on
+               $REGISTRY_IP:5000, and containerd's hosts.toml for it as RKE2 renders Harvester's
+               containerd-registry setting: $MIRROR_NAME mirrored to it, and its own
+               name, both with its CA ($MIRROR_NO_CA: the same mirror without its CA). Prints \`REGISTRY=... MIRROR=... PUSH=... CA_DIR=...\`:
+               PUSH is a loopback address on the host that reaches it (for hack/image.sh push
+               --cert-dir CA_DIR)
+  registry-stop DIR  stop that registry (its blobs stay): pulls through it fail
+  registry-down DIR  stop it, remove its blobs and the hosts.toml files
 
 The node: $NODE_IP on its network namespace's own loopback interface (the kubelet's and the API
 server's address), pods on the bridge $POD_SUBNET, Services in 10.96.0.0/16. None of these
@@ -43,6 +51,9 @@ SERVICE_IP=10.96.0.1
 CP="$REPO_ROOT/hack/control-plane.sh"
 export GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0
 NODE_BINARIES=(kubelet kube-controller-manager kube-scheduler kube-proxy)
+# The test registry (registry-up): its own address on the namespace's loopback, and the name
+# the node pulls through it as through a mirror (no DNS: only the hosts.toml knows it).
+REGISTRY_IP=10.88.0.3 MIRROR_NAME=registry.wug.test MIRROR_NO_CA=registry-no-ca.wug.test
 NODE_IP=10.88.0.2 POD_SUBNET=10.244.0.0/24 POD_GATEWAY=10.244.0.1 NODE_NAME=wug-node
 # The host-wide sysctls the kubelet sets (pkg/kubelet/cm: setupKernelTunables); restored by down.
 HOST_SYSCTLS=(vm/overcommit_memory vm/panic_on_oom kernel/panic kernel/panic_on_oops
@@ -195,6 +206,10 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    # Mirrors and registry CAs as RKE2 renders Harvester's containerd-registry setting: one
+    # hosts.toml per registry name (registry-up writes them; none by default).
+    config_path = "$dir/containerd/certs.d"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "$dir/cni/net.d"
@@ -359,6 +374,59 @@ up() {
   echo "$dir"
 }
 
+hosts_toml() { # hosts_toml DIR: certs.d/*/hosts.toml, as RKE2 renders Harvester's setting
+  local ca="$1/registry/certs/ca.crt" d="$1/containerd/certs.d" name
+  mkdir -p "$d/$MIRROR_NAME" "$d/$REGISTRY_IP:5000" "$d/$MIRROR_NO_CA"
+  # registries.yaml: mirrors: {"$MIRROR_NAME": {endpoint: ["https://$REGISTRY_IP:5000"]}},
+  # configs: {"$REGISTRY_IP:5000": {tls: {ca_file: CA}}}; the registry by its own address too.
+  # (containerd 1.6 ignores a top-level `ca`, for `server`: the CA goes on the host.)
+  for name in "$MIRROR_NAME" "$REGISTRY_IP:5000"; do
+    cat > "$d/$name/hosts.toml" <<TOML
+server = "https://$name"
+
+[host."https://$REGISTRY_IP:5000"]
+  capabilities = ["pull", "resolve"]
+  ca = ["$ca"]
+TOML
+  done
+  # The same mirror with its CA forgotten: pulls fail on TLS (hack/job.sh images' TLS case).
+  cat > "$d/$MIRROR_NO_CA/hosts.toml" <<TOML
+server = "https://$MIRROR_NO_CA"
+
+[host."https://$REGISTRY_IP:5000"]
+  capabilities = ["pull", "resolve"]
+TOML
+}
+
+registry_up() { # registry_up DIR
+  local dir="$1" holder reg="$1/registry"
+  bash "$REPO_ROOT/hack/registry.sh" build >/dev/null || die "building the registry failed"
+  holder="$(cat "$dir/holder.pid")"
+  holder_ready "$holder" || die "the node's namespace holder $holder is not ready or gone"
+  in_ns "$dir" sh -c "ip addr show dev lo | grep -q ' $REGISTRY_IP/32 ' || ip addr add $REGISTRY_IP/32 dev lo" \
+    || die "cannot add $REGISTRY_IP to the node's loopback"
+  if [[ -f "$reg/registry.pid" ]] && alive "$(cat "$reg/registry.pid")"; then
+    die "the registry of $dir is already running"
+  fi
+  rm -rf "$reg"
+  REGISTRY_NETNS_PID="$holder" bash "$REPO_ROOT/hack/registry.sh" up "$reg" ":5000" "$REGISTRY_IP" 127.0.0.1 \
+    >/dev/null || die "the registry did not start"
+  # The host reaches it only through a loopback forward (nothing is added to its interfaces).
+  python3 "$REPO_ROOT/hack/netns-forward.py" "$holder" 5000 "$reg/host.port" </dev/null \
+    >>"$reg/forward.log" 2>&1 &
+  echo $! > "$reg/forward.pid"
+  wait_for 10 "the registry's forwarder" test -s "$reg/host.port" || die "the registry's forwarder did not start"
+  hosts_toml "$dir"
+  echo "REGISTRY=$REGISTRY_IP:5000 MIRROR=$MIRROR_NAME MIRROR_NO_CA=$MIRROR_NO_CA PUSH=127.0.0.1:$(cat "$reg/host.port") CA_DIR=$reg/certs"
+}
+
+registry_down() { # registry_down DIR
+  kill_pid "$1/registry/forward.pid"
+  [[ ! -d "$1/registry" ]] || bash "$REPO_ROOT/hack/registry.sh" down "$1/registry"
+  rm -rf "$1/containerd/certs.d/$REGISTRY_IP:5000" "$1/containerd/certs.d/$MIRROR_NAME" \
+    "$1/containerd/certs.d/$MIRROR_NO_CA"
+}
+
 fail() { # fail DIR MESSAGE: take the half-started node down, then die with MESSAGE
   local msg="$2"
   down "$1" >/dev/null 2>&1 || true
@@ -415,6 +483,8 @@ down() {
   # A test node: nothing to shut down gracefully, and SIGKILL is quick. The kubelet first, then
   # the host-wide sysctls it set, as they were.
   for p in kubelet kube-proxy kube-scheduler kube-controller-manager; do kill_pid "$dir/$p.pid"; done
+  kill_pid "$dir/registry/registry.pid"
+  kill_pid "$dir/registry/forward.pid"
   while read -r key value; do
     [[ "$(cat "/proc/sys/$key")" == "$value" ]] || echo "$value" > "/proc/sys/$key"
   done < "$dir/sysctls"
@@ -464,6 +534,9 @@ case "$cmd" in
     start_kubelet "$d"
     wait_for 120 "node $NODE_NAME Ready" node_ready "$d" \
       || die "node $NODE_NAME did not become Ready again: $(tail -5 "$d/kubelet.log")" ;;
+  registry-up) registry_up "${1:?usage: registry-up DIR}" ;;
+  registry-stop) d="${1:?usage: registry-stop DIR}"; bash "$REPO_ROOT/hack/registry.sh" stop "$d/registry" ;;
+  registry-down) registry_down "${1:?usage: registry-down DIR}" ;;
   env) resolve; d="${1:?usage: env DIR}"; echo "export KUBECONFIG=$d/kubeconfig PATH=$CP_BIN:\$PATH" ;;
   -h|--help|help) usage ;;
   *) usage; exit 2 ;;

@@ -11,7 +11,8 @@
 #                                          cargo subcommands rustfmt and clippy if named
 #   bash hack/setup.sh go THING...         check Go for the THINGs not built yet: cp:VERSION
 #                                          (kube-apiserver, etcd, kubectl), node:VERSION (the
-#                                          node binaries), helm (hack/helm.sh)
+#                                          node binaries), helm (hack/helm.sh), registry
+#                                          (hack/registry.sh), actionlint (hack/lint.sh)
 #
 # Sourced, it also defines `step DESCRIPTION CMD...`, which runs CMD between the lines
 # "==> DESCRIPTION ..." and "    done in N s" (on stderr, so that `$(step ...)` captures CMD's
@@ -106,6 +107,8 @@ go_for() {
     cp:v1.35.4 | node:v1.35.4) echo 1.25.0 ;;
     cp:v1.37.2 | node:v1.37.2) echo 1.26.0 ;; # k8s.io/kubernetes and go.etcd.io/etcd/server/v3 v3.7.0
     helm) [[ "${HELM_VERSION:-v4.3.1}" != v4.3.1 ]] || echo 1.26.0 ;;
+    registry) [[ "${REGISTRY_VERSION:-v3.1.2}" != v3.1.2 ]] || echo 1.26.0 ;;
+    actionlint) [[ "${ACTIONLINT_VERSION:-v1.7.12}" != v1.7.12 ]] || echo 1.25.0 ;; # its go.mod
   esac
 }
 
@@ -121,7 +124,8 @@ setup_go_at_least() {
     "GOTOOLCHAIN is local (no toolchain is downloaded): install a newer Go into /usr/local/go"
 }
 
-# setup_go THING...: Go for the things that are not built yet (cp:VERSION, node:VERSION, helm).
+# setup_go THING...: Go for the things that are not built yet (cp:VERSION, node:VERSION, helm,
+# registry, actionlint).
 setup_go() {
   local t v d b m min="" todo=() built
   for t in "$@"; do
@@ -138,7 +142,13 @@ setup_go() {
         (( built )) || todo+=("the node binaries $v") ;;
       helm)
         [[ -x "$(bash "$SETUP_ROOT/hack/helm.sh" path)" ]] || { built=0; todo+=("Helm ${HELM_VERSION:-v4.3.1}"); } ;;
-      *) setup_die "setup_go: unknown thing $t (cp:VERSION, node:VERSION or helm)" ;;
+      registry)
+        [[ -x "$(bash "$SETUP_ROOT/hack/registry.sh" path)" ]] \
+          || { built=0; todo+=("the registry ${REGISTRY_VERSION:-v3.1.2}"); } ;;
+      actionlint)
+        [[ -x "$(bash "$SETUP_ROOT/hack/lint.sh" actionlint-path)" ]] \
+          || { built=0; todo+=("actionlint ${ACTIONLINT_VERSION:-v1.7.12}"); } ;;
+      *) setup_die "setup_go: unknown thing $t (cp:VERSION, node:VERSION, helm, registry or actionlint)" ;;
     esac
     (( built )) && continue
     m="$(go_for "$t")"

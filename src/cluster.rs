@@ -2,7 +2,9 @@
 //! - [`retry`]: the one retry layer and the classification of errors;
 //! - [`deadline`]: the run's deadline for requests and the one polling helper;
 //! - [`objects`]: reads, the conditional write, and lists;
-//! - [`events`]: the Events on the KubeVirt CR.
+//! - [`migration_list`]: the workload-update migrations, page by page;
+//! - [`events`]: the Events on the KubeVirt CR;
+//! - [`watches`]: the waiting loop's watches (kube's watcher), which only wake it.
 //!
 //! kube's own 429/503/504 retry is switched off (`default_retry = false`) and transient errors
 //! are retried here with `backon`, bounded only by the run's deadline for requests
@@ -13,8 +15,10 @@
 
 mod deadline;
 mod events;
+mod migration_list;
 mod objects;
 mod retry;
+mod watches;
 
 use std::sync::Mutex;
 use std::sync::atomic::AtomicBool;
@@ -24,11 +28,14 @@ use kube::{Client, Config};
 use serde_json::Value;
 
 use crate::error::{Error, with_causes};
+use crate::plan::migrations::Migration;
 use crate::vocabulary::Plan;
 
 pub use deadline::{Deadline, POLL_INTERVAL, PROGRESS_EVERY, Poll};
 pub use events::EventKind;
+pub use migration_list::MIGRATIONS_PAGE;
 pub use retry::{Class, LastError, MAX_BACKOFF, classify, first_retry, tls_failure};
+pub use watches::Watch;
 
 /// What a conditional write came to.
 #[derive(Debug)]
@@ -43,6 +50,8 @@ pub enum Written {
 
 pub struct Cluster {
     client: Client,
+    /// The client of the watches (`watches`): no read timeout.
+    watch_client: Client,
     /// The API server's URL, for messages.
     server: String,
     dry_run: bool,
@@ -52,6 +61,8 @@ pub struct Cluster {
     retried: AtomicBool,
     /// The Events that could not be made, for the termination message's warnings.
     event_failures: Mutex<Vec<String>>,
+    /// `pre`'s list of the migrations under way, once made ([`Cluster::migrations_under_way`]).
+    under_way: Mutex<Option<Result<Vec<Migration>, String>>>,
 }
 
 impl Cluster {
@@ -77,26 +88,37 @@ impl Cluster {
         config.connect_timeout = Some(Duration::from_secs(5));
         config.read_timeout = Some(Duration::from_secs(30));
         config.write_timeout = Some(Duration::from_secs(30));
-        let client = Client::try_from(config).map_err(|e| Error::Kubeconfig {
-            message: one_line(format!(
-                "cannot build the Kubernetes client: {}",
-                with_causes(&e)
-            )),
-            source: Box::new(e),
-        })?;
+        // A watch is a long read: its own client, without the read timeout that would cut it
+        // every 30 s (kube's watcher ends it after 290 s itself, and calls it dead 5 s later).
+        let mut watching = config.clone();
+        watching.read_timeout = None;
+        let build = |config: Config| {
+            Client::try_from(config).map_err(|e| Error::Kubeconfig {
+                message: one_line(format!(
+                    "cannot build the Kubernetes client: {}",
+                    with_causes(&e)
+                )),
+                source: Box::new(e),
+            })
+        };
+        let client = build(config)?;
+        let watch_client = build(watching)?;
         Ok(Self {
             client,
+            watch_client,
             server,
             dry_run,
             last_error,
             deadline,
             retried: AtomicBool::new(false),
             event_failures: Mutex::default(),
+            under_way: Mutex::default(),
         })
     }
 
     pub fn from_client(client: Client, dry_run: bool) -> Self {
         Self {
+            watch_client: client.clone(),
             client,
             server: "(test client)".into(),
             dry_run,
@@ -104,6 +126,7 @@ impl Cluster {
             deadline: Deadline::default(),
             retried: AtomicBool::new(false),
             event_failures: Mutex::default(),
+            under_way: Mutex::default(),
         }
     }
 }

@@ -10,8 +10,11 @@ use crate::model::{ObjectKey, defaults};
 use crate::vocabulary::{Intent, Keys, Phase, Steps};
 
 mod armed;
-pub use armed::Arm;
-use armed::{arm, optional_name};
+mod names;
+pub use armed::probe_settings;
+pub use armed::{ALIVE_EVERY, ALIVE_WITHIN, Arm, Watch};
+use armed::{arm, optional_name, watch};
+use names::{name, namespace};
 
 /// The git commit the binary was built from (build.rs), or `unknown`.
 pub const COMMIT: &str = env!("WUG_GIT_COMMIT");
@@ -29,7 +32,11 @@ pub const REQUIRED: &str = "required";
 
 /// Name, default and meaning of every variable: `--help` prints this table.
 pub const VARIABLES: &[(&str, &str, &str)] = &[
-    ("PHASE", REQUIRED, "pre | post | status"),
+    (
+        "PHASE",
+        REQUIRED,
+        "pre | post | status | watch (the resident guard)",
+    ),
     (
         "KUBEVIRT_NAMESPACE",
         defaults::KUBEVIRT_NAMESPACE,
@@ -116,6 +123,16 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
         "ARM=true: seconds between two reads of the upgrade (1..=30): at most twice a minute",
     ),
     (
+        "WATCH_RESYNC_SECONDS",
+        defaults::WATCH_RESYNC_SECONDS,
+        "watch: seconds between two reads of the upgrade when no watch event comes (30..=3600): the safety net under the watches",
+    ),
+    (
+        "WATCH_STATE_DIR",
+        "/tmp",
+        "watch: an absolute, writable directory for the probe files `alive` and `ready` (--probe live|ready reads them)",
+    ),
+    (
         "UPGRADE_PLAN",
         "empty (none)",
         "post: the UpgradePlan that runs this post (hack/job.sh --plan sets it); post does not wait for that plan to end",
@@ -178,6 +195,8 @@ pub struct Config {
     pub upgrade_plan: Option<String>,
     /// The armed `post` (`ARM`): its bound and its pace; `None`: not armed.
     pub arm: Option<Arm>,
+    /// The resident guard (`PHASE=watch`): its pace and its probe files.
+    pub watch: Option<Watch>,
     /// With `MANAGEDCHART_NAME` empty: the ManagedChart read read-only for what of ours an
     /// earlier `pre` left there (`MANAGEDCHART_NAMESPACE`, default `fleet-local`, and the
     /// default name `harvester`, the one a `pre` with the defaults writes).
@@ -217,6 +236,8 @@ struct Raw {
     arm: Option<String>,
     arm_wait_seconds: Option<String>,
     arm_poll_seconds: Option<String>,
+    watch_resync_seconds: Option<String>,
+    watch_state_dir: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -251,10 +272,11 @@ fn phase(raw: Option<&str>) -> Result<Phase, ConfigError> {
         Some("pre") => Ok(Phase::Pre),
         Some("post") => Ok(Phase::Post),
         Some("status") => Ok(Phase::Status),
+        Some("watch") => Ok(Phase::Watch),
         None => Err(ConfigError(
-            "PHASE is not set: expected pre, post or status".into(),
+            "PHASE is not set: expected pre, post, status or watch".into(),
         )),
-        Some(other) => Err(invalid("PHASE", other, "pre, post or status")),
+        Some(other) => Err(invalid("PHASE", other, "pre, post, status or watch")),
     }
 }
 
@@ -335,6 +357,7 @@ impl Config {
             boolean("RESTORE_DURING_UPGRADE", raw.restore_during_upgrade, false)?;
         let upgrade_plan = optional_name("UPGRADE_PLAN", raw.upgrade_plan)?;
         let arm = arm(phase, raw.arm, raw.arm_wait_seconds, raw.arm_poll_seconds)?;
+        let watch = watch(phase, raw.watch_resync_seconds, raw.watch_state_dir)?;
         let deadline = seconds(
             "DEADLINE_SECONDS",
             raw.deadline_seconds,
@@ -373,9 +396,10 @@ impl Config {
             restore_during_upgrade,
             upgrade_plan,
             arm,
+            watch,
             unnamed_chart,
         };
-        if phase != Phase::Status && config.intent.targets().is_empty() {
+        if phase != Phase::Status && writes_nothing(&config.intent) {
             return Err(ConfigError(
                 "nothing to do: STEP_KUBEVIRT is false and the ManagedChart steps are off \
                  (MANAGEDCHART_NAME empty, or STEP_COMPARE_PATCHES and STEP_CHART_VALUES false)"
@@ -384,6 +408,15 @@ impl Config {
         }
         Ok(config)
     }
+}
+
+/// No object to write: every step off (`watch` writes what `post` writes).
+fn writes_nothing(intent: &Intent) -> bool {
+    let writes = Intent {
+        phase: Phase::Post,
+        ..intent.clone()
+    };
+    writes.targets().is_empty()
 }
 
 fn boolean(var: &str, value: Option<String>, default: bool) -> Result<bool, ConfigError> {
@@ -396,43 +429,6 @@ fn boolean(var: &str, value: Option<String>, default: bool) -> Result<bool, Conf
             value.as_deref().unwrap_or_default(),
             "true or false (also 1/0, yes/no)",
         )),
-    }
-}
-
-/// RFC 1123 label: a-z, 0-9 and '-', not at either end, at most 63 characters.
-fn is_label(s: &str) -> bool {
-    (1..=63).contains(&s.len())
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
-}
-
-/// A namespace name is an RFC 1123 label.
-fn namespace(var: &str, value: Option<String>, default: &str) -> Result<String, ConfigError> {
-    let v = value.unwrap_or_else(|| default.to_string());
-    if is_label(&v) {
-        Ok(v)
-    } else {
-        Err(invalid(
-            var,
-            &v,
-            "a namespace name (RFC 1123 label: a-z, 0-9, '-', at most 63)",
-        ))
-    }
-}
-
-/// An object name is an RFC 1123 subdomain: labels joined by '.', at most 253 characters.
-fn name(var: &str, value: Option<String>, default: &str) -> Result<String, ConfigError> {
-    let v = value.unwrap_or_else(|| default.to_string());
-    if v.len() <= 253 && v.split('.').all(is_label) {
-        Ok(v)
-    } else {
-        Err(invalid(
-            var,
-            &v,
-            "an object name (RFC 1123 subdomain: a-z, 0-9, '-', '.')",
-        ))
     }
 }
 
@@ -497,6 +493,42 @@ mod tests {
 
     fn cfg(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
         Config::from_vars(vars.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+    }
+
+    #[test]
+    fn the_resident_guards_settings() {
+        let c = cfg(&[("PHASE", "watch")]).unwrap();
+        assert_eq!(c.intent.phase, Phase::Watch);
+        let w = c.watch.expect("watch settings");
+        assert_eq!(
+            (w.resync, w.state_dir),
+            (Duration::from_secs(300), PathBuf::from("/tmp"))
+        );
+        assert_eq!(
+            w.resync * 2 + Duration::from_secs(60),
+            Watch {
+                resync: Duration::from_secs(300),
+                state_dir: "/tmp".into()
+            }
+            .ready_within()
+        );
+        assert_eq!(cfg(&[("PHASE", "post")]).unwrap().watch, None);
+        for (var, bad) in [
+            ("WATCH_RESYNC_SECONDS", "29"),
+            ("WATCH_RESYNC_SECONDS", "3601"),
+            ("WATCH_RESYNC_SECONDS", "5m"),
+            ("WATCH_STATE_DIR", "tmp"),
+        ] {
+            let e = cfg(&[("PHASE", "watch"), (var, bad)]).unwrap_err();
+            assert!(e.0.starts_with(var) && !e.0.contains('\n'), "{e}");
+        }
+        // Every step off: nothing for the guard to write either.
+        let e = cfg(&[
+            ("PHASE", "watch"),
+            ("STEP_KUBEVIRT", "false"),
+            ("MANAGEDCHART_NAME", ""),
+        ]);
+        assert!(e.unwrap_err().0.contains("nothing to do"));
     }
 
     #[test]

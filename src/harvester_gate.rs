@@ -17,10 +17,12 @@ use crate::plan::harvester_upgrade::{
 };
 use crate::plan::pre_advice::{self, Advice, Coming};
 use crate::plan::records::methods;
+use crate::plan::suspenders;
 use crate::plan::upgrade_progress::{self, PlanView};
-use crate::vocabulary::{Objects, Phase, Refusal};
+use crate::vocabulary::{ForeignOriginal, Malformed, Objects, Phase, Refusal};
 use crate::warnings::{
-    HARVESTER_SUSPENDED, NOT_NEEDED, PRE_LATE, RESTORED_DURING_UPGRADE, Warning,
+    HARVESTER_SUSPENDED, NOT_NEEDED, PRE_LATE, RESTORED_DURING_UPGRADE, SUSPENDED_BY_ANOTHER,
+    Warning,
 };
 
 /// What the cluster says of Harvester's upgrades; empty on a cluster without Harvester.
@@ -33,6 +35,10 @@ pub struct View {
     pub plans: Vec<PlanView>,
     /// Every release on offer, newest first (`pre`'s "exactly one release on offer").
     pub on_offer: Vec<(String, Handling)>,
+    /// Whether Harvester's Upgrades, and the add-on's UpgradePlans, are served (the waiting
+    /// loop watches only what is).
+    pub upgrades_served: bool,
+    pub plans_served: bool,
 }
 
 impl View {
@@ -55,8 +61,9 @@ pub async fn read(cluster: &Cluster, cfg: &Config) -> Result<View, Error> {
     // of its own, and that costs more than the list (a list from the cache takes under 1 ms).
     let upgrades = cluster
         .list_harvester(Kind::Upgrade, ns, Some(&selector))
-        .await?
-        .unwrap_or_default();
+        .await?;
+    let upgrades_served = upgrades.is_some();
+    let upgrades = upgrades.unwrap_or_default();
     let versions = match cfg.intent.phase {
         Phase::Post => Vec::new(),
         _ => cluster
@@ -76,12 +83,11 @@ pub async fn read(cluster: &Cluster, cfg: &Config) -> Result<View, Error> {
     // `post` waits for the add-on's upgrade, `pre` asks whether it is needed for it; `status`'s
     // read-only RBAC does not read UpgradePlans.
     let plans = match cfg.intent.phase {
-        Phase::Pre | Phase::Post => cluster
-            .list_cluster_scoped(Kind::UpgradePlan)
-            .await?
-            .unwrap_or_default(),
-        _ => Vec::new(),
+        Phase::Pre | Phase::Post => cluster.list_cluster_scoped(Kind::UpgradePlan).await?,
+        _ => None,
     };
+    let plans_served = plans.is_some();
+    let plans = plans.unwrap_or_default();
     Ok(View {
         upgrade,
         offered: on_offer
@@ -91,6 +97,8 @@ pub async fn read(cluster: &Cluster, cfg: &Config) -> Result<View, Error> {
             .collect(),
         on_offer,
         plans: upgrade_progress::plans(&plans, cfg.upgrade_plan.as_deref()),
+        upgrades_served,
+        plans_served,
     })
 }
 
@@ -129,8 +137,9 @@ pub fn anything_of_ours(objects: &Objects) -> bool {
         .any(harvester_upgrade::ours)
 }
 
-/// What the gate found, said on the KubeVirt CR's step (the termination message's actions).
-fn note(cfg: &Config, actions: Vec<String>) -> Done {
+/// What the gate (or the waiting loop) found, said on the KubeVirt CR's step (the termination
+/// message's actions).
+pub fn note(cfg: &Config, actions: Vec<String>) -> Done {
     Done {
         target: cfg
             .intent
@@ -159,7 +168,7 @@ pub async fn gate(
         Phase::Post => before_post(cfg, cluster, objects, done)
             .await
             .map(|()| true),
-        Phase::Status => Ok(true),
+        Phase::Status | Phase::Watch => Ok(true),
     }
 }
 
@@ -168,7 +177,7 @@ pub async fn gate(
 async fn before_pre(
     cfg: &Config,
     cluster: &Cluster,
-    objects: &Objects,
+    objects: &mut Objects,
     done: &mut Vec<Done>,
 ) -> Result<bool, Error> {
     let view = read(cluster, cfg).await?;
@@ -190,7 +199,19 @@ async fn before_pre(
         notes.push(line);
     }
     let ours = anything_of_ours(objects);
-    match harvester_upgrade::pre_gate(view.upgrade.as_ref(), ours, &current) {
+    // Another suspender's `[]` is never an original: what it stands in for is (issue 33).
+    let mut warnings = Vec::new();
+    let foreign = match ours {
+        false => in_place_of_foreign(cluster, &view, objects, &mut notes, &mut warnings)
+            .await
+            .map_err(|reason| Refusal {
+                target: kubevirt.clone(),
+                reason,
+            })?,
+        true => None,
+    };
+    let current = foreign.clone().unwrap_or(current);
+    match harvester_upgrade::pre_gate(view.upgrade.as_ref(), ours, &current, foreign.is_some()) {
         PreGate::Proceed(more) => {
             for n in &more {
                 info!("{n}");
@@ -214,9 +235,8 @@ async fn before_pre(
             };
             info!("{line}");
             notes.push(line);
-            let mut warnings = Vec::new();
             if let Some(late) = pre_advice::late(view.upgrade.as_ref(), objects.kubevirt.as_ref()) {
-                let listed = under_way(cluster).await;
+                let listed = cluster.migrations_under_way().await;
                 let message = late.message(listed.as_deref().map_err(String::as_str));
                 let said = warning(PRE_LATE, message);
                 cluster.warn(objects.kubevirt.as_ref(), None, &said).await;
@@ -254,6 +274,35 @@ async fn before_pre(
     }
 }
 
+/// `pre`: the original in place of another suspender's `[]` on the CR (`plan::suspenders`), put
+/// on `objects` for the plans, said (a note, a Warning and its Event); `None`: no such `[]`.
+async fn in_place_of_foreign(
+    cluster: &Cluster,
+    view: &View,
+    objects: &mut Objects,
+    notes: &mut Vec<String>,
+    warnings: &mut Vec<Warning>,
+) -> Result<Option<Option<Value>>, Malformed> {
+    let Some(kv) = &objects.kubevirt else {
+        return Ok(None);
+    };
+    let upgrade = view.upgrade.as_ref();
+    let Some(f) = suspenders::foreign_suspension(kv, objects.chart.as_ref(), upgrade, &view.plans)?
+    else {
+        return Ok(None);
+    };
+    let line = f.line();
+    let said = warning(SUSPENDED_BY_ANOTHER, line.clone());
+    cluster.warn(objects.kubevirt.as_ref(), None, &said).await;
+    warnings.push(said);
+    notes.push(line.clone());
+    objects.foreign = Some(ForeignOriginal {
+        record: serde_json::to_value(&f.original).expect("records serialize"),
+        line,
+    });
+    Ok(Some(f.original.original()))
+}
+
 /// `pre` is not needed for the coming release: nothing is written; each read object says so,
 /// with a Normal Event on the KubeVirt CR.
 async fn stand_aside(
@@ -287,20 +336,6 @@ async fn stand_aside(
             actions,
             warnings: vec![],
         });
-    }
-}
-
-/// The workload-update migrations under way, for the late `pre`'s warning (at most 10 s).
-async fn under_way(cluster: &Cluster) -> Result<Vec<pre_advice::Migration>, String> {
-    let listed = tokio::time::timeout(
-        std::time::Duration::from_secs(10),
-        cluster.list_migrations(crate::model::MIGRATION_PREFIX),
-    )
-    .await;
-    match listed {
-        Ok(Ok(list)) => Ok(crate::plan::migrations::unfinished(&list)),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err("not listed within 10 s".into()),
     }
 }
 
@@ -349,6 +384,13 @@ async fn before_post(
     }
     let started = tokio::time::Instant::now();
     let bound = cfg.cleanup_wait;
+    // 0: no wait (the chart's uninstall hook). What was just read is what is under way: a poll
+    // bounded by 0 would be cut before its first read and could only say "nothing read yet".
+    if bound.is_zero() {
+        return Err(Error::CleanupPending(pending_message(
+            cfg, &view, bound, &reason,
+        )));
+    }
     let waited = cluster
         .poll(
             bound,

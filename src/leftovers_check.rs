@@ -9,7 +9,7 @@ use tracing::{info, warn};
 use crate::cluster::{Cluster, EventKind};
 use crate::config::Config;
 use crate::error::Error;
-use crate::model::{Kind, MIGRATION_PREFIX, Target};
+use crate::model::{Kind, Target};
 use crate::outcome::{Done, Outcome};
 use crate::plan::leftovers;
 use crate::vocabulary::{Objects, Phase};
@@ -142,16 +142,11 @@ pub async fn after_steps(
 }
 
 /// `pre`: the workload-update migrations created before it that have not finished, which `[]`
-/// does not stop. Best effort, at most 10 s: the suspension is written already.
+/// does not stop. Best effort, at most 10 s: the suspension is written already. A late `pre`
+/// listed them before its writes already: that list is taken, not made again.
 async fn migrations_under_way(cluster: &Cluster) -> Option<Warning> {
-    let listed = tokio::time::timeout(
-        std::time::Duration::from_secs(10),
-        cluster.list_migrations(MIGRATION_PREFIX),
-    )
-    .await;
-    let message = match listed {
-        Ok(Ok(list)) => {
-            let unfinished = crate::plan::migrations::unfinished(&list);
+    let message = match cluster.migrations_under_way().await {
+        Ok(unfinished) => {
             if unfinished.is_empty() {
                 info!("no workload-update migration is under way");
                 return None;
@@ -179,14 +174,10 @@ async fn migrations_under_way(cluster: &Cluster) -> Option<Warning> {
                 first.name,
             )
         }
-        Ok(Err(e)) => format!(
+        Err(e) => format!(
             "could not list the workload-update migrations under way ({e}): [] stops new ones \
              but cancels none already created; PHASE=status lists them (hack/job.sh run status)"
         ),
-        Err(_) => "could not list the workload-update migrations under way within 10 s: [] \
-                   stops new ones but cancels none already created; PHASE=status lists them \
-                   (hack/job.sh run status)"
-            .to_string(),
     };
     Some(Warning {
         reason: MIGRATIONS_UNDER_WAY,

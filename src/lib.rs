@@ -11,11 +11,10 @@
 //! - [`cluster`]: all I/O with the API server (read, conditional write, retry, events);
 //! - [`fleet_wait`], [`harvester_gate`], [`leftovers_check`]: the I/O around a phase's writes:
 //!   the wait for Fleet, Harvester's own upgrade, what is left on what a phase skips;
-//! - [`armed_wait`]: the armed `post`'s wait for the next upgrade to begin and end;
+//! - [`resident`]: the one waiting loop: the resident guard (`PHASE=watch`) and the armed `post`;
 //! - [`report`]: `status`'s report: its data, its judgement (the verdict) and its text;
 //! - [`runner`]: runs a phase: read, plan, write step by step, report.
 
-pub mod armed_wait;
 pub mod cluster;
 pub mod config;
 pub mod error;
@@ -26,6 +25,7 @@ pub mod model;
 pub mod outcome;
 pub mod plan;
 pub mod report;
+pub mod resident;
 pub mod runner;
 pub mod summary;
 pub mod vocabulary;

@@ -28,6 +28,7 @@ fn main() -> ExitCode {
             let _ = std::io::stdout().write_all(config::version().as_bytes());
             return ExitCode::SUCCESS;
         }
+        Some("--probe") => return probe(std::env::args().nth(2).as_deref()),
         Some(other) => {
             to_stderr(&format!(
                 "error: unexpected argument {other:?}: configuration is by environment variables (see --help)"
@@ -64,6 +65,57 @@ fn main() -> ExitCode {
         .expect("a tokio runtime");
     let code = runtime.block_on(run(&cfg));
     ExitCode::from(code)
+}
+
+/// `--probe live|ready`: the resident guard's exec probes. `live`: its loop touched `alive`
+/// within 90 s (every 30 s, no request: the runtime is not stuck); `ready`: its last read of the
+/// objects succeeded within two resync periods and a minute. Exit 0, else 1 with the reason;
+/// a bad setting or word, exit 2.
+fn probe(which: Option<&str>) -> ExitCode {
+    let settings = match config::probe_settings() {
+        Ok(s) => s,
+        Err(e) => {
+            to_stderr(&format!("error: {e}"));
+            return ExitCode::from(exit::CONFIG);
+        }
+    };
+    let (file, within) = match which {
+        Some("live") => ("alive", config::ALIVE_WITHIN),
+        Some("ready") => ("ready", settings.ready_within()),
+        other => {
+            to_stderr(&format!(
+                "error: --probe takes live or ready, not {other:?}"
+            ));
+            return ExitCode::from(exit::CONFIG);
+        }
+    };
+    let path = settings.state_dir.join(file);
+    let age = std::fs::metadata(&path)
+        .and_then(|m| m.modified())
+        .map(|t| t.elapsed().unwrap_or_default());
+    match age {
+        Ok(age) if age <= within => {
+            to_stderr(&format!(
+                "{file}: {} touched {}s ago",
+                path.display(),
+                age.as_secs()
+            ));
+            ExitCode::SUCCESS
+        }
+        Ok(age) => {
+            to_stderr(&format!(
+                "not {file}: {} last touched {}s ago (at most {}s)",
+                path.display(),
+                age.as_secs(),
+                within.as_secs()
+            ));
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            to_stderr(&format!("not {file}: {}: {e}", path.display()));
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn init_logging(format: LogFormat) {

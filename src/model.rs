@@ -65,6 +65,8 @@ pub mod defaults {
     pub const ARM_WAIT_SECONDS: &str = "604800";
     /// At most twice a minute: cheap over days (a few requests a read).
     pub const ARM_POLL_SECONDS: &str = "30";
+    /// The resident guard's read when no watch event comes: the safety net.
+    pub const WATCH_RESYNC_SECONDS: &str = "300";
     pub const TERMINATION_MESSAGE_PATH: &str = "/dev/termination-log";
 }
 

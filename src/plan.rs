@@ -11,8 +11,10 @@
 //! - [`harvester_upgrade`]: Harvester's own upgrade: its backup, its cleanup, its blind restores;
 //! - [`pre_advice`]: whether `pre` is needed for the coming release, and whether it comes late;
 //! - [`upgrade_progress`]: whether an upgrade (Harvester's or the add-on's) is under way;
+//! - [`watch_decision`]: the waiting loop's decision (the resident guard and the armed `post`);
 //! - [`records`]: the annotation formats and their checked readers (shared with `report`);
 //! - [`leftovers`]: what a phase leaves of ours on what it was told to skip (a step off, no name);
+//! - [`suspenders`]: another suspender's `[]` (the add-on's, Harvester's) and the original in its place;
 //! - [`migrations`]: the workload-update migrations under way;
 //! - [`editor`]: the JSON Patch editor that makes a [`Plan`](crate::vocabulary::Plan).
 //!
@@ -32,8 +34,10 @@ pub mod order;
 pub mod ownership;
 pub mod pre_advice;
 pub mod records;
+pub mod suspenders;
 #[cfg(test)]
 pub(crate) mod testing;
 pub mod upgrade_progress;
+pub mod watch_decision;
 
 pub use order::{plan_phase, plan_step, steps};

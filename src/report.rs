@@ -9,12 +9,13 @@ use crate::plan::fleet_status::{self, Fleet};
 use crate::plan::harvester_upgrade::{Backup, CleanupWrite, Handling, Upgrade};
 use crate::plan::kubevirt::{Source, restore_source};
 use crate::plan::leftovers::{ChartOurs, chart_ours};
-use crate::plan::migrations::unfinished;
+use crate::plan::migrations::Migration;
 use crate::plan::ownership::{owners, update_claim_warnings};
 use crate::plan::pre_advice::{self, Coming};
 use crate::plan::records::{
     ValueRecord, describe, kubevirt_copy, kubevirt_record, lookup, methods, read_record,
 };
+use crate::plan::upgrade_progress;
 mod data;
 mod text;
 mod verdict;
@@ -44,7 +45,7 @@ impl Report {
         intent: &Intent,
         (kubevirt, kv): (&Target, Option<&Value>),
         chart: Option<(&Target, Result<Option<&Value>, &String>)>,
-        migrations: &[Value],
+        unfinished: &[Migration],
     ) -> Self {
         let chart_read = chart;
         let chart = chart.map(|(t, read)| match read {
@@ -58,7 +59,6 @@ impl Report {
         let copy = chart.as_ref().and_then(|c| c.kubevirt_copy.clone());
         let values_choice = chart.as_ref().and_then(|c| c.values_choice.clone());
         let k = kubevirt_report(kubevirt, kv, copy.as_ref(), values_choice.as_ref(), intent);
-        let unfinished = unfinished(migrations);
         let restore = k.post_will_restore.as_ref();
         let source = restore.map(|r| r.source);
         let suspended = matches!(
@@ -106,7 +106,7 @@ impl Report {
             warnings,
             kubevirt: k,
             managed_chart: chart,
-            unfinished_migrations: unfinished,
+            unfinished_migrations: unfinished.to_vec(),
             harvester: None,
         };
         if let (None, Some((target, Ok(Some(obj))))) = (&refused, chart_read) {
@@ -309,6 +309,12 @@ impl Report {
                 ));
             }
         }
+        // After a failed path-A Upgrade the waiting post holds (`upgrade_progress`): said here too.
+        if ours && let Some(held) = upgrade_progress::held_after_failure(upgrade.as_ref()) {
+            self.warnings.push(format!(
+                "{held} (the armed post and the resident guard hold; a by-hand post restores now)"
+            ));
+        }
         // `pre`'s own answer (`pre_advice::advise`), on the methods as they are before it.
         let pre_needed = match ours {
             false => pre_advice::advise(&coming, &self.kubevirt.workload_update_methods)
@@ -496,6 +502,7 @@ mod tests {
         let start = Objects {
             kubevirt: Some(kubevirt(Some(json!(["LiveMigrate"])))),
             chart: Some(chart(json!({}), None)),
+            foreign: None,
         };
         let suspended = run_phase(Phase::Pre, &start);
         let (kv1, ch1) = (suspended.kubevirt.unwrap(), suspended.chart.unwrap());
@@ -575,6 +582,7 @@ mod tests {
             &Objects {
                 kubevirt: Some(kv1),
                 chart: Some(ch1),
+                foreign: None,
             },
         );
         let r = Report::new(

@@ -10,7 +10,7 @@ use crate::config::{Config, LogFormat};
 use crate::error::Error;
 use crate::harvester_gate;
 use crate::leftovers_check;
-use crate::model::{Kind, MIGRATION_PREFIX, Target};
+use crate::model::{Kind, Target};
 use crate::outcome::{Done, Outcome};
 use crate::plan;
 use crate::plan::kubevirt::HOTPLUG_NOTICE;
@@ -19,7 +19,28 @@ use crate::vocabulary::{Objects, Phase, Plan, Step, Write};
 use crate::warnings::{self, CHANGED_WHILE_SUSPENDED, SKIPPED_NOT_FOUND, Warning};
 
 /// Runs the configured phase; `status` also returns its verdict, for the termination message.
+/// `watch` runs until SIGTERM, running `pre` and `post` by [`run_phase`] itself.
 pub async fn run(
+    cfg: &Config,
+    cluster: &Cluster,
+    done: &mut Vec<Done>,
+    out: &mut impl std::io::Write,
+) -> Result<Option<String>, Error> {
+    match cfg.intent.phase {
+        Phase::Watch => {
+            let run = async |cfg: &Config, done: &mut Vec<Done>| {
+                run_phase(cfg, cluster, done, out).await.map(|_| ())
+            };
+            crate::resident::watch(cfg, cluster, run)
+                .await
+                .map(|()| None)
+        }
+        _ => run_phase(cfg, cluster, done, out).await,
+    }
+}
+
+/// Runs one phase, `pre`, `post` or `status`, as its Job does.
+pub async fn run_phase(
     cfg: &Config,
     cluster: &Cluster,
     done: &mut Vec<Done>,
@@ -33,6 +54,7 @@ pub async fn run(
                 .await
                 .map(|()| None)
         }
+        Phase::Watch => unreachable!("the resident guard runs pre and post, never itself"),
     }
 }
 
@@ -57,7 +79,7 @@ async fn change(
     // Harvester's own upgrade first: `pre` may leave the suspension to it, `post` waits for its
     // cleanup (and reads the objects again after it, so Fleet's generation is taken after it).
     // The armed `post` first waits for the next upgrade to begin and end.
-    crate::armed_wait::wait(cfg, cluster, &mut objects, done).await?;
+    crate::resident::armed(cfg, cluster, &mut objects, done).await?;
     if !harvester_gate::gate(cfg, cluster, &mut objects, done).await? {
         leftovers_check::after_steps(cfg, cluster, &objects, skipped, done).await;
         return Ok((objects.chart.clone(), objects));
@@ -311,7 +333,7 @@ async fn status(
         }
         None => None,
     };
-    let migrations = cluster.list_migrations(MIGRATION_PREFIX).await?;
+    let migrations = cluster.list_migrations().await?;
     let view = harvester_gate::read(cluster, cfg).await?;
     // Without a name, the default ManagedChart is read too, for what of ours it still carries.
     let unnamed = match &cfg.unnamed_chart {
@@ -346,7 +368,8 @@ async fn status(
             })
             .collect(),
     });
-    let armed = armed_section(cfg, cluster, done).await;
+    let mut armed = armed_section(cfg, cluster, done).await;
+    armed.push_str(&resident_section(cfg, cluster, done).await);
     match cfg.log_format {
         LogFormat::Json => writeln!(
             out,
@@ -382,6 +405,23 @@ async fn armed_section(cfg: &Config, cluster: &Cluster, done: &mut Vec<Done>) ->
         warnings: vec![],
     });
     lines.iter().map(|l| format!("{l}\n")).collect()
+}
+
+/// `status`: the resident guard's last decision, from its newest `ResidentGuardDecided` Event on
+/// the KubeVirt CR's namespace (the guard keeps nothing else): what, when, which pod.
+async fn resident_section(cfg: &Config, cluster: &Cluster, done: &mut Vec<Done>) -> String {
+    let ns = &cfg.intent.keys.kubevirt.namespace;
+    let Some((time, pod, note)) = cluster.latest_event(ns, warnings::RESIDENT).await else {
+        return String::new();
+    };
+    let line = format!("resident guard  {pod} last decided at {time}: {note}");
+    done.push(Done {
+        target: Target::new(Kind::KubeVirt, &cfg.intent.keys.kubevirt),
+        outcome: Outcome::Unchanged,
+        actions: vec![line.clone()],
+        warnings: vec![],
+    });
+    format!("{line}\n")
 }
 
 /// Test builds only: `FAILPOINTS=after-write-managedchart=return` kills the process with SIGKILL

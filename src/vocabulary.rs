@@ -77,7 +77,7 @@ impl Intent {
         let order = match self.phase {
             Phase::Pre => [Kind::ManagedChart, Kind::KubeVirt],
             Phase::Post => [Kind::KubeVirt, Kind::ManagedChart],
-            Phase::Status => return Vec::new(),
+            Phase::Status | Phase::Watch => return Vec::new(),
         };
         order
             .into_iter()
@@ -93,6 +93,8 @@ pub enum Phase {
     Pre,
     Post,
     Status,
+    /// The resident guard: runs `pre` and `post` itself, around every upgrade.
+    Watch,
 }
 
 impl std::fmt::Display for Phase {
@@ -102,6 +104,7 @@ impl std::fmt::Display for Phase {
             Phase::Pre => "pre",
             Phase::Post => "post",
             Phase::Status => "status",
+            Phase::Watch => "watch",
         })
     }
 }
@@ -127,6 +130,17 @@ pub struct Step {
 pub struct Objects {
     pub kubevirt: Option<Value>,
     pub chart: Option<Value>,
+    /// `pre`: the KubeVirt CR's `[]` is another suspender's (`plan::suspenders`), and this is
+    /// the original to record in its place.
+    pub foreign: Option<ForeignOriginal>,
+}
+
+/// The original `pre` records over another suspender's `[]`, and why, in words.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ForeignOriginal {
+    /// A `plan::records::ValueRecord`, as JSON (this layer knows no records).
+    pub record: Value,
+    pub line: String,
 }
 
 impl Objects {

@@ -42,6 +42,12 @@ pub const SKIPPED_NOT_CHECKED: &str = "SkippedObjectNotChecked";
 pub const MIGRATIONS_UNDER_WAY: &str = "WorkloadUpdateMigrationsUnderWay";
 /// `pre` came late: KubeVirt is (being) upgraded, or the CR counts outdated workloads.
 pub const PRE_LATE: &str = "PreAfterKubeVirtUpgrade";
+/// `pre` found the methods `[]` by another suspender's upgrade (the add-on, Harvester v1.8.0 or
+/// v1.7.2+): that `[]` is not recorded as the original; what it stands in for is.
+pub const SUSPENDED_BY_ANOTHER: &str = "WorkloadUpdatesSuspendedByAnother";
+/// The waiting `post` (armed, or the resident guard) holds the suspension after a failed
+/// upgrade to a release without handling of its own, until the retry.
+pub const HELD_AFTER_FAILURE: &str = "SuspensionHeldAfterFailedUpgrade";
 /// An Event could not be made (once per run, in the termination message only).
 pub const EVENTS_NOT_RECORDED: &str = "EventsNotRecorded";
 
@@ -61,6 +67,8 @@ pub const ALL: &[&str] = &[
     SKIPPED_NOT_CHECKED,
     MIGRATIONS_UNDER_WAY,
     PRE_LATE,
+    SUSPENDED_BY_ANOTHER,
+    HELD_AFTER_FAILURE,
     EVENTS_NOT_RECORDED,
 ];
 
@@ -68,6 +76,9 @@ pub const ALL: &[&str] = &[
 pub const SUSPENDED: &str = "WorkloadUpdatesSuspended";
 /// The Normal Event of a `pre` that stood aside: the coming release restores the methods itself.
 pub const NOT_NEEDED: &str = "WorkloadUpdateGuardNotNeeded";
+/// The Normal Event of the resident guard when its decision changes (watching, suspending,
+/// waiting for the end, restoring).
+pub const RESIDENT: &str = "ResidentGuardDecided";
 /// The Normal Event of a `post` that restored.
 pub const RESTORED: &str = "WorkloadUpdatesRestored";
 

@@ -78,6 +78,17 @@ impl Deadline {
     }
 }
 
+impl Cluster {
+    /// The waiting loop's pause: `d`, or until a watch wakes it (`resident`), with the request
+    /// deadline's clock stopped as in [`Cluster::poll`]. `true`: woken by a watch.
+    pub async fn pause(&self, d: Duration, wake: &mut tokio::sync::mpsc::Receiver<()>) -> bool {
+        tokio::select! {
+            _ = self.deadline.sleep_apart(d) => false,
+            w = wake.recv() => w.is_some(),
+        }
+    }
+}
+
 /// What one read of a [`Cluster::poll`] came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Poll<T> {

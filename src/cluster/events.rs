@@ -86,6 +86,39 @@ impl Cluster {
         }
     }
 
+    /// The newest Event of `reason` in `namespace` (`status`: the resident guard's last decision),
+    /// as (its time, its reporting instance, its note); `None` when there is none or it may not
+    /// be read (a 403 says nothing about the guard: the report just leaves it out).
+    pub async fn latest_event(
+        &self,
+        namespace: &str,
+        reason: &str,
+    ) -> Option<(String, String, String)> {
+        let api: Api<Event> = Api::namespaced(self.client.clone(), namespace);
+        let params = kube::api::ListParams::default().fields(&format!("reason={reason}"));
+        let list = match self
+            .call(&format!("list events {reason}"), || api.list(&params))
+            .await
+        {
+            Ok(list) => list,
+            Err(e) => {
+                tracing::debug!(error = %e, "the resident guard's Events not read");
+                return None;
+            }
+        };
+        list.items
+            .into_iter()
+            .filter_map(|e| {
+                let time = e.event_time.map(|t| t.0.to_string())?;
+                Some((
+                    time,
+                    e.reporting_instance.unwrap_or_default(),
+                    e.note.unwrap_or_default(),
+                ))
+            })
+            .max_by(|a, b| a.0.cmp(&b.0))
+    }
+
     /// The Events that could not be made so far (`REASON: error`), in order.
     pub fn event_failures(&self) -> Vec<String> {
         self.event_failures.lock().expect("not poisoned").clone()

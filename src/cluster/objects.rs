@@ -113,44 +113,6 @@ impl Cluster {
         Ok(serde_json::to_value(obj).expect("objects serialize"))
     }
 
-    /// Migrations whose names start with `prefix`, in all namespaces (`status`, and `pre`'s
-    /// warning of those under way).
-    pub async fn list_migrations(&self, prefix: &str) -> Result<Vec<Value>, Error> {
-        let api: Api<DynamicObject> =
-            Api::all_with(self.client.clone(), &Kind::Migration.resource());
-        let mut out = Vec::new();
-        // From the watch cache, as Harvester's lists (see there): a report and a warning, where a
-        // few ms of staleness mean nothing and a consistent list waited ~55 ms. kube drops the
-        // resourceVersion of a list with a limit, and the cache answers in one page anyway.
-        let mut params = ListParams::default().match_any();
-        loop {
-            let page = self
-                .call("list virtualmachineinstancemigrations", || {
-                    api.list(&params)
-                })
-                .await
-                .map_err(|e| self.permanent(Subject::Migrations, e))?;
-            out.extend(
-                page.items
-                    .into_iter()
-                    .filter(|m| {
-                        m.metadata
-                            .name
-                            .as_deref()
-                            .is_some_and(|n| n.starts_with(prefix))
-                    })
-                    .map(|m| serde_json::to_value(m).expect("objects serialize")),
-            );
-            match page.metadata.continue_ {
-                // A continued list names no resourceVersion (the token holds it).
-                Some(c) if !c.is_empty() => {
-                    params = ListParams::default().limit(500).continue_token(&c)
-                }
-                _ => return Ok(out),
-            }
-        }
-    }
-
     /// Harvester's objects of `kind` in `namespace` (with a label selector, if any); `None` when
     /// the resource is not served (not a Harvester cluster). One page: there are a handful.
     pub async fn list_harvester(

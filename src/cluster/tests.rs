@@ -299,47 +299,83 @@ async fn a_schema_rejection_is_permanent() {
     assert_eq!(within(server).await.unwrap().len(), 1);
 }
 
+/// A page of migrations as the API server sends it: `(name, annotated, phase)` each.
+fn migrations_page(items: &[(&str, bool, Option<&str>)], next: &str) -> Response<Body> {
+    let items: Vec<Value> = items
+        .iter()
+        .map(|(name, annotated, phase)| {
+            let mut m = json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
+                "metadata": {"name": name, "namespace": "vms", "managedFields": [{"manager": "x"}]},
+                "spec": {"vmiName": "vm1"}});
+            if *annotated {
+                m["metadata"]["annotations"] = json!({"kubevirt.io/workloadUpdateMigration": ""});
+            }
+            if let Some(p) = phase {
+                m["status"] = json!({"phase": p});
+            }
+            m
+        })
+        .collect();
+    respond(
+        200,
+        json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigrationList",
+               "metadata": {"continue": next, "resourceVersion": "7"}, "items": items}),
+    )
+}
+
 #[tokio::test(start_paused = true)]
-async fn the_migration_list_follows_pages_and_keeps_only_the_updater_s() {
-    let page = |names: &[&str], next: &str| {
-        let items: Vec<Value> = names
-            .iter()
-            .map(|n| {
-                json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
-                            "metadata": {"name": n, "namespace": "vms"}})
-            })
-            .collect();
-        respond(
-            200,
-            json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigrationList",
-                   "metadata": {"continue": next}, "items": items}),
-        )
-    };
+async fn the_migration_list_follows_pages_and_keeps_only_the_updater_s_unfinished() {
     let (cluster, handle) = mock_cluster(false);
     let server = serve(
         handle,
         vec![
-            Ok(page(&["kubevirt-workload-update-a", "mine"], "t1")),
-            Ok(page(&["kubevirt-workload-update-b"], "")),
+            Ok(migrations_page(
+                &[
+                    ("kubevirt-workload-update-a", true, Some("Running")),
+                    ("mine", false, Some("Running")),
+                    ("kubevirt-workload-update-done", true, Some("Succeeded")),
+                ],
+                "t1",
+            )),
+            Ok(migrations_page(
+                &[
+                    ("kubevirt-workload-update-b", false, None),
+                    ("renamed", true, Some("Scheduling")),
+                ],
+                "",
+            )),
         ],
     );
-    let list = within(cluster.list_migrations(crate::model::MIGRATION_PREFIX))
-        .await
-        .unwrap();
-    let names: Vec<&str> = list
+    let list = within(cluster.list_migrations()).await.unwrap();
+    let names: Vec<String> = list
         .iter()
-        .map(|m| m["metadata"]["name"].as_str().unwrap())
+        .map(|m| format!("{} {}", m.name, m.phase))
         .collect();
     assert_eq!(
         names,
-        ["kubevirt-workload-update-a", "kubevirt-workload-update-b"]
+        [
+            "kubevirt-workload-update-a Running",
+            "kubevirt-workload-update-b Pending",
+            "renamed Scheduling"
+        ]
     );
     let seen = within(server).await.unwrap();
-    assert!(seen[1].query.contains("continue=t1"), "{}", seen[1].query);
+    // Paged and consistent: a limit, no resourceVersion (the watch cache's `0` ignores a limit).
+    assert!(seen[0].query.contains("limit=500"), "{}", seen[0].query);
+    assert!(
+        !seen[0].query.contains("resourceVersion"),
+        "{}",
+        seen[0].query
+    );
+    assert!(
+        seen[1].query.contains("continue=t1") && seen[1].query.contains("limit=500"),
+        "{}",
+        seen[1].query
+    );
 
     let (cluster, handle) = mock_cluster(false);
     let server = serve(handle, vec![Ok(status(403, json!({})))]);
-    let err = within(cluster.list_migrations("x")).await.unwrap_err();
+    let err = within(cluster.list_migrations()).await.unwrap_err();
     assert!(
         matches!(
             &err,
@@ -352,6 +388,60 @@ async fn the_migration_list_follows_pages_and_keeps_only_the_updater_s() {
         "{err:?}"
     );
     within(server).await.unwrap();
+}
+
+/// An expired continue token (410) starts the list over: the pages before it are dropped, as
+/// they are of another snapshot.
+#[tokio::test(start_paused = true)]
+async fn an_expired_continue_token_starts_the_list_over() {
+    let (cluster, handle) = mock_cluster(false);
+    let server = serve(
+        handle,
+        vec![
+            Ok(migrations_page(
+                &[("kubevirt-workload-update-old", true, None)],
+                "t1",
+            )),
+            Ok(status(410, json!({}))),
+            Ok(migrations_page(
+                &[("kubevirt-workload-update-new", true, None)],
+                "",
+            )),
+        ],
+    );
+    let list = within(cluster.list_migrations_by(1)).await.unwrap();
+    let names: Vec<&str> = list.iter().map(|m| m.name.as_str()).collect();
+    assert_eq!(names, ["kubevirt-workload-update-new"]);
+    let seen = within(server).await.unwrap();
+    assert!(!seen[2].query.contains("continue"), "{}", seen[2].query);
+}
+
+/// A late `pre` asks twice (its late warning, the migrations' own): one list answers both, a
+/// failed one too.
+#[tokio::test(start_paused = true)]
+async fn pre_lists_the_migrations_under_way_once() {
+    let (cluster, handle) = mock_cluster(false);
+    let server = serve(
+        handle,
+        vec![Ok(migrations_page(
+            &[("kubevirt-workload-update-a", true, Some("Running"))],
+            "",
+        ))],
+    );
+    let first = within(cluster.migrations_under_way()).await.unwrap();
+    let second = within(cluster.migrations_under_way()).await.unwrap();
+    assert_eq!((first.len(), first), (1, second));
+    assert_eq!(within(server).await.unwrap().len(), 1);
+
+    let (cluster, handle) = mock_cluster(false);
+    let server = serve(handle, vec![Ok(status(403, json!({})))]);
+    let first = within(cluster.migrations_under_way()).await.unwrap_err();
+    let second = within(cluster.migrations_under_way()).await.unwrap_err();
+    assert!(
+        first.contains("403") && first == second,
+        "{first} / {second}"
+    );
+    assert_eq!(within(server).await.unwrap().len(), 1);
 }
 
 #[test]

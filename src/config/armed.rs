@@ -62,3 +62,69 @@ pub(super) fn optional_name(
         None => Ok(None),
     }
 }
+
+/// The resident guard's settings (`PHASE=watch`): how often it reads when no watch event comes
+/// (`WATCH_RESYNC_SECONDS`), and where its probe files are (`WATCH_STATE_DIR`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Watch {
+    pub resync: Duration,
+    pub state_dir: std::path::PathBuf,
+}
+
+impl Watch {
+    /// How old the `ready` file may be: two missed reads and a minute's slack.
+    pub fn ready_within(&self) -> Duration {
+        self.resync * 2 + Duration::from_secs(60)
+    }
+}
+
+/// How often the loop touches `alive` (no request), and how old it may be.
+pub const ALIVE_EVERY: Duration = Duration::from_secs(30);
+pub const ALIVE_WITHIN: Duration = Duration::from_secs(90);
+
+/// `WATCH_*`, for `PHASE=watch` only (and read by `--probe`, whatever the phase).
+pub(super) fn watch(
+    phase: Phase,
+    resync: Option<String>,
+    dir: Option<String>,
+) -> Result<Option<Watch>, ConfigError> {
+    if phase != Phase::Watch {
+        return Ok(None);
+    }
+    watch_settings(resync, dir).map(Some)
+}
+
+/// The two settings, checked.
+pub(super) fn watch_settings(
+    resync: Option<String>,
+    dir: Option<String>,
+) -> Result<Watch, ConfigError> {
+    let value = resync.unwrap_or_else(|| defaults::WATCH_RESYNC_SECONDS.to_string());
+    let resync = match value.parse::<u64>() {
+        Ok(n) if (30..=3600).contains(&n) => Duration::from_secs(n),
+        _ => {
+            return Err(invalid(
+                "WATCH_RESYNC_SECONDS",
+                &value,
+                "a whole number of seconds from 30 to 3600",
+            ));
+        }
+    };
+    let dir = dir.unwrap_or_else(|| "/tmp".into());
+    if !dir.starts_with('/') {
+        return Err(invalid("WATCH_STATE_DIR", &dir, "an absolute path"));
+    }
+    Ok(Watch {
+        resync,
+        state_dir: dir.into(),
+    })
+}
+
+/// `--probe`'s settings, from the environment (the Deployment's, which the kubelet's exec probe
+/// inherits): `WATCH_RESYNC_SECONDS` and `WATCH_STATE_DIR`, checked as `PHASE=watch` checks them.
+pub fn probe_settings() -> Result<Watch, ConfigError> {
+    watch_settings(
+        std::env::var("WATCH_RESYNC_SECONDS").ok(),
+        std::env::var("WATCH_STATE_DIR").ok(),
+    )
+}

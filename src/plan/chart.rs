@@ -338,6 +338,7 @@ mod tests {
         let start = Objects {
             kubevirt: Some(kubevirt(original)),
             chart: Some(chart(json!({}), None)),
+            foreign: None,
         };
         run_phase(Phase::Pre, &start)
     }

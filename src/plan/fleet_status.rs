@@ -897,7 +897,7 @@ mod tests {
         ) {
             let i_pre = intent(Phase::Pre);
             let i_post = intent(Phase::Post);
-            let start = Objects { kubevirt: Some(kv0), chart: Some(chart0) };
+            let start = Objects { kubevirt: Some(kv0), chart: Some(chart0), foreign: None };
             let after_pre = run_phase(Phase::Pre, &start);
             for (i, objects) in [(&i_pre, &start), (&i_pre, &after_pre), (&i_post, &after_pre)] {
                 let mut now = objects.clone();

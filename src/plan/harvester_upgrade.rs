@@ -309,9 +309,15 @@ pub enum PreGate {
     LeaveToHarvester(String),
 }
 
-/// `pre`, given the latest Upgrade and whether any record of ours is on the objects (a rerun
-/// keeps its own suspension).
-pub fn pre_gate(upgrade: Option<&Upgrade>, ours: bool, methods: &Option<Value>) -> PreGate {
+/// `pre`, given the latest Upgrade, whether any record of ours is on the objects (a rerun
+/// keeps its own suspension), and the methods: the CR's, or (`foreign`) the original in place
+/// of another suspender's `[]` (`plan::suspenders`).
+pub fn pre_gate(
+    upgrade: Option<&Upgrade>,
+    ours: bool,
+    methods: &Option<Value>,
+    foreign: bool,
+) -> PreGate {
     let Some(u) = upgrade.filter(|u| u.cleanup_pending()) else {
         return PreGate::Proceed(Vec::new());
     };
@@ -323,7 +329,11 @@ pub fn pre_gate(upgrade: Option<&Upgrade>, ours: bool, methods: &Option<Value>) 
     }
     // v1.8.0 keeps no backup: its `[]` on the CR is its suspension, and its cleanup writes
     // `[LiveMigrate]`. Recording that `[]` would make post put it back over the restore.
-    if u.handling() == Handling::PatchAndHardCodedRestore && is_suspended(methods) {
+    // With `foreign`, `methods` is the original in place of its `[]`: its cleanup restores that
+    // original itself when it is `[LiveMigrate]`.
+    let restores_it = foreign && methods.as_ref() == Some(&blind_value());
+    if u.handling() == Handling::PatchAndHardCodedRestore && (is_suspended(methods) || restores_it)
+    {
         return PreGate::LeaveToHarvester(format!(
             "{} already suspended the updates (the methods are []); its cleanup writes \
              [LiveMigrate], so pre writes nothing",
@@ -347,13 +357,24 @@ pub fn pre_gate(upgrade: Option<&Upgrade>, ours: bool, methods: &Option<Value>) 
             u.backup.describe()
         ));
     }
-    let then = match u.handling() {
-        Handling::PatchAndHardCodedRestore => "its cleanup will write [LiveMigrate]",
-        _ => "it will back up this [] and write it back at its cleanup",
+    let (done, then) = match u.handling() {
+        // `methods` is the original in place of its `[]` then (`plan::suspenders`).
+        Handling::PatchAndHardCodedRestore if foreign => (
+            "has suspended the methods already",
+            "its cleanup will write [LiveMigrate], not that original",
+        ),
+        Handling::PatchAndHardCodedRestore => (
+            "has not suspended the methods yet",
+            "its cleanup will write [LiveMigrate]",
+        ),
+        _ => (
+            "has not suspended the methods yet",
+            "it will back up this [] and write it back at its cleanup",
+        ),
     };
     PreGate::Proceed(vec![format!(
-        "{} is under way and has not suspended the methods yet: {then}; post waits for its \
-         cleanup, then restores the original recorded here",
+        "{} is under way and {done}: {then}; post waits for its cleanup, then restores the \
+         original recorded here",
         u.describe()
     )])
 }

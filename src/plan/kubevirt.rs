@@ -32,7 +32,7 @@ pub fn kubevirt_pre(obj: &Value, copy: Option<&ValueRecord>) -> Result<Plan, Mal
     let (original, owners) = match copy {
         Some(c) if is_suspended(&current) && c.original() != current => {
             ed.note(format!(
-                "the CR was changed to {} after the ManagedChart was written; the ManagedChart's copy holds the original",
+                "the CR's methods are {} but the original is known elsewhere (the ManagedChart's copy, or the value in place of another suspender's [])",
                 describe(&current)
             ));
             (c.original(), c.owners.clone())

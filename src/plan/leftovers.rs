@@ -283,6 +283,7 @@ mod tests {
         Objects {
             kubevirt: Some(kubevirt(Some(json!(["LiveMigrate"])))),
             chart: Some(chart(json!({}), Some(json!([longhorn_entry()])))),
+            foreign: None,
         }
     }
 

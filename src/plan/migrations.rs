@@ -1,8 +1,23 @@
-//! The workload-update migrations under way: which of the listed `kubevirt-workload-update-*`
-//! migrations have not finished (`pre`'s warning and `status`'s list).
+//! The workload-update migrations under way: which listed migrations KubeVirt's workload updater
+//! made, and which of those have not finished (`pre`'s warnings and `status`'s list).
+//!
+//! A large cluster holds tens of thousands of migrations (KubeVirt keeps five finished ones per
+//! VMI), so a listed migration is read into [`Listed`], the few fields decided on here, straight
+//! from each page of the list: the rest of each object is skipped as it is parsed, never held.
 
-use serde::Serialize;
-use serde_json::Value;
+use serde::de::IgnoredAny;
+use serde::{Deserialize, Serialize};
+
+use crate::model::MIGRATION_PREFIX;
+
+/// The annotation KubeVirt's workload updater puts on every migration it creates (value `""`),
+/// with `GenerateName: kubevirt-workload-update-`: kubevirt/kubevirt
+/// `pkg/virt-controller/watch/workload-updater/workload-updater.go` (`sync`), the constant
+/// `WorkloadUpdateMigrationAnnotation` in `staging/src/kubevirt.io/api/core/v1/types.go`.
+/// KubeVirt tells its own by this annotation alone (`ListUnfinishedMigrations` in
+/// `pkg/util/migrations`), and so do we; the name prefix is the fallback for an object that
+/// lost it.
+pub const WORKLOAD_UPDATE_ANNOTATION: &str = "kubevirt.io/workloadUpdateMigration";
 
 /// A workload-update migration that has not finished.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -12,49 +27,117 @@ pub struct Migration {
     pub phase: String,
 }
 
-/// The workload-update migrations that have not finished.
-pub fn unfinished(migrations: &[Value]) -> Vec<Migration> {
-    migrations
-        .iter()
-        .filter(|m| {
-            !matches!(
-                m.pointer("/status/phase").and_then(Value::as_str),
-                Some("Succeeded" | "Failed")
-            )
-        })
-        .map(|m| Migration {
-            namespace: text(m, "/metadata/namespace").unwrap_or_default(),
-            name: text(m, "/metadata/name").unwrap_or_default(),
-            phase: text(m, "/status/phase").unwrap_or_else(|| "Pending".into()),
-        })
-        .collect()
+/// One listed migration, as much of it as is decided on. Deserialized from the list's JSON:
+/// unknown fields (the spec, managedFields, other annotations, the status's conditions) are
+/// skipped by the parser without being kept.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct Listed {
+    #[serde(default)]
+    metadata: Meta,
+    #[serde(default)]
+    status: Option<Status>,
 }
 
-fn text(obj: &Value, ptr: &str) -> Option<String> {
-    obj.pointer(ptr).and_then(Value::as_str).map(str::to_string)
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+struct Meta {
+    #[serde(default)]
+    namespace: Option<String>,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    annotations: Option<Annotations>,
+}
+
+/// Only whether the workload updater's annotation is there: any other annotation (a client's
+/// `last-applied-configuration` may be kilobytes) is skipped unread.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+struct Annotations {
+    #[serde(rename = "kubevirt.io/workloadUpdateMigration", default)]
+    workload_update: Option<IgnoredAny>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+struct Status {
+    #[serde(default)]
+    phase: Option<String>,
+}
+
+impl Listed {
+    /// A listed migration from its parts (tests, and what a list would have given).
+    pub fn new(namespace: &str, name: &str, annotated: bool, phase: Option<&str>) -> Self {
+        Listed {
+            metadata: Meta {
+                namespace: Some(namespace.into()),
+                name: Some(name.into()),
+                annotations: Some(Annotations {
+                    workload_update: annotated.then_some(IgnoredAny),
+                }),
+            },
+            status: Some(Status {
+                phase: phase.map(str::to_string),
+            }),
+        }
+    }
+
+    fn name(&self) -> &str {
+        self.metadata.name.as_deref().unwrap_or_default()
+    }
+
+    fn phase(&self) -> Option<&str> {
+        self.status.as_ref().and_then(|s| s.phase.as_deref())
+    }
+
+    /// Made by KubeVirt's workload updater: its annotation, else (an object that lost it) its
+    /// name prefix.
+    pub fn is_workload_update(&self) -> bool {
+        let annotated = self
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.workload_update.is_some());
+        annotated || self.name().starts_with(MIGRATION_PREFIX)
+    }
+
+    /// What is reported of it, if it is a workload-update migration that has not finished
+    /// (KubeVirt's `IsFinal`: `Succeeded` or `Failed`; no phase yet is `Pending`).
+    pub fn unfinished(self) -> Option<Migration> {
+        if !self.is_workload_update() || matches!(self.phase(), Some("Succeeded" | "Failed")) {
+            return None;
+        }
+        let phase = self.phase().unwrap_or("Pending").to_string();
+        let Meta {
+            namespace, name, ..
+        } = self.metadata;
+        Some(Migration {
+            namespace: namespace.unwrap_or_default(),
+            name: name.unwrap_or_default(),
+            phase,
+        })
+    }
+}
+
+/// The workload-update migrations that have not finished, in the order listed.
+pub fn unfinished(listed: impl IntoIterator<Item = Listed>) -> Vec<Migration> {
+    listed.into_iter().filter_map(Listed::unfinished).collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
     use serde_json::json;
 
     #[test]
     fn only_unfinished_workload_update_migrations_are_listed() {
-        let m = |ns: &str, name: &str, phase: Option<&str>| {
-            let mut v = json!({"metadata": {"namespace": ns, "name": name}});
-            if let Some(p) = phase {
-                v["status"] = json!({"phase": p});
-            }
-            v
-        };
         let list = [
-            m("a", "kubevirt-workload-update-1", Some("Running")),
-            m("b", "kubevirt-workload-update-2", Some("Succeeded")),
-            m("c", "kubevirt-workload-update-3", None),
-            m("d", "kubevirt-workload-update-4", Some("Failed")),
+            Listed::new("a", "kubevirt-workload-update-1", false, Some("Running")),
+            Listed::new("b", "kubevirt-workload-update-2", true, Some("Succeeded")),
+            Listed::new("c", "kubevirt-workload-update-3", false, None),
+            Listed::new("d", "kubevirt-workload-update-4", true, Some("Failed")),
+            Listed::new("e", "renamed-by-someone", true, Some("Scheduling")),
+            Listed::new("f", "manual", false, Some("Running")),
         ];
-        let names: Vec<String> = unfinished(&list)
+        let names: Vec<String> = unfinished(list)
             .iter()
             .map(|m| format!("{}/{} ({})", m.namespace, m.name, m.phase))
             .collect();
@@ -62,8 +145,71 @@ mod tests {
             names,
             [
                 "a/kubevirt-workload-update-1 (Running)",
-                "c/kubevirt-workload-update-3 (Pending)"
+                "c/kubevirt-workload-update-3 (Pending)",
+                "e/renamed-by-someone (Scheduling)"
             ]
         );
+    }
+
+    /// As the API server sends them: what is not read is skipped, the annotation counts by its
+    /// presence (KubeVirt writes `""`), a missing status is `Pending`.
+    #[test]
+    fn deserialized_from_a_list_item() {
+        let item = json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
+            "metadata": {"name": "x", "namespace": "vms", "uid": "u",
+                "annotations": {"kubevirt.io/workloadUpdateMigration": "",
+                    "kubectl.kubernetes.io/last-applied-configuration": "{\"big\": true}"},
+                "managedFields": [{"manager": "virt-controller", "fieldsV1": {"f:spec": {}}}]},
+            "spec": {"vmiName": "vm1"},
+            "status": {"phase": "Running", "migrationState": {"sourceNode": "n1"}}});
+        let m: Listed = serde_json::from_value(item).unwrap();
+        assert_eq!(m, Listed::new("vms", "x", true, Some("Running")));
+        let bare: Listed =
+            serde_json::from_value(json!({"metadata": {"name": "kubevirt-workload-update-y"},
+                "status": null}))
+            .unwrap();
+        assert_eq!(
+            bare.unfinished(),
+            Some(Migration {
+                namespace: String::new(),
+                name: "kubevirt-workload-update-y".into(),
+                phase: "Pending".into()
+            })
+        );
+        let other: Listed = serde_json::from_value(
+            json!({"metadata": {"name": "mine", "annotations": {"a": "b"}}}),
+        )
+        .unwrap();
+        assert!(!other.is_workload_update());
+    }
+
+    proptest! {
+        /// A migration is reported exactly when it is the updater's (annotation or prefix) and
+        /// not final; what is reported is its namespace, name and phase, in the listed order.
+        #[test]
+        fn reported_exactly_the_unfinished_workload_update_ones(
+            items in proptest::collection::vec(
+                ("[a-c]{1,2}", any::<bool>(), any::<bool>(),
+                 proptest::option::of(prop_oneof![
+                     Just("Pending"), Just("Scheduling"), Just("Running"),
+                     Just("Succeeded"), Just("Failed")])),
+                0..40)
+        ) {
+            let listed: Vec<Listed> = items.iter().enumerate().map(|(i, (ns, prefixed, annotated, phase))| {
+                let name = if *prefixed { format!("{MIGRATION_PREFIX}{i}") } else { format!("m{i}") };
+                Listed::new(ns, &name, *annotated, *phase)
+            }).collect();
+            let want: Vec<Migration> = items.iter().enumerate()
+                .filter(|(_, (_, prefixed, annotated, phase))| {
+                    (*prefixed || *annotated) && !matches!(phase, Some("Succeeded" | "Failed"))
+                })
+                .map(|(i, (ns, prefixed, _, phase))| Migration {
+                    namespace: ns.clone(),
+                    name: if *prefixed { format!("{MIGRATION_PREFIX}{i}") } else { format!("m{i}") },
+                    phase: phase.unwrap_or("Pending").to_string(),
+                })
+                .collect();
+            prop_assert_eq!(unfinished(listed), want);
+        }
     }
 }

@@ -7,9 +7,9 @@
 use super::chart::{chart_post, chart_pre, values_choice};
 use super::kubevirt::{kubevirt_original, kubevirt_post, kubevirt_pre};
 use super::ownership::release;
-use super::records::kubevirt_copy;
+use super::records::{ValueRecord, kubevirt_copy};
 use crate::model::Kind;
-use crate::vocabulary::{Intent, Objects, Phase, Plan, Refusal, Step, Write};
+use crate::vocabulary::{Intent, Malformed, Objects, Phase, Plan, Refusal, Step, Write};
 
 /// The writes of a phase, in order: `post` releases our claim on each object right after its
 /// restore (a separate write: one that also changes a field claims that field again).
@@ -52,11 +52,15 @@ pub fn plan_step(intent: &Intent, step: &Step, objects: &Objects) -> Result<Opti
     let kv = &intent.keys.kubevirt;
     let own = refuse(step.target.kind);
     let plan = match (intent.phase, step.target.kind, step.write) {
-        (Phase::Pre, Kind::KubeVirt, Write::Change) => kubevirt_pre(obj, copy()?.as_ref()),
+        (Phase::Pre, Kind::KubeVirt, Write::Change) => {
+            // Another suspender's `[]`: its original stands in for a copy that is not there yet.
+            let copy = copy()?.or(foreign(objects).map_err(own.clone())?);
+            kubevirt_pre(obj, copy.as_ref()).map(|p| said_foreign(p, objects))
+        }
         (Phase::Pre, Kind::ManagedChart, Write::Change) => {
-            let original = match &objects.kubevirt {
-                Some(o) => Some(kubevirt_original(o).map_err(refuse(Kind::KubeVirt))?),
-                None => None,
+            let original = match (&objects.kubevirt, foreign(objects).map_err(own.clone())?) {
+                (Some(o), None) => Some(kubevirt_original(o).map_err(refuse(Kind::KubeVirt))?),
+                (_, foreign) => foreign,
             };
             chart_pre(obj, kv, &intent.steps, original.as_ref())
         }
@@ -80,6 +84,25 @@ pub fn plan_step(intent: &Intent, step: &Step, objects: &Objects) -> Result<Opti
         _ => Ok(Plan::default()),
     };
     plan.map(Some).map_err(own)
+}
+
+/// The original that stands in for another suspender's `[]`, if `pre` found one.
+fn foreign(objects: &Objects) -> Result<Option<ValueRecord>, Malformed> {
+    objects
+        .foreign
+        .as_ref()
+        .map(|f| serde_json::from_value(f.record.clone()))
+        .transpose()
+        .map_err(|e| Malformed(format!("the original in place of a foreign []: {e}")))
+}
+
+/// The line that says where that original came from, first among a plan's actions that writes
+/// (the Suspended Event carries the actions).
+fn said_foreign(mut plan: Plan, objects: &Objects) -> Plan {
+    if let (Some(f), Some(_)) = (&objects.foreign, &plan.patch) {
+        plan.actions.insert(0, f.line.clone());
+    }
+    plan
 }
 
 /// Plans the whole phase against the objects as read, each write against the result of the
@@ -114,6 +137,7 @@ mod tests {
         let both = Objects {
             kubevirt: Some(kubevirt(Some(json!(["LiveMigrate"])))),
             chart: Some(chart(json!({}), None)),
+            foreign: None,
         };
         let pre = plan_phase(&intent(Phase::Pre), &both).unwrap();
         assert_eq!(
@@ -190,6 +214,7 @@ mod tests {
                 let objects = Objects {
                     kubevirt: Some(kv_obj.clone()),
                     chart: Some(chart_obj.clone()),
+                    foreign: None,
                 };
                 let err = plan_phase(&intent(phase), &objects).unwrap_err();
                 assert_eq!(err.target.kind, at_fault, "{phase:?}: {err}");
@@ -208,6 +233,51 @@ mod tests {
         let original = kubevirt_original(&absent).unwrap();
         assert!(original.created_parents.is_empty());
         assert_eq!(original.present, record.present);
+    }
+
+    #[test]
+    fn pre_records_the_original_in_place_of_a_foreign_empty_list_on_both_objects() {
+        let both = json!(["LiveMigrate", "Evict"]);
+        let record = value_record(Some(both.clone()), Vec::new());
+        let start = Objects {
+            kubevirt: Some(kubevirt(Some(json!([])))),
+            chart: Some(chart(json!({}), None)),
+            foreign: Some(crate::vocabulary::ForeignOriginal {
+                record: serde_json::to_value(&record).unwrap(),
+                line: "the methods are [] by the add-on's suspension".into(),
+            }),
+        };
+        let plans = plan_phase(&intent(Phase::Pre), &start).unwrap();
+        let kv_plan = &plans
+            .iter()
+            .find(|(s, _)| s.target.kind == Kind::KubeVirt)
+            .unwrap()
+            .1;
+        assert!(
+            kv_plan.actions[0].contains("add-on's suspension"),
+            "{:?}",
+            kv_plan.actions
+        );
+        let end = run_phase(Phase::Pre, &start);
+        let on_cr = kubevirt_record(end.kubevirt.as_ref().unwrap())
+            .unwrap()
+            .unwrap();
+        let copy = kubevirt_copy(end.chart.as_ref().unwrap()).unwrap().unwrap();
+        assert_eq!(on_cr.original(), Some(both.clone()));
+        assert_eq!(copy.original(), Some(both.clone()));
+        // And post, after the suspender's blind `[LiveMigrate]`, puts the original back.
+        let mut after = end.clone();
+        after.foreign = None;
+        after.kubevirt.as_mut().unwrap()["spec"]["workloadUpdateStrategy"]["workloadUpdateMethods"] =
+            json!(["LiveMigrate"]);
+        let kv = after.kubevirt.as_mut().unwrap();
+        kv["metadata"]["managedFields"] =
+            json!([entry("upgrade-toolkit", "Update", methods_fields())]);
+        let restored = run_phase(Phase::Post, &after);
+        assert_eq!(
+            restored.kubevirt.unwrap()["spec"]["workloadUpdateStrategy"]["workloadUpdateMethods"],
+            both
+        );
     }
 
     // ---- what a plan says it does ----
@@ -286,12 +356,12 @@ mod tests {
             redeploy in any::<bool>(),
             rerun_pre in any::<bool>(),
         ) {
-            let start = Objects { kubevirt: Some(kv0.clone()), chart: Some(chart0.clone()) };
+            let start = Objects { kubevirt: Some(kv0.clone()), chart: Some(chart0.clone()), foreign: None };
             // pre: the ManagedChart (with the copy) first; maybe the run is killed right after it
             // and Fleet re-renders the CR from the new values before the rerun.
             let mut now = if redeploy {
                 let (kv1, chart1) = fleet_redeploys_after_the_chart_write(&kv0, &chart0);
-                Objects { kubevirt: Some(kv1), chart: Some(chart1) }
+                Objects { kubevirt: Some(kv1), chart: Some(chart1), foreign: None }
             } else {
                 run_phase(Phase::Pre, &start)
             };

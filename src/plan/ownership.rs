@@ -452,6 +452,7 @@ mod tests {
         let both = Objects {
             kubevirt: Some(kubevirt(Some(json!(["LiveMigrate"])))),
             chart: Some(chart(json!({}), None)),
+            foreign: None,
         };
         let mut suspended = run_phase(Phase::Pre, &both);
         // What the server's bookkeeping would add for our writes, next to an earlier owner's.

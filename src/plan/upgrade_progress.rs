@@ -7,7 +7,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use super::harvester_upgrade::{self, Upgrade};
+use super::harvester_upgrade::{self, Handling, Upgrade};
 use crate::model::FIELD_MANAGER;
 
 /// Harvester's states of an Upgrade (label `harvesterhci.io/upgradeState`), in the order its
@@ -198,6 +198,30 @@ pub fn begun(upgrade: Option<&Upgrade>, plans: &[PlanView], since: &str) -> Opti
         .find(|p| p.created.as_str() >= since || p.under_way())
         .map(PlanView::describe);
     upgrade.or(plan)
+}
+
+/// After a failed upgrade to a release that does nothing to the methods itself (v1.6.x to
+/// v1.7.1, Harvester's path A), the suspension is held until the retry (issue 33, point 2):
+/// KubeVirt may be upgraded already and a node stuck, so turning updates on now would
+/// live-migrate every outdated VM in a half-upgraded cluster that the retry drains again. An
+/// Upgrade being deleted without having succeeded counts as failed. Releases whose own cleanup
+/// writes the methods on failure (v1.7.2+, v1.8.0, the add-on) are followed instead: holding
+/// would fight that cleanup. `None`: nothing to hold for. Only the waiting `post` (armed, or the
+/// resident guard) holds; a by-hand `post` is the operator's explicit choice and restores.
+pub fn held_after_failure(upgrade: Option<&Upgrade>) -> Option<String> {
+    let u = upgrade.filter(|u| u.handling() == Handling::None)?;
+    let failed = u.state == "Failed"
+        || (u.deleting && !matches!(u.state.as_str(), "Succeeded" | "Completed"));
+    failed.then(|| {
+        format!(
+            "held after the failed {}: the suspension stays until the retry has ended well \
+             (KubeVirt may be upgraded already and nodes cordoned: turning updates on now would \
+             live-migrate every outdated VM in a half-upgraded cluster). Ways out: retry the \
+             upgrade (the guard restores once it has succeeded), or run post by hand to turn \
+             updates on now",
+            u.describe()
+        )
+    })
 }
 
 /// The name of the armed `post`'s Job (manifests/post-armed): one at a time.

@@ -79,30 +79,7 @@ fn armed_post_survives_a_drain_and_restores_after_the_upgrade() {
     let _turn = turn();
     harvester_state();
     let node_before = NodeAsFound::record();
-    // The Harvester Upgrade CRD (tests/fixtures/crds, applied by hack/control-plane.sh): there,
-    // else applied here.
-    let crd = node()
-        .kubectl()
-        .args(["get", "crd", "upgrades.harvesterhci.io"])
-        .output()
-        .unwrap();
-    if !crd.status.success() {
-        k(&["apply", "-f", "tests/fixtures/crds/harvester-upgrade.yaml"]);
-        k(&[
-            "wait",
-            "--for=condition=Established",
-            "crd/upgrades.harvesterhci.io",
-            "--timeout=30s",
-        ]);
-    }
-    k(&[
-        "-n",
-        NS,
-        "delete",
-        "upgrades.harvesterhci.io",
-        "--all",
-        "--wait",
-    ]);
+    no_upgrades_yet();
     let original = methods();
     assert_ne!(original, json!([]), "something to restore");
 

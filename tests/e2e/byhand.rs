@@ -164,8 +164,8 @@ fn a_missing_image_fails_the_job_naming_it() {
 }
 
 /// `hack/job.sh images` (README, "The image first"): a node with the image says `true`; the same
-/// check of an image no node has says `false (ErrImageNeverPull)` at once and exits 1; no check
-/// pod is left behind.
+/// check of an image no node has, with `--no-pull` (presence only), says `false
+/// (ErrImageNeverPull)` at once and exits 1; no check pod is left behind. (Pulls: tests/e2e/registry.rs.)
 #[test]
 fn the_image_check_tells_a_node_with_the_image_from_one_without() {
     let _turn = turn();
@@ -174,7 +174,12 @@ fn the_image_check_tells_a_node_with_the_image_from_one_without() {
     assert_eq!(there.code, 0, "{there:?}");
     let line = there.stdout.lines().next().unwrap_or_default().to_string();
     assert!(line.ends_with(" true"), "{there:?}");
-    let absent = job_sh(&["images", "--image", "workload-update-guard:0.0.0-absent"]);
+    let absent = job_sh(&[
+        "images",
+        "--image",
+        "workload-update-guard:0.0.0-absent",
+        "--no-pull",
+    ]);
     assert_eq!(absent.code, 1, "{absent:?}");
     assert!(
         absent.stdout.contains(" false (ErrImageNeverPull)"),
@@ -195,5 +200,97 @@ fn the_image_check_tells_a_node_with_the_image_from_one_without() {
         "hack/job.sh images (1 node): {:.1} s with the image, {:.1} s without",
         there.took.as_secs_f64(),
         absent.took.as_secs_f64()
+    ));
+}
+
+/// Uninstall (docs/jobs.md, "Uninstall"): refused while pre's suspension is in place (status runs
+/// first and says SUSPENDED), nothing removed; after post, it removes the Jobs and what
+/// manifests/base installed. (`--env` on the real node too: no Fleet wait here.)
+#[test]
+fn uninstall_is_refused_while_suspended_then_removes_the_manifests_objects() {
+    let _turn = turn();
+    harvester_state();
+    let pre = job_sh(&[
+        "run",
+        "pre",
+        "--env",
+        "FLEET_WAIT_SECONDS=0",
+        "--timeout",
+        "300",
+    ]);
+    assert_eq!(pre.code, 0, "{pre:?}");
+    assert_eq!(methods(), serde_json::json!([]), "pre suspended");
+    let refused = job_sh(&["uninstall"]);
+    assert_eq!(refused.code, 2, "{refused:?}");
+    assert!(
+        refused
+            .stderr
+            .contains("job: ERROR: uninstall refused: SUSPENDED"),
+        "{refused:?}"
+    );
+    assert!(
+        !k(&[
+            "-n",
+            NS,
+            "get",
+            "serviceaccount",
+            "workload-update-guard",
+            "--ignore-not-found",
+            "-o",
+            "name"
+        ])
+        .trim()
+        .is_empty(),
+        "nothing removed"
+    );
+    let post = job_sh(&[
+        "run",
+        "post",
+        "--env",
+        "FLEET_WAIT_SECONDS=0",
+        "--timeout",
+        "300",
+    ]);
+    assert_eq!(post.code, 0, "{post:?}");
+    let done = job_sh(&["uninstall"]);
+    assert_eq!(done.code, 0, "{done:?}");
+    assert!(
+        done.stderr.contains("status says: NOT SUSPENDED"),
+        "{done:?}"
+    );
+    for kind in [
+        "serviceaccount",
+        "role",
+        "rolebinding",
+        "networkpolicy",
+        "jobs",
+    ] {
+        let left = k(&[
+            "-n",
+            NS,
+            "get",
+            kind,
+            "-l",
+            "app.kubernetes.io/name=workload-update-guard",
+            "-o",
+            "name",
+        ]);
+        assert!(left.trim().is_empty(), "{kind}: {left}");
+    }
+    let left = k(&[
+        "get",
+        "clusterrole,clusterrolebinding",
+        "-l",
+        "app.kubernetes.io/name=workload-update-guard",
+        "-o",
+        "name",
+    ]);
+    assert!(left.trim().is_empty(), "{left}");
+    // The next test's state has them again.
+    k(&["apply", "-k", "manifests/base"]);
+    figure(&format!(
+        "hack/job.sh uninstall: refused while suspended after {:.1} s (status first); after post, removed in {:.1} s",
+        refused.took.as_secs_f64(),
+        done.took.as_secs_f64()
     ));
 }

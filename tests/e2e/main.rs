@@ -8,6 +8,7 @@
 
 mod armed;
 mod byhand;
+mod chart;
 mod jobs;
 mod node;
 mod policy;

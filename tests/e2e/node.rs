@@ -471,3 +471,30 @@ pub fn jobs_and_pods(selector: &str) -> Vec<String> {
     let out = k(&["-n", NS, "get", "jobs,pods", "-l", selector, "-o", "name"]);
     out.lines().map(str::to_string).collect()
 }
+
+/// Harvester's Upgrade CRD (tests/fixtures/crds, applied by hack/control-plane.sh): there, else
+/// applied here; and no Upgrade left in the namespace by an earlier test.
+pub fn no_upgrades_yet() {
+    let crd = node()
+        .kubectl()
+        .args(["get", "crd", "upgrades.harvesterhci.io"])
+        .output()
+        .unwrap();
+    if !crd.status.success() {
+        k(&["apply", "-f", "tests/fixtures/crds/harvester-upgrade.yaml"]);
+        k(&[
+            "wait",
+            "--for=condition=Established",
+            "crd/upgrades.harvesterhci.io",
+            "--timeout=30s",
+        ]);
+    }
+    k(&[
+        "-n",
+        NS,
+        "delete",
+        "upgrades.harvesterhci.io",
+        "--all",
+        "--wait",
+    ]);
+}

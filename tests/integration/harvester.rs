@@ -255,9 +255,14 @@ async fn post_waiting_on_a_cleanup_that_never_ends_fails_with_exit_7_and_writes_
         after.1["metadata"]["resourceVersion"],
         before.1["metadata"]["resourceVersion"]
     );
-    // Zero: no wait at all.
+    // Zero: no wait at all, and the message still says what is under way (the chart's
+    // uninstall hook runs post so).
     let run = phase(&ns, "post", &[("HARVESTER_CLEANUP_WAIT_SECONDS", "0")]).await;
     assert_eq!(run.code, i32::from(exit::CLEANUP_PENDING), "{run:?}");
+    let error = run.summary.as_ref().unwrap()["error"].as_str().unwrap();
+    assert!(error.contains("waited 0s: "), "{error}");
+    assert!(!error.contains("nothing read yet"), "{error}");
+    assert!(error.contains("hvst-upgrade-stuck"), "{error}");
 }
 
 /// `pre` after Harvester's upgrade had already suspended (backup `null`, values `[]`, the CR

@@ -1,5 +1,6 @@
 //! Integration tests against a real kube-apiserver and etcd (see `support`).
 
+mod chart;
 mod cli;
 mod control_plane;
 mod fleet;
@@ -7,10 +8,13 @@ mod harvester;
 mod hazards;
 mod lifetime;
 mod manifests;
+mod migrations;
 mod operator;
 mod pre_advice;
 mod process;
+mod resident;
 #[path = "../support/mod.rs"]
 mod support;
 mod upgrade;
 mod upgrade_order;
+mod worst_hour;

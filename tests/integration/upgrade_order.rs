@@ -24,17 +24,7 @@ fn running(states: &[&'static str]) -> Vec<&'static str> {
         .collect()
 }
 
-fn env(
-    ns: &str,
-    phase: &str,
-    extra: &[(&str, &str)],
-) -> std::collections::BTreeMap<String, String> {
-    let mut env = env_for(ns, phase);
-    for (k, v) in extra {
-        env.insert((*k).into(), (*v).into());
-    }
-    env
-}
+use crate::support::env_with as env;
 
 /// Both objects' resourceVersions: unchanged means nothing was written.
 async fn versions(client: &Client, ns: &str) -> (Value, Value) {

@@ -962,3 +962,127 @@ async fn a_killed_pre_an_api_server_upgrade_and_a_rerun_restore_exactly() {
     let _serial = SERIAL.lock().await;
     support::upgrade::harvester_upgrade(Some("after-write-managedchart")).await;
 }
+
+/// The resident guard (`PHASE=watch`) as a child process, its log in a file; `failpoints` set.
+fn resident(ns: &str, failpoints: Option<&str>) -> (std::process::Child, std::path::PathBuf) {
+    let dir = tempfile_dir();
+    let log = dir.join("guard.log");
+    let mut env = env_for(ns, "watch");
+    env.insert("WATCH_STATE_DIR".into(), dir.display().to_string());
+    env.insert("WATCH_RESYNC_SECONDS".into(), "30".into());
+    if let Some(f) = failpoints {
+        env.insert("FAILPOINTS".into(), f.into());
+    }
+    let child = Command::new(BIN)
+        .env_clear()
+        .env("KUBECONFIG", control_plane().kubeconfig())
+        .env("TERMINATION_MESSAGE_PATH", "")
+        .envs(&env)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    (child, log)
+}
+
+/// Polls the CR's methods until they are `want`, for at most `within`.
+async fn methods_become(client: &kube::Client, ns: &str, want: &Value, within: Duration) {
+    let start = Instant::now();
+    while kubevirt_methods(client, ns).await != *want {
+        assert!(
+            start.elapsed() < within,
+            "{ns}: not {want} within {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Waits until the log says `words`.
+async fn said_within(log: &std::path::Path, words: &str, within: Duration) {
+    let start = Instant::now();
+    loop {
+        let said = std::fs::read_to_string(log).unwrap_or_default();
+        if said.contains(words) {
+            return;
+        }
+        assert!(
+            start.elapsed() < within,
+            "{words:?} not said within {within:?}: {said}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn stop(mut child: std::process::Child) {
+    // SAFETY: kill(2) of our own child, by its PID.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+    }
+    let _ = child.wait();
+}
+
+/// The resident guard killed between its two writes of `pre` (the ManagedChart written, the CR
+/// not yet): a new process (a new pod) goes on where it stopped, from what the objects say, and
+/// restores the exact original at the upgrade's end.
+#[tokio::test]
+async fn a_resident_guard_killed_between_its_writes_goes_on_where_it_stopped() {
+    let _serial = SERIAL.lock().await;
+    let client = admin().await;
+    let ns = namespace(&client, "resident-kill").await;
+    let both = json!(["LiveMigrate", "Evict"]);
+    harvester(&client, &ns, Some(both.clone())).await;
+    let (mut killed, log) = resident(&ns, Some("after-write-managedchart=return"));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let up = support::harvester::Upgrade::start(&client, &ns, "hvst-upgrade-k", "v1.7.1").await;
+    let out = tokio::task::spawn_blocking(move || killed.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        !out.success(),
+        "killed by its failpoint: {}",
+        std::fs::read_to_string(&log).unwrap()
+    );
+    assert_eq!(
+        kubevirt_methods(&client, &ns).await,
+        both,
+        "the CR not yet written"
+    );
+    let (guard, log) = resident(&ns, None);
+    methods_become(&client, &ns, &json!([]), Duration::from_secs(10)).await;
+    up.set_state(&client, "UpgradingNodes").await;
+    up.finish(&client, true).await;
+    methods_become(&client, &ns, &both, Duration::from_secs(10)).await;
+    said_within(&log, "post done", Duration::from_secs(10)).await;
+    stop(guard);
+}
+
+/// The API server restarted while the resident guard waits for the upgrade's end: its watch
+/// resumes (kube's watcher backs off and watches again) and it restores at the end.
+#[tokio::test]
+async fn a_resident_guard_waits_through_an_api_server_restart() {
+    let _serial = SERIAL.lock().await;
+    let client = admin().await;
+    let ns = namespace(&client, "resident-restart").await;
+    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+    let (guard, log) = resident(&ns, None);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let up = support::harvester::Upgrade::start(&client, &ns, "hvst-upgrade-rs", "v1.7.1").await;
+    methods_become(&client, &ns, &json!([]), Duration::from_secs(10)).await;
+    stop_apiserver();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    start_apiserver();
+    let client = admin().await;
+    up.set_state(&client, "UpgradingNodes").await;
+    up.finish(&client, true).await;
+    // The watch is back within its backoff, or the 30 s read finds the end.
+    methods_become(
+        &client,
+        &ns,
+        &json!(["LiveMigrate"]),
+        Duration::from_secs(40),
+    )
+    .await;
+    said_within(&log, "post done", Duration::from_secs(10)).await;
+    stop(guard);
+}

@@ -387,6 +387,15 @@ impl std::fmt::Debug for Run {
 }
 
 /// Environment for a run against objects in `ns` (both the KubeVirt CR and the ManagedChart).
+/// [`env_for`] with more variables.
+pub fn env_with(ns: &str, phase: &str, extra: &[(&str, &str)]) -> BTreeMap<String, String> {
+    let mut env = env_for(ns, phase);
+    for (k, v) in extra {
+        env.insert((*k).into(), (*v).into());
+    }
+    env
+}
+
 pub fn env_for(ns: &str, phase: &str) -> BTreeMap<String, String> {
     [
         ("PHASE", phase),

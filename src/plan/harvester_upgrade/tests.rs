@@ -119,7 +119,7 @@ fn the_cleanup_writes_its_backup_back_or_the_legacy_list() {
 fn pre_leaves_a_suspension_that_harvester_backed_up_to_harvester() {
     let backed = Upgrade::from_json(&upgrade("v1.8.1", latest_label(), Some("null"))).unwrap();
     let suspended = Some(json!([]));
-    match pre_gate(Some(&backed), false, &suspended) {
+    match pre_gate(Some(&backed), false, &suspended, false) {
         PreGate::LeaveToHarvester(m) => {
             assert!(m.contains("writes nothing") && m.contains("null"), "{m}");
         }
@@ -127,20 +127,23 @@ fn pre_leaves_a_suspension_that_harvester_backed_up_to_harvester() {
     }
     // Not rendered yet: still Harvester's.
     assert!(matches!(
-        pre_gate(Some(&backed), false, &Some(json!(["LiveMigrate"]))),
+        pre_gate(Some(&backed), false, &Some(json!(["LiveMigrate"])), false),
         PreGate::LeaveToHarvester(_)
     ));
     // A rerun of ours keeps its suspension.
     assert!(
-        matches!(pre_gate(Some(&backed), true, &suspended), PreGate::Proceed(n) if n.len() == 1)
+        matches!(pre_gate(Some(&backed), true, &suspended, false), PreGate::Proceed(n) if n.len() == 1)
     );
     // No backup yet: pre goes first, and says that post waits.
     let early = Upgrade::from_json(&upgrade("v1.8.1", latest_label(), None)).unwrap();
     assert!(
-        matches!(pre_gate(Some(&early), false, &suspended), PreGate::Proceed(n) if n[0].contains("post waits"))
+        matches!(pre_gate(Some(&early), false, &suspended, false), PreGate::Proceed(n) if n[0].contains("post waits"))
     );
     // No upgrade, or one whose cleanup is done: nothing to say.
-    assert_eq!(pre_gate(None, false, &suspended), PreGate::Proceed(vec![]));
+    assert_eq!(
+        pre_gate(None, false, &suspended, false),
+        PreGate::Proceed(vec![])
+    );
     let done = Upgrade::from_json(&upgrade(
         "v1.8.1",
         json!({LATEST_LABEL: "true", CLEANUP_LABEL: CLEANUP_DONE}),
@@ -148,7 +151,7 @@ fn pre_leaves_a_suspension_that_harvester_backed_up_to_harvester() {
     ))
     .unwrap();
     assert_eq!(
-        pre_gate(Some(&done), false, &suspended),
+        pre_gate(Some(&done), false, &suspended, false),
         PreGate::Proceed(vec![])
     );
 }
@@ -156,12 +159,17 @@ fn pre_leaves_a_suspension_that_harvester_backed_up_to_harvester() {
 #[test]
 fn pre_leaves_v180s_own_suspension_to_it() {
     let v180 = Upgrade::from_json(&upgrade("v1.8.0", latest_label(), None)).unwrap();
-    match pre_gate(Some(&v180), false, &Some(json!([]))) {
+    match pre_gate(Some(&v180), false, &Some(json!([])), false) {
         PreGate::LeaveToHarvester(m) => assert!(m.contains("[LiveMigrate]"), "{m}"),
         other => panic!("{other:?}"),
     }
     // Before its patch: pre records the real original, and says what the cleanup will do.
-    match pre_gate(Some(&v180), false, &Some(json!(["LiveMigrate", "Evict"]))) {
+    match pre_gate(
+        Some(&v180),
+        false,
+        &Some(json!(["LiveMigrate", "Evict"])),
+        false,
+    ) {
         PreGate::Proceed(n) => assert!(n[0].contains("cleanup will write [LiveMigrate]"), "{n:?}"),
         other => panic!("{other:?}"),
     }
@@ -228,7 +236,7 @@ proptest! {
         prop_assert_eq!(post_must_wait(Some(&u), ours).is_some(), pending && ours);
         // pre writes nothing exactly when Harvester holds the suspension (its backup, or
         // v1.8.0's [] that its cleanup overwrites) and nothing is ours.
-        let leave = matches!(pre_gate(Some(&u), ours, &methods), PreGate::LeaveToHarvester(_));
+        let leave = matches!(pre_gate(Some(&u), ours, &methods, false), PreGate::LeaveToHarvester(_));
         let holds = backup.is_some() || (version == "v1.8.0" && suspended);
         prop_assert_eq!(leave, pending && !ours && holds);
     }

@@ -229,3 +229,42 @@ fn status_names_the_armed_job_and_what_it_waits_for() {
     job["status"] = json!({"conditions": [{"type": "Complete", "status": "True"}]});
     assert!(armed_lines(Some(&job)).unwrap()[0].contains("Complete"));
 }
+
+#[test]
+fn only_a_failed_path_a_upgrade_holds_the_suspension() {
+    // Path A: failed, or deleted without succeeding: held, with the two ways out.
+    for (state, deleting) in [
+        (Some("Failed"), false),
+        (Some("Failed"), true),
+        (Some("UpgradingNodes"), true),
+    ] {
+        let u = upgrade("v1.7.1", state, false, deleting);
+        let held = held_after_failure(Some(&u)).expect("held");
+        for words in [
+            "held after the failed",
+            "hvst-upgrade-x",
+            "retry",
+            "post by hand",
+        ] {
+            assert!(held.contains(words), "{words:?} in {held}");
+        }
+    }
+    // Not failed, or a release whose own cleanup writes the methods on failure: followed.
+    for (version, state, deleting) in [
+        ("v1.7.1", Some("Succeeded"), false),
+        ("v1.7.1", Some("Succeeded"), true),
+        ("v1.7.1", Some("UpgradingNodes"), false),
+        ("v1.6.1", None, false),
+        ("v1.7.3", Some("Failed"), false),
+        ("v1.8.0", Some("Failed"), true),
+        ("v1.9.0", Some("Failed"), false),
+    ] {
+        let u = upgrade(version, state, false, deleting);
+        assert_eq!(
+            held_after_failure(Some(&u)),
+            None,
+            "{version} {state:?} {deleting}"
+        );
+    }
+    assert_eq!(held_after_failure(None), None);
+}

@@ -1,0 +1,63 @@
+# shellcheck shell=bash disable=SC2154
+# The resident guard (PHASE=watch, issue 34), sourced by hack/bench.sh (which defines BIN,
+# KUBECTL, work, dir, audit_lines and run): over a quiet period with no upgrade, its requests a
+# minute (the audit log, after a 30 s warm-up that holds its start: the first reads and the
+# watches' first lists) and its RSS (steady: VmRSS at the end; peak: VmHWM); then its reaction
+# to a modelled v1.7.1 Upgrade: from the Upgrade's creation to the CR's [] (the suspension), and
+# from the label Succeeded to the original back (the restore), polled every 50 ms.
+#   BENCH_RESIDENT_SECONDS   the quiet period (default 300: one resync and one watch renewal)
+
+resident_methods() {
+  "$KUBECTL" -n harvester-system get kubevirt kubevirt -o jsonpath='{.spec.workloadUpdateStrategy.workloadUpdateMethods}'
+}
+
+# resident_until WANT: ms until the methods are WANT (at most 60 s).
+resident_until() {
+  local want="$1" start
+  start=$(date +%s%N)
+  while [[ "$(resident_methods)" != "$want" ]]; do
+    (( $(date +%s%N) - start < 60000000000 )) || { echo "bench: methods not $want within 60 s" >&2; return 1; }
+    sleep 0.05
+  done
+  echo $(( ($(date +%s%N) - start) / 1000000 ))
+}
+
+resident_run() {
+  local quiet="${BENCH_RESIDENT_SECONDS:-300}" pid before after original
+  # Nothing of ours on the objects: the state between upgrades.
+  run guard post resident
+  original="$(resident_methods)"
+  mkdir -p "$work/resident"
+  PHASE=watch WATCH_STATE_DIR="$work/resident" TERMINATION_MESSAGE_PATH="" RUST_LOG=info \
+    "$BIN" >/dev/null 2>"$work/resident.log" &
+  pid=$!
+  sleep 30
+  before=$(audit_lines)
+  sleep "$quiet"
+  after=$(audit_lines)
+  sed -n "$((before + 1)),${after}p" "$dir/audit.log" > "$work/audit-resident.log"
+  local rss hwm
+  rss=$(awk '/^VmRSS/ {print $2}' "/proc/$pid/status")
+  hwm=$(awk '/^VmHWM/ {print $2}' "/proc/$pid/status")
+  "$KUBECTL" -n harvester-system create -f - >/dev/null <<YAML
+apiVersion: harvesterhci.io/v1beta1
+kind: Upgrade
+metadata:
+  name: hvst-upgrade-bench
+  namespace: harvester-system
+  labels: {harvesterhci.io/latestUpgrade: "true", harvesterhci.io/upgradeState: PreparingLoggingInfra}
+spec: {version: v1.7.1}
+YAML
+  local suspend_ms restore_ms
+  suspend_ms=$(resident_until "[]")
+  "$KUBECTL" -n harvester-system label upgrades.harvesterhci.io hvst-upgrade-bench --overwrite \
+    harvesterhci.io/upgradeState=UpgradingNodes >/dev/null
+  sleep 2
+  "$KUBECTL" -n harvester-system label upgrades.harvesterhci.io hvst-upgrade-bench --overwrite \
+    harvesterhci.io/upgradeState=Succeeded >/dev/null
+  restore_ms=$(resident_until "$original")
+  kill -TERM "$pid"
+  wait "$pid" || true
+  "$KUBECTL" -n harvester-system delete upgrades.harvesterhci.io hvst-upgrade-bench >/dev/null
+  echo "$quiet $rss $hwm $suspend_ms $restore_ms" > "$work/resident.txt"
+}

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The resident guard's Helm chart (manifests/chart) with the pinned Helm 4 of hack/helm.sh.
+#
+#   hack/chart.sh lint                 helm lint --strict (hack/lint.sh runs it)
+#   hack/chart.sh template [ARGS...]   helm template of the chart, ARGS passed on (--set ...)
+#   hack/chart.sh package DIR [URL]    the chart packaged into DIR and DIR/index.yaml written
+#                                      (merged with an index already there); URL: where DIR will
+#                                      be served, written into the index (default: relative
+#                                      links, which work from wherever DIR is served)
+#
+# Serve DIR with any HTTP server; the Addon's spec.repo (or `helm repo add NAME URL`) is its URL.
+# Environment: HELM (default: hack/helm.sh's cached binary, built if missing).
+set -euo pipefail
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CHART="$REPO_ROOT/manifests/chart"
+
+die() { echo "chart: ERROR: $*" >&2; exit 1; }
+
+helm_bin() {
+  if [[ -n "${HELM:-}" ]]; then echo "$HELM"; return; fi
+  local bin
+  bin="$(bash "$REPO_ROOT/hack/helm.sh" path)"
+  [[ -x "$bin" ]] || bash "$REPO_ROOT/hack/helm.sh" build >&2 || die "building helm failed"
+  echo "$bin"
+}
+
+# Chart.yaml's version and appVersion are Cargo.toml's version: one release, one number.
+check_versions() {
+  local cargo chart app
+  cargo="$(sed -n 's/^version = "\(.*\)"/\1/p' "$REPO_ROOT/Cargo.toml" | head -1)"
+  chart="$(chart_version)"
+  app="$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' "$CHART/Chart.yaml")"
+  [[ "$chart" == "$cargo" && "$app" == "$cargo" ]] \
+    || die "manifests/chart/Chart.yaml has version '$chart' and appVersion '$app'; Cargo.toml has '$cargo': make them equal"
+}
+
+chart_version() { sed -n 's/^version: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' "$CHART/Chart.yaml"; }
+
+cmd="${1:-}"; shift || true
+case "$cmd" in
+  lint)
+    check_versions
+    "$(helm_bin)" lint --strict "$CHART"
+    ;;
+  template)
+    "$(helm_bin)" template workload-update-guard "$CHART" --namespace harvester-system "$@"
+    ;;
+  package)
+    dir="${1:?usage: hack/chart.sh package DIR [URL]}"
+    url="${2:-}"
+    check_versions
+    mkdir -p "$dir"
+    helm="$(helm_bin)"
+    "$helm" package "$CHART" --destination "$dir" >&2
+    index=(repo index "$dir")
+    [[ -z "$url" ]] || index+=(--url "$url")
+    [[ ! -f "$dir/index.yaml" ]] || index+=(--merge "$dir/index.yaml")
+    "$helm" "${index[@]}"
+    echo "chart: $dir/index.yaml and $dir/workload-update-guard-$(chart_version).tgz: serve $dir over HTTP(S)" >&2
+    ;;
+  *)
+    echo "usage: hack/chart.sh lint | template [ARGS...] | package DIR [URL]" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# The reference container registry (CNCF distribution's `registry`), built from its Go module
+# proxy like hack/helm.sh builds Helm, served with TLS as a Harvester site's private registry is:
+# a CA and a server certificate made here with openssl. The e2e tests push the guard's image to
+# it (hack/image.sh push) and the node's containerd pulls through it (hack/node.sh registry-up).
+#
+#   hack/registry.sh build                build (or reuse) the pinned registry binary
+#   hack/registry.sh path                 print the cached binary's path
+#   hack/registry.sh up DIR ADDR:PORT [NAME_OR_IP...]
+#                                         a CA (DIR/certs/ca.crt, alone), a certificate for NAME_OR_IP
+#                                         (default: ADDR's), and the registry on ADDR:PORT with
+#                                         its blobs in DIR/data; DIR/registry.pid, DIR/registry.log.
+#                                         With REGISTRY_NETNS_PID, inside that process's network
+#                                         namespace (the node's).
+#   hack/registry.sh down DIR             stop it (by its PID) and remove DIR
+#
+# Environment:
+#   REGISTRY_VERSION   github.com/distribution/distribution/v3 version (default v3.1.2)
+#   CP_CACHE_DIR       cache root, shared with hack/control-plane.sh
+set -euo pipefail
+
+REGISTRY_VERSION="${REGISTRY_VERSION:-v3.1.2}"
+MODULE=github.com/distribution/distribution/v3
+CACHE_ROOT="${CP_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/workload-update-guard/control-plane}"
+BIN="$CACHE_ROOT/registry-$REGISTRY_VERSION/bin/registry"
+
+log() { echo "registry: $*" >&2; }
+die() { echo "registry: ERROR: $*" >&2; exit 1; }
+
+build() {
+  if [[ -x "$BIN" ]] && "$BIN" --version 2>/dev/null | grep -q " $REGISTRY_VERSION"; then
+    log "reusing $BIN"
+    return 0
+  fi
+  command -v go >/dev/null || export PATH="/usr/local/go/bin:$PATH"
+  command -v go >/dev/null || die "go is required to build the registry (hack/setup.sh go registry)"
+  local start=$SECONDS
+  mkdir -p "$(dirname "$BIN")"
+  exec 9>"$(dirname "$BIN")/build.lock"
+  flock 9
+  GOBIN="$(dirname "$BIN")" GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod go install -trimpath \
+    -ldflags "-s -w -X $MODULE/version.version=$REGISTRY_VERSION" \
+    "$MODULE/cmd/registry@$REGISTRY_VERSION" || die "building the registry $REGISTRY_VERSION failed"
+  exec 9>&-
+  "$BIN" --version | grep -q " $REGISTRY_VERSION" \
+    || die "$BIN reports '$("$BIN" --version)', not $REGISTRY_VERSION"
+  log "built $REGISTRY_VERSION in $((SECONDS - start)) s"
+}
+
+certs() { # certs DIR NAME_OR_IP...: the CA for clients alone in DIR/certs/ca.crt (a --cert-dir
+  # for buildah, a `ca` for containerd); its key and the server's in DIR/pki
+  local c="$1/pki" san="" n
+  for n in "${@:2}"; do
+    if [[ "$n" =~ ^[0-9.]+$ ]]; then san+="IP:$n,"; else san+="DNS:$n,"; fi
+  done
+  mkdir -p "$c"
+  openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=wug test registry CA" \
+    -keyout "$c/ca.key" -out "$c/ca.crt" 2>/dev/null || die "openssl: the CA"
+  openssl req -newkey rsa:2048 -nodes -subj "/CN=$2" -keyout "$c/tls.key" -out "$c/tls.csr" \
+    2>/dev/null || die "openssl: the server's key"
+  printf 'subjectAltName=%s\nextendedKeyUsage=serverAuth\n' "${san%,}" > "$c/ext.cnf"
+  openssl x509 -req -in "$c/tls.csr" -CA "$c/ca.crt" -CAkey "$c/ca.key" -CAcreateserial -days 2 \
+    -extfile "$c/ext.cnf" -out "$c/tls.crt" 2>/dev/null || die "openssl: the server's certificate"
+  rm -f "$c/tls.csr" "$c/ext.cnf" "$c/ca.srl"
+  mkdir -p "$1/certs"
+  cp "$c/ca.crt" "$1/certs/ca.crt"
+}
+
+in_netns() { # CMD in REGISTRY_NETNS_PID's network namespace, or here
+  if [[ -n "${REGISTRY_NETNS_PID:-}" ]]; then nsenter -t "$REGISTRY_NETNS_PID" -n -- "$@"; else "$@"; fi
+}
+
+up() {
+  local dir="${1:?usage: up DIR ADDR:PORT [NAME_OR_IP...]}" listen="${2:?usage: up DIR ADDR:PORT}"
+  local names=("${@:3}")
+  (( ${#names[@]} )) || names=("${listen%:*}")
+  [[ -n "${names[0]}" && "${names[0]}" != 0.0.0.0 ]] || die "up: name the certificate's address (NAME_OR_IP)"
+  build
+  command -v openssl >/dev/null || die "openssl is required"
+  mkdir -p "$dir/data"
+  dir="$(cd "$dir" && pwd)"
+  certs "$dir" "${names[@]}"
+  cat > "$dir/config.yml" <<YAML
+version: 0.1
+log:
+  level: info
+  accesslog: {disabled: true}
+storage:
+  filesystem: {rootdirectory: $dir/data}
+  delete: {enabled: true}
+http:
+  addr: $listen
+  tls:
+    certificate: $dir/pki/tls.crt
+    key: $dir/pki/tls.key
+YAML
+  # Its PID is the registry's: nsenter execs it (no fork without a PID namespace). No tracing
+  # exporter (it would try localhost:4318 every few seconds).
+  local serve=(env OTEL_TRACES_EXPORTER=none OTEL_SDK_DISABLED=true "$BIN" serve "$dir/config.yml")
+  if [[ -n "${REGISTRY_NETNS_PID:-}" ]]; then
+    nsenter -t "$REGISTRY_NETNS_PID" -n -- "${serve[@]}" </dev/null >>"$dir/registry.log" 2>&1 &
+  else
+    "${serve[@]}" </dev/null >>"$dir/registry.log" 2>&1 &
+  fi
+  echo $! > "$dir/registry.pid"
+  local deadline=$((SECONDS + 20)) port="${listen##*:}" addr="${listen%:*}"
+  [[ -n "$addr" && "$addr" != 0.0.0.0 ]] || addr=127.0.0.1
+  until in_netns curl -fsS --max-time 2 --cacert "$dir/certs/ca.crt" --connect-to "::$addr:$port" \
+      "https://${names[0]}:$port/v2/" >/dev/null 2>&1; do
+    if ! kill -0 "$(cat "$dir/registry.pid")" 2>/dev/null || (( SECONDS >= deadline )); then
+      down "$dir"
+      die "the registry did not start on $listen: $(tail -3 "$dir/registry.log" 2>/dev/null)"
+    fi
+    sleep 0.2
+  done
+  log "registry $REGISTRY_VERSION on https://$listen (CA $dir/certs/ca.crt)"
+  echo "$dir"
+}
+
+stop() { # stop DIR: the registry, by its PID; DIR stays (its blobs and certificates)
+  local pid
+  [[ -f "$1/registry.pid" ]] || return 0
+  pid="$(cat "$1/registry.pid")"
+  kill "$pid" 2>/dev/null || true
+  for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -9 "$pid" 2>/dev/null || true
+  rm -f "$1/registry.pid"
+}
+
+down() {
+  local dir="${1:?usage: down DIR}"
+  [[ -d "$dir" ]] || return 0
+  stop "$dir"
+  rm -rf "$dir"
+}
+
+cmd="${1:-}"; shift || true
+case "$cmd" in
+  build) build ;;
+  path) echo "$BIN" ;;
+  up) up "$@" ;;
+  stop) stop "${1:?usage: stop DIR}" ;;
+  down) down "$@" ;;
+  *) echo "usage: hack/registry.sh build|path|up DIR ADDR:PORT [NAME_OR_IP...]|stop DIR|down DIR" >&2; exit 2 ;;
+esac

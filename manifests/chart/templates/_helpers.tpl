@@ -1,0 +1,134 @@
+{{/*
+The objects' name: `<release>-watch` (workload-update-guard-watch for the release the add-on
+installs), so that they never take the names of manifests/base (the Jobs' ServiceAccounts and
+RBAC, which hack/job.sh applies before every run): both can be installed at once.
+*/}}
+{{- define "wug.fullname" -}}
+{{- printf "%s-watch" .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "wug.selectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "wug.labels" -}}
+{{ include "wug.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{/* repository:tag, or repository@digest when a digest is given. */}}
+{{- define "wug.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The guard's settings as environment variables: each key of `guard:` maps to the one variable it
+names (docs/configuration.md); a key not in this map fails the render (values.schema.json also
+refuses it, with the list). null leaves the binary's default.
+*/}}
+{{- define "wug.guardEnvNames" -}}
+kubevirtNamespace: KUBEVIRT_NAMESPACE
+kubevirtName: KUBEVIRT_NAME
+managedChartNamespace: MANAGEDCHART_NAMESPACE
+managedChartName: MANAGEDCHART_NAME
+logFormat: LOG_FORMAT
+rustLog: RUST_LOG
+watchResyncSeconds: WATCH_RESYNC_SECONDS
+fleetWaitSeconds: FLEET_WAIT_SECONDS
+deadlineSeconds: DEADLINE_SECONDS
+preEvenIfNotNeeded: PRE_EVEN_IF_NOT_NEEDED
+fallbackMethods: FALLBACK_METHODS
+allowMissing: ALLOW_MISSING
+stepKubevirt: STEP_KUBEVIRT
+stepComparePatches: STEP_COMPARE_PATCHES
+stepChartValues: STEP_CHART_VALUES
+{{- end -}}
+
+{{/*
+The container's env: the guard's settings (but those named in `omit`), then `overrides` (a dict
+NAME: value, the phase's own), then extraEnv (a number or boolean value as a string). A name set twice fails the render (the API server
+would keep the last one and warn). Call with (dict "root" $ "overrides" (dict ...) "omit" (list ...)).
+*/}}
+{{- define "wug.env" -}}
+{{- $root := .root -}}
+{{- $names := include "wug.guardEnvNames" $root | fromYaml -}}
+{{- $env := dict -}}
+{{- range $key, $value := $root.Values.guard -}}
+{{- $name := get $names $key -}}
+{{- if not $name -}}
+{{- fail (printf "guard.%s is not a setting of the guard; the settings: %s" $key (keys $names | sortAlpha | join ", ")) -}}
+{{- end -}}
+{{- if and (not (kindIs "invalid" $value)) (not (has $name ($.omit | default list))) -}}
+{{- $_ := set $env $name (include "wug.string" $value) -}}
+{{- end -}}
+{{- end -}}
+{{- range $name, $value := .overrides -}}
+{{- $_ := set $env $name (include "wug.string" $value) -}}
+{{- end -}}
+{{- range $name := keys $env | sortAlpha }}
+- name: {{ $name }}
+  value: {{ get $env $name | quote }}
+{{- end -}}
+{{- range $root.Values.extraEnv -}}
+{{- if hasKey $env .name -}}
+{{- fail (printf "extraEnv: %s is already set by the chart (guard: or the phase)" .name) -}}
+{{- end -}}
+{{- $item := deepCopy . -}}
+{{- if hasKey $item "value" -}}
+{{- $_ := set $item "value" (include "wug.string" $item.value) -}}
+{{- end }}
+- {{ toJson $item }}
+{{- end -}}
+{{- end -}}
+
+{{/* The pod's and the container's hardening: the Jobs' (manifests/job/job.yaml). */}}
+{{- define "wug.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+seccompProfile: {type: RuntimeDefault}
+{{- end -}}
+
+{{- define "wug.containerSecurityContext" -}}
+runAsNonRoot: true
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+privileged: false
+capabilities: {drop: [ALL]}
+{{- end -}}
+
+{{/*
+nodeSelector and tolerations. The uninstall hook (a Job, "hook" true) also tolerates a cordoned
+node, as the Jobs do: it must run on a cluster whose nodes are all cordoned.
+*/}}
+{{- define "wug.scheduling" -}}
+{{- with .root.Values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- $tolerations := .root.Values.tolerations | default list -}}
+{{- if .hook -}}
+{{- $tolerations = prepend $tolerations (dict "key" "node.kubernetes.io/unschedulable" "operator" "Exists" "effect" "NoSchedule") | uniq -}}
+{{- end -}}
+{{- with $tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* A value as the environment takes it: whole numbers without an exponent (YAML's 1000000 is a
+float64 to the template, which toString writes 1e+06). */}}
+{{- define "wug.string" -}}
+{{- if and (kindIs "float64" .) (eq (float64 (int64 .)) .) -}}
+{{- int64 . -}}
+{{- else -}}
+{{- toString . -}}
+{{- end -}}
+{{- end -}}

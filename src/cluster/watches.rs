@@ -1,0 +1,91 @@
+//! The watches of the waiting loop (`resident`): kube's own watcher (`kube::runtime::watcher`,
+//! which lists once, then watches, renews the watch when the server ends it, and backs off on
+//! errors) on Harvester's latest Upgrade and on the add-on's UpgradePlans. It keeps no objects:
+//! each change only wakes the loop, which reads what it decides on, so memory does not grow with
+//! the cluster. A watch the server refuses for good (403, or the resource no longer served) ends
+//! its task and says so once; the loop's periodic read takes over and starts it again when the
+//! resource is served.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use futures::StreamExt;
+use kube::Api;
+use kube::api::DynamicObject;
+use kube::runtime::{WatchStreamExt, watcher};
+use tokio::sync::mpsc;
+use tracing::{debug, warn};
+
+use super::Cluster;
+use crate::model::Kind;
+
+/// A watch running in its own task: `alive` is false once it has ended.
+pub struct Watch {
+    alive: Arc<AtomicBool>,
+}
+
+impl Watch {
+    pub fn alive(&self) -> bool {
+        self.alive.load(Ordering::Relaxed)
+    }
+}
+
+impl Cluster {
+    /// Watches `kind` (in `namespace`, or cluster-wide; with a label selector), sending `()` on
+    /// `wake` for every change (a full channel already holds a wake-up: nothing is lost).
+    pub fn watch(
+        &self,
+        kind: Kind,
+        namespace: Option<&str>,
+        labels: Option<&str>,
+        wake: mpsc::Sender<()>,
+    ) -> Watch {
+        let resource = kind.resource();
+        let api: Api<DynamicObject> = match namespace {
+            Some(ns) => Api::namespaced_with(self.watch_client.clone(), ns, &resource),
+            None => Api::all_with(self.watch_client.clone(), &resource),
+        };
+        let mut config = watcher::Config::default().any_semantic();
+        if let Some(l) = labels {
+            config = config.labels(l);
+        }
+        let alive = Arc::new(AtomicBool::new(true));
+        let flag = alive.clone();
+        tokio::spawn(async move {
+            let mut events = watcher(api, config).default_backoff().boxed();
+            // An empty first list repeats what the loop read just before it started the watch:
+            // no wake (a quiet cluster costs no extra read). A first list with objects may hold
+            // one made between that read and the list (an Upgrade created as the guard starts),
+            // and a later list (after an error, or the server's 410) what the watch missed: a
+            // wake, once the list is complete.
+            let (mut listed, mut seen) = (false, false);
+            while let Some(event) = events.next().await {
+                match event {
+                    Ok(watcher::Event::Init) => {}
+                    Ok(watcher::Event::InitApply(_)) => seen = true,
+                    Ok(watcher::Event::InitDone) if !listed => {
+                        listed = true;
+                        if seen {
+                            let _ = wake.try_send(());
+                        }
+                    }
+                    Ok(_) => {
+                        let _ = wake.try_send(());
+                    }
+                    Err(
+                        watcher::Error::InitialListFailed(kube::Error::Api(s))
+                        | watcher::Error::WatchStartFailed(kube::Error::Api(s)),
+                    ) if s.code == 403 || s.code == 404 => {
+                        warn!(kind = ?kind, code = s.code, "watch ended: {}; read periodically instead", s.message);
+                        break;
+                    }
+                    Err(e) => {
+                        debug!(kind = ?kind, error = %e, "watch error; it backs off and resumes")
+                    }
+                }
+            }
+            flag.store(false, Ordering::Relaxed);
+        });
+        Watch { alive }
+    }
+}

@@ -1,0 +1,170 @@
+//! Another suspender's `[]` is never an original (issue 33, point 1). During an upgrade the
+//! methods may already be `[]` when `pre` reads them, written by the upgrade's own suspension:
+//! the add-on's PreRun (`upgrade-toolkit`), Harvester v1.8.0's apply-manifests script
+//! (`kubectl-patch`; its controller is `harvester`), or Harvester v1.7.2+'s values override with
+//! its backup on the Upgrade. Recording that `[]` as the original would make `post` put it back
+//! after the suspender's own restore: updates off for good, silently. So `pre` records the value
+//! from the suspender's own record where there is one (Harvester's backup), else what Fleet
+//! renders (the values override, else the chart's default), and says which and why.
+//! Pure: the objects' JSON in, the original to record (or none) out.
+
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use super::harvester_upgrade::{Backup, Handling, Upgrade};
+use super::ownership::{owners, recorded_owners};
+use super::records::{ValueRecord, describe, is_suspended, kubevirt_record, lookup, methods};
+use super::upgrade_progress::{PLAN_PHASES, PlanView};
+use crate::model::{METHODS_PATH, VALUES_PATH};
+use crate::vocabulary::Malformed;
+
+/// What Harvester's chart renders without a values override: `[LiveMigrate]` since v1.6 (for
+/// CPU and memory hot-plug; harvester/charts `charts/harvester/values.yaml`, `kubevirt.spec`).
+pub fn chart_default() -> Value {
+    json!(["LiveMigrate"])
+}
+
+/// The add-on's suspender (upgrade-toolkit's PreRun of ClusterUpgrade merge-patches the CR;
+/// client-go names the manager after the binary).
+const ADDON_MANAGER: &str = "upgrade-toolkit";
+/// Harvester v1.8.0's suspenders: `kubectl patch` in `upgrade_manifests.sh`, and the controller.
+const V180_MANAGERS: &[&str] = &["kubectl-patch", "harvester"];
+
+/// Where the original of a foreign suspension comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum OriginalFrom {
+    /// Harvester v1.7.2+'s backup of the values key on its Upgrade.
+    HarvesterBackup,
+    /// The ManagedChart's values override: what Fleet renders.
+    ValuesOverride,
+    /// No override: the chart's default, what Fleet renders.
+    ChartDefault,
+}
+
+/// Another suspender's `[]` on the KubeVirt CR, and the original `pre` records in its place.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Foreign {
+    /// Who suspended, in words.
+    pub suspender: String,
+    pub from: OriginalFrom,
+    /// What `pre` records as the original (owners: the appliers only, never the suspender's
+    /// `Update`, which would be the conflict again).
+    pub original: ValueRecord,
+}
+
+impl Foreign {
+    /// The line `pre` logs, notes and puts in its Event; `status` says the same.
+    pub fn line(&self) -> String {
+        let from = match self.from {
+            OriginalFrom::HarvesterBackup => "Harvester's backup on its Upgrade",
+            OriginalFrom::ValuesOverride => {
+                "the ManagedChart's values override, what Fleet renders"
+            }
+            OriginalFrom::ChartDefault => {
+                "the chart's default, what Fleet renders (no values override)"
+            }
+        };
+        format!(
+            "the methods are [] by {}'s suspension, not an original: the original is {} from {from}; \
+             a value set on the CR by hand (kubectl edit) before that suspension is not recorded \
+             anywhere and is lost",
+            self.suspender,
+            describe(&self.original.original()),
+        )
+    }
+}
+
+/// Whether the KubeVirt CR's `[]` is a known suspender's while its upgrade is under way, and
+/// the original to record instead. `None`: the methods are not `[]`, or a record of ours is on
+/// the CR, or nobody we know wrote that `[]` (then it is taken as anybody's choice), or the
+/// values override renders `[]` itself (the administrator's choice, whoever wrote the CR).
+pub fn foreign_suspension(
+    kubevirt: &Value,
+    chart: Option<&Value>,
+    upgrade: Option<&Upgrade>,
+    plans: &[PlanView],
+) -> Result<Option<Foreign>, Malformed> {
+    if !is_suspended(&methods(kubevirt)?) || kubevirt_record(kubevirt)?.is_some() {
+        return Ok(None);
+    }
+    let updaters: Vec<String> = owners(kubevirt, METHODS_PATH)
+        .into_iter()
+        .filter(|o| o.blocks_apply())
+        .map(|o| o.manager)
+        .collect();
+    let wrote = |names: &[&str]| updaters.iter().any(|m| names.contains(&m.as_str()));
+    let values = match chart {
+        Some(c) => lookup(c, VALUES_PATH)?.cloned(),
+        None => None,
+    };
+    let running = upgrade.filter(|u| u.cleanup_pending() && !u.deleting);
+    let (suspender, from, value) = if let Some(u) = running
+        .filter(|u| u.handling() == Handling::BackupAndRestore && values == Some(json!([])))
+        .filter(|u| u.backup != Backup::None)
+    {
+        let value = match &u.backup {
+            Backup::Value(v) => v.clone(),
+            _ => chart_default(),
+        };
+        (u.describe(), OriginalFrom::HarvesterBackup, value)
+    } else if let Some(p) = plans
+        .iter()
+        .find(|p| p.under_way() && past_initialized(&p.phase))
+        .filter(|_| wrote(&[ADDON_MANAGER]))
+    {
+        let (from, value) = rendered(values);
+        (
+            format!("the upgrade add-on's {}", p.describe()),
+            from,
+            value,
+        )
+    } else if let Some(u) = running
+        .filter(|u| u.handling() == Handling::PatchAndHardCodedRestore)
+        .filter(|_| wrote(V180_MANAGERS))
+    {
+        let (from, value) = rendered(values);
+        (u.describe(), from, value)
+    } else {
+        return Ok(None);
+    };
+    // An override of `[]` renders `[]`: then the CR's `[]` is the administrator's choice too.
+    if value == json!([]) {
+        return Ok(None);
+    }
+    // The appliers of the field keep it; the suspender's `Update` is not given back.
+    let mut owners = recorded_owners(kubevirt, METHODS_PATH);
+    owners.retain(|o| o.operation == "Apply");
+    Ok(Some(Foreign {
+        suspender,
+        from,
+        original: ValueRecord {
+            present: true,
+            value: Some(value),
+            created_parents: Vec::new(),
+            owners,
+        },
+    }))
+}
+
+/// What Fleet renders from the values: the override, else the chart's default.
+fn rendered(values: Option<Value>) -> (OriginalFrom, Value) {
+    match values {
+        Some(v) => (OriginalFrom::ValuesOverride, v),
+        None => (OriginalFrom::ChartDefault, chart_default()),
+    }
+}
+
+/// The add-on suspends in its ClusterUpgrade PreRun; before `Initialized` ends nothing of it
+/// has run yet.
+fn past_initialized(phase: &str) -> bool {
+    let at = |p: &str| PLAN_PHASES.iter().position(|x| *x == p);
+    match (at(phase), at("Initialized")) {
+        (Some(i), Some(init)) => i > init,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,200 @@
+use super::*;
+use crate::plan::harvester_upgrade::{CLEANUP_DONE, CLEANUP_LABEL, LATEST_LABEL, STATE_LABEL};
+use crate::plan::upgrade_progress::{PLAN_PHASES, UPGRADE_STATES};
+use proptest::prelude::*;
+use serde_json::json;
+
+const SINCE: &str = "2026-12-01T10:00:00Z";
+
+fn upgrade(name: &str, version: &str, state: &str, cleaned: bool, deleting: bool) -> Upgrade {
+    let mut labels = json!({LATEST_LABEL: "true", STATE_LABEL: state});
+    if cleaned {
+        labels[CLEANUP_LABEL] = json!(CLEANUP_DONE);
+    }
+    let mut u = json!({"metadata": {"namespace": "harvester-system", "name": name,
+        "labels": labels, "creationTimestamp": "2026-12-01T11:00:00Z"},
+        "spec": {"version": version}});
+    if deleting {
+        u["metadata"]["deletionTimestamp"] = json!("2026-12-01T12:00:00Z");
+    }
+    Upgrade::from_json(&u).unwrap()
+}
+
+fn plan(phase: &str) -> PlanView {
+    PlanView::from_json(&json!({"metadata": {"name": "plan-1",
+        "creationTimestamp": "2026-12-01T11:00:00Z"}, "status": {"currentPhase": phase}}))
+}
+
+/// The resident guard through a whole upgrade, `ours` as the objects would say after each act.
+#[test]
+fn the_resident_guard_suspends_once_at_creation_and_restores_at_the_end() {
+    let mut m = Memory::default();
+    let idle = decide(None, &[], false, SINCE, true, &mut m);
+    assert_eq!(idle.kind(), "wait");
+    let created = upgrade("u1", "v1.7.1", "PreparingLoggingInfra", false, false);
+    let d = decide(Some(&created), &[], false, SINCE, true, &mut m);
+    assert!(
+        matches!(&d, Decision::Suspend { upgrade, .. } if upgrade == "Upgrade harvester-system/u1")
+    );
+    m.suspended_for.push("Upgrade harvester-system/u1".into());
+    // After pre: ours, through every state under way: wait.
+    for state in UPGRADE_STATES
+        .iter()
+        .filter(|s| !["Succeeded", "Failed"].contains(s))
+    {
+        let u = upgrade("u1", "v1.7.1", state, false, false);
+        let d = decide(Some(&u), &[], true, SINCE, true, &mut m);
+        assert_eq!(d.kind(), "wait", "{state}: {d:?}");
+    }
+    let ended = upgrade("u1", "v1.7.1", "Succeeded", false, false);
+    let d = decide(Some(&ended), &[], true, SINCE, true, &mut m);
+    assert!(
+        matches!(&d, Decision::Restore(why) if why.contains("u1")),
+        "{d:?}"
+    );
+    // After post: nothing of ours, the upgrade over: idle, no second pre for it.
+    assert_eq!(
+        decide(Some(&ended), &[], false, SINCE, true, &mut m).kind(),
+        "wait"
+    );
+}
+
+#[test]
+fn a_release_with_a_cleanup_is_restored_after_it() {
+    let mut m = Memory {
+        suspended_for: vec!["Upgrade harvester-system/u1".into()],
+        ..Memory::default()
+    };
+    for version in ["v1.7.3", "v1.8.0"] {
+        let ended = upgrade("u1", version, "Succeeded", false, false);
+        assert_eq!(
+            decide(Some(&ended), &[], true, SINCE, true, &mut m).kind(),
+            "wait"
+        );
+        let cleaned = upgrade("u1", version, "Succeeded", true, false);
+        assert_eq!(
+            decide(Some(&cleaned), &[], true, SINCE, true, &mut m).kind(),
+            "restore"
+        );
+        m.began = None;
+    }
+}
+
+#[test]
+fn a_failed_path_a_upgrade_holds_until_the_retry_has_succeeded() {
+    let mut m = Memory {
+        suspended_for: vec!["Upgrade harvester-system/u1".into()],
+        ..Memory::default()
+    };
+    let failed = upgrade("u1", "v1.7.1", "Failed", false, false);
+    let d = decide(Some(&failed), &[], true, SINCE, false, &mut m);
+    assert!(
+        matches!(&d, Decision::Hold { upgrade, .. } if upgrade == "u1"),
+        "{d:?}"
+    );
+    assert_eq!(m.held.as_deref(), Some("u1"));
+    // Deleted: gone from the list; still held, named.
+    let d = decide(None, &[], true, SINCE, false, &mut m);
+    assert!(
+        matches!(&d, Decision::Wait(w) if w.contains("held after the failed Upgrade u1")),
+        "{d:?}"
+    );
+    // The retry: a new Upgrade, under way, then its end.
+    let retry = upgrade("u2", "v1.7.1", "UpgradingNodes", false, false);
+    assert_eq!(
+        decide(Some(&retry), &[], true, SINCE, false, &mut m).kind(),
+        "wait"
+    );
+    let done = upgrade("u2", "v1.7.1", "Succeeded", false, false);
+    assert_eq!(
+        decide(Some(&done), &[], true, SINCE, false, &mut m).kind(),
+        "restore"
+    );
+    // v1.8.0's own cleanup writes on failure: followed, not held.
+    let mut m = Memory::default();
+    let v180 = upgrade("u3", "v1.8.0", "Failed", true, false);
+    assert_eq!(
+        decide(Some(&v180), &[], true, SINCE, false, &mut m).kind(),
+        "restore"
+    );
+}
+
+#[test]
+fn the_armed_post_never_suspends_and_ends_without_anything_of_ours() {
+    let mut m = Memory::default();
+    let created = upgrade("u1", "v1.7.1", "PreparingRepo", false, false);
+    assert_eq!(
+        decide(Some(&created), &[], true, SINCE, false, &mut m).kind(),
+        "wait"
+    );
+    assert_eq!(
+        decide(Some(&created), &[], false, SINCE, false, &mut m).kind(),
+        "restore"
+    );
+    // The add-on's plan is awaited the same way.
+    let mut m = Memory::default();
+    assert_eq!(
+        decide(None, &[plan("NodeUpgrading")], true, SINCE, false, &mut m).kind(),
+        "wait"
+    );
+    assert_eq!(
+        decide(None, &[plan("Succeeded")], true, SINCE, false, &mut m).kind(),
+        "restore"
+    );
+}
+
+proptest! {
+    /// Whatever the objects say: never a restore while an upgrade is under way, and the
+    /// resident guard runs pre at most once per upgrade.
+    #[test]
+    fn never_a_restore_during_an_upgrade_and_one_pre_per_upgrade(
+        version in prop::sample::select(vec!["v1.6.1", "v1.7.1", "v1.7.3", "v1.8.0", "v1.9.0"]),
+        states in prop::collection::vec(prop::sample::select(UPGRADE_STATES.to_vec()), 1..12),
+        phases in prop::collection::vec(prop::sample::select(PLAN_PHASES.to_vec()), 1..12),
+        ours in prop::collection::vec(any::<bool>(), 12),
+    ) {
+        let mut m = Memory::default();
+        let mut suspends = 0;
+        for (i, state) in states.iter().enumerate() {
+            let u = upgrade("u1", version, state, false, false);
+            let p = plan(phases[i % phases.len()]);
+            let d = decide(Some(&u), std::slice::from_ref(&p), ours[i], SINCE, true, &mut m);
+            if let Decision::Suspend { upgrade, .. } = &d {
+                suspends += 1;
+                m.suspended_for.push(upgrade.clone());
+            }
+            if matches!(d, Decision::Restore(_)) {
+                prop_assert!(running(Some(&u), std::slice::from_ref(&p)).is_none(), "{:?}", d);
+            }
+        }
+        // One key for the Upgrade, one for the plan: at most two.
+        prop_assert!(suspends <= 2, "{} suspends", suspends);
+    }
+}
+
+/// The resident guard suspends after the Upgrade's creation: that Upgrade, created before the
+/// record, is still the one awaited, and its failure holds.
+#[test]
+fn an_upgrade_created_before_the_suspension_is_awaited_and_its_failure_holds() {
+    let later = "2026-12-01T11:30:00Z";
+    let mut m = Memory::default();
+    let running = upgrade("u1", "v1.7.1", "UpgradingNodes", false, false);
+    assert_eq!(
+        decide(Some(&running), &[], true, later, true, &mut m).kind(),
+        "suspend"
+    );
+    m.suspended_for.push("Upgrade harvester-system/u1".into());
+    assert_eq!(
+        decide(Some(&running), &[], true, later, true, &mut m).kind(),
+        "wait"
+    );
+    let failed = upgrade("u1", "v1.7.1", "Failed", false, false);
+    let d = decide(Some(&failed), &[], true, later, true, &mut m);
+    assert_eq!(d.kind(), "hold", "{d:?}");
+    let succeeded = upgrade("u2", "v1.7.1", "Succeeded", false, false);
+    let d = decide(Some(&succeeded), &[], true, SINCE, true, &mut m);
+    assert!(
+        matches!(&d, Decision::Restore(w) if w.contains("state Succeeded")),
+        "{d:?}"
+    );
+}

@@ -1,0 +1,321 @@
+//! The one waiting loop (issue 34): the resident guard (`PHASE=watch`) and the armed `post`
+//! (`ARM=true`, issue 28) are this loop, the second stopped after one restore. Each pass reads
+//! the two objects and the upgrade's (Harvester's latest Upgrade, the add-on's UpgradePlans),
+//! asks [`plan::watch_decision::decide`] what now, and acts by running `pre` or `post` exactly as their
+//! Jobs do ([`runner::run`]). Between passes it sleeps until a watch wakes it
+//! ([`Cluster::watch`]) or the resync period passes, with the request deadline's clock stopped;
+//! each pass gets the whole deadline ([`Cluster::restart_deadline`]). Nothing is kept between
+//! upgrades but what the objects say: a new pod goes on where the last one stopped.
+
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tracing::{error, info};
+
+use crate::cluster::{Cluster, EventKind, Watch};
+use crate::config::{ALIVE_EVERY, Config};
+use crate::error::Error;
+use crate::harvester_gate::{self, View, anything_of_ours, note};
+use crate::model::Kind;
+use crate::outcome::Done;
+use crate::plan::harvester_upgrade::LATEST_LABEL;
+use crate::plan::upgrade_progress::record_time;
+use crate::plan::watch_decision::{Decision, Memory, decide};
+use crate::summary::Summary;
+use crate::vocabulary::{Objects, Phase};
+use crate::warnings::{HELD_AFTER_FAILURE, RESIDENT, Warning};
+
+/// How often a waiting loop says what it waits for, when nothing changes.
+const SAY_EVERY: Duration = Duration::from_secs(600);
+
+/// How the loop runs a phase (`runner::run_phase`, which runs the armed `post` by this loop:
+/// passed in, so the two modules do not import each other).
+pub trait RunPhase: AsyncFnMut(&Config, &mut Vec<Done>) -> Result<(), Error> {}
+impl<F: AsyncFnMut(&Config, &mut Vec<Done>) -> Result<(), Error>> RunPhase for F {}
+
+/// One waiting loop: its settings, its watches and what it remembers.
+struct Loop<'a> {
+    cfg: &'a Config,
+    cluster: &'a Cluster,
+    /// The resident guard runs `pre` itself; the armed `post` only restores.
+    suspends: bool,
+    memory: Memory,
+    wake_tx: mpsc::Sender<()>,
+    wake: mpsc::Receiver<()>,
+    upgrades: Option<Watch>,
+    plans: Option<Watch>,
+    /// The last decision said, and when.
+    said: Option<(String, tokio::time::Instant)>,
+}
+
+impl<'a> Loop<'a> {
+    fn new(cfg: &'a Config, cluster: &'a Cluster, suspends: bool) -> Self {
+        let (wake_tx, wake) = mpsc::channel(1);
+        Loop {
+            cfg,
+            cluster,
+            suspends,
+            memory: Memory::default(),
+            wake_tx,
+            wake,
+            upgrades: None,
+            plans: None,
+            said: None,
+        }
+    }
+
+    /// A run of `phase` with the loop's settings (its own waiting off).
+    fn as_phase(&self, phase: Phase) -> Config {
+        let mut cfg = self.cfg.clone();
+        cfg.intent.phase = phase;
+        cfg.arm = None;
+        cfg.watch = None;
+        cfg
+    }
+
+    /// One pass: the objects and the upgrade's, read with a fresh deadline, and the decision.
+    async fn pass(&mut self) -> Result<(Decision, Objects), Error> {
+        self.cluster.restart_deadline();
+        let post = self.as_phase(Phase::Post);
+        let mut now = Objects::default();
+        for target in post.intent.targets() {
+            now.set(target.kind, self.cluster.get(&target).await?);
+        }
+        let view = harvester_gate::read(self.cluster, &post).await?;
+        self.keep_watching(&view);
+        let read: Vec<&Value> = [&now.kubevirt, &now.chart].into_iter().flatten().collect();
+        let since = record_time(&read).unwrap_or_else(now_rfc3339);
+        let ours = anything_of_ours(&now);
+        let upgrade = view.upgrade.as_ref();
+        let decision = decide(
+            upgrade,
+            &view.plans,
+            ours,
+            &since,
+            self.suspends,
+            &mut self.memory,
+        );
+        if let Some(w) = &self.cfg.watch {
+            touch(&w.state_dir.join("ready"));
+        }
+        Ok((decision, now))
+    }
+
+    /// Starts (again) the watches of what is served: Harvester's Upgrades in the KubeVirt CR's
+    /// namespace (the latest only), and the add-on's UpgradePlans (installed later, too). The
+    /// resident guard only: the armed `post` reads at its own pace (`ARM_POLL_SECONDS`), as its
+    /// Job's contract and RBAC say.
+    fn keep_watching(&mut self, view: &View) {
+        if !self.suspends {
+            return;
+        }
+        let ns = self.cfg.intent.keys.kubevirt.namespace.clone();
+        let latest = format!("{LATEST_LABEL}=true");
+        if view.upgrades_served && !self.upgrades.as_ref().is_some_and(Watch::alive) {
+            let tx = self.wake_tx.clone();
+            self.upgrades = Some(
+                self.cluster
+                    .watch(Kind::Upgrade, Some(&ns), Some(&latest), tx),
+            );
+        }
+        if view.plans_served && !self.plans.as_ref().is_some_and(Watch::alive) {
+            let tx = self.wake_tx.clone();
+            self.plans = Some(self.cluster.watch(Kind::UpgradePlan, None, None, tx));
+        }
+    }
+
+    /// Says a decision when its kind changes (a log line and a Normal Event on the KubeVirt CR),
+    /// and its words again every [`SAY_EVERY`]; a hold's Warning once per failed Upgrade.
+    async fn say(
+        &mut self,
+        decision: &Decision,
+        kubevirt: Option<&Value>,
+        held_before: &Option<String>,
+    ) {
+        let line = decision.line();
+        let now = tokio::time::Instant::now();
+        let changed = self.said.as_ref().is_none_or(|(k, _)| k != decision.kind());
+        if changed
+            || self
+                .said
+                .as_ref()
+                .is_some_and(|(_, t)| now - *t >= SAY_EVERY)
+        {
+            info!(decision = decision.kind(), "{}: {line}", self.name());
+            self.said = Some((decision.kind().to_string(), now));
+            if changed
+                && self.suspends
+                && let Some(kv) = kubevirt
+            {
+                let note = format!("resident guard: {line}");
+                self.cluster
+                    .event(kv, EventKind::Normal, RESIDENT, &note)
+                    .await;
+            }
+        }
+        if let Decision::Hold { why, .. } = decision
+            && self.memory.held != *held_before
+        {
+            let said = Warning {
+                reason: HELD_AFTER_FAILURE,
+                message: why.clone(),
+            };
+            self.cluster.warn(kubevirt, None, &said).await;
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        if self.suspends {
+            "resident guard"
+        } else {
+            "armed post"
+        }
+    }
+
+    /// Runs `phase` as its Job does; its summary logged. `true`: it succeeded.
+    /// (By `run`: `runner::run_phase`.)
+    async fn act(&mut self, phase: Phase, why: &str, run: &mut impl RunPhase) -> bool {
+        info!("{}: {why}: running {phase}", self.name());
+        self.cluster.restart_deadline();
+        let cfg = self.as_phase(phase);
+        let mut done = Vec::new();
+        let result = run(&cfg, &mut done).await;
+        let line = Summary::of_run(&cfg.intent, cfg.dry_run, &done, &result).to_line();
+        match &result {
+            Ok(()) => info!(summary = %line, "{}: {phase} done", self.name()),
+            Err(e) => {
+                error!(summary = %line, "{}: {phase} failed ({e}); it is tried again at the next read", self.name())
+            }
+        }
+        result.is_ok()
+    }
+}
+
+fn now_rfc3339() -> String {
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
+
+/// Touches a probe file (its mtime is what `--probe` reads). A failure is logged once a pass:
+/// the probe then fails, which is what it should say.
+fn touch(path: &std::path::Path) {
+    if let Err(e) = std::fs::write(path, now_rfc3339()) {
+        error!(path = %path.display(), error = %e, "cannot write the probe file");
+    }
+}
+
+/// `PHASE=watch`: the resident guard, until SIGTERM. At an upgrade's creation it runs `pre`
+/// (which decides whether it is needed, or late); at its end (cleanup included) `post`; after a
+/// failed path-A upgrade it holds until the retry. A failed pass or act is logged and tried again.
+pub async fn watch(cfg: &Config, cluster: &Cluster, mut run: impl RunPhase) -> Result<(), Error> {
+    let settings = cfg.watch.clone().expect("PHASE=watch has its settings");
+    let alive = settings.state_dir.join("alive");
+    touch(&alive);
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(ALIVE_EVERY).await;
+            touch(&alive);
+        }
+    });
+    info!(
+        resync_s = settings.resync.as_secs(),
+        "resident guard: watching Harvester's Upgrades and the add-on's UpgradePlans"
+    );
+    let mut lp = Loop::new(cfg, cluster, true);
+    loop {
+        let held_before = lp.memory.held.clone();
+        match lp.pass().await {
+            Ok((decision, now)) => {
+                lp.say(&decision, now.kubevirt.as_ref(), &held_before).await;
+                let acted = match &decision {
+                    Decision::Suspend { upgrade, describe } => lp
+                        .act(Phase::Pre, &format!("{describe} is under way"), &mut run)
+                        .await
+                        .then(|| lp.memory.suspended_for.push(upgrade.clone())),
+                    Decision::Restore(why) => {
+                        lp.act(Phase::Post, why, &mut run).await.then_some(())
+                    }
+                    Decision::Hold { .. } | Decision::Wait(_) => None,
+                };
+                // After an act, read again at once: the objects and the decision have moved.
+                if acted.is_some() {
+                    continue;
+                }
+            }
+            Err(e) => error!(
+                "resident guard: read failed ({e}); reading again at the next event or in {} s",
+                settings.resync.as_secs()
+            ),
+        }
+        cluster.pause(settings.resync, &mut lp.wake).await;
+    }
+}
+
+/// The armed `post` (`ARM=true`): before its gate, waits for the next upgrade to begin and end
+/// (cleanup included; held after a failed path-A upgrade), then returns with the objects read
+/// again, for `post` to restore; at once when nothing of ours is left. Past `ARM_WAIT_SECONDS`:
+/// exit 9, nothing written. Not armed: nothing.
+pub async fn armed(
+    cfg: &Config,
+    cluster: &Cluster,
+    objects: &mut Objects,
+    done: &mut Vec<Done>,
+) -> Result<(), Error> {
+    let Some(arm) = cfg.arm else {
+        return Ok(());
+    };
+    if !anything_of_ours(objects) {
+        info!("armed post: nothing of ours to restore (a post has run): nothing to wait for");
+        return Ok(());
+    }
+    let read: Vec<&Value> = [&objects.kubevirt, &objects.chart]
+        .into_iter()
+        .flatten()
+        .collect();
+    let since = record_time(&read).unwrap_or_else(now_rfc3339);
+    let waits_for = format!(
+        "the next upgrade (a Harvester Upgrade or UpgradePlan created at or after pre's record, \
+         {since}, or one under way) to begin and to end, cleanup included"
+    );
+    if cfg.dry_run {
+        done.push(note(
+            cfg,
+            vec![format!("armed: would wait for {waits_for}")],
+        ));
+        return Ok(());
+    }
+    info!(since = %since, "armed post: waiting for {waits_for}");
+    let mut lp = Loop::new(cfg, cluster, false);
+    let end = tokio::time::Instant::now() + arm.wait;
+    let last = loop {
+        let held_before = lp.memory.held.clone();
+        let (decision, now) = lp.pass().await?;
+        lp.say(&decision, now.kubevirt.as_ref(), &held_before).await;
+        if let Decision::Restore(why) = &decision {
+            for kind in [Kind::KubeVirt, Kind::ManagedChart] {
+                if objects.get(kind).is_some() {
+                    objects.set(kind, now.get(kind).cloned());
+                }
+            }
+            let line = format!("armed: {why}; restoring");
+            info!("{line}");
+            done.push(note(cfg, vec![line]));
+            cluster.restart_deadline();
+            return Ok(());
+        }
+        let left = end.saturating_duration_since(tokio::time::Instant::now());
+        if left.is_zero() {
+            break decision.line();
+        }
+        cluster.pause(arm.every.min(left), &mut lp.wake).await;
+    };
+    Err(Error::ArmedBound(format!(
+        "armed post: waited {}s (ARM_WAIT_SECONDS) for {waits_for}: {last}; nothing was \
+         written, the suspension stays (turning updates on with no upgrade seen could start \
+         the wave as the upgrade starts). Run post by hand once the upgrade has ended, or arm \
+         again (hack/job.sh arm)",
+        arm.wait.as_secs()
+    )))
+}

@@ -1,0 +1,651 @@
+//! The resident guard's Helm chart (`manifests/chart`), rendered by the real Helm 4
+//! (`hack/helm.sh`) and checked against the real API server: a server-side dry run of
+//! everything it renders, the Deployment hardened as the Jobs are, its probes, `Recreate` and no
+//! PodDisruptionBudget, the RBAC's verbs and names (and, applied, what its ServiceAccount may
+//! and may not do), the uninstall hook, and the values.
+//!
+//! The objects are named `workload-update-guard-watch`, apart from manifests/base's; the tests
+//! that apply them take turns.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::Command;
+
+use serde_json::{Value, json};
+use workload_update_guard::error::exit;
+
+use crate::support::*;
+
+const NS: &str = "harvester-system";
+const NAME: &str = "workload-update-guard-watch";
+const PROBE: &str = "/usr/local/bin/workload-update-guard";
+
+static APPLY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn helm_template(args: &[&str]) -> std::process::Output {
+    let dir = tempfile_dir();
+    let out = Command::new(helm_bin())
+        .args(["template", "workload-update-guard"])
+        .arg(repo_root().join("manifests/chart"))
+        .args(["--namespace", NS])
+        .args(args)
+        .env("HELM_CONFIG_HOME", dir.join("config"))
+        .env("HELM_CACHE_HOME", dir.join("cache"))
+        .env("HELM_DATA_HOME", dir.join("data"))
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    out
+}
+
+/// `helm template` of the chart with `args` (`--set ...`), hooks included: its YAML.
+fn template_yaml(args: &[&str]) -> String {
+    let out = helm_template(args);
+    assert!(
+        out.status.success(),
+        "helm template {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The objects rendered, as JSON (kubectl converts).
+fn render(args: &[&str]) -> Vec<Value> {
+    let yaml = template_yaml(args);
+    let mut convert = control_plane().kubectl();
+    convert.args(["create", "--dry-run=client", "-o", "json", "-f", "-"]);
+    let json = pipe(convert, &yaml);
+    serde_json::Deserializer::from_str(&json)
+        .into_iter::<Value>()
+        .map(Result::unwrap)
+        .collect()
+}
+
+/// Helm's refusal of `args`: its message.
+fn render_refused(args: &[&str]) -> String {
+    let out = helm_template(args);
+    assert!(!out.status.success(), "helm template {args:?} renders");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn kind<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    objects
+        .iter()
+        .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name} in {objects:#?}"))
+}
+
+fn deployment(objects: &[Value]) -> &Value {
+    kind(objects, "Deployment", NAME)
+}
+
+fn hook(objects: &[Value]) -> &Value {
+    kind(objects, "Job", &format!("{NAME}-uninstall"))
+}
+
+fn env(workload: &Value) -> BTreeMap<String, String> {
+    workload["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["name"].as_str().unwrap().to_string(),
+                e["value"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// manifests/job's Job, rendered by kustomize: the hardening the chart must match.
+fn the_job() -> Value {
+    let path = repo_root().join("manifests/pre");
+    let yaml = kubectl_ok(&["kustomize", path.to_str().unwrap()]);
+    let mut convert = control_plane().kubectl();
+    convert.args(["create", "--dry-run=client", "-o", "json", "-f", "-"]);
+    let json = pipe(convert, &yaml);
+    serde_json::Deserializer::from_str(&json)
+        .into_iter::<Value>()
+        .map(Result::unwrap)
+        .find(|o| o["kind"] == "Job")
+        .unwrap()
+}
+
+fn ensure_namespaces() {
+    for ns in [NS, "fleet-local"] {
+        let yaml = kubectl_ok(&["create", "namespace", ns, "--dry-run=client", "-o", "yaml"]);
+        let mut apply = control_plane().kubectl();
+        apply.args(["apply", "-f", "-"]);
+        pipe(apply, &yaml);
+    }
+}
+
+/// Chart.yaml's `version` and `appVersion` are the binary's (Cargo.toml's): one release, one
+/// number, and the image's default tag is the appVersion.
+#[test]
+fn the_chart_version_is_the_binary_version() {
+    let chart = std::fs::read_to_string(repo_root().join("manifests/chart/Chart.yaml")).unwrap();
+    let field = |key: &str| {
+        chart
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{key}:")))
+            .unwrap_or_else(|| panic!("no {key} in Chart.yaml"))
+            .trim()
+            .trim_matches('"')
+            .to_string()
+    };
+    assert_eq!(field("version"), env!("CARGO_PKG_VERSION"));
+    assert_eq!(field("appVersion"), env!("CARGO_PKG_VERSION"));
+    let objects = render(&[]);
+    assert_eq!(
+        deployment(&objects)["spec"]["template"]["spec"]["containers"][0]["image"],
+        format!("workload-update-guard:{}", env!("CARGO_PKG_VERSION"))
+    );
+}
+
+/// Everything the chart renders, hooks included, passes the API server's own validation.
+#[tokio::test]
+async fn the_chart_passes_server_side_dry_run() {
+    let _turn = APPLY.lock().await;
+    ensure_namespaces();
+    let yaml = template_yaml(&[]);
+    let mut apply = control_plane().kubectl();
+    apply.args(["apply", "--dry-run=server", "-f", "-"]);
+    let out = pipe(apply, &yaml);
+    let kinds: BTreeSet<&str> = out
+        .lines()
+        .map(|l| l.split('/').next().unwrap().split('.').next().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        BTreeSet::from([
+            "clusterrole",
+            "clusterrolebinding",
+            "deployment",
+            "job",
+            "networkpolicy",
+            "role",
+            "rolebinding",
+            "serviceaccount"
+        ]),
+        "{out}"
+    );
+    assert!(
+        out.lines().all(|l| l.ends_with("(server dry run)")),
+        "{out}"
+    );
+}
+
+/// One replica, `Recreate`, no PodDisruptionBudget; the pod hardened exactly as the Jobs' (pod and
+/// container security contexts, resources, termination message; their tolerations but two, for
+/// a pod that stays), PHASE=watch, the
+/// probes exec the binary, and the probe files on an emptyDir at /tmp (WATCH_STATE_DIR).
+#[test]
+fn the_deployment_is_the_jobs_hardened_pod_with_meaningful_probes() {
+    let objects = render(&[]);
+    assert!(
+        objects.iter().all(|o| o["kind"] != "PodDisruptionBudget"),
+        "no PDB: every node is drained during the upgrade"
+    );
+    let d = deployment(&objects);
+    assert_eq!(d["metadata"]["namespace"], NS);
+    assert_eq!(d["spec"]["replicas"], 1);
+    assert_eq!(d["spec"]["strategy"], json!({"type": "Recreate"}));
+    let pod = &d["spec"]["template"]["spec"];
+    let c = &pod["containers"][0];
+    let job = the_job();
+    let job_pod = &job["spec"]["template"]["spec"];
+    let job_c = &job_pod["containers"][0];
+    assert_eq!(pod["securityContext"], job_pod["securityContext"]);
+    // The Jobs' tolerations, but a cordoned node (a drain moves the pod on, to another node or,
+    // on a single node, back after the uncordon) and an unreachable or not-ready node for 60 s
+    // only, not for ever.
+    let unschedulable = json!({"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"});
+    let mut want: Vec<Value> = job_pod["tolerations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| **t != unschedulable && t["key"] != "node.kubernetes.io/unreachable")
+        .cloned()
+        .collect();
+    for key in [
+        "node.kubernetes.io/not-ready",
+        "node.kubernetes.io/unreachable",
+    ] {
+        want.insert(0, json!({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 60}));
+    }
+    assert_eq!(pod["tolerations"], json!(want));
+    for key in [
+        "securityContext",
+        "resources",
+        "imagePullPolicy",
+        "terminationMessagePath",
+        "terminationMessagePolicy",
+    ] {
+        assert_eq!(c[key], job_c[key], "{key}");
+    }
+    assert_eq!(c["name"], "guard");
+    assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
+    assert_eq!(pod["serviceAccountName"], NAME);
+    assert!(pod.get("nodeSelector").is_none());
+    // No port: nothing listens.
+    assert!(c.get("ports").is_none());
+
+    let env = env(d);
+    assert_eq!(env["PHASE"], "watch");
+    assert_eq!(env["WATCH_STATE_DIR"], "/tmp");
+    assert_eq!(env["KUBEVIRT_NAMESPACE"], "harvester-system");
+    assert_eq!(env["KUBEVIRT_NAME"], "kubevirt");
+    assert_eq!(env["MANAGEDCHART_NAMESPACE"], "fleet-local");
+    assert_eq!(env["MANAGEDCHART_NAME"], "harvester");
+    assert_eq!(env["LOG_FORMAT"], "json");
+    // The binary's defaults are not repeated.
+    assert_eq!(env.len(), 7, "{env:?}");
+
+    for (probe, which) in [
+        ("startupProbe", "live"),
+        ("livenessProbe", "live"),
+        ("readinessProbe", "ready"),
+    ] {
+        assert_eq!(
+            c[probe]["exec"]["command"],
+            json!([PROBE, "--probe", which]),
+            "{probe}"
+        );
+    }
+    // Liveness: the loop touches `alive` every 30 s and the probe allows 90 s; restarting takes
+    // three failures in a row, well past one missed touch.
+    let live = &c["livenessProbe"];
+    assert!(
+        live["periodSeconds"].as_u64().unwrap() * live["failureThreshold"].as_u64().unwrap() >= 90
+    );
+    let mounts = c["volumeMounts"].as_array().unwrap();
+    assert_eq!(mounts.len(), 1);
+    assert_eq!(mounts[0]["mountPath"], "/tmp");
+    let volume = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == mounts[0]["name"])
+        .unwrap();
+    assert!(volume["emptyDir"].is_object(), "{volume}");
+    // The NetworkPolicy selects the guard's pod and the hook's.
+    let policy = kind(&objects, "NetworkPolicy", NAME);
+    let selector = policy["spec"]["podSelector"]["matchLabels"]
+        .as_object()
+        .unwrap();
+    for workload in [d, hook(&objects)] {
+        let labels = &workload["spec"]["template"]["metadata"]["labels"];
+        for (k, v) in selector {
+            assert_eq!(&labels[k], v, "{k}");
+        }
+    }
+    assert_eq!(policy["spec"]["policyTypes"], json!(["Ingress", "Egress"]));
+    assert!(policy["spec"].get("ingress").is_none());
+}
+
+/// The RBAC: exactly the rules of the contract (the Jobs' writer's, plus the watch), named where
+/// the names are known, no wildcard, no Secret, all bound to the chart's ServiceAccount.
+#[test]
+fn the_rbac_is_the_writers_and_the_watch_and_nothing_more() {
+    let objects = render(&[]);
+    let rules = |kind_: &str, ns: Option<&str>| -> Vec<Value> {
+        let role = objects
+            .iter()
+            .find(|o| {
+                o["kind"] == kind_
+                    && o["metadata"]["name"] == NAME
+                    && ns.is_none_or(|ns| o["metadata"]["namespace"] == ns)
+            })
+            .unwrap_or_else(|| panic!("{kind_} {ns:?}"));
+        role["rules"].as_array().unwrap().clone()
+    };
+    assert_eq!(
+        rules("Role", Some(NS)),
+        [
+            json!({"apiGroups": ["kubevirt.io"], "resources": ["kubevirts"], "resourceNames": ["kubevirt"], "verbs": ["get", "patch"]}),
+            json!({"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create"]}),
+            json!({"apiGroups": ["harvesterhci.io"], "resources": ["upgrades"], "verbs": ["list", "watch"]}),
+            json!({"apiGroups": ["harvesterhci.io"], "resources": ["versions"], "verbs": ["get", "list"]}),
+        ]
+    );
+    assert_eq!(
+        rules("Role", Some("fleet-local")),
+        [
+            json!({"apiGroups": ["management.cattle.io"], "resources": ["managedcharts"], "resourceNames": ["harvester"], "verbs": ["get", "patch"]})
+        ]
+    );
+    assert_eq!(
+        rules("ClusterRole", None),
+        [
+            json!({"apiGroups": ["kubevirt.io"], "resources": ["virtualmachineinstancemigrations"], "verbs": ["list"]}),
+            json!({"apiGroups": ["harvesterhci.io"], "resources": ["settings"], "resourceNames": ["server-version"], "verbs": ["get"]}),
+            json!({"apiGroups": ["management.harvesterhci.io"], "resources": ["upgradeplans"], "verbs": ["list", "watch"]}),
+        ]
+    );
+    let subject = json!([{"kind": "ServiceAccount", "name": NAME, "namespace": NS}]);
+    let bindings: Vec<&Value> = objects
+        .iter()
+        .filter(|o| o["kind"] == "RoleBinding" || o["kind"] == "ClusterRoleBinding")
+        .collect();
+    assert_eq!(bindings.len(), 3);
+    for b in bindings {
+        assert_eq!(b["subjects"], subject, "{b}");
+        assert_eq!(b["roleRef"]["name"], NAME, "{b}");
+    }
+    // The names follow the values: another KubeVirt CR and ManagedChart, and none (no Fleet:
+    // only read, for what an earlier pre left).
+    let other = render(&[
+        "--set",
+        "guard.kubevirtNamespace=kubevirt,guard.kubevirtName=kv,guard.managedChartName=",
+    ]);
+    let role = |ns: &str| {
+        other
+            .iter()
+            .find(|o| o["kind"] == "Role" && o["metadata"]["namespace"] == ns)
+            .unwrap()["rules"][0]
+            .clone()
+    };
+    assert_eq!(role("kubevirt")["resourceNames"], json!(["kv"]));
+    assert_eq!(role("fleet-local")["resourceNames"], json!(["harvester"]));
+    assert_eq!(role("fleet-local")["verbs"], json!(["get"]));
+    assert_eq!(env(deployment(&other))["MANAGEDCHART_NAME"], "");
+}
+
+/// The RBAC applied for real: the ServiceAccount may do what the guard does, by name, and is
+/// refused everything else (`kubectl auth can-i` asks the API server's authorizer).
+#[tokio::test]
+async fn the_service_account_may_watch_and_write_only_its_two_objects() {
+    let _turn = APPLY.lock().await;
+    ensure_namespaces();
+    let objects: Vec<Value> = render(&[])
+        .into_iter()
+        .filter(|o| o["kind"] != "Deployment" && o["kind"] != "Job")
+        .collect();
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": objects});
+    let mut apply = control_plane().kubectl();
+    apply.args(["apply", "-f", "-"]);
+    pipe(apply, &list.to_string());
+    let sa = format!("system:serviceaccount:{NS}:{NAME}");
+    let can = |args: &[&str]| -> bool {
+        let mut cmd = control_plane().kubectl();
+        cmd.args(["auth", "can-i", "--as", &sa]).args(args);
+        let out = cmd.output().unwrap();
+        let said = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        assert!(said == "yes" || said == "no", "{args:?}: {said} {out:?}");
+        said == "yes"
+    };
+    let allowed: &[&[&str]] = &[
+        &["-n", NS, "get", "kubevirts.kubevirt.io/kubevirt"],
+        &["-n", NS, "patch", "kubevirts.kubevirt.io/kubevirt"],
+        &["-n", NS, "create", "events.events.k8s.io"],
+        &["-n", NS, "list", "upgrades.harvesterhci.io"],
+        &["-n", NS, "watch", "upgrades.harvesterhci.io"],
+        &["-n", NS, "get", "versions.harvesterhci.io/v1.7.1"],
+        &["-n", NS, "list", "versions.harvesterhci.io"],
+        &[
+            "-n",
+            "fleet-local",
+            "get",
+            "managedcharts.management.cattle.io/harvester",
+        ],
+        &[
+            "-n",
+            "fleet-local",
+            "patch",
+            "managedcharts.management.cattle.io/harvester",
+        ],
+        &["get", "settings.harvesterhci.io/server-version"],
+        &["list", "upgradeplans.management.harvesterhci.io"],
+        &["watch", "upgradeplans.management.harvesterhci.io"],
+        &["-A", "list", "virtualmachineinstancemigrations.kubevirt.io"],
+    ];
+    let refused: &[&[&str]] = &[
+        &["-n", NS, "get", "kubevirts.kubevirt.io/other"],
+        &["-n", NS, "list", "kubevirts.kubevirt.io"],
+        &["-n", NS, "update", "kubevirts.kubevirt.io/kubevirt"],
+        &["-n", NS, "delete", "kubevirts.kubevirt.io/kubevirt"],
+        &["-n", NS, "patch", "upgrades.harvesterhci.io/x"],
+        &["-n", NS, "get", "secrets"],
+        &["-n", NS, "list", "secrets"],
+        &["-n", NS, "create", "pods"],
+        &["-n", "default", "list", "upgrades.harvesterhci.io"],
+        &[
+            "-n",
+            "fleet-local",
+            "get",
+            "managedcharts.management.cattle.io/other",
+        ],
+        &[
+            "-n",
+            "fleet-local",
+            "list",
+            "managedcharts.management.cattle.io",
+        ],
+        &["get", "settings.harvesterhci.io/other"],
+        &["patch", "upgradeplans.management.harvesterhci.io/x"],
+        &[
+            "-n",
+            "default",
+            "delete",
+            "virtualmachineinstancemigrations.kubevirt.io/x",
+        ],
+        &["-n", NS, "get", "deployments"],
+    ];
+    for args in allowed {
+        assert!(can(args), "allowed: {args:?}");
+    }
+    for args in refused {
+        assert!(!can(args), "refused: {args:?}");
+    }
+}
+
+/// The uninstall hook: a pre-delete Job that runs `post` at once (no wait for an upgrade under
+/// way: exit 7 fails it, and the uninstall), as the release's ServiceAccount (still there during
+/// a pre-delete hook), with the Jobs' hardening, deleted when it succeeds and kept when it fails,
+/// and bounded below Helm's default 5-minute timeout.
+#[test]
+fn the_uninstall_hook_runs_post_without_waiting() {
+    let objects = render(&[]);
+    let job = hook(&objects);
+    let annotations = &job["metadata"]["annotations"];
+    assert_eq!(annotations["helm.sh/hook"], "pre-delete");
+    assert_eq!(
+        annotations["helm.sh/hook-delete-policy"],
+        "before-hook-creation,hook-succeeded"
+    );
+    let env = env(job);
+    assert_eq!(env["PHASE"], "post");
+    assert_eq!(env["HARVESTER_CLEANUP_WAIT_SECONDS"], "0");
+    assert_eq!(env["FALLBACK_METHODS"], "LiveMigrate");
+    assert_eq!(env["KUBEVIRT_NAME"], "kubevirt");
+    assert!(!env.contains_key("WATCH_RESYNC_SECONDS"));
+    let deadline: u64 = env["DEADLINE_SECONDS"].parse().unwrap();
+    let fleet: u64 = env["FLEET_WAIT_SECONDS"].parse().unwrap();
+    let active = job["spec"]["activeDeadlineSeconds"].as_u64().unwrap();
+    assert!(deadline + fleet < active && active < 300, "{active}");
+    let pod = &job["spec"]["template"]["spec"];
+    assert_eq!(pod["serviceAccountName"], NAME);
+    assert_eq!(pod["restartPolicy"], "Never");
+    let d = deployment(&objects);
+    let d_pod = &d["spec"]["template"]["spec"];
+    assert_eq!(pod["securityContext"], d_pod["securityContext"]);
+    // A Job: it also runs on a cordoned node (all of them may be), as the Jobs do.
+    let mut tolerations = vec![
+        json!({"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"}),
+    ];
+    tolerations.extend(d_pod["tolerations"].as_array().unwrap().iter().cloned());
+    assert_eq!(pod["tolerations"], json!(tolerations));
+    assert_eq!(
+        annotations["helm.sh/hook-output-log-policy"], "hook-failed",
+        "helm uninstall prints the refusal"
+    );
+    assert_eq!(env["LOG_FORMAT"], "text");
+    let (c, d_c) = (&pod["containers"][0], &d_pod["containers"][0]);
+    for key in ["image", "securityContext", "resources"] {
+        assert_eq!(c[key], d_c[key], "{key}");
+    }
+    let rules = job["spec"]["podFailurePolicy"]["rules"].as_array().unwrap();
+    assert_eq!(rules[0]["onPodConditions"][0]["type"], "DisruptionTarget");
+    assert_eq!(
+        rules[1],
+        json!({"action": "FailJob", "onExitCodes": {"containerName": "guard", "operator": "In",
+            "values": [exit::CONFIG, exit::PERMANENT, exit::MISSING, exit::CLEANUP_PENDING, exit::FLEET_NOT_APPLIED]}})
+    );
+    // A fallback of the operator's goes to the hook too.
+    let other = render(&["--set", "guard.fallbackMethods=LiveMigrate\\,Evict"]);
+    assert_eq!(
+        env_of(hook(&other), "FALLBACK_METHODS"),
+        "LiveMigrate,Evict"
+    );
+    assert_eq!(
+        env_of(deployment(&other), "FALLBACK_METHODS"),
+        "LiveMigrate,Evict"
+    );
+}
+
+fn env_of(workload: &Value, name: &str) -> String {
+    env(workload)
+        .remove(name)
+        .unwrap_or_else(|| panic!("no {name}"))
+}
+
+/// The values: the image by tag or digest, the guard's settings as their documented variables
+/// (and nothing else: a key the binary does not document is refused), extraEnv appended, a
+/// variable set twice refused, scheduling.
+#[test]
+fn the_values_set_the_image_the_settings_and_the_scheduling() {
+    let image = |args: &[&str]| -> String {
+        let objects = render(args);
+        let d = deployment(&objects);
+        let image = d["spec"]["template"]["spec"]["containers"][0]["image"].clone();
+        assert_eq!(
+            hook(&objects)["spec"]["template"]["spec"]["containers"][0]["image"],
+            image
+        );
+        image.as_str().unwrap().to_string()
+    };
+    assert_eq!(
+        image(&[
+            "--set",
+            "image.repository=registry.example:5000/wug,image.tag=0.1.0-rc1"
+        ]),
+        "registry.example:5000/wug:0.1.0-rc1"
+    );
+    let digest = format!("sha256:{}", "a1".repeat(32));
+    assert_eq!(
+        image(&["--set", &format!("image.tag=x,image.digest={digest}")]),
+        format!("workload-update-guard@{digest}")
+    );
+    // Not a digest: refused by the schema.
+    let err = render_refused(&["--set", "image.digest=latest"]);
+    assert!(err.contains("digest"), "{err}");
+
+    let objects = render(&[
+        "--set",
+        "guard.watchResyncSeconds=3600,guard.fleetWaitSeconds=30,guard.preEvenIfNotNeeded=true,guard.rustLog=debug,guard.logFormat=text",
+        "--set",
+        "extraEnv[0].name=EXAMPLE,extraEnv[0].value=1000000",
+        "--set",
+        "nodeSelector.kubernetes\\.io/os=linux",
+    ]);
+    let d = deployment(&objects);
+    let env = env(d);
+    assert_eq!(env["WATCH_RESYNC_SECONDS"], "3600");
+    assert_eq!(env["FLEET_WAIT_SECONDS"], "30");
+    assert_eq!(env["PRE_EVEN_IF_NOT_NEEDED"], "true");
+    assert_eq!(env["RUST_LOG"], "debug");
+    assert_eq!(env["LOG_FORMAT"], "text");
+    assert_eq!(
+        env["EXAMPLE"], "1000000",
+        "a number as a string, without an exponent"
+    );
+    assert_eq!(
+        d["spec"]["template"]["spec"]["nodeSelector"],
+        json!({"kubernetes.io/os": "linux"})
+    );
+    // The hook keeps its own bounds, and the watch's setting stays with the watch.
+    let hook_env = self::env(hook(&objects));
+    assert_eq!(hook_env["FLEET_WAIT_SECONDS"], "120");
+    assert!(!hook_env.contains_key("WATCH_RESYNC_SECONDS"));
+
+    // Every variable `guard:` can set is one the binary documents (its --help table) or the
+    // watch's own.
+    let documented: BTreeSet<&str> = workload_update_guard::config::VARIABLES
+        .iter()
+        .map(|v| v.0)
+        .collect();
+    let helpers =
+        std::fs::read_to_string(repo_root().join("manifests/chart/templates/_helpers.tpl"))
+            .unwrap();
+    let mapping = helpers
+        .split("define \"wug.guardEnvNames\" -}}")
+        .nth(1)
+        .unwrap()
+        .split("{{- end")
+        .next()
+        .unwrap();
+    let names: Vec<&str> = mapping
+        .lines()
+        .filter_map(|l| l.split_once(": ").map(|(_, v)| v.trim()))
+        .collect();
+    assert!(names.len() >= 10, "{mapping}");
+    for name in &names {
+        assert!(
+            documented.contains(name),
+            "{name} is not in the binary's VARIABLES"
+        );
+    }
+
+    let err = render_refused(&["--set", "guard.bogus=1"]);
+    assert!(err.contains("bogus"), "{err}");
+    let err = render_refused(&["--set", "extraEnv[0].name=PHASE,extraEnv[0].value=pre"]);
+    assert!(err.contains("PHASE"), "{err}");
+    let err = render_refused(&["--set", "guard.fallbackMethods=Never"]);
+    assert!(err.contains("fallbackMethods"), "{err}");
+}
+
+/// The Harvester Addon (manifests/addon) installs this chart, at this version, in
+/// harvester-system, as a third-party add-on; its `valuesContent` renders with the chart.
+#[test]
+fn the_addon_installs_this_chart_at_this_version() {
+    let text =
+        std::fs::read_to_string(repo_root().join("manifests/addon/workload-update-guard.yaml"))
+            .unwrap();
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .collect();
+    for want in [
+        "apiVersion: harvesterhci.io/v1beta1".to_string(),
+        "kind: Addon".into(),
+        "  name: workload-update-guard".into(),
+        "  namespace: harvester-system".into(),
+        "    addon.harvesterhci.io/experimental: \"true\"".into(),
+        "  chart: workload-update-guard".into(),
+        format!("  version: {}", env!("CARGO_PKG_VERSION")),
+        "  enabled: true".into(),
+    ] {
+        assert!(lines.contains(&want.as_str()), "{want:?} in {text}");
+    }
+    assert!(
+        lines.iter().any(|l| l.starts_with("  repo: http")),
+        "an HTTP(S) repository: {text}"
+    );
+    let start = lines
+        .iter()
+        .position(|l| l.starts_with("  valuesContent: |"))
+        .expect("valuesContent");
+    let values: String = lines[start + 1..]
+        .iter()
+        .take_while(|l| l.starts_with("    "))
+        .map(|l| format!("{}\n", &l[4..]))
+        .collect();
+    assert!(values.contains("image:"), "{values}");
+    let file = tempfile_dir().join("addon-values.yaml");
+    std::fs::write(&file, &values).unwrap();
+    let objects = render(&["--values", file.to_str().unwrap()]);
+    assert_eq!(
+        deployment(&objects)["spec"]["template"]["spec"]["containers"][0]["image"],
+        format!("workload-update-guard:{}", env!("CARGO_PKG_VERSION"))
+    );
+}
