@@ -115,17 +115,7 @@ fn armed_post_survives_a_drain_and_restores_after_the_upgrade() {
     assert_eq!(methods(), json!([]), "nothing written yet");
 
     // 3. The drain evicts the armed pod (DisruptionTarget): Ignored.
-    let drain_start = Instant::now();
-    let drain = k(&[
-        "drain",
-        NODE_NAME,
-        "--ignore-daemonsets",
-        "--delete-emptydir-data",
-        "--force",
-        "--disable-eviction=false",
-        "--timeout=90s",
-    ]);
-    let drained = drain_start.elapsed();
+    let (drain, drained) = drain_node("90s");
     assert!(
         drain.contains(&first.1),
         "the drain evicted {}: {drain}",

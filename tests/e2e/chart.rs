@@ -402,17 +402,7 @@ fn chart_from_an_http_repository_guards_an_upgrade_through_a_drain_and_uninstall
 
     // 4. The node drained mid-upgrade: the guard's pod is evicted (no PDB), its replacement waits
     // on the cordoned node (it does not tolerate a cordon), and runs after the uncordon.
-    let drain_start = Instant::now();
-    let drain = k(&[
-        "drain",
-        NODE_NAME,
-        "--ignore-daemonsets",
-        "--delete-emptydir-data",
-        "--force",
-        "--disable-eviction=false",
-        "--timeout=90s",
-    ]);
-    let drained = drain_start.elapsed();
+    let (drain, drained) = drain_node("90s");
     assert!(drain.contains(&format!("{first_name} evicted")), "{drain}");
     std::thread::sleep(Duration::from_secs(3));
     let pods = guard_pods();

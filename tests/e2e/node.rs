@@ -440,6 +440,23 @@ impl Drop for NodeAsFound {
     }
 }
 
+/// `kubectl drain` of the node as an upgrade drains it (DaemonSets stay, emptyDir data goes, the
+/// Eviction API, so a PodDisruptionBudget would block it): its output and how long it took.
+pub fn drain_node(timeout: &str) -> (String, Duration) {
+    let start = Instant::now();
+    let timeout = format!("--timeout={timeout}");
+    let out = k(&[
+        "drain",
+        NODE_NAME,
+        "--ignore-daemonsets",
+        "--delete-emptydir-data",
+        "--force",
+        "--disable-eviction=false",
+        &timeout,
+    ]);
+    (out, start.elapsed())
+}
+
 /// The node's spec, without what the node lifecycle controller adds on its own.
 pub fn node_spec() -> Value {
     get_json(&["node", NODE_NAME])["spec"].clone()

@@ -160,14 +160,7 @@ fn kubectl_drain_during_a_phase_is_not_counted() {
         }
     });
     let start = Instant::now();
-    let drain = k(&[
-        "drain",
-        NODE_NAME,
-        "--ignore-daemonsets",
-        "--delete-emptydir-data",
-        "--timeout=60s",
-    ]);
-    let drained = start.elapsed();
+    let (drain, drained) = drain_node("60s");
     assert!(
         drain.contains(&format!("evicting pod {NS}/{first}")) || drain.contains(&first),
         "the drain evicted the running pod: {drain}"

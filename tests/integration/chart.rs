@@ -7,7 +7,7 @@
 //! The objects are named `workload-update-guard-watch`, apart from manifests/base's; the tests
 //! that apply them take turns.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::process::Command;
 
 use serde_json::{Value, json};
@@ -80,20 +80,6 @@ fn deployment(objects: &[Value]) -> &Value {
 
 fn hook(objects: &[Value]) -> &Value {
     kind(objects, "Job", &format!("{NAME}-uninstall"))
-}
-
-fn env(workload: &Value) -> BTreeMap<String, String> {
-    workload["spec"]["template"]["spec"]["containers"][0]["env"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| {
-            (
-                e["name"].as_str().unwrap().to_string(),
-                e["value"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect()
 }
 
 /// manifests/job's Job, rendered by kustomize: the hardening the chart must match.
@@ -230,7 +216,7 @@ fn the_deployment_is_the_jobs_hardened_pod_with_meaningful_probes() {
     // No port: nothing listens.
     assert!(c.get("ports").is_none());
 
-    let env = env(d);
+    let env = container_env(d);
     assert_eq!(env["PHASE"], "watch");
     assert_eq!(env["WATCH_STATE_DIR"], "/tmp");
     assert_eq!(env["KUBEVIRT_NAMESPACE"], "harvester-system");
@@ -348,7 +334,7 @@ fn the_rbac_is_the_writers_and_the_watch_and_nothing_more() {
     assert_eq!(role("kubevirt")["resourceNames"], json!(["kv"]));
     assert_eq!(role("fleet-local")["resourceNames"], json!(["harvester"]));
     assert_eq!(role("fleet-local")["verbs"], json!(["get"]));
-    assert_eq!(env(deployment(&other))["MANAGEDCHART_NAME"], "");
+    assert_eq!(container_env(deployment(&other))["MANAGEDCHART_NAME"], "");
 }
 
 /// The RBAC applied for real: the ServiceAccount may do what the guard does, by name, and is
@@ -453,7 +439,7 @@ fn the_uninstall_hook_runs_post_without_waiting() {
         annotations["helm.sh/hook-delete-policy"],
         "before-hook-creation,hook-succeeded"
     );
-    let env = env(job);
+    let env = container_env(job);
     assert_eq!(env["PHASE"], "post");
     assert_eq!(env["HARVESTER_CLEANUP_WAIT_SECONDS"], "0");
     assert_eq!(env["FALLBACK_METHODS"], "LiveMigrate");
@@ -504,7 +490,7 @@ fn the_uninstall_hook_runs_post_without_waiting() {
 }
 
 fn env_of(workload: &Value, name: &str) -> String {
-    env(workload)
+    container_env(workload)
         .remove(name)
         .unwrap_or_else(|| panic!("no {name}"))
 }
@@ -549,7 +535,7 @@ fn the_values_set_the_image_the_settings_and_the_scheduling() {
         "nodeSelector.kubernetes\\.io/os=linux",
     ]);
     let d = deployment(&objects);
-    let env = env(d);
+    let env = container_env(d);
     assert_eq!(env["WATCH_RESYNC_SECONDS"], "3600");
     assert_eq!(env["FLEET_WAIT_SECONDS"], "30");
     assert_eq!(env["PRE_EVEN_IF_NOT_NEEDED"], "true");
@@ -564,7 +550,7 @@ fn the_values_set_the_image_the_settings_and_the_scheduling() {
         json!({"kubernetes.io/os": "linux"})
     );
     // The hook keeps its own bounds, and the watch's setting stays with the watch.
-    let hook_env = self::env(hook(&objects));
+    let hook_env = container_env(hook(&objects));
     assert_eq!(hook_env["FLEET_WAIT_SECONDS"], "120");
     assert!(!hook_env.contains_key("WATCH_RESYNC_SECONDS"));
 

@@ -51,20 +51,6 @@ fn job(dir: &str) -> Value {
         .expect("a Job")
 }
 
-fn job_env(job: &Value) -> BTreeMap<String, String> {
-    job["spec"]["template"]["spec"]["containers"][0]["env"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| {
-            (
-                e["name"].as_str().unwrap().to_string(),
-                e["value"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect()
-}
-
 #[test]
 fn every_kustomization_passes_server_side_dry_run() {
     let _turn = BASE.blocking_lock();
@@ -160,7 +146,7 @@ fn the_jobs_are_hardened_and_outlast_the_tool_deadline() {
         let spec = &job["spec"];
         let pod = &spec["template"]["spec"];
         let c = &pod["containers"][0];
-        let env = job_env(&job);
+        let env = container_env(&job);
         assert_eq!(env["PHASE"], phase);
         assert_eq!(
             env.get("FALLBACK_METHODS").map(String::as_str),
@@ -304,7 +290,7 @@ async fn the_service_account_token_runs_every_phase_and_nothing_else() {
     let kubeconfig = token_kubeconfig(&sa_token(kv_ns, "workload-update-guard"));
     let reader = token_kubeconfig(&sa_token(kv_ns, "workload-update-guard-status"));
     for dir in ["pre", "status", "post"] {
-        let env = job_env(&job(dir));
+        let env = container_env(&job(dir));
         let token = if dir == "status" {
             &reader
         } else {
@@ -411,7 +397,7 @@ async fn the_service_account_token_runs_every_phase_and_nothing_else() {
             "{kind} {name}: {err}"
         );
     }
-    let mut env = job_env(&job("pre"));
+    let mut env = container_env(&job("pre"));
     env.insert("DEADLINE_SECONDS".into(), "5".into());
     let run = run_bin(&reader, env).await;
     assert_eq!(
@@ -420,7 +406,7 @@ async fn the_service_account_token_runs_every_phase_and_nothing_else() {
         "pre as the reader: {run:?}"
     );
     // And the binary pointed at the other KubeVirt fails permanently, writing nothing.
-    let mut env = job_env(&job("pre"));
+    let mut env = container_env(&job("pre"));
     env.insert("KUBEVIRT_NAME".into(), "other".into());
     env.insert("MANAGEDCHART_NAME".into(), String::new());
     let run = run_bin(&kubeconfig, env).await;
@@ -439,7 +425,7 @@ fn the_armed_post_job_outlasts_its_bound_and_survives_drains() {
         armed["metadata"]["name"],
         "workload-update-guard-post-armed"
     );
-    let env = job_env(&armed);
+    let env = container_env(&armed);
     assert_eq!(env["PHASE"], "post");
     assert_eq!(env["ARM"], "true");
     let wait: u64 = env["ARM_WAIT_SECONDS"].parse().unwrap();

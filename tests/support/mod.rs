@@ -466,6 +466,21 @@ pub const SERVER_FIELDS: &[&str] = &[
     "uid",
 ];
 
+/// The first container's environment of a Job, Deployment or pod template (`name` to `value`).
+pub fn container_env(workload: &Value) -> BTreeMap<String, String> {
+    workload["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["name"].as_str().unwrap().to_string(),
+                e["value"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
 /// The object without what the server manages, for comparing states.
 pub fn content(obj: &Value) -> Value {
     let mut o = obj.clone();
