@@ -157,7 +157,8 @@ async fn run(cfg: &Config) -> u8 {
             r = work => r,
             _ = sigterm.recv() => Err(Error::Interrupted("SIGTERM")),
             _ = sigint.recv() => Err(Error::Interrupted("SIGINT")),
-            _ = deadline.passed() => Err(Error::Deadline { seconds: cfg.deadline.as_secs(), last: last_error.get() }),
+            // The resident guard bounds each read and act itself, and outlives an outage.
+            _ = deadline.passed(), if cfg.watch.is_none() => Err(Error::Deadline { seconds: cfg.deadline.as_secs(), last: last_error.get() }),
         }
     };
     let verdict = result.as_ref().ok().cloned().flatten();

@@ -177,10 +177,13 @@ impl<'a> Loop<'a> {
     /// (By `run`: `runner::run_phase`.)
     async fn act(&mut self, phase: Phase, why: &str, run: &mut impl RunPhase) -> bool {
         info!("{}: {why}: running {phase}", self.name());
-        self.cluster.restart_deadline();
+        self.cluster.begin_run();
         let cfg = self.as_phase(phase);
         let mut done = Vec::new();
-        let result = run(&cfg, &mut done).await;
+        let result = tokio::select! {
+            r = run(&cfg, &mut done) => r,
+            e = self.cluster.deadline_passed() => Err(e),
+        };
         let line = Summary::of_run(&cfg.intent, cfg.dry_run, &done, &result).to_line();
         match &result {
             Ok(()) => info!(summary = %line, "{}: {phase} done", self.name()),
@@ -224,9 +227,21 @@ pub async fn watch(cfg: &Config, cluster: &Cluster, mut run: impl RunPhase) -> R
         "resident guard: watching Harvester's Upgrades and the add-on's UpgradePlans"
     );
     let mut lp = Loop::new(cfg, cluster, true);
+    // The act just made: the same decision right after it (a `post` that left something of ours,
+    // a step switched off) waits for the next read, so that nothing runs in a tight loop.
+    let mut just_did: Option<Decision> = None;
     loop {
         let held_before = lp.memory.held.clone();
-        match lp.pass().await {
+        let pass = tokio::select! {
+            r = lp.pass() => r,
+            e = cluster.deadline_passed() => Err(e),
+        };
+        match pass {
+            Ok((decision, _)) if just_did.take().as_ref() == Some(&decision) => info!(
+                "resident guard: {} again, right after it ran: tried again at the next event or in {} s",
+                decision.kind(),
+                settings.resync.as_secs()
+            ),
             Ok((decision, now)) => {
                 lp.say(&decision, now.kubevirt.as_ref(), &held_before).await;
                 let acted = match &decision {
@@ -241,6 +256,7 @@ pub async fn watch(cfg: &Config, cluster: &Cluster, mut run: impl RunPhase) -> R
                 };
                 // After an act, read again at once: the objects and the decision have moved.
                 if acted.is_some() {
+                    just_did = Some(decision);
                     continue;
                 }
             }

@@ -112,6 +112,26 @@ impl Cluster {
         self.deadline.restart();
     }
 
+    /// A new run of a phase in a long-lived process (the resident guard's acts, weeks apart):
+    /// its deadline from now, and none of the last run's per-run state (the migrations listed,
+    /// the Events that could not be made), which described another upgrade.
+    pub fn begin_run(&self) {
+        self.restart_deadline();
+        self.event_failures.lock().expect("not poisoned").clear();
+        *self.under_way.lock().expect("not poisoned") = None;
+    }
+
+    /// When the request deadline has passed, the error that says so. A run's `main` bounds the
+    /// whole run with it; the resident guard, which must outlive an API server's outage, bounds
+    /// each read and each act with it, and reads again later.
+    pub async fn deadline_passed(&self) -> Error {
+        self.deadline.passed().await;
+        Error::Deadline {
+            seconds: self.deadline.bound().unwrap_or_default().as_secs(),
+            last: self.last_error.get(),
+        }
+    }
+
     /// The one polling helper (for Fleet's status now, for a list of objects as well): calls
     /// `read` (whose requests go through the retry layer like any other) every
     /// [`POLL_INTERVAL`] until it returns [`Poll::Ready`], for at most `bound`. At the first

@@ -151,6 +151,13 @@ pub struct Upgrade {
     /// `metadata.creationTimestamp` (the armed `post`: an upgrade begun after `pre`).
     #[serde(skip)]
     pub created: String,
+    /// When it ended, RFC 3339: the latest of its `Completed` condition's `lastTransitionTime`
+    /// (Harvester sets that condition True or False at the end, through wrangler's
+    /// `condition.Cond`, which moves the time only when the status changes) and its
+    /// `deletionTimestamp`. An upgrade that ended after a suspension was recorded was under way
+    /// then: the one to await, for a process that never saw it run.
+    #[serde(skip)]
+    pub ended: Option<String>,
 }
 
 impl Upgrade {
@@ -182,11 +189,22 @@ impl Upgrade {
                 )));
             }
         };
-        let completed = obj
+        let completed_condition = obj
             .pointer("/status/conditions")
             .and_then(Value::as_array)
-            .and_then(|c| c.iter().find(|c| c["type"] == "Completed"))
-            .and_then(|c| c["status"].as_str());
+            .and_then(|c| c.iter().find(|c| c["type"] == "Completed"));
+        let completed = completed_condition.and_then(|c| c["status"].as_str());
+        let ended = [
+            completed_condition
+                .filter(|c| matches!(c["status"].as_str(), Some("True" | "False")))
+                .and_then(|c| c["lastTransitionTime"].as_str()),
+            obj.pointer("/metadata/deletionTimestamp")
+                .and_then(Value::as_str),
+        ]
+        .into_iter()
+        .flatten()
+        .max()
+        .map(str::to_string);
         let state = match (label(STATE_LABEL), completed) {
             (Some(s), _) if !s.is_empty() => s.to_string(),
             (_, Some("True")) => "Completed".into(),
@@ -202,6 +220,7 @@ impl Upgrade {
             cleaned_up: label(CLEANUP_LABEL) == Some(CLEANUP_DONE),
             deleting: obj.pointer("/metadata/deletionTimestamp").is_some(),
             created: text("/metadata/creationTimestamp").to_string(),
+            ended,
         })
     }
 

@@ -79,6 +79,11 @@ pub struct PlanView {
     pub created: String,
     /// `spec.version`: the release it upgrades to (`pre`'s "not needed" answer).
     pub version: String,
+    /// When it ended, RFC 3339 (see [`Upgrade::ended`]): in an end phase, the latest of
+    /// `status.phaseTransitionTimestamps` (upgrade-toolkit appends one per phase); being deleted,
+    /// its `deletionTimestamp` if later.
+    #[serde(skip)]
+    pub ended: Option<String>,
 }
 
 impl PlanView {
@@ -88,12 +93,30 @@ impl PlanView {
             "" => text("/status/phase"),
             p => p,
         };
+        let phase_ended = ENDED.contains(&phase).then(|| {
+            obj.pointer("/status/phaseTransitionTimestamps")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|t| t["phaseTransitionTimestamp"].as_str())
+                .max()
+        });
+        let ended = [
+            phase_ended.flatten(),
+            obj.pointer("/metadata/deletionTimestamp")
+                .and_then(Value::as_str),
+        ]
+        .into_iter()
+        .flatten()
+        .max()
+        .map(str::to_string);
         PlanView {
             name: text("/metadata/name").to_string(),
             phase: phase.to_string(),
             deleting: obj.pointer("/metadata/deletionTimestamp").is_some(),
             created: text("/metadata/creationTimestamp").to_string(),
             version: text("/spec/version").to_string(),
+            ended,
         }
     }
 
@@ -187,17 +210,32 @@ pub fn record_time(objects: &[&Value]) -> Option<String> {
         .min()
 }
 
-/// The armed `post`: the upgrade that began since `since` (created then or later), or one under
-/// way now (a `pre` that came late), in words; `None`: none yet.
+/// The armed `post` and the resident guard: the upgrade that began since `since` (created then or
+/// later), or one under way now (a `pre` that came late), or one that ended at or after `since`
+/// (it was under way when the suspension was recorded: the resident guard suspends after an
+/// upgrade's creation, and a new process after a drain may first read once it has ended), in
+/// words; `None`: none yet.
 pub fn begun(upgrade: Option<&Upgrade>, plans: &[PlanView], since: &str) -> Option<String> {
     let upgrade = upgrade
-        .filter(|u| u.created.as_str() >= since || upgrade_under_way(u))
+        .filter(|u| awaited_since(u, since))
         .map(Upgrade::describe);
     let plan = plans
         .iter()
-        .find(|p| p.created.as_str() >= since || p.under_way())
+        .find(|p| {
+            p.created.as_str() >= since
+                || p.under_way()
+                || p.ended.as_deref().is_some_and(|t| t >= since)
+        })
         .map(PlanView::describe);
     upgrade.or(plan)
+}
+
+/// Whether a suspension recorded at `since` awaits this Upgrade's end: created then or later,
+/// under way now, or ended at or after `since`.
+pub fn awaited_since(u: &Upgrade, since: &str) -> bool {
+    u.created.as_str() >= since
+        || upgrade_under_way(u)
+        || u.ended.as_deref().is_some_and(|t| t >= since)
 }
 
 /// After a failed upgrade to a release that does nothing to the methods itself (v1.6.x to

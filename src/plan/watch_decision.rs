@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use super::harvester_upgrade::Upgrade;
 use super::upgrade_progress::{
-    PlanView, begun, held_after_failure, post_must_wait, upgrade_under_way,
+    PlanView, awaited_since, begun, held_after_failure, post_must_wait, upgrade_under_way,
 };
 
 /// What this process remembers between two reads.
@@ -71,12 +71,34 @@ impl Decision {
 /// Upgrade first, then an UpgradePlan of the add-on.
 pub fn running(upgrade: Option<&Upgrade>, plans: &[PlanView]) -> Option<(String, String)> {
     if let Some(u) = upgrade.filter(|u| upgrade_under_way(u)) {
-        return Some((format!("Upgrade {}/{}", u.namespace, u.name), u.describe()));
+        return Some((key_of(u), u.describe()));
     }
     plans
         .iter()
         .find(|p| p.under_way())
         .map(|p| (format!("UpgradePlan {}", p.name), p.describe()))
+}
+
+/// An Upgrade's key, as [`running`] gives it.
+fn key_of(u: &Upgrade) -> String {
+    format!("Upgrade {}/{}", u.namespace, u.name)
+}
+
+/// The upgrade this process ran `pre` for, ended before a pass saw it run (it failed, or
+/// succeeded, while `pre` still waited for Fleet): begun all the same, in words.
+fn ran_pre_for(upgrade: Option<&Upgrade>, plans: &[PlanView], memory: &Memory) -> Option<String> {
+    let upgrade = upgrade
+        .filter(|u| memory.suspended_for.contains(&key_of(u)))
+        .map(Upgrade::describe);
+    let plan = plans
+        .iter()
+        .find(|p| {
+            memory
+                .suspended_for
+                .contains(&format!("UpgradePlan {}", p.name))
+        })
+        .map(PlanView::describe);
+    upgrade.or(plan)
 }
 
 /// The decision. `suspends`: the resident guard (it runs `pre` when an upgrade is under way);
@@ -117,22 +139,25 @@ pub fn decide(
         };
     }
     if memory.began.is_none() {
-        memory.began = begun(upgrade, plans, since);
+        memory.began = begun(upgrade, plans, since).or_else(|| ran_pre_for(upgrade, plans, memory));
         memory.awaited = upgrade
             .filter(|u| {
-                memory.began.is_some() && (u.created.as_str() >= since || upgrade_under_way(u))
+                memory.began.is_some()
+                    && (awaited_since(u, since) || memory.suspended_for.contains(&key_of(u)))
             })
             .map(|u| u.name.clone());
     }
     // The awaited Upgrade failed on a release without its own handling: hold until the retry,
-    // which is a new Upgrade (so what began is forgotten).
+    // which is a new Upgrade (so what began is forgotten), or an UpgradePlan of the add-on
+    // created after it (the retry made the other way: the failed Upgrade is then no longer
+    // awaited, and the plan's end is).
     // Also the Upgrade this guard ran `pre` for, even if it failed before a pass saw it begin.
     let awaited = upgrade.filter(|u| {
-        u.created.as_str() >= since
-            || memory.awaited.as_deref() == Some(u.name.as_str())
-            || memory
-                .suspended_for
-                .contains(&format!("Upgrade {}/{}", u.namespace, u.name))
+        let retried_by_plan = plans.iter().any(|p| p.created > u.created);
+        !retried_by_plan
+            && (u.created.as_str() >= since
+                || memory.awaited.as_deref() == Some(u.name.as_str())
+                || memory.suspended_for.contains(&key_of(u)))
     });
     if let Some(why) = held_after_failure(awaited) {
         let name = awaited.map(|u| u.name.clone()).unwrap_or_default();

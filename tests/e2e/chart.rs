@@ -234,11 +234,18 @@ fn start_upgrade(name: &str, version: &str) {
     );
 }
 
-/// The end (`markComplete`): the condition, then the labels.
+/// The end (`markComplete`): the condition, with its times as wrangler's `condition.Cond`
+/// writes them, then the labels.
 fn finish_upgrade(name: &str) {
+    let now = std::process::Command::new("date")
+        .args(["-u", "+%Y-%m-%dT%H:%M:%SZ"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap();
     patch_upgrade(
         name,
-        &json!({"status": {"conditions": [{"type": "Completed", "status": "True"}]}}),
+        &json!({"status": {"conditions": [{"type": "Completed", "status": "True",
+            "lastTransitionTime": now, "lastUpdateTime": now}]}}),
         true,
     );
     patch_upgrade(

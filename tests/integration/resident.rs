@@ -22,7 +22,15 @@ struct Guard {
 }
 
 impl Guard {
+    /// Started, with nothing to do: its first decision is to watch for the next upgrade.
     fn start(kubeconfig: &std::path::Path, ns: &str, n: usize) -> Guard {
+        let guard = Guard::spawn(kubeconfig, ns, n);
+        guard.wait_for("watching for the next one", Duration::from_secs(20));
+        guard
+    }
+
+    /// Started; its first decision may be an act.
+    fn spawn(kubeconfig: &std::path::Path, ns: &str, n: usize) -> Guard {
         let dir = tempfile_dir();
         let log = std::fs::File::create(dir.join(format!("guard-{n}.log"))).unwrap();
         let mut env = env_for(ns, "watch");
@@ -37,9 +45,7 @@ impl Guard {
             .stderr(log)
             .spawn()
             .expect("start the resident guard");
-        let guard = Guard { child, dir };
-        guard.wait_for("watching for the next one", Duration::from_secs(20));
-        guard
+        Guard { child, dir }
     }
 
     fn log(&self) -> String {
@@ -200,6 +206,37 @@ async fn the_resident_guard_suspends_at_creation_and_restores_at_the_end_for_eac
     };
     let results = futures::future::join_all(RELEASES.iter().enumerate().map(one)).await;
     eprintln!("resident: restored after the end: {results:?}");
+}
+
+/// The guard's pod is replaced while the upgrade runs (a drain, a reboot, an exit) and the new
+/// one starts only once the upgrade has ended: it remembers nothing, the Upgrade was created
+/// before the suspension was recorded and is no longer under way, and it restores all the same
+/// (the Upgrade's end, after the record, says it was the one awaited). Its first read after the
+/// end is also the last: no later upgrade is needed to wake it.
+#[tokio::test]
+async fn a_new_guard_after_the_end_restores_what_the_last_one_suspended() {
+    let client = admin().await;
+    let kubeconfig = control_plane().kubeconfig();
+    let methods = json!(["LiveMigrate"]);
+    let ns = namespace(&client, "resident-restart").await;
+    harvester(&client, &ns, Some(methods.clone())).await;
+    let up = Upgrade::start(&client, &ns, "hvst-upgrade-restart", "v1.7.1").await;
+    // The record a second or more after the Upgrade's creation (times are whole seconds), as
+    // when the guard suspends seconds after it.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let first = Guard::spawn(&kubeconfig, &ns, 0);
+    methods_become(&client, &ns, &json!([]), Duration::from_secs(10)).await;
+    up.set_state(&client, "UpgradingSystemServices").await;
+    drop(first);
+    up.finish(&client, true).await;
+    assert_eq!(
+        kubevirt_methods(&client, &ns).await,
+        json!([]),
+        "no guard ran"
+    );
+    let second = Guard::spawn(&kubeconfig, &ns, 1);
+    methods_become(&client, &ns, &methods, Duration::from_secs(10)).await;
+    second.wait_for("post done", Duration::from_secs(5));
 }
 
 /// A path-A upgrade fails, is deleted, and is retried: the guard holds through the failure and

@@ -180,15 +180,20 @@ impl Upgrade {
     }
 
     /// The upgrade ends: the `Completed` condition (True on success, False on failure) and the
-    /// state label, as the controller sets them; the cleanup label `Pending`.
+    /// state label, as the controller sets them; the cleanup label `Pending`. The condition
+    /// carries its times as wrangler's `condition.Cond` writes them (`SetStatus`: a new status
+    /// sets `lastTransitionTime`, every write `lastUpdateTime`; rancher/wrangler
+    /// pkg/condition/condition.go), which Harvester's `UpgradeCompleted.True/False` goes through.
     pub async fn finish(&self, client: &Client, succeeded: bool) {
         let status = if succeeded { "True" } else { "False" };
+        let now = now_rfc3339();
         set_status(
             client,
             "Upgrade",
             &self.ns,
             &self.name,
-            json!({"conditions": [{"type": "Completed", "status": status}]}),
+            json!({"conditions": [{"type": "Completed", "status": status,
+                "lastTransitionTime": now, "lastUpdateTime": now}]}),
         )
         .await;
         let state = if succeeded { "Succeeded" } else { "Failed" };
@@ -473,17 +478,26 @@ impl UpgradePlan {
         panic!("UpgradePlan {} not in the watch cache", self.name);
     }
 
-    /// `status.currentPhase` (the fixture's field).
+    /// `status.currentPhase` (the fixture's field), and one more entry of
+    /// `status.phaseTransitionTimestamps` (`{phase, phaseTransitionTimestamp}`), as
+    /// upgrade-toolkit's status shows one per phase it went through.
     pub async fn set_phase(&self, client: &Client, phase: &str) {
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource("UpgradePlan"));
         let pp = PatchParams {
             field_manager: Some("upgrade-toolkit".into()),
             ..Default::default()
         };
+        let now = api.get(&self.name).await.unwrap();
+        let mut times = now.data["status"]["phaseTransitionTimestamps"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        times.push(json!({"phase": phase, "phaseTransitionTimestamp": now_rfc3339()}));
         api.patch_status(
             &self.name,
             &pp,
-            &Patch::Merge(json!({"status": {"currentPhase": phase}})),
+            &Patch::Merge(json!({"status": {"currentPhase": phase,
+                "phaseTransitionTimestamps": times}})),
         )
         .await
         .unwrap();
@@ -494,4 +508,11 @@ impl UpgradePlan {
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource("UpgradePlan"));
         let _ = api.delete(&self.name, &Default::default()).await;
     }
+}
+
+/// Now, as the API server writes times: RFC 3339, whole seconds, UTC.
+pub fn now_rfc3339() -> String {
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
 }

@@ -12,6 +12,7 @@ fn upgrade(version: &str, state: &str) -> Upgrade {
         cleaned_up: false,
         deleting: false,
         created: String::new(),
+        ended: None,
     }
 }
 

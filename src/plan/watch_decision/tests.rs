@@ -198,3 +198,148 @@ fn an_upgrade_created_before_the_suspension_is_awaited_and_its_failure_holds() {
         "{d:?}"
     );
 }
+
+/// An upgrade created at 11:00:00, suspended for by the resident guard at 11:00:07 (after its
+/// creation), that ended at 11:40:00: its `Completed` condition's time, as Harvester sets it.
+fn ended_upgrade(version: &str, state: &str, cleaned: bool) -> Upgrade {
+    let mut labels = json!({LATEST_LABEL: "true", STATE_LABEL: state});
+    if cleaned {
+        labels[CLEANUP_LABEL] = json!(CLEANUP_DONE);
+    }
+    let status = if state == "Succeeded" {
+        "True"
+    } else {
+        "False"
+    };
+    Upgrade::from_json(
+        &json!({"metadata": {"namespace": "harvester-system", "name": "u1",
+        "labels": labels, "creationTimestamp": "2026-12-01T11:00:00Z"},
+        "spec": {"version": version},
+        "status": {"conditions": [{"type": "Completed", "status": status,
+            "lastTransitionTime": "2026-12-01T11:40:00Z"}]}}),
+    )
+    .unwrap()
+}
+
+/// A plan created at 11:00:00 in `phase`, its last phase change at `last`.
+fn plan_at(name: &str, phase: &str, created: &str, last: &str) -> PlanView {
+    PlanView::from_json(
+        &json!({"metadata": {"name": name, "creationTimestamp": created},
+        "status": {"currentPhase": phase, "phaseTransitionTimestamps": [
+            {"phase": "Initializing", "phaseTransitionTimestamp": created},
+            {"phase": phase, "phaseTransitionTimestamp": last}]}}),
+    )
+}
+
+const RECORDED: &str = "2026-12-01T11:00:07Z";
+
+/// A new pod (after a drain, a reboot, an exit) whose first read comes after the end of the
+/// upgrade the last pod suspended for: it remembers nothing, the upgrade was created before the
+/// record, and it is no longer under way; its end after the record says it was the one awaited.
+/// Restored, for every release and for the add-on's plan; and a suspension recorded after the
+/// upgrade's end (a by-hand `pre` for the next one) still waits.
+#[test]
+fn a_new_pod_after_the_end_restores_what_the_last_one_suspended() {
+    for (version, cleaned) in [("v1.7.1", false), ("v1.8.0", true), ("v1.7.3", true)] {
+        let ended = ended_upgrade(version, "Succeeded", cleaned);
+        let d = decide(
+            Some(&ended),
+            &[],
+            true,
+            RECORDED,
+            true,
+            &mut Memory::default(),
+        );
+        assert_eq!(d.kind(), "restore", "{version}: {d:?}");
+        let later = "2026-12-03T09:00:00Z";
+        let d = decide(Some(&ended), &[], true, later, true, &mut Memory::default());
+        assert_eq!(d.kind(), "wait", "{version}, recorded after the end: {d:?}");
+    }
+    // A failed one to v1.7.1, seen first after its end: held, not restored.
+    let failed = ended_upgrade("v1.7.1", "Failed", false);
+    let d = decide(
+        Some(&failed),
+        &[],
+        true,
+        RECORDED,
+        true,
+        &mut Memory::default(),
+    );
+    assert_eq!(d.kind(), "hold", "{d:?}");
+    let p = plan_at(
+        "p1",
+        "Succeeded",
+        "2026-12-01T11:00:00Z",
+        "2026-12-01T11:40:00Z",
+    );
+    let d = decide(None, &[p], true, RECORDED, true, &mut Memory::default());
+    assert_eq!(d.kind(), "restore", "{d:?}");
+}
+
+/// The add-on's plan failed while the resident guard's own `pre` still ran (a quick pre-check
+/// failure, its Finalize already done): no pass saw it under way, and it ended before the record.
+/// What `pre` ran for is awaited all the same.
+#[test]
+fn an_upgrade_that_ended_during_our_pre_is_still_awaited() {
+    let mut m = Memory {
+        suspended_for: vec!["UpgradePlan p1".into()],
+        ..Memory::default()
+    };
+    let failed = plan_at(
+        "p1",
+        "Failed",
+        "2026-12-01T11:00:00Z",
+        "2026-12-01T11:00:05Z",
+    );
+    let d = decide(None, &[failed], true, RECORDED, true, &mut m);
+    assert_eq!(d.kind(), "restore", "{d:?}");
+}
+
+/// A failed path-A Upgrade u1 is held; the retry is made with the add-on (an UpgradePlan created
+/// later), not a new Upgrade, so u1 stays the latest Upgrade. The plan is suspended for, and once
+/// it has succeeded the hold is over: restored.
+#[test]
+fn a_hold_ends_when_the_retry_is_an_upgrade_plan_that_succeeded() {
+    let mut m = Memory {
+        suspended_for: vec!["Upgrade harvester-system/u1".into()],
+        ..Memory::default()
+    };
+    let failed = ended_upgrade("v1.7.1", "Failed", false);
+    assert_eq!(
+        decide(Some(&failed), &[], true, RECORDED, true, &mut m).kind(),
+        "hold"
+    );
+    let (created, later) = ("2026-12-02T09:00:00Z", "2026-12-02T10:00:00Z");
+    let running = plan_at("p1", "NodeUpgrading", created, created);
+    let d = decide(
+        Some(&failed),
+        std::slice::from_ref(&running),
+        true,
+        RECORDED,
+        true,
+        &mut m,
+    );
+    assert_eq!(d.kind(), "suspend", "{d:?}");
+    m.suspended_for.push("UpgradePlan p1".into());
+    let d = decide(Some(&failed), &[running], true, RECORDED, true, &mut m);
+    assert_eq!(d.kind(), "wait", "{d:?}");
+    let done = plan_at("p1", "Succeeded", created, later);
+    let d = decide(Some(&failed), &[done], true, RECORDED, true, &mut m);
+    assert_eq!(d.kind(), "restore", "{d:?}");
+    // An older plan (before the failed Upgrade) is no retry: still held.
+    let old = plan_at(
+        "p0",
+        "Succeeded",
+        "2026-11-01T09:00:00Z",
+        "2026-11-01T10:00:00Z",
+    );
+    let d = decide(
+        Some(&failed),
+        &[old],
+        true,
+        RECORDED,
+        true,
+        &mut Memory::default(),
+    );
+    assert_eq!(d.kind(), "hold", "{d:?}");
+}
