@@ -232,6 +232,8 @@ pub async fn watch(cfg: &Config, cluster: &Cluster, mut run: impl RunPhase) -> R
     let mut just_did: Option<Decision> = None;
     loop {
         let held_before = lp.memory.held.clone();
+        // Each pass has the whole deadline, from before the race below starts.
+        cluster.restart_deadline();
         let pass = tokio::select! {
             r = lp.pass() => r,
             e = cluster.deadline_passed() => Err(e),

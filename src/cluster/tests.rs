@@ -417,21 +417,28 @@ async fn an_expired_continue_token_starts_the_list_over() {
 }
 
 /// A late `pre` asks twice (its late warning, the migrations' own): one list answers both, a
-/// failed one too.
+/// failed one too; a new run (`begin_run`) lists again.
 #[tokio::test(start_paused = true)]
 async fn pre_lists_the_migrations_under_way_once() {
     let (cluster, handle) = mock_cluster(false);
     let server = serve(
         handle,
-        vec![Ok(migrations_page(
-            &[("kubevirt-workload-update-a", true, Some("Running"))],
-            "",
-        ))],
+        vec![
+            Ok(migrations_page(
+                &[("kubevirt-workload-update-a", true, Some("Running"))],
+                "",
+            )),
+            Ok(migrations_page(&[], "")),
+        ],
     );
     let first = within(cluster.migrations_under_way()).await.unwrap();
     let second = within(cluster.migrations_under_way()).await.unwrap();
     assert_eq!((first.len(), first), (1, second));
-    assert_eq!(within(server).await.unwrap().len(), 1);
+    // The resident guard's next act (another upgrade, weeks later) lists again.
+    cluster.begin_run();
+    let next_run = within(cluster.migrations_under_way()).await.unwrap();
+    assert!(next_run.is_empty(), "{next_run:?}");
+    assert_eq!(within(server).await.unwrap().len(), 2);
 
     let (cluster, handle) = mock_cluster(false);
     let server = serve(handle, vec![Ok(status(403, json!({})))]);

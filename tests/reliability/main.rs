@@ -963,16 +963,14 @@ async fn a_killed_pre_an_api_server_upgrade_and_a_rerun_restore_exactly() {
     support::upgrade::harvester_upgrade(Some("after-write-managedchart")).await;
 }
 
-/// The resident guard (`PHASE=watch`) as a child process, its log in a file; `failpoints` set.
-fn resident(ns: &str, failpoints: Option<&str>) -> (std::process::Child, std::path::PathBuf) {
+/// The resident guard (`PHASE=watch`) as a child process, its log in a file; `extra` settings
+/// (`FAILPOINTS`, `DEADLINE_SECONDS`) set.
+fn resident(ns: &str, extra: &[(&str, &str)]) -> (std::process::Child, std::path::PathBuf) {
     let dir = tempfile_dir();
     let log = dir.join("guard.log");
-    let mut env = env_for(ns, "watch");
+    let mut env = env_with(ns, "watch", extra);
     env.insert("WATCH_STATE_DIR".into(), dir.display().to_string());
     env.insert("WATCH_RESYNC_SECONDS".into(), "30".into());
-    if let Some(f) = failpoints {
-        env.insert("FAILPOINTS".into(), f.into());
-    }
     let child = Command::new(BIN)
         .env_clear()
         .env("KUBECONFIG", control_plane().kubeconfig())
@@ -1031,7 +1029,7 @@ async fn a_resident_guard_killed_between_its_writes_goes_on_where_it_stopped() {
     let ns = namespace(&client, "resident-kill").await;
     let both = json!(["LiveMigrate", "Evict"]);
     harvester(&client, &ns, Some(both.clone())).await;
-    let (mut killed, log) = resident(&ns, Some("after-write-managedchart=return"));
+    let (mut killed, log) = resident(&ns, &[("FAILPOINTS", "after-write-managedchart=return")]);
     tokio::time::sleep(Duration::from_secs(2)).await;
     let up = support::harvester::Upgrade::start(&client, &ns, "hvst-upgrade-k", "v1.7.1").await;
     let out = tokio::task::spawn_blocking(move || killed.wait())
@@ -1048,7 +1046,7 @@ async fn a_resident_guard_killed_between_its_writes_goes_on_where_it_stopped() {
         both,
         "the CR not yet written"
     );
-    let (guard, log) = resident(&ns, None);
+    let (guard, log) = resident(&ns, &[]);
     methods_become(&client, &ns, &json!([]), Duration::from_secs(10)).await;
     up.set_state(&client, "UpgradingNodes").await;
     up.finish(&client, true).await;
@@ -1065,7 +1063,7 @@ async fn a_resident_guard_waits_through_an_api_server_restart() {
     let client = admin().await;
     let ns = namespace(&client, "resident-restart").await;
     harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
-    let (guard, log) = resident(&ns, None);
+    let (guard, log) = resident(&ns, &[]);
     tokio::time::sleep(Duration::from_secs(2)).await;
     let up = support::harvester::Upgrade::start(&client, &ns, "hvst-upgrade-rs", "v1.7.1").await;
     methods_become(&client, &ns, &json!([]), Duration::from_secs(10)).await;
@@ -1084,5 +1082,36 @@ async fn a_resident_guard_waits_through_an_api_server_restart() {
     )
     .await;
     said_within(&log, "post done", Duration::from_secs(10)).await;
+    stop(guard);
+}
+
+/// An outage longer than `DEADLINE_SECONDS` while the resident guard waits for the upgrade's
+/// end: the read that runs into it fails at its deadline, is logged, and is tried again; the
+/// process stays (a Job's run ends at its deadline; the resident guard must outlive an API
+/// server's outage), and it restores at the end.
+#[tokio::test]
+async fn a_resident_guard_outlives_an_outage_longer_than_its_deadline() {
+    let _serial = SERIAL.lock().await;
+    let client = admin().await;
+    let ns = namespace(&client, "resident-outage").await;
+    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+    let (mut guard, log) = resident(&ns, &[("DEADLINE_SECONDS", "3")]);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let up = support::harvester::Upgrade::start(&client, &ns, "hvst-upgrade-out", "v1.7.1").await;
+    methods_become(&client, &ns, &json!([]), Duration::from_secs(10)).await;
+    stop_apiserver();
+    // The next read (30 s at the most) fails after its 3 s.
+    said_within(&log, "read failed", Duration::from_secs(45)).await;
+    assert!(
+        guard.try_wait().unwrap().is_none(),
+        "still running: {}",
+        std::fs::read_to_string(&log).unwrap()
+    );
+    start_apiserver();
+    let client = admin().await;
+    up.set_state(&client, "UpgradingNodes").await;
+    up.finish(&client, true).await;
+    said_within(&log, "post done", Duration::from_secs(40)).await;
+    assert_eq!(kubevirt_methods(&client, &ns).await, json!(["LiveMigrate"]));
     stop(guard);
 }
