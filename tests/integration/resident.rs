@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use kube::Client;
 use serde_json::{Value, json};
+use workload_update_guard::model::{KUBEVIRT_COPY, KUBEVIRT_RECORD};
 use workload_update_guard::plan::upgrade_progress::{ENDED, UPGRADE_STATES};
 use workload_update_guard::warnings::{HELD_AFTER_FAILURE, RESIDENT, SUSPENDED};
 
@@ -237,6 +238,42 @@ async fn a_new_guard_after_the_end_restores_what_the_last_one_suspended() {
     let second = Guard::spawn(&kubeconfig, &ns, 1);
     methods_become(&client, &ns, &methods, Duration::from_secs(10)).await;
     second.wait_for("post done", Duration::from_secs(5));
+}
+
+/// A `post` that succeeds but leaves something of ours (here: both records of the original lost,
+/// no `FALLBACK_METHODS`, so it keeps its `[]` and its claim, and warns) is not run again in a
+/// tight loop: the same restore right after it waits for the next event or read (30 s here).
+#[tokio::test]
+async fn a_restore_that_leaves_ours_is_not_run_again_at_once() {
+    let client = admin().await;
+    let kubeconfig = control_plane().kubeconfig();
+    let ns = namespace(&client, "resident-again").await;
+    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+    let pre = run_bin(&kubeconfig, env_for(&ns, "pre")).await;
+    assert_eq!(pre.code, 0, "{}", pre.stderr);
+    let lose = |kind: &str, name: &str, keys: &[&str]| {
+        let mut args = vec!["-n".to_string(), ns.clone(), "annotate".into()];
+        args.push(format!("{kind}/{name}"));
+        args.extend(keys.iter().map(|k| format!("{k}-")));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        kubectl_ok(&args);
+    };
+    lose("kubevirt", "kubevirt", &[KUBEVIRT_RECORD]);
+    lose("managedchart", "harvester", &[KUBEVIRT_COPY]);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let up = Upgrade::start(&client, &ns, "hvst-upgrade-again", "v1.7.1").await;
+    up.finish(&client, true).await;
+    let guard = Guard::spawn(&kubeconfig, &ns, 0);
+    guard.wait_for("again, right after it ran", Duration::from_secs(15));
+    let runs = || guard.log().matches("running post").count();
+    let before = runs();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    // One post per wake: the first, and one more if the watches' first list woke it.
+    assert!(
+        before <= 2 && runs() == before,
+        "no post until the next read: {}",
+        guard.log()
+    );
 }
 
 /// A path-A upgrade fails, is deleted, and is retried: the guard holds through the failure and
