@@ -89,12 +89,18 @@ pub fn foreign_suspension(
     if !is_suspended(&methods(kubevirt)?) || kubevirt_record(kubevirt)?.is_some() {
         return Ok(None);
     }
-    let updaters: Vec<String> = owners(kubevirt, METHODS_PATH)
+    let updaters: Vec<_> = owners(kubevirt, METHODS_PATH)
         .into_iter()
         .filter(|o| o.blocks_apply())
-        .map(|o| o.manager)
         .collect();
-    let wrote = |names: &[&str]| updaters.iter().any(|m| names.contains(&m.as_str()));
+    // A suspender's write is one made since its upgrade was created (the managedFields entry's
+    // time is its last write): the same manager's `[]` from before (an administrator's `kubectl
+    // patch`, an earlier plan's) is nobody's suspension of this upgrade.
+    let wrote = |names: &[&str], since: &str| {
+        updaters.iter().any(|o| {
+            names.contains(&o.manager.as_str()) && o.time.as_deref().is_none_or(|t| t >= since)
+        })
+    };
     let values = match chart {
         Some(c) => lookup(c, VALUES_PATH)?.cloned(),
         None => None,
@@ -112,7 +118,7 @@ pub fn foreign_suspension(
     } else if let Some(p) = plans
         .iter()
         .find(|p| p.under_way() && past_initialized(&p.phase))
-        .filter(|_| wrote(&[ADDON_MANAGER]))
+        .filter(|p| wrote(&[ADDON_MANAGER], &p.created))
     {
         let (from, value) = rendered(values);
         (
@@ -122,7 +128,7 @@ pub fn foreign_suspension(
         )
     } else if let Some(u) = running
         .filter(|u| u.handling() == Handling::PatchAndHardCodedRestore)
-        .filter(|_| wrote(V180_MANAGERS))
+        .filter(|u| wrote(V180_MANAGERS, &u.created))
     {
         let (from, value) = rendered(values);
         (u.describe(), from, value)

@@ -211,7 +211,7 @@ pub fn record_time(objects: &[&Value]) -> Option<String> {
 }
 
 /// The armed `post` and the resident guard: the upgrade that began since `since` (created then or
-/// later), or one under way now (a `pre` that came late), or one that ended at or after `since`
+/// later), or one under way now (a `pre` that came late), or one that ended after `since`
 /// (it was under way when the suspension was recorded: the resident guard suspends after an
 /// upgrade's creation, and a new process after a drain may first read once it has ended), in
 /// words; `None`: none yet.
@@ -224,18 +224,21 @@ pub fn begun(upgrade: Option<&Upgrade>, plans: &[PlanView], since: &str) -> Opti
         .find(|p| {
             p.created.as_str() >= since
                 || p.under_way()
-                || p.ended.as_deref().is_some_and(|t| t >= since)
+                || p.ended.as_deref().is_some_and(|t| t > since)
         })
         .map(PlanView::describe);
     upgrade.or(plan)
 }
 
 /// Whether a suspension recorded at `since` awaits this Upgrade's end: created then or later,
-/// under way now, or ended at or after `since`.
+/// under way now, or ended after `since`. Times are whole seconds: an end in the same second as
+/// the record counts as before it (a `pre` run right after an upgrade is for the next one; the
+/// resident guard's own `pre` for an upgrade that ends within that second is remembered by the
+/// process, `watch_decision`'s `ran_pre_for`).
 pub fn awaited_since(u: &Upgrade, since: &str) -> bool {
     u.created.as_str() >= since
         || upgrade_under_way(u)
-        || u.ended.as_deref().is_some_and(|t| t >= since)
+        || u.ended.as_deref().is_some_and(|t| t > since)
 }
 
 /// After a failed upgrade to a release that does nothing to the methods itself (v1.6.x to

@@ -229,6 +229,8 @@ async fn a_new_guard_after_the_end_restores_what_the_last_one_suspended() {
     methods_become(&client, &ns, &json!([]), Duration::from_secs(10)).await;
     up.set_state(&client, "UpgradingSystemServices").await;
     drop(first);
+    // The end a second or more after the record, as an upgrade's minutes make it.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
     up.finish(&client, true).await;
     assert_eq!(
         kubevirt_methods(&client, &ns).await,

@@ -199,3 +199,37 @@ proptest! {
         }
     }
 }
+
+/// An administrator's `[]` patched (manager `kubectl-patch`) the day before an Upgrade to v1.8.0
+/// was created, or an earlier plan's `upgrade-toolkit` `[]`, is nobody's suspension of the
+/// upgrade now under way: its managedFields entry is older than the upgrade. The same `[]`
+/// written since the upgrade's creation is the suspender's.
+#[test]
+fn a_suspenders_empty_list_from_before_its_upgrade_is_not_its_suspension() {
+    let written_at = |manager: &str, time: &str| {
+        let mut kv = suspended_by(manager);
+        kv["metadata"]["managedFields"][1]["time"] = json!(time);
+        kv
+    };
+    let mut u = upgrade("v1.8.0", "UpgradingSystemServices", None);
+    u.created = "2026-12-01T11:00:00Z".into();
+    let c = chart(json!({}), None);
+    for (time, foreign) in [
+        ("2026-11-30T10:00:00Z", false),
+        ("2026-12-01T11:05:00Z", true),
+    ] {
+        let kv = written_at("kubectl-patch", time);
+        let f = foreign_suspension(&kv, Some(&c), Some(&u), &[]).unwrap();
+        assert_eq!(f.is_some(), foreign, "v1.8.0, written at {time}: {f:?}");
+    }
+    let mut p = plan_at("ClusterUpgrading");
+    p.created = "2026-12-01T11:00:00Z".into();
+    for (time, foreign) in [
+        ("2026-11-30T10:00:00Z", false),
+        ("2026-12-01T11:05:00Z", true),
+    ] {
+        let kv = written_at(ADDON_MANAGER, time);
+        let f = foreign_suspension(&kv, Some(&c), None, std::slice::from_ref(&p)).unwrap();
+        assert_eq!(f.is_some(), foreign, "the add-on, written at {time}: {f:?}");
+    }
+}
