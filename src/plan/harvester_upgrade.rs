@@ -160,6 +160,15 @@ pub struct Upgrade {
     pub ended: Option<String>,
 }
 
+/// When an upgrade object ended: the later of `end` (its own end time, if it has ended) and its
+/// `deletionTimestamp` (a deletion ends it too). RFC 3339 strings compare as times.
+pub fn ended_at(end: Option<&str>, obj: &Value) -> Option<String> {
+    let deleted = obj
+        .pointer("/metadata/deletionTimestamp")
+        .and_then(Value::as_str);
+    end.into_iter().chain(deleted).max().map(str::to_string)
+}
+
 impl Upgrade {
     pub fn from_json(obj: &Value) -> Result<Upgrade, Malformed> {
         let text = |ptr: &str| obj.pointer(ptr).and_then(Value::as_str).unwrap_or("");
@@ -194,17 +203,12 @@ impl Upgrade {
             .and_then(Value::as_array)
             .and_then(|c| c.iter().find(|c| c["type"] == "Completed"));
         let completed = completed_condition.and_then(|c| c["status"].as_str());
-        let ended = [
+        let ended = ended_at(
             completed_condition
                 .filter(|c| matches!(c["status"].as_str(), Some("True" | "False")))
                 .and_then(|c| c["lastTransitionTime"].as_str()),
-            obj.pointer("/metadata/deletionTimestamp")
-                .and_then(Value::as_str),
-        ]
-        .into_iter()
-        .flatten()
-        .max()
-        .map(str::to_string);
+            obj,
+        );
         let state = match (label(STATE_LABEL), completed) {
             (Some(s), _) if !s.is_empty() => s.to_string(),
             (_, Some("True")) => "Completed".into(),

@@ -101,15 +101,7 @@ impl PlanView {
                 .filter_map(|t| t["phaseTransitionTimestamp"].as_str())
                 .max()
         });
-        let ended = [
-            phase_ended.flatten(),
-            obj.pointer("/metadata/deletionTimestamp")
-                .and_then(Value::as_str),
-        ]
-        .into_iter()
-        .flatten()
-        .max()
-        .map(str::to_string);
+        let ended = harvester_upgrade::ended_at(phase_ended.flatten(), obj);
         PlanView {
             name: text("/metadata/name").to_string(),
             phase: phase.to_string(),
