@@ -546,17 +546,26 @@ fn chart_from_an_http_repository_guards_an_upgrade_through_a_drain_and_uninstall
     ]);
     assert_eq!(methods(), original, "restored by the hook: {uninstall:?}");
     assert_eq!(helm.status(), None);
-    let left = k(&[
-        "get",
-        "deployments,jobs,pods,serviceaccounts,roles,rolebindings,networkpolicies",
-        "-n",
-        NS,
-        "-l",
-        &format!("app.kubernetes.io/instance={RELEASE}"),
-        "-o",
-        "name",
-    ]);
-    assert_eq!(left.trim(), "", "nothing of the release left");
+    // The Deployment's ReplicaSet and pod go by the garbage collector's background deletion,
+    // after Helm's wait for what it deleted: seconds later.
+    let left = || {
+        k(&[
+            "get",
+            "deployments,jobs,pods,serviceaccounts,roles,rolebindings,networkpolicies",
+            "-n",
+            NS,
+            "-l",
+            &format!("app.kubernetes.io/instance={RELEASE}"),
+            "-o",
+            "name",
+        ])
+    };
+    let gone = wait_until(
+        "nothing of the release left",
+        Duration::from_secs(60),
+        || left().trim().is_empty(),
+    );
+    eprintln!("e2e: chart: the release's last pod gone {gone:.1?} after helm uninstall");
     for kind in ["clusterrole", "clusterrolebinding"] {
         let out = node()
             .kubectl()
