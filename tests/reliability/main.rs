@@ -965,7 +965,7 @@ async fn a_killed_pre_an_api_server_upgrade_and_a_rerun_restore_exactly() {
 
 /// The resident guard (`PHASE=watch`) as a child process, its log in a file; `extra` settings
 /// (`FAILPOINTS`, `DEADLINE_SECONDS`) set.
-fn resident(ns: &str, extra: &[(&str, &str)]) -> (std::process::Child, std::path::PathBuf) {
+fn resident(ns: &str, extra: &[(&str, &str)]) -> (Resident, std::path::PathBuf) {
     let dir = tempfile_dir();
     let log = dir.join("guard.log");
     let mut env = env_with(ns, "watch", extra);
@@ -980,7 +980,7 @@ fn resident(ns: &str, extra: &[(&str, &str)]) -> (std::process::Child, std::path
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
-    (child, log)
+    (Resident(child), log)
 }
 
 /// Polls the CR's methods until they are `want`, for at most `within`.
@@ -1011,12 +1011,20 @@ async fn said_within(log: &std::path::Path, words: &str, within: Duration) {
     }
 }
 
-fn stop(mut child: std::process::Child) {
-    // SAFETY: kill(2) of our own child, by its PID.
-    unsafe {
-        libc::kill(child.id() as i32, libc::SIGTERM);
+/// A resident guard's process, stopped (SIGTERM, by PID) when dropped, so that a failing test
+/// leaves no process behind; not signalled once it has exited (its PID may be another's then).
+struct Resident(std::process::Child);
+
+impl Drop for Resident {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            // SAFETY: kill(2) of our own child, by its PID, while it runs.
+            unsafe {
+                libc::kill(self.0.id() as i32, libc::SIGTERM);
+            }
+        }
+        let _ = self.0.wait();
     }
-    let _ = child.wait();
 }
 
 /// The resident guard killed between its two writes of `pre` (the ManagedChart written, the CR
@@ -1032,10 +1040,12 @@ async fn a_resident_guard_killed_between_its_writes_goes_on_where_it_stopped() {
     let (mut killed, log) = resident(&ns, &[("FAILPOINTS", "after-write-managedchart=return")]);
     tokio::time::sleep(Duration::from_secs(2)).await;
     let up = support::harvester::Upgrade::start(&client, &ns, "hvst-upgrade-k", "v1.7.1").await;
-    let out = tokio::task::spawn_blocking(move || killed.wait())
-        .await
-        .unwrap()
-        .unwrap();
+    let out = loop {
+        if let Some(status) = killed.0.try_wait().unwrap() {
+            break status;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     assert!(
         !out.success(),
         "killed by its failpoint: {}",
@@ -1052,7 +1062,7 @@ async fn a_resident_guard_killed_between_its_writes_goes_on_where_it_stopped() {
     up.finish(&client, true).await;
     methods_become(&client, &ns, &both, Duration::from_secs(10)).await;
     said_within(&log, "post done", Duration::from_secs(10)).await;
-    stop(guard);
+    drop(guard);
 }
 
 /// The API server restarted while the resident guard waits for the upgrade's end: its watch
@@ -1082,7 +1092,7 @@ async fn a_resident_guard_waits_through_an_api_server_restart() {
     )
     .await;
     said_within(&log, "post done", Duration::from_secs(10)).await;
-    stop(guard);
+    drop(guard);
 }
 
 /// An outage longer than `DEADLINE_SECONDS` while the resident guard waits for the upgrade's
@@ -1103,7 +1113,7 @@ async fn a_resident_guard_outlives_an_outage_longer_than_its_deadline() {
     // The next read (30 s at the most) fails after its 3 s.
     said_within(&log, "read failed", Duration::from_secs(45)).await;
     assert!(
-        guard.try_wait().unwrap().is_none(),
+        guard.0.try_wait().unwrap().is_none(),
         "still running: {}",
         std::fs::read_to_string(&log).unwrap()
     );
@@ -1113,5 +1123,5 @@ async fn a_resident_guard_outlives_an_outage_longer_than_its_deadline() {
     up.finish(&client, true).await;
     said_within(&log, "post done", Duration::from_secs(40)).await;
     assert_eq!(kubevirt_methods(&client, &ns).await, json!(["LiveMigrate"]));
-    stop(guard);
+    drop(guard);
 }
