@@ -267,15 +267,11 @@ async fn a_restore_that_leaves_ours_is_not_run_again_at_once() {
     up.finish(&client, true).await;
     let guard = Guard::spawn(&kubeconfig, &ns, 0);
     guard.wait_for("again, right after it ran", Duration::from_secs(15));
-    let runs = || guard.log().matches("running post").count();
-    let before = runs();
     tokio::time::sleep(Duration::from_secs(5)).await;
-    // One post per wake: the first, and one more if the watches' first list woke it.
-    assert!(
-        before <= 2 && runs() == before,
-        "no post until the next read: {}",
-        guard.log()
-    );
+    // One post per wake within the resync period: the first, and one more if the watches'
+    // first list woke it (a tight loop would have made hundreds).
+    let runs = guard.log().matches("running post").count();
+    assert!(runs <= 2, "{runs} posts: {}", guard.log());
 }
 
 /// A path-A upgrade fails, is deleted, and is retried: the guard holds through the failure and
