@@ -21,28 +21,9 @@ const STATE_LABEL: &str = "harvesterhci.io/upgradeState";
 const LATEST_LABEL: &str = "harvesterhci.io/latestUpgrade";
 const CLEANUP_LABEL: &str = "harvesterhci.io/upgradeCleanup";
 
-/// A merge patch of the Upgrade as Harvester's controller (binary `harvester`).
-fn patch_upgrade(patch: &Value, status: bool) {
-    let p = patch.to_string();
-    let mut args = vec![
-        "-n",
-        NS,
-        "patch",
-        "upgrades.harvesterhci.io",
-        UPGRADE,
-        "--type=merge",
-        "--field-manager=harvester",
-        "-p",
-        &p,
-    ];
-    if status {
-        args.push("--subresource=status");
-    }
-    k(&args);
-}
-
 fn set_state(state: &str) {
     patch_upgrade(
+        UPGRADE,
         &json!({"metadata": {"labels": {STATE_LABEL: state}}}),
         false,
     );
@@ -167,10 +148,12 @@ fn armed_post_survives_a_drain_and_restores_after_the_upgrade() {
     // The end (`finish`): the condition, then the labels; timed from the first of them.
     let succeeded = Instant::now();
     patch_upgrade(
+        UPGRADE,
         &json!({"status": {"conditions": [{"type": "Completed", "status": "True"}]}}),
         true,
     );
     patch_upgrade(
+        UPGRADE,
         &json!({"metadata": {"labels": {STATE_LABEL: "Succeeded", CLEANUP_LABEL: "Pending"}}}),
         false,
     );

@@ -182,26 +182,6 @@ impl Drop for Leftovers<'_> {
     }
 }
 
-/// A merge patch of an Upgrade as Harvester's controller (binary `harvester`).
-fn patch_upgrade(name: &str, patch: &Value, status: bool) {
-    let p = patch.to_string();
-    let mut args = vec![
-        "-n",
-        NS,
-        "patch",
-        "upgrades.harvesterhci.io",
-        name,
-        "--type=merge",
-        "--field-manager=harvester",
-        "-p",
-        &p,
-    ];
-    if status {
-        args.push("--subresource=status");
-    }
-    k(&args);
-}
-
 fn set_state(name: &str, state: &str) {
     patch_upgrade(
         name,
@@ -257,21 +237,9 @@ fn finish_upgrade(name: &str) {
 
 /// The guard's pods (not the hook's), oldest first.
 fn guard_pods() -> Vec<Value> {
-    let list = get_json(&[
-        "-n",
-        NS,
-        "pods",
-        "-l",
-        &format!("app.kubernetes.io/instance={RELEASE},app.kubernetes.io/component=watch"),
-    ]);
-    let mut pods = list["items"].as_array().unwrap().clone();
-    pods.sort_by_key(|p| {
-        p["metadata"]["creationTimestamp"]
-            .as_str()
-            .unwrap()
-            .to_string()
-    });
-    pods
+    pods_with(&format!(
+        "app.kubernetes.io/instance={RELEASE},app.kubernetes.io/component=watch"
+    ))
 }
 
 /// The guard's pod that is running and Ready (not terminating): its uid and name.

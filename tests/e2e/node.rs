@@ -244,7 +244,12 @@ pub fn assert_succeeded_without_failures(name: &str) {
 }
 
 pub fn pods_of(job: &str) -> Vec<Value> {
-    let list = get_json(&["-n", NS, "pods", "-l", &format!("job-name={job}")]);
+    pods_with(&format!("job-name={job}"))
+}
+
+/// The pods in harvester-system that carry the label selector `selector`, oldest first.
+pub fn pods_with(selector: &str) -> Vec<Value> {
+    let list = get_json(&["-n", NS, "pods", "-l", selector]);
     let mut pods = list["items"].as_array().unwrap().clone();
     pods.sort_by_key(|p| {
         p["metadata"]["creationTimestamp"]
@@ -514,4 +519,25 @@ pub fn no_upgrades_yet() {
         "--all",
         "--wait",
     ]);
+}
+
+/// A merge patch of an Upgrade as Harvester's controller (binary `harvester`), of its status
+/// (`status`) or of the rest.
+pub fn patch_upgrade(name: &str, patch: &Value, status: bool) {
+    let p = patch.to_string();
+    let mut args = vec![
+        "-n",
+        NS,
+        "patch",
+        "upgrades.harvesterhci.io",
+        name,
+        "--type=merge",
+        "--field-manager=harvester",
+        "-p",
+        &p,
+    ];
+    if status {
+        args.push("--subresource=status");
+    }
+    k(&args);
 }
