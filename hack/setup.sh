@@ -16,7 +16,8 @@
 #
 # Sourced, it also defines `step DESCRIPTION CMD...`, which runs CMD between the lines
 # "==> DESCRIPTION ..." and "    done in N s" (on stderr, so that `$(step ...)` captures CMD's
-# output only), and puts /usr/local/go/bin and ~/.cargo/bin on PATH when go or cargo is not.
+# output only; with $STEP_TIMES set, also a line in that file), and puts /usr/local/go/bin and
+# ~/.cargo/bin on PATH when go or cargo is not.
 
 SETUP_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 command -v go >/dev/null || [[ ! -x /usr/local/go/bin/go ]] || export PATH="/usr/local/go/bin:$PATH"
@@ -24,7 +25,7 @@ command -v cargo >/dev/null || [[ ! -x "$HOME/.cargo/bin/cargo" ]] || export PAT
 
 setup_die() { echo "setup: $*" >&2; exit 1; }
 
-# step DESCRIPTION CMD...: CMD, said before and timed after.
+# step DESCRIPTION CMD...: CMD, said before and timed after (and recorded: step_record).
 step() {
   local what="$1" start=$SECONDS code=0
   shift
@@ -35,7 +36,17 @@ step() {
   else
     printf '    FAILED after %d s (exit code %d)\n' "$((SECONDS - start))" "$code" >&2
   fi
+  step_record "$((SECONDS - start))" "$code" "$what"
   return "$code"
+}
+
+# step_record SECONDS EXIT_CODE DESCRIPTION: with $STEP_TIMES (a file) set, one line
+# "SECONDS<TAB>ok|exit N<TAB>DESCRIPTION" appended to it: the table .ci/run prints at its end.
+step_record() {
+  [[ -n "${STEP_TIMES:-}" ]] || return 0
+  local status=ok
+  (( $2 == 0 )) || status="exit $2"
+  printf '%s\t%s\t%s\n' "$1" "$status" "$3" >> "$STEP_TIMES"
 }
 
 # version_ge A B: A >= B, as versions (1.10 > 1.9).

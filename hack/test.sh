@@ -30,12 +30,6 @@
 # docs/figures/test-run.md instead, the copy the docs cite (commit it with the change it measured).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-# shellcheck source=hack/setup.sh
-source hack/setup.sh
-setup_install build node test || exit 1
-setup_rust rustfmt clippy
-log="$(mktemp)" out="$(mktemp)"
-trap 'rm -f "$log" "$out"' EXIT
 # What failed: one entry per failing step ("what (exit N)"), one per failing test ("  binary:
 # test"), listed at the end.
 failures=() failed_tests=()
@@ -50,10 +44,11 @@ check() {
 # suite WHAT CMD...: a test command (cargo test ...), its output on the terminal and in $log; a
 # failure is recorded with the failing tests of each test binary, and the run goes on.
 suite() {
-  local what="$1" code=0 line
+  local what="$1" code=0 line start=$SECONDS
   shift
   "$@" 2>&1 | tee "$out" || code=$?
   cat "$out" >> "$log"
+  step_record "$((SECONDS - start))" "$code" "$what"
   (( code == 0 )) && return 0
   failures+=("$what (exit $code)")
   # cargo's "     Running tests/x/main.rs (target/...)" names the binary; "test a::b ... FAILED"
@@ -84,6 +79,18 @@ for pair in "${pairs[@]}"; do
 done
 # The whole suite runs with the last pair.
 export UPGRADE_FROM="${upgrade_versions[-2]}" UPGRADE_TO="${upgrade_versions[-1]}"
+# `bash hack/test.sh versions`: the Kubernetes versions it builds, the one under test first, one a
+# line (.ci/run builds them ahead, beside the Rust builds).
+if [[ "${1:-}" == versions ]]; then
+  printf '%s\n' "$primary" "${versions[@]}" "${upgrade_versions[@]}" | awk '!seen[$0]++'
+  exit 0
+fi
+# shellcheck source=hack/setup.sh
+source hack/setup.sh
+setup_install build node test || exit 1
+setup_rust rustfmt clippy
+log="$(mktemp)" out="$(mktemp)"
+trap 'rm -f "$log" "$out"' EXIT
 
 # Go, for whatever of these is not built yet.
 builds=()
@@ -110,6 +117,12 @@ check "building the node's binaries" step "building the node's binaries $primary
 check "building the images" step "building the images: the guard's, with failpoints, pause, kubectl (two release builds)" \
   bash hack/image.sh build --test-images
 times=("node binaries and images: $((SECONDS - start)) s")
+# The previous release's binary, image and chart (hack/previous-release), which the
+# upgrade-in-place e2e tests install first: a debug build on the dependencies cargo test uses.
+start=$SECONDS
+check "building the previous release" step "building the previous release's image and chart (one debug build of the crate)" \
+  bash hack/image.sh build --previous
+times+=("the previous release's image and chart: $((SECONDS - start)) s")
 check "cargo fmt --check" step "cargo fmt --check" cargo fmt --check
 check "cargo clippy" step "cargo clippy (builds the tests too)" cargo clippy --all-targets --all-features -- -D warnings
 # Unit, property, integration and e2e tests with the production build of the binary.
@@ -167,7 +180,7 @@ expect_fail_fast() {
 expect_fail_fast "control plane" 10 --test integration -- --skip upgrade::
 expect_fail_fast node 14 --test e2e
 
-check "hack/lint.sh" bash hack/lint.sh
+check "hack/lint.sh" step "hack/lint.sh" bash hack/lint.sh
 
 printf 'hack/test.sh: %s\n' "${times[@]}"
 echo "hack/test.sh: ${SECONDS} s"

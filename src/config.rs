@@ -9,8 +9,10 @@ use serde::Deserialize;
 use crate::model::{ObjectKey, defaults};
 use crate::vocabulary::{Intent, Keys, Phase, Steps};
 
+mod args;
 mod armed;
 mod names;
+pub use args::{Command, by_hand, command};
 pub use armed::probe_settings;
 pub use armed::{ALIVE_EVERY, ALIVE_WITHIN, Arm, Watch};
 use armed::{arm, optional_name, watch};
@@ -456,6 +458,9 @@ pub fn help() -> String {
         "{}\
          Suspends KubeVirt automated workload updates before a Harvester upgrade (PHASE=pre),\n\
          restores exactly what was there after it (PHASE=post), or reports (PHASE=status).\n\n\
+         Usage: workload-update-guard [status|pre|post]: a phase named here wins over PHASE=watch\n\
+         (a run by hand in the resident guard's pod: kubectl exec ... -- workload-update-guard status)\n\
+         and writes no termination message unless TERMINATION_MESSAGE_PATH is set.\n\n\
          Environment variables:\n",
         version()
     );

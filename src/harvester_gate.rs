@@ -25,6 +25,9 @@ use crate::warnings::{
     Warning,
 };
 
+mod still_needed;
+pub use still_needed::{read_offer, retirement};
+
 /// What the cluster says of Harvester's upgrades; empty on a cluster without Harvester.
 #[derive(Debug, Clone, Default)]
 pub struct View {
@@ -39,6 +42,8 @@ pub struct View {
     /// loop watches only what is).
     pub upgrades_served: bool,
     pub plans_served: bool,
+    /// Harvester's own version (the `server-version` Setting), where it was read.
+    pub current: Option<String>,
 }
 
 impl View {
@@ -75,19 +80,26 @@ pub async fn read(cluster: &Cluster, cfg: &Config) -> Result<View, Error> {
         target: upgrade_target(cfg, &upgrades),
         reason,
     })?;
-    let current = match versions.is_empty() {
-        true => None,
-        false => cluster.harvester_setting(SERVER_VERSION).await?,
+    // `status` says whether the guard is still needed, which the cluster's version decides
+    // even with nothing on offer.
+    let current = if !versions.is_empty() || (cfg.intent.phase == Phase::Status && upgrades_served)
+    {
+        cluster.harvester_setting(SERVER_VERSION).await?
+    } else {
+        None
     };
     let on_offer = harvester_upgrade::on_offer(&versions, current.as_deref());
     // `post` waits for the add-on's upgrade, `pre` asks whether it is needed for it; `status`'s
-    // read-only RBAC does not read UpgradePlans.
-    let plans = match cfg.intent.phase {
-        Phase::Pre | Phase::Post => cluster.list_cluster_scoped(Kind::UpgradePlan).await?,
-        _ => None,
+    // read-only RBAC does not read UpgradePlans, only whether they are served (the add-on is
+    // installed).
+    let (plans, plans_served) = match cfg.intent.phase {
+        Phase::Pre | Phase::Post => {
+            let plans = cluster.list_cluster_scoped(Kind::UpgradePlan).await?;
+            let served = plans.is_some();
+            (plans.unwrap_or_default(), served)
+        }
+        _ => (Vec::new(), cluster.served(Kind::UpgradePlan).await?),
     };
-    let plans_served = plans.is_some();
-    let plans = plans.unwrap_or_default();
     Ok(View {
         upgrade,
         offered: on_offer
@@ -99,6 +111,7 @@ pub async fn read(cluster: &Cluster, cfg: &Config) -> Result<View, Error> {
         plans: upgrade_progress::plans(&plans, cfg.upgrade_plan.as_deref()),
         upgrades_served,
         plans_served,
+        current,
     })
 }
 

@@ -8,7 +8,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tracing::{error, info};
 use tracing_subscriber::EnvFilter;
 use workload_update_guard::cluster::{Cluster, Deadline, LastError};
-use workload_update_guard::config::{self, Config, LogFormat};
+use workload_update_guard::config::{self, Command, Config, LogFormat};
 use workload_update_guard::error::{Error, exit};
 use workload_update_guard::model::defaults;
 use workload_update_guard::outcome::Done;
@@ -18,42 +18,33 @@ use workload_update_guard::summary::Summary;
 fn main() -> ExitCode {
     #[cfg(feature = "failpoints")]
     let _failpoints = fail::FailScenario::setup();
-    match std::env::args().nth(1).as_deref() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let command = match config::command(&args) {
+        Ok(c) => c,
+        Err(e) => {
+            to_stderr(&format!("error: {e}"));
+            return ExitCode::from(exit::CONFIG);
+        }
+    };
+    let argument = match &command {
         // `print!` and `eprintln!` panic when the reader has gone (`| head`): never used here.
-        Some("--help" | "-h") => {
+        Command::Help => {
             let _ = std::io::stdout().write_all(config::help().as_bytes());
             return ExitCode::SUCCESS;
         }
-        Some("--version" | "-V") => {
+        Command::Version => {
             let _ = std::io::stdout().write_all(config::version().as_bytes());
             return ExitCode::SUCCESS;
         }
-        Some("--probe") => return probe(std::env::args().nth(2).as_deref()),
-        Some(other) => {
-            to_stderr(&format!(
-                "error: unexpected argument {other:?}: configuration is by environment variables (see --help)"
-            ));
-            return ExitCode::from(exit::CONFIG);
-        }
-        None => {}
-    }
-    let cfg = match Config::from_env() {
+        Command::Probe(which) => return probe(which.as_deref()),
+        Command::Run(phase) => *phase,
+    };
+    let cfg = match Config::from_env_and_argument(argument) {
         Ok(cfg) => cfg,
         Err(e) => {
             to_stderr(&format!("error: {e}"));
-            let mut summary = Summary::new(None, false);
-            summary.exit_code = exit::CONFIG;
-            summary.error = Some(e.to_string());
-            // The path itself may be what is invalid: only the default is tried then.
-            let path = std::env::var("TERMINATION_MESSAGE_PATH").ok();
-            match path.as_deref() {
-                Some(p) if p.starts_with('/') => {
-                    let _ = std::fs::write(p, summary.to_line());
-                }
-                None if std::path::Path::new(defaults::TERMINATION_MESSAGE_PATH).exists() => {
-                    let _ = std::fs::write(defaults::TERMINATION_MESSAGE_PATH, summary.to_line());
-                }
-                _ => {}
+            if !config::by_hand(&command) {
+                config_failure_message(&e.to_string());
             }
             return ExitCode::from(exit::CONFIG);
         }
@@ -65,6 +56,25 @@ fn main() -> ExitCode {
         .expect("a tokio runtime");
     let code = runtime.block_on(run(&cfg));
     ExitCode::from(code)
+}
+
+/// A bad setting's summary in the termination message (a Job's, or the resident guard's pod's:
+/// `kubectl describe` shows it). The path itself may be what is invalid: only the default is
+/// tried then.
+fn config_failure_message(error: &str) {
+    let mut summary = Summary::new(None, false);
+    summary.exit_code = exit::CONFIG;
+    summary.error = Some(error.to_string());
+    let path = std::env::var("TERMINATION_MESSAGE_PATH").ok();
+    match path.as_deref() {
+        Some(p) if p.starts_with('/') => {
+            let _ = std::fs::write(p, summary.to_line());
+        }
+        None if std::path::Path::new(defaults::TERMINATION_MESSAGE_PATH).exists() => {
+            let _ = std::fs::write(defaults::TERMINATION_MESSAGE_PATH, summary.to_line());
+        }
+        _ => {}
+    }
 }
 
 /// `--probe live|ready`: the resident guard's exec probes. `live`: its loop touched `alive`

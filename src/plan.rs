@@ -12,6 +12,7 @@
 //! - [`pre_advice`]: whether `pre` is needed for the coming release, and whether it comes late;
 //! - [`upgrade_progress`]: whether an upgrade (Harvester's or the add-on's) is under way;
 //! - [`watch_decision`]: the waiting loop's decision (the resident guard and the armed `post`);
+//! - [`retirement`]: whether the guard is still needed on this cluster (when to retire it);
 //! - [`records`]: the annotation formats and their checked readers (shared with `report`);
 //! - [`leftovers`]: what a phase leaves of ours on what it was told to skip (a step off, no name);
 //! - [`suspenders`]: another suspender's `[]` (the add-on's, Harvester's) and the original in its place;
@@ -34,6 +35,7 @@ pub mod order;
 pub mod ownership;
 pub mod pre_advice;
 pub mod records;
+pub mod retirement;
 pub mod suspenders;
 #[cfg(test)]
 pub(crate) mod testing;

@@ -108,6 +108,7 @@ impl Report {
             managed_chart: chart,
             unfinished_migrations: unfinished.to_vec(),
             harvester: None,
+            retirement: None,
         };
         if let (None, Some((target, Ok(Some(obj))))) = (&refused, chart_read) {
             report.account_for(target, &chart_ours(obj, &intent.keys.kubevirt), true);

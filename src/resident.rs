@@ -19,15 +19,37 @@ use crate::error::Error;
 use crate::harvester_gate::{self, View, anything_of_ours, note};
 use crate::model::Kind;
 use crate::outcome::Done;
+use crate::plan::harvester_upgrade::Handling;
 use crate::plan::harvester_upgrade::LATEST_LABEL;
+use crate::plan::retirement::Retirement;
 use crate::plan::upgrade_progress::record_time;
-use crate::plan::watch_decision::{Decision, Memory, decide};
+use crate::plan::watch_decision::{Decision, Memory, decide, running};
 use crate::summary::Summary;
 use crate::vocabulary::{Objects, Phase};
-use crate::warnings::{HELD_AFTER_FAILURE, RESIDENT, Warning};
+use crate::warnings::{HELD_AFTER_FAILURE, NO_LONGER_NEEDED, RESIDENT, Warning};
 
 /// How often a waiting loop says what it waits for, when nothing changes.
 const SAY_EVERY: Duration = Duration::from_secs(600);
+
+/// How often the resident guard reads again what the cluster can upgrade to next (its version,
+/// the releases on offer), for whether it is still needed: these change only with an upgrade
+/// or a release, and a quiet cluster's requests stay few.
+const OFFER_EVERY: Duration = Duration::from_secs(1800);
+
+/// What one pass read and decided. `retirement`: whether the guard is still needed (the
+/// resident guard only), from the objects of this pass and the last read of the offer.
+pub struct Pass {
+    pub decision: Decision,
+    pub objects: Objects,
+    pub retirement: Option<Retirement>,
+}
+
+/// The cluster's version and the releases on offer, as last read, and when.
+type Offer = (
+    Option<String>,
+    Vec<(String, Handling)>,
+    tokio::time::Instant,
+);
 
 /// How the loop runs a phase (`runner::run_phase`, which runs the armed `post` by this loop:
 /// passed in, so the two modules do not import each other).
@@ -47,6 +69,10 @@ struct Loop<'a> {
     plans: Option<Watch>,
     /// The last decision said, and when.
     said: Option<(String, tokio::time::Instant)>,
+    /// The resident guard's last read of the offer ([`OFFER_EVERY`]).
+    offer: Option<Offer>,
+    /// "No longer needed" has been said (once, until it is needed again).
+    retirement_said: bool,
 }
 
 impl<'a> Loop<'a> {
@@ -62,6 +88,8 @@ impl<'a> Loop<'a> {
             upgrades: None,
             plans: None,
             said: None,
+            offer: None,
+            retirement_said: false,
         }
     }
 
@@ -75,7 +103,7 @@ impl<'a> Loop<'a> {
     }
 
     /// One pass: the objects and the upgrade's, read with a fresh deadline, and the decision.
-    async fn pass(&mut self) -> Result<(Decision, Objects), Error> {
+    async fn pass(&mut self) -> Result<Pass, Error> {
         self.cluster.restart_deadline();
         let post = self.as_phase(Phase::Post);
         let mut now = Objects::default();
@@ -96,10 +124,72 @@ impl<'a> Loop<'a> {
             self.suspends,
             &mut self.memory,
         );
+        let retirement = self.retirement(&view, &now).await?;
         if let Some(w) = &self.cfg.watch {
             touch(&w.state_dir.join("ready"));
         }
-        Ok((decision, now))
+        Ok(Pass {
+            decision,
+            objects: now,
+            retirement,
+        })
+    }
+
+    /// The resident guard: whether it is still needed, the offer read again when it is due and
+    /// the cluster is quiet (no upgrade under way, nothing of ours: otherwise the answer is
+    /// "needed" whatever the offer says).
+    async fn retirement(
+        &mut self,
+        view: &View,
+        now: &Objects,
+    ) -> Result<Option<Retirement>, Error> {
+        if !self.suspends || !view.upgrades_served {
+            return Ok(None);
+        }
+        let quiet = running(view.upgrade.as_ref(), &view.plans).is_none() && !anything_of_ours(now);
+        let due = self
+            .offer
+            .as_ref()
+            .is_none_or(|(_, _, at)| at.elapsed() >= OFFER_EVERY);
+        if !quiet {
+            // After the upgrade, the cluster's version and the offer have moved: read again.
+            self.offer = None;
+        } else if due {
+            let (current, on_offer) = harvester_gate::read_offer(self.cluster, self.cfg).await?;
+            self.offer = Some((current, on_offer, tokio::time::Instant::now()));
+        }
+        let (current, on_offer) = match &self.offer {
+            Some((c, o, _)) => (c.as_deref(), o.as_slice()),
+            None => (None, &[][..]),
+        };
+        Ok(Some(harvester_gate::retirement(
+            current, on_offer, view, now,
+        )))
+    }
+
+    /// Says "no longer needed" once (a log line and a Normal Event on the KubeVirt CR), and
+    /// "needed again" in the log if that changes.
+    async fn say_retirement(&mut self, retirement: Option<&Retirement>, kubevirt: Option<&Value>) {
+        let Some(r) = retirement else {
+            return;
+        };
+        match (r.no_longer_needed(), self.retirement_said) {
+            (true, false) => {
+                let line = r.line();
+                info!(reason = NO_LONGER_NEEDED, "resident guard: {line}");
+                if let Some(kv) = kubevirt {
+                    self.cluster
+                        .event(kv, EventKind::Normal, NO_LONGER_NEEDED, &line)
+                        .await;
+                }
+                self.retirement_said = true;
+            }
+            (false, true) => {
+                info!("resident guard: {}", r.line());
+                self.retirement_said = false;
+            }
+            _ => {}
+        }
     }
 
     /// Starts (again) the watches of what is served: Harvester's Upgrades in the KubeVirt CR's
@@ -238,7 +328,11 @@ pub async fn watch(cfg: &Config, cluster: &Cluster, mut run: impl RunPhase) -> R
             r = lp.pass() => r,
             e = cluster.deadline_passed() => Err(e),
         };
-        match pass {
+        if let Ok(p) = &pass {
+            lp.say_retirement(p.retirement.as_ref(), p.objects.kubevirt.as_ref())
+                .await;
+        }
+        match pass.map(|p| (p.decision, p.objects)) {
             Ok((decision, _)) if just_did.take().as_ref() == Some(&decision) => info!(
                 "resident guard: {} again, right after it ran: tried again at the next event or in {} s",
                 decision.kind(),
@@ -309,7 +403,11 @@ pub async fn armed(
     let end = tokio::time::Instant::now() + arm.wait;
     let last = loop {
         let held_before = lp.memory.held.clone();
-        let (decision, now) = lp.pass().await?;
+        let Pass {
+            decision,
+            objects: now,
+            ..
+        } = lp.pass().await?;
         lp.say(&decision, now.kubevirt.as_ref(), &held_before).await;
         if let Decision::Restore(why) = &decision {
             for kind in [Kind::KubeVirt, Kind::ManagedChart] {

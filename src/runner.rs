@@ -354,6 +354,15 @@ async fn status(
     if let Some((target, obj)) = &unnamed {
         report = report.with_unnamed_chart(&cfg.intent, target, obj);
     }
+    let mut objects = Objects::default();
+    objects.set(Kind::KubeVirt, kv.clone());
+    if let Some((_, Ok(obj))) = &chart {
+        objects.set(Kind::ManagedChart, obj.clone());
+    }
+    // Said where Harvester's upgrades are served: elsewhere there is no release to go by.
+    report.retirement = view.upgrades_served.then(|| {
+        harvester_gate::retirement(view.current.as_deref(), &view.on_offer, &view, &objects)
+    });
     // The report's warnings are the termination message's too.
     done.push(Done {
         target: kubevirt.clone(),

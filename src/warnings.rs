@@ -79,6 +79,9 @@ pub const NOT_NEEDED: &str = "WorkloadUpdateGuardNotNeeded";
 /// The Normal Event of the resident guard when its decision changes (watching, suspending,
 /// waiting for the end, restoring).
 pub const RESIDENT: &str = "ResidentGuardDecided";
+/// The Normal Event of the resident guard when it finds itself no longer needed: no release the
+/// cluster can upgrade to next, and no upgrade path installed, needs it with the methods it sees.
+pub const NO_LONGER_NEEDED: &str = "WorkloadUpdateGuardNoLongerNeeded";
 /// The Normal Event of a `post` that restored.
 pub const RESTORED: &str = "WorkloadUpdatesRestored";
 

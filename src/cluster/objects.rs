@@ -193,6 +193,28 @@ impl Cluster {
         }
     }
 
+    /// Whether the API server serves `kind` (discovery, which every authenticated user may
+    /// read): `status` asks it of the add-on's UpgradePlans, which its RBAC does not list.
+    pub async fn served(&self, kind: Kind) -> Result<bool, Error> {
+        let group_version = kind.api_version();
+        match self
+            .call(&format!("discover {group_version}"), || {
+                self.client.list_api_group_resources(group_version)
+            })
+            .await
+        {
+            Ok(list) => Ok(list.resources.iter().any(|r| r.name == kind.plural())),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+            Err(e) => Err(self.permanent(
+                Subject::Listed {
+                    kind,
+                    namespace: "(cluster)".into(),
+                },
+                e,
+            )),
+        }
+    }
+
     /// The `value` of Harvester's cluster-scoped `Setting` `name`; `None` when it, or the
     /// resource, is not there (not a Harvester cluster).
     pub async fn harvester_setting(&self, name: &str) -> Result<Option<String>, Error> {

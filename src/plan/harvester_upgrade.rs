@@ -84,7 +84,7 @@ impl Handling {
 }
 
 /// `vMAJOR.MINOR.PATCH`, with any `-rcN` or build suffix ignored.
-fn parse_version(v: &str) -> Option<(u64, u64, u64)> {
+pub(crate) fn parse_version(v: &str) -> Option<(u64, u64, u64)> {
     let core = v.strip_prefix('v').unwrap_or(v);
     let core = core.split(['-', '+']).next()?;
     let mut parts = core.split('.').map(|p| p.parse::<u64>().ok());
@@ -151,13 +151,23 @@ pub struct Upgrade {
     /// `metadata.creationTimestamp` (the armed `post`: an upgrade begun after `pre`).
     #[serde(skip)]
     pub created: String,
-    /// When it ended, RFC 3339: the latest of its `Completed` condition's `lastTransitionTime`
-    /// (Harvester sets that condition True or False at the end, through wrangler's
-    /// `condition.Cond`, which moves the time only when the status changes) and its
+    /// When it ended, RFC 3339: the latest of its `Completed` condition's time
+    /// (`condition_time`: Harvester sets that condition True or False at the end, through
+    /// wrangler's `condition.Cond`, which writes `lastUpdateTime` when a value changes) and its
     /// `deletionTimestamp`. An upgrade that ended after a suspension was recorded was under way
     /// then: the one to await, for a process that never saw it run.
     #[serde(skip)]
     pub ended: Option<String>,
+}
+
+/// When a condition of Harvester's last changed: `lastUpdateTime`, the only time wrangler's
+/// `condition.Cond` writes (v3 `pkg/condition/condition.go`: `setValue` → `touchTS`), which
+/// moves whenever its status (or message) changes. `lastTransitionTime` (in Harvester's
+/// `Condition` type, never written by its controller) only where `lastUpdateTime` is missing:
+/// an object written by other tools keeps an end rather than none.
+pub fn condition_time(c: &Value) -> Option<&str> {
+    let field = |k: &str| c.get(k).and_then(Value::as_str).filter(|t| !t.is_empty());
+    field("lastUpdateTime").or_else(|| field("lastTransitionTime"))
 }
 
 /// When an upgrade object ended: the later of `end` (its own end time, if it has ended) and its
@@ -206,7 +216,7 @@ impl Upgrade {
         let ended = ended_at(
             completed_condition
                 .filter(|c| matches!(c["status"].as_str(), Some("True" | "False")))
-                .and_then(|c| c["lastTransitionTime"].as_str()),
+                .and_then(condition_time),
             obj,
         );
         let state = match (label(STATE_LABEL), completed) {

@@ -180,9 +180,13 @@ pub fn read_record<T: DeserializeOwned>(obj: &Value, key: &str) -> Result<Option
     };
     match annotations.get(key) {
         None => Ok(None),
-        Some(Value::String(s)) => serde_json::from_str(s)
-            .map(Some)
-            .map_err(|e| corrupted(obj, key, &format!("{e}: {s:?}"))),
+        Some(Value::String(s)) => serde_json::from_str(s).map(Some).map_err(|e| {
+            if from_a_newer_version(&e) {
+                newer(obj, key, &format!("{e}: {s:?}"))
+            } else {
+                corrupted(obj, key, &format!("{e}: {s:?}"))
+            }
+        }),
         Some(other) => Err(Malformed(format!(
             "annotation {key} is not a string: {other}"
         ))),
@@ -240,6 +244,29 @@ fn corrupted(obj: &Value, key: &str, detail: &str) -> Malformed {
     Malformed(format!(
         "annotation {key} on {} {ns}/{name} is corrupted ({detail}); {recovery}",
         text("/kind")
+    ))
+}
+
+/// Records only grow: a later version may add a field or a value, never change one. So a record
+/// that is JSON but names a field or a value this version does not know was written by a later
+/// version (docs/upgrading.md), not corrupted: it is refused, and kept.
+fn from_a_newer_version(e: &serde_json::Error) -> bool {
+    let text = e.to_string();
+    e.is_data() && (text.starts_with("unknown field") || text.starts_with("unknown variant"))
+}
+
+/// A record of a later version: refused (exit 3, nothing written), with what to run instead. Not
+/// "remove it": it holds the original.
+fn newer(obj: &Value, key: &str, detail: &str) -> Malformed {
+    let text = |p: &str| obj.pointer(p).and_then(Value::as_str).unwrap_or("");
+    Malformed(format!(
+        "annotation {key} on {} {}/{} was written by a later version of workload-update-guard \
+         than this {} ({detail}); keep it, and run the version that wrote it or a later one \
+         (docs/upgrading.md)",
+        text("/kind"),
+        text("/metadata/namespace"),
+        text("/metadata/name"),
+        env!("CARGO_PKG_VERSION"),
     ))
 }
 
@@ -317,5 +344,52 @@ mod tests {
         }
         let other = with(kv.clone(), "workload-update-guard.harvesterhci.io/other");
         assert!(other.contains("to recover, remove it ("), "{other}");
+    }
+
+    /// A record with a field or a value this version does not know is a later version's: refused
+    /// (a `Malformed`, exit 3), naming this version and what to run, and never "remove it".
+    #[test]
+    fn a_record_of_a_later_version_is_refused_and_kept() {
+        let with = |mut obj: Value, key: &str, record: &str| {
+            obj["metadata"]["annotations"] = json!({key: record});
+            obj
+        };
+        let kv = kubevirt(Some(json!([])));
+        let ch = chart(json!({}), None);
+        for (obj, key, record) in [
+            (
+                &kv,
+                KUBEVIRT_RECORD,
+                r#"{"present":true,"value":["LiveMigrate"],"writtenBy":"9.0.0"}"#,
+            ),
+            (
+                &ch,
+                KUBEVIRT_COPY,
+                r#"{"present":false,"owners":[{"manager":"helm","operation":"Apply","since":"x"}]}"#,
+            ),
+            (&ch, COMPARE_RECORD, r#"{"added":"somethingNew"}"#),
+        ] {
+            let obj = with(obj.clone(), key, record);
+            let e = if key == COMPARE_RECORD {
+                read_record::<CompareRecord>(&obj, key).unwrap_err().0
+            } else {
+                read_record::<ValueRecord>(&obj, key).unwrap_err().0
+            };
+            assert!(e.contains("written by a later version"), "{key}: {e}");
+            assert!(
+                e.contains(&format!("than this {}", env!("CARGO_PKG_VERSION"))),
+                "{e}"
+            );
+            assert!(e.contains(key) && e.contains("keep it"), "{e}");
+            assert!(!e.contains("remove it"), "{e}");
+        }
+        // Not JSON, or a known field of the wrong type: corrupted, as before.
+        for record in ["{not json", r#"{"present":"yes"}"#] {
+            let obj = with(kv.clone(), KUBEVIRT_RECORD, record);
+            let e = read_record::<ValueRecord>(&obj, KUBEVIRT_RECORD)
+                .unwrap_err()
+                .0;
+            assert!(e.contains("is corrupted"), "{record}: {e}");
+        }
     }
 }

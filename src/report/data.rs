@@ -28,6 +28,9 @@ pub struct Report {
     /// Harvester's resources are not served).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub harvester: Option<HarvesterReport>,
+    /// Whether the guard is still needed on this cluster (when to retire it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retirement: Option<crate::plan::retirement::Retirement>,
 }
 
 #[derive(Debug, Serialize)]

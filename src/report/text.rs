@@ -47,6 +47,9 @@ impl Display for Report {
         if let Some(h) = &self.harvester {
             write!(f, "{h}")?;
         }
+        if let Some(r) = &self.retirement {
+            writeln!(f, "{}", r.line())?;
+        }
         Ok(())
     }
 }

@@ -21,11 +21,17 @@ const STATE_LABEL: &str = "harvesterhci.io/upgradeState";
 const LATEST_LABEL: &str = "harvesterhci.io/latestUpgrade";
 const CLEANUP_LABEL: &str = "harvesterhci.io/upgradeCleanup";
 
+/// Now, as wrangler's `touchTS` writes it: RFC 3339, whole seconds, UTC.
+fn now_utc() -> String {
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
+
 fn set_state(state: &str) {
     patch_upgrade(
         UPGRADE,
         &json!({"metadata": {"labels": {STATE_LABEL: state}}}),
-        false,
     );
 }
 
@@ -145,17 +151,13 @@ fn armed_post_survives_a_drain_and_restores_after_the_upgrade() {
             "{state}: the armed Job waits: {job:#}"
         );
     }
-    // The end (`finish`): the condition, then the labels; timed from the first of them.
+    // The end (`markComplete`): the condition and the labels in one write, as wrangler sets it.
     let succeeded = Instant::now();
     patch_upgrade(
         UPGRADE,
-        &json!({"status": {"conditions": [{"type": "Completed", "status": "True"}]}}),
-        true,
-    );
-    patch_upgrade(
-        UPGRADE,
-        &json!({"metadata": {"labels": {STATE_LABEL: "Succeeded", CLEANUP_LABEL: "Pending"}}}),
-        false,
+        &json!({"metadata": {"labels": {STATE_LABEL: "Succeeded", CLEANUP_LABEL: "Pending"}},
+                "status": {"conditions": [{"type": "Completed", "status": "True",
+                                           "lastUpdateTime": now_utc()}]}}),
     );
     wait_until(
         "the methods restored within 10 s of Succeeded",

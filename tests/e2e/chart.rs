@@ -23,9 +23,9 @@ use serde_json::{Value, json};
 use crate::node::*;
 use crate::support::{helm_bin, repo_root};
 
-const RELEASE: &str = "workload-update-guard";
-const DEPLOYMENT: &str = "workload-update-guard-watch";
-const HOOK: &str = "workload-update-guard-watch-uninstall";
+pub(crate) const RELEASE: &str = "workload-update-guard";
+pub(crate) const DEPLOYMENT: &str = "workload-update-guard-watch";
+pub(crate) const HOOK: &str = "workload-update-guard-watch-uninstall";
 const FIRST: &str = "hvst-upgrade-e2e-chart-1";
 const SECOND: &str = "hvst-upgrade-e2e-chart-2";
 const STATE_LABEL: &str = "harvesterhci.io/upgradeState";
@@ -81,15 +81,15 @@ impl Drop for ChartServer {
 }
 
 /// Helm 4 against the node, with a home of its own (repositories, cache).
-struct Helm {
+pub(crate) struct Helm {
     home: PathBuf,
 }
 
 /// How a helm command ended.
-struct HelmRun {
-    ok: bool,
-    out: String,
-    took: Duration,
+pub(crate) struct HelmRun {
+    pub(crate) ok: bool,
+    pub(crate) out: String,
+    pub(crate) took: Duration,
 }
 
 impl std::fmt::Debug for HelmRun {
@@ -105,14 +105,14 @@ impl std::fmt::Debug for HelmRun {
 }
 
 impl Helm {
-    fn new() -> Helm {
+    pub(crate) fn new() -> Helm {
         let home = node().dir.join("helm-home");
         let _ = std::fs::remove_dir_all(&home);
         std::fs::create_dir_all(&home).unwrap();
         Helm { home }
     }
 
-    fn run(&self, args: &[&str]) -> HelmRun {
+    pub(crate) fn run(&self, args: &[&str]) -> HelmRun {
         let start = Instant::now();
         let out = Command::new(helm_bin())
             .args(args)
@@ -133,7 +133,7 @@ impl Helm {
         }
     }
 
-    fn ok(&self, args: &[&str]) -> HelmRun {
+    pub(crate) fn ok(&self, args: &[&str]) -> HelmRun {
         let run = self.run(args);
         assert!(run.ok, "helm {args:?}: {run:?}");
         run
@@ -153,9 +153,9 @@ impl Helm {
 }
 
 /// Whatever the test leaves: the release (without its hooks), the Upgrades, the node as found.
-struct Leftovers<'a> {
-    helm: &'a Helm,
-    node: NodeAsFound,
+pub(crate) struct Leftovers<'a> {
+    pub(crate) helm: &'a Helm,
+    pub(crate) node: NodeAsFound,
 }
 
 impl Drop for Leftovers<'_> {
@@ -182,27 +182,19 @@ impl Drop for Leftovers<'_> {
     }
 }
 
-fn set_state(name: &str, state: &str) {
-    patch_upgrade(
-        name,
-        &json!({"metadata": {"labels": {STATE_LABEL: state}}}),
-        false,
-    );
+pub(crate) fn set_state(name: &str, state: &str) {
+    patch_upgrade(name, &json!({"metadata": {"labels": {STATE_LABEL: state}}}));
 }
 
 /// Harvester's webhook and controller: the label moves off the older Upgrades, the new one is the
 /// latest, in its first state (`initStatus`).
-fn start_upgrade(name: &str, version: &str) {
+pub(crate) fn start_upgrade(name: &str, version: &str) {
     for old in get_json(&["-n", NS, "upgrades.harvesterhci.io"])["items"]
         .as_array()
         .unwrap()
     {
         let old = old["metadata"]["name"].as_str().unwrap();
-        patch_upgrade(
-            old,
-            &json!({"metadata": {"labels": {LATEST_LABEL: null}}}),
-            false,
-        );
+        patch_upgrade(old, &json!({"metadata": {"labels": {LATEST_LABEL: null}}}));
     }
     let upgrade = json!({"apiVersion": "harvesterhci.io/v1beta1", "kind": "Upgrade",
         "metadata": {"name": name, "namespace": NS,
@@ -214,9 +206,9 @@ fn start_upgrade(name: &str, version: &str) {
     );
 }
 
-/// The end (`markComplete`): the condition, with its times as wrangler's `condition.Cond`
-/// writes them, then the labels.
-fn finish_upgrade(name: &str) {
+/// The end (`markComplete`): the condition (its time as wrangler's `condition.Cond` writes it:
+/// `lastUpdateTime` only) and the labels, in one write.
+pub(crate) fn finish_upgrade(name: &str) {
     let now = std::process::Command::new("date")
         .args(["-u", "+%Y-%m-%dT%H:%M:%SZ"])
         .output()
@@ -224,26 +216,21 @@ fn finish_upgrade(name: &str) {
         .unwrap();
     patch_upgrade(
         name,
-        &json!({"status": {"conditions": [{"type": "Completed", "status": "True",
-            "lastTransitionTime": now, "lastUpdateTime": now}]}}),
-        true,
-    );
-    patch_upgrade(
-        name,
-        &json!({"metadata": {"labels": {STATE_LABEL: "Succeeded", CLEANUP_LABEL: "Pending"}}}),
-        false,
+        &json!({"metadata": {"labels": {STATE_LABEL: "Succeeded", CLEANUP_LABEL: "Pending"}},
+                "status": {"conditions": [{"type": "Completed", "status": "True",
+                                           "lastUpdateTime": now}]}}),
     );
 }
 
 /// The guard's pods (not the hook's), oldest first.
-fn guard_pods() -> Vec<Value> {
+pub(crate) fn guard_pods() -> Vec<Value> {
     pods_with(&format!(
         "app.kubernetes.io/instance={RELEASE},app.kubernetes.io/component=watch"
     ))
 }
 
 /// The guard's pod that is running and Ready (not terminating): its uid and name.
-fn ready_pod() -> Option<(String, String)> {
+pub(crate) fn ready_pod() -> Option<(String, String)> {
     guard_pods().into_iter().find_map(|p| {
         let ready = p["status"]["conditions"]
             .as_array()
@@ -259,7 +246,7 @@ fn ready_pod() -> Option<(String, String)> {
     })
 }
 
-fn logs() -> String {
+pub(crate) fn logs() -> String {
     let mut cmd = node().kubectl();
     cmd.args([
         "-n",
@@ -272,9 +259,38 @@ fn logs() -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// `kubectl -n harvester-system exec deploy/workload-update-guard-watch -- workload-update-guard
+/// status`: its output (exit 0).
+fn status_by_exec() -> String {
+    let mut cmd = node().kubectl();
+    cmd.args([
+        "-n",
+        NS,
+        "exec",
+        &format!("deploy/{DEPLOYMENT}"),
+        "--",
+        "workload-update-guard",
+        "status",
+    ]);
+    let out = cmd.output().unwrap();
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "kubectl exec ... status: {said}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("e2e: kubectl exec deploy/{DEPLOYMENT} -- workload-update-guard status:\n{said}");
+    said
+}
+
 /// Waits for the methods to become `want`, within `within` of `since`; the time it took. On
 /// timeout, the guard's last log lines say why.
-fn methods_become(what: &str, want: &Value, since: Instant, within: Duration) -> Duration {
+pub(crate) fn methods_become(
+    what: &str,
+    want: &Value,
+    since: Instant,
+    within: Duration,
+) -> Duration {
     while methods() != *want {
         assert!(
             since.elapsed() < within,
@@ -374,6 +390,18 @@ fn chart_from_an_http_repository_guards_an_upgrade_through_a_drain_and_uninstall
     );
     set_state(FIRST, "PreparingRepo");
     set_state(FIRST, "PreparingNodes");
+    // `status` by hand in the guard's own pod: its ServiceAccount, nothing to clone or apply.
+    let status = status_by_exec();
+    let first = status.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with("SUSPENDED since ")
+            && first.contains(" by pre; post will restore [\"LiveMigrate\"]"),
+        "{status}"
+    );
+    assert!(
+        status.contains("resident guard  "),
+        "its last decision: {status}"
+    );
 
     // 4. The node drained mid-upgrade: the guard's pod is evicted (no PDB), its replacement waits
     // on the cordoned node (it does not tolerate a cordon), and runs after the uncordon.

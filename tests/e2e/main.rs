@@ -9,6 +9,8 @@
 mod armed;
 mod byhand;
 mod chart;
+mod hold;
+mod inplace;
 mod jobs;
 mod node;
 mod policy;

@@ -494,23 +494,17 @@ pub fn jobs_and_pods(selector: &str) -> Vec<String> {
     out.lines().map(str::to_string).collect()
 }
 
-/// Harvester's Upgrade CRD (tests/fixtures/crds, applied by hack/control-plane.sh): there, else
-/// applied here; and no Upgrade left in the namespace by an earlier test.
+/// Harvester's Upgrade CRD (tests/fixtures/crds, applied by hack/control-plane.sh), applied
+/// again (a node kept from an older checkout may hold an older fixture); and no Upgrade left in
+/// the namespace by an earlier test.
 pub fn no_upgrades_yet() {
-    let crd = node()
-        .kubectl()
-        .args(["get", "crd", "upgrades.harvesterhci.io"])
-        .output()
-        .unwrap();
-    if !crd.status.success() {
-        k(&["apply", "-f", "tests/fixtures/crds/harvester-upgrade.yaml"]);
-        k(&[
-            "wait",
-            "--for=condition=Established",
-            "crd/upgrades.harvesterhci.io",
-            "--timeout=30s",
-        ]);
-    }
+    k(&["apply", "-f", "tests/fixtures/crds/harvester-upgrade.yaml"]);
+    k(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/upgrades.harvesterhci.io",
+        "--timeout=30s",
+    ]);
     k(&[
         "-n",
         NS,
@@ -521,11 +515,11 @@ pub fn no_upgrades_yet() {
     ]);
 }
 
-/// A merge patch of an Upgrade as Harvester's controller (binary `harvester`), of its status
-/// (`status`) or of the rest.
-pub fn patch_upgrade(name: &str, patch: &Value, status: bool) {
+/// A merge patch of an Upgrade as Harvester's controller (binary `harvester`): labels and
+/// conditions alike go to the object, as the real CRD has no status subresource.
+pub fn patch_upgrade(name: &str, patch: &Value) {
     let p = patch.to_string();
-    let mut args = vec![
+    k(&[
         "-n",
         NS,
         "patch",
@@ -535,9 +529,5 @@ pub fn patch_upgrade(name: &str, patch: &Value, status: bool) {
         "--field-manager=harvester",
         "-p",
         &p,
-    ];
-    if status {
-        args.push("--subresource=status");
-    }
-    k(&args);
+    ]);
 }

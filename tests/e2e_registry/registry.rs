@@ -19,11 +19,29 @@ use crate::support::{output_ok, repo_root};
 const STATUS: &str = "workload-update-guard-status";
 
 /// Stops the registry and removes its hosts.toml files, however the test ends.
-struct RegistryUp(BTreeMap<String, String>);
+pub struct RegistryUp(pub BTreeMap<String, String>);
 
 impl RegistryUp {
-    fn start() -> RegistryUp {
-        let out = node().script("registry-up", &[]);
+    /// The registry up; with `login` (USER:PASSWORD), it takes only that login.
+    pub fn start(login: Option<&str>) -> RegistryUp {
+        let out = match login {
+            None => node().script("registry-up", &[]),
+            Some(login) => {
+                let out = Command::new("bash")
+                    .arg(repo_root().join("hack/node.sh"))
+                    .arg("registry-up")
+                    .arg(&node().dir)
+                    .env("REGISTRY_LOGIN", login)
+                    .output()
+                    .unwrap();
+                assert!(
+                    out.status.success(),
+                    "hack/node.sh registry-up with a login: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                String::from_utf8_lossy(&out.stdout).into_owned()
+            }
+        };
         let vars = out
             .split_whitespace()
             .filter_map(|kv| kv.split_once('='))
@@ -94,7 +112,7 @@ fn the_image_through_a_registry_mirror() {
     let _turn = turn();
     harvester_state();
     let start = Instant::now();
-    let reg = RegistryUp::start();
+    let reg = RegistryUp::start(None);
     let up = start.elapsed();
 
     // Push with the operator's script, to the registry as the host reaches it.

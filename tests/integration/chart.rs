@@ -151,7 +151,9 @@ async fn the_chart_passes_server_side_dry_run() {
             "networkpolicy",
             "role",
             "rolebinding",
-            "serviceaccount"
+            "serviceaccount",
+            "validatingadmissionpolicy",
+            "validatingadmissionpolicybinding"
         ]),
         "{out}"
     );
@@ -289,7 +291,8 @@ fn the_rbac_is_the_writers_and_the_watch_and_nothing_more() {
         rules("Role", Some(NS)),
         [
             json!({"apiGroups": ["kubevirt.io"], "resources": ["kubevirts"], "resourceNames": ["kubevirt"], "verbs": ["get", "patch"]}),
-            json!({"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create"]}),
+            json!({"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "list"]}),
+            json!({"apiGroups": ["batch"], "resources": ["jobs"], "resourceNames": ["workload-update-guard-post-armed"], "verbs": ["get"]}),
             json!({"apiGroups": ["harvesterhci.io"], "resources": ["upgrades"], "verbs": ["list", "watch"]}),
             json!({"apiGroups": ["harvesterhci.io"], "resources": ["versions"], "verbs": ["get", "list"]}),
         ]
@@ -343,14 +346,7 @@ fn the_rbac_is_the_writers_and_the_watch_and_nothing_more() {
 async fn the_service_account_may_watch_and_write_only_its_two_objects() {
     let _turn = APPLY.lock().await;
     ensure_namespaces();
-    let objects: Vec<Value> = render(&[])
-        .into_iter()
-        .filter(|o| o["kind"] != "Deployment" && o["kind"] != "Job")
-        .collect();
-    let list = json!({"apiVersion": "v1", "kind": "List", "items": objects});
-    let mut apply = control_plane().kubectl();
-    apply.args(["apply", "-f", "-"]);
-    pipe(apply, &list.to_string());
+    apply_rbac(&[]);
     let sa = format!("system:serviceaccount:{NS}:{NAME}");
     let can = |args: &[&str]| -> bool {
         let mut cmd = control_plane().kubectl();
@@ -364,6 +360,13 @@ async fn the_service_account_may_watch_and_write_only_its_two_objects() {
         &["-n", NS, "get", "kubevirts.kubevirt.io/kubevirt"],
         &["-n", NS, "patch", "kubevirts.kubevirt.io/kubevirt"],
         &["-n", NS, "create", "events.events.k8s.io"],
+        &["-n", NS, "list", "events.events.k8s.io"],
+        &[
+            "-n",
+            NS,
+            "get",
+            "jobs.batch/workload-update-guard-post-armed",
+        ],
         &["-n", NS, "list", "upgrades.harvesterhci.io"],
         &["-n", NS, "watch", "upgrades.harvesterhci.io"],
         &["-n", NS, "get", "versions.harvesterhci.io/v1.7.1"],
@@ -416,12 +419,112 @@ async fn the_service_account_may_watch_and_write_only_its_two_objects() {
             "virtualmachineinstancemigrations.kubevirt.io/x",
         ],
         &["-n", NS, "get", "deployments"],
+        &["-n", NS, "get", "jobs.batch/other"],
+        &["-n", NS, "list", "jobs.batch"],
+        &["-n", NS, "delete", "events.events.k8s.io/x"],
     ];
     for args in allowed {
         assert!(can(args), "allowed: {args:?}");
     }
     for args in refused {
         assert!(!can(args), "refused: {args:?}");
+    }
+}
+
+/// The chart's ServiceAccount and RBAC rendered with `args`, applied (not the Deployment, not
+/// the hook).
+fn apply_rbac(args: &[&str]) {
+    let objects: Vec<Value> = render(args)
+        .into_iter()
+        .filter(|o| o["kind"] != "Deployment" && o["kind"] != "Job")
+        // The hold is no right of the ServiceAccount's (tests/integration/hold.rs applies it).
+        .filter(|o| o["apiVersion"] != "admissionregistration.k8s.io/v1")
+        .collect();
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": objects});
+    let mut apply = control_plane().kubectl();
+    apply.args(["apply", "-f", "-"]);
+    pipe(apply, &list.to_string());
+}
+
+/// `kubectl exec deploy/workload-update-guard-watch -- workload-update-guard status`, as the
+/// binary sees it: the Deployment's environment (`PHASE=watch`), the word `status`, the chart's
+/// ServiceAccount's token. The same report as `PHASE=status` run by an administrator, every read
+/// allowed (the resident guard's last decision, from the Events, included); exit 0, nothing
+/// written.
+#[tokio::test]
+async fn status_by_hand_in_the_pod_is_phase_status_with_the_charts_service_account() {
+    let _turn = APPLY.lock().await;
+    ensure_namespaces();
+    let client = admin().await;
+    let ns = namespace(&client, "chart-status").await;
+    let names = format!("guard.kubevirtNamespace={ns},guard.managedChartNamespace={ns}");
+    apply_rbac(&["--set", &names]);
+    let (kv, _) = harvester(&client, &ns, Some(json!(["LiveMigrate", "Evict"]))).await;
+    let guard = workload_update_guard::cluster::Cluster::from_client(client.clone(), false);
+    guard
+        .event(
+            &kv,
+            workload_update_guard::cluster::EventKind::Normal,
+            workload_update_guard::warnings::RESIDENT,
+            "resident guard: no upgrade under way: watching for the next one",
+        )
+        .await;
+    let admin_config = control_plane().kubeconfig();
+    let pre = run_bin(&admin_config, env_for(&ns, "pre")).await;
+    assert_eq!(pre.code, 0, "{pre:?}");
+    let pod_env = container_env(deployment(&render(&["--set", &names])));
+    assert_eq!(pod_env["PHASE"], "watch");
+    let sa = token_kubeconfig(&sa_token(NS, NAME));
+    let before = get(&client, "KubeVirt", &ns, "kubevirt").await;
+    let by_hand = run_words(&sa, &pod_env, &["status"]);
+    let mut job_env = pod_env.clone();
+    job_env.insert("PHASE".into(), "status".into());
+    let job = run_bin(&admin_config, job_env).await;
+    assert_eq!((by_hand.code, job.code), (0, 0), "{by_hand:?}\n{job:?}");
+    assert_eq!(by_hand.stdout, job.stdout, "{by_hand:?}");
+    assert!(by_hand.stdout.contains("resident guard "), "{by_hand:?}");
+    assert!(!by_hand.stderr.contains("403"), "{by_hand:?}");
+    let after = get(&client, "KubeVirt", &ns, "kubevirt").await;
+    assert_eq!(
+        after["metadata"]["resourceVersion"],
+        before["metadata"]["resourceVersion"]
+    );
+    // A word that is not a phase of a run by hand, or a PHASE that disagrees: one line, exit 2.
+    for (words, phase) in [
+        (&["watch"][..], "watch"),
+        (&["status", "x"][..], "watch"),
+        (&["post"][..], "pre"),
+    ] {
+        let mut env = pod_env.clone();
+        env.insert("PHASE".into(), phase.into());
+        let refused = run_words(&sa, &env, words);
+        assert_eq!(
+            refused.code,
+            i32::from(exit::CONFIG),
+            "{words:?}: {refused:?}"
+        );
+        assert_eq!(refused.stderr.lines().count(), 1, "{refused:?}");
+    }
+}
+
+/// The binary run with `words` after its name, `env` and `kubeconfig` only.
+fn run_words(
+    kubeconfig: &std::path::Path,
+    env: &std::collections::BTreeMap<String, String>,
+    words: &[&str],
+) -> Run {
+    let out = Command::new(BIN)
+        .args(words)
+        .env_clear()
+        .env("KUBECONFIG", kubeconfig)
+        .envs(env)
+        .output()
+        .unwrap();
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into(),
+        stderr: String::from_utf8_lossy(&out.stderr).into(),
+        summary: None,
     }
 }
 
@@ -513,9 +616,9 @@ fn the_values_set_the_image_the_settings_and_the_scheduling() {
     assert_eq!(
         image(&[
             "--set",
-            "image.repository=registry.example:5000/wug,image.tag=0.1.0-rc1"
+            "image.repository=registry.example:5000/wug,image.tag=0.2.0-rc1"
         ]),
-        "registry.example:5000/wug:0.1.0-rc1"
+        "registry.example:5000/wug:0.2.0-rc1"
     );
     let digest = format!("sha256:{}", "a1".repeat(32));
     assert_eq!(
@@ -588,6 +691,99 @@ fn the_values_set_the_image_the_settings_and_the_scheduling() {
     assert!(err.contains("PHASE"), "{err}");
     let err = render_refused(&["--set", "guard.fallbackMethods=Never"]);
     assert!(err.contains("fallbackMethods"), "{err}");
+}
+
+/// The values operators expect of a chart: `imagePullSecrets`, `podAnnotations`, `podLabels`,
+/// `priorityClassName` and `affinity`, on the Deployment's pod and the uninstall hook's alike;
+/// none of them rendered by default; a malformed one, or a label the chart selects by, refused.
+#[tokio::test]
+async fn the_pull_secrets_pod_metadata_and_placement_reach_both_pods() {
+    let values = tempfile_dir().join("operator-values.yaml");
+    std::fs::write(
+        &values,
+        "imagePullSecrets: [{name: regcred}]\n\
+         podAnnotations: {example.com/team: platform}\n\
+         podLabels: {example.com/tier: critical}\n\
+         priorityClassName: system-cluster-critical\n\
+         affinity:\n  nodeAffinity:\n    requiredDuringSchedulingIgnoredDuringExecution:\n      \
+         nodeSelectorTerms:\n      - matchExpressions:\n        \
+         - {key: node-role.kubernetes.io/control-plane, operator: Exists}\n",
+    )
+    .unwrap();
+    let objects = render(&["--values", values.to_str().unwrap()]);
+    let pods = [
+        (&deployment(&objects)["spec"]["template"], "watch"),
+        (&hook(&objects)["spec"]["template"], "uninstall"),
+    ];
+    for (pod, component) in pods {
+        let spec = &pod["spec"];
+        assert_eq!(
+            spec["imagePullSecrets"],
+            json!([{"name": "regcred"}]),
+            "{component}"
+        );
+        assert_eq!(spec["priorityClassName"], "system-cluster-critical");
+        assert_eq!(
+            spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+                [0]["matchExpressions"][0],
+            json!({"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"})
+        );
+        assert_eq!(
+            pod["metadata"]["annotations"],
+            json!({"example.com/team": "platform"})
+        );
+        let labels = &pod["metadata"]["labels"];
+        assert_eq!(labels["example.com/tier"], "critical");
+        assert_eq!(labels["app.kubernetes.io/component"], component);
+        assert_eq!(
+            labels["app.kubernetes.io/instance"],
+            "workload-update-guard"
+        );
+    }
+    let d = deployment(&objects);
+    for (key, value) in d["spec"]["selector"]["matchLabels"].as_object().unwrap() {
+        assert_eq!(&d["spec"]["template"]["metadata"]["labels"][key], value);
+    }
+    // And the API server takes them.
+    let _turn = APPLY.lock().await;
+    ensure_namespaces();
+    let mut apply = control_plane().kubectl();
+    apply.args(["apply", "--dry-run=server", "-f", "-"]);
+    let out = pipe(
+        apply,
+        &template_yaml(&["--values", values.to_str().unwrap()]),
+    );
+    assert!(
+        out.lines().all(|l| l.ends_with("(server dry run)")),
+        "{out}"
+    );
+
+    let objects = render(&[]);
+    for pod in [
+        &deployment(&objects)["spec"]["template"],
+        &hook(&objects)["spec"]["template"],
+    ] {
+        for key in ["imagePullSecrets", "priorityClassName", "affinity"] {
+            assert!(pod["spec"].get(key).is_none(), "{key}: {pod}");
+        }
+        assert!(pod["metadata"].get("annotations").is_none(), "{pod}");
+    }
+
+    for (set, named) in [
+        (
+            "podLabels.app\\.kubernetes\\.io/instance=other",
+            "podLabels",
+        ),
+        ("podLabels.tier=not a label", "podLabels"),
+        ("imagePullSecrets[0].nam=regcred", "imagePullSecrets"),
+        ("imagePullSecrets=regcred", "imagePullSecrets"),
+        ("priorityClassName=Not_A_Class", "priorityClassName"),
+        ("affinity.nodeAfinity.x=y", "affinity"),
+        ("podAnnotations.example\\.com/n=1", "podAnnotations"),
+    ] {
+        let err = render_refused(&["--set", set]);
+        assert!(err.contains(named), "{set}: {err}");
+    }
 }
 
 /// The Harvester Addon (manifests/addon) installs this chart, at this version, in

@@ -212,20 +212,7 @@ fn kubectl_patch_kubevirt(ns: &str, manager: &str, ops: &str) {
     ]);
 }
 
-/// What "exactly as before" compares: the content a user sees and every `managedFields` entry
-/// (its time aside), with the namespace's name taken out.
-pub(crate) fn as_compared(obj: &Value, ns: &str) -> String {
-    let mut o = json!({
-        "labels": obj["metadata"]["labels"],
-        "annotations": obj["metadata"]["annotations"],
-        "spec": obj["spec"],
-        "managedFields": obj["metadata"]["managedFields"],
-    });
-    for e in o["managedFields"].as_array_mut().into_iter().flatten() {
-        e.as_object_mut().unwrap().remove("time");
-    }
-    serde_json::to_string_pretty(&o).unwrap().replace(ns, "NS")
-}
+pub(crate) use crate::support::as_compared;
 
 async fn same_as_control(client: &kube::Client, control: &str, cycled: &str, when: &str) {
     for (kind, name) in [("KubeVirt", "kubevirt"), ("ManagedChart", "harvester")] {

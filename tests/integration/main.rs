@@ -5,13 +5,16 @@ mod cli;
 mod control_plane;
 mod fleet;
 mod harvester;
+mod harvester_writes;
 mod hazards;
+mod hold;
 mod lifetime;
 mod manifests;
 mod migrations;
 mod operator;
 mod pre_advice;
 mod process;
+mod release;
 mod resident;
 #[path = "../support/mod.rs"]
 mod support;

@@ -10,28 +10,31 @@ use std::time::{Duration, Instant};
 use kube::Client;
 use serde_json::{Value, json};
 use workload_update_guard::model::{KUBEVIRT_COPY, KUBEVIRT_RECORD};
+use workload_update_guard::plan::harvester_upgrade::{
+    CLEANUP_DONE, CLEANUP_LABEL, LATEST_LABEL, STATE_LABEL,
+};
 use workload_update_guard::plan::upgrade_progress::{ENDED, UPGRADE_STATES};
-use workload_update_guard::warnings::{HELD_AFTER_FAILURE, RESIDENT, SUSPENDED};
+use workload_update_guard::warnings::{HELD_AFTER_FAILURE, NO_LONGER_NEEDED, RESIDENT, SUSPENDED};
 
 use crate::support::harvester::*;
 use crate::support::*;
 
 /// One resident guard process, stopped (SIGTERM, by PID) when dropped.
-struct Guard {
+pub struct Guard {
     child: Child,
     dir: PathBuf,
 }
 
 impl Guard {
     /// Started, with nothing to do: its first decision is to watch for the next upgrade.
-    fn start(kubeconfig: &std::path::Path, ns: &str, n: usize) -> Guard {
+    pub fn start(kubeconfig: &std::path::Path, ns: &str, n: usize) -> Guard {
         let guard = Guard::spawn(kubeconfig, ns, n);
         guard.wait_for("watching for the next one", Duration::from_secs(20));
         guard
     }
 
     /// Started; its first decision may be an act.
-    fn spawn(kubeconfig: &std::path::Path, ns: &str, n: usize) -> Guard {
+    pub fn spawn(kubeconfig: &std::path::Path, ns: &str, n: usize) -> Guard {
         let dir = tempfile_dir();
         let log = std::fs::File::create(dir.join(format!("guard-{n}.log"))).unwrap();
         let mut env = env_for(ns, "watch");
@@ -49,7 +52,7 @@ impl Guard {
         Guard { child, dir }
     }
 
-    fn log(&self) -> String {
+    pub fn log(&self) -> String {
         let mut all = String::new();
         for e in std::fs::read_dir(&self.dir).unwrap().flatten() {
             if e.file_name().to_string_lossy().ends_with(".log") {
@@ -60,7 +63,7 @@ impl Guard {
     }
 
     /// Waits until the log says `words`.
-    fn wait_for(&self, words: &str, within: Duration) {
+    pub fn wait_for(&self, words: &str, within: Duration) {
         let start = Instant::now();
         while !self.log().contains(words) {
             assert!(
@@ -72,7 +75,7 @@ impl Guard {
         }
     }
 
-    fn probe(&self, which: &str) -> bool {
+    pub fn probe(&self, which: &str) -> bool {
         Command::new(BIN)
             .args(["--probe", which])
             .env_clear()
@@ -96,7 +99,7 @@ impl Drop for Guard {
 }
 
 /// Polls the CR's methods until they are `want`, for at most `within`; how long it took.
-async fn methods_become(client: &Client, ns: &str, want: &Value, within: Duration) -> Duration {
+pub async fn methods_become(client: &Client, ns: &str, want: &Value, within: Duration) -> Duration {
     let start = Instant::now();
     loop {
         if kubevirt_methods(client, ns).await == *want {
@@ -364,4 +367,87 @@ async fn the_resident_guard_follows_the_addons_upgrade_plan() {
     );
     guard.wait_for("post done", Duration::from_secs(5));
     plan.delete(&client).await;
+}
+
+/// Harvester v1.7.3 (the `server-version` other tests set too): it can upgrade next to later
+/// v1.7.x and to v1.8.x, of which only v1.8.0 (and the add-on, on any release) writes a
+/// hard-coded `[LiveMigrate]` at its end. With `[LiveMigrate]` on the CR the guard is no longer
+/// needed: the resident guard says so once (its log, one Normal Event on the KubeVirt CR, not
+/// again at its next pass), and `status` says it. With other methods it is still needed, and
+/// nothing is said but `status`'s line naming why.
+#[tokio::test]
+async fn the_resident_guard_says_once_when_it_is_no_longer_needed() {
+    let client = admin().await;
+    server_version(&client, "v1.7.3").await;
+    let ns = namespace(&client, "retire").await;
+    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+    offer_version(&client, &ns, "v1.8.1").await;
+    let guard = Guard::start(&control_plane().kubeconfig(), &ns, 0);
+    let line = "the guard is no longer needed: Harvester v1.7.3: every release it can upgrade to \
+                next (v1.7.x and v1.8.x; on offer: v1.8.1) suspends the methods itself and \
+                restores them";
+    guard.wait_for(line, Duration::from_secs(10));
+    let start = Instant::now();
+    while events(&ns, NO_LONGER_NEEDED).await != 1 {
+        assert!(start.elapsed() < Duration::from_secs(5), "{}", guard.log());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let status = run_phase(&ns, "status").await;
+    assert_eq!(status.code, 0, "{status:?}");
+    assert!(status.stdout.contains(line), "{}", status.stdout);
+    // Another pass (woken by an ended Upgrade, which is no upgrade under way): said once only.
+    let ready = std::fs::metadata(guard.dir.join("ready"))
+        .unwrap()
+        .modified()
+        .unwrap();
+    create(
+        &client,
+        "Upgrade",
+        &ns,
+        json!({"apiVersion": "harvesterhci.io/v1beta1", "kind": "Upgrade",
+               "metadata": {"name": "hvst-upgrade-old", "namespace": ns,
+                            "labels": {LATEST_LABEL: "true", STATE_LABEL: "Succeeded",
+                                       CLEANUP_LABEL: CLEANUP_DONE}},
+               "spec": {"version": "v1.7.3"}}),
+    )
+    .await;
+    let start = Instant::now();
+    while std::fs::metadata(guard.dir.join("ready"))
+        .unwrap()
+        .modified()
+        .unwrap()
+        == ready
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "no pass: {}",
+            guard.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(events(&ns, NO_LONGER_NEEDED).await, 1, "{}", guard.log());
+    assert_eq!(
+        guard.log().matches("the guard is no longer needed").count(),
+        1,
+        "{}",
+        guard.log()
+    );
+    drop(guard);
+
+    // Other methods: v1.8.0 would not put them back.
+    let other = namespace(&client, "retire-not").await;
+    harvester(&client, &other, Some(json!(["LiveMigrate", "Evict"]))).await;
+    let guard = Guard::start(&control_plane().kubeconfig(), &other, 1);
+    let status = run_phase(&other, "status").await;
+    assert!(
+        status.stdout.contains(
+            "the guard is still needed: Harvester v1.7.3 can upgrade next to v1.8.0, whose end \
+             writes a hard-coded [LiveMigrate], not the methods now ([\"LiveMigrate\",\"Evict\"])"
+        ),
+        "{}",
+        status.stdout
+    );
+    assert_eq!(events(&other, NO_LONGER_NEEDED).await, 0, "{}", guard.log());
+    assert!(!guard.log().contains("no longer needed"), "{}", guard.log());
 }

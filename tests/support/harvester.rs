@@ -15,9 +15,10 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use workload_update_guard::model::METHODS_POINTER;
 use workload_update_guard::plan::harvester_upgrade::{
-    BACKUP_ANNOTATION, CLEANUP_DONE, CLEANUP_LABEL, LATEST_LABEL, STATE_LABEL,
+    BACKUP_ANNOTATION, CLEANUP_DONE, CLEANUP_LABEL, STATE_LABEL,
 };
 
+use super::harvester_controller::{HarvesterController, setters};
 use super::*;
 
 fn api(client: &Client, kind: &str, ns: &str) -> Api<DynamicObject> {
@@ -73,35 +74,25 @@ pub struct Upgrade {
 }
 
 impl Upgrade {
-    /// Harvester's webhook and controller make it the latest: the label on it, off the others,
-    /// and the first state (`upgrade_controller.go` `initStatus`: `PreparingLoggingInfra`).
+    /// The user's creation (a spec only), wrangler's finalizer, and the controller's first pass
+    /// (`upgrade_controller.go` `resetLatestUpgradeLabel` and `initStatus`: the latest label moves
+    /// to it, `PreparingLoggingInfra`, Completed Unknown), each a whole-object Update as
+    /// `harvester` (`support::harvester_controller`).
     pub async fn start(client: &Client, ns: &str, name: &str, version: &str) -> Upgrade {
-        for mut old in api(client, "Upgrade", ns)
-            .list(&Default::default())
-            .await
-            .unwrap()
-            .items
-        {
-            old.metadata
-                .labels
-                .get_or_insert_default()
-                .remove(LATEST_LABEL);
-            let v = serde_json::to_value(&old).unwrap();
-            put(client, "Upgrade", "harvester", &v).await;
-        }
-        create(
-            client,
-            "Upgrade",
-            ns,
-            json!({"apiVersion": "harvesterhci.io/v1beta1", "kind": "Upgrade",
-                   "metadata": {"name": name, "namespace": ns,
-                                "labels": {LATEST_LABEL: "true", STATE_LABEL: "PreparingLoggingInfra"}},
-                   "spec": {"version": version}}),
-        )
-        .await;
+        HarvesterController::create(client, ns, name, version).await;
         Upgrade {
             ns: ns.into(),
             name: name.into(),
+        }
+    }
+
+    /// The controller's handlers for this Upgrade.
+    pub fn controller(&self, client: &Client) -> HarvesterController {
+        HarvesterController {
+            client: client.clone(),
+            ns: self.ns.clone(),
+            name: self.name.clone(),
+            nodes: vec!["node-0".into()],
         }
     }
 
@@ -179,29 +170,24 @@ impl Upgrade {
         fleet_deploy(client, &self.ns, chart).await
     }
 
-    /// The upgrade ends: the `Completed` condition (True on success, False on failure) and the
-    /// state label, as the controller sets them; the cleanup label `Pending`. The condition
-    /// carries its times as wrangler's `condition.Cond` writes them (`SetStatus`: a new status
-    /// sets `lastTransitionTime`, every write `lastUpdateTime`; rancher/wrangler
-    /// pkg/condition/condition.go), which Harvester's `UpgradeCompleted.True/False` goes through.
+    /// The upgrade ends, in one Update as `harvester` (`common.go` `markComplete`, called by the
+    /// setter of the last condition): on success NodesUpgraded True (SystemServicesUpgraded True
+    /// too, where the test skipped that step), on failure NodesUpgraded False; then Completed
+    /// True or False, the state label and the cleanup label `Pending`. The conditions' times are
+    /// wrangler's: `lastUpdateTime` where a value changed, never `lastTransitionTime`.
     pub async fn finish(&self, client: &Client, succeeded: bool) {
-        let status = if succeeded { "True" } else { "False" };
-        let now = now_rfc3339();
-        set_status(
-            client,
-            "Upgrade",
-            &self.ns,
-            &self.name,
-            json!({"conditions": [{"type": "Completed", "status": status,
-                "lastTransitionTime": now, "lastUpdateTime": now}]}),
-        )
-        .await;
-        let state = if succeeded { "Succeeded" } else { "Failed" };
-        self.label(
-            client,
-            json!({STATE_LABEL: state, CLEANUP_LABEL: "Pending"}),
-        )
-        .await;
+        self.controller(client)
+            .must(|u| {
+                let now = now_rfc3339();
+                if succeeded {
+                    setters::system_services(u, "True", "", "", &now);
+                    setters::condition(u, "NodesUpgraded", "True", "", "", &now);
+                } else {
+                    let msg = "Job has reached the specified backoff limit";
+                    setters::node_status(u, "node-0", "Failed", "BackoffLimitExceeded", msg, &now);
+                }
+            })
+            .await;
     }
 
     /// v1.7.2+: `upgrade_controller.go` `cleanup()` → `enableKubevirtWorkloadLiveMigrate`: a full
@@ -267,30 +253,35 @@ impl Upgrade {
     }
 
     /// The controller moves the state label on (`upgrade_controller.go` and `job_controller.go`
-    /// set `harvesterhci.io/upgradeState` with an Update of the Upgrade; here a merge patch of
-    /// the label as `harvester`, the same field and manager).
+    /// set `harvesterhci.io/upgradeState` in a whole-object Update of the Upgrade as `harvester`).
     pub async fn set_state(&self, client: &Client, state: &str) {
-        self.label(client, json!({STATE_LABEL: state})).await;
+        self.label(client, &[(STATE_LABEL, state)]).await;
     }
 
     async fn cleaned_up(&self, client: &Client) {
-        self.label(client, json!({CLEANUP_LABEL: CLEANUP_DONE}))
+        self.label(client, &[(CLEANUP_LABEL, CLEANUP_DONE)]).await;
+    }
+
+    /// The controller's labels on the Upgrade (a whole-object Update as `harvester`).
+    async fn label(&self, client: &Client, labels: &[(&str, &str)]) {
+        self.controller(client)
+            .must(|u| {
+                for (k, v) in labels {
+                    setters::label(u, k, v);
+                }
+            })
             .await;
     }
 
-    /// The controller's labels on the Upgrade (a merge patch as `harvester`).
-    async fn label(&self, client: &Client, labels: Value) {
-        let patch = json!({"metadata": {"labels": labels}});
-        merge_patch(client, "Upgrade", &self.ns, &self.name, "harvester", patch).await;
-    }
-
-    /// The Upgrade deleted mid-way: its `OnRemove` runs the cleanup, then it is gone.
+    /// The Upgrade deleted mid-way: the API server marks it (wrangler's finalizer holds it), its
+    /// `OnRemove` runs the cleanup, wrangler removes the finalizer, and it is gone.
     pub async fn delete_with_cleanup(&self, client: &Client) {
-        self.cleanup_values(client).await;
         api(client, "Upgrade", &self.ns)
             .delete(&self.name, &Default::default())
             .await
             .unwrap();
+        self.cleanup_values(client).await;
+        self.controller(client).on_remove().await;
     }
 }
 

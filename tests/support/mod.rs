@@ -8,6 +8,7 @@
 
 pub mod fleet;
 pub mod harvester;
+pub mod harvester_controller;
 pub mod upgrade;
 
 use std::collections::BTreeMap;
@@ -490,6 +491,21 @@ pub fn content(obj: &Value) -> Value {
         }
     }
     o
+}
+
+/// What "exactly as before" compares: the content a user sees and every `managedFields` entry
+/// (its time aside), with the namespace's name taken out.
+pub fn as_compared(obj: &Value, ns: &str) -> String {
+    let mut o = json!({
+        "labels": obj["metadata"]["labels"],
+        "annotations": obj["metadata"]["annotations"],
+        "spec": obj["spec"],
+        "managedFields": obj["metadata"]["managedFields"],
+    });
+    for e in o["managedFields"].as_array_mut().into_iter().flatten() {
+        e.as_object_mut().unwrap().remove("time");
+    }
+    serde_json::to_string_pretty(&o).unwrap().replace(ns, "NS")
 }
 
 /// A kubeconfig that authenticates only with `token`.

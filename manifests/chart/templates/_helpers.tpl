@@ -105,12 +105,25 @@ capabilities: {drop: [ALL]}
 {{- end -}}
 
 {{/*
-nodeSelector and tolerations. The uninstall hook (a Job, "hook" true) also tolerates a cordoned
-node, as the Jobs do: it must run on a cluster whose nodes are all cordoned.
+Where the pod runs and how it pulls: imagePullSecrets, priorityClassName, nodeSelector, affinity
+and tolerations, the same for the Deployment's pod and the uninstall hook's. The hook (a Job,
+"hook" true) also tolerates a cordoned node, as the Jobs do: it must run on a cluster whose
+nodes are all cordoned.
 */}}
 {{- define "wug.scheduling" -}}
+{{- with .root.Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .root.Values.priorityClassName }}
+priorityClassName: {{ . | quote }}
+{{- end }}
 {{- with .root.Values.nodeSelector }}
 nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .root.Values.affinity }}
+affinity:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- $tolerations := .root.Values.tolerations | default list -}}
@@ -119,6 +132,27 @@ nodeSelector:
 {{- end -}}
 {{- with $tolerations }}
 tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/*
+A pod template's metadata: the chart's selector labels and the component, podLabels and
+podAnnotations. A podLabel that would change what the chart selects by fails the render. Call
+with (dict "root" $ "component" "watch").
+*/}}
+{{- define "wug.podMetadata" -}}
+{{- $labels := include "wug.selectorLabels" .root | fromYaml -}}
+{{- $_ := set $labels "app.kubernetes.io/component" .component -}}
+{{- range $key, $value := .root.Values.podLabels -}}
+{{- if hasKey $labels $key -}}
+{{- fail (printf "podLabels: %s is set by the chart (it selects its pods by it)" $key) -}}
+{{- end -}}
+{{- end -}}
+labels:
+  {{- toYaml (merge $labels (.root.Values.podLabels | default dict)) | nindent 2 }}
+{{- with .root.Values.podAnnotations }}
+annotations:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end -}}

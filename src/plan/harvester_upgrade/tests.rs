@@ -216,6 +216,58 @@ fn offered_releases_are_those_that_handle_it_newest_first() {
     );
 }
 
+/// The end of an Upgrade is its `Completed` condition's time as wrangler writes it
+/// (`lastUpdateTime` only); `lastTransitionTime` only stands in where that is missing; an
+/// `Unknown` condition (created by `initStatus`, no time) is no end.
+#[test]
+fn the_end_is_the_time_wrangler_writes() {
+    let with = |cond: Value| {
+        let mut u = upgrade("v1.7.1", latest_label(), None);
+        u["status"] = json!({"conditions": [
+            {"type": "LogReady", "status": "True", "lastUpdateTime": "2026-11-30T10:01:00Z"},
+            cond]});
+        Upgrade::from_json(&u).unwrap().ended
+    };
+    let t = |s: &str| Some(s.to_string());
+    assert_eq!(
+        with(
+            json!({"type": "Completed", "status": "True", "lastUpdateTime": "2026-11-30T11:00:00Z"})
+        ),
+        t("2026-11-30T11:00:00Z")
+    );
+    assert_eq!(
+        with(
+            json!({"type": "Completed", "status": "False", "reason": "x",
+                    "lastUpdateTime": "2026-11-30T11:00:00Z", "lastTransitionTime": "2026-11-30T10:00:00Z"})
+        ),
+        t("2026-11-30T11:00:00Z"),
+        "lastUpdateTime first"
+    );
+    assert_eq!(
+        with(
+            json!({"type": "Completed", "status": "True", "lastTransitionTime": "2026-11-30T10:30:00Z"})
+        ),
+        t("2026-11-30T10:30:00Z"),
+        "lastTransitionTime where there is nothing else"
+    );
+    assert_eq!(
+        with(
+            json!({"type": "Completed", "status": "True", "lastUpdateTime": "",
+                    "lastTransitionTime": "2026-11-30T10:30:00Z"})
+        ),
+        t("2026-11-30T10:30:00Z")
+    );
+    assert_eq!(
+        with(json!({"type": "Completed", "status": "Unknown"})),
+        None
+    );
+    assert_eq!(
+        with(json!({"type": "Completed", "status": "True"})),
+        None,
+        "no time at all"
+    );
+}
+
 proptest! {
     #[test]
     fn the_gates_never_leave_a_pending_cleanup_unseen(

@@ -200,7 +200,8 @@ fn an_upgrade_created_before_the_suspension_is_awaited_and_its_failure_holds() {
 }
 
 /// An upgrade created at 11:00:00, suspended for by the resident guard at 11:00:07 (after its
-/// creation), that ended at 11:40:00: its `Completed` condition's time, as Harvester sets it.
+/// creation), that ended at 11:40:00: its `Completed` condition's time, as Harvester sets it
+/// (wrangler's `lastUpdateTime`, no `lastTransitionTime`).
 fn ended_upgrade(version: &str, state: &str, cleaned: bool) -> Upgrade {
     let mut labels = json!({LATEST_LABEL: "true", STATE_LABEL: state});
     if cleaned {
@@ -216,7 +217,7 @@ fn ended_upgrade(version: &str, state: &str, cleaned: bool) -> Upgrade {
         "labels": labels, "creationTimestamp": "2026-12-01T11:00:00Z"},
         "spec": {"version": version},
         "status": {"conditions": [{"type": "Completed", "status": status,
-            "lastTransitionTime": "2026-12-01T11:40:00Z"}]}}),
+            "lastUpdateTime": "2026-12-01T11:40:00Z"}]}}),
     )
     .unwrap()
 }

@@ -1,0 +1,146 @@
+//! Whether the guard is still needed on this cluster, so that an operator knows when to retire
+//! it. Harvester upgrades one minor at a time, so the releases the cluster can upgrade to next
+//! are its own minor's later patches and the next minor's; of those, the guard's table
+//! ([`Handling`]) says which leave the methods alone (v1.7.1 and earlier: the guard is what
+//! suspends them) and which write a hard-coded `[LiveMigrate]` at their end (v1.8.0; the
+//! upgrade-manager add-on, on any release): those need the guard only where the methods are
+//! something else. Pure: what was read in, the answer and its reason out.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::harvester_upgrade::{Handling, blind_value, parse_version};
+use super::records::describe;
+
+/// The last release that does nothing to the methods itself, and the one whose end writes a
+/// hard-coded `[LiveMigrate]` (the guard's table, [`Handling::of`]).
+const LAST_WITHOUT_HANDLING: (u64, u64, u64) = (1, 7, 1);
+const HARD_CODED_RESTORE: (u64, u64, u64) = (1, 8, 0);
+
+/// What the answer is made of, as read.
+#[derive(Debug, Clone, Copy)]
+pub struct Seen<'a> {
+    /// Harvester's own version (the `server-version` Setting), if read.
+    pub current: Option<&'a str>,
+    /// The releases on offer newer than it (`Version` objects), with their handling.
+    pub on_offer: &'a [(String, Handling)],
+    /// The KubeVirt CR's methods now.
+    pub methods: &'a Option<Value>,
+    /// The add-on's upgrade path is installed (its `UpgradePlan` resource is served).
+    pub addon: bool,
+    /// A suspension of ours is on the objects: `post` has something to restore.
+    pub ours: bool,
+    /// An upgrade under way, in words.
+    pub under_way: Option<&'a str>,
+}
+
+/// The answer, with its reason in words.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", content = "why", rename_all = "camelCase")]
+pub enum Retirement {
+    Needed(String),
+    NoLongerNeeded(String),
+}
+
+impl Retirement {
+    pub fn no_longer_needed(&self) -> bool {
+        matches!(self, Retirement::NoLongerNeeded(_))
+    }
+
+    pub fn why(&self) -> &str {
+        match self {
+            Retirement::Needed(why) | Retirement::NoLongerNeeded(why) => why,
+        }
+    }
+
+    /// The line that says it (`status`, the log, the Event).
+    pub fn line(&self) -> String {
+        match self {
+            Retirement::Needed(why) => format!("the guard is still needed: {why}"),
+            Retirement::NoLongerNeeded(why) => format!(
+                "the guard is no longer needed: {why}; it can be uninstalled (helm uninstall, or \
+                 the add-on disabled)"
+            ),
+        }
+    }
+}
+
+/// Whether the guard is still needed, and why.
+pub fn retirement(seen: &Seen) -> Retirement {
+    use Retirement::{Needed, NoLongerNeeded};
+    if seen.ours {
+        return Needed("a suspension of ours is in place: post restores it first".into());
+    }
+    if let Some(u) = seen.under_way {
+        return Needed(format!("{u} is under way"));
+    }
+    let Some(text) = seen.current else {
+        return Needed(
+            "Harvester's own version (the server-version Setting) is not known, so neither are \
+             the releases it can upgrade to next"
+                .into(),
+        );
+    };
+    let Some(now @ (major, minor, _)) = parse_version(text) else {
+        return Needed(format!(
+            "Harvester's own version {text:?} is not a release, so the releases it can upgrade to \
+             next are not known"
+        ));
+    };
+    let next = format!("v{major}.{minor}.x and v{major}.{}.x", minor + 1);
+    if now < LAST_WITHOUT_HANDLING {
+        return Needed(format!(
+            "Harvester {text} can upgrade next to {next}, among them releases up to v1.7.1, which \
+             do nothing to the methods themselves"
+        ));
+    }
+    if let Some((v, _)) = seen.on_offer.iter().find(|(_, h)| *h == Handling::None) {
+        return Needed(format!(
+            "{v} is on offer, and does nothing to the methods itself"
+        ));
+    }
+    let methods = describe(seen.methods);
+    let default = seen.methods.as_ref() == Some(&blind_value());
+    // v1.8.0 is reachable from v1.7.x only (one minor at a time), or when it is on offer.
+    let v180_next = (now < HARD_CODED_RESTORE && (major, minor + 1) >= (1, 8))
+        || seen
+            .on_offer
+            .iter()
+            .any(|(_, h)| *h == Handling::PatchAndHardCodedRestore);
+    if !default && v180_next {
+        return Needed(format!(
+            "Harvester {text} can upgrade next to v1.8.0, whose end writes a hard-coded \
+             [LiveMigrate], not the methods now ({methods})"
+        ));
+    }
+    if !default && seen.addon {
+        return Needed(format!(
+            "the upgrade add-on is installed (its UpgradePlans are served), whose end writes a \
+             hard-coded [LiveMigrate], not the methods now ({methods})"
+        ));
+    }
+    let offer = match seen.on_offer {
+        [] => "none on offer".to_string(),
+        list => {
+            let names: Vec<&str> = list.iter().map(|(v, _)| v.as_str()).collect();
+            format!("on offer: {}", names.join(", "))
+        }
+    };
+    let also = match (v180_next, seen.addon) {
+        (false, false) => String::new(),
+        (true, false) => "; v1.8.0's hard-coded [LiveMigrate] is the methods now".to_string(),
+        (false, true) => {
+            "; the upgrade add-on's hard-coded [LiveMigrate] is the methods now".to_string()
+        }
+        (true, true) => "; v1.8.0's and the upgrade add-on's hard-coded [LiveMigrate] is the \
+                         methods now"
+            .to_string(),
+    };
+    NoLongerNeeded(format!(
+        "Harvester {text}: every release it can upgrade to next ({next}; {offer}) suspends the \
+         methods itself and restores them{also}"
+    ))
+}
+
+#[cfg(test)]
+mod tests;

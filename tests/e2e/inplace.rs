@@ -1,0 +1,426 @@
+//! The resident guard upgraded in place, on the real kubelet with the real Helm 4: the previous
+//! release (the commit in `hack/previous-release`: its chart, and its image from `hack/image.sh
+//! build --previous`) installed first, then `helm upgrade` to this tree's chart, as an operator
+//! does (or the add-on's helm-controller when the Addon's `spec.version` moves):
+//! - between upgrades: nothing written to the KubeVirt CR or the ManagedChart, the new pod Ready;
+//! - mid-suspension: the new pod goes on from the previous guard's records, holds through the
+//!   rest of the upgrade and restores exactly at its end (objects and field owners);
+//! - a suspension by the previous release's `pre` Job, restored by this resident guard.
+//!
+//! The charts are installed from their directories, not from a repository: before a release's
+//! version bump both charts carry the same version, which one repository cannot hold. Neither
+//! version is written here: each is read from its Chart.yaml.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::chart::*;
+use crate::node::*;
+use crate::support::{as_compared, repo_root};
+
+const UPGRADE: &str = "hvst-upgrade-e2e-inplace";
+
+/// One release's chart and the image it runs.
+struct Release {
+    chart: PathBuf,
+    image: String,
+    /// Chart.yaml's version (equal to its appVersion and to its binary's version).
+    version: String,
+}
+
+/// A field of a Chart.yaml (`version: 0.1.0`, `appVersion: "0.1.0"`).
+fn chart_field(chart: &std::path::Path, field: &str) -> String {
+    let text = std::fs::read_to_string(chart.join("Chart.yaml")).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .map(|v| v.trim().trim_matches('"').to_string())
+        .unwrap_or_else(|| panic!("no {field} in {}/Chart.yaml", chart.display()))
+}
+
+/// The previous release as `hack/image.sh build --previous` left it in target/previous/.
+fn previous() -> Release {
+    let dir = repo_root().join("target/previous");
+    let image = std::fs::read_to_string(dir.join("image")).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}: the previous release is not built: run `hack/image.sh build --previous` \
+             (hack/test.sh does), then restart the node so that it imports the image",
+            dir.join("image").display()
+        )
+    });
+    let chart = dir.join("chart");
+    Release {
+        version: chart_field(&chart, "version"),
+        chart,
+        image: image.trim().to_string(),
+    }
+}
+
+/// This tree's chart and image.
+fn current() -> Release {
+    let chart = repo_root().join("manifests/chart");
+    Release {
+        version: chart_field(&chart, "version"),
+        image: built_image(|l| {
+            l.ends_with(&format!(
+                "/workload-update-guard:{}",
+                env!("CARGO_PKG_VERSION")
+            ))
+        }),
+        chart,
+    }
+}
+
+impl Release {
+    /// The Addon's valuesContent (the image the node has), with the tag only where the built
+    /// image's is not the chart's appVersion: the previous release's before a version bump
+    /// (hack/image.sh tags it `-previous` then).
+    fn values(&self, name: &str) -> PathBuf {
+        let tag = self.image.rsplit(':').next().unwrap();
+        let mut values = "image:\n  repository: workload-update-guard\n".to_string();
+        if tag != chart_field(&self.chart, "appVersion") {
+            values.push_str(&format!("  tag: {tag}\n"));
+        }
+        let path = node().dir.join(format!("inplace-{name}-values.yaml"));
+        std::fs::write(&path, values).unwrap();
+        path
+    }
+
+    /// `helm install` (or `upgrade`) of this chart, `--wait`ed: the release says this version.
+    fn helm(&self, helm: &Helm, verb: &str, name: &str) -> HelmRun {
+        let values = self.values(name);
+        let chart = self.chart.to_str().unwrap();
+        let run = helm.ok(&[
+            verb,
+            RELEASE,
+            chart,
+            "-n",
+            NS,
+            "--values",
+            values.to_str().unwrap(),
+            "--wait",
+            "--timeout",
+            "120s",
+        ]);
+        let list = helm.ok(&["list", "-n", NS, "-o", "json"]);
+        let releases: Value = serde_json::from_str(&list.out).unwrap();
+        assert_eq!(
+            releases[0]["chart"],
+            format!("workload-update-guard-{}", self.version),
+            "{list:?}"
+        );
+        run
+    }
+}
+
+/// The Ready guard pod's image and what its binary's `--version` says (exec in the pod).
+fn running_version() -> (String, String) {
+    let (_, name) = ready_pod().expect("the guard Ready");
+    let pod = get_json(&["-n", NS, "pod", &name]);
+    let image = pod["spec"]["containers"][0]["image"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let version = k(&[
+        "-n",
+        NS,
+        "exec",
+        &name,
+        "--",
+        "/usr/local/bin/workload-update-guard",
+        "--version",
+    ]);
+    (image, version.trim().to_string())
+}
+
+/// The previous release's commit (hack/previous-release), abbreviated as its `--version` says it.
+fn previous_commit() -> String {
+    let text = std::fs::read_to_string(repo_root().join("hack/previous-release")).unwrap();
+    let commit = text
+        .lines()
+        .find(|l| !l.starts_with('#') && l.len() == 40)
+        .expect("hack/previous-release holds a commit");
+    commit[..7].to_string()
+}
+
+/// Both objects as the API server has them (resourceVersion and managedFields included).
+fn objects() -> (Value, Value) {
+    (
+        get_json(&["-n", NS, "kubevirt", "kubevirt"]),
+        get_json(&["-n", CHART_NS, "managedchart", "harvester"]),
+    )
+}
+
+fn rvs() -> (Value, Value) {
+    let (kv, chart) = objects();
+    (
+        kv["metadata"]["resourceVersion"].clone(),
+        chart["metadata"]["resourceVersion"].clone(),
+    )
+}
+
+/// Both objects as "exactly as before" compares them: content and field owners.
+fn compared() -> (String, String) {
+    let (kv, chart) = objects();
+    (as_compared(&kv, NS), as_compared(&chart, CHART_NS))
+}
+
+/// The records the guard keeps while suspended (every annotation under its prefix), per object.
+fn records() -> Vec<String> {
+    let (kv, chart) = objects();
+    [kv, chart]
+        .iter()
+        .flat_map(|o| {
+            o["metadata"]["annotations"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(k, _)| k.clone())
+                .filter(|k| k.starts_with("workload-update-guard.harvesterhci.io/"))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// The previous release installed and running its own binary.
+fn previous_installed(helm: &Helm) -> Release {
+    let previous = previous();
+    let run = previous.helm(helm, "install", "previous");
+    let (image, version) = running_version();
+    assert_eq!(
+        image,
+        previous.image.trim_start_matches("docker.io/library/")
+    );
+    assert!(
+        version.contains(&previous_commit()),
+        "the previous release's binary runs: {version}"
+    );
+    figure(&format!(
+        "inplace: helm install of the previous release {} ({image}), Ready in {:.1} s",
+        previous.version,
+        run.took.as_secs_f64()
+    ));
+    previous
+}
+
+/// `helm upgrade` to this tree's chart: the new pod Ready, running this tree's binary.
+fn upgraded(helm: &Helm, old_pod: &str) -> HelmRun {
+    let current = current();
+    let run = current.helm(helm, "upgrade", "current");
+    let (uid, _) = ready_pod().expect("helm --wait: the new pod Ready");
+    assert_ne!(uid, old_pod, "a new pod");
+    let (image, version) = running_version();
+    assert_eq!(
+        image,
+        current.image.trim_start_matches("docker.io/library/")
+    );
+    assert!(
+        version.contains(env!("CARGO_PKG_VERSION")) && !version.contains(&previous_commit()),
+        "this tree's binary runs: {version}"
+    );
+    run
+}
+
+/// Between upgrades: `helm upgrade` from the previous chart writes nothing to either object.
+#[test]
+fn helm_upgrade_from_the_previous_release_between_upgrades_writes_nothing() {
+    let _turn = turn();
+    let start = Instant::now();
+    harvester_state();
+    no_upgrades_yet();
+    let helm = Helm::new();
+    let leftovers = Leftovers {
+        helm: &helm,
+        node: NodeAsFound::record(),
+    };
+    let previous = previous_installed(&helm);
+    let (old_pod, _) = ready_pod().unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    let (kv0, chart0) = objects();
+    assert_eq!(
+        methods(),
+        json!(["LiveMigrate"]),
+        "nothing to do: nothing done"
+    );
+
+    let run = upgraded(&helm, &old_pod);
+    std::thread::sleep(Duration::from_secs(3));
+    let (kv1, chart1) = objects();
+    for (what, before, after) in [
+        ("KubeVirt CR", &kv0, &kv1),
+        ("ManagedChart", &chart0, &chart1),
+    ] {
+        assert_eq!(
+            after["metadata"]["resourceVersion"], before["metadata"]["resourceVersion"],
+            "the {what} is not written"
+        );
+        assert_eq!(
+            after["metadata"]["managedFields"], before["metadata"]["managedFields"],
+            "the {what}'s field owners"
+        );
+    }
+    figure(&format!(
+        "inplace: helm upgrade {} to {} between upgrades: the new pod Ready in {:.1} s, nothing written; the test {:.1} s",
+        previous.version,
+        current().version,
+        run.took.as_secs_f64(),
+        start.elapsed().as_secs_f64()
+    ));
+    drop(leftovers);
+}
+
+/// Mid-suspension: the previous guard suspended a v1.7.1 upgrade; `helm upgrade` to this chart;
+/// the new pod holds on the previous records (nothing written) and restores exactly at the end.
+#[test]
+fn helm_upgrade_mid_suspension_holds_and_restores_exactly_at_the_upgrades_end() {
+    let _turn = turn();
+    let start = Instant::now();
+    harvester_state();
+    no_upgrades_yet();
+    let helm = Helm::new();
+    let leftovers = Leftovers {
+        helm: &helm,
+        node: NodeAsFound::record(),
+    };
+    let previous = previous_installed(&helm);
+    let (old_pod, _) = ready_pod().unwrap();
+    let before = compared();
+    let original = methods();
+    assert_eq!(original, json!(["LiveMigrate"]), "something to restore");
+
+    // The upgrade begins: the previous guard suspends.
+    let created = Instant::now();
+    start_upgrade(UPGRADE, "v1.7.1");
+    methods_become(
+        "the previous guard, at the Upgrade's creation",
+        &json!([]),
+        created,
+        Duration::from_secs(10),
+    );
+    set_state(UPGRADE, "PreparingRepo");
+    // Its last write (the ManagedChart's, or an event's wake) settled.
+    std::thread::sleep(Duration::from_secs(2));
+    let suspended = rvs();
+    let previous_records = records();
+    assert!(!previous_records.is_empty(), "the previous guard's records");
+
+    // helm upgrade mid-upgrade: the new pod goes on from those records, writing nothing.
+    let run = upgraded(&helm, &old_pod);
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(rvs(), suspended, "the new pod writes nothing mid-upgrade");
+    assert_eq!(records(), previous_records);
+    set_state(UPGRADE, "PreparingNodes");
+    set_state(UPGRADE, "UpgradingSystemServices");
+    set_state(UPGRADE, "UpgradingNodes");
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(rvs(), suspended, "held through the rest of the upgrade");
+    assert_eq!(methods(), json!([]));
+
+    // The end: restored, then the field owners given back (the release, a write of its own).
+    let ended = Instant::now();
+    finish_upgrade(UPGRADE);
+    let restored = methods_become(
+        "the new pod, at the Upgrade's end",
+        &original,
+        ended,
+        Duration::from_secs(10),
+    );
+    let mut now = compared();
+    while now != before && ended.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(100));
+        now = compared();
+    }
+    assert_eq!(
+        now.0, before.0,
+        "the KubeVirt CR and its field owners as before"
+    );
+    assert_eq!(
+        now.1, before.1,
+        "the ManagedChart and its field owners as before"
+    );
+    assert!(records().is_empty());
+    figure(&format!(
+        "inplace: helm upgrade {} to {} mid-suspension: the new pod Ready in {:.1} s, held, restored {:.1} s after Succeeded, exactly (owners included) {:.1} s after; the test {:.1} s",
+        previous.version,
+        current().version,
+        run.took.as_secs_f64(),
+        restored.as_secs_f64(),
+        ended.elapsed().as_secs_f64(),
+        start.elapsed().as_secs_f64()
+    ));
+    drop(leftovers);
+}
+
+/// The previous release's `pre` Job (its manifests/pre with its image), by hand before the
+/// upgrade; this tree's resident guard installed, holding, and restoring at the upgrade's end.
+#[test]
+fn a_suspension_by_the_previous_releases_pre_job_is_restored_by_this_resident_guard() {
+    let _turn = turn();
+    let start = Instant::now();
+    harvester_state();
+    no_upgrades_yet();
+    let helm = Helm::new();
+    let leftovers = Leftovers {
+        helm: &helm,
+        node: NodeAsFound::record(),
+    };
+    let previous = previous();
+    let before = compared();
+    let original = methods();
+
+    let pre_dir = "target/previous/src/manifests/pre";
+    let image = previous.image.clone();
+    apply(&rendered_with(pre_dir, |job| {
+        job["spec"]["template"]["spec"]["containers"][0]["image"] = json!(image);
+    }));
+    let outcome = wait_job("workload-update-guard-pre", Duration::from_secs(120));
+    assert_eq!(outcome.condition, "Complete", "the previous release's pre");
+    let pod = &pods_of("workload-update-guard-pre")[0];
+    assert_eq!(pod["spec"]["containers"][0]["image"], json!(previous.image));
+    assert_eq!(methods(), json!([]), "suspended by the previous pre");
+    let suspended = rvs();
+    let previous_records = records();
+
+    // This tree's resident guard: it holds a suspension by hand until an upgrade ends.
+    let install = current().helm(&helm, "install", "current");
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(rvs(), suspended, "held: nothing written");
+    assert_eq!(records(), previous_records);
+    let created = Instant::now();
+    start_upgrade(UPGRADE, "v1.7.1");
+    set_state(UPGRADE, "PreparingRepo");
+    set_state(UPGRADE, "UpgradingNodes");
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(rvs(), suspended, "held through the upgrade");
+    let ended = Instant::now();
+    finish_upgrade(UPGRADE);
+    let restored = methods_become(
+        "this resident guard, at the Upgrade's end",
+        &original,
+        ended,
+        Duration::from_secs(10),
+    );
+    let mut now = compared();
+    while now != before && ended.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(100));
+        now = compared();
+    }
+    assert_eq!(
+        now.0, before.0,
+        "the KubeVirt CR and its field owners as before pre"
+    );
+    assert_eq!(
+        now.1, before.1,
+        "the ManagedChart and its field owners as before pre"
+    );
+    figure(&format!(
+        "inplace: the previous release's ({}) pre Job, this resident guard installed in {:.1} s, restored {:.1} s after Succeeded ({:.1} s after the Upgrade's creation); the test {:.1} s",
+        previous.version,
+        install.took.as_secs_f64(),
+        restored.as_secs_f64(),
+        created.elapsed().as_secs_f64(),
+        start.elapsed().as_secs_f64()
+    ));
+    drop(leftovers);
+}
