@@ -571,7 +571,8 @@ mod tests {
             ),
             (
                 json!({"metadata": {"resourceVersion": "1", "annotations": {COMPARE_RECORD: r#"{"added":"everything"}"#}}, "spec": {}}),
-                "is corrupted",
+                // A value this version does not know: a later version's record (records.rs).
+                "written by a later version",
             ),
             (
                 json!({"metadata": {"resourceVersion": "1", "annotations": {VALUES_RECORD: "absent"}}, "spec": {}}),
