@@ -31,6 +31,10 @@ use crate::warnings::{HELD_AFTER_FAILURE, NO_LONGER_NEEDED, RESIDENT, Warning};
 /// How often a waiting loop says what it waits for, when nothing changes.
 const SAY_EVERY: Duration = Duration::from_secs(600);
 
+/// How soon the loop reads again while a watch fails: a read that succeeds replaces it, so the
+/// watches come back within about this of the API server's return.
+const WATCH_FAILING_PAUSE: Duration = Duration::from_secs(1);
+
 /// How often the resident guard reads again what the cluster can upgrade to next (its version,
 /// the releases on offer), for whether it is still needed: these change only with an upgrade
 /// or a release, and a quiet cluster's requests stay few.
@@ -202,16 +206,33 @@ impl<'a> Loop<'a> {
         }
         let ns = self.cfg.intent.keys.kubevirt.namespace.clone();
         let latest = format!("{LATEST_LABEL}=true");
-        if view.upgrades_served && !self.upgrades.as_ref().is_some_and(Watch::alive) {
+        // Called after a successful read: the server answers, so a failing watch is replaced
+        // now rather than at the end of its backoff (src/cluster/watches.rs).
+        let fresh = |w: &Option<Watch>| w.as_ref().is_some_and(|w| w.alive() && !w.failing());
+        if view.upgrades_served && !fresh(&self.upgrades) {
             let tx = self.wake_tx.clone();
             self.upgrades = Some(
                 self.cluster
                     .watch(Kind::Upgrade, Some(&ns), Some(&latest), tx),
             );
         }
-        if view.plans_served && !self.plans.as_ref().is_some_and(Watch::alive) {
+        if view.plans_served && !fresh(&self.plans) {
             let tx = self.wake_tx.clone();
             self.plans = Some(self.cluster.watch(Kind::UpgradePlan, None, None, tx));
+        }
+    }
+
+    /// How long to wait for a wake-up before reading again: the resync, or a second while a
+    /// watch fails (the server down, or back and the watch not yet replaced).
+    fn pause_for(&self, resync: Duration) -> Duration {
+        let failing = [&self.upgrades, &self.plans]
+            .into_iter()
+            .flatten()
+            .any(Watch::failing);
+        if failing {
+            resync.min(WATCH_FAILING_PAUSE)
+        } else {
+            resync
         }
     }
 
@@ -361,7 +382,9 @@ pub async fn watch(cfg: &Config, cluster: &Cluster, mut run: impl RunPhase) -> R
                 settings.resync.as_secs()
             ),
         }
-        cluster.pause(settings.resync, &mut lp.wake).await;
+        cluster
+            .pause(lp.pause_for(settings.resync), &mut lp.wake)
+            .await;
     }
 }
 

@@ -5,6 +5,12 @@
 //! the cluster. A watch the server refuses for good (403, or the resource no longer served) ends
 //! its task and says so once; the loop's periodic read takes over and starts it again when the
 //! resource is served.
+//!
+//! After an API server's outage (every Harvester upgrade restarts it on each server node), the
+//! watcher's own backoff would resume tens of seconds after the server is back, and a watch sent
+//! to a server still starting can hang: either way the upgrade's end is seen only at the loop's
+//! resync. So a watch that errs says so (`failing`, and one wake-up); the loop then reads again
+//! within a second, and replaces the failing watch by a new one as soon as a read succeeds.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,14 +25,27 @@ use tracing::{debug, warn};
 use super::Cluster;
 use crate::model::Kind;
 
-/// A watch running in its own task: `alive` is false once it has ended.
+/// A watch running in its own task (stopped when this is dropped): `alive` is false once it has
+/// ended; `failing` while its last event was an error (no successful list or event since).
 pub struct Watch {
     alive: Arc<AtomicBool>,
+    failing: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
 }
 
 impl Watch {
     pub fn alive(&self) -> bool {
         self.alive.load(Ordering::Relaxed)
+    }
+
+    pub fn failing(&self) -> bool {
+        self.failing.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        self.task.abort();
     }
 }
 
@@ -50,8 +69,9 @@ impl Cluster {
             config = config.labels(l);
         }
         let alive = Arc::new(AtomicBool::new(true));
-        let flag = alive.clone();
-        tokio::spawn(async move {
+        let failing = Arc::new(AtomicBool::new(false));
+        let (flag, erring) = (alive.clone(), failing.clone());
+        let task = tokio::spawn(async move {
             let mut events = watcher(api, config).default_backoff().boxed();
             // An empty first list repeats what the loop read just before it started the watch:
             // no wake (a quiet cluster costs no extra read). A first list with objects may hold
@@ -60,6 +80,16 @@ impl Cluster {
             // wake, once the list is complete.
             let (mut listed, mut seen) = (false, false);
             while let Some(event) = events.next().await {
+                // The first error after a success wakes the loop once, which then reads often
+                // until this watch is replaced (see the module's comment). `Init` comes before
+                // the list is asked for: it says nothing of the server.
+                match &event {
+                    Err(_) if !erring.swap(true, Ordering::Relaxed) => {
+                        let _ = wake.try_send(());
+                    }
+                    Ok(watcher::Event::Init) | Err(_) => {}
+                    Ok(_) => erring.store(false, Ordering::Relaxed),
+                }
                 match event {
                     Ok(watcher::Event::Init) => {}
                     Ok(watcher::Event::InitApply(_)) => seen = true,
@@ -86,6 +116,10 @@ impl Cluster {
             }
             flag.store(false, Ordering::Relaxed);
         });
-        Watch { alive }
+        Watch {
+            alive,
+            failing,
+            task,
+        }
     }
 }
