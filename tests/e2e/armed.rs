@@ -191,12 +191,5 @@ fn armed_post_survives_a_drain_and_restores_after_the_upgrade() {
 
     node_before.restore();
     assert_eq!(node_spec(), node_before.spec, "the node as found");
-    k(&[
-        "-n",
-        NS,
-        "delete",
-        "upgrades.harvesterhci.io",
-        UPGRADE,
-        "--wait",
-    ]);
+    delete_all_upgrades();
 }

@@ -169,16 +169,7 @@ impl Drop for Leftovers<'_> {
         cmd.args(["-n", NS, "delete", "job", HOOK, "workload-update-guard-pre"])
             .args(["--ignore-not-found", "--wait"]);
         let _ = cmd.output();
-        let mut cmd = node().kubectl();
-        cmd.args([
-            "-n",
-            NS,
-            "delete",
-            "upgrades.harvesterhci.io",
-            "--all",
-            "--wait",
-        ]);
-        let _ = cmd.output();
+        delete_all_upgrades();
     }
 }
 

@@ -47,14 +47,7 @@ impl Drop for Leftovers {
             &self.0,
             &["uninstall", RELEASE, "-n", NS, "--no-hooks", "--wait"],
         );
-        let mut cmd = node().kubectl();
-        cmd.args(["-n", NS, "patch", "upgrades.harvesterhci.io", UPGRADE])
-            .args(["--type=merge", "-p", r#"{"metadata":{"finalizers":null}}"#]);
-        let _ = cmd.output();
-        let mut cmd = node().kubectl();
-        cmd.args(["-n", NS, "delete", "upgrades.harvesterhci.io", "--all"])
-            .args(["--ignore-not-found", "--wait"]);
-        let _ = cmd.output();
+        delete_all_upgrades();
     }
 }
 

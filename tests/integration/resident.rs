@@ -297,13 +297,8 @@ async fn two_resident_guards_hold_after_a_failure_and_restore_once_after_the_ret
     for g in &guards {
         g.wait_for("held after the failed", Duration::from_secs(5));
     }
-    kubectl_ok(&[
-        "-n",
-        &ns,
-        "delete",
-        "upgrades.harvesterhci.io",
-        "hvst-upgrade-try1",
-    ]);
+    // Deleted as Harvester's does it: wrangler's finalizer removed by its OnRemove.
+    up.controller(&client).delete().await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(
         kubevirt_methods(&client, &ns).await,

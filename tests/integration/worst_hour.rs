@@ -200,13 +200,8 @@ async fn a_failed_path_a_upgrade_holds_the_armed_post_until_the_retry() {
         "{}",
         status.stdout
     );
-    kubectl_ok(&[
-        "-n",
-        &ns,
-        "delete",
-        "upgrades.harvesterhci.io",
-        "hvst-upgrade-try1",
-    ]);
+    // Deleted as Harvester's does it: wrangler's finalizer removed by its OnRemove.
+    up.controller(&client).delete().await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(!post.is_finished(), "held after the deletion");
     assert_eq!(kubevirt_methods(&client, &ns).await, json!([]));
