@@ -300,7 +300,7 @@ impl<'a> Loop<'a> {
         }
         if phase == Phase::Pre {
             self.last_pre = Some(match &result {
-                Ok(()) => "ran, and did not suspend them".to_string(),
+                Ok(()) => "succeeded".to_string(),
                 Err(e) => format!("failed: {e}"),
             });
         }
