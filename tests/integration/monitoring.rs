@@ -568,7 +568,8 @@ async fn the_metrics_follow_a_modelled_upgrade() {
 /// held: both gauges 1, the failed acts counted, one Warning `UpgradeHeldUnprotected` on the
 /// Upgrade and one on the KubeVirt CR naming the 403 and the escape, not repeated by the next
 /// failing pass; the escape annotation turns it into `UpgradeUnprotected` (held 0), said once
-/// more; once the guard may patch, its next `pre` suspends and both gauges go back to 0.
+/// more; `status` says it while it is the guard's last word; once the guard may patch, its next
+/// `pre` suspends and both gauges go back to 0.
 #[tokio::test]
 async fn a_guard_that_cannot_suspend_says_the_upgrade_is_unprotected_and_held() {
     let client = admin().await;
@@ -629,6 +630,14 @@ async fn a_guard_that_cannot_suspend_says_the_upgrade_is_unprotected_and_held() 
         assert!(note.contains(words), "{words}: {note}");
     }
     assert_eq!(said(UPGRADE_HELD_UNPROTECTED, "KubeVirt").len(), 1);
+    // `status` says it too, as the guard's last word.
+    let status = run_bin(&control_plane().kubeconfig(), env_for(&ns, "status")).await;
+    assert!(
+        status
+            .stdout
+            .contains(&format!("resident guard  {UPGRADE_HELD_UNPROTECTED} at ")),
+        "{status:?}"
+    );
 
     // Another pass (woken by the Upgrade's change), another failed pre: nothing said again.
     let failed_before = guard.log().matches("pre failed").count();
@@ -674,6 +683,12 @@ async fn a_guard_that_cannot_suspend_says_the_upgrade_is_unprotected_and_held() 
     assert_eq!(value(&protected, IN_PLACE), Some(1.0), "{protected}");
     assert_eq!(value(&protected, HELD), Some(0.0), "{protected}");
     check_metrics(&protected);
+    // Protected: `status` no longer says it (the guard's later decision is its last word).
+    let status = run_bin(&control_plane().kubeconfig(), env_for(&ns, "status")).await;
+    assert!(
+        status.stdout.contains("resident guard  ") && !status.stdout.contains("Unprotected at "),
+        "{status:?}"
+    );
     kubectl_ok(&["delete", "clusterrolebinding", &reader]);
     kubectl_ok(&["delete", "clusterrole", &reader]);
 }
