@@ -43,7 +43,10 @@ case "$cmd" in
     "$(helm_bin)" lint --strict "$CHART"
     ;;
   template)
-    "$(helm_bin)" template workload-update-guard "$CHART" --namespace harvester-system "$@"
+    # No cluster to ask: told that ValidatingAdmissionPolicy is served, as it is by every
+    # Kubernetes the chart's kubeVersion admits (the chart refuses a cluster without it).
+    "$(helm_bin)" template workload-update-guard "$CHART" --namespace harvester-system \
+      --api-versions admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy "$@"
     ;;
   package)
     dir="${1:?usage: hack/chart.sh package DIR [URL]}"

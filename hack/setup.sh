@@ -12,7 +12,8 @@
 #   bash hack/setup.sh go THING...         check Go for the THINGs not built yet: cp:VERSION
 #                                          (kube-apiserver, etcd, kubectl), node:VERSION (the
 #                                          node binaries), helm (hack/helm.sh), registry
-#                                          (hack/registry.sh), actionlint (hack/lint.sh)
+#                                          (hack/registry.sh), actionlint (hack/lint.sh),
+#                                          promtool (hack/promtool.sh)
 #
 # Sourced, it also defines `step DESCRIPTION CMD...`, which runs CMD between the lines
 # "==> DESCRIPTION ..." and "    done in N s" (on stderr, so that `$(step ...)` captures CMD's
@@ -120,6 +121,7 @@ go_for() {
     helm) [[ "${HELM_VERSION:-v4.3.1}" != v4.3.1 ]] || echo 1.26.0 ;;
     registry) [[ "${REGISTRY_VERSION:-v3.1.2}" != v3.1.2 ]] || echo 1.26.0 ;;
     actionlint) [[ "${ACTIONLINT_VERSION:-v1.7.12}" != v1.7.12 ]] || echo 1.25.0 ;; # its go.mod
+    promtool) [[ "${PROMETHEUS_VERSION:-v0.316.0}" != v0.316.0 ]] || echo 1.26.7 ;; # its go.mod
   esac
 }
 
@@ -136,7 +138,7 @@ setup_go_at_least() {
 }
 
 # setup_go THING...: Go for the things that are not built yet (cp:VERSION, node:VERSION, helm,
-# registry, actionlint).
+# registry, actionlint, promtool).
 setup_go() {
   local t v d b m min="" todo=() built
   for t in "$@"; do
@@ -159,7 +161,10 @@ setup_go() {
       actionlint)
         [[ -x "$(bash "$SETUP_ROOT/hack/lint.sh" actionlint-path)" ]] \
           || { built=0; todo+=("actionlint ${ACTIONLINT_VERSION:-v1.7.12}"); } ;;
-      *) setup_die "setup_go: unknown thing $t (cp:VERSION, node:VERSION, helm, registry or actionlint)" ;;
+      promtool)
+        [[ -x "$(bash "$SETUP_ROOT/hack/promtool.sh" path)" ]] \
+          || { built=0; todo+=("promtool ${PROMETHEUS_VERSION:-v0.316.0}"); } ;;
+      *) setup_die "setup_go: unknown thing $t (cp:VERSION, node:VERSION, helm, registry, actionlint or promtool)" ;;
     esac
     (( built )) && continue
     m="$(go_for "$t")"
@@ -180,6 +185,6 @@ if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
     packages) setup_packages "$@" ;;
     rust) setup_rust "$@" ;;
     go) setup_go "$@" ;;
-    *) sed -n '2,18s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2; exit 2 ;;
+    *) sed -n '2,19s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2; exit 2 ;;
   esac
 fi

@@ -95,7 +95,7 @@ trap 'rm -f "$log" "$out"' EXIT
 # Go, for whatever of these is not built yet.
 builds=()
 for v in "$primary" "${versions[@]}" "${upgrade_versions[@]}"; do builds+=("cp:$v"); done
-setup_go "${builds[@]}" "node:$primary" helm registry actionlint
+setup_go "${builds[@]}" "node:$primary" helm registry actionlint promtool
 # Every version first (each cached by version): a version that cannot be built is reported here,
 # and its suites fail later, each reported too.
 declare -A built=()
@@ -107,6 +107,8 @@ for v in "$primary" "${versions[@]}" "${upgrade_versions[@]}"; do
 done
 # Helm 4, which plays Fleet in the lifetime tests.
 check "building Helm 4" step "building Helm 4 (cached after the first build)" bash hack/helm.sh build
+# promtool, which checks the chart's alerts and the guard's metrics (tests/integration/monitoring.rs).
+check "building promtool" step "building promtool (cached after the first build)" bash hack/promtool.sh build
 # The reference registry (CNCF distribution), which the e2e tests push the image to and the
 # node pulls it from (tests/e2e_registry/registry.rs).
 check "building the registry" step "building the registry (cached after the first build)" bash hack/registry.sh build

@@ -4,19 +4,19 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::Deserialize;
-
 use crate::model::{ObjectKey, defaults};
 use crate::vocabulary::{Intent, Keys, Phase, Steps};
 
 mod args;
 mod armed;
 mod names;
+mod raw;
 pub use args::{Command, by_hand, command};
 pub use armed::probe_settings;
 pub use armed::{ALIVE_EVERY, ALIVE_WITHIN, Arm, Watch};
 use armed::{arm, optional_name, watch};
 use names::{name, namespace};
+use raw::Raw;
 
 /// The git commit the binary was built from (build.rs), or `unknown`.
 pub const COMMIT: &str = env!("WUG_GIT_COMMIT");
@@ -135,6 +135,16 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
         "watch: an absolute, writable directory for the probe files `alive` and `ready` (--probe live|ready reads them)",
     ),
     (
+        "METRICS_PORT",
+        defaults::METRICS_PORT,
+        "watch: the metrics' port (GET /metrics); 0: none",
+    ),
+    (
+        "ADMISSION_HOLD",
+        "false",
+        "watch: the chart's admission policy holds unprotected upgrades",
+    ),
+    (
         "UPGRADE_PLAN",
         "empty (none)",
         "post: the UpgradePlan that runs this post (hack/job.sh --plan sets it); post does not wait for that plan to end",
@@ -213,35 +223,6 @@ pub struct TerminationMessage {
     pub explicit: bool,
 }
 
-/// The raw variables, all optional strings: validation below gives the messages.
-#[derive(Debug, Default, Deserialize)]
-struct Raw {
-    phase: Option<String>,
-    kubevirt_namespace: Option<String>,
-    kubevirt_name: Option<String>,
-    managedchart_namespace: Option<String>,
-    managedchart_name: Option<String>,
-    step_kubevirt: Option<String>,
-    step_compare_patches: Option<String>,
-    step_chart_values: Option<String>,
-    fallback_methods: Option<String>,
-    dry_run: Option<String>,
-    deadline_seconds: Option<String>,
-    harvester_cleanup_wait_seconds: Option<String>,
-    fleet_wait_seconds: Option<String>,
-    log_format: Option<String>,
-    termination_message_path: Option<String>,
-    allow_missing: Option<String>,
-    pre_even_if_not_needed: Option<String>,
-    restore_during_upgrade: Option<String>,
-    upgrade_plan: Option<String>,
-    arm: Option<String>,
-    arm_wait_seconds: Option<String>,
-    arm_poll_seconds: Option<String>,
-    watch_resync_seconds: Option<String>,
-    watch_state_dir: Option<String>,
-}
-
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct ConfigError(pub String);
@@ -315,6 +296,7 @@ impl Config {
     ) -> Result<Self, ConfigError> {
         let raw: Raw = envy::from_iter(vars).map_err(|e| ConfigError(e.to_string()))?;
         let phase = phase(raw.phase.as_deref())?;
+        let watch = watch(phase, &raw)?;
         let kubevirt = ObjectKey {
             namespace: namespace(
                 "KUBEVIRT_NAMESPACE",
@@ -359,7 +341,6 @@ impl Config {
             boolean("RESTORE_DURING_UPGRADE", raw.restore_during_upgrade, false)?;
         let upgrade_plan = optional_name("UPGRADE_PLAN", raw.upgrade_plan)?;
         let arm = arm(phase, raw.arm, raw.arm_wait_seconds, raw.arm_poll_seconds)?;
-        let watch = watch(phase, raw.watch_resync_seconds, raw.watch_state_dir)?;
         let deadline = seconds(
             "DEADLINE_SECONDS",
             raw.deadline_seconds,
@@ -513,16 +494,33 @@ mod tests {
             w.resync * 2 + Duration::from_secs(60),
             Watch {
                 resync: Duration::from_secs(300),
-                state_dir: "/tmp".into()
+                state_dir: "/tmp".into(),
+                metrics_port: None,
+                admission_hold: false,
             }
             .ready_within()
         );
+        // The metrics on 9090 by default, 0 turns them off; no hold unless the chart says so.
+        assert_eq!((w.metrics_port, w.admission_hold), (Some(9090), false));
+        let w = cfg(&[
+            ("PHASE", "watch"),
+            ("METRICS_PORT", "0"),
+            ("ADMISSION_HOLD", "true"),
+        ])
+        .unwrap()
+        .watch
+        .unwrap();
+        assert_eq!((w.metrics_port, w.admission_hold), (None, true));
         assert_eq!(cfg(&[("PHASE", "post")]).unwrap().watch, None);
         for (var, bad) in [
             ("WATCH_RESYNC_SECONDS", "29"),
             ("WATCH_RESYNC_SECONDS", "3601"),
             ("WATCH_RESYNC_SECONDS", "5m"),
             ("WATCH_STATE_DIR", "tmp"),
+            ("METRICS_PORT", "65536"),
+            ("METRICS_PORT", "-1"),
+            ("METRICS_PORT", "http"),
+            ("ADMISSION_HOLD", "maybe"),
         ] {
             let e = cfg(&[("PHASE", "watch"), (var, bad)]).unwrap_err();
             assert!(e.0.starts_with(var) && !e.0.contains('\n'), "{e}");

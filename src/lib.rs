@@ -11,6 +11,7 @@
 //! - [`cluster`]: all I/O with the API server (read, conditional write, retry, events);
 //! - [`fleet_wait`], [`harvester_gate`], [`leftovers_check`]: the I/O around a phase's writes:
 //!   the wait for Fleet, Harvester's own upgrade, what is left on what a phase skips;
+//! - [`metrics`]: the resident guard's Prometheus metrics and their tiny HTTP server;
 //! - [`resident`]: the one waiting loop: the resident guard (`PHASE=watch`) and the armed `post`;
 //! - [`report`]: `status`'s report: its data, its judgement (the verdict) and its text;
 //! - [`runner`]: runs a phase: read, plan, write step by step, report.
@@ -21,6 +22,7 @@ pub mod error;
 pub mod fleet_wait;
 pub mod harvester_gate;
 pub mod leftovers_check;
+pub mod metrics;
 pub mod model;
 pub mod outcome;
 pub mod plan;

@@ -67,6 +67,7 @@ pub mod defaults {
     pub const ARM_POLL_SECONDS: &str = "30";
     /// The resident guard's read when no watch event comes: the safety net.
     pub const WATCH_RESYNC_SECONDS: &str = "300";
+    pub const METRICS_PORT: &str = "9090";
     pub const TERMINATION_MESSAGE_PATH: &str = "/dev/termination-log";
 }
 

@@ -12,6 +12,7 @@
 //! - [`pre_advice`]: whether `pre` is needed for the coming release, and whether it comes late;
 //! - [`upgrade_progress`]: whether an upgrade (Harvester's or the add-on's) is under way;
 //! - [`watch_decision`]: the waiting loop's decision (the resident guard and the armed `post`);
+//! - [`monitoring`]: the resident guard's metrics' values and its Warning of an unprotected upgrade;
 //! - [`retirement`]: whether the guard is still needed on this cluster (when to retire it);
 //! - [`records`]: the annotation formats and their checked readers (shared with `report`);
 //! - [`leftovers`]: what a phase leaves of ours on what it was told to skip (a step off, no name);
@@ -31,6 +32,7 @@ pub mod harvester_upgrade;
 pub mod kubevirt;
 pub mod leftovers;
 pub mod migrations;
+pub mod monitoring;
 pub mod order;
 pub mod ownership;
 pub mod pre_advice;

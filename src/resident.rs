@@ -7,6 +7,7 @@
 //! each pass gets the whole deadline ([`Cluster::restart_deadline`]). Nothing is kept between
 //! upgrades but what the objects say: a new pod goes on where the last one stopped.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -17,16 +18,20 @@ use crate::cluster::{Cluster, EventKind, Watch};
 use crate::config::{ALIVE_EVERY, Config};
 use crate::error::Error;
 use crate::harvester_gate::{self, View, anything_of_ours, note};
+use crate::metrics::{self, Metrics};
 use crate::model::Kind;
 use crate::outcome::Done;
 use crate::plan::harvester_upgrade::Handling;
-use crate::plan::harvester_upgrade::LATEST_LABEL;
+use crate::plan::harvester_upgrade::{LATEST_LABEL, Upgrade};
+use crate::plan::monitoring::UnprotectedKey;
 use crate::plan::retirement::Retirement;
 use crate::plan::upgrade_progress::record_time;
 use crate::plan::watch_decision::{Decision, Memory, decide, running};
 use crate::summary::Summary;
 use crate::vocabulary::{Objects, Phase};
 use crate::warnings::{HELD_AFTER_FAILURE, NO_LONGER_NEEDED, RESIDENT, Warning};
+
+mod reporting;
 
 /// How often a waiting loop says what it waits for, when nothing changes.
 const SAY_EVERY: Duration = Duration::from_secs(600);
@@ -46,6 +51,8 @@ pub struct Pass {
     pub decision: Decision,
     pub objects: Objects,
     pub retirement: Option<Retirement>,
+    /// Harvester's latest Upgrade, as read (for what the guard says of its protection).
+    pub upgrade: Option<Upgrade>,
 }
 
 /// The cluster's version and the releases on offer, as last read, and when.
@@ -77,6 +84,12 @@ struct Loop<'a> {
     offer: Option<Offer>,
     /// "No longer needed" has been said (once, until it is needed again).
     retirement_said: bool,
+    /// The resident guard's metrics, set after each pass and act.
+    metrics: Option<Arc<Metrics>>,
+    /// What the last `pre` for the upgrade under way ended with, in words.
+    last_pre: Option<String>,
+    /// The unprotected upgrade said last (once per upgrade and hold, until it is protected).
+    unprotected_said: Option<UnprotectedKey>,
 }
 
 impl<'a> Loop<'a> {
@@ -94,6 +107,9 @@ impl<'a> Loop<'a> {
             said: None,
             offer: None,
             retirement_said: false,
+            metrics: None,
+            last_pre: None,
+            unprotected_said: None,
         }
     }
 
@@ -132,10 +148,14 @@ impl<'a> Loop<'a> {
         if let Some(w) = &self.cfg.watch {
             touch(&w.state_dir.join("ready"));
         }
+        if let Some(m) = &self.metrics {
+            m.read_everything(jiff::Timestamp::now().as_second());
+        }
         Ok(Pass {
             decision,
             objects: now,
             retirement,
+            upgrade: view.upgrade,
         })
     }
 
@@ -296,6 +316,15 @@ impl<'a> Loop<'a> {
             e = self.cluster.deadline_passed() => Err(e),
         };
         let line = Summary::of_run(&cfg.intent, cfg.dry_run, &done, &result).to_line();
+        if let Some(m) = &self.metrics {
+            m.acted(phase, result.is_ok());
+        }
+        if phase == Phase::Pre {
+            self.last_pre = Some(match &result {
+                Ok(()) => "succeeded".to_string(),
+                Err(e) => format!("failed: {e}"),
+            });
+        }
         match &result {
             Ok(()) => info!(summary = %line, "{}: {phase} done", self.name()),
             Err(e) => {
@@ -338,6 +367,11 @@ pub async fn watch(cfg: &Config, cluster: &Cluster, mut run: impl RunPhase) -> R
         "resident guard: watching Harvester's Upgrades and the add-on's UpgradePlans"
     );
     let mut lp = Loop::new(cfg, cluster, true);
+    let exposed = Arc::new(Metrics::new(env!("CARGO_PKG_VERSION")));
+    if let Some(port) = settings.metrics_port {
+        metrics::start(port, exposed.clone()).await;
+    }
+    lp.metrics = Some(exposed);
     // The act just made: the same decision right after it (a `post` that left something of ours,
     // a step switched off) waits for the next read, so that nothing runs in a tight loop.
     let mut just_did: Option<Decision> = None;
@@ -353,15 +387,20 @@ pub async fn watch(cfg: &Config, cluster: &Cluster, mut run: impl RunPhase) -> R
             lp.say_retirement(p.retirement.as_ref(), p.objects.kubevirt.as_ref())
                 .await;
         }
-        match pass.map(|p| (p.decision, p.objects)) {
-            Ok((decision, _)) if just_did.take().as_ref() == Some(&decision) => info!(
-                "resident guard: {} again, right after it ran: tried again at the next event or in {} s",
-                decision.kind(),
-                settings.resync.as_secs()
-            ),
-            Ok((decision, now)) => {
-                lp.say(&decision, now.kubevirt.as_ref(), &held_before).await;
-                let acted = match &decision {
+        match pass {
+            Ok(p) if just_did.take().as_ref() == Some(&p.decision) => {
+                info!(
+                    "resident guard: {} again, right after it ran: tried again at the next event or in {} s",
+                    p.decision.kind(),
+                    settings.resync.as_secs()
+                );
+                lp.report(&p).await;
+            }
+            Ok(p) => {
+                lp.say(&p.decision, p.objects.kubevirt.as_ref(), &held_before)
+                    .await;
+                let decision = &p.decision;
+                let acted = match decision {
                     Decision::Suspend { upgrade, describe } => lp
                         .act(Phase::Pre, &format!("{describe} is under way"), &mut run)
                         .await
@@ -373,9 +412,11 @@ pub async fn watch(cfg: &Config, cluster: &Cluster, mut run: impl RunPhase) -> R
                 };
                 // After an act, read again at once: the objects and the decision have moved.
                 if acted.is_some() {
-                    just_did = Some(decision);
+                    just_did = Some(p.decision);
                     continue;
                 }
+                // No act, or a failed one: what this pass read is what holds now.
+                lp.report(&p).await;
             }
             Err(e) => error!(
                 "resident guard: read failed ({e}); reading again at the next event or in {} s",

@@ -417,20 +417,40 @@ async fn armed_section(cfg: &Config, cluster: &Cluster, done: &mut Vec<Done>) ->
 }
 
 /// `status`: the resident guard's last decision, from its newest `ResidentGuardDecided` Event on
-/// the KubeVirt CR's namespace (the guard keeps nothing else): what, when, which pod.
+/// the KubeVirt CR's namespace (the guard keeps nothing else): what, when, which pod. And its
+/// Warning of an upgrade under way unprotected, while that is its last word: newer than its last
+/// decision (a suspension that succeeds, or the upgrade's end, is a new decision).
 async fn resident_section(cfg: &Config, cluster: &Cluster, done: &mut Vec<Done>) -> String {
     let ns = &cfg.intent.keys.kubevirt.namespace;
     let Some((time, pod, note)) = cluster.latest_event(ns, warnings::RESIDENT).await else {
         return String::new();
     };
-    let line = format!("resident guard  {pod} last decided at {time}: {note}");
+    let mut lines = vec![format!(
+        "resident guard  {pod} last decided at {time}: {note}"
+    )];
+    let at = |t: &str| t.parse::<jiff::Timestamp>().ok();
+    let mut unprotected: Option<(String, &str, String)> = None;
+    for reason in [
+        warnings::UPGRADE_HELD_UNPROTECTED,
+        warnings::UPGRADE_UNPROTECTED,
+    ] {
+        if let Some((t, _, note)) = cluster.latest_event(ns, reason).await
+            && at(&t) > at(&time)
+            && unprotected.as_ref().is_none_or(|(u, _, _)| at(&t) > at(u))
+        {
+            unprotected = Some((t, reason, note));
+        }
+    }
+    if let Some((t, reason, note)) = unprotected {
+        lines.push(format!("resident guard  {reason} at {t}: {note}"));
+    }
     done.push(Done {
         target: Target::new(Kind::KubeVirt, &cfg.intent.keys.kubevirt),
         outcome: Outcome::Unchanged,
-        actions: vec![line.clone()],
+        actions: lines.clone(),
         warnings: vec![],
     });
-    format!("{line}\n")
+    lines.iter().map(|l| format!("{l}\n")).collect()
 }
 
 /// Test builds only: `FAILPOINTS=after-write-managedchart=return` kills the process with SIGKILL

@@ -48,6 +48,12 @@ pub const SUSPENDED_BY_ANOTHER: &str = "WorkloadUpdatesSuspendedByAnother";
 /// The waiting `post` (armed, or the resident guard) holds the suspension after a failed
 /// upgrade to a release without handling of its own, until the retry.
 pub const HELD_AFTER_FAILURE: &str = "SuspensionHeldAfterFailedUpgrade";
+/// The resident guard: an upgrade that needs it is under way with automated updates still on,
+/// held by the chart's admission policy before `NodesPrepared`.
+pub const UPGRADE_HELD_UNPROTECTED: &str = "UpgradeHeldUnprotected";
+/// The same, and nothing holds it: the policy is off, the Upgrade is past `NodesPrepared`, or it
+/// carries the escape annotation.
+pub const UPGRADE_UNPROTECTED: &str = "UpgradeUnprotected";
 /// An Event could not be made (once per run, in the termination message only).
 pub const EVENTS_NOT_RECORDED: &str = "EventsNotRecorded";
 
@@ -69,6 +75,8 @@ pub const ALL: &[&str] = &[
     PRE_LATE,
     SUSPENDED_BY_ANOTHER,
     HELD_AFTER_FAILURE,
+    UPGRADE_HELD_UNPROTECTED,
+    UPGRADE_UNPROTECTED,
     EVENTS_NOT_RECORDED,
 ];
 

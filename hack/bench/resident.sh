@@ -4,7 +4,10 @@
 # minute (the audit log, after a 30 s warm-up that holds its start: the first reads and the
 # watches' first lists) and its RSS (steady: VmRSS at the end; peak: VmHWM); then its reaction
 # to a modelled v1.7.1 Upgrade: from the Upgrade's creation to the CR's [] (the suspension), and
-# from the label Succeeded to the original back (the restore), polled every 50 ms.
+# from the label Succeeded to the original back (the restore), polled every 50 ms. Through the
+# quiet period its metrics are scraped every 30 s, as Prometheus would (GET /metrics on a free
+# loopback port): a scrape reads what the loop decided and adds no request to the API server,
+# so the requests a minute are measured with the scrapes in.
 #   BENCH_RESIDENT_SECONDS   the quiet period (default 300: one resync and one watch renewal)
 
 resident_methods() {
@@ -22,19 +25,33 @@ resident_until() {
   echo $(( ($(date +%s%N) - start) / 1000000 ))
 }
 
+# resident_scrape PORT: one GET /metrics, its body on stdout (python3: no curl needed).
+resident_scrape() {
+  python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())' \
+    "http://127.0.0.1:$1/metrics"
+}
+
 resident_run() {
-  local quiet="${BENCH_RESIDENT_SECONDS:-300}" pid before after original
+  local quiet="${BENCH_RESIDENT_SECONDS:-300}" pid before after original port scraper scrapes
   # Nothing of ours on the objects: the state between upgrades.
   run guard post resident
   original="$(resident_methods)"
   mkdir -p "$work/resident"
+  port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
   PHASE=watch WATCH_STATE_DIR="$work/resident" TERMINATION_MESSAGE_PATH="" RUST_LOG=info \
-    "$BIN" >/dev/null 2>"$work/resident.log" &
+    METRICS_PORT="$port" "$BIN" >/dev/null 2>"$work/resident.log" &
   pid=$!
   sleep 30
   before=$(audit_lines)
+  : > "$work/resident-scrapes.txt"
+  ( while sleep 30; do resident_scrape "$port" >> "$work/resident-scrapes.txt" || true; done ) &
+  scraper=$!
   sleep "$quiet"
   after=$(audit_lines)
+  kill "$scraper"
+  wait "$scraper" 2>/dev/null || true
+  # A whole scrape ends with OpenMetrics's `# EOF`.
+  scrapes=$(grep -c '^# EOF' "$work/resident-scrapes.txt" || true)
   sed -n "$((before + 1)),${after}p" "$dir/audit.log" > "$work/audit-resident.log"
   local rss hwm
   rss=$(awk '/^VmRSS/ {print $2}' "/proc/$pid/status")
@@ -59,5 +76,5 @@ YAML
   kill -TERM "$pid"
   wait "$pid" || true
   "$KUBECTL" -n harvester-system delete upgrades.harvesterhci.io hvst-upgrade-bench >/dev/null
-  echo "$quiet $rss $hwm $suspend_ms $restore_ms" > "$work/resident.txt"
+  echo "$quiet $rss $hwm $suspend_ms $restore_ms $scrapes" > "$work/resident.txt"
 }

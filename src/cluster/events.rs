@@ -29,10 +29,24 @@ impl Cluster {
     /// An Event (events.k8s.io/v1) about the KubeVirt CR, so `kubectl describe kubevirt` tells
     /// the story. Best effort: a failure is logged, never fatal.
     pub async fn event(&self, kubevirt: &Value, kind: EventKind, reason: &str, note: &str) {
+        self.event_about(Kind::KubeVirt, kubevirt, kind, reason, note)
+            .await;
+    }
+
+    /// An Event about `object` (of `about`, in its namespace): the KubeVirt CR's, or an
+    /// Upgrade's (`kubectl describe upgrade` then says why it waits). Best effort, as [`Self::event`].
+    pub async fn event_about(
+        &self,
+        about: Kind,
+        object: &Value,
+        kind: EventKind,
+        reason: &str,
+        note: &str,
+    ) {
         if self.dry_run {
             return;
         }
-        let meta = &kubevirt["metadata"];
+        let meta = &object["metadata"];
         let text = |k: &str| meta[k].as_str().map(str::to_string);
         let namespace = text("namespace").unwrap_or_default();
         let now = jiff::Timestamp::now();
@@ -62,8 +76,8 @@ impl Cluster {
                 std::env::var("HOSTNAME").unwrap_or_else(|_| FIELD_MANAGER.into()),
             ),
             regarding: Some(k8s_openapi::api::core::v1::ObjectReference {
-                api_version: Some(Kind::KubeVirt.api_version().into()),
-                kind: Some(Kind::KubeVirt.name().into()),
+                api_version: Some(about.api_version().into()),
+                kind: Some(about.name().into()),
                 name: text("name"),
                 namespace: text("namespace"),
                 uid: text("uid"),
@@ -80,7 +94,7 @@ impl Cluster {
         // One attempt: an Event is not worth delaying the upgrade for.
         if let Err(e) = api.create(&params, &event).await {
             let e = with_causes(&e);
-            warn!(error = %e, reason, "could not record the Event on the KubeVirt CR");
+            warn!(error = %e, reason, "could not record the Event on the {}", about.name());
             let mut failures = self.event_failures.lock().expect("not poisoned");
             failures.push(format!("{reason}: {e}"));
         }

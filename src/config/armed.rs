@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{ConfigError, boolean, invalid, name};
+use super::{ConfigError, Raw, boolean, invalid, name};
 use crate::model::defaults;
 use crate::vocabulary::Phase;
 
@@ -64,11 +64,15 @@ pub(super) fn optional_name(
 }
 
 /// The resident guard's settings (`PHASE=watch`): how often it reads when no watch event comes
-/// (`WATCH_RESYNC_SECONDS`), and where its probe files are (`WATCH_STATE_DIR`).
+/// (`WATCH_RESYNC_SECONDS`), where its probe files are (`WATCH_STATE_DIR`), the port of its
+/// metrics (`METRICS_PORT`; `None`: not served) and whether the chart's admission policy holds
+/// an unprotected upgrade (`ADMISSION_HOLD`: what its metrics and Warnings say).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Watch {
     pub resync: Duration,
     pub state_dir: std::path::PathBuf,
+    pub metrics_port: Option<u16>,
+    pub admission_hold: bool,
 }
 
 impl Watch {
@@ -82,16 +86,33 @@ impl Watch {
 pub const ALIVE_EVERY: Duration = Duration::from_secs(30);
 pub const ALIVE_WITHIN: Duration = Duration::from_secs(90);
 
-/// `WATCH_*`, for `PHASE=watch` only (and read by `--probe`, whatever the phase).
-pub(super) fn watch(
-    phase: Phase,
-    resync: Option<String>,
-    dir: Option<String>,
-) -> Result<Option<Watch>, ConfigError> {
+/// `WATCH_*`, `METRICS_PORT` and `ADMISSION_HOLD`, for `PHASE=watch` only (`WATCH_*` are also
+/// read by `--probe`, whatever the phase).
+pub(super) fn watch(phase: Phase, raw: &Raw) -> Result<Option<Watch>, ConfigError> {
     if phase != Phase::Watch {
         return Ok(None);
     }
-    watch_settings(resync, dir).map(Some)
+    let mut settings = watch_settings(
+        raw.watch_resync_seconds.clone(),
+        raw.watch_state_dir.clone(),
+    )?;
+    let port = raw
+        .metrics_port
+        .clone()
+        .unwrap_or_else(|| defaults::METRICS_PORT.to_string());
+    settings.metrics_port = match port.parse::<u16>() {
+        Ok(0) => None,
+        Ok(n) => Some(n),
+        Err(_) => {
+            return Err(invalid(
+                "METRICS_PORT",
+                &port,
+                "a TCP port from 1 to 65535, or 0 (no metrics)",
+            ));
+        }
+    };
+    settings.admission_hold = boolean("ADMISSION_HOLD", raw.admission_hold.clone(), false)?;
+    Ok(Some(settings))
 }
 
 /// The two settings, checked.
@@ -117,6 +138,8 @@ pub(super) fn watch_settings(
     Ok(Watch {
         resync,
         state_dir: dir.into(),
+        metrics_port: None,
+        admission_hold: false,
     })
 }
 

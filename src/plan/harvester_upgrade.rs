@@ -21,6 +21,8 @@ pub const LATEST_LABEL: &str = "harvesterhci.io/latestUpgrade";
 /// The end of the Upgrade's cleanup (`upgrade_controller.go` `cleanup()`).
 pub const CLEANUP_LABEL: &str = "harvesterhci.io/upgradeCleanup";
 pub const CLEANUP_DONE: &str = "Succeeded";
+/// The operator's escape on an Upgrade: the chart's admission policy lets it go on unprotected.
+pub const ALLOW_UNPROTECTED: &str = "workload-update-guard.harvesterhci.io/allow-unprotected";
 /// The label of the Upgrade's state (`Succeeded`, `Failed`, or the step under way).
 pub const STATE_LABEL: &str = "harvesterhci.io/upgradeState";
 
@@ -158,6 +160,17 @@ pub struct Upgrade {
     /// then: the one to await, for a process that never saw it run.
     #[serde(skip)]
     pub ended: Option<String>,
+    /// `metadata.uid`: the Warning Events of an unprotected upgrade name the object.
+    #[serde(skip)]
+    pub uid: String,
+    /// Its `NodesPrepared` condition is `True`: the admission policy has nothing left to hold
+    /// (the next step upgrades KubeVirt).
+    #[serde(skip)]
+    pub nodes_prepared: bool,
+    /// It carries the escape annotation ([`ALLOW_UNPROTECTED`]): the admission policy lets it
+    /// go on unprotected.
+    #[serde(skip)]
+    pub allow_unprotected: bool,
 }
 
 /// When a condition of Harvester's last changed: `lastUpdateTime`, the only time wrangler's
@@ -208,10 +221,12 @@ impl Upgrade {
                 )));
             }
         };
-        let completed_condition = obj
-            .pointer("/status/conditions")
-            .and_then(Value::as_array)
-            .and_then(|c| c.iter().find(|c| c["type"] == "Completed"));
+        let condition = |kind: &str| {
+            obj.pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .and_then(|c| c.iter().find(|c| c["type"] == kind))
+        };
+        let completed_condition = condition("Completed");
         let completed = completed_condition.and_then(|c| c["status"].as_str());
         let ended = ended_at(
             completed_condition
@@ -235,6 +250,13 @@ impl Upgrade {
             deleting: obj.pointer("/metadata/deletionTimestamp").is_some(),
             created: text("/metadata/creationTimestamp").to_string(),
             ended,
+            uid: text("/metadata/uid").to_string(),
+            nodes_prepared: condition("NodesPrepared").is_some_and(|c| c["status"] == "True"),
+            allow_unprotected: obj
+                .pointer("/metadata/annotations")
+                .and_then(|a| a.get(ALLOW_UNPROTECTED))
+                .and_then(Value::as_str)
+                == Some("true"),
         })
     }
 

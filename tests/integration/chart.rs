@@ -19,14 +19,19 @@ const NS: &str = "harvester-system";
 const NAME: &str = "workload-update-guard-watch";
 const PROBE: &str = "/usr/local/bin/workload-update-guard";
 
-static APPLY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+/// `helm template` has no cluster to ask: the chart's refusal of a cluster without
+/// ValidatingAdmissionPolicy (every Kubernetes its kubeVersion admits serves it) is told it is.
+pub(crate) const SERVED_VAP: &str = "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy";
 
-fn helm_template(args: &[&str]) -> std::process::Output {
+pub(crate) static APPLY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+pub(crate) fn helm_template(args: &[&str]) -> std::process::Output {
     let dir = tempfile_dir();
     let out = Command::new(helm_bin())
         .args(["template", "workload-update-guard"])
         .arg(repo_root().join("manifests/chart"))
         .args(["--namespace", NS])
+        .args(["--api-versions", SERVED_VAP])
         .args(args)
         .env("HELM_CONFIG_HOME", dir.join("config"))
         .env("HELM_CACHE_HOME", dir.join("cache"))
@@ -38,7 +43,7 @@ fn helm_template(args: &[&str]) -> std::process::Output {
 }
 
 /// `helm template` of the chart with `args` (`--set ...`), hooks included: its YAML.
-fn template_yaml(args: &[&str]) -> String {
+pub(crate) fn template_yaml(args: &[&str]) -> String {
     let out = helm_template(args);
     assert!(
         out.status.success(),
@@ -49,7 +54,7 @@ fn template_yaml(args: &[&str]) -> String {
 }
 
 /// The objects rendered, as JSON (kubectl converts).
-fn render(args: &[&str]) -> Vec<Value> {
+pub(crate) fn render(args: &[&str]) -> Vec<Value> {
     let yaml = template_yaml(args);
     let mut convert = control_plane().kubectl();
     convert.args(["create", "--dry-run=client", "-o", "json", "-f", "-"]);
@@ -61,20 +66,20 @@ fn render(args: &[&str]) -> Vec<Value> {
 }
 
 /// Helm's refusal of `args`: its message.
-fn render_refused(args: &[&str]) -> String {
+pub(crate) fn render_refused(args: &[&str]) -> String {
     let out = helm_template(args);
     assert!(!out.status.success(), "helm template {args:?} renders");
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-fn kind<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
+pub(crate) fn kind<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
     objects
         .iter()
         .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
         .unwrap_or_else(|| panic!("no {kind} {name} in {objects:#?}"))
 }
 
-fn deployment(objects: &[Value]) -> &Value {
+pub(crate) fn deployment(objects: &[Value]) -> &Value {
     kind(objects, "Deployment", NAME)
 }
 
@@ -96,7 +101,7 @@ fn the_job() -> Value {
         .unwrap()
 }
 
-fn ensure_namespaces() {
+pub(crate) fn ensure_namespaces() {
     for ns in [NS, "fleet-local"] {
         let yaml = kubectl_ok(&["create", "namespace", ns, "--dry-run=client", "-o", "yaml"]);
         let mut apply = control_plane().kubectl();
@@ -151,6 +156,7 @@ async fn the_chart_passes_server_side_dry_run() {
             "networkpolicy",
             "role",
             "rolebinding",
+            "service",
             "serviceaccount",
             "validatingadmissionpolicy",
             "validatingadmissionpolicybinding"
@@ -215,8 +221,8 @@ fn the_deployment_is_the_jobs_hardened_pod_with_meaningful_probes() {
     assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
     assert_eq!(pod["serviceAccountName"], NAME);
     assert!(pod.get("nodeSelector").is_none());
-    // No port: nothing listens.
-    assert!(c.get("ports").is_none());
+    // One port: the metrics (tests/integration/monitoring.rs has the rest).
+    assert_eq!(c["ports"][0]["name"], "metrics");
 
     let env = container_env(d);
     assert_eq!(env["PHASE"], "watch");
@@ -226,8 +232,10 @@ fn the_deployment_is_the_jobs_hardened_pod_with_meaningful_probes() {
     assert_eq!(env["MANAGEDCHART_NAMESPACE"], "fleet-local");
     assert_eq!(env["MANAGEDCHART_NAME"], "harvester");
     assert_eq!(env["LOG_FORMAT"], "json");
+    assert_eq!(env["METRICS_PORT"], "9090");
+    assert_eq!(env["ADMISSION_HOLD"], "true");
     // The binary's defaults are not repeated.
-    assert_eq!(env.len(), 7, "{env:?}");
+    assert_eq!(env.len(), 9, "{env:?}");
 
     for (probe, which) in [
         ("startupProbe", "live"),
@@ -268,7 +276,8 @@ fn the_deployment_is_the_jobs_hardened_pod_with_meaningful_probes() {
         }
     }
     assert_eq!(policy["spec"]["policyTypes"], json!(["Ingress", "Egress"]));
-    assert!(policy["spec"].get("ingress").is_none());
+    // Ingress: the metrics port only, from the monitoring namespace.
+    assert_eq!(policy["spec"]["ingress"].as_array().unwrap().len(), 1);
 }
 
 /// The RBAC: exactly the rules of the contract (the Jobs' writer's, plus the watch), named where

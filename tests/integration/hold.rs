@@ -30,6 +30,7 @@ fn render_policy(release: &str, ns: &str, extra: &[&str]) -> Vec<Value> {
         .args(["template", release])
         .arg(repo_root().join("manifests/chart"))
         .args(["--namespace", "harvester-system"])
+        .args(["--api-versions", crate::chart::SERVED_VAP])
         .args(["--set", &format!("guard.kubevirtNamespace={ns}")])
         .args(extra)
         .env("HELM_CONFIG_HOME", dir.join("config"))

@@ -11,6 +11,7 @@ mod hold;
 mod lifetime;
 mod manifests;
 mod migrations;
+mod monitoring;
 mod operator;
 mod pre_advice;
 mod process;

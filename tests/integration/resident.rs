@@ -33,14 +33,28 @@ impl Guard {
         guard
     }
 
-    /// Started; its first decision may be an act.
+    /// Started; its first decision may be an act. No metrics: several guards run at once.
     pub fn spawn(kubeconfig: &std::path::Path, ns: &str, n: usize) -> Guard {
+        Guard::spawn_with(kubeconfig, ns, n, &[])
+    }
+
+    /// [`Guard::spawn`] with more variables (`METRICS_PORT`, `ADMISSION_HOLD`).
+    pub fn spawn_with(
+        kubeconfig: &std::path::Path,
+        ns: &str,
+        n: usize,
+        extra: &[(&str, &str)],
+    ) -> Guard {
         let dir = tempfile_dir();
         let log = std::fs::File::create(dir.join(format!("guard-{n}.log"))).unwrap();
         let mut env = env_for(ns, "watch");
         env.insert("WATCH_STATE_DIR".into(), dir.display().to_string());
         env.insert("WATCH_RESYNC_SECONDS".into(), "30".into());
         env.insert("TERMINATION_MESSAGE_PATH".into(), String::new());
+        env.insert("METRICS_PORT".into(), "0".into());
+        for (k, v) in extra {
+            env.insert((*k).into(), (*v).into());
+        }
         let child = Command::new(BIN)
             .env_clear()
             .env("KUBECONFIG", kubeconfig)

@@ -972,6 +972,9 @@ fn resident(ns: &str, extra: &[(&str, &str)]) -> (Resident, std::path::PathBuf) 
     env.insert("WATCH_STATE_DIR".into(), dir.display().to_string());
     env.entry("WATCH_RESYNC_SECONDS".into())
         .or_insert_with(|| "30".into());
+    // No metrics: these tests may run several guards at once.
+    env.entry("METRICS_PORT".into())
+        .or_insert_with(|| "0".into());
     let child = Command::new(BIN)
         .env_clear()
         .env("KUBECONFIG", control_plane().kubeconfig())

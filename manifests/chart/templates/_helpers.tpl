@@ -166,3 +166,10 @@ float64 to the template, which toString writes 1e+06). */}}
 {{- toString . -}}
 {{- end -}}
 {{- end -}}
+
+
+{{/* The metrics Service's name, `<release>-watch-metrics`: also the `job` label Prometheus gives
+its target (a ServiceMonitor's default), which the guard-down alert reads. */}}
+{{- define "wug.metricsName" -}}
+{{- printf "%s-metrics" (include "wug.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}

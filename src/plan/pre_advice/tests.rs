@@ -13,6 +13,9 @@ fn upgrade(version: &str, state: &str) -> Upgrade {
         deleting: false,
         created: String::new(),
         ended: None,
+        uid: String::new(),
+        nodes_prepared: false,
+        allow_unprotected: false,
     }
 }
 

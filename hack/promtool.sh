@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Prometheus's promtool (check rules, test rules, check metrics) and the prometheus-operator's
+# monitoring CRDs (ServiceMonitor, PrometheusRule), both from the Go module proxy, for the
+# monitoring tests (tests/integration/monitoring.rs) and CI.
+#
+#   hack/promtool.sh build    build (or reuse) the pinned promtool
+#   hack/promtool.sh path     print the cached binary's path
+#   hack/promtool.sh crds     print a directory holding the monitoring CRDs (downloaded once)
+#
+# Environment:
+#   PROMETHEUS_VERSION           github.com/prometheus/prometheus module version (default v0.316.0)
+#   PROMETHEUS_OPERATOR_VERSION  github.com/prometheus-operator/prometheus-operator (default v0.85.0)
+#   CP_CACHE_DIR                 cache root, shared with hack/control-plane.sh and hack/helm.sh
+set -euo pipefail
+
+PROMETHEUS_VERSION="${PROMETHEUS_VERSION:-v0.316.0}"
+PROMETHEUS_OPERATOR_VERSION="${PROMETHEUS_OPERATOR_VERSION:-v0.85.0}"
+CACHE_ROOT="${CP_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/workload-update-guard/control-plane}"
+BIN="$CACHE_ROOT/promtool-$PROMETHEUS_VERSION/bin/promtool"
+
+die() { echo "promtool: ERROR: $*" >&2; exit 1; }
+
+need_go() {
+  command -v go >/dev/null || export PATH="/usr/local/go/bin:$PATH"
+  command -v go >/dev/null || die "go is required to $1"
+}
+
+build() {
+  if [[ -x "$BIN" ]] && "$BIN" --version >/dev/null 2>&1; then
+    echo "promtool: reusing $BIN" >&2
+    return 0
+  fi
+  need_go "build promtool"
+  local start=$SECONDS
+  mkdir -p "$(dirname "$BIN")"
+  # The version is in the cache path; -X only makes `promtool --version` say it too.
+  GOBIN="$(dirname "$BIN")" GOTOOLCHAIN=local CGO_ENABLED=0 go install -trimpath \
+    -ldflags "-s -w -X github.com/prometheus/common/version.Version=${PROMETHEUS_VERSION#v}" \
+    "github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_VERSION" \
+    || die "building promtool $PROMETHEUS_VERSION failed"
+  "$BIN" --version >/dev/null 2>&1 || die "$BIN does not run"
+  echo "promtool: built $PROMETHEUS_VERSION in $((SECONDS - start))s" >&2
+}
+
+# The CRDs as the operator's release ships them (example/prometheus-operator-crd/), from the
+# module cache: `go mod download` prints where it unpacked the module.
+crds() {
+  need_go "download the monitoring CRDs"
+  local dir
+  dir="$(cd "${TMPDIR:-/tmp}" && GOTOOLCHAIN=local GOFLAGS=-mod=mod go mod download -json \
+    "github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION" \
+    | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')" \
+    || die "downloading prometheus-operator $PROMETHEUS_OPERATOR_VERSION failed"
+  [[ -n "$dir" && -d "$dir/example/prometheus-operator-crd" ]] \
+    || die "prometheus-operator $PROMETHEUS_OPERATOR_VERSION: no example/prometheus-operator-crd in '$dir'"
+  echo "$dir/example/prometheus-operator-crd"
+}
+
+case "${1:-}" in
+  build) build ;;
+  path) echo "$BIN" ;;
+  crds) crds ;;
+  *) echo "usage: hack/promtool.sh build|path|crds" >&2; exit 2 ;;
+esac

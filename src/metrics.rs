@@ -1,0 +1,324 @@
+//! The resident guard's Prometheus metrics: OpenMetrics text on `GET /metrics` at
+//! `METRICS_PORT` (docs/monitoring.md). The values are what the one waiting loop last read and
+//! decided ([`crate::plan::monitoring::gauges`]), set by the loop after each pass and act: a
+//! scrape never sends a request to the API server, so scraping adds nothing to the guard's load
+//! on it.
+
+use std::convert::Infallible;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::{Method, Request, Response, StatusCode, header};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+use tracing::{debug, error, info, warn};
+
+use crate::plan::monitoring::Gauges;
+use crate::vocabulary::Phase;
+
+/// Every metric's name begins with this.
+pub const PREFIX: &str = "workload_update_guard";
+
+/// OpenMetrics text, as Prometheus asks for it.
+const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// How long a connection may take to send its request's headers: a client that never does
+/// holds nothing for long.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ActLabels {
+    phase: &'static str,
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: &'static str,
+}
+
+/// The registry and the handles the loop sets.
+pub struct Metrics {
+    registry: Registry,
+    suspension_in_place: Gauge,
+    upgrade_unprotected: Gauge,
+    upgrade_held: Gauge,
+    hold_after_failed_upgrade: Gauge,
+    no_longer_needed: Gauge,
+    last_successful_read: Gauge,
+    acts: Family<ActLabels, Counter>,
+}
+
+impl Metrics {
+    /// Every metric registered, the gauges at 0, each `acts_total` series at 0 (a series that
+    /// appears only at its first act makes `increase()` miss that act).
+    pub fn new(version: &'static str) -> Metrics {
+        let mut registry = Registry::with_prefix(PREFIX);
+        let mut gauge = |name: &str, help: &str| {
+            let g = Gauge::default();
+            registry.register(name, help, g.clone());
+            g
+        };
+        let suspension_in_place = gauge(
+            "suspension_in_place",
+            "1 while a suspension of the guard's (its [] on the KubeVirt CR) is in place",
+        );
+        let upgrade_unprotected = gauge(
+            "upgrade_unprotected",
+            "1 while an upgrade that needs the guard (to v1.6.x-v1.7.1) is under way and automated workload updates are still on",
+        );
+        let upgrade_held = gauge(
+            "upgrade_held",
+            "1 while such an upgrade is held by the chart's admission policy (before NodesPrepared)",
+        );
+        let hold_after_failed_upgrade = gauge(
+            "hold_after_failed_upgrade",
+            "1 while the suspension is held after a failed upgrade, until its retry",
+        );
+        let no_longer_needed = gauge(
+            "no_longer_needed",
+            "1 when no release the cluster can upgrade to next needs the guard: it can be uninstalled",
+        );
+        let last_successful_read = gauge(
+            "last_successful_read_timestamp_seconds",
+            "Unix time of the last pass that read every object the guard watches",
+        );
+        let acts = Family::<ActLabels, Counter>::default();
+        registry.register(
+            "acts",
+            "Runs of pre and post by the resident guard, by result",
+            acts.clone(),
+        );
+        for phase in ["pre", "post"] {
+            for result in ["ok", "error"] {
+                let _ = acts.get_or_create(&ActLabels { phase, result });
+            }
+        }
+        let build = Family::<BuildLabels, Gauge>::default();
+        registry.register("build_info", "The guard's version; always 1", build.clone());
+        build.get_or_create(&BuildLabels { version }).set(1);
+        Metrics {
+            registry,
+            suspension_in_place,
+            upgrade_unprotected,
+            upgrade_held,
+            hold_after_failed_upgrade,
+            no_longer_needed,
+            last_successful_read,
+            acts,
+        }
+    }
+
+    /// The gauges as the loop's last pass (or act) left them.
+    pub fn show(&self, g: &Gauges) {
+        let set = |gauge: &Gauge, on: bool| gauge.set(i64::from(on));
+        set(&self.suspension_in_place, g.suspension_in_place);
+        set(&self.upgrade_unprotected, g.upgrade_unprotected);
+        set(&self.upgrade_held, g.upgrade_held);
+        set(&self.hold_after_failed_upgrade, g.hold_after_failed_upgrade);
+        set(&self.no_longer_needed, g.no_longer_needed);
+    }
+
+    /// A pass read everything, at `unix_seconds`.
+    pub fn read_everything(&self, unix_seconds: i64) {
+        self.last_successful_read.set(unix_seconds);
+    }
+
+    /// A run of `pre` or `post` ended, well or not.
+    pub fn acted(&self, phase: Phase, ok: bool) {
+        let phase = match phase {
+            Phase::Pre => "pre",
+            Phase::Post => "post",
+            // The loop runs only these two.
+            _ => return,
+        };
+        let result = if ok { "ok" } else { "error" };
+        self.acts.get_or_create(&ActLabels { phase, result }).inc();
+    }
+
+    /// The OpenMetrics text of every metric.
+    pub fn text(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String does not fail");
+        out
+    }
+}
+
+/// The listener on `port`, every address: IPv6 (which takes IPv4 too where the node allows it),
+/// else IPv4 alone (a pod without IPv6).
+pub async fn bind(port: u16) -> std::io::Result<TcpListener> {
+    match TcpListener::bind(SocketAddr::from((Ipv6Addr::UNSPECIFIED, port))).await {
+        Ok(l) => Ok(l),
+        Err(_) => TcpListener::bind(SocketAddr::from((Ipv4Addr::UNSPECIFIED, port))).await,
+    }
+}
+
+/// Serves the metrics on `port` from now on (a task of its own). A port that cannot be bound is
+/// an ERROR line, and the guard goes on guarding without metrics: its alerts then say the
+/// target is down.
+pub async fn start(port: u16, metrics: Arc<Metrics>) {
+    match bind(port).await {
+        Ok(listener) => {
+            info!(port, "resident guard: serving its metrics on /metrics");
+            tokio::spawn(serve(listener, metrics));
+        }
+        Err(e) => {
+            error!(port, error = %e, "resident guard: cannot serve its metrics (METRICS_PORT)")
+        }
+    }
+}
+
+/// Serves `/metrics` on `listener` until the process ends: each connection on a task of its
+/// own, HTTP/1.1. A failed accept or connection is logged at debug level and the next served.
+pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>) {
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // Out of descriptors, typically: a pause instead of a tight loop.
+                warn!(error = %e, "metrics: accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let metrics = metrics.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+                let response = respond(&metrics, req.method(), req.uri().path());
+                async move { Ok::<_, Infallible>(response) }
+            });
+            let served = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT)
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+            if let Err(e) = served {
+                debug!(error = %e, "metrics: connection ended with an error");
+            }
+        });
+    }
+}
+
+/// `GET` (or `HEAD`) `/metrics`: the text; another method there: 405; any other path: 404.
+fn respond(metrics: &Metrics, method: &Method, path: &str) -> Response<Full<Bytes>> {
+    let (status, content_type, body) = match (path, method) {
+        ("/metrics", &Method::GET | &Method::HEAD) => {
+            (StatusCode::OK, CONTENT_TYPE, metrics.text())
+        }
+        ("/metrics", _) => (
+            StatusCode::METHOD_NOT_ALLOWED,
+            "text/plain; charset=utf-8",
+            "GET /metrics\n".to_string(),
+        ),
+        _ => (
+            StatusCode::NOT_FOUND,
+            "text/plain; charset=utf-8",
+            "only /metrics is served here\n".to_string(),
+        ),
+    };
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static(content_type),
+    );
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn value(text: &str, series: &str) -> Option<String> {
+        text.lines().find_map(|l| {
+            l.strip_prefix(series)?
+                .strip_prefix(' ')
+                .map(str::to_string)
+        })
+    }
+
+    #[test]
+    fn every_metric_has_its_documented_name_and_starts_at_zero() {
+        let m = Metrics::new("0.2.0");
+        let text = m.text();
+        for gauge in [
+            "suspension_in_place",
+            "upgrade_unprotected",
+            "upgrade_held",
+            "hold_after_failed_upgrade",
+            "no_longer_needed",
+            "last_successful_read_timestamp_seconds",
+        ] {
+            let name = format!("{PREFIX}_{gauge}");
+            assert!(text.contains(&format!("# TYPE {name} gauge")), "{text}");
+            assert_eq!(value(&text, &name).as_deref(), Some("0"), "{text}");
+        }
+        for phase in ["pre", "post"] {
+            for result in ["ok", "error"] {
+                let series =
+                    format!("{PREFIX}_acts_total{{phase=\"{phase}\",result=\"{result}\"}}");
+                assert_eq!(value(&text, &series).as_deref(), Some("0"), "{text}");
+            }
+        }
+        let build = format!("{PREFIX}_build_info{{version=\"0.2.0\"}}");
+        assert_eq!(value(&text, &build).as_deref(), Some("1"), "{text}");
+        assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+
+    #[test]
+    fn the_loop_sets_what_a_scrape_reads() {
+        let m = Metrics::new("0.2.0");
+        m.show(&Gauges {
+            suspension_in_place: true,
+            upgrade_held: true,
+            ..Gauges::default()
+        });
+        m.read_everything(1_780_000_000);
+        m.acted(Phase::Pre, false);
+        m.acted(Phase::Pre, false);
+        m.acted(Phase::Post, true);
+        m.acted(Phase::Status, true);
+        let text = m.text();
+        let v = |s: &str| value(&text, &format!("{PREFIX}_{s}"));
+        assert_eq!(v("suspension_in_place").as_deref(), Some("1"));
+        assert_eq!(v("upgrade_held").as_deref(), Some("1"));
+        assert_eq!(v("upgrade_unprotected").as_deref(), Some("0"));
+        assert_eq!(
+            v("last_successful_read_timestamp_seconds").as_deref(),
+            Some("1780000000")
+        );
+        assert_eq!(
+            v("acts_total{phase=\"pre\",result=\"error\"}").as_deref(),
+            Some("2")
+        );
+        assert_eq!(
+            v("acts_total{phase=\"post\",result=\"ok\"}").as_deref(),
+            Some("1")
+        );
+    }
+
+    #[test]
+    fn only_get_of_metrics_is_served() {
+        let m = Metrics::new("0.2.0");
+        let ok = respond(&m, &Method::GET, "/metrics");
+        assert_eq!(ok.status(), StatusCode::OK);
+        assert_eq!(ok.headers()[header::CONTENT_TYPE], CONTENT_TYPE);
+        assert_eq!(
+            respond(&m, &Method::POST, "/metrics").status(),
+            StatusCode::METHOD_NOT_ALLOWED
+        );
+        assert_eq!(
+            respond(&m, &Method::GET, "/").status(),
+            StatusCode::NOT_FOUND
+        );
+    }
+}

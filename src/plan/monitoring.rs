@@ -1,0 +1,145 @@
+//! What the resident guard says of itself to its monitoring: the values of its metrics, and the
+//! Warning of an upgrade under way unprotected (held by the chart's admission policy, or not).
+//! Both come from what the one waiting loop read and decided; the metrics never read the API
+//! themselves. Pure: `resident` passes in what it has, `metrics` serves the numbers.
+
+use serde_json::Value;
+
+use super::harvester_upgrade::{ALLOW_UNPROTECTED, Handling, Upgrade, ours};
+use super::records::{describe, is_suspended, methods};
+use super::retirement::Retirement;
+use super::upgrade_progress::upgrade_under_way;
+use crate::model::METHODS_POINTER;
+use crate::warnings::{UPGRADE_HELD_UNPROTECTED, UPGRADE_UNPROTECTED, Warning};
+
+/// What one pass of the loop read and remembers, as the metrics need it.
+#[derive(Debug, Clone, Copy)]
+pub struct Seen<'a> {
+    /// The KubeVirt CR as read (`None`: not there).
+    pub kubevirt: Option<&'a Value>,
+    /// Harvester's latest Upgrade as read.
+    pub upgrade: Option<&'a Upgrade>,
+    /// The chart installed its admission policy (`ADMISSION_HOLD`).
+    pub admission_hold: bool,
+    /// The suspension is held after a failed upgrade (the loop's memory).
+    pub held_after_failure: bool,
+    /// Whether the guard is still needed (`None`: not known this pass).
+    pub retirement: Option<&'a Retirement>,
+}
+
+/// The gauges, each 0 or 1.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Gauges {
+    /// Our `[]` is on the KubeVirt CR.
+    pub suspension_in_place: bool,
+    /// An upgrade that needs the guard is under way and automated updates are still on.
+    pub upgrade_unprotected: bool,
+    /// That upgrade is held by the admission policy (before `NodesPrepared`).
+    pub upgrade_held: bool,
+    pub hold_after_failed_upgrade: bool,
+    pub no_longer_needed: bool,
+}
+
+/// The KubeVirt CR has automated workload updates on: its methods are a list that is not
+/// empty (absent and `[]` both mean none). A malformed list counts as on: nothing says it is off.
+fn updates_on(kubevirt: &Value) -> bool {
+    match methods(kubevirt) {
+        Ok(m) => m.is_some() && !is_suspended(&m),
+        Err(_) => true,
+    }
+}
+
+/// The Upgrade under way that needs the guard (its release does nothing to the methods
+/// itself, v1.7.1 and earlier) while the CR's updates are on.
+fn unprotected<'a>(seen: &Seen<'a>) -> Option<&'a Upgrade> {
+    let kubevirt = seen.kubevirt?;
+    seen.upgrade
+        .filter(|u| upgrade_under_way(u) && u.handling() == Handling::None && updates_on(kubevirt))
+}
+
+/// Whether the admission policy holds `u`: installed, not yet past `NodesPrepared`, and the
+/// Upgrade does not carry the escape annotation.
+fn held_by_policy(seen: &Seen, u: &Upgrade) -> bool {
+    seen.admission_hold && !u.nodes_prepared && !u.allow_unprotected
+}
+
+/// The gauges' values for what the loop saw.
+pub fn gauges(seen: &Seen) -> Gauges {
+    let kubevirt = seen.kubevirt;
+    let suspension_in_place =
+        kubevirt.is_some_and(|kv| ours(kv) && methods(kv).is_ok_and(|m| is_suspended(&m)));
+    let unprotected = unprotected(seen);
+    Gauges {
+        suspension_in_place,
+        upgrade_unprotected: unprotected.is_some(),
+        upgrade_held: unprotected.is_some_and(|u| held_by_policy(seen, u)),
+        hold_after_failed_upgrade: seen.held_after_failure,
+        no_longer_needed: seen.retirement.is_some_and(Retirement::no_longer_needed),
+    }
+}
+
+/// What an unprotected upgrade's Warning is said again on: a new Upgrade, or the policy's hold
+/// beginning or ending. The words (the last `pre`'s error) may change every pass; this does not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnprotectedKey {
+    pub upgrade: String,
+    pub held: bool,
+}
+
+/// The Warning of an upgrade under way unprotected, with the key it is said once for; `None`
+/// when none is. `last_pre`: what the guard's last `pre` for it ended with, in words (its error,
+/// or why it did not suspend).
+pub fn unprotected_warning(seen: &Seen, last_pre: &str) -> Option<(UnprotectedKey, Warning)> {
+    let u = unprotected(seen)?;
+    let kv = seen.kubevirt?;
+    let held = held_by_policy(seen, u);
+    let text = |p: &str| kv.pointer(p).and_then(Value::as_str).unwrap_or("");
+    let cr = format!("{}/{}", text("/metadata/namespace"), text("/metadata/name"));
+    let now = describe(&kv.pointer(METHODS_POINTER).cloned());
+    let annotate = format!(
+        "kubectl -n {} annotate upgrade {} {ALLOW_UNPROTECTED}=true",
+        u.namespace, u.name
+    );
+    let head = format!(
+        "Harvester Upgrade {}/{} to {} is under way and KubeVirt {cr} still has \
+         workloadUpdateMethods {now}: the guard's last pre {last_pre}",
+        u.namespace, u.name, u.version
+    );
+    let (reason, message) = if held {
+        (
+            UPGRADE_HELD_UNPROTECTED,
+            format!(
+                "{head}. The admission policy holds the upgrade before NodesPrepared (the next \
+                 step upgrades KubeVirt) until they are suspended; the guard tries again at the \
+                 next read. To go on unprotected: {annotate} (or install the chart with \
+                 admissionPolicy.enabled=false)"
+            ),
+        )
+    } else {
+        let why = if u.allow_unprotected {
+            format!("the Upgrade carries {ALLOW_UNPROTECTED}=true")
+        } else if seen.admission_hold {
+            "it is past NodesPrepared".to_string()
+        } else {
+            "the chart's admission policy is off (admissionPolicy.enabled=false)".to_string()
+        };
+        (
+            UPGRADE_UNPROTECTED,
+            format!(
+                "{head}. Nothing holds the upgrade ({why}): once KubeVirt is upgraded, its \
+                 workload updater migrates the VMs while the nodes drain; the guard tries again \
+                 at the next read, or run pre by hand (hack/job.sh run pre)"
+            ),
+        )
+    };
+    Some((
+        UnprotectedKey {
+            upgrade: format!("{}/{}", u.namespace, u.name),
+            held,
+        },
+        Warning { reason, message },
+    ))
+}
+
+#[cfg(test)]
+mod tests;

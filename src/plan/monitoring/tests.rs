@@ -1,0 +1,177 @@
+use super::*;
+use crate::model::KUBEVIRT_RECORD;
+use crate::plan::harvester_upgrade::{LATEST_LABEL, STATE_LABEL};
+use proptest::prelude::*;
+use serde_json::json;
+
+fn kubevirt(methods: Option<Value>, ours: bool) -> Value {
+    let mut kv = json!({"metadata": {"namespace": "harvester-system", "name": "kubevirt"},
+                        "spec": {"workloadUpdateStrategy": {}}});
+    if let Some(m) = methods {
+        kv["spec"]["workloadUpdateStrategy"]["workloadUpdateMethods"] = m;
+    }
+    if ours {
+        kv["metadata"]["annotations"] =
+            json!({KUBEVIRT_RECORD: "{\"original\":[\"LiveMigrate\"]}"});
+    }
+    kv
+}
+
+fn upgrade(version: &str, state: &str, prepared: bool, escape: bool) -> Upgrade {
+    let mut u = json!({"metadata": {"namespace": "harvester-system", "name": "hvst-upgrade-x",
+                                    "uid": "u-1", "labels": {LATEST_LABEL: "true", STATE_LABEL: state}},
+                       "spec": {"version": version},
+                       "status": {"conditions": [{"type": "NodesPrepared",
+                                                  "status": if prepared {"True"} else {"Unknown"}}]}});
+    if escape {
+        u["metadata"]["annotations"] = json!({ALLOW_UNPROTECTED: "true"});
+    }
+    Upgrade::from_json(&u).unwrap()
+}
+
+fn seen<'a>(kv: &'a Value, u: Option<&'a Upgrade>, hold: bool) -> Seen<'a> {
+    Seen {
+        kubevirt: Some(kv),
+        upgrade: u,
+        admission_hold: hold,
+        held_after_failure: false,
+        retirement: None,
+    }
+}
+
+#[test]
+fn a_suspension_is_ours_only_with_our_empty_list() {
+    let on = kubevirt(Some(json!(["LiveMigrate"])), false);
+    let ours = kubevirt(Some(json!([])), true);
+    let theirs = kubevirt(Some(json!([])), false);
+    let restored_record_left = kubevirt(Some(json!(["LiveMigrate"])), true);
+    assert!(gauges(&seen(&ours, None, false)).suspension_in_place);
+    for kv in [&on, &theirs, &restored_record_left] {
+        assert!(!gauges(&seen(kv, None, false)).suspension_in_place, "{kv}");
+    }
+    let none = Seen {
+        kubevirt: None,
+        ..seen(&on, None, false)
+    };
+    assert_eq!(gauges(&none), Gauges::default());
+}
+
+#[test]
+fn unprotected_is_a_path_a_upgrade_under_way_with_updates_on() {
+    let on = kubevirt(Some(json!(["LiveMigrate"])), false);
+    let off = kubevirt(Some(json!([])), true);
+    let absent = kubevirt(None, false);
+    let v171 = upgrade("v1.7.1", "PreparingNodes", false, false);
+    let v172 = upgrade("v1.7.2", "PreparingNodes", false, false);
+    let ended = upgrade("v1.7.1", "Failed", false, false);
+    let g = gauges(&seen(&on, Some(&v171), false));
+    assert!(g.upgrade_unprotected && !g.upgrade_held);
+    let g = gauges(&seen(&on, Some(&v171), true));
+    assert!(g.upgrade_unprotected && g.upgrade_held);
+    for (kv, u) in [(&off, &v171), (&absent, &v171), (&on, &v172), (&on, &ended)] {
+        let g = gauges(&seen(kv, Some(u), true));
+        assert!(!g.upgrade_unprotected && !g.upgrade_held, "{kv} {u:?}");
+    }
+    assert!(!gauges(&seen(&on, None, true)).upgrade_unprotected);
+}
+
+#[test]
+fn the_policy_holds_until_nodes_prepared_and_not_with_the_escape() {
+    let on = kubevirt(Some(json!(["LiveMigrate", "Evict"])), false);
+    for (u, held) in [
+        (upgrade("v1.6.1", "PreparingNodes", false, false), true),
+        (
+            upgrade("v1.6.1", "UpgradingSystemServices", true, false),
+            false,
+        ),
+        (upgrade("v1.6.1", "PreparingNodes", false, true), false),
+    ] {
+        let g = gauges(&seen(&on, Some(&u), true));
+        assert!(g.upgrade_unprotected, "{u:?}");
+        assert_eq!(g.upgrade_held, held, "{u:?}");
+    }
+}
+
+#[test]
+fn the_hold_and_the_retirement_come_from_the_loop() {
+    let kv = kubevirt(Some(json!([])), true);
+    let gone = Retirement::NoLongerNeeded("every release suspends itself".into());
+    let needed = Retirement::Needed("v1.7.1 is on offer".into());
+    let mut s = seen(&kv, None, false);
+    s.held_after_failure = true;
+    s.retirement = Some(&gone);
+    let g = gauges(&s);
+    assert!(g.hold_after_failed_upgrade && g.no_longer_needed);
+    s.retirement = Some(&needed);
+    assert!(!gauges(&s).no_longer_needed);
+}
+
+#[test]
+fn the_warning_names_the_error_and_the_way_out() {
+    let on = kubevirt(Some(json!(["LiveMigrate"])), false);
+    let u = upgrade("v1.7.1", "PreparingNodes", false, false);
+    let (key, held) =
+        unprotected_warning(&seen(&on, Some(&u), true), "failed: HTTP 403 Forbidden").unwrap();
+    assert_eq!(held.reason, UPGRADE_HELD_UNPROTECTED);
+    assert!(key.held);
+    for words in [
+        "hvst-upgrade-x to v1.7.1",
+        "harvester-system/kubevirt",
+        "[\"LiveMigrate\"]",
+        "failed: HTTP 403 Forbidden",
+        "annotate upgrade hvst-upgrade-x workload-update-guard.harvesterhci.io/allow-unprotected=true",
+        "admissionPolicy.enabled=false",
+    ] {
+        assert!(held.message.contains(words), "{words}: {}", held.message);
+    }
+    let (key2, open) =
+        unprotected_warning(&seen(&on, Some(&u), false), "failed: HTTP 403 Forbidden").unwrap();
+    assert_eq!(open.reason, UPGRADE_UNPROTECTED);
+    assert!(
+        open.message.contains("admissionPolicy.enabled=false"),
+        "{}",
+        open.message
+    );
+    // Said again when the hold begins or ends, not when only the words change.
+    assert_ne!(key, key2);
+    let (key3, _) = unprotected_warning(&seen(&on, Some(&u), true), "failed: timeout").unwrap();
+    assert_eq!(key, key3);
+    let escaped = upgrade("v1.7.1", "PreparingNodes", false, true);
+    let (_, w) = unprotected_warning(&seen(&on, Some(&escaped), true), "x").unwrap();
+    assert_eq!(w.reason, UPGRADE_UNPROTECTED);
+    assert!(w.message.contains("carries"), "{}", w.message);
+    let off = kubevirt(Some(json!([])), true);
+    assert!(unprotected_warning(&seen(&off, Some(&u), true), "x").is_none());
+}
+
+proptest! {
+    /// Whatever was read: held implies unprotected, the Warning is there exactly when the
+    /// gauge says unprotected, and its reason says whether the policy holds it.
+    #[test]
+    fn the_gauges_and_the_warning_agree(
+        methods in prop::option::of(prop::sample::select(vec![
+            json!([]), json!(["LiveMigrate"]), json!(["Evict"]), json!(["LiveMigrate", "Evict"]), json!("x"),
+        ])),
+        ours in any::<bool>(),
+        version in prop::sample::select(vec!["v1.6.1", "v1.7.0", "v1.7.1", "v1.7.2", "v1.8.0", "v1.8.1", "dev"]),
+        state in prop::sample::select(vec!["PreparingNodes", "UpgradingSystemServices", "Succeeded", "Failed"]),
+        prepared in any::<bool>(),
+        escape in any::<bool>(),
+        any_upgrade in any::<bool>(),
+        hold in any::<bool>(),
+    ) {
+        let kv = kubevirt(methods, ours);
+        let u = upgrade(version, state, prepared, escape);
+        let s = seen(&kv, any_upgrade.then_some(&u), hold);
+        let g = gauges(&s);
+        prop_assert!(!g.upgrade_held || g.upgrade_unprotected);
+        prop_assert!(!(g.suspension_in_place && g.upgrade_unprotected));
+        let w = unprotected_warning(&s, "failed: x");
+        prop_assert_eq!(w.is_some(), g.upgrade_unprotected);
+        if let Some((key, w)) = w {
+            prop_assert_eq!(key.held, g.upgrade_held);
+            let reason = if g.upgrade_held { UPGRADE_HELD_UNPROTECTED } else { UPGRADE_UNPROTECTED };
+            prop_assert_eq!(w.reason, reason);
+        }
+    }
+}

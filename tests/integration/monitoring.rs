@@ -1,0 +1,694 @@
+//! The resident guard's monitoring (docs/monitoring.md): its metrics scraped from the real
+//! process on the real API server through a modelled upgrade and checked by `promtool check
+//! metrics`; the chart's alerts by `promtool check rules` and `test rules`
+//! (tests/promtool/alerts.test.yaml); its ServiceMonitor and PrometheusRule by a server-side dry
+//! run against the Prometheus operator's own CRDs; the values that render them.
+//!
+//! promtool and the CRDs come from `hack/promtool.sh` (the Go module proxy, cached): if they
+//! cannot be had, these tests FAIL with its message. They never skip.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use workload_update_guard::plan::harvester_upgrade::ALLOW_UNPROTECTED;
+use workload_update_guard::plan::upgrade_progress::{ENDED, UPGRADE_STATES};
+use workload_update_guard::warnings::{UPGRADE_HELD_UNPROTECTED, UPGRADE_UNPROTECTED};
+
+use crate::chart::{APPLY, deployment, ensure_namespaces, kind, render, template_yaml};
+use crate::resident::{Guard, methods_become};
+use crate::support::harvester::*;
+use crate::support::*;
+
+const RELEASE_NS: &str = "harvester-system";
+const SERVICE: &str = "workload-update-guard-watch-metrics";
+
+/// `hack/promtool.sh ARGS`: its stdout, or a panic with its message.
+fn promtool_script(args: &[&str]) -> String {
+    let out = Command::new("bash")
+        .arg(repo_root().join("hack/promtool.sh"))
+        .args(args)
+        .stderr(Stdio::piped())
+        .output()
+        .expect("run hack/promtool.sh");
+    assert!(
+        out.status.success(),
+        "the monitoring tests need promtool and the monitoring CRDs, and `hack/promtool.sh {}` \
+         failed: {}\nThese tests never skip.",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// The pinned promtool, built or reused once per test binary.
+fn promtool() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        promtool_script(&["build"]);
+        PathBuf::from(promtool_script(&["path"]))
+    })
+}
+
+/// `promtool ARGS` (with `input` on stdin, if any): (success, stdout and stderr).
+fn run_promtool(args: &[&str], dir: &Path, input: Option<&str>) -> (bool, String) {
+    let mut child = Command::new(promtool())
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    if let Some(text) = input {
+        stdin.write_all(text.as_bytes()).unwrap();
+    }
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+/// The Prometheus operator's ServiceMonitor and PrometheusRule CRDs, applied once.
+fn monitoring_crds() {
+    static DONE: OnceLock<()> = OnceLock::new();
+    DONE.get_or_init(|| {
+        let dir = PathBuf::from(promtool_script(&["crds"]));
+        for crd in ["servicemonitors", "prometheusrules"] {
+            let file = dir.join(format!("monitoring.coreos.com_{crd}.yaml"));
+            kubectl_ok(&[
+                "apply",
+                "--server-side",
+                "--force-conflicts",
+                "-f",
+                file.to_str().unwrap(),
+            ]);
+            kubectl_ok(&[
+                "wait",
+                "--for=condition=Established",
+                "--timeout=60s",
+                &format!("crd/{crd}.monitoring.coreos.com"),
+            ]);
+        }
+    });
+}
+
+const BOTH_ON: &[&str] = &[
+    "--set",
+    "metrics.serviceMonitor.enabled=true,metrics.prometheusRule.enabled=true",
+];
+
+/// The chart's PrometheusRule (both values on), as JSON.
+fn prometheus_rule() -> Value {
+    monitoring_crds();
+    kind(
+        &render(BOTH_ON),
+        "PrometheusRule",
+        "workload-update-guard-watch",
+    )
+    .clone()
+}
+
+/// `promtool check rules` on the rendered rule groups, and `test rules` on them with
+/// tests/promtool/alerts.test.yaml: each alert firing and not firing. The test compares of the
+/// annotations only `runbook_url` (the rest is prose, checked for being there).
+#[test]
+fn the_alerts_pass_promtool_check_and_their_unit_tests() {
+    let rule = prometheus_rule();
+    let dir = tempfile_dir();
+    let groups = json!({"groups": rule["spec"]["groups"]});
+    std::fs::write(dir.join("rules.yaml"), groups.to_string()).unwrap();
+    let (ok, out) = run_promtool(&["check", "rules", "rules.yaml"], &dir, None);
+    assert!(ok, "promtool check rules: {out}");
+    assert!(out.contains("SUCCESS: 5 rules found"), "{out}");
+
+    let mut only_runbooks = groups.clone();
+    for r in only_runbooks["groups"][0]["rules"].as_array_mut().unwrap() {
+        let a = &r["annotations"];
+        for key in ["summary", "description", "runbook_url"] {
+            assert!(a[key].as_str().is_some_and(|s| !s.is_empty()), "{key}: {r}");
+        }
+        r["annotations"] = json!({"runbook_url": a["runbook_url"]});
+    }
+    std::fs::write(dir.join("alerts.rules.yaml"), only_runbooks.to_string()).unwrap();
+    std::fs::copy(
+        repo_root().join("tests/promtool/alerts.test.yaml"),
+        dir.join("alerts.test.yaml"),
+    )
+    .unwrap();
+    let (ok, out) = run_promtool(&["test", "rules", "alerts.test.yaml"], &dir, None);
+    assert!(ok, "promtool test rules: {out}");
+    let names: Vec<&str> = groups["groups"][0]["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["alert"].as_str().unwrap())
+        .collect();
+    let tests = std::fs::read_to_string(dir.join("alerts.test.yaml")).unwrap();
+    for name in &names {
+        assert!(
+            tests.contains(&format!("alertname: {name}")),
+            "{name} has no unit test"
+        );
+    }
+}
+
+/// The ServiceMonitor and the PrometheusRule pass the API server's validation against the
+/// Prometheus operator's own CRDs, with both values on; the values' labels reach them.
+#[tokio::test]
+async fn the_service_monitor_and_the_rule_pass_the_real_crds() {
+    let _turn = APPLY.lock().await;
+    ensure_namespaces();
+    monitoring_crds();
+    let args = [
+        BOTH_ON[0],
+        BOTH_ON[1],
+        "--set",
+        "metrics.serviceMonitor.labels.release=rancher-monitoring,metrics.prometheusRule.labels.release=rancher-monitoring",
+        "--set",
+        "metrics.serviceMonitor.interval=30s",
+    ];
+    let yaml = template_yaml(&args);
+    let mut apply = control_plane().kubectl();
+    apply.args(["apply", "--dry-run=server", "-f", "-"]);
+    let out = pipe(apply, &yaml);
+    for object in [
+        "servicemonitor.monitoring.coreos.com/workload-update-guard-watch",
+        "prometheusrule.monitoring.coreos.com/workload-update-guard-watch",
+        &format!("service/{SERVICE}"),
+    ] {
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with(object) && l.ends_with("(server dry run)")),
+            "{object}: {out}"
+        );
+    }
+    let objects = render(&args);
+    let monitor = kind(&objects, "ServiceMonitor", "workload-update-guard-watch");
+    let rule = kind(&objects, "PrometheusRule", "workload-update-guard-watch");
+    for o in [monitor, rule] {
+        assert_eq!(o["metadata"]["labels"]["release"], "rancher-monitoring");
+        assert_eq!(o["metadata"]["namespace"], RELEASE_NS);
+    }
+    assert_eq!(
+        monitor["spec"]["endpoints"],
+        json!([{"port": "metrics", "path": "/metrics", "interval": "30s"}])
+    );
+    // The ServiceMonitor selects the Service, which selects the guard's pod (not the hook's).
+    let service = kind(&objects, "Service", SERVICE);
+    for (k, v) in monitor["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .unwrap()
+    {
+        assert_eq!(&service["metadata"]["labels"][k], v, "{k}");
+    }
+    let pod_labels = &deployment(&objects)["spec"]["template"]["metadata"]["labels"];
+    for (k, v) in service["spec"]["selector"].as_object().unwrap() {
+        assert_eq!(&pod_labels[k], v, "{k}");
+    }
+    // The guard-down alert reads the Service's job, in the release's namespace.
+    let down = rule["spec"]["groups"][0]["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["alert"] == "WorkloadUpdateGuardDown")
+        .unwrap();
+    assert_eq!(
+        down["expr"],
+        format!(
+            "absent(up{{job=\"{SERVICE}\",namespace=\"{RELEASE_NS}\"}}) or up{{job=\"{SERVICE}\",namespace=\"{RELEASE_NS}\"}} == 0"
+        )
+    );
+}
+
+/// The values: by default the port, the Service and the NetworkPolicy's one ingress rule (from
+/// cattle-monitoring-system to 9090), METRICS_PORT and ADMISSION_HOLD set, no ServiceMonitor and
+/// no PrometheusRule; `metrics.enabled=false` leaves no port, no Service, no ingress, and
+/// METRICS_PORT=0; the port, the namespace, the resync and the runbooks' base are followed.
+#[test]
+fn the_metrics_values_render_the_port_the_service_and_the_ingress() {
+    let objects = render(&[]);
+    let d = deployment(&objects);
+    let c = &d["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        c["ports"],
+        json!([{"name": "metrics", "containerPort": 9090, "protocol": "TCP"}])
+    );
+    let env = container_env(d);
+    assert_eq!(env["METRICS_PORT"], "9090");
+    assert_eq!(env["ADMISSION_HOLD"], "true");
+    let service = kind(&objects, "Service", SERVICE);
+    assert_eq!(service["spec"]["type"], "ClusterIP");
+    assert_eq!(
+        service["spec"]["ports"],
+        json!([{"name": "metrics", "port": 9090, "targetPort": "metrics", "protocol": "TCP"}])
+    );
+    let policy = kind(&objects, "NetworkPolicy", "workload-update-guard-watch");
+    assert_eq!(
+        policy["spec"]["ingress"],
+        json!([{"from": [{"namespaceSelector": {"matchLabels":
+                    {"kubernetes.io/metadata.name": "cattle-monitoring-system"}}}],
+                "ports": [{"protocol": "TCP", "port": 9090}]}])
+    );
+    assert!(
+        objects
+            .iter()
+            .all(|o| o["kind"] != "ServiceMonitor" && o["kind"] != "PrometheusRule")
+    );
+
+    let off = render(&[
+        "--set",
+        "metrics.enabled=false,metrics.serviceMonitor.enabled=true,admissionPolicy.enabled=false",
+    ]);
+    let d = deployment(&off);
+    assert!(
+        d["spec"]["template"]["spec"]["containers"][0]
+            .get("ports")
+            .is_none()
+    );
+    let env = container_env(d);
+    assert_eq!(
+        (env["METRICS_PORT"].as_str(), env["ADMISSION_HOLD"].as_str()),
+        ("0", "false")
+    );
+    assert!(
+        off.iter()
+            .all(|o| o["kind"] != "Service" && o["kind"] != "ServiceMonitor")
+    );
+    let policy = kind(&off, "NetworkPolicy", "workload-update-guard-watch");
+    assert!(policy["spec"].get("ingress").is_none(), "{policy}");
+
+    monitoring_crds();
+    let moved = render(&[
+        BOTH_ON[0],
+        BOTH_ON[1],
+        "--set",
+        "metrics.port=9464,metrics.scrapeNamespace=monitoring,guard.watchResyncSeconds=60",
+        "--set",
+        "metrics.prometheusRule.runbookBase=https://example.test/runbook",
+    ]);
+    let c = &deployment(&moved)["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(c["ports"][0]["containerPort"], 9464);
+    assert_eq!(container_env(deployment(&moved))["METRICS_PORT"], "9464");
+    let policy = kind(&moved, "NetworkPolicy", "workload-update-guard-watch");
+    assert_eq!(policy["spec"]["ingress"][0]["ports"][0]["port"], 9464);
+    assert_eq!(
+        policy["spec"]["ingress"][0]["from"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
+        "monitoring"
+    );
+    let rules = kind(&moved, "PrometheusRule", "workload-update-guard-watch")["spec"]["groups"][0]
+        ["rules"]
+        .clone();
+    let by_name = |name: &str| {
+        rules
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["alert"] == name)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(
+        by_name("WorkloadUpdateGuardReadsFailing")["expr"],
+        "time() - workload_update_guard_last_successful_read_timestamp_seconds > 120"
+    );
+    for (alert, anchor, severity) in [
+        (
+            "WorkloadUpdateGuardUpgradeUnprotected",
+            "upgrade-under-way-unprotected",
+            "critical",
+        ),
+        (
+            "WorkloadUpdateGuardUpgradeHeld",
+            "upgrade-held-by-the-policy",
+            "warning",
+        ),
+        (
+            "WorkloadUpdateGuardReadsFailing",
+            "reads-failing",
+            "warning",
+        ),
+        (
+            "WorkloadUpdateGuardHoldAfterFailedUpgrade",
+            "hold-after-a-failed-upgrade",
+            "warning",
+        ),
+        ("WorkloadUpdateGuardDown", "guard-down", "warning"),
+    ] {
+        let r = by_name(alert);
+        assert_eq!(
+            r["annotations"]["runbook_url"],
+            format!("https://example.test/runbook#{anchor}")
+        );
+        assert_eq!(r["labels"]["severity"], severity, "{alert}");
+    }
+    // The anchors are headings of docs/troubleshooting.md.
+    let runbooks = std::fs::read_to_string(repo_root().join("docs/troubleshooting.md")).unwrap();
+    let slugs: Vec<String> = runbooks
+        .lines()
+        .filter_map(|l| l.strip_prefix("### "))
+        .map(|h| {
+            h.to_lowercase()
+                .chars()
+                .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-')
+                .map(|c| if c == ' ' { '-' } else { c })
+                .collect()
+        })
+        .collect();
+    for anchor in [
+        "upgrade-under-way-unprotected",
+        "upgrade-held-by-the-policy",
+        "reads-failing",
+        "hold-after-a-failed-upgrade",
+        "guard-down",
+    ] {
+        assert!(
+            slugs.iter().any(|s| s == anchor),
+            "docs/troubleshooting.md has no heading for #{anchor}: {slugs:?}"
+        );
+    }
+
+    let err = crate::chart::render_refused(&["--set", "metrics.port=0"]);
+    assert!(err.contains("port"), "{err}");
+    let err = crate::chart::render_refused(&["--set", "metrics.bogus=1"]);
+    assert!(err.contains("bogus"), "{err}");
+}
+
+/// A free port on the loopback interface (bound, then released for the guard).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `GET /metrics` on the loopback port: the body, or `None` while nothing answers.
+fn scrape(port: u16) -> Option<String> {
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: guard\r\nConnection: close\r\n\r\n")
+        .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let (head, body) = response.split_once("\r\n\r\n")?;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("content-type: application/openmetrics-text"),
+        "{head}"
+    );
+    Some(body.to_string())
+}
+
+/// A series' value in a scrape.
+fn value(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// Scrapes until `series` is `want` (the loop sets it after its pass or act).
+fn metric_becomes(guard: &Guard, port: u16, series: &str, want: f64, within: Duration) -> String {
+    let start = Instant::now();
+    loop {
+        let text = scrape(port).unwrap_or_default();
+        if value(&text, series) == Some(want) {
+            return text;
+        }
+        assert!(
+            start.elapsed() < within,
+            "{series} not {want} within {within:?}: {text}\nlog: {}",
+            guard.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+const IN_PLACE: &str = "workload_update_guard_suspension_in_place";
+const UNPROTECTED: &str = "workload_update_guard_upgrade_unprotected";
+const HELD: &str = "workload_update_guard_upgrade_held";
+
+/// `promtool check metrics` on a scrape: the format and Prometheus's naming rules. promtool
+/// parses the Prometheus text format, where a counter's HELP and TYPE name its sample
+/// (`..._total`); OpenMetrics names the family without the suffix and ends with `# EOF`. The
+/// scrape is checked as Prometheus stores it: the counters' families named by their samples, the
+/// end marker (checked here) dropped.
+fn check_metrics(text: &str) {
+    assert!(text.ends_with("# EOF\n"), "{text}");
+    let counters: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" counter"))
+        .collect();
+    let prometheus_text: String = text
+        .lines()
+        .filter(|l| *l != "# EOF")
+        .map(|l| {
+            for c in &counters {
+                for head in ["# HELP ", "# TYPE "] {
+                    if let Some(rest) = l.strip_prefix(&format!("{head}{c} ")) {
+                        return format!("{head}{c}_total {rest}\n");
+                    }
+                }
+            }
+            format!("{l}\n")
+        })
+        .collect();
+    let (ok, out) = run_promtool(
+        &["check", "metrics"],
+        &tempfile_dir(),
+        Some(&prometheus_text),
+    );
+    assert!(ok, "promtool check metrics: {out}\n{prometheus_text}");
+}
+
+/// The Events of `reason` in `ns` about objects of `kind`.
+fn events_about(ns: &str, reason: &str, kind: &str) -> Vec<Value> {
+    let out = kubectl_ok(&["-n", ns, "get", "events.events.k8s.io", "-o", "json"]);
+    let list: Value = serde_json::from_str(&out).unwrap();
+    list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["reason"] == reason && e["regarding"]["kind"] == kind)
+        .cloned()
+        .collect()
+}
+
+/// The resident guard's metrics through a modelled v1.7.1 upgrade: nothing in place, then its
+/// suspension in place, then restored; the acts counted; every scrape passes `promtool check
+/// metrics`; the last successful read moves.
+#[tokio::test]
+async fn the_metrics_follow_a_modelled_upgrade() {
+    let client = admin().await;
+    let ns = namespace(&client, "metrics").await;
+    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+    let port = free_port();
+    let port_text = port.to_string();
+    let guard = Guard::spawn_with(
+        &control_plane().kubeconfig(),
+        &ns,
+        0,
+        &[("METRICS_PORT", &port_text)],
+    );
+    guard.wait_for("watching for the next one", Duration::from_secs(20));
+    let first = metric_becomes(&guard, port, IN_PLACE, 0.0, Duration::from_secs(10));
+    check_metrics(&first);
+    assert_eq!(value(&first, UNPROTECTED), Some(0.0), "{first}");
+    let read = value(
+        &first,
+        "workload_update_guard_last_successful_read_timestamp_seconds",
+    );
+    assert!(read.is_some_and(|t| t > 1.7e9), "{first}");
+    assert_eq!(
+        value(
+            &first,
+            &format!(
+                "workload_update_guard_build_info{{version=\"{}\"}}",
+                env!("CARGO_PKG_VERSION")
+            )
+        ),
+        Some(1.0),
+        "{first}"
+    );
+
+    let up = Upgrade::start(&client, &ns, "hvst-upgrade-m", "v1.7.1").await;
+    methods_become(&client, &ns, &json!([]), Duration::from_secs(10)).await;
+    let during = metric_becomes(&guard, port, IN_PLACE, 1.0, Duration::from_secs(10));
+    check_metrics(&during);
+    assert_eq!(value(&during, UNPROTECTED), Some(0.0), "{during}");
+    assert_eq!(
+        value(
+            &during,
+            "workload_update_guard_acts_total{phase=\"pre\",result=\"ok\"}"
+        ),
+        Some(1.0),
+        "{during}"
+    );
+    for state in UPGRADE_STATES.iter().filter(|s| !ENDED.contains(s)) {
+        up.set_state(&client, state).await;
+    }
+    up.finish(&client, true).await;
+    methods_become(
+        &client,
+        &ns,
+        &json!(["LiveMigrate"]),
+        Duration::from_secs(10),
+    )
+    .await;
+    let after = metric_becomes(&guard, port, IN_PLACE, 0.0, Duration::from_secs(10));
+    check_metrics(&after);
+    assert_eq!(
+        value(
+            &after,
+            "workload_update_guard_acts_total{phase=\"post\",result=\"ok\"}"
+        ),
+        Some(1.0),
+        "{after}"
+    );
+    let later = value(
+        &after,
+        "workload_update_guard_last_successful_read_timestamp_seconds",
+    );
+    assert!(later >= read, "{after}");
+}
+
+/// A guard whose ServiceAccount may read everything but patch nothing: its `pre` fails with a
+/// 403. The upgrade to v1.7.1 is unprotected and, with the chart's policy (`ADMISSION_HOLD`),
+/// held: both gauges 1, the failed acts counted, one Warning `UpgradeHeldUnprotected` on the
+/// Upgrade and one on the KubeVirt CR naming the 403 and the escape, not repeated by the next
+/// failing pass; the escape annotation turns it into `UpgradeUnprotected` (held 0), said once
+/// more; `status` says it while it is the guard's last word; once the guard may patch, its next
+/// `pre` suspends and both gauges go back to 0.
+#[tokio::test]
+async fn a_guard_that_cannot_suspend_says_the_upgrade_is_unprotected_and_held() {
+    let client = admin().await;
+    let ns = namespace(&client, "unprotected").await;
+    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+    let reader = format!("{ns}-reader");
+    let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": reader},
+        "rules": [
+            {"apiGroups": ["kubevirt.io", "management.cattle.io", "harvesterhci.io", "management.harvesterhci.io"],
+             "resources": ["*"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "list"]}]});
+    let binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": reader},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": reader},
+        "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": ns}]});
+    kubectl_ok(&["-n", &ns, "create", "serviceaccount", "reader"]);
+    for o in [&role, &binding] {
+        let mut apply = control_plane().kubectl();
+        apply.args(["apply", "-f", "-"]);
+        pipe(apply, &o.to_string());
+    }
+    let kubeconfig = token_kubeconfig(&sa_token(&ns, "reader"));
+    let port = free_port();
+    let port_text = port.to_string();
+    let guard = Guard::spawn_with(
+        &kubeconfig,
+        &ns,
+        0,
+        &[("METRICS_PORT", &port_text), ("ADMISSION_HOLD", "true")],
+    );
+    guard.wait_for("watching for the next one", Duration::from_secs(20));
+
+    let up = Upgrade::start(&client, &ns, "hvst-upgrade-u", "v1.7.1").await;
+    let held = metric_becomes(&guard, port, HELD, 1.0, Duration::from_secs(15));
+    check_metrics(&held);
+    assert_eq!(value(&held, UNPROTECTED), Some(1.0), "{held}");
+    assert_eq!(value(&held, IN_PLACE), Some(0.0), "{held}");
+    assert!(
+        value(
+            &held,
+            "workload_update_guard_acts_total{phase=\"pre\",result=\"error\"}"
+        )
+        .is_some_and(|n| n >= 1.0),
+        "{held}"
+    );
+    let said = |reason: &str, kind: &str| events_about(&ns, reason, kind);
+    let start = Instant::now();
+    while said(UPGRADE_HELD_UNPROTECTED, "Upgrade").is_empty() {
+        assert!(start.elapsed() < Duration::from_secs(10), "{}", guard.log());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let on_upgrade = said(UPGRADE_HELD_UNPROTECTED, "Upgrade");
+    assert_eq!(on_upgrade[0]["type"], "Warning");
+    assert_eq!(on_upgrade[0]["regarding"]["name"], "hvst-upgrade-u");
+    let note = on_upgrade[0]["note"].as_str().unwrap();
+    for words in ["403", ALLOW_UNPROTECTED, "admissionPolicy.enabled=false"] {
+        assert!(note.contains(words), "{words}: {note}");
+    }
+    assert_eq!(said(UPGRADE_HELD_UNPROTECTED, "KubeVirt").len(), 1);
+    // `status` says it too, as the guard's last word.
+    let status = run_bin(&control_plane().kubeconfig(), env_for(&ns, "status")).await;
+    assert!(
+        status
+            .stdout
+            .contains(&format!("resident guard  {UPGRADE_HELD_UNPROTECTED} at ")),
+        "{status:?}"
+    );
+
+    // Another pass (woken by the Upgrade's change), another failed pre: nothing said again.
+    let failed_before = guard.log().matches("pre failed").count();
+    up.set_state(&client, "PreparingRepo").await;
+    let start = Instant::now();
+    while guard.log().matches("pre failed").count() == failed_before {
+        assert!(start.elapsed() < Duration::from_secs(10), "{}", guard.log());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(said(UPGRADE_HELD_UNPROTECTED, "Upgrade").len(), 1);
+    assert_eq!(said(UPGRADE_HELD_UNPROTECTED, "KubeVirt").len(), 1);
+
+    // The escape: no longer held, still unprotected, said once as such.
+    kubectl_ok(&[
+        "-n",
+        &ns,
+        "annotate",
+        "upgrades.harvesterhci.io",
+        "hvst-upgrade-u",
+        &format!("{ALLOW_UNPROTECTED}=true"),
+    ]);
+    let open = metric_becomes(&guard, port, HELD, 0.0, Duration::from_secs(10));
+    assert_eq!(value(&open, UNPROTECTED), Some(1.0), "{open}");
+    let start = Instant::now();
+    while said(UPGRADE_UNPROTECTED, "Upgrade").is_empty() {
+        assert!(start.elapsed() < Duration::from_secs(10), "{}", guard.log());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(said(UPGRADE_UNPROTECTED, "KubeVirt").len(), 1);
+
+    // The guard may patch now: its next pre (woken by the Upgrade's change) suspends.
+    let mut writer = role.clone();
+    writer["rules"].as_array_mut().unwrap().push(json!(
+        {"apiGroups": ["kubevirt.io", "management.cattle.io"],
+         "resources": ["kubevirts", "managedcharts"], "verbs": ["patch"]}));
+    let mut apply = control_plane().kubectl();
+    apply.args(["apply", "-f", "-"]);
+    pipe(apply, &writer.to_string());
+    up.set_state(&client, "RepoPrepared").await;
+    methods_become(&client, &ns, &json!([]), Duration::from_secs(40)).await;
+    let protected = metric_becomes(&guard, port, UNPROTECTED, 0.0, Duration::from_secs(10));
+    assert_eq!(value(&protected, IN_PLACE), Some(1.0), "{protected}");
+    assert_eq!(value(&protected, HELD), Some(0.0), "{protected}");
+    check_metrics(&protected);
+    // Protected: `status` no longer says it (the guard's later decision is its last word).
+    let status = run_bin(&control_plane().kubeconfig(), env_for(&ns, "status")).await;
+    assert!(
+        status.stdout.contains("resident guard  ") && !status.stdout.contains("Unprotected at "),
+        "{status:?}"
+    );
+    kubectl_ok(&["delete", "clusterrolebinding", &reader]);
+    kubectl_ok(&["delete", "clusterrole", &reader]);
+}
