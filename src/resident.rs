@@ -40,6 +40,11 @@ const SAY_EVERY: Duration = Duration::from_secs(600);
 /// watches come back within about this of the API server's return.
 const WATCH_FAILING_PAUSE: Duration = Duration::from_secs(1);
 
+/// How soon a failed act is tried again (not at the resync): the cause (Fleet not ready, a RBAC
+/// fix, the API server back) is often gone within a minute, and an upgrade may be held by the
+/// policy until the suspension is in place. A `pre` that fails again costs a few requests.
+const ACT_RETRY_PAUSE: Duration = Duration::from_secs(20);
+
 /// How often the resident guard reads again what the cluster can upgrade to next (its version,
 /// the releases on offer), for whether it is still needed: these change only with an upgrade
 /// or a release, and a quiet cluster's requests stay few.
@@ -88,6 +93,8 @@ struct Loop<'a> {
     metrics: Option<Arc<Metrics>>,
     /// What the last `pre` for the upgrade under way ended with, in words.
     last_pre: Option<String>,
+    /// The last act failed: tried again sooner than the resync ([`ACT_RETRY_PAUSE`]).
+    act_failed: bool,
     /// The unprotected upgrade said last (once per upgrade and hold, until it is protected).
     unprotected_said: Option<UnprotectedKey>,
 }
@@ -109,6 +116,7 @@ impl<'a> Loop<'a> {
             retirement_said: false,
             metrics: None,
             last_pre: None,
+            act_failed: false,
             unprotected_said: None,
         }
     }
@@ -242,8 +250,9 @@ impl<'a> Loop<'a> {
         }
     }
 
-    /// How long to wait for a wake-up before reading again: the resync, or a second while a
-    /// watch fails (the server down, or back and the watch not yet replaced).
+    /// How long to wait for a wake-up before reading again: the resync; a second while a watch
+    /// fails (the server down, or back and the watch not yet replaced); [`ACT_RETRY_PAUSE`]
+    /// after a failed act.
     fn pause_for(&self, resync: Duration) -> Duration {
         let failing = [&self.upgrades, &self.plans]
             .into_iter()
@@ -251,6 +260,8 @@ impl<'a> Loop<'a> {
             .any(Watch::failing);
         if failing {
             resync.min(WATCH_FAILING_PAUSE)
+        } else if self.act_failed {
+            resync.min(ACT_RETRY_PAUSE)
         } else {
             resync
         }
@@ -327,10 +338,14 @@ impl<'a> Loop<'a> {
         }
         match &result {
             Ok(()) => info!(summary = %line, "{}: {phase} done", self.name()),
-            Err(e) => {
-                error!(summary = %line, "{}: {phase} failed ({e}); it is tried again at the next read", self.name())
-            }
+            Err(e) => error!(
+                summary = %line,
+                "{}: {phase} failed ({e}); it is tried again at the next event or in {} s",
+                self.name(),
+                ACT_RETRY_PAUSE.as_secs()
+            ),
         }
+        self.act_failed = result.is_err();
         result.is_ok()
     }
 }

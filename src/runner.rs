@@ -359,6 +359,9 @@ async fn status(
     if let Some((_, Ok(obj))) = &chart {
         objects.set(Kind::ManagedChart, obj.clone());
     }
+    if let Some(v) = plan::monitoring::unprotected_verdict(kv.as_ref(), view.upgrade.as_ref()) {
+        report.verdict = v;
+    }
     // Said where Harvester's upgrades are served: elsewhere there is no release to go by.
     report.retirement = view.upgrades_served.then(|| {
         harvester_gate::retirement(view.current.as_deref(), &view.on_offer, &view, &objects)

@@ -78,6 +78,40 @@ pub fn gauges(seen: &Seen) -> Gauges {
     }
 }
 
+/// `status`'s verdict while an upgrade that needs the guard is under way with updates on: first,
+/// before what the objects say of the suspension, since it is what the operator must act on.
+/// `status` knows not whether the chart installed the policy: it says where it holds.
+pub fn unprotected_verdict(kubevirt: Option<&Value>, upgrade: Option<&Upgrade>) -> Option<String> {
+    let seen = Seen {
+        kubevirt,
+        upgrade,
+        admission_hold: true,
+        held_after_failure: false,
+        retirement: None,
+    };
+    let u = unprotected(&seen)?;
+    let now = describe(&kubevirt?.pointer(METHODS_POINTER).cloned());
+    let head = format!(
+        "UNPROTECTED: Harvester Upgrade {} to {} is under way and KubeVirt's automated workload updates are still on ({now})",
+        u.name, u.version
+    );
+    Some(if held_by_policy(&seen, u) {
+        format!(
+            "{head}; the chart's admission policy (where installed) holds it before NodesPrepared until the guard suspends them; why the guard has not: its Warning below. To go on unprotected: kubectl -n {} annotate upgrade {} {ALLOW_UNPROTECTED}=true",
+            u.namespace, u.name
+        )
+    } else {
+        format!(
+            "{head}; nothing holds it ({}): once KubeVirt is upgraded its workload updater migrates the VMs while the nodes drain; why the guard has not suspended: its Warning below",
+            if u.allow_unprotected {
+                "the Upgrade carries the escape annotation"
+            } else {
+                "it is past NodesPrepared"
+            }
+        )
+    })
+}
+
 /// What an unprotected upgrade's Warning is said again on: a new Upgrade, or the policy's hold
 /// beginning or ending. The words (the last `pre`'s error) may change every pass; this does not.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -599,7 +599,12 @@ async fn a_guard_that_cannot_suspend_says_the_upgrade_is_unprotected_and_held() 
         &kubeconfig,
         &ns,
         0,
-        &[("METRICS_PORT", &port_text), ("ADMISSION_HOLD", "true")],
+        &[
+            ("METRICS_PORT", &port_text),
+            ("ADMISSION_HOLD", "true"),
+            // The resync out of the way: the retry of a failed act is not it.
+            ("WATCH_RESYNC_SECONDS", "300"),
+        ],
     );
     guard.wait_for("watching for the next one", Duration::from_secs(20));
 
@@ -630,8 +635,20 @@ async fn a_guard_that_cannot_suspend_says_the_upgrade_is_unprotected_and_held() 
         assert!(note.contains(words), "{words}: {note}");
     }
     assert_eq!(said(UPGRADE_HELD_UNPROTECTED, "KubeVirt").len(), 1);
-    // `status` says it too, as the guard's last word.
+    // `status` says it too: first, and the guard's last word below.
     let status = run_bin(&control_plane().kubeconfig(), env_for(&ns, "status")).await;
+    assert!(
+        status
+            .stdout
+            .starts_with("UNPROTECTED: Harvester Upgrade hvst-upgrade-u to v1.7.1 is under way")
+            && status
+                .stdout
+                .lines()
+                .next()
+                .unwrap()
+                .contains("holds it before NodesPrepared"),
+        "{status:?}"
+    );
     assert!(
         status
             .stdout
@@ -669,7 +686,8 @@ async fn a_guard_that_cannot_suspend_says_the_upgrade_is_unprotected_and_held() 
     }
     assert_eq!(said(UPGRADE_UNPROTECTED, "KubeVirt").len(), 1);
 
-    // The guard may patch now: its next pre (woken by the Upgrade's change) suspends.
+    // The guard may patch now: its next try of pre suspends, with nothing changed on the
+    // Upgrade (a failed act is tried again within ACT_RETRY_PAUSE, 20 s, not at the resync).
     let mut writer = role.clone();
     writer["rules"].as_array_mut().unwrap().push(json!(
         {"apiGroups": ["kubevirt.io", "management.cattle.io"],
@@ -677,8 +695,12 @@ async fn a_guard_that_cannot_suspend_says_the_upgrade_is_unprotected_and_held() 
     let mut apply = control_plane().kubectl();
     apply.args(["apply", "-f", "-"]);
     pipe(apply, &writer.to_string());
-    up.set_state(&client, "RepoPrepared").await;
-    methods_become(&client, &ns, &json!([]), Duration::from_secs(40)).await;
+    let granted = Instant::now();
+    methods_become(&client, &ns, &json!([]), Duration::from_secs(30)).await;
+    eprintln!(
+        "monitoring: suspended {:.1} s after the right to patch was granted",
+        granted.elapsed().as_secs_f64()
+    );
     let protected = metric_becomes(&guard, port, UNPROTECTED, 0.0, Duration::from_secs(10));
     assert_eq!(value(&protected, IN_PLACE), Some(1.0), "{protected}");
     assert_eq!(value(&protected, HELD), Some(0.0), "{protected}");

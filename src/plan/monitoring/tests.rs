@@ -175,3 +175,33 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn status_says_unprotected_first_held_or_not() {
+    let on = kubevirt(Some(json!(["LiveMigrate"])), false);
+    let held = upgrade("v1.7.1", "PreparingNodes", false, false);
+    let v = unprotected_verdict(Some(&on), Some(&held)).expect("unprotected");
+    for words in [
+        "UNPROTECTED: Harvester Upgrade hvst-upgrade-x to v1.7.1",
+        "[\"LiveMigrate\"]",
+        "holds it before NodesPrepared",
+        &format!("annotate upgrade hvst-upgrade-x {ALLOW_UNPROTECTED}=true"),
+    ] {
+        assert!(v.contains(words), "{words:?} in {v}");
+    }
+    let past = upgrade("v1.7.1", "UpgradingSystemServices", true, false);
+    let v = unprotected_verdict(Some(&on), Some(&past)).expect("unprotected");
+    assert!(
+        v.contains("nothing holds it (it is past NodesPrepared)"),
+        "{v}"
+    );
+    let escaped = upgrade("v1.7.1", "PreparingNodes", false, true);
+    let v = unprotected_verdict(Some(&on), Some(&escaped)).expect("unprotected");
+    assert!(v.contains("escape annotation"), "{v}");
+    // Suspended, a release that suspends itself, or no upgrade: nothing to say first.
+    let ours = kubevirt(Some(json!([])), true);
+    let own = upgrade("v1.7.3", "PreparingNodes", false, false);
+    assert_eq!(unprotected_verdict(Some(&ours), Some(&held)), None);
+    assert_eq!(unprotected_verdict(Some(&on), Some(&own)), None);
+    assert_eq!(unprotected_verdict(Some(&on), None), None);
+}
