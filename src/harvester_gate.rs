@@ -212,7 +212,8 @@ async fn before_pre(
         notes.push(line);
     }
     let ours = anything_of_ours(objects);
-    // Another suspender's `[]` is never an original: what it stands in for is (issue 33).
+    // Another suspender's `[]` is never an original: what it stands in for is (else `post`
+    // would put that `[]` back: updates off for good).
     let mut warnings = Vec::new();
     let foreign = match ours {
         false => in_place_of_foreign(cluster, &view, objects, &mut notes, &mut warnings)
