@@ -1,18 +1,25 @@
 #!/usr/bin/env bash
 # The main job with a Harvester-like cluster state (hack/demo/harvester.yaml):
 #
-#   bash hack/demo.sh          the real way: the guard's image (hack/image.sh) run as Jobs by a
-#                              real node (hack/node.sh), with `hack/job.sh run PHASE` (the script
-#                              the README has the operator use) for
+#   bash hack/demo.sh          the installed guard: the chart installed with Helm 4 on a real node
+#                              (hack/node.sh; the guard's image from hack/image.sh), then a
+#                              modelled Harvester upgrade to v1.7.1 through its stages: the
+#                              suspension at the Upgrade's creation, `status` by `kubectl exec`, a
+#                              drain moving the guard's pod, the restore at the end; and the same
+#                              upgrade with the guard scaled to 0: the hold, then the guard back
+#                              (hack/demo/chart-story.sh); then `helm uninstall`
+#   bash hack/demo.sh --jobs   the Jobs by hand (docs/jobs.md) on the real node, with
+#                              `hack/job.sh run PHASE` for
 #                              status -> pre -> status -> pre -> post -> post -> status: each
 #                              Job's outcome, its pod's termination message, and the Events
-#   bash hack/demo.sh --fast   the quick look: no node, the release binary run on this machine
-#                              with each Job's environment and its ServiceAccount's token only
+#   bash hack/demo.sh --fast   the Jobs' quick look: no node, the release binary run on this
+#                              machine with each Job's environment and its ServiceAccount's token
 #   bash hack/demo.sh --keep   the node and the Harvester-like state only, kept until Ctrl-C: to
-#                              follow the README's "The Jobs by hand" on it, as on a real cluster
+#                              follow docs/jobs.md on it, as on a real cluster
 #
-# Both end by checking that the KubeVirt CR and the ManagedChart are exactly as before pre, that
-# the same managers own the methods field as before pre, and that no claim of ours is left.
+# Each ends by checking that the KubeVirt CR and the ManagedChart are exactly as before (the
+# install, or pre), that the same managers own the methods field, and that no claim of ours is
+# left.
 # Everything is torn down after (the node by hack/node.sh down, also if this script is killed).
 #
 # On a bare Debian or Ubuntu machine it installs the packages it needs first (hack/setup.sh,
@@ -24,12 +31,13 @@
 set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO_ROOT"
-fast=0 keep=0
+fast=0 keep=0 jobs=0
 case "${1:-}" in
-  --fast) fast=1 ;;
-  --keep) keep=1 ;;
+  --jobs) jobs=1 ;;
+  --fast) fast=1 jobs=1 ;;
+  --keep) keep=1 jobs=1 ;;
   "") ;;
-  *) echo "usage: bash hack/demo.sh [--fast | --keep]" >&2; exit 2 ;;
+  *) echo "usage: bash hack/demo.sh [--jobs | --fast | --keep]" >&2; exit 2 ;;
 esac
 # shellcheck source=hack/setup.sh
 source hack/setup.sh
@@ -42,7 +50,7 @@ else
   (( EUID == 0 )) || { echo "demo: the node (containerd, namespaces, iptables) needs root: run as root, or bash hack/demo.sh --fast" >&2; exit 1; }
   setup_install build node || exit 1
   setup_rust
-  setup_go "cp:$kube" "node:$kube"
+  if (( jobs )); then setup_go "cp:$kube" "node:$kube"; else setup_go "cp:$kube" "node:$kube" helm; fi
 fi
 
 section() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
@@ -85,6 +93,11 @@ if (( fast )); then
 else
   build "building kube-apiserver, etcd, kubectl and the node's binaries $kube" "takes 9 to 12 minutes on 2 cores" bash hack/node.sh build
   build "building the guard's image (cargo build --release, then buildah)" "takes about 4 to 5 minutes" bash hack/image.sh build guard
+  if (( ! jobs )); then
+    build "building Helm 4 (hack/helm.sh)" "takes about 2 to 3 minutes" bash hack/helm.sh build
+    HELM="$(bash hack/helm.sh path)"
+    echo "the image: $(du -m --apparent-size target/image/workload-update-guard_*.tar | tail -1)" >&2
+  fi
   section "node: kubelet on containerd + runc, bridge CNI, kube-proxy, controller-manager, scheduler"
   # The node imports the images built; the e2e tests' own images are not needed here.
   dir="$(IMAGE_IMPORT_QUIET=1 NODE_OWNER_PID=$$ step "starting the node" bash hack/node.sh up)"
@@ -99,15 +112,15 @@ k apply --server-side --field-manager helm -f hack/demo/harvester.yaml
 k -n harvester-system patch kubevirt kubevirt --subresource=status --type=merge -p \
   '{"status":{"phase":"Deployed","observedKubeVirtVersion":"v1.6.0","targetKubeVirtVersion":"v1.7.0","outdatedVirtualMachineInstanceWorkloads":2}}' >/dev/null
 k -n default patch vmim kubevirt-workload-update-x7k2p --subresource=status --type=merge -p '{"status":{"phase":"Running"}}' >/dev/null
-k apply -k manifests/base
+(( ! jobs )) || k apply -k manifests/base
 
 if (( keep )); then
-  section "kept for you: follow the README's section \"The Jobs by hand\" in another shell"
+  section "kept for you: follow docs/jobs.md, \"Before and after an upgrade\", in another shell"
   cat <<KEEP
   export KUBECONFIG=$dir/kubeconfig KUBECTL=$KUBECTL
   kubectl() { "\$KUBECTL" "\$@"; }   # the pinned kubectl, not another one on PATH
 This node models an upgrade to Harvester v1.7.1 or earlier (the first row of the README's
-per-release table): it has no server-version Setting (the release commands say NotFound) and no
+table of releases): it has no server-version Setting (the release commands say NotFound) and no
 Version or Upgrade objects (their CRDs are served, as fixtures), so pre does not know the target
 and suspends. The image is already on the node, under its default name: give no --image, and
 check it with
@@ -143,7 +156,7 @@ fi
 
 # A log line of the guard (text logs): an RFC 3339 time, then the level.
 LOG_LINE='^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z +(TRACE|DEBUG|INFO|WARN|ERROR) '
-# run PHASE: `hack/job.sh run PHASE`, as the README has the operator run it (it prints how the
+# run PHASE: `hack/job.sh run PHASE`, as docs/jobs.md has the operator run it (it prints how the
 # previous run ended, deletes it, creates the Job and waits for Complete or Failed, with the pod's
 # exit code and termination message, the run's summary), then, for status, the report from the
 # logs.
@@ -212,21 +225,30 @@ snapshot() { # snapshot FILE: both objects without what the server manages
 
 snapshot "$dir/before.json"
 method_owners > "$dir/owners-before.json"
-section "before pre"
-owners
-run status
-run pre
-methods
-run status
-run pre   # a rerun: already so, the first record is kept
-run post
-methods
-run post  # a rerun: nothing to do
-run status
+if (( jobs )); then
+  section "before pre"
+  owners
+  run status
+  run pre
+  methods
+  run status
+  run pre   # a rerun: already so, the first record is kept
+  run post
+  methods
+  run post  # a rerun: nothing to do
+  run status
+else
+  # shellcheck source=hack/demo/chart-story.sh
+  source hack/demo/chart-story.sh
+  section "before the install"
+  owners
+  chart_story
+fi
 
 section "Events on the KubeVirt CR (kubectl describe kubevirt)"
 k -n harvester-system describe kubevirt kubevirt | sed -n '/^Events:/,$p'
-if (( ! fast )); then
+(( jobs )) || chart_uninstall
+if (( jobs && ! fast )); then
   section "Events of the Jobs"
   k -n harvester-system get events --field-selector involvedObject.kind=Job --sort-by=.lastTimestamp \
     -o custom-columns=TIME:.lastTimestamp,TYPE:.type,REASON:.reason,OBJECT:.involvedObject.name,MESSAGE:.message
@@ -245,12 +267,13 @@ if ! diff -q "$dir/owners-before.json" "$dir/owners-after.json" >/dev/null; then
   echo "no: the owners of the methods field differ: before pre $(cat "$dir/owners-before.json"), after post $(cat "$dir/owners-after.json")"
 fi
 [[ "$claims" == 0 ]] || { same=0; echo "no: $claims managedFields entries of workload-update-guard are left"; }
-(( same )) && echo "yes: the KubeVirt CR and the ManagedChart are exactly as before pre, the methods field has" \
+if (( jobs )); then since="before pre"; else since="before the install, through two upgrades and the uninstall"; fi
+(( same )) && echo "yes: the KubeVirt CR and the ManagedChart are exactly as $since, the methods field has" \
   "the same owners ($(cat "$dir/owners-after.json")), and no claim of ours is left"
 section "next"
 cat <<NEXT
-On a real cluster: the README's "Install it once" (the resident guard, the chart or the add-on),
-or "The Jobs by hand" (what this demo ran). To try those Jobs yourself on this node:
-bash hack/demo.sh --keep. Every message the guard prints: docs/troubleshooting.md.
+On a real cluster: the README (the chart or the add-on, and the checklist for each upgrade), or
+docs/jobs.md (the Jobs by hand: bash hack/demo.sh --jobs, or --keep to try them on this node).
+When something goes wrong: docs/troubleshooting.md.
 NEXT
 (( same ))
