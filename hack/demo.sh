@@ -59,6 +59,7 @@ section() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 # BUILD_LOG; FIRST says how long the first build takes (a cached one takes seconds), and while it
 # builds a line every minute says how long so far; on a failure, the output is shown.
 mkdir -p target
+build_times=()
 BUILD_LOG="$REPO_ROOT/target/demo-build.log"
 : > "$BUILD_LOG"
 build() {
@@ -74,6 +75,7 @@ build() {
   wait "$ticker" 2>/dev/null || true
   if (( code == 0 )); then
     printf '    done in %d s\n' "$((SECONDS - start))" >&2
+    build_times+=("$what: $((SECONDS - start)) s")
     return 0
   fi
   printf '    FAILED after %d s (exit code %d); its output (%s):\n' "$((SECONDS - start))" "$code" "$BUILD_LOG" >&2
@@ -96,7 +98,6 @@ else
   if (( ! jobs )); then
     build "building Helm 4 (hack/helm.sh)" "takes about 2 to 3 minutes" bash hack/helm.sh build
     HELM="$(bash hack/helm.sh path)"
-    echo "the image: $(du -m --apparent-size target/image/workload-update-guard_*.tar | tail -1)" >&2
   fi
   section "node: kubelet on containerd + runc, bridge CNI, kube-proxy, controller-manager, scheduler"
   # The node imports the images built; the e2e tests' own images are not needed here.
@@ -268,8 +269,29 @@ if ! diff -q "$dir/owners-before.json" "$dir/owners-after.json" >/dev/null; then
 fi
 [[ "$claims" == 0 ]] || { same=0; echo "no: $claims managedFields entries of workload-update-guard are left"; }
 if (( jobs )); then since="before pre"; else since="before the install, through two upgrades and the uninstall"; fi
-(( same )) && echo "yes: the KubeVirt CR and the ManagedChart are exactly as $since, the methods field has" \
-  "the same owners ($(cat "$dir/owners-after.json")), and no claim of ours is left"
+closing="no: see above"
+(( ! same )) || closing="yes: the KubeVirt CR and the ManagedChart are exactly as $since, the methods field has the same owners ($(cat "$dir/owners-after.json")), and no claim of ours is left"
+echo "$closing"
+
+# The run's figures: target/demo-run.md, or (WRITE_FIGURES=1) docs/figures/demo.md, the copy the
+# docs cite (commit it with the change it measured).
+figures="$REPO_ROOT/target/demo-run.md"
+[[ "${WRITE_FIGURES:-0}" != 1 ]] || figures="$REPO_ROOT/docs/figures/demo.md"
+image="target/image/workload-update-guard_$(bash hack/version.sh).tar"
+[[ -f "$image" && $fast == 0 ]] || image=""
+{
+  echo "# The last run of \`bash hack/demo.sh${1:+ $1}\`"
+  echo
+  echo "Written by \`hack/demo.sh\` at the end of its run (to docs/figures/ with WRITE_FIGURES=1); do not edit by hand."
+  echo
+  echo "- when: $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$([[ -z "$(git status --porcelain 2>/dev/null)" ]] || echo " (with uncommitted changes)")"
+  echo "- machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%d GiB", $2 / 1048576}' /proc/meminfo), load average at the end $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "- Kubernetes $kube; the whole run: $SECONDS s"
+  for b in "${build_times[@]}"; do echo "- $b"; done
+  [[ -z "$image" ]] || echo "- the image: $(du -b "$image" | awk '{printf "%.1f MiB (%d bytes", $1 / 1048576, $1}'), ${image#target/image/}, a docker-archive)"
+  echo "- the closing check: $closing"
+} > "$figures"
+echo "demo: its figures in ${figures#"$REPO_ROOT"/}"
 section "next"
 cat <<NEXT
 On a real cluster: the README (the chart or the add-on, and the checklist for each upgrade), or
