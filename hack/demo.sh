@@ -19,13 +19,14 @@
 #
 # Each ends by checking that the KubeVirt CR and the ManagedChart are exactly as before (the
 # install, or pre), that the same managers own the methods field, and that no claim of ours is
-# left.
-# Everything is torn down after (the node by hack/node.sh down, also if this script is killed).
+# left. Everything is torn down after (the node by hack/node.sh down, also if this script is
+# killed). Its figures (the whole run and each build, the image's size, the closing check) go to
+# target/demo-run.md; WRITE_FIGURES=1 writes them to docs/figures/demo.md instead.
 #
 # On a bare Debian or Ubuntu machine it installs the packages it needs first (hack/setup.sh,
 # hack/packages.txt) and checks the Rust and Go versions. It builds only what it runs: the
 # control plane (and the node's binaries) of the default Kubernetes version, and one release build
-# of the guard (its image, for the node); each build is cached for the next run. Each build is one
+# of the guard (its image, for the node), and Helm 4 for the chart; each build is cached for the next run. Each build is one
 # line ("==> building ... done in N s"); its output goes to target/demo-build.log, and is shown
 # if it fails.
 set -euo pipefail
