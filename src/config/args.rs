@@ -167,7 +167,11 @@ mod tests {
         ]);
         let c = Config::from_vars_and_argument(pod.clone(), Some(Phase::Status)).unwrap();
         assert_eq!(c.intent.phase, Phase::Status);
-        assert_eq!(c.log_format, crate::config::LogFormat::Text, "the report, read by a person");
+        assert_eq!(
+            c.log_format,
+            crate::config::LogFormat::Text,
+            "the report, read by a person"
+        );
         assert_eq!(c.watch, None);
         assert_eq!(c.termination_message, None);
         let mut job = c.clone();
