@@ -29,10 +29,20 @@ guard_pods() {
   k -n "$NS" get pods -l "$SELECTOR" --no-headers \
     -o custom-columns='POD:.metadata.name,NODE:.spec.nodeName,PHASE:.status.phase' | sed 's/^/  /'
 }
-# status by hand in the guard's own pod: its ServiceAccount, nothing to clone or apply.
+# guard_status [full]: status by hand in the guard's own pod (its ServiceAccount, nothing to
+# clone or apply): the whole report, or its verdict, the latest Upgrade and the guard's last
+# decision. Its log lines (stderr) are shown only if it fails.
 guard_status() {
+  local report
   echo "\$ kubectl -n $NS exec deploy/$DEPLOY -- workload-update-guard status"
-  k -n "$NS" exec "deploy/$DEPLOY" -- workload-update-guard status | sed 's/^/  /'
+  report="$(k -n "$NS" exec "deploy/$DEPLOY" -- workload-update-guard status 2>"$dir/status.err")" \
+    || { cat "$dir/status.err" >&2; exit 1; }
+  if [[ "${1:-}" == full ]]; then
+    sed 's/^/  /' <<<"$report"
+  else
+    { head -1; grep -E "^ +latest Upgrade|^ +resident guard" || true; } <<<"$report" | sed 's/^ */  /'
+    echo "  (…)"
+  fi
 }
 # wait_methods WANT SECONDS: until the KubeVirt CR's methods are WANT; says after how long.
 wait_methods() {
@@ -47,6 +57,13 @@ wait_methods() {
     sleep 0.2
   done
   echo "KubeVirt workloadUpdateMethods: $want, $(( $(date +%s%3N) - start )) ms later"
+}
+
+# KubeVirt's own status, as its operator reports it: VERSION, and how many VMs run an outdated
+# virt-launcher (no KubeVirt runs here: the modelled upgrade sets it).
+kubevirt_reports() {
+  k -n "$NS" patch kubevirt kubevirt --subresource=status --type=merge -p \
+    '{"status":{"observedKubeVirtVersion":"'"$1"'","targetKubeVirtVersion":"'"$1"'","outdatedVirtualMachineInstanceWorkloads":'"$2"'}}' >/dev/null
 }
 
 # Harvester's writes (jq on the Upgrade as read), wrangler's condition setters among them.
@@ -105,24 +122,30 @@ to_preparing_nodes() {
 # nodes_prepared NAME SECONDS: NodesPrepared=True, retried as Harvester retries a refused Update
 # (here every second); exit 0 once it passed, 1 if still refused after SECONDS.
 nodes_prepared() {
-  local start=$SECONDS said=""
+  local start=$SECONDS said="" refused=0
   until hv_try "$1" 'cond("NodesPrepared"; "True")'; do
+    refused=$((refused + 1))
     [[ "$refusal" == *"$HOLD"* ]] || { echo "demo: NodesPrepared refused, not by the hold: $refusal" >&2; exit 1; }
     if [[ -z "$said" ]]; then
       said=1
       echo "  NodesPrepared=True refused by the API server (Harvester retries it by itself):"
       sed -n 's/.*\(held by workload-update-guard\)/\1/p' <<<"$refusal" | fold -s -w 96 | sed 's/^/    /'
     fi
-    (( SECONDS - start < $2 )) || return 1
+    if (( SECONDS - start >= $2 )); then
+      echo "  refused $refused times in $((SECONDS - start)) s"
+      return 1
+    fi
     sleep 1
   done
-  echo "  Upgrade $1: NodesPrepared=True passed"
+  echo "  Upgrade $1: NodesPrepared=True passed${said:+ (after $refused refusals)}"
 }
 # to_the_end NAME DRAIN: KubeVirt's upgrade, the node's (drained if DRAIN is 1), the end, the
 # cleanup.
 to_the_end() {
   hv "$1" "UpgradingSystemServices (the apply-manifests Job upgrades KubeVirt)" \
     'state("UpgradingSystemServices") | ensure("SystemServicesUpgraded")'
+  kubevirt_reports v1.6.1 2
+  echo "  KubeVirt upgraded to v1.6.1 (modelled): 2 VMs outdated; KubeVirt workloadUpdateMethods: $(methods_now), so no wave"
   hv "$1" "" 'cond("SystemServicesUpgraded"; "True")'
   hv "$1" "UpgradingNodes" 'state("UpgradingNodes") | ensure("NodesUpgraded")'
   hv "$1" "" 'node("Pre-draining")'
@@ -172,6 +195,9 @@ PROBE
 }
 
 chart_story() {
+  # A cluster between upgrades: KubeVirt up to date, no workload-update migration.
+  kubevirt_reports v1.6.0 0
+  k -n default delete vmim --all >/dev/null
   section "helm install (Helm $("$HELM" version --short)): the chart, between upgrades"
   echo "\$ helm install $RELEASE manifests/chart -n $NS --set image.repository=workload-update-guard --wait"
   helm_ install "$RELEASE" "$REPO_ROOT/manifests/chart" -n "$NS" \
@@ -180,7 +206,7 @@ chart_story() {
   k get validatingadmissionpolicies,validatingadmissionpolicybindings -o name
   hold_in_force
   section "before the upgrade"
-  guard_status
+  guard_status full
 
   section "1. an upgrade to v1.7.1 with the guard running"
   upgrade_created hvst-upgrade-demo
@@ -194,6 +220,7 @@ chart_story() {
   guard_status
 
   section "2. the same upgrade with the guard unable to act (scaled to 0): the hold"
+  kubevirt_reports v1.6.0 0   # modelled: the same cluster as before the first
   k -n "$NS" scale deploy "$DEPLOY" --replicas=0 >/dev/null
   k -n "$NS" wait --for=delete pod -l "$SELECTOR" --timeout=60s >/dev/null 2>&1 || true
   echo "\$ kubectl -n $NS scale deploy $DEPLOY --replicas=0; the guard's pods: $(k -n "$NS" get pods -l "$SELECTOR" -o name | wc -l)"
