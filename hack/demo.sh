@@ -90,6 +90,7 @@ if (( fast )); then
   build "building kube-apiserver, etcd and kubectl $kube" "takes about 9 minutes on 2 cores" bash hack/control-plane.sh build
   build "building the guard (cargo build --release)" "takes about 4 minutes" cargo build --release --locked
   BIN="$REPO_ROOT/target/release/workload-update-guard"
+  builds_done=$SECONDS
   section "control plane"
   dir="$(step "starting kube-apiserver and etcd" bash hack/control-plane.sh up)"
   trap 'bash "$REPO_ROOT/hack/control-plane.sh" down "$dir"' EXIT
@@ -100,6 +101,7 @@ else
     build "building Helm 4 (hack/helm.sh)" "takes about 2 to 3 minutes" bash hack/helm.sh build
     HELM="$(bash hack/helm.sh path)"
   fi
+  builds_done=$SECONDS
   section "node: kubelet on containerd + runc, bridge CNI, kube-proxy, controller-manager, scheduler"
   # The node imports the images built; the e2e tests' own images are not needed here.
   dir="$(IMAGE_IMPORT_QUIET=1 NODE_OWNER_PID=$$ step "starting the node" bash hack/node.sh up)"
@@ -289,9 +291,9 @@ image="target/image/workload-update-guard_$(bash hack/version.sh).tar"
   echo
   echo "Written by \`hack/demo.sh\` at the end of its run (to docs/figures/ with WRITE_FIGURES=1); do not edit by hand."
   echo
-  echo "- when: $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$([[ -z "$(git status --porcelain 2>/dev/null)" ]] || echo " (with uncommitted changes)")"
+  echo "- when: $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$([[ -z "$(git status --porcelain -- . ':!docs/figures' 2>/dev/null)" ]] || echo " (with uncommitted changes)")"
   echo "- machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%d GiB", $2 / 1048576}' /proc/meminfo), load average at the end $(cut -d' ' -f1-3 /proc/loadavg)"
-  echo "- Kubernetes $kube; the whole run: $SECONDS s"
+  echo "- Kubernetes $kube; the whole run: $SECONDS s, of which the builds $builds_done s and the rest (the node, the story, the checks) $((SECONDS - builds_done)) s"
   for b in "${build_times[@]}"; do echo "- $b"; done
   echo "- (a build of seconds reused the caches: ~/.cache/workload-update-guard/, target/)"
   [[ -z "$image" ]] || echo "- the image: $(du -b "$image" | awk '{printf "%.1f MiB (%d bytes", $1 / 1048576, $1}'), ${image#target/image/}, a docker-archive)"
