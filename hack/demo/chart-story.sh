@@ -40,7 +40,7 @@ guard_status() {
   if [[ "${1:-}" == full ]]; then
     sed 's/^/  /' <<<"$report"
   else
-    { head -1; grep -E "^ +latest Upgrade|^ +resident guard" || true; } <<<"$report" | sed 's/^ */  /'
+    sed -n '1p; /^ *latest Upgrade /p; /^ *resident guard /p' <<<"$report" | sed 's/^ */  /'
     echo "  (…)"
   fi
 }
@@ -201,7 +201,7 @@ chart_story() {
   section "helm install (Helm $("$HELM" version --short)): the chart, between upgrades"
   echo "\$ helm install $RELEASE manifests/chart -n $NS --set image.repository=workload-update-guard --wait"
   helm_ install "$RELEASE" "$REPO_ROOT/manifests/chart" -n "$NS" \
-    --set image.repository=workload-update-guard --wait --timeout 120s | sed -n '1,/^NOTES:/p' | sed 's/^/  /'
+    --set image.repository=workload-update-guard --wait --timeout 120s | awk '/^NOTES:/ {skip = 1} !skip {print "  " $0}'
   k -n "$NS" get deploy "$DEPLOY"
   k get validatingadmissionpolicies,validatingadmissionpolicybindings -o name
   hold_in_force
