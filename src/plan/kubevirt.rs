@@ -570,8 +570,9 @@ mod tests {
                 "jsonPointers is not a list",
             ),
             (
+                // A value this version does not know: a later version's record, refused as such.
                 json!({"metadata": {"resourceVersion": "1", "annotations": {COMPARE_RECORD: r#"{"added":"everything"}"#}}, "spec": {}}),
-                "is corrupted",
+                "written by a later version",
             ),
             (
                 json!({"metadata": {"resourceVersion": "1", "annotations": {VALUES_RECORD: "absent"}}, "spec": {}}),
