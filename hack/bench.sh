@@ -14,7 +14,7 @@
 # runs (default 3) of the integration test that deploys with the Fleet model (tests/support/fleet.rs,
 # a 5 s deploy by the real Helm 4); per phase, how long the model's deploy took and how long after
 # its Ready the phase exited (target: under 1 s).
-# Last, the scale run (hack/bench/scale.sh, issue 33): 10,000 and 30,000 migrations
+# Last, the scale run (hack/bench/scale.sh: a large cluster holds tens of thousands): 10,000 and 30,000 migrations
 # (BENCH_SCALE), the peak RSS and time of `pre` and `status` against `kubectl get`, with the goals
 # (hack/bench/scale_report.py); its figures go to docs/figures/bench-scale.md.
 #   hack/bench.sh            (BENCH_CYCLES=N, default 20; BENCH_FLEET_RUNS=M, default 3;
@@ -132,7 +132,7 @@ for tool in guard kubectl; do
   done
 done
 
-# The armed post while it waits (issue 28: cheap for hours or days): after a pre, ARM=true at its
+# The armed post while it waits (it must stay cheap for hours or days): after a pre, ARM=true at its
 # default pace (ARM_POLL_SECONDS=30) with no upgrade begun, for ARMED_SECONDS; its requests (the
 # audit log) per minute and its peak RSS. SIGTERM ends it (exit 5), as a drain would.
 ARMED_SECONDS="${BENCH_ARMED_SECONDS:-90}"

@@ -1,35 +1,44 @@
 #!/usr/bin/env bash
 # The main job with a Harvester-like cluster state (hack/demo/harvester.yaml):
 #
-#   bash hack/demo.sh          the real way: the guard's image (hack/image.sh) run as Jobs by a
-#                              real node (hack/node.sh), with `hack/job.sh run PHASE` (the script
-#                              the README has the operator use) for
+#   bash hack/demo.sh          the installed guard: the chart installed with Helm 4 on a real node
+#                              (hack/node.sh; the guard's image from hack/image.sh), then a
+#                              modelled Harvester upgrade to v1.7.1 through its stages: the
+#                              suspension at the Upgrade's creation, `status` by `kubectl exec`, a
+#                              drain moving the guard's pod, the restore at the end; and the same
+#                              upgrade with the guard scaled to 0: the hold, then the guard back
+#                              (hack/demo/chart-story.sh); then `helm uninstall`
+#   bash hack/demo.sh --jobs   the Jobs by hand (docs/jobs.md) on the real node, with
+#                              `hack/job.sh run PHASE` for
 #                              status -> pre -> status -> pre -> post -> post -> status: each
 #                              Job's outcome, its pod's termination message, and the Events
-#   bash hack/demo.sh --fast   the quick look: no node, the release binary run on this machine
-#                              with each Job's environment and its ServiceAccount's token only
+#   bash hack/demo.sh --fast   the Jobs' quick look: no node, the release binary run on this
+#                              machine with each Job's environment and its ServiceAccount's token
 #   bash hack/demo.sh --keep   the node and the Harvester-like state only, kept until Ctrl-C: to
-#                              follow the README's "The Jobs by hand" on it, as on a real cluster
+#                              follow docs/jobs.md on it, as on a real cluster
 #
-# Both end by checking that the KubeVirt CR and the ManagedChart are exactly as before pre, that
-# the same managers own the methods field as before pre, and that no claim of ours is left.
-# Everything is torn down after (the node by hack/node.sh down, also if this script is killed).
+# Each ends by checking that the KubeVirt CR and the ManagedChart are exactly as before (the
+# install, or pre), that the same managers own the methods field, and that no claim of ours is
+# left. Everything is torn down after (the node by hack/node.sh down, also if this script is
+# killed). Its figures (the whole run and each build, the image's size, the closing check) go to
+# target/demo-run.md; WRITE_FIGURES=1 writes them to docs/figures/demo.md instead.
 #
 # On a bare Debian or Ubuntu machine it installs the packages it needs first (hack/setup.sh,
 # hack/packages.txt) and checks the Rust and Go versions. It builds only what it runs: the
 # control plane (and the node's binaries) of the default Kubernetes version, and one release build
-# of the guard (its image, for the node); each build is cached for the next run. Each build is one
+# of the guard (its image, for the node), and Helm 4 for the chart; each build is cached for the next run. Each build is one
 # line ("==> building ... done in N s"); its output goes to target/demo-build.log, and is shown
 # if it fails.
 set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO_ROOT"
-fast=0 keep=0
+fast=0 keep=0 jobs=0
 case "${1:-}" in
-  --fast) fast=1 ;;
-  --keep) keep=1 ;;
+  --jobs) jobs=1 ;;
+  --fast) fast=1 jobs=1 ;;
+  --keep) keep=1 jobs=1 ;;
   "") ;;
-  *) echo "usage: bash hack/demo.sh [--fast | --keep]" >&2; exit 2 ;;
+  *) echo "usage: bash hack/demo.sh [--jobs | --fast | --keep]" >&2; exit 2 ;;
 esac
 # shellcheck source=hack/setup.sh
 source hack/setup.sh
@@ -42,7 +51,7 @@ else
   (( EUID == 0 )) || { echo "demo: the node (containerd, namespaces, iptables) needs root: run as root, or bash hack/demo.sh --fast" >&2; exit 1; }
   setup_install build node || exit 1
   setup_rust
-  setup_go "cp:$kube" "node:$kube"
+  if (( jobs )); then setup_go "cp:$kube" "node:$kube"; else setup_go "cp:$kube" "node:$kube" helm; fi
 fi
 
 section() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
@@ -51,6 +60,7 @@ section() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 # BUILD_LOG; FIRST says how long the first build takes (a cached one takes seconds), and while it
 # builds a line every minute says how long so far; on a failure, the output is shown.
 mkdir -p target
+build_times=()
 BUILD_LOG="$REPO_ROOT/target/demo-build.log"
 : > "$BUILD_LOG"
 build() {
@@ -66,6 +76,7 @@ build() {
   wait "$ticker" 2>/dev/null || true
   if (( code == 0 )); then
     printf '    done in %d s\n' "$((SECONDS - start))" >&2
+    build_times+=("$what: $((SECONDS - start)) s")
     return 0
   fi
   printf '    FAILED after %d s (exit code %d); its output (%s):\n' "$((SECONDS - start))" "$code" "$BUILD_LOG" >&2
@@ -79,12 +90,18 @@ if (( fast )); then
   build "building kube-apiserver, etcd and kubectl $kube" "takes about 9 minutes on 2 cores" bash hack/control-plane.sh build
   build "building the guard (cargo build --release)" "takes about 4 minutes" cargo build --release --locked
   BIN="$REPO_ROOT/target/release/workload-update-guard"
+  builds_done=$SECONDS
   section "control plane"
   dir="$(step "starting kube-apiserver and etcd" bash hack/control-plane.sh up)"
   trap 'bash "$REPO_ROOT/hack/control-plane.sh" down "$dir"' EXIT
 else
   build "building kube-apiserver, etcd, kubectl and the node's binaries $kube" "takes 9 to 12 minutes on 2 cores" bash hack/node.sh build
   build "building the guard's image (cargo build --release, then buildah)" "takes about 4 to 5 minutes" bash hack/image.sh build guard
+  if (( ! jobs )); then
+    build "building Helm 4 (hack/helm.sh)" "takes about 2 to 3 minutes" bash hack/helm.sh build
+    HELM="$(bash hack/helm.sh path)"
+  fi
+  builds_done=$SECONDS
   section "node: kubelet on containerd + runc, bridge CNI, kube-proxy, controller-manager, scheduler"
   # The node imports the images built; the e2e tests' own images are not needed here.
   dir="$(IMAGE_IMPORT_QUIET=1 NODE_OWNER_PID=$$ step "starting the node" bash hack/node.sh up)"
@@ -99,15 +116,15 @@ k apply --server-side --field-manager helm -f hack/demo/harvester.yaml
 k -n harvester-system patch kubevirt kubevirt --subresource=status --type=merge -p \
   '{"status":{"phase":"Deployed","observedKubeVirtVersion":"v1.6.0","targetKubeVirtVersion":"v1.7.0","outdatedVirtualMachineInstanceWorkloads":2}}' >/dev/null
 k -n default patch vmim kubevirt-workload-update-x7k2p --subresource=status --type=merge -p '{"status":{"phase":"Running"}}' >/dev/null
-k apply -k manifests/base
+(( ! jobs )) || k apply -k manifests/base
 
 if (( keep )); then
-  section "kept for you: follow the README's section \"The Jobs by hand\" in another shell"
+  section "kept for you: follow docs/jobs.md, \"Before and after an upgrade\", in another shell"
   cat <<KEEP
   export KUBECONFIG=$dir/kubeconfig KUBECTL=$KUBECTL
   kubectl() { "\$KUBECTL" "\$@"; }   # the pinned kubectl, not another one on PATH
 This node models an upgrade to Harvester v1.7.1 or earlier (the first row of the README's
-per-release table): it has no server-version Setting (the release commands say NotFound) and no
+table of releases): it has no server-version Setting (the release commands say NotFound) and no
 Version or Upgrade objects (their CRDs are served, as fixtures), so pre does not know the target
 and suspends. The image is already on the node, under its default name: give no --image, and
 check it with
@@ -143,7 +160,7 @@ fi
 
 # A log line of the guard (text logs): an RFC 3339 time, then the level.
 LOG_LINE='^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z +(TRACE|DEBUG|INFO|WARN|ERROR) '
-# run PHASE: `hack/job.sh run PHASE`, as the README has the operator run it (it prints how the
+# run PHASE: `hack/job.sh run PHASE`, as docs/jobs.md has the operator run it (it prints how the
 # previous run ended, deletes it, creates the Job and waits for Complete or Failed, with the pod's
 # exit code and termination message, the run's summary), then, for status, the report from the
 # logs.
@@ -205,28 +222,41 @@ method_owners() {
      | select(.fieldsV1["f:spec"]["f:workloadUpdateStrategy"]["f:workloadUpdateMethods"] != null)
      | {manager, operation}] | sort'
 }
+# The chart's story moves KubeVirt's own status with the modelled upgrade (KubeVirt upgraded, its
+# VMs outdated), which the guard never writes: compared without it there.
+kubevirt_filter=.
+(( jobs )) || kubevirt_filter='del(.status)'
 snapshot() { # snapshot FILE: both objects without what the server manages
-  { k -n harvester-system get kubevirt kubevirt -o json | jq -S -f hack/snapshot.jq
+  { k -n harvester-system get kubevirt kubevirt -o json | jq -S -f hack/snapshot.jq | jq -S "$kubevirt_filter"
     k -n fleet-local get managedchart harvester -o json | jq -S -f hack/snapshot.jq; } > "$1"
 }
 
 snapshot "$dir/before.json"
 method_owners > "$dir/owners-before.json"
-section "before pre"
-owners
-run status
-run pre
-methods
-run status
-run pre   # a rerun: already so, the first record is kept
-run post
-methods
-run post  # a rerun: nothing to do
-run status
+if (( jobs )); then
+  section "before pre"
+  owners
+  run status
+  run pre
+  methods
+  run status
+  run pre   # a rerun: already so, the first record is kept
+  run post
+  methods
+  run post  # a rerun: nothing to do
+  run status
+else
+  # shellcheck source=hack/demo/chart-story.sh
+  source hack/demo/chart-story.sh
+  section "before the install"
+  owners
+  chart_story
+fi
 
 section "Events on the KubeVirt CR (kubectl describe kubevirt)"
 k -n harvester-system describe kubevirt kubevirt | sed -n '/^Events:/,$p'
-if (( ! fast )); then
+(( jobs )) || chart_uninstall
+if (( jobs && ! fast )); then
   section "Events of the Jobs"
   k -n harvester-system get events --field-selector involvedObject.kind=Job --sort-by=.lastTimestamp \
     -o custom-columns=TIME:.lastTimestamp,TYPE:.type,REASON:.reason,OBJECT:.involvedObject.name,MESSAGE:.message
@@ -245,12 +275,35 @@ if ! diff -q "$dir/owners-before.json" "$dir/owners-after.json" >/dev/null; then
   echo "no: the owners of the methods field differ: before pre $(cat "$dir/owners-before.json"), after post $(cat "$dir/owners-after.json")"
 fi
 [[ "$claims" == 0 ]] || { same=0; echo "no: $claims managedFields entries of workload-update-guard are left"; }
-(( same )) && echo "yes: the KubeVirt CR and the ManagedChart are exactly as before pre, the methods field has" \
-  "the same owners ($(cat "$dir/owners-after.json")), and no claim of ours is left"
+if (( jobs )); then since="before pre"; else since="before the install, through two upgrades and the uninstall"; fi
+closing="no: see above"
+(( ! same )) || closing="yes: the KubeVirt CR and the ManagedChart are exactly as $since, the methods field has the same owners ($(cat "$dir/owners-after.json")), and no claim of ours is left"
+echo "$closing"
+
+# The run's figures: target/demo-run.md, or (WRITE_FIGURES=1) docs/figures/demo.md, the copy the
+# docs cite (commit it with the change it measured).
+figures="$REPO_ROOT/target/demo-run.md"
+[[ "${WRITE_FIGURES:-0}" != 1 ]] || figures="$REPO_ROOT/docs/figures/demo.md"
+image="target/image/workload-update-guard_$(bash hack/version.sh).tar"
+[[ -f "$image" && $fast == 0 ]] || image=""
+{
+  echo "# The last run of \`bash hack/demo.sh${1:+ $1}\`"
+  echo
+  echo "Written by \`hack/demo.sh\` at the end of its run (to docs/figures/ with WRITE_FIGURES=1); do not edit by hand."
+  echo
+  echo "- when: $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$([[ -z "$(git status --porcelain -- . ':!docs/figures' 2>/dev/null)" ]] || echo " (with uncommitted changes)")"
+  echo "- machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%d GiB", $2 / 1048576}' /proc/meminfo), load average at the end $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "- Kubernetes $kube; the whole run: $SECONDS s, of which the builds $builds_done s and the rest (the node, the story, the checks) $((SECONDS - builds_done)) s"
+  for b in "${build_times[@]}"; do echo "- $b"; done
+  echo "- (a build of seconds reused the caches: ~/.cache/workload-update-guard/, target/)"
+  [[ -z "$image" ]] || echo "- the image: $(du -b "$image" | awk '{printf "%.1f MiB (%d bytes", $1 / 1048576, $1}'), ${image#target/image/}, a docker-archive)"
+  echo "- the closing check: $closing"
+} > "$figures"
+echo "demo: its figures in ${figures#"$REPO_ROOT"/}"
 section "next"
 cat <<NEXT
-On a real cluster: the README's "Install it once" (the resident guard, the chart or the add-on),
-or "The Jobs by hand" (what this demo ran). To try those Jobs yourself on this node:
-bash hack/demo.sh --keep. Every message the guard prints: docs/troubleshooting.md.
+On a real cluster: the README (the chart or the add-on, and the checklist for each upgrade), or
+docs/jobs.md (the Jobs by hand: bash hack/demo.sh --jobs, or --keep to try them on this node).
+When something goes wrong: docs/troubleshooting.md.
 NEXT
 (( same ))

@@ -1,21 +1,29 @@
 #!/usr/bin/env python3
-"""What the docs say of the contract, checked against the code and the manifests:
+"""What the docs say, checked against the code, the manifests and themselves:
 
-- every exit code the binary defines (src/error.rs, `mod exit`) has a row in the README's
-  exit-code table, with a meaning, and no row names a code the binary does not define; the
-  table's Job column says what the Jobs' podFailurePolicy does with it (in any Job);
-- every variable of the configuration table (src/config.rs, `VARIABLES`) is in the README's
-  variables table and in docs/configuration.md;
+- the operator's pages (README.md and docs/*.md but design.md and testing.md; docs/figures/ holds
+  measured figures, not pages) hold at most WORD_BUDGET words together, so that an operator
+  reads one short page and the runbook of the hour, not every page;
+- each variable (src/config.rs `VARIABLES`), exit code (src/error.rs `mod exit`), Event reason
+  (src/warnings.rs), metric and alert (the chart's PrometheusRule, the code, and METRICS and
+  ALERTS below) is defined once: one table row whose first cell names it, on the page that
+  defines its kind (DEFINED_IN), and on no other operator page; the README links to each such
+  page. The exit-code table's Job column says what the Jobs' podFailurePolicy does with the code;
+- every row of the README's "When something goes wrong" table links to a runbook
+  (docs/troubleshooting.md#...), and every runbook anchor the chart's templates name resolves;
 - docs/jobs.md's "Job contract" table gives each manifest's activeDeadlineSeconds, backoffLimit
   and podFailurePolicy as `kubectl kustomize` renders them, for every manifest that makes a Job;
 - `--help` (the binary's, when one is built: $WUG_BIN, else target/release or target/debug)
-  prints the same variables and the same exit codes as the source and the tables;
+  prints the same variables and the same exit codes as the source;
 - every link of README.md and docs/**/*.md to a file of the repository resolves: the file exists,
   and its `#anchor` (or a `(#anchor)` in the same file) is the slug of one of that file's
   headings, as GitHub makes them; no page links to itself by its own name (`(#anchor)` does).
+  PENDING names the pages another change adds: a link to one of them is checked once it exists;
+- no issue-tracker number in the docs or in the comments of src/, tests/ and hack/: a reader of
+  the clone has no tracker, so a comment says the reason, not the number.
 
 Usage: hack/docs_check.py [KUBECTL]   (default: $KUBECTL, else the pinned kubectl of
-hack/control-plane.sh). Run by hack/lint.sh; exit 1 on a finding.
+hack/control-plane.sh). Run by hack/lint.sh, so by hack/test.sh; exit 1 on a finding.
 """
 import os
 import pathlib
@@ -27,6 +35,32 @@ import yaml
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 problems = []
+
+# The operator's pages together, in words (`wc -w`'s count).
+WORD_BUDGET = 8000
+# Not operator pages: the why, and how it is tested (each may be long).
+NOT_BUDGETED = {"docs/design.md", "docs/testing.md"}
+# Pages another change adds: links to them are checked once they exist.
+PENDING = {"docs/monitoring.md"}
+# Where each kind of name is defined (one table row each), and the README links there.
+DEFINED_IN = {
+    "variable": "docs/configuration.md",
+    "exit code": "docs/configuration.md",
+    "Event reason": "docs/configuration.md",
+    "metric": "docs/monitoring.md",
+    "alert": "docs/monitoring.md",
+}
+# The resident guard's metrics and alerts, as the alerts' runbooks name them; the code's and the
+# chart's own are added to these when they are there.
+METRICS = ["workload_update_guard_suspension_in_place", "workload_update_guard_upgrade_unprotected",
+           "workload_update_guard_upgrade_held", "workload_update_guard_hold_after_failed_upgrade",
+           "workload_update_guard_no_longer_needed",
+           "workload_update_guard_last_successful_read_timestamp_seconds",
+           "workload_update_guard_acts_total", "workload_update_guard_build_info"]
+ALERTS = ["WorkloadUpdateGuardUpgradeUnprotected", "WorkloadUpdateGuardUpgradeHeld",
+          "WorkloadUpdateGuardReadsFailing", "WorkloadUpdateGuardHoldAfterFailedUpgrade",
+          "WorkloadUpdateGuardDown"]
+ISSUE_NUMBER = re.compile(r"[Ii]ssues? ?#?[0-9]+")
 
 
 def table_after(text, marker):
@@ -130,7 +164,8 @@ def check_links():
                                     if anchor else f"{rel}:{n}: links to itself ({target})")
                     continue
                 if not dest.exists():
-                    problems.append(f"{rel}:{n}: {target}: no such file")
+                    if str(dest.relative_to(ROOT)) not in PENDING:
+                        problems.append(f"{rel}:{n}: {target}: no such file")
                     continue
                 if anchor and dest.suffix == ".md" and anchor not in anchors(dest):
                     problems.append(f"{rel}:{n}: {target}: no heading with the anchor #{anchor} in "
@@ -165,34 +200,161 @@ def check_help(variables, codes):
     return f"--help of {os.path.relpath(bin_path, ROOT)}"
 
 
-def main():
+def operator_pages():
+    """The budgeted pages: README.md and docs/*.md but NOT_BUDGETED, as paths relative to ROOT."""
+    pages = ["README.md"] + sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md"))
+    return [p for p in pages if p not in NOT_BUDGETED]
+
+
+def check_budget():
+    """The operator's pages' words, each and in all."""
+    counts = {p: len((ROOT / p).read_text().split()) for p in operator_pages()}
+    total = sum(counts.values())
+    if total > WORD_BUDGET:
+        each = ", ".join(f"{p} {n}" for p, n in sorted(counts.items(), key=lambda x: -x[1]))
+        problems.append(f"the operator's pages hold {total} words, over the budget of {WORD_BUDGET}: {each}")
+    return total
+
+
+def defining_rows(text):
+    """The first cell of every table row, outside code blocks (a row that defines its names)."""
+    cells = []
+    for _, line in prose(text):
+        if line.startswith("|") and not re.match(r"^\|[-| :]+\|?$", line):
+            cells.append(line.strip().strip("|").split("|")[0].strip())
+    return cells
+
+
+def defines(cell, name):
+    """Whether a table's first cell defines `name`: the cell is only names in code spans (`name`,
+    `name{labels}`), one or a list, and `name` is one of them. A cell with words around a name
+    (a symptom: "Warning `X`") refers to it, it does not define it."""
+    spans = re.findall(r"`([^`]*)`", cell)
+    if not spans or re.sub(r"`[^`]*`|[,\s]|and", "", cell):
+        return False
+    return any(re.fullmatch(rf"{re.escape(name)}(\{{[^}}]*\}})?", s) for s in spans)
+
+
+def check_defined_once(kind, names):
+    """Each name: exactly one defining row among the operator pages, on DEFINED_IN[kind]."""
+    home = DEFINED_IN[kind]
+    if not (ROOT / home).exists():
+        if home in PENDING:
+            return f"{kind}s not checked ({home} is not there yet)"
+        problems.append(f"{home}: missing; it defines every {kind}")
+        return ""
+    rows = {p: defining_rows((ROOT / p).read_text()) for p in operator_pages()}
+    for name in names:
+        where = [p for p, cells in rows.items() for c in cells if defines(c, name)]
+        if where.count(home) != 1:
+            problems.append(f"{home}: the {kind} {name} has {where.count(home)} defining rows, not 1")
+        others = sorted(set(p for p in where if p != home))
+        if others:
+            problems.append(f"the {kind} {name} is defined again in {', '.join(others)}: "
+                            f"define it once, in {home}, and link there")
     readme = (ROOT / "README.md").read_text()
+    if f"]({home})" not in readme and f"]({home}#" not in readme:
+        problems.append(f"README: no link to {home}, where every {kind} is defined")
+    return f"{len(names)} {kind}s"
+
+
+def event_reasons():
+    """Every reason src/warnings.rs gives (Warning and Normal Events)."""
+    src = (ROOT / "src/warnings.rs").read_text()
+    return re.findall(r'pub const \w+: &str = "([A-Za-z]+)";', src)
+
+
+def chart_texts():
+    return {p: p.read_text() for p in sorted((ROOT / "manifests/chart").rglob("*.yaml"))}
+
+
+def metrics_and_alerts():
+    """The documented metrics and alerts: METRICS and ALERTS, and what the code and chart name."""
+    metrics, alerts = list(METRICS), list(ALERTS)
+    sources = [p.read_text() for p in sorted((ROOT / "src").rglob("*.rs"))] + list(chart_texts().values())
+    for text in sources:
+        for m in re.findall(r"\b(workload_update_guard_[a-z_]+)", text):
+            m = re.sub(r"_(bucket|count|sum|created)$", "", m)
+            if m not in metrics and m + "_total" not in metrics:
+                metrics.append(m)
+    for text in chart_texts().values():
+        for a in re.findall(r"^\s*-?\s*alert:\s*\"?(\w+)", text, re.M):
+            if a not in alerts:
+                alerts.append(a)
+    return metrics, alerts
+
+
+def check_runbook_anchors():
+    """Every `troubleshooting.md#anchor` the chart names (the alerts' runbooks) resolves."""
+    have = anchors(ROOT / "docs/troubleshooting.md")
+    n = 0
+    for path, text in chart_texts().items():
+        for anchor in re.findall(r"troubleshooting\.md#([a-z0-9_-]+)", text):
+            n += 1
+            if anchor not in have:
+                problems.append(f"{path.relative_to(ROOT)}: docs/troubleshooting.md#{anchor}: no such heading")
+    return n
+
+
+def check_readme_runbooks():
+    """Each row of the README's "When something goes wrong" table links to a runbook."""
+    rows = table_after((ROOT / "README.md").read_text(), "## When something goes wrong")
+    for r in rows:
+        if len(r) < 2 or not re.search(r"\]\(docs/troubleshooting\.md#[a-z0-9-]+\)", r[1]):
+            problems.append(f"README: the row {r[0]!r} of \"When something goes wrong\" links to no runbook")
+    return len(rows)
+
+
+def check_no_issue_numbers():
+    """No tracker number in the docs, nor in the comments of src/, tests/, hack/."""
+    files = [ROOT / "README.md"] + sorted((ROOT / "docs").rglob("*.md"))
+    for d in ("src", "tests", "hack"):
+        files += sorted(p for p in (ROOT / d).rglob("*") if p.is_file() and p.suffix in
+                        (".rs", ".sh", ".py", ".jq", ".yaml", ".md", ".txt", ""))
+    for f in files:
+        try:
+            text = f.read_text()
+        except UnicodeDecodeError:
+            continue
+        for n, line in enumerate(text.splitlines(), 1):
+            m = ISSUE_NUMBER.search(line)
+            if m:
+                problems.append(f"{f.relative_to(ROOT)}:{n}: {m.group(0)!r}: a reader of the clone has no "
+                                f"tracker; say the reason instead")
+
+
+def main():
     configuration = (ROOT / "docs/configuration.md").read_text()
     jobs_md = (ROOT / "docs/jobs.md").read_text()
 
     codes = exit_codes()
-    rows = table_after(readme, "**Exit codes**")
+    rows = table_after(configuration, "## Exit codes")
     documented = {}
     for r in rows:
         if r and r[0].isdigit():
             documented[int(r[0])] = r
     for code, name in sorted(codes.items()):
         if code not in documented:
-            problems.append(f"README: exit code {code} ({name}) has no row in the exit-code table")
+            problems.append(f"docs/configuration.md: exit code {code} ({name}) has no row in the exit-code table")
         elif len(documented[code]) < 3 or not documented[code][1]:
-            problems.append(f"README: exit code {code} has no meaning")
+            problems.append(f"docs/configuration.md: exit code {code} has no meaning")
     for code in sorted(set(documented) - set(codes)):
-        problems.append(f"README: exit code {code} is documented but src/error.rs defines no such code")
+        problems.append(f"docs/configuration.md: exit code {code} is documented but src/error.rs defines no such code")
+    for page in operator_pages():
+        if page != DEFINED_IN["exit code"] and re.search(r"^#+ .*[Ee]xit codes", (ROOT / page).read_text(), re.M):
+            problems.append(f"{page}: an exit-code section; the codes are defined once, in {DEFINED_IN['exit code']}")
 
     variables = re.findall(r'^\s*\(\s*"([A-Z_]+)",', (ROOT / "src/config.rs").read_text().split(
         "pub const VARIABLES", 1)[1].split("];", 1)[0], re.M)
-    readme_vars = " ".join(r[0] for r in table_after(readme, "**Variables**"))
-    conf_vars = " ".join(r[0] for r in table_after(configuration, "## Configuration"))
-    for v in variables:
-        if f"`{v}`" not in readme_vars:
-            problems.append(f"README: the variable {v} has no row in the variables table")
-        if f"`{v}`" not in conf_vars:
-            problems.append(f"docs/configuration.md: the variable {v} has no row in the table")
+    conf_vars = [r[0] for r in table_after(configuration, "## Configuration")]
+    if conf_vars != [f"`{v}`" for v in variables]:
+        problems.append(f"docs/configuration.md: the configuration table's rows {conf_vars} are not "
+                        f"src/config.rs's variables, one a row, in its order: {variables}")
+    defined = [check_defined_once("variable", variables)]
+    defined.append(check_defined_once("Event reason", event_reasons()))
+    metrics, alerts = metrics_and_alerts()
+    defined.append(check_defined_once("metric", metrics))
+    defined.append(check_defined_once("alert", alerts))
 
     kubectl = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("KUBECTL")
     if not kubectl:
@@ -227,7 +389,7 @@ def main():
             job_col = r[2] if len(r) > 2 else ""
             want = "FailJob" if str(code) in fail else "Count" if str(code) in count else "-"
             if not job_col.strip("`").startswith(want):
-                problems.append(f"README: exit code {code}: the Job column says {job_col!r}, the manifests {want!r}")
+                problems.append(f"docs/configuration.md: exit code {code}: the Job column says {job_col!r}, the manifests {want!r}")
 
     # One version (hack/version.sh): Cargo.toml's, the Jobs' image tag, and a CHANGELOG.md entry.
     version = re.search(r'^\[package\][^\[]*?^version = "([^"]+)"', (ROOT / "Cargo.toml").read_text(), re.M | re.S)
@@ -242,13 +404,20 @@ def main():
         problems.append(f"CHANGELOG.md: no '## {version}' section for Cargo.toml's version")
     helped = check_help(variables, codes)
     links = check_links()
+    runbooks = check_readme_runbooks()
+    chart_anchors = check_runbook_anchors()
+    words = check_budget()
+    check_no_issue_numbers()
 
     for p in problems:
         print(f"docs_check: {p}", file=sys.stderr)
     if problems:
         sys.exit(1)
-    print(f"docs_check: ok ({len(codes)} exit codes, {len(variables)} variables, "
-          f"{len(contract)} Job manifests agree with the docs; {helped}; {links} links resolve)")
+    print(f"docs_check: ok (the operator's pages {words} words of {WORD_BUDGET}; defined once: "
+          f"{'; '.join(d for d in defined if d)}; {len(codes)} exit codes and "
+          f"{len(contract)} Job manifests agree with the docs; {helped}; {links} links resolve; "
+          f"{runbooks} README rows link to runbooks; {chart_anchors} runbook anchors in the chart; "
+          f"no issue numbers)")
 
 
 if __name__ == "__main__":

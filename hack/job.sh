@@ -426,7 +426,7 @@ images() {
     echo "${node_list[$i]} ${states[$i]}"
     [[ "${states[$i]}" == true* ]] || missing=$((missing + 1))
   done
-  (( missing == 0 )) || { say "$missing node(s) without $img, that cannot pull it now (README, \"The image first\")"; return 1; }
+  (( missing == 0 )) || { say "$missing node(s) without $img, that cannot pull it now (docs/jobs.md, \"The image\")"; return 1; }
   say "every node has $img or pulled it now"
 }
 

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Static checks: the shape of src/ (hack/house.py: no import cycle, no twin file name, no file
 # over 500 lines or function over 100), the docs against the code and the manifests
-# (hack/docs_check.py: exit codes and variables against the source and `--help`, the Jobs'
-# deadlines and failure policies, every link and anchor of the docs), every shell script
+# (hack/docs_check.py: the operator pages' word budget; each variable, exit code, Event reason,
+# metric and alert defined once, where the README points; exit codes and variables against the
+# source and `--help`; the Jobs' deadlines and failure policies; every link and anchor of the
+# docs and the alerts' runbooks; no issue-tracker number in docs or comments), every shell script
 # (shellcheck), and what cannot run here: the Dockerfile (hadolint, checkov), the rendered
 # manifests and Helm chart (checkov's Kubernetes checks), the chart itself (helm lint), and the
 # GitHub Actions workflows (actionlint, built from its pinned Go module and cached like

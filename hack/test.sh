@@ -5,7 +5,7 @@
 # Integration and e2e tests FAIL (never skip) if the control plane or the node cannot be built or
 # started.
 #
-# Kubernetes versions (README "Kubernetes versions"):
+# Kubernetes versions (docs/testing.md, "Kubernetes versions"):
 #   bash hack/test.sh                        everything on the default version, and the integration
 #                                            suite again on each other version of $KUBE_VERSIONS
 #                                            (default: v1.34.4 v1.35.4 v1.37.2)

@@ -945,7 +945,7 @@ mod tests {
         assert!(!h.contains("(required)"), "{h}");
     }
 
-    /// FALLBACK_METHODS applies only to our own `[]`: `--help` says so, as the README does.
+    /// FALLBACK_METHODS applies only to our own `[]`: `--help` says so, as docs/configuration.md does.
     #[test]
     fn help_says_the_fallback_is_for_our_own_empty_list_only() {
         let (_, _, meaning) = VARIABLES

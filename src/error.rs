@@ -1,4 +1,4 @@
-//! Errors and the exit codes they map to (the Job contract: README, "Exit codes").
+//! Errors and the exit codes they map to (the Job contract: docs/configuration.md, "Exit codes").
 
 use crate::model::{Kind, Target};
 use crate::vocabulary::Refusal;
@@ -116,7 +116,7 @@ pub enum Error {
     /// The armed `post` waited past `ARM_WAIT_SECONDS`; the message says what it saw.
     #[error("{0}")]
     ArmedBound(String),
-    /// The writes were made; Fleet has not deployed them (README, "Exit codes").
+    /// The writes were made; Fleet has not deployed them (docs/configuration.md, "Exit codes").
     #[error("{target}: written, but Fleet has not applied the change: {message}")]
     FleetNotApplied { target: Target, message: String },
 }

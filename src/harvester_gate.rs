@@ -16,7 +16,7 @@ use crate::plan::harvester_upgrade::{
     self, CLEANUP_DONE, CLEANUP_LABEL, Handling, LATEST_LABEL, PreGate, Upgrade,
 };
 use crate::plan::pre_advice::{self, Advice, Coming};
-use crate::plan::records::methods;
+use crate::plan::records::{self, methods};
 use crate::plan::suspenders;
 use crate::plan::upgrade_progress::{self, PlanView};
 use crate::vocabulary::{ForeignOriginal, Malformed, Objects, Phase, Refusal};
@@ -212,7 +212,8 @@ async fn before_pre(
         notes.push(line);
     }
     let ours = anything_of_ours(objects);
-    // Another suspender's `[]` is never an original: what it stands in for is (issue 33).
+    // Another suspender's `[]` is never an original: what it stands in for is (else `post`
+    // would put that `[]` back: updates off for good).
     let mut warnings = Vec::new();
     let foreign = match ours {
         false => in_place_of_foreign(cluster, &view, objects, &mut notes, &mut warnings)
@@ -248,7 +249,11 @@ async fn before_pre(
             };
             info!("{line}");
             notes.push(line);
-            if let Some(late) = pre_advice::late(view.upgrade.as_ref(), objects.kubevirt.as_ref()) {
+            // Our own `[]` already on the CR (a rerun, or a resident guard's new pod after a
+            // drain) stopped the wave when it was written: that `pre` said whether it was late.
+            let already = ours && records::is_suspended(&current);
+            let late = pre_advice::late(view.upgrade.as_ref(), objects.kubevirt.as_ref());
+            if let Some(late) = late.filter(|_| !already) {
                 let listed = cluster.migrations_under_way().await;
                 let message = late.message(listed.as_deref().map_err(String::as_str));
                 let said = warning(PRE_LATE, message);

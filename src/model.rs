@@ -50,7 +50,7 @@ pub const COMPARE_PATH: &[&str] = &["spec", "diff", "comparePatches"];
 /// Migrations that KubeVirt's workload updater creates carry this name prefix.
 pub const MIGRATION_PREFIX: &str = "kubevirt-workload-update-";
 
-/// Defaults of the settings, written once: `config`, `--help` and README use these.
+/// Defaults of the settings, written once: `config`, `--help` and docs/configuration.md use these.
 pub mod defaults {
     pub const KUBEVIRT_NAMESPACE: &str = "harvester-system";
     pub const KUBEVIRT_NAME: &str = "kubevirt";

@@ -1,5 +1,5 @@
-//! The one waiting loop (issue 34): the resident guard (`PHASE=watch`) and the armed `post`
-//! (`ARM=true`, issue 28) are this loop, the second stopped after one restore. Each pass reads
+//! The one waiting loop: the resident guard (`PHASE=watch`) and the armed `post`
+//! (`ARM=true`) are this loop, the second stopped after one restore. Each pass reads
 //! the two objects and the upgrade's (Harvester's latest Upgrade, the add-on's UpgradePlans),
 //! asks [`plan::watch_decision::decide`] what now, and acts by running `pre` or `post` exactly as their
 //! Jobs do ([`runner::run`]). Between passes it sleeps until a watch wakes it

@@ -402,7 +402,7 @@ async fn status(
     Ok(report.verdict)
 }
 
-/// `status`: the armed `post`'s Job, if there is one (issue 28): what it waits for and since
+/// `status`: the armed `post`'s Job, if there is one: what it waits for and since
 /// when, for the text report and the termination message's steps.
 async fn armed_section(cfg: &Config, cluster: &Cluster, done: &mut Vec<Done>) -> String {
     let ns = &cfg.intent.keys.kubevirt.namespace;

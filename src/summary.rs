@@ -1,4 +1,4 @@
-//! The one-line JSON summary for the termination-message path (README, "For orchestrators").
+//! The one-line JSON summary for the termination-message path (docs/jobs.md, "For orchestrators").
 
 use serde::Serialize;
 

@@ -18,7 +18,7 @@ MAX_OBJECT_REQUESTS = {"pre": 4, "post": 6}
 # late), post the Upgrades and the UpgradePlans (is an upgrade under way); and pre lists the
 # workload-update migrations under way to name them, once (one page in the demo state), though
 # it names them twice where it comes late, as in the demo state (the CR counts outdated
-# workloads): in its late warning and in the migrations' own (issue 33).
+# workloads): in its late warning and in the migrations' own.
 LISTS = {"pre": 4, "post": 2}
 LISTED = ("upgrades", "versions", "upgradeplans", "virtualmachineinstancemigrations")
 # The Normal Event of each phase; pre also warns of the demo state's two migrations under way,

@@ -1,5 +1,5 @@
 # shellcheck shell=bash disable=SC2154
-# The resident guard (PHASE=watch, issue 34), sourced by hack/bench.sh (which defines BIN,
+# The resident guard (PHASE=watch), sourced by hack/bench.sh (which defines BIN,
 # KUBECTL, work, dir, audit_lines and run): over a quiet period with no upgrade, its requests a
 # minute (the audit log, after a 30 s warm-up that holds its start: the first reads and the
 # watches' first lists) and its RSS (steady: VmRSS at the end; peak: VmHWM); then its reaction

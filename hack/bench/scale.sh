@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# The scale run of hack/bench.sh (issue 33), sourced by it: for each N in BENCH_SCALE (default
+# The scale run of hack/bench.sh (a large cluster's migrations), sourced by it: for each N in BENCH_SCALE (default
 # "10000 30000", ascending), N VirtualMachineInstanceMigrations of about 2 KiB each in the
 # namespace `scale` (user migrations without a phase, and 5 workload-update ones Running, beside
 # the demo state's 2), then BENCH_SCALE_RUNS times each (default 3): the peak RSS and wall time

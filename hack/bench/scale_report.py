@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The scale run's figures and goals (issue 33), from WORK/scale.txt (hack/bench/scale.sh).
+"""The scale run's figures and goals (a large cluster's migrations), from WORK/scale.txt (hack/bench/scale.sh).
 
 usage: scale_report.py WORK
 Exits non-zero when a goal is missed: peak RSS of `pre` and `status` at most 24 MiB with up to

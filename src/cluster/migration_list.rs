@@ -1,4 +1,5 @@
-//! The workload-update migrations, read page by page in memory flat in their number (issue 33):
+//! The workload-update migrations, read page by page in memory flat in their number (so that
+//! the Jobs' 64 MiB limit holds):
 //! a large cluster holds tens of thousands of migrations (KubeVirt keeps five finished ones per
 //! VMI), of which a handful are reported. Each page is parsed straight into
 //! [`plan::migrations::Listed`](crate::plan::migrations::Listed), which keeps four fields of an

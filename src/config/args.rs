@@ -81,8 +81,11 @@ impl Config {
             .iter()
             .find(|(k, _)| k == "PHASE")
             .map(|(_, v)| v.as_str());
+        // By hand in the resident guard's pod: the report is for the person at the terminal, not
+        // for the pod's log collector, whose `LOG_FORMAT` (the chart's `json`) it would inherit.
+        let in_guards_pod = argument.is_some() && var == Some("watch");
         let phase = phase_var(argument, var)?;
-        vars.retain(|(k, _)| k != "PHASE");
+        vars.retain(|(k, _)| k != "PHASE" && !(in_guards_pod && k == "LOG_FORMAT"));
         vars.extend(phase.map(|p| ("PHASE".to_string(), p)));
         let mut config = Config::from_vars(vars)?;
         if argument.is_some()
@@ -160,9 +163,15 @@ mod tests {
             ("PHASE", "watch"),
             ("WATCH_STATE_DIR", "/tmp"),
             ("WATCH_RESYNC_SECONDS", "300"),
+            ("LOG_FORMAT", "json"),
         ]);
         let c = Config::from_vars_and_argument(pod.clone(), Some(Phase::Status)).unwrap();
         assert_eq!(c.intent.phase, Phase::Status);
+        assert_eq!(
+            c.log_format,
+            crate::config::LogFormat::Text,
+            "the report, read by a person"
+        );
         assert_eq!(c.watch, None);
         assert_eq!(c.termination_message, None);
         let mut job = c.clone();
@@ -180,6 +189,7 @@ mod tests {
         );
         let guard = Config::from_vars_and_argument(pod, None).unwrap();
         assert_eq!(guard.intent.phase, Phase::Watch);
+        assert_eq!(guard.log_format, crate::config::LogFormat::Json);
         assert!(guard.termination_message.is_some());
         let explicit = vars(&[("PHASE", "watch"), ("TERMINATION_MESSAGE_PATH", "/x/log")]);
         let c = Config::from_vars_and_argument(explicit, Some(Phase::Post)).unwrap();

@@ -38,8 +38,8 @@ pub fn blind_value() -> Value {
     serde_json::json!(["LiveMigrate"])
 }
 
-/// What Harvester's upgrade does with the methods, by the release it upgrades to (README,
-/// "Which Harvester versions").
+/// What Harvester's upgrade does with the methods, by the release it upgrades to (the README's
+/// table of releases).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub enum Handling {

@@ -1,7 +1,7 @@
 //! What a phase leaves of ours where it was told not to go: an object whose step is switched off
 //! (`STEP_KUBEVIRT`, `STEP_CHART_VALUES`, `STEP_COMPARE_PATCHES`), or the ManagedChart when
 //! `MANAGEDCHART_NAME` is empty. A `post` that skips such an object leaves a half-restored
-//! state (issue 25: the ManagedChart keeps pre's values override `[]`, and Fleet's next deploy
+//! state (the ManagedChart keeps pre's values override `[]`, and Fleet's next deploy
 //! suspends the updates again), so it must say so, with the command that finishes the job; a
 //! `pre` that skips one says what an earlier `pre` left there, and what `post` needs to remove it.
 //! Readers only: nothing here plans a write.

@@ -257,7 +257,7 @@ fn owned_fields(fields: &Value, prefix: &str, out: &mut Vec<String>) {
 ///
 /// Nothing is released while one of our records is still on the object (that part is still
 /// suspended), nor while the KubeVirt CR stays at our own `[]` without a record: that claim is what
-/// lets a later `post` with a fallback act (README, "Warnings: nothing is left off in silence").
+/// lets a later `post` with a fallback act (docs/configuration.md, "Warnings: nothing is left off in silence").
 pub fn release(obj: &Value, kind: Kind) -> Result<Plan, Malformed> {
     let mut ed = Editor::new(obj)?;
     let records = match kind {

@@ -1,4 +1,4 @@
-//! What `pre` says of the coming upgrade before it writes (issue 28, points 3 and 4): whether it
+//! What `pre` says of the coming upgrade before it writes: whether it
 //! is needed at all (Harvester's own handling of the release the cluster upgrades to restores
 //! what is there now), and whether it comes late (KubeVirt is upgraded already, so the wave of
 //! workload updates has begun). `status` gives the same answer. Pure: what was read in, words out.

@@ -1,4 +1,5 @@
-//! Another suspender's `[]` is never an original (issue 33, point 1). During an upgrade the
+//! Another suspender's `[]` is never an original (else `post` would put it back: updates off
+//! for good). During an upgrade the
 //! methods may already be `[]` when `pre` reads them, written by the upgrade's own suspension:
 //! the add-on's PreRun (`upgrade-toolkit`), Harvester v1.8.0's apply-manifests script
 //! (`kubectl-patch`; its controller is `harvester`), or Harvester v1.7.2+'s values override with

@@ -1,4 +1,4 @@
-//! Whether an upgrade is under way (issue 28, point 1): `post` never turns updates on while one
+//! Whether an upgrade is under way: `post` never turns updates on while one
 //! is, whatever the release, since every outdated VM would start live-migrating in the middle of
 //! the drains. Two kinds of upgrade: Harvester's `Upgrade` (its latest, read by
 //! [`harvester_upgrade::latest`]) and the upgrade-manager add-on's cluster-scoped `UpgradePlan`.
@@ -234,7 +234,7 @@ pub fn awaited_since(u: &Upgrade, since: &str) -> bool {
 }
 
 /// After a failed upgrade to a release that does nothing to the methods itself (v1.6.x to
-/// v1.7.1, Harvester's path A), the suspension is held until the retry (issue 33, point 2):
+/// v1.7.1, Harvester's path A), the suspension is held until the retry:
 /// KubeVirt may be upgraded already and a node stuck, so turning updates on now would
 /// live-migrate every outdated VM in a half-upgraded cluster that the retry drains again. An
 /// Upgrade being deleted without having succeeded counts as failed. Releases whose own cleanup

@@ -1,4 +1,4 @@
-//! The waiting loop's decision (issue 34; the armed `post` of issue 28 is the same loop, stopped
+//! The waiting loop's decision (the resident guard's; the armed `post` is the same loop, stopped
 //! after one restore): given the upgrade's objects as read now, whether a suspension of ours is
 //! on the KubeVirt CR or the ManagedChart, and what this process remembers, what now. Pure: no
 //! I/O here; `resident` reads, acts and waits.

@@ -1,4 +1,4 @@
-//! The armed `post` (issue 28 point 2) on the real kubelet: armed right after `pre`, its pod is
+//! The armed `post` on the real kubelet: armed right after `pre`, its pod is
 //! evicted by a real `kubectl drain` while the next upgrade runs (Ignored: the Job neither fails
 //! nor counts it), a new pod takes over after the uncordon, and the methods come back once the
 //! modelled Harvester Upgrade reaches `Succeeded`, never before.

@@ -1,4 +1,4 @@
-//! The by-hand path of the README (`hack/job.sh`), on the node: a rerun the same day runs a new
+//! The by-hand path of docs/jobs.md (`hack/job.sh`), on the node: a rerun the same day runs a new
 //! pod, a failing phase is reported as soon as it fails, and an image that is not there fails the
 //! Job in a bounded time, naming the image.
 
@@ -163,7 +163,7 @@ fn a_missing_image_fails_the_job_naming_it() {
     ));
 }
 
-/// `hack/job.sh images` (README, "The image first"): a node with the image says `true`; the same
+/// `hack/job.sh images` (docs/jobs.md, "The image"): a node with the image says `true`; the same
 /// check of an image no node has, with `--no-pull` (presence only), says `false
 /// (ErrImageNeverPull)` at once and exits 1; no check pod is left behind. (Pulls: tests/e2e/registry.rs.)
 #[test]

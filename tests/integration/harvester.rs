@@ -569,7 +569,7 @@ async fn pre_and_status_say_when_the_coming_upgrade_handles_it_itself() {
         status.stdout
     );
     // The one release on offer restores what is there: pre is not needed, and says so; asked
-    // to, it suspends anyway (issue 28 point 4).
+    // to, it suspends anyway (`PRE_EVEN_IF_NOT_NEEDED`).
     let aside = phase_ok(&ns, "pre").await;
     let said = aside.summary.as_ref().unwrap().to_string();
     assert!(said.contains("pre is not needed"), "{said}");
@@ -592,7 +592,7 @@ async fn pre_and_status_say_when_the_coming_upgrade_handles_it_itself() {
     phase_ok(&ns, "post").await;
 }
 
-/// The armed `post` (issue 28) beside v1.7.3's own handling (backup and restore): armed right
+/// The armed `post` beside v1.7.3's own handling (backup and restore): armed right
 /// after `pre`, it waits through the upgrade and past its end until Harvester's cleanup has
 /// written its backup back, then restores within 5 s of that cleanup; both objects end as
 /// without the guard.

@@ -424,7 +424,7 @@ async fn events_record_suspend_and_restore_on_the_kubevirt_cr() {
         .collect();
     reasons.sort();
     // The model's CR counts 3 outdated workloads (KubeVirt upgraded already): pre came late, and
-    // its Warning says so (issue 28 point 3).
+    // its Warning says so (`PreAfterKubeVirtUpgrade`).
     assert_eq!(
         reasons,
         [

@@ -1,4 +1,5 @@
-//! The migration list on the real API server (issue 33): page by page, and exactly the
+//! The migration list on the real API server, for a cluster with tens of thousands of them:
+//! page by page, and exactly the
 //! unfinished workload-update migrations, told by KubeVirt's annotation or, without it, by the
 //! name prefix.
 

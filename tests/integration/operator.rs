@@ -187,7 +187,7 @@ async fn a_change_while_suspended_is_kept_with_a_warning() {
         .unwrap();
     let r = run(with(&ns, "post", &[])).await;
     assert_eq!(r.code, 0, "{r:?}");
-    // The write says what it did (issue 25: it said `actions=[]`).
+    // The write says what it did (an earlier version said `actions=[]`, which told nothing).
     let step = &r.summary.as_ref().unwrap()["steps"][0];
     assert_eq!(step["outcome"], "changed", "{step}");
     assert_eq!(
@@ -449,7 +449,7 @@ async fn the_json_log_carries_the_summary_as_an_object() {
     }
 }
 
-/// Issue 25's case: `pre` with the defaults, then `post MANAGEDCHART_NAME=`. The CR is restored,
+/// Half restored: `pre` with the defaults, then `post MANAGEDCHART_NAME=`. The CR is restored,
 /// the ManagedChart keeps pre's values override `[]` (Fleet's next deploy would suspend the
 /// updates again): post says so loudly (WARN, Warning Event, termination message) with the
 /// command that finishes, `status` does not call it NOT SUSPENDED, and a `post` with the
@@ -585,7 +585,7 @@ async fn every_skip_is_in_the_termination_message() {
     );
 }
 
-/// The messages of issue 25, point 6, in the words an operator reads.
+/// The messages, in the words an operator reads.
 #[tokio::test]
 async fn the_messages_say_what_they_mean() {
     // A kubeconfig that is not there: its path quoted once.

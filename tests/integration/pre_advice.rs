@@ -1,4 +1,5 @@
-//! `pre` before each release (issue 28, points 3 and 4), with the models of `support::harvester`
+//! `pre` before each release (is it needed at all; does it come late), with the models of
+//! `support::harvester`
 //! on the real API server: where the release the cluster upgrades to restores what is there now,
 //! `pre` writes nothing (both objects byte for byte, `managedFields` included) and says "not
 //! needed"; `PRE_EVEN_IF_NOT_NEEDED=true` suspends as before; where it does not, `pre` suspends;

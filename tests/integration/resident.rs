@@ -1,4 +1,4 @@
-//! The resident guard (`PHASE=watch`, issue 34) on the real API server, with the models of
+//! The resident guard (`PHASE=watch`) on the real API server, with the models of
 //! Harvester's upgrade (`support::harvester`) moving through their states in order, release by
 //! release: when it writes and when it does not, the restore within 2 s of the end, a failed
 //! upgrade and its retry, two guards at once, and the add-on's UpgradePlan.

@@ -1,4 +1,4 @@
-//! The order kept by the guard (issue 28, point 1): `post` never turns updates on while an
+//! The order kept by the guard: `post` never turns updates on while an
 //! upgrade is under way, for every release, whether it handles the methods itself or not. The
 //! models of `support::harvester` move Harvester's Upgrade through its real states in order
 //! (`upgrade_controller.go` `initStatus`, then the job controller's states) and the add-on's
@@ -187,7 +187,7 @@ async fn the_addons_upgrade_plan_is_waited_for_in_every_phase() {
     let kubeconfig = cp.kubeconfig();
     let ns = suspended(&client, &kubeconfig, "order-addon").await;
     let plan = UpgradePlan::create(&client, "hvst-upgrade-addon", "v1.8.0").await;
-    // Issue 28 point 4: with the add-on's plan under way, `pre` knows the target. Its Finalize
+    // With the add-on's plan under way, `pre` knows the target. Its Finalize
     // restores `[LiveMigrate]`, so for the default `pre` stands aside and writes nothing; for
     // `[LiveMigrate, Evict]` it is needed and suspends.
     for (methods, needed) in [

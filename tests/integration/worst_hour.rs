@@ -1,4 +1,5 @@
-//! The worst hour (issue 33, points 1 and 2), on the real API server with the models of
+//! The worst hour (another suspender's `[]`; a failed upgrade), on the real API server with the
+//! models of
 //! `support::harvester` (each makes the writes of its original, with its field manager):
 //! another suspender's `[]` is never recorded as an original, whichever suspender wrote it; and
 //! a failed upgrade to a release that does nothing to the methods itself holds the armed `post`
