@@ -289,7 +289,8 @@ def check_runbook_anchors():
     have = anchors(ROOT / "docs/troubleshooting.md")
     n = 0
     for path, text in chart_texts().items():
-        for anchor in re.findall(r"troubleshooting\.md#([a-z0-9_-]+)", text):
+        # A link, or the PrometheusRule's `printf "%s#anchor" runbookBase` (troubleshooting.md).
+        for anchor in re.findall(r"(?:troubleshooting\.md|%s)#([a-z0-9_-]+)", text):
             n += 1
             if anchor not in have:
                 problems.append(f"{path.relative_to(ROOT)}: docs/troubleshooting.md#{anchor}: no such heading")
