@@ -266,29 +266,40 @@ async fn before_pre(
             Ok(true)
         }
         PreGate::LeaveToHarvester(why) => {
-            let said = warning(HARVESTER_SUSPENDED, why.clone());
-            cluster.warn(objects.kubevirt.as_ref(), None, &said).await;
-            for kind in [Kind::ManagedChart, Kind::KubeVirt] {
-                let Some(target) = cfg.intent.keys.target(kind) else {
-                    continue;
-                };
-                if objects.get(kind).is_none() {
-                    continue;
-                }
-                let first = kind == Kind::KubeVirt;
-                done.push(Done {
-                    target,
-                    outcome: Outcome::Unchanged,
-                    actions: vec!["left to Harvester's upgrade: nothing written".into()],
-                    warnings: if first {
-                        vec![warning(HARVESTER_SUSPENDED, why.clone())]
-                    } else {
-                        vec![]
-                    },
-                });
-            }
+            leave_to_harvester(cfg, cluster, objects, done, why).await;
             Ok(false)
         }
+    }
+}
+
+/// `pre` where Harvester's upgrade holds the suspension itself: said (a Warning and its Event),
+/// nothing written, each read object's `Done` says why.
+async fn leave_to_harvester(
+    cfg: &Config,
+    cluster: &Cluster,
+    objects: &Objects,
+    done: &mut Vec<Done>,
+    why: String,
+) {
+    let said = warning(HARVESTER_SUSPENDED, why.clone());
+    cluster.warn(objects.kubevirt.as_ref(), None, &said).await;
+    for kind in [Kind::ManagedChart, Kind::KubeVirt] {
+        let Some(target) = cfg.intent.keys.target(kind) else {
+            continue;
+        };
+        if objects.get(kind).is_none() {
+            continue;
+        }
+        done.push(Done {
+            target,
+            outcome: Outcome::Unchanged,
+            actions: vec!["left to Harvester's upgrade: nothing written".into()],
+            warnings: if kind == Kind::KubeVirt {
+                vec![warning(HARVESTER_SUSPENDED, why.clone())]
+            } else {
+                vec![]
+            },
+        });
     }
 }
 

@@ -26,11 +26,12 @@ use crate::plan::harvester_upgrade::{LATEST_LABEL, Upgrade};
 use crate::plan::monitoring::UnprotectedKey;
 use crate::plan::retirement::Retirement;
 use crate::plan::upgrade_progress::record_time;
-use crate::plan::watch_decision::{Decision, Memory, decide, running};
+use crate::plan::watch_decision::{Decision, Memory, decide};
 use crate::summary::Summary;
 use crate::vocabulary::{Objects, Phase};
-use crate::warnings::{HELD_AFTER_FAILURE, NO_LONGER_NEEDED, RESIDENT, Warning};
+use crate::warnings::{HELD_AFTER_FAILURE, RESIDENT, Warning};
 
+mod offer;
 mod reporting;
 
 /// How often a waiting loop says what it waits for, when nothing changes.
@@ -165,63 +166,6 @@ impl<'a> Loop<'a> {
             retirement,
             upgrade: view.upgrade,
         })
-    }
-
-    /// The resident guard: whether it is still needed, the offer read again when it is due and
-    /// the cluster is quiet (no upgrade under way, nothing of ours: otherwise the answer is
-    /// "needed" whatever the offer says).
-    async fn retirement(
-        &mut self,
-        view: &View,
-        now: &Objects,
-    ) -> Result<Option<Retirement>, Error> {
-        if !self.suspends || !view.upgrades_served {
-            return Ok(None);
-        }
-        let quiet = running(view.upgrade.as_ref(), &view.plans).is_none() && !anything_of_ours(now);
-        let due = self
-            .offer
-            .as_ref()
-            .is_none_or(|(_, _, at)| at.elapsed() >= OFFER_EVERY);
-        if !quiet {
-            // After the upgrade, the cluster's version and the offer have moved: read again.
-            self.offer = None;
-        } else if due {
-            let (current, on_offer) = harvester_gate::read_offer(self.cluster, self.cfg).await?;
-            self.offer = Some((current, on_offer, tokio::time::Instant::now()));
-        }
-        let (current, on_offer) = match &self.offer {
-            Some((c, o, _)) => (c.as_deref(), o.as_slice()),
-            None => (None, &[][..]),
-        };
-        Ok(Some(harvester_gate::retirement(
-            current, on_offer, view, now,
-        )))
-    }
-
-    /// Says "no longer needed" once (a log line and a Normal Event on the KubeVirt CR), and
-    /// "needed again" in the log if that changes.
-    async fn say_retirement(&mut self, retirement: Option<&Retirement>, kubevirt: Option<&Value>) {
-        let Some(r) = retirement else {
-            return;
-        };
-        match (r.no_longer_needed(), self.retirement_said) {
-            (true, false) => {
-                let line = r.line();
-                info!(reason = NO_LONGER_NEEDED, "resident guard: {line}");
-                if let Some(kv) = kubevirt {
-                    self.cluster
-                        .event(kv, EventKind::Normal, NO_LONGER_NEEDED, &line)
-                        .await;
-                }
-                self.retirement_said = true;
-            }
-            (false, true) => {
-                info!("resident guard: {}", r.line());
-                self.retirement_said = false;
-            }
-            _ => {}
-        }
     }
 
     /// Starts (again) the watches of what is served: Harvester's Upgrades in the KubeVirt CR's
