@@ -252,7 +252,7 @@ pub(crate) fn logs() -> String {
 
 /// `kubectl -n harvester-system exec deploy/workload-update-guard-watch -- workload-update-guard
 /// status`: its output (exit 0).
-fn status_by_exec() -> String {
+pub(crate) fn status_by_exec() -> String {
     let mut cmd = node().kubectl();
     cmd.args([
         "-n",

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
+use crate::chart::status_by_exec;
 use crate::node::*;
 use crate::support::harvester::Upgrade;
 use crate::support::harvester_controller::{Seen, wait_in_force, wrangler};
@@ -171,13 +172,65 @@ async fn held_while_the_guard_is_down() {
         held.refusals.len(),
         held_since.elapsed().as_secs_f64()
     ));
-    // status by exec and metrics scrape: added when those land (`kubectl exec deploy/... --
-    // workload-update-guard status` cannot run with no pod; the alert on the upgrade held).
+    // With no pod there is no status by exec and no scrape: the alert WorkloadUpdateGuardDown
+    // is what tells (tests/promtool/alerts.test.yaml).
 
-    // 4. The guard back: it suspends, and the model's next retry passes.
-    let back = Instant::now();
+    // 4. The guard back, but unable to act: its Role may no longer patch the KubeVirt CR (a
+    // RBAC mistake). Its pre fails with a 403; the hold stays, and the guard says so: status by
+    // exec first, and the metrics.
+    let role = get_json(&["-n", NS, "get", "role", DEPLOYMENT, "-o", "json"]);
+    let mut broken = role.clone();
+    for rule in broken["rules"].as_array_mut().unwrap() {
+        if rule["resources"] == json!(["kubevirts"]) {
+            rule["verbs"] = json!(["get"]);
+        }
+    }
+    k_stdin(&["replace", "-f", "-"], &broken.to_string());
     k(&["-n", NS, "scale", "deployment", DEPLOYMENT, "--replicas=1"]);
-    wait_until("the methods suspended", Duration::from_secs(90), || {
+    k(&[
+        "-n",
+        NS,
+        "rollout",
+        "status",
+        "deployment",
+        DEPLOYMENT,
+        "--timeout=90s",
+    ]);
+    let mut scraped = String::new();
+    wait_until("the guard says held", Duration::from_secs(60), || {
+        scraped = scrape_guard(DEPLOYMENT, 9090);
+        metric(&scraped, "workload_update_guard_upgrade_held") == Some(1.0)
+    });
+    assert_eq!(
+        metric(&scraped, "workload_update_guard_upgrade_unprotected"),
+        Some(1.0),
+        "{scraped}"
+    );
+    let status = status_by_exec();
+    let first = status.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with(&format!(
+            "UNPROTECTED: Harvester Upgrade {UPGRADE} to v1.7.1 is under way"
+        )) && first.contains("holds it before NodesPrepared"),
+        "{status}"
+    );
+    assert!(status.contains("UpgradeHeldUnprotected"), "{status}");
+    assert!(
+        seen.lock().unwrap().passed.is_none(),
+        "passed while unprotected"
+    );
+    figure(
+        "hold: the guard back without the right to patch: status by exec says UNPROTECTED, held; the metrics upgrade_held 1",
+    );
+
+    // 5. The right back: the guard's next try of pre (20 s at most) suspends, and the model's
+    // next retry passes.
+    let back = Instant::now();
+    let mut fixed = role.clone();
+    fixed["metadata"] = json!({"name": DEPLOYMENT, "namespace": NS,
+                               "labels": role["metadata"]["labels"]});
+    k_stdin(&["apply", "-f", "-"], &fixed.to_string());
+    wait_until("the methods suspended", Duration::from_secs(60), || {
         methods() == json!([])
     });
     let suspended = Instant::now();
@@ -191,15 +244,23 @@ async fn held_while_the_guard_is_down() {
         "passed {after:?} after the suspension"
     );
     figure(&format!(
-        "hold: guard scaled back, suspended {:.1} s later; NodesPrepared passed {:.1} s after the suspension ({} refusals in all)",
+        "hold: the right to patch given back, suspended {:.1} s later; NodesPrepared passed {:.1} s after the suspension ({} refusals in all)",
         suspended.duration_since(back).as_secs_f64(),
         after.as_secs_f64(),
         passed.refusals.len()
     ));
-    // status by exec and metrics scrape: added when those land (status: suspended, not held;
-    // the metrics: a suspension of ours in place, no upgrade held).
+    let status = status_by_exec();
+    assert!(status.starts_with("SUSPENDED since "), "{status}");
+    let scraped = scrape_guard(DEPLOYMENT, 9090);
+    for (series, want) in [
+        ("workload_update_guard_suspension_in_place", 1.0),
+        ("workload_update_guard_upgrade_unprotected", 0.0),
+        ("workload_update_guard_upgrade_held", 0.0),
+    ] {
+        assert_eq!(metric(&scraped, series), Some(want), "{series}: {scraped}");
+    }
 
-    // 5. The upgrade goes on to its end; the guard restores.
+    // 6. The upgrade goes on to its end; the guard restores.
     hv.apply_manifests().await;
     hv.system_services_upgraded(true).await;
     hv.upgrading_nodes().await;
@@ -212,8 +273,17 @@ async fn held_while_the_guard_is_down() {
         "hold: restored {:.1} s after the end",
         ended.elapsed().as_secs_f64()
     ));
-    // status by exec and metrics scrape: added when those land (status: restored; the
-    // metrics: no suspension of ours).
+    let status = status_by_exec();
+    assert!(
+        status.starts_with("NOT SUSPENDED: automated updates on"),
+        "{status}"
+    );
+    let scraped = scrape_guard(DEPLOYMENT, 9090);
+    assert_eq!(
+        metric(&scraped, "workload_update_guard_suspension_in_place"),
+        Some(0.0),
+        "{scraped}"
+    );
     hv.cleanup().await;
     hv.delete().await;
     let (ok, out) = helm(
