@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::node::*;
-use crate::support::{helm_bin, repo_root};
+use crate::support::{helm_bin, helm_in, repo_root};
 
 pub(crate) const RELEASE: &str = "workload-update-guard";
 pub(crate) const DEPLOYMENT: &str = "workload-update-guard-watch";
@@ -114,21 +114,10 @@ impl Helm {
 
     pub(crate) fn run(&self, args: &[&str]) -> HelmRun {
         let start = Instant::now();
-        let out = Command::new(helm_bin())
-            .args(args)
-            .env("KUBECONFIG", node().dir.join("kubeconfig"))
-            .env("HELM_CONFIG_HOME", self.home.join("config"))
-            .env("HELM_CACHE_HOME", self.home.join("cache"))
-            .env("HELM_DATA_HOME", self.home.join("data"))
-            .output()
-            .unwrap();
+        let (ok, out) = helm_in(&self.home, &node().dir.join("kubeconfig"), args);
         HelmRun {
-            ok: out.status.success(),
-            out: format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            ),
+            ok,
+            out,
             took: start.elapsed(),
         }
     }

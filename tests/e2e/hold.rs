@@ -6,7 +6,6 @@
 //! model's next retry passes, the upgrade goes on to its end, and the guard restores.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -15,7 +14,7 @@ use crate::chart::status_by_exec;
 use crate::node::*;
 use crate::support::harvester::Upgrade;
 use crate::support::harvester_controller::{Seen, wait_in_force, wrangler};
-use crate::support::{client_for, helm_bin, repo_root};
+use crate::support::{client_for, helm_in, repo_root};
 
 const RELEASE: &str = "workload-update-guard";
 const DEPLOYMENT: &str = "workload-update-guard-watch";
@@ -23,20 +22,7 @@ const UPGRADE: &str = "hvst-upgrade-e2e-hold";
 const ESCAPE: &str = "workload-update-guard.harvesterhci.io/allow-unprotected";
 
 fn helm(home: &Path, args: &[&str]) -> (bool, String) {
-    let out = Command::new(helm_bin())
-        .args(args)
-        .env("KUBECONFIG", node().dir.join("kubeconfig"))
-        .env("HELM_CONFIG_HOME", home.join("config"))
-        .env("HELM_CACHE_HOME", home.join("cache"))
-        .env("HELM_DATA_HOME", home.join("data"))
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
+    helm_in(home, &node().dir.join("kubeconfig"), args)
 }
 
 /// The release and the Upgrade, whatever the test leaves.

@@ -320,24 +320,11 @@ fn helm_upgrade_mid_suspension_holds_and_restores_exactly_at_the_upgrades_end() 
     // The end: restored, then the field owners given back (the release, a write of its own).
     let ended = Instant::now();
     finish_upgrade(UPGRADE);
-    let restored = methods_become(
+    let restored = restored_exactly(
         "the new pod, at the Upgrade's end",
         &original,
+        &before,
         ended,
-        Duration::from_secs(10),
-    );
-    let mut now = compared();
-    while now != before && ended.elapsed() < Duration::from_secs(10) {
-        std::thread::sleep(Duration::from_millis(100));
-        now = compared();
-    }
-    assert_eq!(
-        now.0, before.0,
-        "the KubeVirt CR and its field owners as before"
-    );
-    assert_eq!(
-        now.1, before.1,
-        "the ManagedChart and its field owners as before"
     );
     assert!(records().is_empty());
     figure(&format!(
@@ -395,24 +382,11 @@ fn a_suspension_by_the_previous_releases_pre_job_is_restored_by_this_resident_gu
     assert_eq!(rvs(), suspended, "held through the upgrade");
     let ended = Instant::now();
     finish_upgrade(UPGRADE);
-    let restored = methods_become(
+    let restored = restored_exactly(
         "this resident guard, at the Upgrade's end",
         &original,
+        &before,
         ended,
-        Duration::from_secs(10),
-    );
-    let mut now = compared();
-    while now != before && ended.elapsed() < Duration::from_secs(10) {
-        std::thread::sleep(Duration::from_millis(100));
-        now = compared();
-    }
-    assert_eq!(
-        now.0, before.0,
-        "the KubeVirt CR and its field owners as before pre"
-    );
-    assert_eq!(
-        now.1, before.1,
-        "the ManagedChart and its field owners as before pre"
     );
     figure(&format!(
         "inplace: the previous release's ({}) pre Job, this resident guard installed in {:.1} s, restored {:.1} s after Succeeded ({:.1} s after the Upgrade's creation); the test {:.1} s",
@@ -423,4 +397,29 @@ fn a_suspension_by_the_previous_releases_pre_job_is_restored_by_this_resident_gu
         start.elapsed().as_secs_f64()
     ));
     drop(leftovers);
+}
+
+/// The methods back at `original` within 10 s of `ended` (the time it took), then both objects
+/// and their field owners exactly as `before` (the release's own write comes just after).
+fn restored_exactly(
+    who: &str,
+    original: &Value,
+    before: &(String, String),
+    ended: Instant,
+) -> Duration {
+    let restored = methods_become(who, original, ended, Duration::from_secs(10));
+    let mut now = compared();
+    while now != *before && ended.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(100));
+        now = compared();
+    }
+    assert_eq!(
+        now.0, before.0,
+        "the KubeVirt CR and its field owners as before"
+    );
+    assert_eq!(
+        now.1, before.1,
+        "the ManagedChart and its field owners as before"
+    );
+    restored
 }

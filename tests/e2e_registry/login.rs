@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use crate::node::*;
 use crate::registry::RegistryUp;
-use crate::support::{helm_bin, output_ok, repo_root};
+use crate::support::{helm_in, output_ok, repo_root};
 
 const RELEASE: &str = "workload-update-guard";
 const HOOK: &str = "workload-update-guard-watch-uninstall";
@@ -23,20 +23,7 @@ const SECRET: &str = "wug-registry-login";
 /// `helm ARGS` against the node, with a home of its own; its success and output.
 fn helm(args: &[&str]) -> (bool, String) {
     let home = node().dir.join("helm-home-login");
-    let out = Command::new(helm_bin())
-        .args(args)
-        .env("KUBECONFIG", node().dir.join("kubeconfig"))
-        .env("HELM_CONFIG_HOME", home.join("config"))
-        .env("HELM_CACHE_HOME", home.join("cache"))
-        .env("HELM_DATA_HOME", home.join("data"))
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
+    helm_in(&home, &node().dir.join("kubeconfig"), args)
 }
 
 fn helm_ok(args: &[&str]) -> String {

@@ -558,6 +558,25 @@ pub fn output_ok(mut cmd: Command) -> String {
 
 // ---- Helm 4, playing Fleet's part ----
 
+/// `helm ARGS` against `kubeconfig`, with a Helm home of its own (its config, cache and data
+/// under `home`): its success, and its stdout and stderr together.
+pub fn helm_in(home: &Path, kubeconfig: &Path, args: &[&str]) -> (bool, String) {
+    let out = Command::new(helm_bin())
+        .args(args)
+        .env("KUBECONFIG", kubeconfig)
+        .env("HELM_CONFIG_HOME", home.join("config"))
+        .env("HELM_CACHE_HOME", home.join("cache"))
+        .env("HELM_DATA_HOME", home.join("data"))
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
 /// The pinned Helm 4 CLI (`hack/helm.sh`), built or reused once per test binary. Tests that
 /// need it FAIL if it cannot be had.
 pub fn helm_bin() -> &'static Path {
