@@ -44,7 +44,7 @@ resident_run() {
   sleep 30
   before=$(audit_lines)
   : > "$work/resident-scrapes.txt"
-  ( while sleep 30; do resident_scrape "$port" >> "$work/resident-scrapes.txt" || true; done ) &
+  ( while :; do resident_scrape "$port" >> "$work/resident-scrapes.txt" || true; sleep 30; done ) &
   scraper=$!
   sleep "$quiet"
   after=$(audit_lines)
