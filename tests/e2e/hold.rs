@@ -19,6 +19,9 @@ use crate::support::{client_for, helm_in, repo_root};
 const RELEASE: &str = "workload-update-guard";
 const DEPLOYMENT: &str = "workload-update-guard-watch";
 const UPGRADE: &str = "hvst-upgrade-e2e-hold";
+/// The selector of the guard's pods (the chart's labels).
+const GUARD_PODS: &str =
+    "app.kubernetes.io/instance=workload-update-guard,app.kubernetes.io/component=watch";
 const ESCAPE: &str = "workload-update-guard.harvesterhci.io/allow-unprotected";
 
 fn helm(home: &Path, args: &[&str]) -> (bool, String) {
@@ -39,10 +42,7 @@ impl Drop for Leftovers {
 }
 
 fn guard_pods() -> usize {
-    pods_with(&format!(
-        "app.kubernetes.io/instance={RELEASE},app.kubernetes.io/component=watch"
-    ))
-    .len()
+    pods_with(GUARD_PODS).len()
 }
 
 #[test]
@@ -164,7 +164,7 @@ async fn held_while_the_guard_is_down() {
     // 4. The guard back, but unable to act: its Role may no longer patch the KubeVirt CR (a
     // RBAC mistake). Its pre fails with a 403; the hold stays, and the guard says so: status by
     // exec first, and the metrics.
-    let role = get_json(&["-n", NS, "get", "role", DEPLOYMENT, "-o", "json"]);
+    let role = get_json(&["-n", NS, "role", DEPLOYMENT]);
     let mut broken = role.clone();
     for rule in broken["rules"].as_array_mut().unwrap() {
         if rule["resources"] == json!(["kubevirts"]) {
@@ -184,7 +184,7 @@ async fn held_while_the_guard_is_down() {
     ]);
     let mut scraped = String::new();
     wait_until("the guard says held", Duration::from_secs(60), || {
-        scraped = scrape_guard(DEPLOYMENT, 9090);
+        scraped = scrape_guard(GUARD_PODS, 9090);
         metric(&scraped, "workload_update_guard_upgrade_held") == Some(1.0)
     });
     assert_eq!(
@@ -237,7 +237,7 @@ async fn held_while_the_guard_is_down() {
     ));
     let status = status_by_exec();
     assert!(status.starts_with("SUSPENDED since "), "{status}");
-    let scraped = scrape_guard(DEPLOYMENT, 9090);
+    let scraped = scrape_guard(GUARD_PODS, 9090);
     for (series, want) in [
         ("workload_update_guard_suspension_in_place", 1.0),
         ("workload_update_guard_upgrade_unprotected", 0.0),
@@ -264,7 +264,7 @@ async fn held_while_the_guard_is_down() {
         status.starts_with("NOT SUSPENDED: automated updates on"),
         "{status}"
     );
-    let scraped = scrape_guard(DEPLOYMENT, 9090);
+    let scraped = scrape_guard(GUARD_PODS, 9090);
     assert_eq!(
         metric(&scraped, "workload_update_guard_suspension_in_place"),
         Some(0.0),

@@ -552,42 +552,32 @@ pub fn patch_upgrade(name: &str, patch: &Value) {
     ]);
 }
 
-/// The resident guard's metrics, scraped from its pod as Prometheus would: `kubectl
-/// port-forward` (the kubelet dials the port inside the pod's network namespace; kubectl listens
-/// on the host's loopback), one `GET /metrics`; the port-forward stopped by its PID.
-pub fn scrape_guard(deployment: &str, port: u16) -> String {
-    use std::io::{BufRead, BufReader, Read, Write};
-    let mut cmd = node().kubectl();
-    cmd.args(["-n", NS, "port-forward", &format!("deploy/{deployment}")])
-        .arg(format!("127.0.0.1::{port}"))
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null());
-    let mut child = cmd.spawn().unwrap();
-    let mut first = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut first)
-        .unwrap();
-    // "Forwarding from 127.0.0.1:PORT -> 9090"
-    let local = first
-        .split_whitespace()
-        .nth(2)
-        .and_then(|a| a.rsplit(':').next())
-        .and_then(|p| p.parse::<u16>().ok());
-    let text = local.map(|local| {
-        let mut conn = std::net::TcpStream::connect(("127.0.0.1", local)).unwrap();
-        conn.set_read_timeout(Some(Duration::from_secs(10)))
-            .unwrap();
-        conn.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
-            .unwrap();
-        let mut text = String::new();
-        let _ = conn.read_to_string(&mut text);
-        text
-    });
-    let _ = child.kill();
-    let _ = child.wait();
-    let text = text.unwrap_or_else(|| panic!("kubectl port-forward said {first:?}"));
-    assert!(text.starts_with("HTTP/1.1 200"), "GET /metrics: {text}");
-    text
+/// The resident guard's metrics, scraped from its running pod as Prometheus would, through the
+/// API server's proxy to the pod's port (the API server and the pods share the node's network
+/// namespace): one `GET /metrics`.
+pub fn scrape_guard(selector: &str, port: u16) -> String {
+    let pods = get_json(&[
+        "-n",
+        NS,
+        "pods",
+        "-l",
+        selector,
+        "--field-selector=status.phase=Running",
+    ]);
+    let name = pods["items"]
+        .as_array()
+        .and_then(|p| {
+            p.iter()
+                .find(|p| p["metadata"]["deletionTimestamp"].is_null())
+        })
+        .and_then(|p| p["metadata"]["name"].as_str())
+        .unwrap_or_else(|| panic!("no running pod with {selector}: {pods}"))
+        .to_string();
+    k(&[
+        "get",
+        "--raw",
+        &format!("/api/v1/namespaces/{NS}/pods/{name}:{port}/proxy/metrics"),
+    ])
 }
 
 /// A series' value in a scrape (`name{labels} value`), if there.
