@@ -39,7 +39,7 @@ fn main() -> ExitCode {
         Command::Probe(which) => return probe(which.as_deref()),
         Command::Run(phase) => *phase,
     };
-    let mut cfg = match Config::from_env_and_argument(argument) {
+    let cfg = match Config::from_env_and_argument(argument) {
         Ok(cfg) => cfg,
         Err(e) => {
             to_stderr(&format!("error: {e}"));
@@ -49,11 +49,6 @@ fn main() -> ExitCode {
             return ExitCode::from(exit::CONFIG);
         }
     };
-    // A run by hand (`kubectl exec ... -- workload-update-guard status`) is read by a person:
-    // text, whatever the resident guard's own LOG_FORMAT (json in the chart) says.
-    if config::by_hand(&command) {
-        cfg.log_format = config::LogFormat::Text;
-    }
     init_logging(cfg.log_format);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
