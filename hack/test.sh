@@ -108,11 +108,12 @@ export UPGRADE_FROM="${upgrade_versions[-2]}" UPGRADE_TO="${upgrade_versions[-1]
 # built just before their own suite, so that a build running beside the first suites (.ci/run's,
 # in the background) is not waited for before them.
 first_versions=("$primary" "$UPGRADE_FROM" "$UPGRADE_TO")
-# `bash hack/test.sh versions`: the Kubernetes versions it builds, one a line, those the first
-# suites need first; `versions later`: only the others (.ci/run builds these last).
+# `bash hack/test.sh versions first|later`: the Kubernetes versions it builds, one a line: those
+# the first suites need (the one under test first), or the others (.ci/run builds these last).
 if [[ "${1:-}" == versions ]]; then
   for v in "${first_versions[@]}" "${versions[@]}" "${upgrade_versions[@]}"; do
-    if [[ "${2:-}" != later || " ${first_versions[*]} " != *" $v "* ]]; then echo "$v"; fi
+    if [[ " ${first_versions[*]} " == *" $v "* ]]; then [[ "${2:-}" != first ]] || echo "$v"
+    else [[ "${2:-}" != later ]] || echo "$v"; fi
   done | awk '!seen[$0]++'
   exit 0
 fi
