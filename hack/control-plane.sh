@@ -44,6 +44,8 @@ Environment:
                  the API server listens on every address there, advertises CP_NODE_IP as the
                  \`kubernetes\` Service's endpoint, has ServiceAccount admission, and its certificate
                  names CP_NODE_IP and the Service's ClusterIP $SERVICE_IP
+  KUBEVIRT_VERSION  whose CRDs of KubeVirt are installed (hack/kubevirt.sh; built if not cached)
+  KUBEVIRT_CRDS  \`all\`: every KubeVirt CRD (virt-controller's need), not only the KubeVirt CR's and the migrations'
   CP_CACHE_DIR   binary cache (default \${XDG_CACHE_HOME:-\$HOME/.cache}/workload-update-guard/control-plane),
                  one directory per version pair
 EOF
@@ -342,8 +344,20 @@ up() {
   local ready_ms; ready_ms=$(date +%s%3N)
   "$BIN_DIR/kubectl" --kubeconfig "$dir/kubeconfig" apply -f "$CRD_DIR" >/dev/null \
     || { down "$dir"; die "installing CRD fixtures failed"; }
+  # KubeVirt's own CRDs, as its virt-operator installs them (hack/kubevirt.sh, $KUBEVIRT_VERSION):
+  # the KubeVirt CR's and the migrations' by default; every one with KUBEVIRT_CRDS=all, which
+  # virt-controller needs to start (tests/support/kubevirt.rs).
+  local kv_crds
+  kv_crds="$(bash "$REPO_ROOT/hack/kubevirt.sh" crds)" || { down "$dir"; die "KubeVirt's CRDs: no such version"; }
+  [[ -s "$kv_crds" ]] || bash "$REPO_ROOT/hack/kubevirt.sh" build >&2 \
+    || { down "$dir"; die "KubeVirt ${KUBEVIRT_VERSION:-(default)} could not be built for its CRDs"; }
+  jq --arg all "${KUBEVIRT_CRDS:-}" '.items |= map(select($all == "all"
+      or .metadata.name == "kubevirts.kubevirt.io"
+      or .metadata.name == "virtualmachineinstancemigrations.kubevirt.io"))' "$kv_crds" > "$dir/kubevirt-crds.json"
+  "$BIN_DIR/kubectl" --kubeconfig "$dir/kubeconfig" apply --server-side -f "$dir/kubevirt-crds.json" >/dev/null \
+    || { down "$dir"; die "installing KubeVirt's CRDs ($kv_crds) failed"; }
   "$BIN_DIR/kubectl" --kubeconfig "$dir/kubeconfig" wait --for condition=Established --timeout=60s \
-    -f "$CRD_DIR" >/dev/null || { down "$dir"; die "CRDs did not become Established"; }
+    -f "$CRD_DIR" -f "$dir/kubevirt-crds.json" >/dev/null || { down "$dir"; die "CRDs did not become Established"; }
   if [[ -n "${CP_OWNER_PID:-}" ]]; then
     # Reaper: when the owning process (a test run) exits, however it exits, stop everything.
     # shellcheck disable=SC2016 # the inner script's $1..$3 are its own arguments

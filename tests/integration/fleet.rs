@@ -153,7 +153,7 @@ async fn a_rejected_apply_fails_the_phase_with_the_servers_message() {
     let fleet = FleetModel::start(
         &client,
         &ns,
-        Options::helm(chart_version(&json!(["Bogus"]))),
+        Options::helm(chart_version(&json!("Bogus"))),
     )
     .await;
     let (run, _) = phase(&ns, "pre", &[]).await;
@@ -168,7 +168,7 @@ async fn a_rejected_apply_fails_the_phase_with_the_servers_message() {
     for part in [
         "Fleet reports an error",
         "ErrApplied",
-        "Unsupported value: \"Bogus\"",
+        "must be of type array",
     ] {
         assert!(error.contains(part), "{part}: {error}");
     }
@@ -189,7 +189,7 @@ async fn a_rejected_apply_fails_the_phase_with_the_servers_message() {
         rerun
             .warnings()
             .iter()
-            .any(|w| w.starts_with(NOT_APPLIED) && w.contains("Unsupported value")),
+            .any(|w| w.starts_with(NOT_APPLIED) && w.contains("must be of type array")),
         "{rerun:?}"
     );
     // A rerun of pre (our records on the chart again after a new pre) waits, and fails the same

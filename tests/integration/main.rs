@@ -20,5 +20,6 @@ mod resident;
 #[path = "../support/mod.rs"]
 mod support;
 mod upgrade;
+mod updater;
 mod upgrade_order;
 mod worst_hour;

@@ -9,6 +9,7 @@
 pub mod fleet;
 pub mod harvester;
 pub mod harvester_controller;
+pub mod kubevirt;
 pub mod upgrade;
 
 use std::collections::BTreeMap;

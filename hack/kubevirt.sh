@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# KubeVirt's own virt-controller (its workload updater is what the guard stops) and KubeVirt's
+# own CRDs, built from the Go module proxy (kubevirt.io/kubevirt with its staging modules
+# kubevirt.io/api and kubevirt.io/client-go of the same version), cached like Kubernetes.
+#
+#   hack/kubevirt.sh build [VERSION...]   build (or reuse) virt-controller and the CRDs of each
+#                                         version (default: $KUBEVIRT_VERSION)
+#   hack/kubevirt.sh crds                 print the file of $KUBEVIRT_VERSION's CRDs (a JSON List)
+#   hack/kubevirt.sh bin                  print the cached virt-controller's path
+#   hack/kubevirt.sh run DIR KUBECONFIG NAMESPACE LAUNCHER_IMAGE
+#                                         start virt-controller in DIR (its log DIR/virt-controller.log,
+#                                         its PID DIR/virt-controller.pid) for the KubeVirt CR's
+#                                         namespace; it runs until `stop DIR`
+#   hack/kubevirt.sh stop DIR             stop exactly the virt-controller started in DIR
+#   hack/kubevirt.sh versions             the supported versions, one a line (the default first)
+#
+# Environment:
+#   KUBEVIRT_VERSION   kubevirt.io/kubevirt version (default v1.6.0; supported: see SUPPORTED)
+#   CP_CACHE_DIR       cache root, shared with hack/control-plane.sh
+#   KV_OWNER_PID       if set, virt-controller is stopped when that process exits (the tests)
+#
+# The versions: the newest patch of each KubeVirt minor that Harvester ships and whose three
+# modules the Go module proxy serves (docs/testing.md, "The real KubeVirt"): 1.6 is the target of
+# the upgrade path where the guard acts (Harvester v1.6 -> v1.7), 1.7 ships in v1.8, 1.8 in v1.9,
+# 1.4 in v1.5 and v1.6. kubevirt v1.6.3, v1.7.4 and kubevirt.io/api v1.4.1 were refused by the
+# proxy, so 1.6.0, 1.7.0 and 1.4.0 are the newest patches buildable here.
+set -euo pipefail
+
+SUPPORTED="v1.6.0 v1.7.0 v1.8.3 v1.4.0"
+KUBEVIRT_VERSION="${KUBEVIRT_VERSION:-v1.6.0}"
+CACHE_ROOT="${CP_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/workload-update-guard/control-plane}"
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+export GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0 GOWORK=off
+
+die() { echo "kubevirt: ERROR: $*" >&2; exit 1; }
+supported() { [[ " $SUPPORTED " == *" $1 "* ]] || die "KubeVirt $1 is not supported (supported: $SUPPORTED)"; }
+dir_of() { echo "$CACHE_ROOT/kubevirt-$1"; }
+built() { [[ -x "$(dir_of "$1")/bin/virt-controller" && -s "$(dir_of "$1")/crds.json" ]]; }
+
+module_dir() { # module_dir MODULE@VERSION: where the module cache unpacked it (downloaded once)
+  local json
+  json="$(cd / && go mod download -json "$1")" || die "the Go module proxy did not serve $1: $json"
+  jq -r '.Dir' <<<"$json"
+}
+
+build_one() {
+  local v="$1" out src start=$SECONDS m kv
+  supported "$v"
+  out="$(dir_of "$v")"
+  if built "$v"; then echo "kubevirt: reusing $out" >&2; return 0; fi
+  mkdir -p "$out"
+  # One build at a time (.ci/run builds in the background what hack/test.sh then asks for).
+  exec 9>"$out/build.lock"
+  flock 9
+  if built "$v"; then echo "kubevirt: reusing $out (built meanwhile)" >&2; return 0; fi
+  command -v go >/dev/null || export PATH="/usr/local/go/bin:$PATH"
+  command -v go >/dev/null || die "go is required to build virt-controller"
+  command -v jq >/dev/null || die "jq is required to build virt-controller (apt-get install jq)"
+  # The module zip leaves out the staging modules its go.mod replaces (./staging/src/kubevirt.io/
+  # {api,client-go}): put back those of the same version; vendor/ goes (-mod=mod).
+  kv="$(module_dir "kubevirt.io/kubevirt@$v")"
+  src="$out/src"
+  rm -rf "$src"
+  cp -r "$kv" "$src"
+  chmod -R u+w "$src"
+  rm -rf "$src/vendor"
+  for m in api client-go; do
+    rm -rf "$src/staging/src/kubevirt.io/$m"
+    mkdir -p "$src/staging/src/kubevirt.io"
+    cp -r "$(module_dir "kubevirt.io/$m@$v")" "$src/staging/src/kubevirt.io/$m"
+    chmod -R u+w "$src/staging/src/kubevirt.io/$m"
+  done
+  # The CRDs: our small main calling virt-operator's own generators (the list its install
+  # strategy deploys, read from install/strategy.go, plus the KubeVirt CRD), printed as JSON.
+  mkdir -p "$src/cmd/wug-crds"
+  {
+    sed -n '/^package/,/^\/\/ END IMPORTS/p' "$REPO_ROOT/hack/kubevirt/crds.go"
+    echo "var generators = []func() (*extv1.CustomResourceDefinition, error){"
+    echo "	components.NewKubeVirtCrd,"
+    grep -o 'components\.New[A-Za-z]*Crd\b' "$src/pkg/virt-operator/resource/generate/install/strategy.go" \
+      | sort -u | sed 's/$/,/; s/^/	/'
+    echo "}"
+    sed -n '/^\/\/ END IMPORTS/,$p' "$REPO_ROOT/hack/kubevirt/crds.go" | tail -n +2
+  } > "$src/cmd/wug-crds/main.go"
+  mkdir -p "$out/bin"
+  (cd "$src" && go build -trimpath -ldflags "-s -w" -o "$out/bin/" ./cmd/virt-controller ./cmd/wug-crds) \
+    || die "building virt-controller $v failed"
+  "$out/bin/wug-crds" > "$out/crds.json.tmp" || die "generating KubeVirt $v's CRDs failed"
+  mv "$out/crds.json.tmp" "$out/crds.json"
+  rm -rf "$src"
+  echo "kubevirt: built virt-controller and the CRDs of $v in $((SECONDS - start))s" >&2
+}
+
+# run DIR KUBECONFIG NAMESPACE LAUNCHER_IMAGE
+run() {
+  local dir="$1" kubeconfig="$2" ns="$3" image="$4" bin
+  supported "$KUBEVIRT_VERSION"
+  built "$KUBEVIRT_VERSION" || die "KubeVirt $KUBEVIRT_VERSION is not built: run hack/kubevirt.sh build $KUBEVIRT_VERSION"
+  bin="$(dir_of "$KUBEVIRT_VERSION")/bin/virt-controller"
+  mkdir -p "$dir"
+  [[ -s "$dir/tls.crt" ]] || openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=virt-controller \
+    -keyout "$dir/tls.key" -out "$dir/tls.crt" 2>/dev/null || die "openssl could not make the metrics certificate"
+  # Its namespace comes from the ServiceAccount file only (client-go util.GetNamespace, else
+  # "kubevirt"): a private mount namespace with a tmpfs on /run gives it one, the host untouched.
+  # Loopback only: it talks to the API server of KUBECONFIG, serves its metrics and health on
+  # 127.0.0.1 (ports picked free by the caller's range) and elects itself leader on a Lease.
+  local port
+  port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+  # shellcheck disable=SC2016 # expanded by the inner shell
+  setsid unshare -m --propagation private sh -c '
+    mount -t tmpfs -o size=1m tmpfs /run || exit 1
+    mkdir -p /run/secrets/kubernetes.io/serviceaccount
+    echo "$1" > /run/secrets/kubernetes.io/serviceaccount/namespace
+    shift
+    exec "$@"' sh "$ns" "$bin" --kubeconfig "$kubeconfig" --launcher-image "$image" \
+    --listen 127.0.0.1 --port "$port" \
+    --prom-cert-file "$dir/tls.crt" --prom-key-file "$dir/tls.key" \
+    --leader-elect-lease-duration 2s --leader-elect-renew-deadline 1500ms --leader-elect-retry-period 500ms \
+    > "$dir/virt-controller.log" 2>&1 < /dev/null &
+  echo $! > "$dir/virt-controller.pid"
+  if [[ -n "${KV_OWNER_PID:-}" ]]; then
+    local pid
+    pid="$(cat "$dir/virt-controller.pid")"
+    (while kill -0 "$KV_OWNER_PID" 2>/dev/null && kill -0 "$pid" 2>/dev/null; do sleep 1; done
+     kill "$pid" 2>/dev/null || true) > /dev/null 2>&1 &
+  fi
+}
+
+stop() {
+  local dir="$1" pid
+  [[ -f "$dir/virt-controller.pid" ]] || return 0
+  pid="$(cat "$dir/virt-controller.pid")"
+  kill "$pid" 2>/dev/null || true
+  for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -9 "$pid" 2>/dev/null || true
+  rm -f "$dir/virt-controller.pid"
+}
+
+case "${1:-}" in
+  build)
+    shift
+    (( $# )) || set -- "$KUBEVIRT_VERSION"
+    for v in "$@"; do build_one "$v"; done ;;
+  crds) supported "$KUBEVIRT_VERSION"; echo "$(dir_of "$KUBEVIRT_VERSION")/crds.json" ;;
+  bin) supported "$KUBEVIRT_VERSION"; echo "$(dir_of "$KUBEVIRT_VERSION")/bin/virt-controller" ;;
+  run) [[ $# -eq 5 ]] || die "usage: hack/kubevirt.sh run DIR KUBECONFIG NAMESPACE LAUNCHER_IMAGE"; shift; run "$@" ;;
+  stop) [[ $# -eq 2 ]] || die "usage: hack/kubevirt.sh stop DIR"; stop "$2" ;;
+  versions) tr ' ' '\n' <<<"$SUPPORTED" ;;
+  *) sed -n '2,19s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2; exit 2 ;;
+esac

@@ -1,0 +1,236 @@
+//! The guard's promise against KubeVirt's own workload updater (`support::kubevirt`: the real
+//! virt-controller of `$KUBEVIRT_VERSION`, KubeVirt's CRDs, running VMIs): no workload-update
+//! migration and no eviction while suspended, through a KubeVirt upgrade that outdates every
+//! VMI; after the restore, the wave at KubeVirt's own pace, with the administrator's settings.
+//! A control without the guard shows that the same upgrade does migrate (else these tests would
+//! prove nothing). Each test has its own control plane: KubeVirt takes one CR per cluster.
+//!
+//! `hack/test.sh` runs them once per KubeVirt version (`KUBEVIRT_VERSION`, `updater::`); the
+//! integration suite's other runs skip them.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::resident::Guard;
+use crate::support::harvester::Upgrade;
+use crate::support::kubevirt::{KubeVirtCluster, NS, VmiSpec};
+use crate::support::*;
+
+/// How long a suspension is watched for migrations and evictions: a whole 30 s requeue of the
+/// updater, and its sync on every change of the CR.
+const HELD: Duration = Duration::from_secs(30);
+/// KubeVirt's default `parallelMigrationsPerCluster`.
+const PARALLEL: usize = 5;
+
+fn strategy(methods: Value) -> Value {
+    json!({"workloadUpdateMethods": methods, "batchEvictionSize": 2, "batchEvictionInterval": "10s"})
+}
+
+async fn phase(kv: &KubeVirtCluster, phase: &str) -> Run {
+    let run = run_bin(&kv.cp.kubeconfig(), env_for(NS, phase)).await;
+    assert_eq!(run.code, 0, "{phase}: {run:?}");
+    run
+}
+
+async fn methods(kv: &KubeVirtCluster) -> Value {
+    get(&kv.client, "KubeVirt", NS, "kubevirt").await["spec"]["workloadUpdateStrategy"]
+        ["workloadUpdateMethods"]
+        .clone()
+}
+
+/// The control: without the guard, KubeVirt's upgrade live-migrates every running VM (its
+/// `kubevirt-workload-update-*` migrations), `parallelMigrationsPerCluster` in its first pass.
+#[tokio::test]
+async fn without_the_guard_a_kubevirt_upgrade_migrates_every_vm() {
+    let mut kv = KubeVirtCluster::up(3, strategy(json!(["LiveMigrate"]))).await;
+    let vmis = kv.start_vmis(&[VmiSpec::default(); 8]).await;
+    kv.wait_outdated(0, Duration::from_secs(60)).await;
+    assert!(kv.workload_update_migrations().await.is_empty(), "none before the upgrade");
+    kv.upgrade_kubevirt().await;
+    let upgraded = Instant::now();
+    let first = kv
+        .wait_migrations("the first workload-update migration", Duration::from_secs(60), |m| {
+            !m.is_empty()
+        })
+        .await;
+    let first_pass = kv.workload_update_migrations().await.len();
+    let all = kv
+        .wait_migrations("every VM migrated", Duration::from_secs(90), |m| m.len() >= vmis.len())
+        .await;
+    eprintln!(
+        "updater {}: without the guard, the first migration {first:?} after the upgrade, {first_pass} \
+         at first, all {} after {:?}",
+        crate::support::kubevirt::version(),
+        vmis.len(),
+        upgraded.elapsed().max(all)
+    );
+    assert!(first_pass <= PARALLEL || first_pass == vmis.len(), "{first_pass}");
+    assert_eq!(kv.workload_update_migrations().await, sorted(vmis));
+}
+
+fn sorted(mut v: Vec<String>) -> Vec<String> {
+    v.sort();
+    v
+}
+
+/// The Jobs: `pre` before the KubeVirt upgrade; every VMI outdated and no migration or eviction
+/// for 30 s; `post`: the methods back exactly, and the wave (every VM once).
+#[tokio::test]
+async fn pre_holds_every_migration_through_the_upgrade_and_post_lets_the_wave_go() {
+    let mut kv = KubeVirtCluster::up(3, strategy(json!(["LiveMigrate"]))).await;
+    let vmis = kv.start_vmis(&[VmiSpec::default(); 8]).await;
+    kv.wait_outdated(0, Duration::from_secs(60)).await;
+    phase(&kv, "pre").await;
+    assert_eq!(methods(&kv).await, json!([]));
+    kv.upgrade_kubevirt().await;
+    kv.wait_outdated(vmis.len() as i64, Duration::from_secs(60))
+        .await;
+    kv.none_for(HELD).await;
+    let status = run_bin(&kv.cp.kubeconfig(), env_for(NS, "status")).await;
+    assert!(
+        status.stdout.contains(&format!("{} outdated", vmis.len())),
+        "status says what the suspension holds back: {}",
+        status.stdout
+    );
+    let restored = Instant::now();
+    let post = phase(&kv, "post").await;
+    assert_eq!(methods(&kv).await, json!(["LiveMigrate"]));
+    let first = kv
+        .wait_migrations("the wave after post", Duration::from_secs(60), |m| !m.is_empty())
+        .await;
+    let all = kv
+        .wait_migrations("every VM migrated after post", Duration::from_secs(90), |m| {
+            m.len() >= vmis.len()
+        })
+        .await;
+    eprintln!(
+        "updater {}: after post, the first migration {first:?}, all {} after {:?}",
+        crate::support::kubevirt::version(),
+        vmis.len(),
+        restored.elapsed().max(all)
+    );
+    assert_eq!(kv.workload_update_migrations().await, sorted(vmis));
+    assert!(kv.evicted().await.is_empty());
+    let _ = post;
+}
+
+/// `[LiveMigrate, Evict]` and `[Evict]`, with VMIs that cannot migrate: nothing evicted while
+/// suspended; after the restore, evictions in KubeVirt's batches (`batchEvictionSize` 2 every
+/// `batchEvictionInterval` 10 s), the administrator's settings back exactly.
+#[tokio::test]
+async fn evict_methods_evict_nothing_while_suspended_and_in_batches_after() {
+    for methods_before in [json!(["LiveMigrate", "Evict"]), json!(["Evict"])] {
+        let mut kv = KubeVirtCluster::up(2, strategy(methods_before.clone())).await;
+        let mut specs = vec![VmiSpec::default(); 2];
+        specs.extend([VmiSpec { not_migratable: true, ..Default::default() }; 4]);
+        let vmis = kv.start_vmis(&specs).await;
+        kv.wait_outdated(0, Duration::from_secs(60)).await;
+        phase(&kv, "pre").await;
+        kv.upgrade_kubevirt().await;
+        kv.wait_outdated(vmis.len() as i64, Duration::from_secs(60))
+            .await;
+        kv.none_for(Duration::from_secs(15)).await;
+        phase(&kv, "post").await;
+        let cr = get(&kv.client, "KubeVirt", NS, "kubevirt").await;
+        assert_eq!(
+            cr["spec"]["workloadUpdateStrategy"],
+            strategy(methods_before.clone()),
+            "exactly the administrator's settings"
+        );
+        // The first batch at once, the second one interval later.
+        let start = Instant::now();
+        while kv.evicted().await.is_empty() {
+            assert!(start.elapsed() < Duration::from_secs(60), "{methods_before}: no eviction");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let first_batch = kv.evicted().await.len();
+        assert!(first_batch <= 2, "{methods_before}: batch of {first_batch}");
+        let evictable = if methods_before == json!(["Evict"]) { 6 } else { 4 };
+        while kv.evicted().await.len() < 4 {
+            assert!(
+                start.elapsed() < Duration::from_secs(90),
+                "{methods_before}: {:?} evicted",
+                kv.evicted().await
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        assert!(
+            start.elapsed() >= Duration::from_secs(9),
+            "{methods_before}: a second batch after the interval, not {:?}",
+            start.elapsed()
+        );
+        if methods_before == json!(["LiveMigrate", "Evict"]) {
+            kv.wait_migrations("the migratable VMs migrated", Duration::from_secs(60), |m| {
+                m.len() == 2
+            })
+            .await;
+        }
+        eprintln!(
+            "updater {}: {methods_before}: after post, {first_batch} evicted at once, 4 after {:?} ({evictable} to evict)",
+            crate::support::kubevirt::version(),
+            start.elapsed()
+        );
+    }
+}
+
+/// A VMI with a pending CPU hot-plug needs a migration even when up to date: none while
+/// suspended, its migration after the restore.
+#[tokio::test]
+async fn a_pending_hotplug_waits_for_the_restore() {
+    let kv = KubeVirtCluster::up(2, strategy(json!(["LiveMigrate"]))).await;
+    phase(&kv, "pre").await;
+    let vmis = kv
+        .start_vmis(&[VmiSpec { hotplug: true, ..Default::default() }, VmiSpec::default()])
+        .await;
+    kv.wait_outdated(1, Duration::from_secs(60)).await;
+    kv.none_for(Duration::from_secs(15)).await;
+    phase(&kv, "post").await;
+    kv.wait_migrations("the hot-plug's migration", Duration::from_secs(60), |m| {
+        m == [vmis[0].clone()]
+    })
+    .await;
+}
+
+/// Installed once: the resident guard through a modelled path-A upgrade (to v1.7.1, which does
+/// nothing itself), KubeVirt upgraded at `UpgradingSystemServices`: no workload-update migration
+/// until the upgrade has ended (the guard drained and replaced in between), then the wave.
+#[tokio::test]
+async fn the_resident_guard_holds_the_real_updater_through_a_path_a_upgrade() {
+    let mut kv = KubeVirtCluster::up(2, strategy(json!(["LiveMigrate"]))).await;
+    let vmis = kv.start_vmis(&[VmiSpec::default(); 4]).await;
+    kv.wait_outdated(0, Duration::from_secs(60)).await;
+    let guard = Guard::start(&kv.cp.kubeconfig(), NS, 0);
+    let up = Upgrade::start(&kv.client, NS, "hvst-upgrade-kv", "v1.7.1").await;
+    let start = Instant::now();
+    while methods(&kv).await != json!([]) {
+        assert!(start.elapsed() < Duration::from_secs(10), "{}", guard.log());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The guard's pod drained away while the upgrade runs; another takes its place.
+    drop(guard);
+    let guard = Guard::start(&kv.cp.kubeconfig(), NS, 1);
+    for state in ["PreparingNodes", "UpgradingSystemServices"] {
+        up.set_state(&kv.client, state).await;
+    }
+    kv.upgrade_kubevirt().await;
+    kv.wait_outdated(vmis.len() as i64, Duration::from_secs(60))
+        .await;
+    up.set_state(&kv.client, "UpgradingNodes").await;
+    kv.none_for(Duration::from_secs(15)).await;
+    up.finish(&kv.client, true).await;
+    let ended = Instant::now();
+    let first = kv
+        .wait_migrations("the wave after the upgrade's end", Duration::from_secs(60), |m| {
+            !m.is_empty()
+        })
+        .await;
+    assert_eq!(methods(&kv).await, json!(["LiveMigrate"]), "{}", guard.log());
+    kv.wait_migrations("every VM migrated", Duration::from_secs(90), |m| m.len() >= vmis.len())
+        .await;
+    eprintln!(
+        "updater {}: resident guard: the first migration {first:?} after the upgrade's end ({:?})",
+        crate::support::kubevirt::version(),
+        ended.elapsed()
+    );
+}
