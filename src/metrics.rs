@@ -53,6 +53,7 @@ pub struct Metrics {
     upgrade_held: Gauge,
     hold_after_failed_upgrade: Gauge,
     no_longer_needed: Gauge,
+    outdated_vmis: Gauge,
     last_successful_read: Gauge,
     acts: Family<ActLabels, Counter>,
 }
@@ -87,6 +88,10 @@ impl Metrics {
             "no_longer_needed",
             "1 when no release the cluster can upgrade to next needs the guard: it can be uninstalled",
         );
+        let outdated_vmis = gauge(
+            "outdated_vmis",
+            "KubeVirt's count of VMIs its workload updater would move (the KubeVirt CR's status.outdatedVirtualMachineInstanceWorkloads): held back while suspended, the wave after the restore",
+        );
         let last_successful_read = gauge(
             "last_successful_read_timestamp_seconds",
             "Unix time of the last pass that read every object the guard watches",
@@ -112,6 +117,7 @@ impl Metrics {
             upgrade_held,
             hold_after_failed_upgrade,
             no_longer_needed,
+            outdated_vmis,
             last_successful_read,
             acts,
         }
@@ -125,6 +131,7 @@ impl Metrics {
         set(&self.upgrade_held, g.upgrade_held);
         set(&self.hold_after_failed_upgrade, g.hold_after_failed_upgrade);
         set(&self.no_longer_needed, g.no_longer_needed);
+        self.outdated_vmis.set(g.outdated_vmis);
     }
 
     /// A pass read everything, at `unix_seconds`.

@@ -38,6 +38,9 @@ pub struct Gauges {
     pub upgrade_held: bool,
     pub hold_after_failed_upgrade: bool,
     pub no_longer_needed: bool,
+    /// KubeVirt's own count of the VMIs its updater would move (outdated launchers, pending
+    /// hot-plug or volume changes): what a suspension holds back, the wave after the restore.
+    pub outdated_vmis: i64,
 }
 
 /// The KubeVirt CR has automated workload updates on: its methods are a list that is not
@@ -75,6 +78,10 @@ pub fn gauges(seen: &Seen) -> Gauges {
         upgrade_held: unprotected.is_some_and(|u| held_by_policy(seen, u)),
         hold_after_failed_upgrade: seen.held_after_failure,
         no_longer_needed: seen.retirement.is_some_and(Retirement::no_longer_needed),
+        outdated_vmis: kubevirt
+            .and_then(|kv| kv.pointer("/status/outdatedVirtualMachineInstanceWorkloads"))
+            .and_then(Value::as_i64)
+            .unwrap_or(0),
     }
 }
 

@@ -88,12 +88,15 @@ impl Display for KubeVirtReport {
                 };
                 row(f, "post would restore", what)?;
             }
-            row(
-                f,
-                "outdated VMI workloads",
-                k.outdated_virtual_machine_instance_workloads
-                    .map_or("-".into(), |n| n.to_string()),
-            )?;
+            let outdated = k.outdated_virtual_machine_instance_workloads;
+            let held = match outdated {
+                Some(n) if off && n > 0 => format!(
+                    "{n} (held back while updates are off; the wave after the restore moves them)"
+                ),
+                Some(n) => n.to_string(),
+                None => "-".into(),
+            };
+            row(f, "outdated VMI workloads", held)?;
             let none = if k.methods_owners.is_empty() {
                 "none"
             } else {

@@ -150,12 +150,8 @@ async fn a_ready_of_the_previous_generation_is_not_taken() {
 async fn a_rejected_apply_fails_the_phase_with_the_servers_message() {
     let client = admin().await;
     let (ns, _) = helm_installed(&client, "fleet-reject").await;
-    let fleet = FleetModel::start(
-        &client,
-        &ns,
-        Options::helm(chart_version(&json!("Bogus"))),
-    )
-    .await;
+    let fleet =
+        FleetModel::start(&client, &ns, Options::helm(chart_version(&json!("Bogus")))).await;
     let (run, _) = phase(&ns, "pre", &[]).await;
     assert_eq!(run.code, 0, "the values' [] renders fine: {run:?}");
     let (run, _) = phase(&ns, "post", &[]).await;

@@ -19,7 +19,7 @@ mod release;
 mod resident;
 #[path = "../support/mod.rs"]
 mod support;
-mod upgrade;
 mod updater;
+mod upgrade;
 mod upgrade_order;
 mod worst_hour;

@@ -46,17 +46,24 @@ async fn without_the_guard_a_kubevirt_upgrade_migrates_every_vm() {
     let mut kv = KubeVirtCluster::up(3, strategy(json!(["LiveMigrate"]))).await;
     let vmis = kv.start_vmis(&[VmiSpec::default(); 8]).await;
     kv.wait_outdated(0, Duration::from_secs(60)).await;
-    assert!(kv.workload_update_migrations().await.is_empty(), "none before the upgrade");
+    assert!(
+        kv.workload_update_migrations().await.is_empty(),
+        "none before the upgrade"
+    );
     kv.upgrade_kubevirt().await;
     let upgraded = Instant::now();
     let first = kv
-        .wait_migrations("the first workload-update migration", Duration::from_secs(60), |m| {
-            !m.is_empty()
-        })
+        .wait_migrations(
+            "the first workload-update migration",
+            Duration::from_secs(60),
+            |m| !m.is_empty(),
+        )
         .await;
     let first_pass = kv.workload_update_migrations().await.len();
     let all = kv
-        .wait_migrations("every VM migrated", Duration::from_secs(90), |m| m.len() >= vmis.len())
+        .wait_migrations("every VM migrated", Duration::from_secs(90), |m| {
+            m.len() >= vmis.len()
+        })
         .await;
     eprintln!(
         "updater {}: without the guard, the first migration {first:?} after the upgrade, {first_pass} \
@@ -65,7 +72,10 @@ async fn without_the_guard_a_kubevirt_upgrade_migrates_every_vm() {
         vmis.len(),
         upgraded.elapsed().max(all)
     );
-    assert!(first_pass <= PARALLEL || first_pass == vmis.len(), "{first_pass}");
+    assert!(
+        first_pass <= PARALLEL || first_pass == vmis.len(),
+        "{first_pass}"
+    );
     assert_eq!(kv.workload_update_migrations().await, sorted(vmis));
 }
 
@@ -89,7 +99,10 @@ async fn pre_holds_every_migration_through_the_upgrade_and_post_lets_the_wave_go
     kv.none_for(HELD).await;
     let status = run_bin(&kv.cp.kubeconfig(), env_for(NS, "status")).await;
     assert!(
-        status.stdout.contains(&format!("{} outdated", vmis.len())),
+        status.stdout.contains(&format!(
+            "{} (held back while updates are off; the wave after the restore moves them)",
+            vmis.len()
+        )),
         "status says what the suspension holds back: {}",
         status.stdout
     );
@@ -97,12 +110,16 @@ async fn pre_holds_every_migration_through_the_upgrade_and_post_lets_the_wave_go
     let post = phase(&kv, "post").await;
     assert_eq!(methods(&kv).await, json!(["LiveMigrate"]));
     let first = kv
-        .wait_migrations("the wave after post", Duration::from_secs(60), |m| !m.is_empty())
+        .wait_migrations("the wave after post", Duration::from_secs(60), |m| {
+            !m.is_empty()
+        })
         .await;
     let all = kv
-        .wait_migrations("every VM migrated after post", Duration::from_secs(90), |m| {
-            m.len() >= vmis.len()
-        })
+        .wait_migrations(
+            "every VM migrated after post",
+            Duration::from_secs(90),
+            |m| m.len() >= vmis.len(),
+        )
         .await;
     eprintln!(
         "updater {}: after post, the first migration {first:?}, all {} after {:?}",
@@ -123,7 +140,12 @@ async fn evict_methods_evict_nothing_while_suspended_and_in_batches_after() {
     for methods_before in [json!(["LiveMigrate", "Evict"]), json!(["Evict"])] {
         let mut kv = KubeVirtCluster::up(2, strategy(methods_before.clone())).await;
         let mut specs = vec![VmiSpec::default(); 2];
-        specs.extend([VmiSpec { not_migratable: true, ..Default::default() }; 4]);
+        specs.extend(
+            [VmiSpec {
+                not_migratable: true,
+                ..Default::default()
+            }; 4],
+        );
         let vmis = kv.start_vmis(&specs).await;
         kv.wait_outdated(0, Duration::from_secs(60)).await;
         phase(&kv, "pre").await;
@@ -139,37 +161,28 @@ async fn evict_methods_evict_nothing_while_suspended_and_in_batches_after() {
             "exactly the administrator's settings"
         );
         // The first batch at once, the second one interval later.
-        let start = Instant::now();
-        while kv.evicted().await.is_empty() {
-            assert!(start.elapsed() < Duration::from_secs(60), "{methods_before}: no eviction");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        kv.wait_evicted(1, Duration::from_secs(60)).await;
         let first_batch = kv.evicted().await.len();
         assert!(first_batch <= 2, "{methods_before}: batch of {first_batch}");
-        let evictable = if methods_before == json!(["Evict"]) { 6 } else { 4 };
-        while kv.evicted().await.len() < 4 {
-            assert!(
-                start.elapsed() < Duration::from_secs(90),
-                "{methods_before}: {:?} evicted",
-                kv.evicted().await
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        let second = kv.wait_evicted(4, Duration::from_secs(60)).await;
         assert!(
-            start.elapsed() >= Duration::from_secs(9),
-            "{methods_before}: a second batch after the interval, not {:?}",
-            start.elapsed()
+            second >= Duration::from_secs(8),
+            "{methods_before}: a second batch after the interval, not {second:?}"
         );
-        if methods_before == json!(["LiveMigrate", "Evict"]) {
-            kv.wait_migrations("the migratable VMs migrated", Duration::from_secs(60), |m| {
-                m.len() == 2
-            })
+        if methods_before == json!(["Evict"]) {
+            // `Evict` alone evicts every outdated VM, the migratable ones too (hazard 1).
+            kv.wait_evicted(vmis.len(), Duration::from_secs(60)).await;
+        } else {
+            kv.wait_migrations(
+                "the migratable VMs migrated",
+                Duration::from_secs(60),
+                |m| m.len() == 2,
+            )
             .await;
         }
         eprintln!(
-            "updater {}: {methods_before}: after post, {first_batch} evicted at once, 4 after {:?} ({evictable} to evict)",
+            "updater {}: {methods_before}: after post, {first_batch} evicted at once, 4 after {second:?}",
             crate::support::kubevirt::version(),
-            start.elapsed()
         );
     }
 }
@@ -181,7 +194,13 @@ async fn a_pending_hotplug_waits_for_the_restore() {
     let kv = KubeVirtCluster::up(2, strategy(json!(["LiveMigrate"]))).await;
     phase(&kv, "pre").await;
     let vmis = kv
-        .start_vmis(&[VmiSpec { hotplug: true, ..Default::default() }, VmiSpec::default()])
+        .start_vmis(&[
+            VmiSpec {
+                hotplug: true,
+                ..Default::default()
+            },
+            VmiSpec::default(),
+        ])
         .await;
     kv.wait_outdated(1, Duration::from_secs(60)).await;
     kv.none_for(Duration::from_secs(15)).await;
@@ -209,7 +228,14 @@ async fn the_resident_guard_holds_the_real_updater_through_a_path_a_upgrade() {
     }
     // The guard's pod drained away while the upgrade runs; another takes its place.
     drop(guard);
-    let guard = Guard::start(&kv.cp.kubeconfig(), NS, 1);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string();
+    let guard = Guard::spawn_with(&kv.cp.kubeconfig(), NS, 1, &[("METRICS_PORT", &port)]);
+    guard.wait_for("under way", Duration::from_secs(20));
     for state in ["PreparingNodes", "UpgradingSystemServices"] {
         up.set_state(&kv.client, state).await;
     }
@@ -218,19 +244,48 @@ async fn the_resident_guard_holds_the_real_updater_through_a_path_a_upgrade() {
         .await;
     up.set_state(&kv.client, "UpgradingNodes").await;
     kv.none_for(Duration::from_secs(15)).await;
+    // The metric reads KubeVirt's own count, which the guard's watch of the CR brought it.
+    let scraped = scrape(&port);
+    assert!(
+        scraped.contains(&format!(
+            "workload_update_guard_outdated_vmis {}",
+            vmis.len()
+        )),
+        "{scraped}"
+    );
     up.finish(&kv.client, true).await;
     let ended = Instant::now();
     let first = kv
-        .wait_migrations("the wave after the upgrade's end", Duration::from_secs(60), |m| {
-            !m.is_empty()
-        })
+        .wait_migrations(
+            "the wave after the upgrade's end",
+            Duration::from_secs(60),
+            |m| !m.is_empty(),
+        )
         .await;
-    assert_eq!(methods(&kv).await, json!(["LiveMigrate"]), "{}", guard.log());
-    kv.wait_migrations("every VM migrated", Duration::from_secs(90), |m| m.len() >= vmis.len())
-        .await;
+    assert_eq!(
+        methods(&kv).await,
+        json!(["LiveMigrate"]),
+        "{}",
+        guard.log()
+    );
+    kv.wait_migrations("every VM migrated", Duration::from_secs(90), |m| {
+        m.len() >= vmis.len()
+    })
+    .await;
     eprintln!(
         "updater {}: resident guard: the first migration {first:?} after the upgrade's end ({:?})",
         crate::support::kubevirt::version(),
         ended.elapsed()
     );
+}
+
+/// `GET /metrics` of a guard on 127.0.0.1:`port`.
+fn scrape(port: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(format!("127.0.0.1:{port}")).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
 }

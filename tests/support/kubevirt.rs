@@ -89,6 +89,7 @@ pub struct KubeVirtCluster {
     launcher: String,
     deployment: u32,
     started: Instant,
+    evictions: std::sync::Mutex<std::collections::BTreeSet<String>>,
 }
 
 impl KubeVirtCluster {
@@ -111,7 +112,10 @@ impl KubeVirtCluster {
             let node = serde_json::from_value(json!({"metadata": {"name": name,
                 "labels": {"kubevirt.io/schedulable": "true", "kubernetes.io/hostname": name}}}))
             .unwrap();
-            node_api.create(&PostParams::default(), &node).await.unwrap();
+            node_api
+                .create(&PostParams::default(), &node)
+                .await
+                .unwrap();
             node_api
                 .patch_status(
                     &name,
@@ -145,6 +149,7 @@ impl KubeVirtCluster {
             launcher: LAUNCHER_BEFORE.into(),
             deployment: 1,
             started: Instant::now(),
+            evictions: Default::default(),
         };
         cluster.deployed().await;
         cluster.start_controller();
@@ -208,8 +213,7 @@ impl KubeVirtCluster {
     /// Starts `specs.len()` VMIs and waits until each runs on its node with its launcher pod,
     /// as virt-controller and virt-handler leave it; their names.
     pub async fn start_vmis(&self, specs: &[VmiSpec]) -> Vec<String> {
-        let vmis: Api<DynamicObject> =
-            Api::namespaced_with(self.client.clone(), VM_NS, &vmi_api());
+        let vmis: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), VM_NS, &vmi_api());
         let mut names = vec![];
         for (i, _) in specs.iter().enumerate() {
             let name = format!("vm-{i}");
@@ -261,12 +265,10 @@ impl KubeVirtCluster {
         let binding = json!({"apiVersion": "v1", "kind": "Binding",
             "metadata": {"name": name, "namespace": VM_NS},
             "target": {"apiVersion": "v1", "kind": "Node", "name": node}});
-        let req = http::Request::post(format!(
-            "/api/v1/namespaces/{VM_NS}/pods/{name}/binding"
-        ))
-        .header("content-type", "application/json")
-        .body(serde_json::to_vec(&binding).unwrap())
-        .unwrap();
+        let req = http::Request::post(format!("/api/v1/namespaces/{VM_NS}/pods/{name}/binding"))
+            .header("content-type", "application/json")
+            .body(serde_json::to_vec(&binding).unwrap())
+            .unwrap();
         self.client
             .request_text(req)
             .await
@@ -318,8 +320,7 @@ impl KubeVirtCluster {
                                    "lastTransitionTime": now, "lastProbeTime": null}));
         }
         let pod_uid = pod["metadata"]["uid"].as_str().unwrap();
-        let vmis: Api<DynamicObject> =
-            Api::namespaced_with(self.client.clone(), VM_NS, &vmi_api());
+        let vmis: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), VM_NS, &vmi_api());
         vmis.patch(
             name,
             &PatchParams::default(),
@@ -355,36 +356,64 @@ impl KubeVirtCluster {
             .unwrap()
             .items
             .into_iter()
-            .filter(|m| m.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(WORKLOAD_UPDATE)))
+            .filter(|m| {
+                m.metadata
+                    .annotations
+                    .as_ref()
+                    .is_some_and(|a| a.contains_key(WORKLOAD_UPDATE))
+            })
             .map(|m| {
                 assert!(
-                    m.metadata.name.as_deref().unwrap_or_default().starts_with("kubevirt-workload-update-"),
+                    m.metadata
+                        .name
+                        .as_deref()
+                        .unwrap_or_default()
+                        .starts_with("kubevirt-workload-update-"),
                     "{:?}",
                     m.metadata.name
                 );
-                m.data["spec"]["vmiName"].as_str().unwrap_or_default().to_string()
+                m.data["spec"]["vmiName"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string()
             })
             .collect();
         vmis.sort();
         vmis
     }
 
-    /// The launcher pods evicted (the workload updater's `Evict`: being deleted, as no kubelet
-    /// finishes it).
+    /// The VMIs whose launcher pod the workload updater evicted (`Evict`), so far. Each call
+    /// also plays the kubelet and virt-handler for them: the evicted pod gone, the VMI
+    /// `Succeeded` (its guest shut down), as a real node ends an eviction.
     pub async fn evicted(&self) -> Vec<String> {
         let pods: Api<k8s_openapi::api::core::v1::Pod> =
             Api::namespaced(self.client.clone(), VM_NS);
-        let mut vmis: Vec<String> = pods
+        let vmis: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), VM_NS, &vmi_api());
+        let terminating = pods
             .list(&ListParams::default().labels("kubevirt.io=virt-launcher"))
             .await
             .unwrap()
             .items
             .into_iter()
-            .filter(|p| p.metadata.deletion_timestamp.is_some())
-            .filter_map(|p| p.metadata.labels?.get(VMI_LABEL).cloned())
-            .collect();
-        vmis.sort();
-        vmis
+            .filter(|p| p.metadata.deletion_timestamp.is_some());
+        for pod in terminating {
+            let Some(vmi) = pod.metadata.labels.as_ref().and_then(|l| l.get(VMI_LABEL)) else {
+                continue;
+            };
+            self.evictions.lock().unwrap().insert(vmi.clone());
+            let name = pod.metadata.name.clone().unwrap();
+            let _ = pods
+                .delete(&name, &kube::api::DeleteParams::default().grace_period(0))
+                .await;
+            let _ = vmis
+                .patch(
+                    vmi,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"status": {"phase": "Succeeded"}})),
+                )
+                .await;
+        }
+        self.evictions.lock().unwrap().iter().cloned().collect()
     }
 
     /// The CR's `status.outdatedVirtualMachineInstanceWorkloads` (virt-controller's count).
@@ -432,6 +461,24 @@ impl KubeVirtCluster {
         }
     }
 
+    /// Waits until at least `n` launcher pods are evicted, for at most `within`; how long after
+    /// the call.
+    pub async fn wait_evicted(&self, n: usize, within: Duration) -> Duration {
+        let start = Instant::now();
+        loop {
+            let e = self.evicted().await;
+            if e.len() >= n {
+                return start.elapsed();
+            }
+            assert!(
+                start.elapsed() < within,
+                "{n} evictions: not within {within:?}; evicted {e:?}; virt-controller's log (tail):\n{}",
+                tail(&self.controller_log(), 30)
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// Watches for `period`: no workload-update migration and no eviction may appear.
     pub async fn none_for(&self, period: Duration) {
         let start = Instant::now();
@@ -453,8 +500,12 @@ impl KubeVirtCluster {
     }
 }
 
+/// The last `n` lines of virt-controller's log, without its certificate reloads.
 fn tail(s: &str, n: usize) -> String {
-    let lines: Vec<&str> = s.lines().collect();
+    let lines: Vec<&str> = s
+        .lines()
+        .filter(|l| !l.contains("certificate with common name"))
+        .collect();
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
