@@ -13,7 +13,8 @@
 #                                          (kube-apiserver, etcd, kubectl), node:VERSION (the
 #                                          node binaries), helm (hack/helm.sh), registry
 #                                          (hack/registry.sh), actionlint (hack/lint.sh),
-#                                          promtool (hack/promtool.sh)
+#                                          promtool (hack/promtool.sh), kubevirt:VERSION
+#                                          (hack/kubevirt.sh)
 #
 # Sourced, it also defines `step DESCRIPTION CMD...`, which runs CMD between the lines
 # "==> DESCRIPTION ..." and "    done in N s" (on stderr, so that `$(step ...)` captures CMD's
@@ -122,6 +123,7 @@ go_for() {
     registry) [[ "${REGISTRY_VERSION:-v3.1.2}" != v3.1.2 ]] || echo 1.26.0 ;;
     actionlint) [[ "${ACTIONLINT_VERSION:-v1.7.12}" != v1.7.12 ]] || echo 1.25.0 ;; # its go.mod
     promtool) [[ "${PROMETHEUS_VERSION:-v0.316.0}" != v0.316.0 ]] || echo 1.26.7 ;; # its go.mod
+    kubevirt:*) echo 1.24.0 ;; # kubevirt.io/kubevirt v1.7.0's and v1.8.3's go.mod (v1.6.0: 1.23.0)
   esac
 }
 
@@ -164,7 +166,10 @@ setup_go() {
       promtool)
         [[ -x "$(bash "$SETUP_ROOT/hack/promtool.sh" path)" ]] \
           || { built=0; todo+=("promtool ${PROMETHEUS_VERSION:-v0.316.0}"); } ;;
-      *) setup_die "setup_go: unknown thing $t (cp:VERSION, node:VERSION, helm, registry, actionlint or promtool)" ;;
+      kubevirt:*)
+        [[ -x "$(KUBEVIRT_VERSION="$v" bash "$SETUP_ROOT/hack/kubevirt.sh" bin 2>/dev/null)" ]] \
+          || { built=0; todo+=("KubeVirt's virt-controller $v"); } ;;
+      *) setup_die "setup_go: unknown thing $t (cp:VERSION, node:VERSION, kubevirt:VERSION, helm, registry, actionlint or promtool)" ;;
     esac
     (( built )) && continue
     m="$(go_for "$t")"
@@ -185,6 +190,6 @@ if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
     packages) setup_packages "$@" ;;
     rust) setup_rust "$@" ;;
     go) setup_go "$@" ;;
-    *) sed -n '2,19s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2; exit 2 ;;
+    *) sed -n '2,21s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2; exit 2 ;;
   esac
 fi

@@ -16,6 +16,11 @@
 # others run the upgrade tests (integration and reliability) again. UPGRADE_FROM and UPGRADE_TO,
 # if both set, are the one pair.
 #
+# The tests with KubeVirt's own workload updater (tests/integration/updater.rs: the real
+# virt-controller, hack/kubevirt.sh) run with the integration suite on the first of
+# $KUBEVIRT_VERSIONS (default "v1.6.0 v1.7.0 v1.8.3 v1.4.0"; the first's CRDs are every control
+# plane's), then again on each other.
+#
 # On a bare Debian or Ubuntu machine it installs the packages it needs first (hack/setup.sh,
 # hack/packages.txt) and checks the Rust and Go versions; each build says what it builds and
 # how long it took.
@@ -108,6 +113,13 @@ export UPGRADE_FROM="${upgrade_versions[-2]}" UPGRADE_TO="${upgrade_versions[-1]
 # built just before their own suite, so that a build running beside the first suites (.ci/run's,
 # in the background) is not waited for before them.
 first_versions=("$primary" "$UPGRADE_FROM" "$UPGRADE_TO")
+# The KubeVirt versions whose real workload updater the updater tests run against
+# (tests/integration/updater.rs, hack/kubevirt.sh): the first with the whole integration suite
+# (its CRDs are every control plane's), the others after it, each built just before its suite.
+read -r -d '' -a kubevirt_versions <<<"${KUBEVIRT_VERSIONS:-v1.6.0 v1.7.0 v1.8.3 v1.4.0}" || true
+export KUBEVIRT_VERSION="${kubevirt_versions[0]}"
+# `bash hack/test.sh kubevirt-versions`: those, one a line (.ci/run builds them).
+if [[ "${1:-}" == kubevirt-versions ]]; then printf '%s\n' "${kubevirt_versions[@]}"; exit 0; fi
 # `bash hack/test.sh versions first|later`: the Kubernetes versions it builds, one a line: those
 # the first suites need (the one under test first), or the others (.ci/run builds these last).
 if [[ "${1:-}" == versions ]]; then
@@ -129,6 +141,7 @@ trap 'if [[ -n "${beside_pid:-}" ]] && kill -0 "$beside_pid" 2>/dev/null; then w
 # Go, for whatever of these is not built yet.
 builds=()
 for v in "$primary" "${versions[@]}" "${upgrade_versions[@]}"; do builds+=("cp:$v"); done
+for v in "${kubevirt_versions[@]}"; do builds+=("kubevirt:$v"); done
 setup_go "${builds[@]}" "node:$primary" helm registry actionlint promtool
 # build_version V: Kubernetes V built (cached by version; hack/control-plane.sh waits for a build
 # of V already running); a version that cannot be built is reported, and its suites fail too.
@@ -140,6 +153,15 @@ build_version() {
     env KUBE_VERSION="$1" bash hack/control-plane.sh build
 }
 for v in "${first_versions[@]}"; do build_version "$v"; done
+# KubeVirt's virt-controller and CRDs (every control plane installs the CRDs of the first).
+declare -A kv_built=()
+build_kubevirt() {
+  [[ -z "${kv_built[$1]:-}" ]] || return 0
+  kv_built[$1]=1
+  check "building KubeVirt $1" step "building KubeVirt $1's virt-controller and CRDs (cached after the first build)" \
+    bash hack/kubevirt.sh build "$1"
+}
+build_kubevirt "$KUBEVIRT_VERSION"
 # Helm 4, which plays Fleet in the lifetime tests.
 check "building Helm 4" step "building Helm 4 (cached after the first build)" bash hack/helm.sh build
 # promtool, which checks the chart's alerts and the guard's metrics (tests/integration/monitoring.rs).
@@ -176,6 +198,15 @@ times+=("unit and integration on $primary: $((SECONDS - start)) s")
 start=$SECONDS
 suite "reliability on $primary" cargo test --no-fail-fast --features failpoints --test reliability -- --nocapture
 times+=("reliability on $primary: $((SECONDS - start)) s")
+# The tests with KubeVirt's real workload updater on each other KubeVirt version (the first ran
+# with the integration suite), each built just before it.
+for v in "${kubevirt_versions[@]:1}"; do
+  start=$SECONDS
+  build_kubevirt "$v"
+  echo "hack/test.sh: the tests with KubeVirt $v's workload updater"
+  suite "the real KubeVirt updater $v" env KUBEVIRT_VERSION="$v" cargo test --no-fail-fast --test integration updater::
+  times+=("the real KubeVirt updater $v (its build, if not cached, included): $((SECONDS - start)) s")
+done
 # The integration suite on each other version (the upgrade test has its versions already), each
 # built just before it: a build running beside (.ci/run's) has had every suite above to finish.
 for v in "${versions[@]}"; do
@@ -183,7 +214,7 @@ for v in "${versions[@]}"; do
   start=$SECONDS
   build_version "$v"
   echo "hack/test.sh: the integration suite on Kubernetes $v"
-  suite "integration on $v" env KUBE_VERSION="$v" cargo test --no-fail-fast --test integration -- --skip upgrade::
+  suite "integration on $v" env KUBE_VERSION="$v" cargo test --no-fail-fast --test integration -- --skip upgrade:: --skip updater::
   times+=("integration on $v (its build, if not cached, included): $((SECONDS - start)) s")
 done
 # The upgrade tests again for each other Kubernetes pair (the last ran above).
@@ -226,7 +257,7 @@ expect_fail_fast() {
   fi
   times+=("without a $what: $failed tests failed in $((SECONDS - start)) s")
 }
-expect_fail_fast "control plane" 10 --test integration -- --skip upgrade::
+expect_fail_fast "control plane" 10 --test integration -- --skip upgrade:: --skip updater::
 expect_fail_fast node 14 --test e2e
 
 check "hack/lint.sh" step "hack/lint.sh" bash hack/lint.sh
@@ -247,7 +278,7 @@ mkdir -p "$(dirname "$figures")"
   echo
   echo "- when: $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (with uncommitted changes)')"
   echo "- machine: $(nproc) cores, $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo), Linux $(uname -r), load average at the end $(cut -d' ' -f1-3 /proc/loadavg)"
-  echo "- Kubernetes $primary (integration also on: ${versions[*]}); upgrade tests ${pairs[*]}"
+  echo "- Kubernetes $primary (integration also on: ${versions[*]}); upgrade tests ${pairs[*]}; KubeVirt's real updater: ${kubevirt_versions[*]}"
   echo "- $total in ${SECONDS} s"
   echo
   echo "Per test binary (in the order run):"
