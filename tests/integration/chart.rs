@@ -129,10 +129,7 @@ fn the_chart_version_is_the_binary_version() {
     let objects = render(&[]);
     assert_eq!(
         deployment(&objects)["spec"]["template"]["spec"]["containers"][0]["image"],
-        format!(
-            "registry.example.internal/workload-update-guard:{}",
-            env!("CARGO_PKG_VERSION")
-        )
+        format!("workload-update-guard:{}", env!("CARGO_PKG_VERSION"))
     );
 }
 

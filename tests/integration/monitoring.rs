@@ -543,12 +543,21 @@ async fn the_metrics_follow_a_modelled_upgrade() {
         value(
             &first,
             &format!(
-                "workload_update_guard_build_info{{version=\"{}\"}}",
-                env!("CARGO_PKG_VERSION")
+                "workload_update_guard_build_info{{version=\"{}\",revision=\"{}\"}}",
+                env!("CARGO_PKG_VERSION"),
+                workload_update_guard::config::COMMIT
             )
         ),
         Some(1.0),
         "{first}"
+    );
+    // The log's first line names the same build.
+    let log = guard.log();
+    let start = log.lines().next().unwrap_or_default();
+    assert!(
+        start.contains(env!("CARGO_PKG_VERSION"))
+            && start.contains(workload_update_guard::config::COMMIT),
+        "{log}"
     );
 
     let up = Upgrade::start(&client, &ns, "hvst-upgrade-m", "v1.7.1").await;
