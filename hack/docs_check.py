@@ -20,7 +20,11 @@
   headings, as GitHub makes them; no page links to itself by its own name (`(#anchor)` does).
   PENDING names the pages another change adds: a link to one of them is checked once it exists;
 - no issue-tracker number in the docs or in the comments of src/, tests/ and hack/: a reader of
-  the clone has no tracker, so a comment says the reason, not the number.
+  the clone has no tracker, so a comment says the reason, not the number;
+- every `hack/job.sh ...` and `hack/chart.sh ...` command the docs give (README.md, docs/*.md but
+  testing.md, the chart's NOTES.txt, the Addon's comments) parses with that script's own usage
+  (`hack/job.sh --help`, `hack/chart.sh`'s usage line): a known command, a PHASE where it takes
+  one, known options with their values, the right number of arguments.
 
 Usage: hack/docs_check.py [KUBECTL]   (default: $KUBECTL, else the pinned kubectl of
 hack/control-plane.sh). Run by hack/lint.sh, so by hack/test.sh; exit 1 on a finding.
@@ -324,6 +328,104 @@ def check_no_issue_numbers():
                                 f"tracker; say the reason instead")
 
 
+# A command the docs give: the script, then what follows it up to the end of the code span or
+# line, a comment, a closing parenthesis or a table cell.
+SCRIPT_COMMAND = re.compile(r"hack/(job|chart)\.sh((?:[ \t]+[^\s`|#)(]+)*)")
+PLACEHOLDER = re.compile(r"^([A-Z][A-Z_]*|…|\.\.\.)$")
+
+
+def script_usage(script):
+    """The usage text a script prints: job.sh's --help, chart.sh's line for no command."""
+    args = ["--help"] if script == "job" else []
+    out = subprocess.run(["bash", str(ROOT / f"hack/{script}.sh"), *args], capture_output=True,
+                         text=True, env={"PATH": os.environ.get("PATH", "")})
+    return out.stderr + out.stdout
+
+
+def job_grammar():
+    """hack/job.sh's commands (and whether each takes a PHASE), phases and options (and whether
+    each takes a value), read from its --help."""
+    text = script_usage("job")
+    head, _, options = text.partition("\noptions:")
+    phases = re.search(r"PHASE: ([a-z, -]+)", text).group(1).replace(" or ", ", ").split(", ")
+    commands = {m.group(1): bool(m.group(2)) for m in re.finditer(r"^  ([a-z]+)( PHASE)?\s", head, re.M)}
+    opts = {m.group(1): bool(m.group(2)) for m in re.finditer(r"^  (--[a-z-]+)( [A-Z]\S*)?", options, re.M)}
+    for m in re.finditer(r"\[(--[a-z-]+)( [A-Z]+)?\]", head):
+        opts.setdefault(m.group(1), bool(m.group(2)))
+    for flag in ("-h", "--help", "help"):
+        commands[flag] = False
+    return commands, phases, opts
+
+
+def chart_grammar():
+    """hack/chart.sh's commands: name -> (required arguments, optional ones, any more)."""
+    line = script_usage("chart").strip().partition("usage: hack/chart.sh ")[2]
+    grammar = {}
+    for alt in line.split(" | "):
+        name, *words = alt.split()
+        required = [w for w in words if not w.startswith("[")]
+        optional = [w for w in words if w.startswith("[") and "..." not in w]
+        grammar[name] = (len(required), len(optional), any("..." in w for w in words))
+    return grammar
+
+
+def check_script_commands():
+    """Each hack/job.sh and hack/chart.sh command the docs give parses with the script's usage;
+    the number checked."""
+    commands, phases, opts = job_grammar()
+    chart = chart_grammar()
+    files = [ROOT / "README.md"] + [p for p in sorted((ROOT / "docs").glob("*.md")) if p.name != "testing.md"]
+    files += [ROOT / "manifests/chart/templates/NOTES.txt", ROOT / "manifests/addon/workload-update-guard.yaml"]
+    n = 0
+    for f in files:
+        for lineno, line in enumerate(f.read_text().splitlines(), 1):
+            for m in SCRIPT_COMMAND.finditer(line):
+                words = m.group(2).split()
+                if not words:
+                    continue  # the script named, not a command
+                n += 1
+                where = f"{f.relative_to(ROOT)}:{lineno}: `hack/{m.group(1)}.sh {' '.join(words)}`"
+                why = (job_words if m.group(1) == "job" else chart_words)(words, commands, phases, opts, chart)
+                if why:
+                    problems.append(f"{where}: {why}")
+    return n
+
+
+def job_words(words, commands, phases, opts, _chart):
+    """Why `hack/job.sh WORDS` does not parse, or None."""
+    cmd, rest = words[0], words[1:]
+    if cmd not in commands:
+        return f"no command {cmd!r} in hack/job.sh --help ({', '.join(c for c in commands if c[0] != '-')})"
+    if commands[cmd]:
+        if not rest:
+            return f"{cmd} needs a PHASE ({', '.join(phases)})"
+        if rest[0] not in phases and not PLACEHOLDER.match(rest[0]):
+            return f"{rest[0]!r} is not a PHASE ({', '.join(phases)})"
+        rest = rest[1:]
+    while rest:
+        word, rest = rest[0], rest[1:]
+        if PLACEHOLDER.match(word):
+            continue
+        if word not in opts:
+            return f"{word!r}: not an option of hack/job.sh --help"
+        if opts[word]:
+            if not rest:
+                return f"{word} needs a value"
+            rest = rest[1:]
+    return None
+
+
+def chart_words(words, _commands, _phases, _opts, chart):
+    """Why `hack/chart.sh WORDS` does not parse, or None."""
+    cmd, rest = words[0], words[1:]
+    if cmd not in chart:
+        return f"no command {cmd!r} in hack/chart.sh's usage ({', '.join(chart)})"
+    required, optional, more = chart[cmd]
+    if len(rest) < required or (not more and len(rest) > required + optional):
+        return f"{cmd} takes {required} to {required + optional} arguments, not {len(rest)}"
+    return None
+
+
 def main():
     configuration = (ROOT / "docs/configuration.md").read_text()
     jobs_md = (ROOT / "docs/jobs.md").read_text()
@@ -409,6 +511,7 @@ def main():
     chart_anchors = check_runbook_anchors()
     words = check_budget()
     check_no_issue_numbers()
+    commands = check_script_commands()
 
     for p in problems:
         print(f"docs_check: {p}", file=sys.stderr)
@@ -418,7 +521,7 @@ def main():
           f"{'; '.join(d for d in defined if d)}; {len(codes)} exit codes and "
           f"{len(contract)} Job manifests agree with the docs; {helped}; {links} links resolve; "
           f"{runbooks} README rows link to runbooks; {chart_anchors} runbook anchors in the chart; "
-          f"no issue numbers)")
+          f"{commands} hack/job.sh and hack/chart.sh commands parse; no issue numbers)")
 
 
 if __name__ == "__main__":

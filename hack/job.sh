@@ -9,7 +9,7 @@ usage() {
   cat >&2 <<'USAGE'
 usage: hack/job.sh COMMAND PHASE [OPTIONS]     PHASE: pre, post, status or post-armed
        hack/job.sh arm [OPTIONS]
-       hack/job.sh images [--image IMAGE] [--no-pull]
+       hack/job.sh images [--image IMAGE] [--no-pull] [--pull-secret NAME]...
        hack/job.sh uninstall [--force]
 
   arm           right after pre: create the armed post Job (manifests/post-armed,
@@ -38,7 +38,9 @@ usage: hack/job.sh COMMAND PHASE [OPTIONS]     PHASE: pre, post, status or post-
                 it now (and keeps it). One line per node: `NODE true` (present), `NODE true
                 (pulled now)`, or `NODE false (REASON)` naming why it cannot be pulled (auth, TLS,
                 not found, unreachable) and the kubelet's message. Exit 0 only if every node
-                has it or pulled it. --no-pull: only the first check.
+                has it or pulled it. --no-pull: only the first check. --pull-secret NAME
+                (repeatable): the pull pods pull with that kubernetes.io/dockerconfigjson Secret
+                of harvester-system, as the chart's imagePullSecrets make its pods do.
   uninstall     remove what the manifests installed (the Jobs of every phase, then the
                 ServiceAccount, RBAC and NetworkPolicy of manifests/base). Refused while a
                 suspension of ours is in place: it runs `status` first and goes on only if the
@@ -109,7 +111,7 @@ case "$phase" in
   *) bad "PHASE must be pre, post, status or post-armed, not '$phase'" ;;
 esac
 shift 2
-plan="" image="" timeout="" pull_timeout=120 env_json="[]" no_pull=0 force=0
+plan="" image="" timeout="" pull_timeout=120 env_json="[]" no_pull=0 force=0 pull_secrets="[]"
 # The variables --env may set: the configuration table's (docs/configuration.md, as
 # hack/docs_check.py reads it), but the ones this script's commands set themselves.
 documented_vars() {
@@ -134,6 +136,9 @@ while (( $# )); do
     --plan) plan="${2:?--plan needs a value}"; shift 2 ;;
     --env) add_env "${2:?--env needs NAME=VALUE}"; shift 2 ;;
     --no-pull) [[ "$cmd" == images ]] || bad "--no-pull is for images"; no_pull=1; shift ;;
+    --pull-secret)
+      [[ "$cmd" == images ]] || bad "--pull-secret is for images (the chart's imagePullSecrets)"
+      pull_secrets="$(jq -c --arg n "${2:?--pull-secret needs the name of a Secret}" '. + [{name: $n}] | unique' <<<"$pull_secrets")"; shift 2 ;;
     --force) [[ "$cmd" == uninstall ]] || bad "--force is for uninstall"; force=1; shift ;;
     --image) image="${2:?--image needs a value}"; shift 2 ;;
     --timeout) timeout="${2:?--timeout needs a value}"; shift 2 ;;
@@ -337,11 +342,11 @@ check_pod_name() { # check_pod_name NODE SUFFIX: at most 63 characters (a label 
     "$(printf '%s' "$1" | cksum | cut -c1-6)" "$2"
 }
 create_check() { # create_check POD NODE IMAGE POLICY
-  jq -n --arg name "$1" --arg node "$2" --arg image "$3" --arg policy "$4" --arg ns "$NS" '{
+  jq -n --arg name "$1" --arg node "$2" --arg image "$3" --arg policy "$4" --arg ns "$NS" --argjson secrets "$pull_secrets" '{
     apiVersion: "v1", kind: "Pod",
     metadata: {name: $name, namespace: $ns, labels: {"app.kubernetes.io/name": "workload-update-guard-image-check"}},
     spec: {nodeName: $node, restartPolicy: "Never", automountServiceAccountToken: false,
-      tolerations: [{operator: "Exists"}],
+      tolerations: [{operator: "Exists"}], imagePullSecrets: $secrets,
       securityContext: {runAsNonRoot: true, runAsUser: 65532, runAsGroup: 65532, seccompProfile: {type: "RuntimeDefault"}},
       containers: [{name: "guard", image: $image, imagePullPolicy: $policy, args: ["--version"],
         resources: {requests: {cpu: "10m", memory: "16Mi"}, limits: {cpu: "200m", memory: "64Mi"}},
@@ -378,7 +383,14 @@ images() {
   nodes="$(k get nodes -o jsonpath='{range .items[*]}{.metadata.name}{"\n"}{end}')" || die "cannot list the nodes"
   [[ -n "$nodes" ]] || die "the cluster has no node"
   mapfile -t node_list <<<"$nodes"
-  say "checking every node for $img"
+  local secret
+  for secret in $(jq -r '.[].name' <<<"$pull_secrets"); do
+    [[ "$(k -n "$NS" get secret "$secret" -o jsonpath='{.type}' 2>/dev/null)" == kubernetes.io/dockerconfigjson ]] \
+      || die "--pull-secret $secret: no Secret of type kubernetes.io/dockerconfigjson by that name in $NS (kubectl -n $NS create secret docker-registry $secret ...)"
+  done
+  local with=""
+  [[ "$pull_secrets" == "[]" ]] || with=" (pulling with the Secret $(jq -r 'map(.name) | join(", ")' <<<"$pull_secrets"))"
+  say "checking every node for $img$with"
   trap delete_checks EXIT
   for node in "${node_list[@]}"; do
     pod="$(check_pod_name "$node" "")"

@@ -155,7 +155,7 @@ async fn run(cfg: &Config) -> u8 {
         Ok(s) => s,
         Err(e) => return finish(cfg, &done, None, Err(Error::Signals(e.to_string()))),
     };
-    info!(phase = %cfg.intent.phase, dry_run = cfg.dry_run, deadline_s = cfg.deadline.as_secs(), fleet_wait_s = cfg.fleet_wait.as_secs(), "starting");
+    info!(version = env!("CARGO_PKG_VERSION"), revision = config::COMMIT, phase = %cfg.intent.phase, dry_run = cfg.dry_run, deadline_s = cfg.deadline.as_secs(), fleet_wait_s = cfg.fleet_wait.as_secs(), "starting");
     let result = {
         let work = async {
             let cluster =

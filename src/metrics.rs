@@ -43,6 +43,7 @@ struct ActLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BuildLabels {
     version: &'static str,
+    revision: &'static str,
 }
 
 /// The registry and the handles the loop sets.
@@ -60,8 +61,9 @@ pub struct Metrics {
 
 impl Metrics {
     /// Every metric registered, the gauges at 0, each `acts_total` series at 0 (a series that
-    /// appears only at its first act makes `increase()` miss that act).
-    pub fn new(version: &'static str) -> Metrics {
+    /// appears only at its first act makes `increase()` miss that act). `version` and `revision`
+    /// name the running build (`build_info`).
+    pub fn new(version: &'static str, revision: &'static str) -> Metrics {
         let mut registry = Registry::with_prefix(PREFIX);
         let mut gauge = |name: &str, help: &str| {
             let g = Gauge::default();
@@ -108,8 +110,14 @@ impl Metrics {
             }
         }
         let build = Family::<BuildLabels, Gauge>::default();
-        registry.register("build_info", "The guard's version; always 1", build.clone());
-        build.get_or_create(&BuildLabels { version }).set(1);
+        registry.register(
+            "build_info",
+            "The running build: its version and git revision; always 1",
+            build.clone(),
+        );
+        build
+            .get_or_create(&BuildLabels { version, revision })
+            .set(1);
         Metrics {
             registry,
             suspension_in_place,
@@ -255,7 +263,7 @@ mod tests {
 
     #[test]
     fn every_metric_has_its_documented_name_and_starts_at_zero() {
-        let m = Metrics::new("0.2.0");
+        let m = Metrics::new("0.2.0", "abc1234");
         let text = m.text();
         for gauge in [
             "suspension_in_place",
@@ -276,14 +284,14 @@ mod tests {
                 assert_eq!(value(&text, &series).as_deref(), Some("0"), "{text}");
             }
         }
-        let build = format!("{PREFIX}_build_info{{version=\"0.2.0\"}}");
+        let build = format!("{PREFIX}_build_info{{version=\"0.2.0\",revision=\"abc1234\"}}");
         assert_eq!(value(&text, &build).as_deref(), Some("1"), "{text}");
         assert!(text.ends_with("# EOF\n"), "{text}");
     }
 
     #[test]
     fn the_loop_sets_what_a_scrape_reads() {
-        let m = Metrics::new("0.2.0");
+        let m = Metrics::new("0.2.0", "abc1234");
         m.show(&Gauges {
             suspension_in_place: true,
             upgrade_held: true,
@@ -315,7 +323,7 @@ mod tests {
 
     #[test]
     fn only_get_of_metrics_is_served() {
-        let m = Metrics::new("0.2.0");
+        let m = Metrics::new("0.2.0", "abc1234");
         let ok = respond(&m, &Method::GET, "/metrics");
         assert_eq!(ok.status(), StatusCode::OK);
         assert_eq!(ok.headers()[header::CONTENT_TYPE], CONTENT_TYPE);

@@ -326,7 +326,10 @@ pub async fn watch(cfg: &Config, cluster: &Cluster, mut run: impl RunPhase) -> R
         "resident guard: watching Harvester's Upgrades and the add-on's UpgradePlans"
     );
     let mut lp = Loop::new(cfg, cluster, true);
-    let exposed = Arc::new(Metrics::new(env!("CARGO_PKG_VERSION")));
+    let exposed = Arc::new(Metrics::new(
+        env!("CARGO_PKG_VERSION"),
+        crate::config::COMMIT,
+    ));
     if let Some(port) = settings.metrics_port {
         metrics::start(port, exposed.clone()).await;
     }

@@ -434,7 +434,7 @@ async fn resident_section(cfg: &Config, cluster: &Cluster, done: &mut Vec<Done>)
     let at = |t: &str| t.parse::<jiff::Timestamp>().ok();
     let mut unprotected: Option<(String, &str, String)> = None;
     for reason in [
-        warnings::UPGRADE_HELD_UNPROTECTED,
+        warnings::UPGRADE_HELD_BY_POLICY,
         warnings::UPGRADE_UNPROTECTED,
     ] {
         if let Some((t, _, note)) = cluster.latest_event(ns, reason).await

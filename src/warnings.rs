@@ -50,7 +50,7 @@ pub const SUSPENDED_BY_ANOTHER: &str = "WorkloadUpdatesSuspendedByAnother";
 pub const HELD_AFTER_FAILURE: &str = "SuspensionHeldAfterFailedUpgrade";
 /// The resident guard: an upgrade that needs it is under way with automated updates still on,
 /// held by the chart's admission policy before `NodesPrepared`.
-pub const UPGRADE_HELD_UNPROTECTED: &str = "UpgradeHeldUnprotected";
+pub const UPGRADE_HELD_BY_POLICY: &str = "UpgradeHeldByPolicy";
 /// The same, and nothing holds it: the policy is off, the Upgrade is past `NodesPrepared`, or it
 /// carries the escape annotation.
 pub const UPGRADE_UNPROTECTED: &str = "UpgradeUnprotected";
@@ -75,7 +75,7 @@ pub const ALL: &[&str] = &[
     PRE_LATE,
     SUSPENDED_BY_ANOTHER,
     HELD_AFTER_FAILURE,
-    UPGRADE_HELD_UNPROTECTED,
+    UPGRADE_HELD_BY_POLICY,
     UPGRADE_UNPROTECTED,
     EVENTS_NOT_RECORDED,
 ];

@@ -10,7 +10,7 @@ use super::records::{describe, is_suspended, methods};
 use super::retirement::Retirement;
 use super::upgrade_progress::upgrade_under_way;
 use crate::model::METHODS_POINTER;
-use crate::warnings::{UPGRADE_HELD_UNPROTECTED, UPGRADE_UNPROTECTED, Warning};
+use crate::warnings::{UPGRADE_HELD_BY_POLICY, UPGRADE_UNPROTECTED, Warning};
 
 /// What one pass of the loop read and remembers, as the metrics need it.
 #[derive(Debug, Clone, Copy)]
@@ -98,18 +98,18 @@ pub fn unprotected_verdict(kubevirt: Option<&Value>, upgrade: Option<&Upgrade>) 
     };
     let u = unprotected(&seen)?;
     let now = describe(&kubevirt?.pointer(METHODS_POINTER).cloned());
-    let head = format!(
-        "UNPROTECTED: Harvester Upgrade {} to {} is under way and KubeVirt's automated workload updates are still on ({now})",
+    let upgrade = format!(
+        "Harvester Upgrade {} to {} is under way and KubeVirt's automated workload updates are still on ({now})",
         u.name, u.version
     );
     Some(if held_by_policy(&seen, u) {
         format!(
-            "{head}; the chart's admission policy (where installed) holds it before NodesPrepared until the guard suspends them; why the guard has not: its Warning below. To go on unprotected: kubectl -n {} annotate upgrade {} {ALLOW_UNPROTECTED}=true",
+            "HELD BY THE POLICY: {upgrade}; the chart's admission policy (where installed) holds it before NodesPrepared until the guard suspends them; why the guard has not: its Warning below. To go on unprotected: kubectl -n {} annotate upgrade {} {ALLOW_UNPROTECTED}=true",
             u.namespace, u.name
         )
     } else {
         format!(
-            "{head}; nothing holds it ({}): once KubeVirt is upgraded its workload updater migrates the VMs while the nodes drain; why the guard has not suspended: its Warning below",
+            "UNPROTECTED: {upgrade}; nothing holds it ({}): once KubeVirt is upgraded its workload updater migrates the VMs while the nodes drain; why the guard has not suspended: its Warning below",
             if u.allow_unprotected {
                 "the Upgrade carries the escape annotation"
             } else {
@@ -148,7 +148,7 @@ pub fn unprotected_warning(seen: &Seen, last_pre: &str) -> Option<(UnprotectedKe
     );
     let (reason, message) = if held {
         (
-            UPGRADE_HELD_UNPROTECTED,
+            UPGRADE_HELD_BY_POLICY,
             format!(
                 "{head}. The admission policy holds the upgrade before NodesPrepared (the next \
                  step upgrades KubeVirt) until they are suspended; the guard tries again at the \

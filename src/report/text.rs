@@ -50,7 +50,8 @@ impl Display for Report {
         if let Some(r) = &self.retirement {
             writeln!(f, "{}", r.line())?;
         }
-        Ok(())
+        // The build that says all this: in the guard's pod, the one that runs.
+        write!(f, "build: {}", crate::config::version())
     }
 }
 

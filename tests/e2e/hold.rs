@@ -196,17 +196,17 @@ async fn held_while_the_guard_is_down() {
     let first = status.lines().next().unwrap_or_default();
     assert!(
         first.starts_with(&format!(
-            "UNPROTECTED: Harvester Upgrade {UPGRADE} to v1.7.1 is under way"
+            "HELD BY THE POLICY: Harvester Upgrade {UPGRADE} to v1.7.1 is under way"
         )) && first.contains("holds it before NodesPrepared"),
         "{status}"
     );
-    assert!(status.contains("UpgradeHeldUnprotected"), "{status}");
+    assert!(status.contains("UpgradeHeldByPolicy"), "{status}");
     assert!(
         seen.lock().unwrap().passed.is_none(),
         "passed while unprotected"
     );
     figure(
-        "hold: the guard back without the right to patch: status by exec says UNPROTECTED, held; the metrics upgrade_held 1",
+        "hold: the guard back without the right to patch: status by exec says HELD BY THE POLICY; the metrics upgrade_held 1",
     );
 
     // 5. The right back: the guard's next try of pre (20 s at most) suspends, and the model's

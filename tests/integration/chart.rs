@@ -635,11 +635,32 @@ fn the_values_set_the_image_the_settings_and_the_scheduling() {
         ]),
         "registry.example:5000/wug:0.2.0-rc1"
     );
-    let digest = format!("sha256:{}", "a1".repeat(32));
+    // By default the chart's appVersion.
     assert_eq!(
-        image(&["--set", &format!("image.tag=x,image.digest={digest}")]),
-        format!("workload-update-guard@{digest}")
+        image(&[]),
+        format!("workload-update-guard:{}", env!("CARGO_PKG_VERSION"))
     );
+    // A digest is tied to its version: the tag, which must be this chart's appVersion. An upgrade
+    // that keeps the previous version's tag and digest (or a digest alone) is refused, naming
+    // the fix, rather than running the old build under the new chart.
+    let digest = format!("sha256:{}", "a1".repeat(32));
+    let version = env!("CARGO_PKG_VERSION");
+    assert_eq!(
+        image(&[
+            "--set",
+            &format!("image.tag={version},image.digest={digest}")
+        ]),
+        format!("workload-update-guard:{version}@{digest}")
+    );
+    let err = render_refused(&["--set", &format!("image.tag=0.1.0,image.digest={digest}")]);
+    assert!(
+        err.contains("pins a build of version 0.1.0")
+            && err.contains(&format!("this chart is version {version}"))
+            && err.contains(&format!("--set image.tag={version},image.digest=")),
+        "{err}"
+    );
+    let err = render_refused(&["--set", &format!("image.digest={digest}")]);
+    assert!(err.contains("needs image.tag"), "{err}");
     // Not a digest: refused by the schema.
     let err = render_refused(&["--set", "image.digest=latest"]);
     assert!(err.contains("digest"), "{err}");
@@ -843,6 +864,9 @@ fn the_addon_installs_this_chart_at_this_version() {
     let objects = render(&["--values", file.to_str().unwrap()]);
     assert_eq!(
         deployment(&objects)["spec"]["template"]["spec"]["containers"][0]["image"],
-        format!("workload-update-guard:{}", env!("CARGO_PKG_VERSION"))
+        format!(
+            "registry.example.internal/workload-update-guard:{}",
+            env!("CARGO_PKG_VERSION")
+        )
     );
 }

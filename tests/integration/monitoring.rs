@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use workload_update_guard::plan::harvester_upgrade::ALLOW_UNPROTECTED;
 use workload_update_guard::plan::upgrade_progress::{ENDED, UPGRADE_STATES};
-use workload_update_guard::warnings::{UPGRADE_HELD_UNPROTECTED, UPGRADE_UNPROTECTED};
+use workload_update_guard::warnings::{UPGRADE_HELD_BY_POLICY, UPGRADE_UNPROTECTED};
 
 use crate::chart::{APPLY, deployment, ensure_namespaces, kind, render, template_yaml};
 use crate::resident::{Guard, methods_become};
@@ -136,6 +136,13 @@ fn the_alerts_pass_promtool_check_and_their_unit_tests() {
         for key in ["summary", "description", "runbook_url"] {
             assert!(a[key].as_str().is_some_and(|s| !s.is_empty()), "{key}: {r}");
         }
+        // Useful without the runbook (air-gapped): the first action comes first.
+        let description = a["description"].as_str().unwrap();
+        let head: String = description.chars().take(60).collect();
+        assert!(
+            head.contains("First: ") || head.starts_with("Usually nothing"),
+            "{description}"
+        );
         r["annotations"] = json!({"runbook_url": a["runbook_url"]});
     }
     std::fs::write(dir.join("alerts.rules.yaml"), only_runbooks.to_string()).unwrap();
@@ -258,8 +265,30 @@ fn the_metrics_values_render_the_port_the_service_and_the_ingress() {
                     {"kubernetes.io/metadata.name": "cattle-monitoring-system"}}}],
                 "ports": [{"protocol": "TCP", "port": 9090}]}])
     );
+    // No monitoring CRDs served (`helm template` has no cluster): neither. Served, both, by
+    // default (`.Capabilities`); `false` leaves each out all the same.
     assert!(
         objects
+            .iter()
+            .all(|o| o["kind"] != "ServiceMonitor" && o["kind"] != "PrometheusRule")
+    );
+    monitoring_crds();
+    let served = [
+        "--api-versions",
+        "monitoring.coreos.com/v1/ServiceMonitor",
+        "--api-versions",
+        "monitoring.coreos.com/v1/PrometheusRule",
+    ];
+    let auto = render(&served);
+    kind(&auto, "ServiceMonitor", "workload-update-guard-watch");
+    kind(&auto, "PrometheusRule", "workload-update-guard-watch");
+    let mut off_args = served.to_vec();
+    off_args.extend([
+        "--set",
+        "metrics.serviceMonitor.enabled=false,metrics.prometheusRule.enabled=false",
+    ]);
+    assert!(
+        render(&off_args)
             .iter()
             .all(|o| o["kind"] != "ServiceMonitor" && o["kind"] != "PrometheusRule")
     );
@@ -514,12 +543,21 @@ async fn the_metrics_follow_a_modelled_upgrade() {
         value(
             &first,
             &format!(
-                "workload_update_guard_build_info{{version=\"{}\"}}",
-                env!("CARGO_PKG_VERSION")
+                "workload_update_guard_build_info{{version=\"{}\",revision=\"{}\"}}",
+                env!("CARGO_PKG_VERSION"),
+                workload_update_guard::config::COMMIT
             )
         ),
         Some(1.0),
         "{first}"
+    );
+    // The log's first line names the same build.
+    let log = guard.log();
+    let start = log.lines().next().unwrap_or_default();
+    assert!(
+        start.contains(env!("CARGO_PKG_VERSION"))
+            && start.contains(workload_update_guard::config::COMMIT),
+        "{log}"
     );
 
     let up = Upgrade::start(&client, &ns, "hvst-upgrade-m", "v1.7.1").await;
@@ -565,10 +603,10 @@ async fn the_metrics_follow_a_modelled_upgrade() {
 
 /// A guard whose ServiceAccount may read everything but patch nothing: its `pre` fails with a
 /// 403. The upgrade to v1.7.1 is unprotected and, with the chart's policy (`ADMISSION_HOLD`),
-/// held: both gauges 1, the failed acts counted, one Warning `UpgradeHeldUnprotected` on the
+/// held: both gauges 1, the failed acts counted, one Warning `UpgradeHeldByPolicy` on the
 /// Upgrade and one on the KubeVirt CR naming the 403 and the escape, not repeated by the next
 /// failing pass; the escape annotation turns it into `UpgradeUnprotected` (held 0), said once
-/// more; `status` says it while it is the guard's last word; once the guard may patch, its next
+/// more; `status` says `HELD BY THE POLICY` while it is the guard's last word; once the guard may patch, its next
 /// `pre` suspends and both gauges go back to 0.
 #[tokio::test]
 async fn a_guard_that_cannot_suspend_says_the_upgrade_is_unprotected_and_held() {
@@ -623,36 +661,35 @@ async fn a_guard_that_cannot_suspend_says_the_upgrade_is_unprotected_and_held() 
     );
     let said = |reason: &str, kind: &str| events_about(&ns, reason, kind);
     let start = Instant::now();
-    while said(UPGRADE_HELD_UNPROTECTED, "Upgrade").is_empty() {
+    while said(UPGRADE_HELD_BY_POLICY, "Upgrade").is_empty() {
         assert!(start.elapsed() < Duration::from_secs(10), "{}", guard.log());
         std::thread::sleep(Duration::from_millis(200));
     }
-    let on_upgrade = said(UPGRADE_HELD_UNPROTECTED, "Upgrade");
+    let on_upgrade = said(UPGRADE_HELD_BY_POLICY, "Upgrade");
     assert_eq!(on_upgrade[0]["type"], "Warning");
     assert_eq!(on_upgrade[0]["regarding"]["name"], "hvst-upgrade-u");
     let note = on_upgrade[0]["note"].as_str().unwrap();
     for words in ["403", ALLOW_UNPROTECTED, "admissionPolicy.enabled=false"] {
         assert!(note.contains(words), "{words}: {note}");
     }
-    assert_eq!(said(UPGRADE_HELD_UNPROTECTED, "KubeVirt").len(), 1);
+    assert_eq!(said(UPGRADE_HELD_BY_POLICY, "KubeVirt").len(), 1);
     // `status` says it too: first, and the guard's last word below.
     let status = run_bin(&control_plane().kubeconfig(), env_for(&ns, "status")).await;
     assert!(
-        status
+        status.stdout.starts_with(
+            "HELD BY THE POLICY: Harvester Upgrade hvst-upgrade-u to v1.7.1 is under way"
+        ) && status
             .stdout
-            .starts_with("UNPROTECTED: Harvester Upgrade hvst-upgrade-u to v1.7.1 is under way")
-            && status
-                .stdout
-                .lines()
-                .next()
-                .unwrap()
-                .contains("holds it before NodesPrepared"),
+            .lines()
+            .next()
+            .unwrap()
+            .contains("holds it before NodesPrepared"),
         "{status:?}"
     );
     assert!(
         status
             .stdout
-            .contains(&format!("resident guard  {UPGRADE_HELD_UNPROTECTED} at ")),
+            .contains(&format!("resident guard  {UPGRADE_HELD_BY_POLICY} at ")),
         "{status:?}"
     );
 
@@ -665,8 +702,8 @@ async fn a_guard_that_cannot_suspend_says_the_upgrade_is_unprotected_and_held() 
         std::thread::sleep(Duration::from_millis(200));
     }
     std::thread::sleep(Duration::from_millis(500));
-    assert_eq!(said(UPGRADE_HELD_UNPROTECTED, "Upgrade").len(), 1);
-    assert_eq!(said(UPGRADE_HELD_UNPROTECTED, "KubeVirt").len(), 1);
+    assert_eq!(said(UPGRADE_HELD_BY_POLICY, "Upgrade").len(), 1);
+    assert_eq!(said(UPGRADE_HELD_BY_POLICY, "KubeVirt").len(), 1);
 
     // The escape: no longer held, still unprotected, said once as such.
     kubectl_ok(&[

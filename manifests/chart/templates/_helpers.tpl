@@ -19,13 +19,38 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 
-{{/* repository:tag, or repository@digest when a digest is given. */}}
+{{/*
+repository:tag, the tag the chart's appVersion unless image.tag says otherwise; with a digest,
+repository:tag@digest, and the tag must then be given and be this chart's appVersion: a digest
+pins one build, and the tag says which version it is. So a `helm upgrade` to a new chart with the
+old digest (`--reuse-values`, the install's values file) is refused rather than running the old
+binary under the new chart's name.
+*/}}
 {{- define "wug.image" -}}
-{{- if .Values.image.digest -}}
-{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
-{{- else -}}
-{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- $tag := .Values.image.tag | default .Chart.AppVersion -}}
+{{- with .Values.image.digest -}}
+{{- if not $.Values.image.tag -}}
+{{- fail (printf "image.digest %s needs image.tag, the version it was pushed as (hack/image.sh push prints REF:VERSION@sha256:...): --set image.tag=%s,image.digest=... for this chart" . $.Chart.AppVersion) -}}
 {{- end -}}
+{{- if ne $tag $.Chart.AppVersion -}}
+{{- fail (printf "image.tag %s with image.digest %s pins a build of version %s, but this chart is version %s: give this version's digest with --set image.tag=%s,image.digest=sha256:... (hack/image.sh push prints it), or drop both to run %s:%s" $tag . $tag $.Chart.AppVersion $.Chart.AppVersion $.Values.image.repository $.Chart.AppVersion) -}}
+{{- end -}}
+{{- printf "%s:%s@%s" $.Values.image.repository $tag . -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository $tag -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+Whether the Prometheus operator's monitoring.coreos.com/v1 KIND is to be rendered: `enabled`
+true or false says so; null (the default) renders it where the cluster serves that kind
+(`.Capabilities`; `helm template` without `--api-versions` has no cluster, so none). Call with
+(dict "root" $ "enabled" VALUE "kind" "PrometheusRule").
+*/}}
+{{- define "wug.monitoringOn" -}}
+{{- if kindIs "invalid" .enabled -}}
+{{- if .root.Capabilities.APIVersions.Has (printf "monitoring.coreos.com/v1/%s" .kind) }}true{{ end -}}
+{{- else if .enabled }}true{{ end -}}
 {{- end -}}
 
 {{/*

@@ -112,7 +112,7 @@ fn the_warning_names_the_error_and_the_way_out() {
     let u = upgrade("v1.7.1", "PreparingNodes", false, false);
     let (key, held) =
         unprotected_warning(&seen(&on, Some(&u), true), "failed: HTTP 403 Forbidden").unwrap();
-    assert_eq!(held.reason, UPGRADE_HELD_UNPROTECTED);
+    assert_eq!(held.reason, UPGRADE_HELD_BY_POLICY);
     assert!(key.held);
     for words in [
         "hvst-upgrade-x to v1.7.1",
@@ -170,19 +170,19 @@ proptest! {
         prop_assert_eq!(w.is_some(), g.upgrade_unprotected);
         if let Some((key, w)) = w {
             prop_assert_eq!(key.held, g.upgrade_held);
-            let reason = if g.upgrade_held { UPGRADE_HELD_UNPROTECTED } else { UPGRADE_UNPROTECTED };
+            let reason = if g.upgrade_held { UPGRADE_HELD_BY_POLICY } else { UPGRADE_UNPROTECTED };
             prop_assert_eq!(w.reason, reason);
         }
     }
 }
 
 #[test]
-fn status_says_unprotected_first_held_or_not() {
+fn status_says_held_by_the_policy_or_unprotected_first() {
     let on = kubevirt(Some(json!(["LiveMigrate"])), false);
     let held = upgrade("v1.7.1", "PreparingNodes", false, false);
-    let v = unprotected_verdict(Some(&on), Some(&held)).expect("unprotected");
+    let v = unprotected_verdict(Some(&on), Some(&held)).expect("held");
     for words in [
-        "UNPROTECTED: Harvester Upgrade hvst-upgrade-x to v1.7.1",
+        "HELD BY THE POLICY: Harvester Upgrade hvst-upgrade-x to v1.7.1",
         "[\"LiveMigrate\"]",
         "holds it before NodesPrepared",
         &format!("annotate upgrade hvst-upgrade-x {ALLOW_UNPROTECTED}=true"),
@@ -192,7 +192,8 @@ fn status_says_unprotected_first_held_or_not() {
     let past = upgrade("v1.7.1", "UpgradingSystemServices", true, false);
     let v = unprotected_verdict(Some(&on), Some(&past)).expect("unprotected");
     assert!(
-        v.contains("nothing holds it (it is past NodesPrepared)"),
+        v.starts_with("UNPROTECTED: Harvester Upgrade hvst-upgrade-x to v1.7.1")
+            && v.contains("nothing holds it (it is past NodesPrepared)"),
         "{v}"
     );
     let escaped = upgrade("v1.7.1", "PreparingNodes", false, true);
