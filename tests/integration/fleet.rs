@@ -161,11 +161,7 @@ async fn a_rejected_apply_fails_the_phase_with_the_servers_message() {
         .unwrap()
         .to_string();
     eprintln!("exit 8 (rejected): {error}");
-    for part in [
-        "Fleet reports an error",
-        "ErrApplied",
-        "must be of type array",
-    ] {
+    for part in ["Fleet reports an error", "ErrApplied", "expected list, got"] {
         assert!(error.contains(part), "{part}: {error}");
     }
     let steps = &run.summary.as_ref().unwrap()["steps"];
@@ -185,7 +181,7 @@ async fn a_rejected_apply_fails_the_phase_with_the_servers_message() {
         rerun
             .warnings()
             .iter()
-            .any(|w| w.starts_with(NOT_APPLIED) && w.contains("must be of type array")),
+            .any(|w| w.starts_with(NOT_APPLIED) && w.contains("expected list, got")),
         "{rerun:?}"
     );
     // A rerun of pre (our records on the chart again after a new pre) waits, and fails the same

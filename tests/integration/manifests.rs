@@ -280,7 +280,7 @@ async fn the_service_account_token_runs_every_phase_and_nothing_else() {
         &client,
         "KubeVirt",
         kv_ns,
-        json!({"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt", "metadata": {"name": "other"}}),
+        json!({"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt", "metadata": {"name": "other"}, "spec": {}}),
     )
     .await;
     let mut other_chart = harvester_chart("fleet-local");
