@@ -213,7 +213,8 @@ async fn a_pending_hotplug_waits_for_the_restore() {
 
 /// Installed once: the resident guard through a modelled path-A upgrade (to v1.7.1, which does
 /// nothing itself), KubeVirt upgraded at `UpgradingSystemServices`: no workload-update migration
-/// until the upgrade has ended (the guard drained and replaced in between), then the wave.
+/// until the upgrade has ended (the guard drained and replaced, the API server restarted, in
+/// between), then the wave.
 #[tokio::test]
 async fn the_resident_guard_holds_the_real_updater_through_a_path_a_upgrade() {
     let mut kv = KubeVirtCluster::up(2, strategy(json!(["LiveMigrate"]))).await;
@@ -236,6 +237,12 @@ async fn the_resident_guard_holds_the_real_updater_through_a_path_a_upgrade() {
         .to_string();
     let guard = Guard::spawn_with(&kv.cp.kubeconfig(), NS, 1, &[("METRICS_PORT", &port)]);
     guard.wait_for("under way", Duration::from_secs(20));
+    // The API server restarts (10 s away) before KubeVirt's upgrade: the suspension stands, and
+    // the rollout then starts virt-controller anew.
+    let version = kv.cp.server_version();
+    kv.cp.stop_apiserver();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    kv.cp.start_apiserver(&version);
     for state in ["PreparingNodes", "UpgradingSystemServices"] {
         up.set_state(&kv.client, state).await;
     }
