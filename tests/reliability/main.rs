@@ -389,7 +389,8 @@ async fn concurrent_writers_lose_nothing() {
     );
 }
 
-/// The other writer's items on an object: comparePatches entries, values keys, annotations.
+/// The other writer's items on an object: comparePatches entries, values keys, feature gates,
+/// annotations.
 fn theirs(obj: &Value) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
     for e in obj
@@ -425,6 +426,17 @@ fn theirs(obj: &Value) -> BTreeSet<String> {
     {
         if k.starts_with("other.example/w-") {
             out.insert(format!("annotation {k}"));
+        }
+    }
+    for g in obj
+        .pointer(&format!("/{}", GATES_AT.join("/")))
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+    {
+        if g.starts_with("w-") {
+            out.insert(format!("gate {g}"));
         }
     }
     out
@@ -482,8 +494,14 @@ async fn other_writer(
                                         "value": {"apiVersion": "v1", "kind": "ConfigMap", "name": key, "jsonPointers": ["/data"]}}));
                         item = format!("entry {key}");
                     }
+                    _ if kind == "KubeVirt" => {
+                        // A feature gate beside our methods (KubeVirt's CRD prunes unknown fields).
+                        let path = "/spec/configuration/developerConfiguration/featureGates";
+                        ops.push(json!({"op": "add", "path": format!("{path}/-"), "value": key}));
+                        item = format!("gate {key}");
+                    }
                     _ => {
-                        // A values key beside ours (on the KubeVirt CR, an unknown field is kept too).
+                        // A values key beside ours.
                         let path = "/spec/values/other";
                         if obj.pointer(path).is_some() {
                             ops.push(
@@ -530,10 +548,26 @@ fn remove_op(obj: &Value, item: &str) -> Value {
             .position(|e| e["name"] == name)
             .unwrap();
         json!({"op": "remove", "path": format!("/spec/diff/comparePatches/{i}")})
+    } else if let Some(gate) = item.strip_prefix("gate ") {
+        let i = obj[GATES_AT[0]][GATES_AT[1]][GATES_AT[2]][GATES_AT[3]]
+            .as_array()
+            .unwrap()
+            .iter()
+            .position(|g| g == gate)
+            .unwrap();
+        json!({"op": "remove", "path": format!("/{}/{i}", GATES_AT.join("/"))})
     } else {
         json!({"op": "remove", "path": item.strip_prefix("value ").unwrap()})
     }
 }
+
+/// Where the other writer's KubeVirt feature gates are.
+const GATES_AT: [&str; 4] = [
+    "spec",
+    "configuration",
+    "developerConfiguration",
+    "featureGates",
+];
 
 #[tokio::test]
 async fn sigterm_during_a_retry_loop_exits_promptly_with_the_interrupted_code() {
