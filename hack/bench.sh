@@ -14,6 +14,11 @@
 # runs (default 3) of the integration test that deploys with the Fleet model (tests/support/fleet.rs,
 # a 5 s deploy by the real Helm 4); per phase, how long the model's deploy took and how long after
 # its Ready the phase exited (target: under 1 s).
+# Then the real workload updater (hack/bench/updater.sh, not in --quick): KubeVirt's own
+# virt-controller of each version of BENCH_KUBEVIRT (default "v1.6.0 v1.7.0 v1.8.3"), timed by the
+# integration tests: from the restore (post) to the first workload-update migration (goal <= 35 s:
+# KubeVirt requeues every 30 s) and, the control, from KubeVirt's upgrade to the first migration
+# without the guard (there must be migrations) (hack/bench/updater_report.py).
 # Last, the scale run (hack/bench/scale.sh: a large cluster holds tens of thousands): 10,000 and 30,000 migrations
 # (BENCH_SCALE), the peak RSS and time of `pre` and `status` against `kubectl get`, with the goals
 # (hack/bench/scale_report.py); its figures go to docs/figures/bench-scale.md.
@@ -30,6 +35,8 @@
 #                             status against kubectl get) are printed, "gated by the full run"
 #   hack/bench.sh scale      the scale run alone, on a control plane of its own
 #   hack/bench.sh resident   the resident guard alone (BENCH_RESIDENT_SECONDS, default 300)
+#   hack/bench.sh kubevirt   the real updater's timings alone (BENCH_KUBEVIRT), its figures to
+#                             docs/figures/bench-updater.md
 set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 QUICK=0
@@ -42,7 +49,9 @@ if [[ "${1:-}" == --quick ]]; then
   export BENCH_CYCLES BENCH_RESIDENT_SECONDS BENCH_FLEET_RUNS BENCH_SCALE_RUNS
 fi
 MODE="${1:-all}"
-[[ "$MODE" == all || "$MODE" == scale || "$MODE" == resident ]] || { echo "usage: hack/bench.sh [--quick] [scale|resident]" >&2; exit 2; }
+[[ "$MODE" == all || "$MODE" == scale || "$MODE" == resident || "$MODE" == kubevirt ]] \
+  || { echo "usage: hack/bench.sh [--quick] [scale|resident|kubevirt]" >&2; exit 2; }
+(( ! QUICK )) || [[ "$MODE" != kubevirt ]] || { echo "bench: kubevirt has no --quick (CI runs those tests: hack/test.sh)" >&2; exit 2; }
 N="${BENCH_CYCLES:-20}"
 (( N >= 20 || (QUICK && N >= 10) )) || { echo "bench: BENCH_CYCLES must be at least 20 (10 with --quick)" >&2; exit 2; }
 # Where the figures go: docs/figures/ (cited by the docs) only from a full run.
@@ -55,11 +64,38 @@ fi
 source "$REPO_ROOT/hack/bench/scale.sh"
 # shellcheck source=hack/bench/resident.sh
 source "$REPO_ROOT/hack/bench/resident.sh"
+# shellcheck source=hack/bench/updater.sh
+source "$REPO_ROOT/hack/bench/updater.sh"
 for tool in jq /usr/bin/time python3; do
   command -v "$tool" >/dev/null || { echo "bench: $tool is required (apt-get install jq time python3)" >&2; exit 1; }
 done
 
 cd "$REPO_ROOT"
+# The real updater's figures, in their own file (docs/testing.md, "Performance").
+updater_figures() {
+  local rc=0
+  python3 hack/bench/updater_report.py "$work" > "$work/updater-report.txt" || rc=$?
+  cat "$work/updater-report.txt"
+  mkdir -p "$FIGURES"
+  {
+    echo "# The last run of the real updater's timings (\`bash hack/bench.sh\` or \`bash hack/bench.sh kubevirt\`)"
+    echo
+    echo "Written by \`hack/bench.sh\` after its updater run; do not edit by hand."
+    echo "When: $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown); load average at the end $(cut -d' ' -f1-3 /proc/loadavg); exit status $rc."
+    echo
+    echo '```'
+    cat "$work/updater-report.txt"
+    echo '```'
+  } > "$FIGURES/bench-updater.md"
+  return "$rc"
+}
+if [[ "$MODE" == kubevirt ]]; then
+  work="$(mktemp -d)"
+  trap 'rm -rf "$work"' EXIT
+  updater_run
+  updater_figures
+  exit
+fi
 cargo build --release --quiet
 BIN="$REPO_ROOT/target/release/workload-update-guard"
 BIN_DIR="$(bash hack/control-plane.sh bin-dir)"
@@ -163,12 +199,15 @@ for i in $(seq 1 "${BENCH_FLEET_RUNS:-3}"); do
     || { echo "bench: the Fleet wait run $i failed:" >&2; tail -30 "$work/fleet-test-$i.log" >&2; exit 1; }
 done
 
+(( QUICK )) || updater_run
+
 scale_run
 
 rc=0
 python3 hack/bench/report.py "$work" "$BIN" "$N" "${QUICK_ARG[@]}" > "$work/report.txt" || rc=$?
 cat "$work/report.txt"
 scale_figures || rc=1
+if (( ! QUICK )); then updater_figures || rc=1; fi
 # The figures, in the one place the docs point to (docs/testing.md, "Performance"): refreshed by
 # every full run, so commit it with the change it measured (--quick: target/bench/).
 mkdir -p "$FIGURES"
@@ -179,6 +218,7 @@ mkdir -p "$FIGURES"
   echo "Written by \`hack/bench.sh\` at the end of its run; do not edit by hand."
   echo "When: $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown); load average at the end $(cut -d' ' -f1-3 /proc/loadavg); exit status $rc."
   echo "The scale run's figures (10,000 and 30,000 migrations): [bench-scale.md](bench-scale.md)."
+  (( QUICK )) || echo "The real updater's timings (KubeVirt's virt-controller): [bench-updater.md](bench-updater.md)."
   echo
   echo '```'
   cat "$work/report.txt"
