@@ -327,6 +327,7 @@ image="target/image/workload-update-guard_$(bash hack/version.sh).tar"
   echo "- machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%d GiB", $2 / 1048576}' /proc/meminfo), load average at the end $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "- Kubernetes $kube; the whole run: $SECONDS s, of which the builds $builds_done s and the rest (the node, the story, the checks) $((SECONDS - builds_done)) s"
   for b in "${build_times[@]}"; do echo "- $b"; done
+  if (( kv )); then for f in "${kv_figures[@]}"; do echo "- KubeVirt $KUBEVIRT_VERSION's workload updater, $KV_VMIS VMs: $f"; done; fi
   echo "- (a build of seconds reused the caches: ~/.cache/workload-update-guard/, target/)"
   [[ -z "$image" ]] || echo "- the image: $(du -b "$image" | awk '{printf "%.1f MiB (%d bytes", $1 / 1048576, $1}'), ${image#target/image/}, a docker-archive)"
   echo "- the closing check: $closing"

@@ -32,7 +32,11 @@ KV_WORKLOAD_UPDATE=kubevirt.io/workloadUpdateMigration
 KV_LAUNCHER_BEFORE=localhost/virt-launcher:v1.6.0
 KV_LAUNCHER_AFTER=localhost/virt-launcher:v1.6.1
 
+# The run's counts, for its figures (target/demo-run.md): one line each.
+kv_figures=()
 kv_now() { date -u +%Y-%m-%dT%H:%M:%SZ; }
+kv_ms() { date +%s%3N; }
+kv_s() { awk -v m="$1" 'BEGIN { printf "%.1f", m / 1000 }'; } # kv_s MS: seconds, one decimal
 
 # kv_state KUBECONFIG: the demo's Harvester-like state without its two fixture migrations (the
 # real updater's own are counted here), the VMs' namespace and KV_NODES Ready nodes.
@@ -133,16 +137,18 @@ kv_wait_outdated() { # kv_wait_outdated KUBECONFIG N: until the updater counts N
 # kv_count_wave KUBECONFIG WHAT: polls the migrations (every 0.5 s, at most 90 s) until every VM
 # has one; prints when the first came and when all had, after this call.
 kv_count_wave() {
-  local kc="$1" what="$2" start n first=""
-  start=$(date +%s%N)
+  local kc="$1" what="$2" start n first="" line
+  start=$(kv_ms)
   while :; do
     n="$(kv_migrations "$kc")"
-    [[ -n "$first" || "$n" == 0 ]] || first=$(( ($(date +%s%N) - start) / 1000000 ))
+    [[ -n "$first" || "$n" == 0 ]] || first=$(( $(kv_ms) - start ))
     (( n < KV_VMIS )) || break
-    (( $(date +%s%N) - start < 90000000000 )) || { echo "  $what: $n workload-update migrations in 90 s, not $KV_VMIS" ; return 1; }
+    (( $(kv_ms) - start < 90000 )) || { echo "  $what: $n workload-update migrations in 90 s, not $KV_VMIS" ; return 1; }
     sleep 0.5
   done
-  echo "  $what: the first workload-update migration $(awk -v m="$first" 'BEGIN { printf "%.1f", m / 1000 }') s after, all $n after $(awk -v m="$(( ($(date +%s%N) - start) / 1000000 ))" 'BEGIN { printf "%.1f", m / 1000 }') s"
+  line="$what: the first workload-update migration $(kv_s "$first") s after, all $n after $(kv_s $(( $(kv_ms) - start ))) s"
+  echo "  $line"
+  kv_figures+=("$line")
 }
 kv_counts() { echo "  outdated VMs (the CR's status, virt-controller's count): $(kv_outdated "$1"); workload-update migrations: $(kv_migrations "$1")"; }
 
@@ -177,7 +183,7 @@ kv_cluster() {
 }
 
 kubevirt_story() {
-  local kc="$dir/kubeconfig" guard port waited=0 n
+  local kc="$dir/kubeconfig" guard port waited=0 n start
   section "KubeVirt $KV_VERSION's own virt-controller (its workload updater) in $KV_NS: $KV_VMIS VMs running on $KV_NODES nodes"
   kv_cluster "$dir" "$kc"
   echo "  virt-controller's launcher image: $KV_LAUNCHER_BEFORE; KubeVirt workloadUpdateMethods: $(kv_methods "$kc")"
@@ -194,6 +200,7 @@ kubevirt_story() {
   echo "  running (its log: $dir/guard.log); KubeVirt workloadUpdateMethods: $(kv_methods "$kc")"
 
   section "1. Harvester's Upgrade to v1.7.1 is created: the guard suspends the updates"
+  start=$(kv_ms)
   "$KUBECTL" --kubeconfig "$kc" -n "$KV_NS" create -f - >/dev/null <<YAML
 apiVersion: harvesterhci.io/v1beta1
 kind: Upgrade
@@ -204,28 +211,30 @@ metadata:
 spec: {version: v1.7.1}
 YAML
   kv_wait_methods "$kc" "[]"
-  echo "  KubeVirt workloadUpdateMethods: $(kv_methods "$kc")"
+  echo "  KubeVirt workloadUpdateMethods: $(kv_methods "$kc") ($(kv_s $(( $(kv_ms) - start ))) s after the Upgrade's creation, polled every 0.2 s)"
   kv_upgrade_label "$kc" UpgradingSystemServices
 
   section "2. KubeVirt upgraded (virt-operator's rollout: Deploying, virt-controller restarted with $KV_LAUNCHER_AFTER, Deployed)"
   kv_upgrade "$dir" "$kc"
   kv_wait_outdated "$kc" "$KV_VMIS"
-  echo "  every VM outdated at once; watching for ${KV_HOLD} s (the updater requeues every 30 s) ..."
+  echo "  every VM outdated (virt-controller's count: $(kv_outdated "$kc")); watching for ${KV_HOLD} s (the updater requeues every 30 s) ..."
   while (( waited < KV_HOLD )); do
     n="$(kv_migrations "$kc")"
     (( n == 0 )) || { echo "demo: $n workload-update migrations while suspended" >&2; return 1; }
     sleep 2; waited=$((waited + 2))
   done
   kv_counts "$kc"
+  kv_figures+=("with the guard: KubeVirt upgraded, $(kv_outdated "$kc") of $KV_VMIS VMs outdated, 0 workload-update migrations in ${KV_HOLD} s")
   echo "  so after ${KV_HOLD} s: 0 migrations, while $(kv_outdated "$kc") VMs are outdated (the guard's status says so too:)"
   KUBECONFIG="$kc" PHASE=status TERMINATION_MESSAGE_PATH="" RUST_LOG=warn "$BIN" 2>/dev/null | grep -i 'outdated\|held back' | sed 's/^/    /' || true
 
   section "3. the Upgrade ends (Succeeded): the guard restores the updates, and the wave starts"
   kv_upgrade_label "$kc" UpgradingNodes
   kv_upgrade_label "$kc" Succeeded
+  start=$(kv_ms)
   kv_wait_methods "$kc" '["LiveMigrate"]'
-  echo "  KubeVirt workloadUpdateMethods: $(kv_methods "$kc")"
-  kv_count_wave "$kc" "after the restore"
+  echo "  KubeVirt workloadUpdateMethods: $(kv_methods "$kc") ($(kv_s $(( $(kv_ms) - start ))) s after Succeeded)"
+  kv_count_wave "$kc" "with the guard, after the restore"
   kv_counts "$kc"
   kill -TERM "$guard"; wait "$guard" || true
   bash "$REPO_ROOT/hack/kubevirt.sh" stop "$dir/virt-controller"
@@ -244,7 +253,7 @@ kubevirt_contrast() {
   kv_counts "$kc"
   echo "  KubeVirt workloadUpdateMethods: $(kv_methods "$kc"); KubeVirt upgraded the same way:"
   local rc=0
-  { kv_upgrade "$d" "$kc" && kv_count_wave "$kc" "without the guard, after KubeVirt's upgrade" && kv_counts "$kc"; } || rc=$?
+  { kv_upgrade "$d" "$kc" && kv_count_wave "$kc" "without the guard (the contrast), after KubeVirt's upgrade" && kv_counts "$kc"; } || rc=$?
   bash "$REPO_ROOT/hack/kubevirt.sh" stop "$d/virt-controller"
   bash "$REPO_ROOT/hack/control-plane.sh" down "$d"
   return "$rc"
