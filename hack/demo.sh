@@ -134,17 +134,17 @@ section "Harvester-like state: KubeVirt harvester-system/kubevirt, ManagedChart 
 if (( kv )); then
   # shellcheck source=hack/demo/kubevirt.sh
   source hack/demo/kubevirt.sh
-  # Without the state's two fixture migrations: the real updater's are counted.
+  # The same, without the state's two fixture migrations: the real updater's are counted, and
+  # KubeVirt's status is virt-controller's and the modelled virt-operator's.
   kv_state "$dir/kubeconfig"
   k get kubevirt,managedchart -A
+else
+  # Server-side, as manager helm: the field ownership Helm 4 (so Fleet) leaves on the KubeVirt CR.
+  k apply --server-side --field-manager helm -f hack/demo/harvester.yaml
+  k -n harvester-system patch kubevirt kubevirt --subresource=status --type=merge -p \
+    '{"status":{"phase":"Deployed","observedKubeVirtVersion":"v1.6.0","targetKubeVirtVersion":"v1.7.0","outdatedVirtualMachineInstanceWorkloads":2}}' >/dev/null
+  k -n default patch vmim kubevirt-workload-update-x7k2p --subresource=status --type=merge -p '{"status":{"phase":"Running"}}' >/dev/null
 fi
-# Server-side, as manager helm: the field ownership Helm 4 (so Fleet) leaves on the KubeVirt CR.
-(( kv )) || k apply --server-side --field-manager helm -f hack/demo/harvester.yaml
-(( kv )) || {
-k -n harvester-system patch kubevirt kubevirt --subresource=status --type=merge -p \
-  '{"status":{"phase":"Deployed","observedKubeVirtVersion":"v1.6.0","targetKubeVirtVersion":"v1.7.0","outdatedVirtualMachineInstanceWorkloads":2}}' >/dev/null
-k -n default patch vmim kubevirt-workload-update-x7k2p --subresource=status --type=merge -p '{"status":{"phase":"Running"}}' >/dev/null
-}
 (( ! jobs )) || k apply -k manifests/base
 
 if (( keep )); then
