@@ -16,6 +16,15 @@
 #                              machine with each Job's environment and its ServiceAccount's token
 #   bash hack/demo.sh --keep   the node and the Harvester-like state only, kept until Ctrl-C: to
 #                              follow docs/jobs.md on it, as on a real cluster
+#   bash hack/demo.sh --kubevirt
+#                              the real workload updater (no node; root for virt-controller's
+#                              private mount namespace): KubeVirt's own virt-controller
+#                              (hack/kubevirt.sh, $KUBEVIRT_VERSION, default v1.6.0) with 4 running
+#                              VMs beside the resident guard (the release binary, PHASE=watch): the
+#                              Upgrade suspends, KubeVirt upgraded, every VM outdated and 0
+#                              migrations, the restore and the wave counted; then, for contrast,
+#                              the same KubeVirt upgrade without the guard and the migrations it
+#                              starts (hack/demo/kubevirt.sh)
 #
 # Each ends by checking that the KubeVirt CR and the ManagedChart are exactly as before (the
 # install, or pre), that the same managers own the methods field, and that no claim of ours is
@@ -32,17 +41,21 @@
 set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO_ROOT"
-fast=0 keep=0 jobs=0
+fast=0 keep=0 jobs=0 kv=0
 case "${1:-}" in
+  --kubevirt) fast=1 kv=1 ;;
   --jobs) jobs=1 ;;
   --fast) fast=1 jobs=1 ;;
   --keep) keep=1 jobs=1 ;;
   "") ;;
-  *) echo "usage: bash hack/demo.sh [--jobs | --fast | --keep]" >&2; exit 2 ;;
+  *) echo "usage: bash hack/demo.sh [--jobs | --fast | --keep | --kubevirt]" >&2; exit 2 ;;
 esac
 # shellcheck source=hack/setup.sh
 source hack/setup.sh
 kube="${KUBE_VERSION:-$(bash hack/control-plane.sh default-version)}"
+if (( kv )); then
+  (( EUID == 0 )) || { echo "demo: virt-controller runs in a private mount namespace (unshare -m), which needs root: run as root" >&2; exit 1; }
+fi
 if (( fast )); then
   setup_install build || exit 1
   setup_rust
@@ -90,10 +103,17 @@ if (( fast )); then
   build "building kube-apiserver, etcd and kubectl $kube" "takes about 9 minutes on 2 cores" bash hack/control-plane.sh build
   build "building the guard (cargo build --release)" "takes about 4 minutes" cargo build --release --locked
   BIN="$REPO_ROOT/target/release/workload-update-guard"
+  if (( kv )); then
+    export KUBEVIRT_VERSION="${KUBEVIRT_VERSION:-v1.6.0}"
+    build "building KubeVirt $KUBEVIRT_VERSION's virt-controller and CRDs (hack/kubevirt.sh)" "takes about 5 minutes on 2 cores" \
+      bash hack/kubevirt.sh build "$KUBEVIRT_VERSION"
+    # virt-controller needs every KubeVirt CRD.
+    export KUBEVIRT_CRDS=all
+  fi
   builds_done=$SECONDS
   section "control plane"
   dir="$(step "starting kube-apiserver and etcd" bash hack/control-plane.sh up)"
-  trap 'bash "$REPO_ROOT/hack/control-plane.sh" down "$dir"' EXIT
+  trap 'bash "$REPO_ROOT/hack/kubevirt.sh" stop "$dir/virt-controller"; bash "$REPO_ROOT/hack/control-plane.sh" down "$dir"' EXIT
 else
   build "building kube-apiserver, etcd, kubectl and the node's binaries $kube" "takes 9 to 12 minutes on 2 cores" bash hack/node.sh build
   build "building the guard's image (cargo build --release, then buildah)" "takes about 4 to 5 minutes" bash hack/image.sh build guard
@@ -111,11 +131,20 @@ k() { "$KUBECTL" --kubeconfig "$dir/kubeconfig" "$@"; }
 (( fast )) || k get node -o wide
 
 section "Harvester-like state: KubeVirt harvester-system/kubevirt, ManagedChart fleet-local/harvester"
-# Server-side, as manager helm: the field ownership Helm 4 (so Fleet) leaves on the KubeVirt CR.
-k apply --server-side --field-manager helm -f hack/demo/harvester.yaml
-k -n harvester-system patch kubevirt kubevirt --subresource=status --type=merge -p \
-  '{"status":{"phase":"Deployed","observedKubeVirtVersion":"v1.6.0","targetKubeVirtVersion":"v1.7.0","outdatedVirtualMachineInstanceWorkloads":2}}' >/dev/null
-k -n default patch vmim kubevirt-workload-update-x7k2p --subresource=status --type=merge -p '{"status":{"phase":"Running"}}' >/dev/null
+if (( kv )); then
+  # shellcheck source=hack/demo/kubevirt.sh
+  source hack/demo/kubevirt.sh
+  # The same, without the state's two fixture migrations: the real updater's are counted, and
+  # KubeVirt's status is virt-controller's and the modelled virt-operator's.
+  kv_state "$dir/kubeconfig"
+  k get kubevirt,managedchart -A
+else
+  # Server-side, as manager helm: the field ownership Helm 4 (so Fleet) leaves on the KubeVirt CR.
+  k apply --server-side --field-manager helm -f hack/demo/harvester.yaml
+  k -n harvester-system patch kubevirt kubevirt --subresource=status --type=merge -p \
+    '{"status":{"phase":"Deployed","observedKubeVirtVersion":"v1.6.0","targetKubeVirtVersion":"v1.7.0","outdatedVirtualMachineInstanceWorkloads":2}}' >/dev/null
+  k -n default patch vmim kubevirt-workload-update-x7k2p --subresource=status --type=merge -p '{"status":{"phase":"Running"}}' >/dev/null
+fi
 (( ! jobs )) || k apply -k manifests/base
 
 if (( keep )); then
@@ -141,7 +170,7 @@ KEEP
   while :; do sleep 3600 & wait $!; done
 fi
 
-if (( fast )); then
+if (( fast && ! kv )); then
   # Each ServiceAccount's token (the writer's for pre and post, the reader's for status), from the
   # TokenRequest API: a run has only what its Job has.
   server="$(k config view -o jsonpath='{.clusters[0].cluster.server}')"
@@ -225,7 +254,7 @@ method_owners() {
 # The chart's story moves KubeVirt's own status with the modelled upgrade (KubeVirt upgraded, its
 # VMs outdated), which the guard never writes: compared without it there.
 kubevirt_filter=.
-(( jobs )) || kubevirt_filter='del(.status)'
+(( jobs && ! kv )) || kubevirt_filter='del(.status)'
 snapshot() { # snapshot FILE: both objects without what the server manages
   { k -n harvester-system get kubevirt kubevirt -o json | jq -S -f hack/snapshot.jq | jq -S "$kubevirt_filter"
     k -n fleet-local get managedchart harvester -o json | jq -S -f hack/snapshot.jq; } > "$1"
@@ -233,7 +262,9 @@ snapshot() { # snapshot FILE: both objects without what the server manages
 
 snapshot "$dir/before.json"
 method_owners > "$dir/owners-before.json"
-if (( jobs )); then
+if (( kv )); then
+  kubevirt_story
+elif (( jobs )); then
   section "before pre"
   owners
   run status
@@ -255,7 +286,7 @@ fi
 
 section "Events on the KubeVirt CR (kubectl describe kubevirt)"
 k -n harvester-system describe kubevirt kubevirt | sed -n '/^Events:/,$p'
-(( jobs )) || chart_uninstall
+(( jobs || kv )) || chart_uninstall
 if (( jobs && ! fast )); then
   section "Events of the Jobs"
   k -n harvester-system get events --field-selector involvedObject.kind=Job --sort-by=.lastTimestamp \
@@ -275,7 +306,8 @@ if ! diff -q "$dir/owners-before.json" "$dir/owners-after.json" >/dev/null; then
   echo "no: the owners of the methods field differ: before pre $(cat "$dir/owners-before.json"), after post $(cat "$dir/owners-after.json")"
 fi
 [[ "$claims" == 0 ]] || { same=0; echo "no: $claims managedFields entries of workload-update-guard are left"; }
-if (( jobs )); then since="before pre"; else since="before the install, through two upgrades and the uninstall"; fi
+if (( kv )); then since="before the Upgrade, through the suspension, KubeVirt's upgrade and the restore"
+elif (( jobs )); then since="before pre"; else since="before the install, through two upgrades and the uninstall"; fi
 closing="no: see above"
 (( ! same )) || closing="yes: the KubeVirt CR and the ManagedChart are exactly as $since, the methods field has the same owners ($(cat "$dir/owners-after.json")), and no claim of ours is left"
 echo "$closing"
@@ -295,6 +327,7 @@ image="target/image/workload-update-guard_$(bash hack/version.sh).tar"
   echo "- machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%d GiB", $2 / 1048576}' /proc/meminfo), load average at the end $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "- Kubernetes $kube; the whole run: $SECONDS s, of which the builds $builds_done s and the rest (the node, the story, the checks) $((SECONDS - builds_done)) s"
   for b in "${build_times[@]}"; do echo "- $b"; done
+  if (( kv )); then for f in "${kv_figures[@]}"; do echo "- KubeVirt $KUBEVIRT_VERSION's workload updater, $KV_VMIS VMs: $f"; done; fi
   echo "- (a build of seconds reused the caches: ~/.cache/workload-update-guard/, target/)"
   [[ -z "$image" ]] || echo "- the image: $(du -b "$image" | awk '{printf "%.1f MiB (%d bytes", $1 / 1048576, $1}'), ${image#target/image/}, a docker-archive)"
   echo "- the closing check: $closing"

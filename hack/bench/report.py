@@ -1,8 +1,15 @@
 #!/usr/bin/env python3
 """The benchmark's figures, ratios and targets, from the files hack/bench.sh leaves in WORK.
 
-usage: report.py WORK BINARY CYCLES
+usage: report.py WORK BINARY CYCLES [resident] [--quick]
 Exits non-zero when a target is missed.
+
+--quick (CI's `hack/bench.sh --quick`, on a machine that may be busy with other work) gates only
+what does not move with the machine's load: request counts, memory, the binary's size, and the
+reaction bounds with QUICK_ROOM times their room (the resident guard's suspension and restore,
+the exit after Fleet's Ready). A ratio of times (the cycle's wall time against the kubectl
+script's) is printed there, marked "gated by the full run", and gated only by the full run
+(`bash hack/bench.sh`), on a quiet machine.
 """
 import collections
 import glob
@@ -24,7 +31,25 @@ LISTED = ("upgrades", "versions", "upgradeplans", "virtualmachineinstancemigrati
 # The Normal Event of each phase; pre also warns of the demo state's two migrations under way,
 # and that it came late.
 MAX_EVENTS = {"pre": 3, "post": 1}
-work, binary, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+QUICK = "--quick" in sys.argv[1:]
+args = [a for a in sys.argv[1:] if a != "--quick"]
+work, binary, n = args[0], args[1], int(args[2])
+# The reaction bounds' room in --quick: a busy machine (builds beside) can be slow to schedule
+# the guard, kubectl's polls and the Fleet model; the full run keeps the bounds as stated.
+QUICK_ROOM = 3 if QUICK else 1
+SUSPEND_MS, RESTORE_MS, FLEET_EXIT_MS = 10000 * QUICK_ROOM, 2000 * QUICK_ROOM, 1000 * QUICK_ROOM
+
+
+def verdict(passed, gated=True):
+    """PASS or FAIL; a target not gated in this run (a ratio of times in --quick) is printed apart."""
+    if gated:
+        return "PASS" if passed else "FAIL"
+    return "info"
+
+
+def show(name, passed, got, gated=True):
+    note = "" if gated else f" ({'met' if passed else 'missed'}; not gated in --quick: gated by the full run, bash hack/bench.sh)"
+    print(f"  {verdict(passed, gated)}  {name}: {got}{note}")
 
 
 def describe(events):
@@ -50,13 +75,16 @@ def resident():
           f"restored {restore_ms} ms after its Succeeded (polled every 50 ms by kubectl)")
     # Every scrape answered: one at the start of the quiet period, then one every 30 s.
     scraped = scrapes >= quiet // 30
-    ok = per_minute <= 2 and rss_kb <= 16 * 1024 and suspend_ms <= 10000 and restore_ms <= 2000 and scraped
-    print(f"  {'PASS' if ok else 'FAIL'}  the resident guard: quiet <= 2 requests a minute and RSS <= 16 MiB, "
-          "its metrics scraped every 30 s; suspends <= 10 s after an Upgrade's creation, restores <= 2 s after its end")
+    ok = per_minute <= 2 and rss_kb <= 16 * 1024 and suspend_ms <= SUSPEND_MS and restore_ms <= RESTORE_MS and scraped
+    print(f"  {'PASS' if ok else 'FAIL'}  {RESIDENT_TARGET}")
     return ok
 
 
-if len(sys.argv) > 4 and sys.argv[4] == "resident":
+RESIDENT_TARGET = ("the resident guard: quiet <= 2 requests a minute and RSS <= 16 MiB, its metrics scraped every 30 s; "
+                   f"suspends <= {SUSPEND_MS // 1000} s after an Upgrade's creation, restores <= {RESTORE_MS // 1000} s after its end"
+                   + (f" ({QUICK_ROOM}x the full run's room: --quick)" if QUICK else ""))
+
+if len(args) > 3 and args[3] == "resident":
     sys.exit(0 if resident() else 1)
 
 
@@ -120,7 +148,7 @@ if fleet:
         f = fleet[phase]
         after = f["exit_after_ready_ms"]
         print(f"{phase:<7}{len(after):>5}{statistics.median(f['deploy_ms']):>20.0f}{statistics.median(after):>25.0f}, {max(after):>8}{statistics.median(f['phase_ms']):>19.0f}")
-        fleet_ok = fleet_ok and max(after) < 1000
+        fleet_ok = fleet_ok and max(after) < FLEET_EXIT_MS
 # The armed post while it waits (ARM=true, ARM_POLL_SECONDS=30, no upgrade begun).
 armed_ok = False
 if os.path.exists(f"{work}/armed.txt"):
@@ -135,17 +163,21 @@ if os.path.exists(f"{work}/armed.txt"):
 resident_ok = resident()
 size = os.path.getsize(binary)
 print(f"release binary: {size / 1048576:.2f} MiB ({size} bytes, stripped)")
+# (name, met, figure, gated): a ratio of times moves with the machine's load, so --quick prints it
+# and the full run gates it.
 targets = [
-    ("cycle wall time <= 0.2x the kubectl script", ratio <= 0.2, f"{ratio:.3f}"),
+    ("cycle wall time <= 0.2x the kubectl script", ratio <= 0.2, f"{ratio:.3f}", not QUICK),
     ("pre <= 4 and post <= 6 object requests (a read and a write per object, and post's release), Events (pre 3: warnings of the migrations under way and of a late pre; post 1), the lists (pre 4, post 2), no discovery", ok, "see above"),
     ("the armed post while it waits: <= 12 requests a minute, peak RSS <= 20 MiB", armed_ok, "see above"),
-    ("the resident guard: quiet <= 2 requests a minute and RSS <= 16 MiB, its metrics scraped every 30 s; suspends <= 10 s after an Upgrade's creation, restores <= 2 s after its end", resident_ok, "see above"),
+    (RESIDENT_TARGET, resident_ok, "see above"),
     ("peak RSS <= 20 MiB", rss["guard"] <= 20 * 1024, f"{rss['guard'] / 1024:.1f} MiB"),
     ("stripped release binary <= 10 MiB", size <= 10 * 1048576, f"{size / 1048576:.2f} MiB"),
-    ("pre and post exit < 1 s after Fleet's Ready (the Fleet model)", fleet_ok,
+    (f"pre and post exit < {FLEET_EXIT_MS // 1000} s after Fleet's Ready (the Fleet model)"
+     + (f" ({QUICK_ROOM}x the full run's room: --quick)" if QUICK else ""), fleet_ok,
      f"max {max((max(fleet[p]['exit_after_ready_ms']) for p in fleet), default=-1)} ms"),
 ]
-print("\ntargets:")
-for name, passed, got in targets:
-    print(f"  {'PASS' if passed else 'FAIL'}  {name}: {got}")
-sys.exit(0 if all(p for _, p, _ in targets) else 1)
+targets = [t if len(t) == 4 else (*t, True) for t in targets]
+print("\ntargets" + (" (--quick: what does not move with the machine's load; a ratio of times printed, gated by the full run):" if QUICK else ":"))
+for name, passed, got, gated in targets:
+    show(name, passed, got, gated)
+sys.exit(0 if all(p for _, p, _, gated in targets if gated) else 1)

@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
 """The scale run's figures and goals (a large cluster's migrations), from WORK/scale.txt (hack/bench/scale.sh).
 
-usage: scale_report.py WORK
+usage: scale_report.py WORK [--quick]
 Exits non-zero when a goal is missed: peak RSS of `pre` and `status` at most 24 MiB with up to
 10,000 migrations and 32 MiB with up to 30,000; `status` no slower than
 `kubectl get virtualmachineinstancemigrations -A -o name` (medians); `pre` lists the migrations
 once (as many list requests as pages of 500).
+--quick (CI's run, on a machine that may be busy): `status` against `kubectl get` is a ratio of
+times, so it is printed there, marked "gated by the full run", and gated only by the full run
+(`bash hack/bench.sh`); the memory and the list requests are gated in both.
 """
 import collections
 import math
@@ -17,7 +20,8 @@ PAGE = 500
 # The goal for N migrations: the first bound at or above N (none above the last).
 RSS_GOALS_MIB = [(10000, 24), (30000, 32)]
 
-work = sys.argv[1]
+QUICK = "--quick" in sys.argv[1:]
+work = [a for a in sys.argv[1:] if a != "--quick"][0]
 runs = collections.defaultdict(list)
 for line in open(f"{work}/scale.txt"):
     n, what, _, ms, kb, lists = line.split()
@@ -56,15 +60,19 @@ for n in sorted({n for n, _ in runs}):
     if g is not None:
         targets.append((f"{n}: peak RSS of pre and status <= {g} MiB",
                         max(peak(pre), peak(status)) <= g,
-                        f"pre {peak(pre):.1f} MiB, status {peak(status):.1f} MiB"))
+                        f"pre {peak(pre):.1f} MiB, status {peak(status):.1f} MiB", True))
+    # A comparison of times moves with the machine's load: --quick prints it, the full run gates it.
     targets.append((f"{n}: status no slower than kubectl get -A -o name (median)",
-                    med(status) <= med(kubectl), f"{med(status):.0f} ms vs {med(kubectl):.0f} ms"))
+                    med(status) <= med(kubectl), f"{med(status):.0f} ms vs {med(kubectl):.0f} ms", not QUICK))
     pages = math.ceil(total / PAGE)
     targets.append((f"{n}: pre lists the migrations once ({pages} pages of {PAGE})",
-                    lists == [pages], f"{lists} list requests"))
+                    lists == [pages], f"{lists} list requests", True))
 if os.path.exists(f"{work}/scale-compared.txt") and open(f"{work}/scale-compared.txt").read().strip():
     print(f"compared binary (BENCH_SCALE_COMPARE): {open(f'{work}/scale-compared.txt').read().strip()}")
-print("\nscale targets:")
-for name, passed, got in targets:
-    print(f"  {'PASS' if passed else 'FAIL'}  {name}: {got}")
-sys.exit(0 if targets and all(p for _, p, _ in targets) else 1)
+print("\nscale targets" + (" (--quick: a comparison of times printed, gated by the full run):" if QUICK else ":"))
+for name, passed, got, gated in targets:
+    if gated:
+        print(f"  {'PASS' if passed else 'FAIL'}  {name}: {got}")
+    else:
+        print(f"  info  {name}: {got} ({'met' if passed else 'missed'}; not gated in --quick: gated by the full run, bash hack/bench.sh)")
+sys.exit(0 if targets and all(p for _, p, _, gated in targets if gated) else 1)
