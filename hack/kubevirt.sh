@@ -72,11 +72,11 @@ build_one() {
   done
   # v1.4's go.mod also replaces github.com/golang/glog by a staging copy the zip lacks: the
   # module it names instead (logging only; the updater does not depend on it).
-  local r
-  for r in $(cd "$src" && go mod edit -json | jq -r '.Replace[]? | select(.New.Path | startswith("./staging/")) | .Old.Path'); do
-    [[ -e "$src/$(cd "$src" && go mod edit -json | jq -r --arg p "$r" '.Replace[] | select(.Old.Path == $p) | .New.Path')/go.mod" ]] \
-      || (cd "$src" && go mod edit -dropreplace "$r")
-  done
+  local old new
+  while read -r old new; do
+    [[ -e "$src/$new/go.mod" ]] || (cd "$src" && go mod edit -dropreplace "$old")
+  done < <(cd "$src" && go mod edit -json \
+    | jq -r '.Replace[]? | select(.New.Path | startswith("./staging/")) | "\(.Old.Path) \(.New.Path)"')
   # The CRDs: our small main calling virt-operator's own generators (the list its install
   # strategy deploys, read from install/strategy.go, plus the KubeVirt CRD), printed as JSON.
   mkdir -p "$src/cmd/wug-crds"

@@ -412,7 +412,7 @@ fn the_metrics_values_render_the_port_the_service_and_the_ingress() {
 }
 
 /// A free port on the loopback interface (bound, then released for the guard).
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -421,7 +421,7 @@ fn free_port() -> u16 {
 }
 
 /// `GET /metrics` on the loopback port: the body, or `None` while nothing answers.
-fn scrape(port: u16) -> Option<String> {
+pub fn scrape(port: u16) -> Option<String> {
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
     stream
         .set_read_timeout(Some(Duration::from_secs(5)))

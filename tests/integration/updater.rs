@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use crate::monitoring::{free_port, scrape};
 use crate::resident::Guard;
 use crate::support::harvester::Upgrade;
 use crate::support::kubevirt::{KubeVirtCluster, NS, VmiSpec};
@@ -31,12 +32,6 @@ async fn phase(kv: &KubeVirtCluster, phase: &str) -> Run {
     let run = run_bin(&kv.cp.kubeconfig(), env_for(NS, phase)).await;
     assert_eq!(run.code, 0, "{phase}: {run:?}");
     run
-}
-
-async fn methods(kv: &KubeVirtCluster) -> Value {
-    get(&kv.client, "KubeVirt", NS, "kubevirt").await["spec"]["workloadUpdateStrategy"]
-        ["workloadUpdateMethods"]
-        .clone()
 }
 
 /// The control: without the guard, KubeVirt's upgrade live-migrates every running VM (its
@@ -92,7 +87,7 @@ async fn pre_holds_every_migration_through_the_upgrade_and_post_lets_the_wave_go
     let vmis = kv.start_vmis(&[VmiSpec::default(); 8]).await;
     kv.wait_outdated(0, Duration::from_secs(60)).await;
     phase(&kv, "pre").await;
-    assert_eq!(methods(&kv).await, json!([]));
+    assert_eq!(kubevirt_methods(&kv.client, NS).await, json!([]));
     kv.upgrade_kubevirt().await;
     kv.wait_outdated(vmis.len() as i64, Duration::from_secs(60))
         .await;
@@ -107,8 +102,11 @@ async fn pre_holds_every_migration_through_the_upgrade_and_post_lets_the_wave_go
         status.stdout
     );
     let restored = Instant::now();
-    let post = phase(&kv, "post").await;
-    assert_eq!(methods(&kv).await, json!(["LiveMigrate"]));
+    phase(&kv, "post").await;
+    assert_eq!(
+        kubevirt_methods(&kv.client, NS).await,
+        json!(["LiveMigrate"])
+    );
     let first = kv
         .wait_migrations("the wave after post", Duration::from_secs(60), |m| {
             !m.is_empty()
@@ -129,7 +127,6 @@ async fn pre_holds_every_migration_through_the_upgrade_and_post_lets_the_wave_go
     );
     assert_eq!(kv.workload_update_migrations().await, sorted(vmis));
     assert!(kv.evicted().await.is_empty());
-    let _ = post;
 }
 
 /// `[LiveMigrate, Evict]` and `[Evict]`, with VMIs that cannot migrate: nothing evicted while
@@ -223,19 +220,19 @@ async fn the_resident_guard_holds_the_real_updater_through_a_path_a_upgrade() {
     let guard = Guard::start(&kv.cp.kubeconfig(), NS, 0);
     let up = Upgrade::start(&kv.client, NS, "hvst-upgrade-kv", "v1.7.1").await;
     let start = Instant::now();
-    while methods(&kv).await != json!([]) {
+    while kubevirt_methods(&kv.client, NS).await != json!([]) {
         assert!(start.elapsed() < Duration::from_secs(10), "{}", guard.log());
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     // The guard's pod drained away while the upgrade runs; another takes its place.
     drop(guard);
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-        .to_string();
-    let guard = Guard::spawn_with(&kv.cp.kubeconfig(), NS, 1, &[("METRICS_PORT", &port)]);
+    let port = free_port();
+    let guard = Guard::spawn_with(
+        &kv.cp.kubeconfig(),
+        NS,
+        1,
+        &[("METRICS_PORT", &port.to_string())],
+    );
     guard.wait_for("under way", Duration::from_secs(20));
     // The API server restarts (10 s away) before KubeVirt's upgrade: the suspension stands, and
     // the rollout then starts virt-controller anew.
@@ -252,7 +249,7 @@ async fn the_resident_guard_holds_the_real_updater_through_a_path_a_upgrade() {
     up.set_state(&kv.client, "UpgradingNodes").await;
     kv.none_for(Duration::from_secs(15)).await;
     // The metric reads KubeVirt's own count, which the guard's watch of the CR brought it.
-    let scraped = scrape(&port);
+    let scraped = scrape(port).expect("the guard's metrics answer");
     assert!(
         scraped.contains(&format!(
             "workload_update_guard_outdated_vmis {}",
@@ -270,7 +267,7 @@ async fn the_resident_guard_holds_the_real_updater_through_a_path_a_upgrade() {
         )
         .await;
     assert_eq!(
-        methods(&kv).await,
+        kubevirt_methods(&kv.client, NS).await,
         json!(["LiveMigrate"]),
         "{}",
         guard.log()
@@ -284,15 +281,4 @@ async fn the_resident_guard_holds_the_real_updater_through_a_path_a_upgrade() {
         crate::support::kubevirt::version(),
         ended.elapsed()
     );
-}
-
-/// `GET /metrics` of a guard on 127.0.0.1:`port`.
-fn scrape(port: &str) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(format!("127.0.0.1:{port}")).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-        .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
 }

@@ -88,7 +88,6 @@ pub struct KubeVirtCluster {
     controller_dir: PathBuf,
     launcher: String,
     deployment: u32,
-    started: Instant,
     evictions: std::sync::Mutex<std::collections::BTreeSet<String>>,
 }
 
@@ -148,7 +147,6 @@ impl KubeVirtCluster {
             controller_dir,
             launcher: LAUNCHER_BEFORE.into(),
             deployment: 1,
-            started: Instant::now(),
             evictions: Default::default(),
         };
         cluster.deployed().await;
@@ -194,7 +192,6 @@ impl KubeVirtCluster {
              `hack/kubevirt.sh run` failed: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        self.started = Instant::now();
     }
 
     fn stop_controller(&self) {
@@ -492,11 +489,6 @@ impl KubeVirtCluster {
             );
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
-    }
-
-    /// How long virt-controller has run since its last start.
-    pub fn controller_age(&self) -> Duration {
-        self.started.elapsed()
     }
 }
 
