@@ -30,12 +30,15 @@ usage: hack/image.sh COMMAND
                  and chart in target/previous/ (src/, chart/); what the upgrade-in-place tests
                  install first (hack/test.sh builds it)
   push REF [--creds USER:PASSWORD] [--authfile FILE] [--cert-dir DIR] [--tls-verify=false]
+       [--previous]
                  push the built runtime image to REF (REGISTRY/REPO[:TAG]; the tag defaults to
                  the version, $VERSION) with buildah, and print REF@sha256:DIGEST on stdout: the
                  reference to give hack/job.sh --image (tag or digest). Credentials: --creds, or
                  \$IMAGE_PUSH_CREDS, or an auth file (--authfile, \$REGISTRY_AUTH_FILE, or
                  podman/buildah's default). A registry with a private CA: --cert-dir DIR with
-                 the CA as DIR/ca.crt (as /etc/containers/certs.d/HOST:PORT/).
+                 the CA as DIR/ca.crt (as /etc/containers/certs.d/HOST:PORT/). --previous:
+                 the previous release's image (build --previous), its version the default tag
+                 (the tests' guard upgraded from a digest-pinned install)
   version        print the version (Cargo.toml's: the tag)
   import SOCKET  import the images built into containerd's k8s.io namespace at SOCKET (the
                  guard's and the pause image must be there; the test images if built)
@@ -206,11 +209,15 @@ cleanup_storage() { # only the archives are kept
 }
 
 push() { # push REF [OPTIONS]: the runtime image's archive, through buildah, to REF
-  local ref="${1:-}" opts=() creds="${IMAGE_PUSH_CREDS:-}" digest archive
+  local ref="${1:-}" opts=() creds="${IMAGE_PUSH_CREDS:-}" digest archive image="$GUARD" tag="$VERSION"
   [[ -n "$ref" && "$ref" != -* ]] || { usage; exit 2; }
   shift
   while (( $# )); do
     case "$1" in
+      --previous)
+        image="$(previous_image)" || exit 1
+        tag="${image##*:}" tag="${tag%-previous}"
+        shift ;;
       --creds) creds="${2:?--creds needs USER:PASSWORD}"; shift 2 ;;
       --authfile | --cert-dir) opts+=("$1" "${2:?$1 needs a value}"); shift 2 ;;
       --tls-verify=*) opts+=("$1"); shift ;;
@@ -218,23 +225,23 @@ push() { # push REF [OPTIONS]: the runtime image's archive, through buildah, to 
     esac
   done
   # A tag unless REF has one (a ':' after the last '/') or a digest.
-  [[ "${ref##*/}" == *:* || "$ref" == *@* ]] || ref="$ref:$VERSION"
+  [[ "${ref##*/}" == *:* || "$ref" == *@* ]] || ref="$ref:$tag"
   [[ "$ref" != *@* ]] || die "push: give REGISTRY/REPO[:TAG], not a digest: the digest is printed"
-  archive="$OUT/$(file_of "$GUARD")"
-  [[ -f "$archive" ]] || die "no $archive: run hack/image.sh build first"
+  archive="$OUT/$(file_of "$image")"
+  [[ -f "$archive" ]] || die "no $archive: run hack/image.sh build$([[ "$image" == "$GUARD" ]] || echo ' --previous') first"
   command -v buildah >/dev/null || die "buildah is required (apt-get install buildah)"
   [[ -z "$creds" ]] || opts+=(--creds "$creds")
   mkdir -p "$OUT"
   buildah_ pull --quiet "docker-archive:$archive" >/dev/null || die "cannot load $archive"
   rm -f "$OUT/push.digest"
-  if ! buildah_ push --quiet --digestfile "$OUT/push.digest" "${opts[@]}" "$GUARD" "docker://$ref" >&2; then
+  if ! buildah_ push --quiet --digestfile "$OUT/push.digest" "${opts[@]}" "$image" "docker://$ref" >&2; then
     cleanup_storage
-    die "pushing $GUARD to $ref failed (see buildah's message above)"
+    die "pushing $image to $ref failed (see buildah's message above)"
   fi
   cleanup_storage
   digest="$(cat "$OUT/push.digest")"
   [[ "$digest" == sha256:* ]] || die "buildah wrote no digest for $ref"
-  log "pushed $GUARD to $ref ($digest)"
+  log "pushed $image to $ref ($digest)"
   echo "$ref@$digest"
 }
 

@@ -22,6 +22,7 @@ mod verdict;
 
 use crate::vocabulary::{Intent, Malformed};
 pub use data::*;
+pub use text::build_line;
 use verdict::{refusal, verdict};
 
 /// Keeps a reader's value, or notes why it is refused.

@@ -388,7 +388,7 @@ async fn status(
             "{}",
             serde_json::to_string(&report).expect("report serializes")
         ),
-        LogFormat::Text => write!(out, "{report}{armed}"),
+        LogFormat::Text => write!(out, "{report}{armed}{}", crate::report::build_line()),
     }
     .and_then(|()| out.flush())
     .map_err(|e| Error::Output(e.to_string()))?;

@@ -50,9 +50,14 @@ impl Display for Report {
         if let Some(r) = &self.retirement {
             writeln!(f, "{}", r.line())?;
         }
-        // The build that says all this: in the guard's pod, the one that runs.
-        write!(f, "build: {}", crate::config::version())
+        Ok(())
     }
+}
+
+/// `status`'s last line: the build that says all this (in the guard's pod, the one that runs),
+/// last so that `status | tail -1` shows it (docs/upgrading.md).
+pub fn build_line() -> String {
+    format!("build: {}", crate::config::version())
 }
 
 impl Display for KubeVirtReport {

@@ -155,7 +155,13 @@ impl Drop for Leftovers<'_> {
             .helm
             .run(&["uninstall", RELEASE, "-n", NS, "--no-hooks", "--wait"]);
         let mut cmd = node().kubectl();
-        cmd.args(["-n", NS, "delete", "job", HOOK, "workload-update-guard-pre"])
+        let jobs = [
+            HOOK,
+            "workload-update-guard-pre",
+            "workload-update-guard-post-armed",
+        ];
+        cmd.args(["-n", NS, "delete", "job"])
+            .args(jobs)
             .args(["--ignore-not-found", "--wait"]);
         let _ = cmd.output();
         delete_all_upgrades();

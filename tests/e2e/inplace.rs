@@ -5,7 +5,8 @@
 //! - between upgrades: nothing written to the KubeVirt CR or the ManagedChart, the new pod Ready;
 //! - mid-suspension: the new pod goes on from the previous guard's records, holds through the
 //!   rest of the upgrade and restores exactly at its end (objects and field owners);
-//! - a suspension by the previous release's `pre` Job, restored by this resident guard.
+//! - from the previous release's Jobs (its `pre` and its armed `post`) to this chart mid-upgrade,
+//!   as docs/upgrading.md writes it: the resident guard restores at the upgrade's end.
 //!
 //! The charts are installed from their directories, not from a repository: before a release's
 //! version bump both charts carry the same version, which one repository cannot hold. Neither
@@ -21,6 +22,8 @@ use crate::node::*;
 use crate::support::{as_compared, repo_root};
 
 const UPGRADE: &str = "hvst-upgrade-e2e-inplace";
+/// The previous release's armed `post` (its manifests/post-armed).
+const ARMED: &str = "workload-update-guard-post-armed";
 
 /// One release's chart and the image it runs.
 struct Release {
@@ -28,15 +31,6 @@ struct Release {
     image: String,
     /// Chart.yaml's version (equal to its appVersion and to its binary's version).
     version: String,
-}
-
-/// A field of a Chart.yaml (`version: 0.1.0`, `appVersion: "0.1.0"`).
-fn chart_field(chart: &std::path::Path, field: &str) -> String {
-    let text = std::fs::read_to_string(chart.join("Chart.yaml")).unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{field}:")))
-        .map(|v| v.trim().trim_matches('"').to_string())
-        .unwrap_or_else(|| panic!("no {field} in {}/Chart.yaml", chart.display()))
 }
 
 /// The previous release as `hack/image.sh build --previous` left it in target/previous/.
@@ -132,16 +126,6 @@ fn running_version() -> (String, String) {
         "--version",
     ]);
     (image, version.trim().to_string())
-}
-
-/// The previous release's commit (hack/previous-release), abbreviated as its `--version` says it.
-fn previous_commit() -> String {
-    let text = std::fs::read_to_string(repo_root().join("hack/previous-release")).unwrap();
-    let commit = text
-        .lines()
-        .find(|l| !l.starts_with('#') && l.len() == 40)
-        .expect("hack/previous-release holds a commit");
-    commit[..7].to_string()
 }
 
 /// Both objects as the API server has them (resourceVersion and managedFields included).
@@ -339,10 +323,12 @@ fn helm_upgrade_mid_suspension_holds_and_restores_exactly_at_the_upgrades_end() 
     drop(leftovers);
 }
 
-/// The previous release's `pre` Job (its manifests/pre with its image), by hand before the
-/// upgrade; this tree's resident guard installed, holding, and restoring at the upgrade's end.
+/// From the previous release's Jobs to this chart mid-upgrade, as docs/upgrading.md writes it:
+/// its `pre` Job and its armed `post` (its manifests with its image) before the upgrade; during
+/// it, this chart installed, then the armed Job deleted so that one restorer is left; this
+/// resident guard writes nothing until the upgrade's end, then restores exactly.
 #[test]
-fn a_suspension_by_the_previous_releases_pre_job_is_restored_by_this_resident_guard() {
+fn from_the_previous_releases_jobs_to_the_chart_mid_upgrade_the_resident_guard_restores() {
     let _turn = turn();
     let start = Instant::now();
     harvester_state();
@@ -355,31 +341,52 @@ fn a_suspension_by_the_previous_releases_pre_job_is_restored_by_this_resident_gu
     let previous = previous();
     let before = compared();
     let original = methods();
+    let with_previous_image = |dir: &str| {
+        let image = previous.image.clone();
+        rendered_with(&format!("target/previous/src/manifests/{dir}"), |job| {
+            job["spec"]["template"]["spec"]["containers"][0]["image"] = json!(image);
+        })
+    };
 
-    let pre_dir = "target/previous/src/manifests/pre";
-    let image = previous.image.clone();
-    apply(&rendered_with(pre_dir, |job| {
-        job["spec"]["template"]["spec"]["containers"][0]["image"] = json!(image);
-    }));
+    // The previous release's Jobs: pre, then the armed post, waiting for the next upgrade.
+    apply(&with_previous_image("pre"));
     let outcome = wait_job("workload-update-guard-pre", Duration::from_secs(120));
     assert_eq!(outcome.condition, "Complete", "the previous release's pre");
     let pod = &pods_of("workload-update-guard-pre")[0];
     assert_eq!(pod["spec"]["containers"][0]["image"], json!(previous.image));
     assert_eq!(methods(), json!([]), "suspended by the previous pre");
+    apply(&with_previous_image("post-armed"));
+    wait_until(
+        "the previous release's armed post running",
+        Duration::from_secs(60),
+        || {
+            pods_of(ARMED)
+                .iter()
+                .any(|p| p["status"]["phase"] == "Running")
+        },
+    );
+    // The upgrade after pre's record (second precision, as creationTimestamp).
+    std::thread::sleep(Duration::from_millis(1100));
     let suspended = rvs();
     let previous_records = records();
-
-    // This tree's resident guard: it holds a suspension by hand until an upgrade ends.
-    let install = current().helm(&helm, "install", "current");
-    std::thread::sleep(Duration::from_secs(3));
-    assert_eq!(rvs(), suspended, "held: nothing written");
-    assert_eq!(records(), previous_records);
     let created = Instant::now();
     start_upgrade(UPGRADE, "v1.7.1");
     set_state(UPGRADE, "PreparingRepo");
+
+    // Mid-upgrade: this chart installed, then the armed Job deleted.
+    let install = current().helm(&helm, "install", "current");
+    k(&["-n", NS, "delete", "job", ARMED, "--wait"]);
+    wait_until("the armed post's pod gone", Duration::from_secs(60), || {
+        pods_of(ARMED).is_empty()
+    });
     set_state(UPGRADE, "UpgradingNodes");
-    std::thread::sleep(Duration::from_secs(2));
-    assert_eq!(rvs(), suspended, "held through the upgrade");
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        rvs(),
+        suspended,
+        "held through the upgrade: nothing written"
+    );
+    assert_eq!(records(), previous_records);
     let ended = Instant::now();
     finish_upgrade(UPGRADE);
     let restored = restored_exactly(
@@ -389,7 +396,7 @@ fn a_suspension_by_the_previous_releases_pre_job_is_restored_by_this_resident_gu
         ended,
     );
     figure(&format!(
-        "inplace: the previous release's ({}) pre Job, this resident guard installed in {:.1} s, restored {:.1} s after Succeeded ({:.1} s after the Upgrade's creation); the test {:.1} s",
+        "inplace: the previous release's ({}) pre and armed post, this chart installed mid-upgrade in {:.1} s and the armed Job deleted: restored {:.1} s after Succeeded ({:.1} s after the Upgrade's creation); the test {:.1} s",
         previous.version,
         install.took.as_secs_f64(),
         restored.as_secs_f64(),

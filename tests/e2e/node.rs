@@ -590,3 +590,22 @@ pub fn metric(text: &str, series: &str) -> Option<f64> {
             .ok()
     })
 }
+
+/// A field of a Chart.yaml (`version: 0.1.0`, `appVersion: "0.1.0"`).
+pub fn chart_field(chart: &std::path::Path, field: &str) -> String {
+    let text = std::fs::read_to_string(chart.join("Chart.yaml")).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .map(|v| v.trim().trim_matches('"').to_string())
+        .unwrap_or_else(|| panic!("no {field} in {}/Chart.yaml", chart.display()))
+}
+
+/// The previous release's commit (hack/previous-release), abbreviated as its `--version` says it.
+pub fn previous_commit() -> String {
+    let text = std::fs::read_to_string(repo_root().join("hack/previous-release")).unwrap();
+    let commit = text
+        .lines()
+        .find(|l| !l.starts_with('#') && l.len() == 40)
+        .expect("hack/previous-release holds a commit");
+    commit[..7].to_string()
+}

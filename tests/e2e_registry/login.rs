@@ -8,80 +8,14 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
-
 use crate::node::*;
 use crate::registry::RegistryUp;
-use crate::support::{helm_in, output_ok, repo_root};
+use crate::release::*;
+use crate::support::{output_ok, repo_root};
 
-const RELEASE: &str = "workload-update-guard";
-const HOOK: &str = "workload-update-guard-watch-uninstall";
 const USER: &str = "wug-puller";
 const PASSWORD: &str = "pull-me-9Qx";
 const SECRET: &str = "wug-registry-login";
-
-/// `helm ARGS` against the node, with a home of its own; its success and output.
-fn helm(args: &[&str]) -> (bool, String) {
-    let home = node().dir.join("helm-home-login");
-    helm_in(&home, &node().dir.join("kubeconfig"), args)
-}
-
-fn helm_ok(args: &[&str]) -> String {
-    let (ok, out) = helm(args);
-    assert!(ok, "helm {args:?}: {out}");
-    out
-}
-
-/// The release and the Secret gone (the hook skipped), however the test ends.
-struct Cleanup;
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        let _ = helm(&["uninstall", RELEASE, "-n", NS, "--no-hooks", "--wait"]);
-        let mut cmd = node().kubectl();
-        cmd.args([
-            "-n",
-            NS,
-            "delete",
-            &format!("secret/{SECRET}"),
-            &format!("job/{HOOK}"),
-        ]);
-        cmd.args(["--ignore-not-found", "--wait"]);
-        let _ = cmd.output();
-    }
-}
-
-/// The kubelet's events of `reason` for the pods whose name starts with `prefix`: their
-/// messages.
-fn events(prefix: &str, reason: &str) -> Vec<String> {
-    let list = get_json(&[
-        "-n",
-        NS,
-        "events",
-        "--field-selector",
-        &format!("reason={reason}"),
-    ]);
-    list["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| {
-            e["involvedObject"]["kind"] == "Pod"
-                && e["involvedObject"]["name"]
-                    .as_str()
-                    .is_some_and(|n| n.starts_with(prefix))
-        })
-        .map(|e| e["message"].as_str().unwrap_or_default().to_string())
-        .collect()
-}
-
-/// The guard's newest pod (the Deployment's).
-fn newest_guard_pod() -> Option<Value> {
-    pods_with(&format!(
-        "app.kubernetes.io/instance={RELEASE},app.kubernetes.io/component=watch"
-    ))
-    .pop()
-}
 
 #[test]
 fn the_chart_pulls_through_a_registry_that_needs_a_login() {
@@ -90,7 +24,9 @@ fn the_chart_pulls_through_a_registry_that_needs_a_login() {
     let start = Instant::now();
     let login = format!("{USER}:{PASSWORD}");
     let reg = RegistryUp::start(Some(&login));
-    let _cleanup = Cleanup;
+    let _cleanup = Cleanup {
+        secret: Some(SECRET),
+    };
 
     // The push needs the login too.
     let version = output_ok({
@@ -195,14 +131,8 @@ fn the_chart_pulls_through_a_registry_that_needs_a_login() {
         "the guard's pod Ready with the login",
         Duration::from_secs(120),
         || {
-            newest_guard_pod().is_some_and(|p| {
-                p["spec"]["imagePullSecrets"][0]["name"] == SECRET
-                    && p["status"]["conditions"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .any(|c| c["type"] == "Ready" && c["status"] == "True")
-            })
+            newest_guard_pod()
+                .is_some_and(|p| p["spec"]["imagePullSecrets"][0]["name"] == SECRET && is_ready(&p))
         },
     );
     let ready = with_login.elapsed();

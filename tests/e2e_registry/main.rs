@@ -9,6 +9,8 @@ mod login;
 #[allow(dead_code)]
 #[path = "../e2e/node.rs"]
 mod node;
+mod pinned;
 mod registry;
+mod release;
 #[path = "../support/mod.rs"]
 mod support;

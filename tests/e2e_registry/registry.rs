@@ -57,6 +57,31 @@ impl RegistryUp {
     }
 }
 
+impl RegistryUp {
+    /// `hack/image.sh push PUSH/wug/workload-update-guard ARGS` (the registry as the host
+    /// reaches it, its CA): the tag and the digest it printed.
+    pub fn push(&self, args: &[&str]) -> (String, String) {
+        let pushed = output_ok({
+            let mut c = Command::new("bash");
+            c.arg(repo_root().join("hack/image.sh"))
+                .arg("push")
+                .arg(format!("{}/wug/workload-update-guard", self.0["PUSH"]))
+                .arg("--cert-dir")
+                .arg(&self.0["CA_DIR"])
+                .args(args);
+            c
+        });
+        let pushed = pushed.trim();
+        let (pushed_ref, digest) = pushed.split_once('@').unwrap_or_else(|| panic!("{pushed}"));
+        assert!(
+            digest.starts_with("sha256:") && digest.len() == 71,
+            "{pushed}"
+        );
+        let tag = pushed_ref.rsplit_once(':').unwrap().1;
+        (tag.to_string(), digest.to_string())
+    }
+}
+
 impl Drop for RegistryUp {
     fn drop(&mut self) {
         let _ = Command::new("bash")
@@ -123,27 +148,9 @@ fn the_image_through_a_registry_mirror() {
     });
     let version = version.trim();
     let push_start = Instant::now();
-    let pushed = output_ok({
-        let mut c = Command::new("bash");
-        c.arg(repo_root().join("hack/image.sh"))
-            .arg("push")
-            .arg(format!("{}/wug/workload-update-guard", reg.0["PUSH"]))
-            .arg("--cert-dir")
-            .arg(&reg.0["CA_DIR"]);
-        c
-    });
+    let (tag, digest) = reg.push(&[]);
     let push_took = push_start.elapsed();
-    let pushed = pushed.trim();
-    let (pushed_ref, digest) = pushed.split_once('@').unwrap_or_else(|| panic!("{pushed}"));
-    assert_eq!(
-        pushed_ref,
-        format!("{}/wug/workload-update-guard:{version}", reg.0["PUSH"]),
-        "the tag is the version"
-    );
-    assert!(
-        digest.starts_with("sha256:") && digest.len() == 71,
-        "{pushed}"
-    );
+    assert_eq!(tag, version, "the tag is the version");
 
     // The Jobs name the image by the mirrored registry's name; the node resolves it only
     // through its hosts.toml.
@@ -153,7 +160,7 @@ fn the_image_through_a_registry_mirror() {
     assert_eq!(first.code, 0, "{first:?}");
     let event = pulled_event(STATUS);
     assert!(event.contains("Successfully pulled image"), "{event}");
-    assert!(image_id(STATUS).ends_with(digest), "{}", image_id(STATUS));
+    assert!(image_id(STATUS).ends_with(&digest), "{}", image_id(STATUS));
 
     // The image GC'd between two Jobs: the next one pulls it again.
     remove_from_node(&repo);
