@@ -51,8 +51,8 @@ pub const HELD_AFTER_FAILURE: &str = "SuspensionHeldAfterFailedUpgrade";
 /// The resident guard: an upgrade that needs it is under way with automated updates still on,
 /// held by the chart's admission policy before `NodesPrepared`.
 pub const UPGRADE_HELD_BY_POLICY: &str = "UpgradeHeldByPolicy";
-/// The same, and nothing holds it: the policy is off, the Upgrade is past `NodesPrepared`, or it
-/// carries the escape annotation.
+/// The same, and nothing holds it: the policy is off, or the Upgrade is past `NodesPrepared`.
+/// (An Upgrade whose migrations the operator accepted is neither: nothing is said of it.)
 pub const UPGRADE_UNPROTECTED: &str = "UpgradeUnprotected";
 /// An Event could not be made (once per run, in the termination message only).
 pub const EVENTS_NOT_RECORDED: &str = "EventsNotRecorded";

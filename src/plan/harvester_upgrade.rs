@@ -167,8 +167,9 @@ pub struct Upgrade {
     /// (the next step upgrades KubeVirt).
     #[serde(skip)]
     pub nodes_prepared: bool,
-    /// It carries the escape annotation ([`ALLOW_UNPROTECTED`]): the admission policy lets it
-    /// go on unprotected.
+    /// It carries [`ALLOW_UNPROTECTED`]: the operator accepts its migrations. The admission
+    /// policy lets it pass and the resident guard does not suspend for it (a suspension already
+    /// in place stays until its end).
     #[serde(skip)]
     pub allow_unprotected: bool,
 }

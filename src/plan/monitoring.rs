@@ -53,17 +53,24 @@ fn updates_on(kubevirt: &Value) -> bool {
 }
 
 /// The Upgrade under way that needs the guard (its release does nothing to the methods
-/// itself, v1.7.1 and earlier) while the CR's updates are on.
-fn unprotected<'a>(seen: &Seen<'a>) -> Option<&'a Upgrade> {
+/// itself, v1.7.1 and earlier) while the CR's updates are on, and whether the operator accepted
+/// its migrations ([`ALLOW_UNPROTECTED`]).
+fn updates_on_during<'a>(seen: &Seen<'a>) -> Option<(&'a Upgrade, bool)> {
     let kubevirt = seen.kubevirt?;
     seen.upgrade
         .filter(|u| upgrade_under_way(u) && u.handling() == Handling::None && updates_on(kubevirt))
+        .map(|u| (u, u.allow_unprotected))
 }
 
-/// Whether the admission policy holds `u`: installed, not yet past `NodesPrepared`, and the
-/// Upgrade does not carry the escape annotation.
+/// That Upgrade, unless its migrations are accepted: what the guard warns of.
+fn unprotected<'a>(seen: &Seen<'a>) -> Option<&'a Upgrade> {
+    updates_on_during(seen).and_then(|(u, accepted)| (!accepted).then_some(u))
+}
+
+/// Whether the admission policy holds an unprotected `u`: installed, not yet past
+/// `NodesPrepared` (an accepted Upgrade it lets pass).
 fn held_by_policy(seen: &Seen, u: &Upgrade) -> bool {
-    seen.admission_hold && !u.nodes_prepared && !u.allow_unprotected
+    seen.admission_hold && !u.nodes_prepared
 }
 
 /// The gauges' values for what the loop saw.
@@ -96,25 +103,25 @@ pub fn unprotected_verdict(kubevirt: Option<&Value>, upgrade: Option<&Upgrade>) 
         held_after_failure: false,
         retirement: None,
     };
-    let u = unprotected(&seen)?;
+    let (u, accepted) = updates_on_during(&seen)?;
     let now = describe(&kubevirt?.pointer(METHODS_POINTER).cloned());
     let upgrade = format!(
         "Harvester Upgrade {} to {} is under way and KubeVirt's automated workload updates are still on ({now})",
         u.name, u.version
     );
-    Some(if held_by_policy(&seen, u) {
+    Some(if accepted {
+        format!(
+            "MIGRATIONS ACCEPTED: {upgrade}; it carries {ALLOW_UNPROTECTED}=true: the admission policy lets it pass and the guard does not suspend for it; once KubeVirt is upgraded its workload updater migrates the VMs while the nodes drain"
+        )
+    } else if held_by_policy(&seen, u) {
         format!(
             "HELD BY THE POLICY: {upgrade}; the chart's admission policy (where installed) holds it before NodesPrepared until the guard suspends them; why the guard has not: its Warning below. To go on unprotected: kubectl -n {} annotate upgrade {} {ALLOW_UNPROTECTED}=true",
             u.namespace, u.name
         )
     } else {
         format!(
-            "UNPROTECTED: {upgrade}; nothing holds it ({}): once KubeVirt is upgraded its workload updater migrates the VMs while the nodes drain; why the guard has not suspended: its Warning below",
-            if u.allow_unprotected {
-                "the Upgrade carries the escape annotation"
-            } else {
-                "it is past NodesPrepared"
-            }
+            "UNPROTECTED: {upgrade}; nothing holds it (it is past NodesPrepared): once KubeVirt is upgraded its workload updater migrates the VMs while the nodes drain; why the guard has not suspended: its Warning below. To accept the migrations: kubectl -n {} annotate upgrade {} {ALLOW_UNPROTECTED}=true",
+            u.namespace, u.name
         )
     })
 }
@@ -152,24 +159,23 @@ pub fn unprotected_warning(seen: &Seen, last_pre: &str) -> Option<(UnprotectedKe
             format!(
                 "{head}. The admission policy holds the upgrade before NodesPrepared (the next \
                  step upgrades KubeVirt) until they are suspended; the guard tries again at the \
-                 next read. To go on unprotected: {annotate} (or install the chart with \
-                 admissionPolicy.enabled=false)"
+                 next read. To accept the migrations instead (the policy lets it pass, the \
+                 guard stops trying): {annotate}"
             ),
         )
     } else {
-        let why = if u.allow_unprotected {
-            format!("the Upgrade carries {ALLOW_UNPROTECTED}=true")
-        } else if seen.admission_hold {
-            "it is past NodesPrepared".to_string()
+        let why = if seen.admission_hold {
+            "it is past NodesPrepared"
         } else {
-            "the chart's admission policy is off (admissionPolicy.enabled=false)".to_string()
+            "the chart's admission policy is off (admissionPolicy.enabled=false)"
         };
         (
             UPGRADE_UNPROTECTED,
             format!(
                 "{head}. Nothing holds the upgrade ({why}): once KubeVirt is upgraded, its \
                  workload updater migrates the VMs while the nodes drain; the guard tries again \
-                 at the next read, or run pre by hand (hack/job.sh run pre)"
+                 at the next read, or run pre by hand (hack/job.sh run pre). To accept the \
+                 migrations instead (the guard stops trying): {annotate}"
             ),
         )
     };

@@ -9,7 +9,7 @@
 
 use serde::Serialize;
 
-use super::harvester_upgrade::Upgrade;
+use super::harvester_upgrade::{ALLOW_UNPROTECTED, Upgrade};
 use super::upgrade_progress::{
     PlanView, awaited_since, begun, held_after_failure, post_must_wait, upgrade_under_way,
 };
@@ -114,7 +114,10 @@ pub fn decide(
     memory: &mut Memory,
 ) -> Decision {
     let under_way = running(upgrade, plans);
+    // The operator accepted this upgrade's migrations: no suspension for it, not even a retry.
+    let accepted = upgrade.is_some_and(|u| upgrade_under_way(u) && u.allow_unprotected);
     if suspends
+        && !accepted
         && let Some((key, describe)) = &under_way
         && !memory.suspended_for.contains(key)
     {
@@ -129,6 +132,10 @@ pub fn decide(
         memory.held = None;
         return match (&under_way, suspends) {
             (_, false) => Decision::Restore("nothing of ours left (a post has run)".into()),
+            (Some((_, d)), true) if accepted => Decision::Wait(format!(
+                "{d} is under way and carries {ALLOW_UNPROTECTED}=true: its migrations are \
+                 accepted, the guard does not suspend for it"
+            )),
             (Some((_, d)), true) => Decision::Wait(format!(
                 "{d} is under way; nothing of ours on the objects (pre found the guard not needed, \
                  or left the suspension to Harvester)"

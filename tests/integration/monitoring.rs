@@ -605,9 +605,10 @@ async fn the_metrics_follow_a_modelled_upgrade() {
 /// 403. The upgrade to v1.7.1 is unprotected and, with the chart's policy (`ADMISSION_HOLD`),
 /// held: both gauges 1, the failed acts counted, one Warning `UpgradeHeldByPolicy` on the
 /// Upgrade and one on the KubeVirt CR naming the 403 and the escape, not repeated by the next
-/// failing pass; the escape annotation turns it into `UpgradeUnprotected` (held 0), said once
-/// more; `status` says `HELD BY THE POLICY` while it is the guard's last word; once the guard may patch, its next
-/// `pre` suspends and both gauges go back to 0.
+/// failing pass; past `NodesPrepared` it is `UpgradeUnprotected` (held 0), said once more;
+/// `status` says `HELD BY THE POLICY` while it is the guard's last word. The operator accepts
+/// the migrations (the escape annotation): both gauges 0, `status` `MIGRATIONS ACCEPTED`, and
+/// the guard, even once it may patch, does not suspend that upgrade; the next one it does.
 #[tokio::test]
 async fn a_guard_that_cannot_suspend_says_the_upgrade_is_unprotected_and_held() {
     let client = admin().await;
@@ -669,7 +670,7 @@ async fn a_guard_that_cannot_suspend_says_the_upgrade_is_unprotected_and_held() 
     assert_eq!(on_upgrade[0]["type"], "Warning");
     assert_eq!(on_upgrade[0]["regarding"]["name"], "hvst-upgrade-u");
     let note = on_upgrade[0]["note"].as_str().unwrap();
-    for words in ["403", ALLOW_UNPROTECTED, "admissionPolicy.enabled=false"] {
+    for words in ["403", ALLOW_UNPROTECTED, "accept the migrations"] {
         assert!(note.contains(words), "{words}: {note}");
     }
     assert_eq!(said(UPGRADE_HELD_BY_POLICY, "KubeVirt").len(), 1);
@@ -705,15 +706,16 @@ async fn a_guard_that_cannot_suspend_says_the_upgrade_is_unprotected_and_held() 
     assert_eq!(said(UPGRADE_HELD_BY_POLICY, "Upgrade").len(), 1);
     assert_eq!(said(UPGRADE_HELD_BY_POLICY, "KubeVirt").len(), 1);
 
-    // The escape: no longer held, still unprotected, said once as such.
-    kubectl_ok(&[
-        "-n",
+    // Past NodesPrepared (the hold has nothing left to hold): unprotected, said once as such.
+    merge_patch(
+        &client,
+        "Upgrade",
         &ns,
-        "annotate",
-        "upgrades.harvesterhci.io",
         "hvst-upgrade-u",
-        &format!("{ALLOW_UNPROTECTED}=true"),
-    ]);
+        "harvester",
+        json!({"status": {"conditions": [{"type": "NodesPrepared", "status": "True"}]}}),
+    )
+    .await;
     let open = metric_becomes(&guard, port, HELD, 0.0, Duration::from_secs(10));
     assert_eq!(value(&open, UNPROTECTED), Some(1.0), "{open}");
     let start = Instant::now();
@@ -722,9 +724,24 @@ async fn a_guard_that_cannot_suspend_says_the_upgrade_is_unprotected_and_held() 
         std::thread::sleep(Duration::from_millis(200));
     }
     assert_eq!(said(UPGRADE_UNPROTECTED, "KubeVirt").len(), 1);
+    let note = said(UPGRADE_UNPROTECTED, "Upgrade")[0]["note"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(note.contains("To accept the migrations"), "{note}");
 
-    // The guard may patch now: its next try of pre suspends, with nothing changed on the
-    // Upgrade (a failed act is tried again within ACT_RETRY_PAUSE, 20 s, not at the resync).
+    // The operator accepts the migrations: nothing unprotected any more, `status` says so, and
+    // the guard stops trying, even once it may patch (woken by the Upgrade's changes).
+    kubectl_ok(&[
+        "-n",
+        &ns,
+        "annotate",
+        "upgrades.harvesterhci.io",
+        "hvst-upgrade-u",
+        &format!("{ALLOW_UNPROTECTED}=true"),
+    ]);
+    let accepted = metric_becomes(&guard, port, UNPROTECTED, 0.0, Duration::from_secs(10));
+    assert_eq!(value(&accepted, HELD), Some(0.0), "{accepted}");
     let mut writer = role.clone();
     writer["rules"].as_array_mut().unwrap().push(json!(
         {"apiGroups": ["kubevirt.io", "management.cattle.io"],
@@ -732,14 +749,45 @@ async fn a_guard_that_cannot_suspend_says_the_upgrade_is_unprotected_and_held() 
     let mut apply = control_plane().kubectl();
     apply.args(["apply", "-f", "-"]);
     pipe(apply, &writer.to_string());
+    let errors = guard.log().matches("pre failed").count();
+    up.set_state(&client, "UpgradingSystemServices").await;
+    up.set_state(&client, "UpgradingNodes").await;
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        kubevirt_methods(&client, &ns).await,
+        json!(["LiveMigrate"]),
+        "accepted: not suspended mid-upgrade: {}",
+        guard.log()
+    );
+    assert_eq!(
+        guard.log().matches("pre failed").count(),
+        errors,
+        "no pre tried"
+    );
+    assert_eq!(
+        said(UPGRADE_UNPROTECTED, "Upgrade").len(),
+        1,
+        "nothing more said"
+    );
+    let status = run_bin(&control_plane().kubeconfig(), env_for(&ns, "status")).await;
+    assert!(
+        status.stdout.starts_with(
+            "MIGRATIONS ACCEPTED: Harvester Upgrade hvst-upgrade-u to v1.7.1 is under way"
+        ) && status.stdout.contains("its migrations are accepted"),
+        "{status:?}"
+    );
+
+    // The next upgrade, without the annotation: the guard (which may patch now) suspends it.
+    up.finish(&client, true).await;
+    Upgrade::start(&client, &ns, "hvst-upgrade-w", "v1.7.1").await;
     let granted = Instant::now();
     methods_become(&client, &ns, &json!([]), Duration::from_secs(30)).await;
     eprintln!(
-        "monitoring: suspended {:.1} s after the right to patch was granted",
+        "monitoring: the next upgrade suspended {:.1} s after its creation",
         granted.elapsed().as_secs_f64()
     );
-    let protected = metric_becomes(&guard, port, UNPROTECTED, 0.0, Duration::from_secs(10));
-    assert_eq!(value(&protected, IN_PLACE), Some(1.0), "{protected}");
+    let protected = metric_becomes(&guard, port, IN_PLACE, 1.0, Duration::from_secs(10));
+    assert_eq!(value(&protected, UNPROTECTED), Some(0.0), "{protected}");
     assert_eq!(value(&protected, HELD), Some(0.0), "{protected}");
     check_metrics(&protected);
     // Protected: `status` no longer says it (the guard's later decision is its last word).

@@ -76,18 +76,32 @@ fn unprotected_is_a_path_a_upgrade_under_way_with_updates_on() {
 }
 
 #[test]
-fn the_policy_holds_until_nodes_prepared_and_not_with_the_escape() {
+fn the_policy_holds_until_nodes_prepared_and_accepted_migrations_are_neither() {
     let on = kubevirt(Some(json!(["LiveMigrate", "Evict"])), false);
-    for (u, held) in [
-        (upgrade("v1.6.1", "PreparingNodes", false, false), true),
+    for (u, unprotected, held) in [
+        (
+            upgrade("v1.6.1", "PreparingNodes", false, false),
+            true,
+            true,
+        ),
         (
             upgrade("v1.6.1", "UpgradingSystemServices", true, false),
+            true,
             false,
         ),
-        (upgrade("v1.6.1", "PreparingNodes", false, true), false),
+        (
+            upgrade("v1.6.1", "PreparingNodes", false, true),
+            false,
+            false,
+        ),
+        (
+            upgrade("v1.6.1", "UpgradingSystemServices", true, true),
+            false,
+            false,
+        ),
     ] {
         let g = gauges(&seen(&on, Some(&u), true));
-        assert!(g.upgrade_unprotected, "{u:?}");
+        assert_eq!(g.upgrade_unprotected, unprotected, "{u:?}");
         assert_eq!(g.upgrade_held, held, "{u:?}");
     }
 }
@@ -120,7 +134,7 @@ fn the_warning_names_the_error_and_the_way_out() {
         "[\"LiveMigrate\"]",
         "failed: HTTP 403 Forbidden",
         "annotate upgrade hvst-upgrade-x workload-update-guard.harvesterhci.io/allow-unprotected=true",
-        "admissionPolicy.enabled=false",
+        "accept the migrations",
     ] {
         assert!(held.message.contains(words), "{words}: {}", held.message);
     }
@@ -136,10 +150,14 @@ fn the_warning_names_the_error_and_the_way_out() {
     assert_ne!(key, key2);
     let (key3, _) = unprotected_warning(&seen(&on, Some(&u), true), "failed: timeout").unwrap();
     assert_eq!(key, key3);
-    let escaped = upgrade("v1.7.1", "PreparingNodes", false, true);
-    let (_, w) = unprotected_warning(&seen(&on, Some(&escaped), true), "x").unwrap();
-    assert_eq!(w.reason, UPGRADE_UNPROTECTED);
-    assert!(w.message.contains("carries"), "{}", w.message);
+    assert!(
+        open.message.contains("accept the migrations"),
+        "{}",
+        open.message
+    );
+    // Accepted migrations: nothing to warn of.
+    let accepted = upgrade("v1.7.1", "PreparingNodes", false, true);
+    assert!(unprotected_warning(&seen(&on, Some(&accepted), true), "x").is_none());
     let off = kubevirt(Some(json!([])), true);
     assert!(unprotected_warning(&seen(&off, Some(&u), true), "x").is_none());
 }
@@ -196,9 +214,14 @@ fn status_says_held_by_the_policy_or_unprotected_first() {
             && v.contains("nothing holds it (it is past NodesPrepared)"),
         "{v}"
     );
-    let escaped = upgrade("v1.7.1", "PreparingNodes", false, true);
-    let v = unprotected_verdict(Some(&on), Some(&escaped)).expect("unprotected");
-    assert!(v.contains("escape annotation"), "{v}");
+    assert!(v.contains("To accept the migrations: kubectl"), "{v}");
+    let accepted = upgrade("v1.7.1", "PreparingNodes", false, true);
+    let v = unprotected_verdict(Some(&on), Some(&accepted)).expect("accepted");
+    assert!(
+        v.starts_with("MIGRATIONS ACCEPTED: Harvester Upgrade hvst-upgrade-x to v1.7.1")
+            && v.contains("the guard does not suspend for it"),
+        "{v}"
+    );
     // Suspended, a release that suspends itself, or no upgrade: nothing to say first.
     let ours = kubevirt(Some(json!([])), true);
     let own = upgrade("v1.7.3", "PreparingNodes", false, false);

@@ -59,6 +59,55 @@ fn the_resident_guard_suspends_once_at_creation_and_restores_at_the_end() {
     );
 }
 
+/// An Upgrade whose migrations the operator accepted (the escape annotation): never a `pre` for
+/// it, not even a retry once the annotation comes after failed tries; the next Upgrade without
+/// it is suspended as usual. A suspension already in place still waits for its end.
+#[test]
+fn accepted_migrations_mean_no_suspension_for_that_upgrade() {
+    let accept = |mut u: Upgrade| {
+        u.allow_unprotected = true;
+        u
+    };
+    let mut m = Memory::default();
+    let created = upgrade("u1", "v1.7.1", "PreparingNodes", false, false);
+    // pre failed (nothing recorded): the next pass would try again ...
+    assert_eq!(
+        decide(Some(&created), &[], false, SINCE, true, &mut m).kind(),
+        "suspend"
+    );
+    // ... until the operator accepts the migrations: then never, through the upgrade.
+    for state in [
+        "PreparingNodes",
+        "UpgradingSystemServices",
+        "UpgradingNodes",
+    ] {
+        let u = accept(upgrade("u1", "v1.7.1", state, false, false));
+        let d = decide(Some(&u), &[], false, SINCE, true, &mut m);
+        assert!(
+            matches!(&d, Decision::Wait(why) if why.contains("accepted")),
+            "{state}: {d:?}"
+        );
+    }
+    let next = upgrade("u2", "v1.7.1", "PreparingLoggingInfra", false, false);
+    assert_eq!(
+        decide(Some(&next), &[], false, SINCE, true, &mut m).kind(),
+        "suspend"
+    );
+    // Suspended before the annotation: held to the end, then restored.
+    let mut m = Memory::default();
+    m.suspended_for.push("Upgrade harvester-system/u1".into());
+    let u = accept(upgrade("u1", "v1.7.1", "UpgradingNodes", false, false));
+    assert_eq!(
+        decide(Some(&u), &[], true, SINCE, true, &mut m).kind(),
+        "wait"
+    );
+    let ended = accept(upgrade("u1", "v1.7.1", "Succeeded", false, false));
+    assert_eq!(
+        decide(Some(&ended), &[], true, SINCE, true, &mut m).kind(),
+        "restore"
+    );
+}
+
 #[test]
 fn a_release_with_a_cleanup_is_restored_after_it() {
     let mut m = Memory {
