@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """The shape of src/ (docs/design.md, "Layers"), checked: no import cycle between files, no file
-name used twice, no source file over 500 lines before its tests, no function over 100 lines.
+name used twice, no source file over 500 lines before its tests, no function over 100 lines, and
+design.md's layers table naming exactly the files of src/ (its `tests.rs` files aside).
 
 A file's imports are the `crate::a::b` and `super::` paths in its code before its tests (the
 first `#[cfg(test)]` line); a path names the deepest file it reaches. Functions are counted from
@@ -94,6 +95,21 @@ def cycles(graph):
     return out
 
 
+DESIGN = SRC.parent / "docs" / "design.md"
+
+
+def layers_table_mismatch(files):
+    """The files of src/ that design.md's layers table does not name, and the names it gives
+    that are not files of src/: the table's rows, from "## Layers" to the next heading."""
+    text = DESIGN.read_text()
+    start = text.index("\n## Layers\n")
+    end = text.find("\n## ", start + 1)
+    rows = [l for l in text[start:end].splitlines() if l.startswith("|")]
+    named = set(re.findall(r"`([\w/]+\.rs)`", "\n".join(rows)))
+    actual = {str(p.relative_to(SRC)) for p in files}
+    return sorted(actual - named), sorted(named - actual)
+
+
 FN = re.compile(r"^(\s*)(pub(\([\w:]+\))?\s+)?(const\s+)?(async\s+)?fn\s+(\w+)")
 
 
@@ -138,11 +154,17 @@ def main():
         graph[mod] = imports(mod, text, modules)
     for comp in cycles(graph):
         problems.append("import cycle between " + ", ".join("::".join(m) for m in comp))
+    tracked = sorted(p for p in SRC.rglob("*.rs") if p.name != "tests.rs")
+    unnamed, stale = layers_table_mismatch(tracked)
+    if unnamed:
+        problems.append(f"docs/design.md's layers table does not name {', '.join(unnamed)}")
+    if stale:
+        problems.append(f"docs/design.md's layers table names {', '.join(stale)}, not in src/")
     for line in problems:
         print(f"house: {line}", file=sys.stderr)
     if problems:
         sys.exit(1)
-    print(f"house: ok ({len(modules)} files, no cycle, no twin name, none over {MAX_FILE_LINES} lines, no fn over {MAX_FN_LINES} lines)")
+    print(f"house: ok ({len(modules)} files, no cycle, no twin name, none over {MAX_FILE_LINES} lines, no fn over {MAX_FN_LINES} lines, each in design.md's layers table)")
 
 
 if __name__ == "__main__":
