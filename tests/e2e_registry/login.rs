@@ -3,7 +3,9 @@
 //! real Helm 4 with the image there and `pullPolicy: Always` (every pod pulls). Without a pull
 //! secret the pod cannot pull, with the registry's auth error; with `imagePullSecrets` naming a
 //! `kubernetes.io/dockerconfigjson` Secret (`kubectl create secret docker-registry`), the guard's
-//! pod pulls and turns Ready, and `helm uninstall`'s hook Job pulls with the same secret.
+//! pod pulls and turns Ready, and `helm uninstall`'s hook Job pulls with the same secret. The
+//! pre-flight check `hack/job.sh images --pull-secret NAME` pulls with it on every node too;
+//! without it, the node's line says `false (… auth …)`.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -121,6 +123,16 @@ fn the_chart_pulls_through_a_registry_that_needs_a_login() {
     ]);
     let secret = get_json(&["-n", NS, "secret", SECRET]);
     assert_eq!(secret["type"], "kubernetes.io/dockerconfigjson");
+
+    // The README's pre-flight check, with and without the login: every node pulls with it.
+    let unchecked = job_sh(&["images", "--image", &image]);
+    assert_eq!(unchecked.code, 1, "{unchecked:?}");
+    assert!(unchecked.stdout.contains(" false ("), "{unchecked:?}");
+    assert!(unchecked.stdout.contains("auth"), "{unchecked:?}");
+    let checked = job_sh(&["images", "--image", &image, "--pull-secret", SECRET]);
+    assert_eq!(checked.code, 0, "{checked:?}");
+    let line = checked.stdout.lines().next().unwrap_or_default();
+    assert!(line.contains(" true"), "{checked:?}");
     let mut upgrade = vec!["upgrade", RELEASE, chart, "-n", NS];
     upgrade.extend(values);
     let pull_secrets = format!("imagePullSecrets[0].name={SECRET}");
