@@ -40,7 +40,8 @@ usage: hack/job.sh COMMAND PHASE [OPTIONS]     PHASE: pre, post, status or post-
                 not found, unreachable) and the kubelet's message. Exit 0 only if every node
                 has it or pulled it. --no-pull: only the first check. --pull-secret NAME
                 (repeatable): the pull pods pull with that kubernetes.io/dockerconfigjson Secret
-                of harvester-system, as the chart's imagePullSecrets make its pods do.
+                of harvester-system, as the chart's imagePullSecrets make its pods do (give the
+                same to run, arm and render).
   uninstall     remove what the manifests installed (the Jobs of every phase, then the
                 ServiceAccount, RBAC and NetworkPolicy of manifests/base). Refused while a
                 suspension of ours is in place: it runs `status` first and goes on only if the
@@ -56,6 +57,9 @@ options:
                       UPGRADE_PLAN=PLAN in its environment (post does not wait for the plan that
                       runs it to end)
   --image IMAGE       the guard's image (default: the one manifests/job/kustomization.yaml names)
+  --pull-secret NAME  (repeatable) the Job's pod pulls the image with that
+                      kubernetes.io/dockerconfigjson Secret of harvester-system (a registry that
+                      needs a login), as the chart's imagePullSecrets
   --timeout SECONDS   how long `wait` waits (default: the Job's own bound, its
                       activeDeadlineSeconds, and 60 s more: 1860 for pre and status, 2760 for
                       post, whose Job waits for an upgrade under way and its cleanup)
@@ -137,7 +141,7 @@ while (( $# )); do
     --env) add_env "${2:?--env needs NAME=VALUE}"; shift 2 ;;
     --no-pull) [[ "$cmd" == images ]] || bad "--no-pull is for images"; no_pull=1; shift ;;
     --pull-secret)
-      [[ "$cmd" == images ]] || bad "--pull-secret is for images (the chart's imagePullSecrets)"
+      [[ "$cmd" =~ ^(images|run|arm|render)$ ]] || bad "--pull-secret is for images, run, arm and render (the pod's imagePullSecrets)"
       pull_secrets="$(jq -c --arg n "${2:?--pull-secret needs the name of a Secret}" '. + [{name: $n}] | unique' <<<"$pull_secrets")"; shift 2 ;;
     --force) [[ "$cmd" == uninstall ]] || bad "--force is for uninstall"; force=1; shift ;;
     --image) image="${2:?--image needs a value}"; shift 2 ;;
@@ -182,11 +186,12 @@ render() { # the kustomization of the phase, with --image and --plan applied, as
       || die "no UpgradePlan '$plan' to own the Job"
   fi
   jq -s --arg job "$job" --arg image "$image" --arg plan "$plan" --arg uid "$uid" \
-    --arg component "$component" --argjson env "$env_json" '
+    --arg component "$component" --argjson env "$env_json" --argjson secrets "$pull_secrets" '
     [.[] | if .kind == "List" then .items[] else . end]
     | map(if .kind != "Job" then . else
         .metadata.name = $job
         | if $image != "" then .spec.template.spec.containers[0].image = $image else . end
+        | if $secrets != [] then .spec.template.spec.imagePullSecrets = $secrets else . end
         | ([$env[].name]) as $names
         | .spec.template.spec.containers[0].env
             |= ([.[]? | select(.name as $n | $names | index($n) | not)] + $env)

@@ -4,14 +4,15 @@
 //! secret the pod cannot pull, with the registry's auth error; with `imagePullSecrets` naming a
 //! `kubernetes.io/dockerconfigjson` Secret (`kubectl create secret docker-registry`), the guard's
 //! pod pulls and turns Ready, and `helm uninstall`'s hook Job pulls with the same secret. The
-//! pre-flight check `hack/job.sh images --pull-secret NAME` pulls with it on every node too;
-//! without it, the node's line says `false (… auth …)`.
+//! pre-flight check `hack/job.sh images --pull-secret NAME` pulls with it on every node too
+//! (without it, the node's line says `false (… auth …)`), and so does a Job by hand
+//! (`hack/job.sh run status --pull-secret NAME`).
 
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::node::*;
-use crate::registry::RegistryUp;
+use crate::registry::{RegistryUp, remove_from_node};
 use crate::release::*;
 use crate::support::{output_ok, repo_root};
 
@@ -133,6 +134,24 @@ fn the_chart_pulls_through_a_registry_that_needs_a_login() {
     assert_eq!(checked.code, 0, "{checked:?}");
     let line = checked.stdout.lines().next().unwrap_or_default();
     assert!(line.contains(" true"), "{checked:?}");
+    // The Jobs by hand (the runbooks' fallback with no guard pod) pull with it too.
+    remove_from_node(&repo);
+    let job = job_sh(&[
+        "run",
+        "status",
+        "--image",
+        &image,
+        "--pull-secret",
+        SECRET,
+        "--timeout",
+        "120",
+    ]);
+    assert_eq!(job.code, 0, "{job:?}");
+    let status_pulled = events("workload-update-guard-status-", "Pulled").join("; ");
+    assert!(
+        status_pulled.contains("Successfully pulled image"),
+        "{status_pulled}"
+    );
     let mut upgrade = vec!["upgrade", RELEASE, chart, "-n", NS];
     upgrade.extend(values);
     let pull_secrets = format!("imagePullSecrets[0].name={SECRET}");

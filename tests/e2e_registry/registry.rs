@@ -94,7 +94,7 @@ impl Drop for RegistryUp {
 
 /// Removes every reference of the node's containerd to `repo` (tag and digest), as the kubelet's
 /// image GC does for an image no pod uses; the imported images stay.
-fn remove_from_node(repo: &str) {
+pub fn remove_from_node(repo: &str) {
     let list = node().script("ctr", &["images", "ls", "-q"]);
     let refs: Vec<&str> = list
         .lines()

@@ -30,7 +30,13 @@ impl Drop for Cleanup {
     fn drop(&mut self) {
         let _ = helm(&["uninstall", RELEASE, "-n", NS, "--no-hooks", "--wait"]);
         let mut cmd = node().kubectl();
-        cmd.args(["-n", NS, "delete", &format!("job/{HOOK}")]);
+        cmd.args([
+            "-n",
+            NS,
+            "delete",
+            &format!("job/{HOOK}"),
+            "job/workload-update-guard-status",
+        ]);
         cmd.args(self.secret.map(|s| format!("secret/{s}")));
         cmd.args(["--ignore-not-found", "--wait"]);
         let _ = cmd.output();
