@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::resident::{Guard, methods_become};
+use crate::resident::Guard;
 use crate::support::harvester::*;
 use crate::support::harvester_controller::wrangler;
 use crate::support::*;
@@ -18,11 +18,9 @@ use crate::support::*;
 /// the suspension was for, and restores.
 #[tokio::test]
 async fn a_late_pre_then_an_end_unseen_then_a_resident_guard_restores() {
-    let client = admin().await;
-    let kubeconfig = control_plane().kubeconfig();
     let methods = json!(["LiveMigrate"]);
-    let ns = namespace(&client, "wrangler-late").await;
-    harvester(&client, &ns, Some(methods.clone())).await;
+    let (client, ns) = new_harvester("wrangler-late", methods.clone()).await;
+    let kubeconfig = control_plane().kubeconfig();
     let up = Upgrade::start(&client, &ns, "hvst-upgrade-late", "v1.7.1").await;
     let hv = up.controller(&client);
     hv.log_ready().await;

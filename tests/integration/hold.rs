@@ -15,7 +15,7 @@ use kube::Client;
 use serde_json::{Value, json};
 use workload_update_guard::plan::harvester_upgrade::Handling;
 
-use crate::resident::{Guard, methods_become};
+use crate::resident::Guard;
 use crate::support::harvester::*;
 use crate::support::harvester_controller::*;
 use crate::support::*;
@@ -130,11 +130,9 @@ async fn hold_in_force(client: &Client, ns: &str, release: &str) {
 /// passes, and the upgrade goes on to its end, where the guard restores.
 #[tokio::test]
 async fn the_hold_keeps_kubevirts_upgrade_back_until_the_guard_suspends() {
-    let client = admin().await;
-    let kubeconfig = control_plane().kubeconfig();
     let methods = json!(["LiveMigrate"]);
-    let ns = namespace(&client, "hold-guard").await;
-    harvester(&client, &ns, Some(methods.clone())).await;
+    let (client, ns) = new_harvester("hold-guard", methods.clone()).await;
+    let kubeconfig = control_plane().kubeconfig();
     hold_in_force(&client, &ns, "hold-guard").await;
     let up = Upgrade::start(&client, &ns, "hvst-upgrade-held", "v1.7.1").await;
     let hv = up.controller(&client);
@@ -214,8 +212,7 @@ async fn the_hold_lets_pass_what_needs_no_guard() {
         ("skip", "v1.6.1", on.clone(), true),
     ];
     for (label, version, methods, skip) in cases {
-        let ns = namespace(&client, &format!("hold-pass-{label}")).await;
-        harvester(&client, &ns, Some(on.clone())).await;
+        let ns = harvester_ns(&client, &format!("hold-pass-{label}"), on.clone()).await;
         hold_in_force(&client, &ns, &format!("hold-pass-{label}")).await;
         let up = Upgrade::start(&client, &ns, "hvst-upgrade-pass", version).await;
         let hv = up.controller(&client);
@@ -275,10 +272,8 @@ async fn the_hold_lets_pass_what_needs_no_guard() {
 /// None is refused (`must` fails the test on any refusal).
 #[tokio::test]
 async fn the_hold_refuses_nothing_else_harvester_writes() {
-    let client = admin().await;
     let on = json!(["LiveMigrate"]);
-    let ns = namespace(&client, "hold-else").await;
-    harvester(&client, &ns, Some(on.clone())).await;
+    let (client, ns) = new_harvester("hold-else", on.clone()).await;
     hold_in_force(&client, &ns, "hold-else").await;
 
     // A failure before NodesPrepared: the repo fails, the cleanup runs, the Upgrade is deleted.
@@ -398,9 +393,7 @@ async fn set_methods_by_hand_after(client: &Client, ns: &str, methods: Value) {
 /// as does a NodesPrepared=True on an Upgrade without a version (unparsable: the newest).
 #[tokio::test]
 async fn the_hold_is_total_over_missing_fields() {
-    let client = admin().await;
-    let ns = namespace(&client, "hold-total").await;
-    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+    let (client, ns) = new_harvester("hold-total", json!(["LiveMigrate"])).await;
     hold_in_force(&client, &ns, "hold-total").await;
     let api: kube::Api<kube::api::DynamicObject> =
         kube::Api::namespaced_with(client.clone(), &ns, &resource("Upgrade"));
@@ -440,9 +433,7 @@ async fn the_hold_is_total_over_missing_fields() {
 /// real API server's CEL: dry-run Updates turning NodesPrepared True with the methods on.
 #[tokio::test]
 async fn the_hold_holds_exactly_the_releases_the_guard_protects() {
-    let client = admin().await;
-    let ns = namespace(&client, "hold-versions").await;
-    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+    let (client, ns) = new_harvester("hold-versions", json!(["LiveMigrate"])).await;
     hold_in_force(&client, &ns, "hold-versions").await;
     let hv = HarvesterController::create(&client, &ns, "hvst-upgrade-v", "v1.7.1").await;
     for version in VERSIONS {

@@ -105,9 +105,8 @@ fn audit_lines(cp: &ControlPlane) -> usize {
 async fn the_migrations_are_listed_page_by_page_and_only_the_unfinished_updater_s_kept() {
     let cp = ControlPlane::up(&[]).unwrap_or_else(|e| panic!("{e}"));
     let client = client_for(&cp.kubeconfig()).await;
-    let ns = namespace(&client, "paged").await;
     // The CR counts outdated workloads: `pre` comes late, and names the migrations twice.
-    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+    let ns = harvester_ns(&client, "paged", json!(["LiveMigrate"])).await;
     let objects = objects();
     create_all(&client, &ns, &objects).await;
     let want = [

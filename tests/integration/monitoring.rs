@@ -19,7 +19,7 @@ use workload_update_guard::plan::upgrade_progress::{ENDED, UPGRADE_STATES};
 use workload_update_guard::warnings::{UPGRADE_HELD_BY_POLICY, UPGRADE_UNPROTECTED};
 
 use crate::chart::{APPLY, deployment, ensure_namespaces, kind, render, template_yaml};
-use crate::resident::{Guard, methods_become};
+use crate::resident::Guard;
 use crate::support::harvester::*;
 use crate::support::*;
 
@@ -519,9 +519,7 @@ fn events_about(ns: &str, reason: &str, kind: &str) -> Vec<Value> {
 /// metrics`; the last successful read moves.
 #[tokio::test]
 async fn the_metrics_follow_a_modelled_upgrade() {
-    let client = admin().await;
-    let ns = namespace(&client, "metrics").await;
-    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+    let (client, ns) = new_harvester("metrics", json!(["LiveMigrate"])).await;
     let port = free_port();
     let port_text = port.to_string();
     let guard = Guard::spawn_with(
@@ -610,9 +608,7 @@ async fn the_metrics_follow_a_modelled_upgrade() {
 /// `pre` suspends and both gauges go back to 0.
 #[tokio::test]
 async fn a_guard_that_cannot_suspend_says_the_upgrade_is_unprotected_and_held() {
-    let client = admin().await;
-    let ns = namespace(&client, "unprotected").await;
-    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+    let (client, ns) = new_harvester("unprotected", json!(["LiveMigrate"])).await;
     let reader = format!("{ns}-reader");
     let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
         "metadata": {"name": reader},

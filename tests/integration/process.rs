@@ -261,9 +261,7 @@ fn an_unresolvable_name_says_it_is_dns() {
 /// finishes its work and exits 0, the JSON log's last line included.
 #[tokio::test]
 async fn a_report_that_cannot_be_written_exits_3_and_a_log_that_cannot_exits_0() {
-    let client = admin().await;
-    let ns = namespace(&client, "pipes").await;
-    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+    let (client, ns) = new_harvester("pipes", json!(["LiveMigrate"])).await;
     let kubeconfig = control_plane().kubeconfig();
     let env = |phase: &'static str, extra: &[(&'static str, &'static str)]| {
         let mut env: Vec<(String, String)> = env_for(&ns, phase).into_iter().collect();

@@ -7,7 +7,6 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use kube::Client;
 use serde_json::{Value, json};
 use workload_update_guard::model::{KUBEVIRT_COPY, KUBEVIRT_RECORD};
 use workload_update_guard::plan::harvester_upgrade::{
@@ -112,22 +111,6 @@ impl Drop for Guard {
     }
 }
 
-/// Polls the CR's methods until they are `want`, for at most `within`; how long it took.
-pub async fn methods_become(client: &Client, ns: &str, want: &Value, within: Duration) -> Duration {
-    let start = Instant::now();
-    loop {
-        if kubevirt_methods(client, ns).await == *want {
-            return start.elapsed();
-        }
-        assert!(
-            start.elapsed() < within,
-            "{ns}: methods {} not {want} within {within:?}",
-            kubevirt_methods(client, ns).await
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 /// The Events on the KubeVirt CR with `reason`.
 async fn events(ns: &str, reason: &str) -> usize {
     let out = kubectl_ok(&["-n", ns, "get", "events.events.k8s.io", "-o", "json"]);
@@ -162,8 +145,7 @@ async fn the_resident_guard_suspends_at_creation_and_restores_at_the_end_for_eac
     let kubeconfig = control_plane().kubeconfig();
     let one = async |(i, (release, methods, suspends)): (usize, &(&str, &[&str], bool))| {
         let methods = json!(methods);
-        let ns = namespace(&client, &format!("resident-{i}")).await;
-        harvester(&client, &ns, Some(methods.clone())).await;
+        let ns = harvester_ns(&client, &format!("resident-{i}"), methods.clone()).await;
         let guard = Guard::start(&kubeconfig, &ns, 0);
         assert!(
             guard.probe("live") && guard.probe("ready"),
@@ -233,11 +215,9 @@ async fn the_resident_guard_suspends_at_creation_and_restores_at_the_end_for_eac
 /// end is also the last: no later upgrade is needed to wake it.
 #[tokio::test]
 async fn a_new_guard_after_the_end_restores_what_the_last_one_suspended() {
-    let client = admin().await;
-    let kubeconfig = control_plane().kubeconfig();
     let methods = json!(["LiveMigrate"]);
-    let ns = namespace(&client, "resident-restart").await;
-    harvester(&client, &ns, Some(methods.clone())).await;
+    let (client, ns) = new_harvester("resident-restart", methods.clone()).await;
+    let kubeconfig = control_plane().kubeconfig();
     let up = Upgrade::start(&client, &ns, "hvst-upgrade-restart", "v1.7.1").await;
     // The record a second or more after the Upgrade's creation (times are whole seconds), as
     // when the guard suspends seconds after it.
@@ -264,10 +244,8 @@ async fn a_new_guard_after_the_end_restores_what_the_last_one_suspended() {
 /// tight loop: the same restore right after it waits for the next event or read (30 s here).
 #[tokio::test]
 async fn a_restore_that_leaves_ours_is_not_run_again_at_once() {
-    let client = admin().await;
+    let (client, ns) = new_harvester("resident-again", json!(["LiveMigrate"])).await;
     let kubeconfig = control_plane().kubeconfig();
-    let ns = namespace(&client, "resident-again").await;
-    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
     let pre = run_bin(&kubeconfig, env_for(&ns, "pre")).await;
     assert_eq!(pre.code, 0, "{}", pre.stderr);
     let lose = |kind: &str, name: &str, keys: &[&str]| {
@@ -296,10 +274,8 @@ async fn a_restore_that_leaves_ours_is_not_run_again_at_once() {
 /// suspension and one restore, without a conflict.
 #[tokio::test]
 async fn two_resident_guards_hold_after_a_failure_and_restore_once_after_the_retry() {
-    let client = admin().await;
+    let (client, ns) = new_harvester("resident-failed", json!(["LiveMigrate"])).await;
     let kubeconfig = control_plane().kubeconfig();
-    let ns = namespace(&client, "resident-failed").await;
-    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
     let guards = [
         Guard::start(&kubeconfig, &ns, 0),
         Guard::start(&kubeconfig, &ns, 1),
@@ -355,8 +331,7 @@ async fn the_resident_guard_follows_the_addons_upgrade_plan() {
     let client = client_for(&cp.kubeconfig()).await;
     let kubeconfig = cp.kubeconfig();
     let both = json!(["LiveMigrate", "Evict"]);
-    let ns = namespace(&client, "resident-addon").await;
-    harvester(&client, &ns, Some(both.clone())).await;
+    let ns = harvester_ns(&client, "resident-addon", both.clone()).await;
     let guard = Guard::start(&kubeconfig, &ns, 0);
     let plan = UpgradePlan::create(&client, "hvst-upgrade-resident", "v1.8.0").await;
     methods_become(&client, &ns, &json!([]), Duration::from_secs(10)).await;
@@ -388,8 +363,7 @@ async fn the_resident_guard_follows_the_addons_upgrade_plan() {
 async fn the_resident_guard_says_once_when_it_is_no_longer_needed() {
     let client = admin().await;
     server_version(&client, "v1.7.3").await;
-    let ns = namespace(&client, "retire").await;
-    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+    let ns = harvester_ns(&client, "retire", json!(["LiveMigrate"])).await;
     offer_version(&client, &ns, "v1.8.1").await;
     let guard = Guard::start(&control_plane().kubeconfig(), &ns, 0);
     let line = "the guard is no longer needed: Harvester v1.7.3: every release it can upgrade to \

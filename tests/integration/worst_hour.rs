@@ -235,8 +235,7 @@ async fn a_failed_path_a_upgrade_holds_the_armed_post_until_the_retry() {
     assert_eq!(kubevirt_methods(&client, &ns).await, json!(["LiveMigrate"]));
 
     // By hand after a failure: the operator's choice, at once.
-    let ns = namespace(&client, "wh-by-hand").await;
-    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+    let ns = harvester_ns(&client, "wh-by-hand", json!(["LiveMigrate"])).await;
     assert_eq!(run_bin(&kubeconfig, env(&ns, "pre", &[])).await.code, 0);
     let up = Upgrade::start(&client, &ns, "hvst-upgrade-try1", "v1.7.1").await;
     up.finish(&client, false).await;

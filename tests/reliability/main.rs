@@ -45,13 +45,6 @@ fn start_apiserver() {
     script(&["start-apiserver"]);
 }
 
-fn rv(obj: &Value) -> String {
-    obj["metadata"]["resourceVersion"]
-        .as_str()
-        .unwrap()
-        .to_string()
-}
-
 /// The binary as a child process, for tests that signal it or restart the server under it.
 fn spawn(
     kubeconfig: &std::path::Path,
@@ -641,9 +634,7 @@ async fn an_unreachable_api_server_ends_at_the_deadline_with_the_transient_code(
 #[tokio::test]
 async fn bad_input_gives_one_line_the_documented_code_and_no_write() {
     let _serial = SERIAL.lock().await;
-    let client = admin().await;
-    let ns = namespace(&client, "bad").await;
-    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+    let (client, ns) = new_harvester("bad", json!(["LiveMigrate"])).await;
     let (kv0, chart0) = both(&client, &ns).await;
     let bad_env: &[(&str, &str)] = &[
         ("PHASE", "upgrade"),
@@ -732,8 +723,7 @@ async fn bad_input_gives_one_line_the_documented_code_and_no_write() {
     ];
     for (kind, name, op, want) in malformed {
         for phase in ["pre", "post"] {
-            let ns = namespace(&client, "malformed").await;
-            harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+            let ns = harvester_ns(&client, "malformed", json!(["LiveMigrate"])).await;
             json_patch(&client, kind, &ns, name, json!([op]))
                 .await
                 .unwrap();
@@ -766,8 +756,7 @@ async fn bad_input_gives_one_line_the_documented_code_and_no_write() {
         }
     }
     // What the schema forbids never reaches the guard: the API server refuses it first.
-    let ns2 = namespace(&client, "schema").await;
-    harvester(&client, &ns2, None).await;
+    let ns2 = harvester_ns(&client, "schema", None).await;
     for (kind, name, op) in [
         (
             "KubeVirt",
@@ -941,9 +930,7 @@ async fn a_helm_apply_between_posts_writes_is_survived() {
 #[tokio::test]
 async fn without_the_managedchart_crd_the_message_says_what_to_set() {
     let _serial = SERIAL.lock().await;
-    let client = admin().await;
-    let ns = namespace(&client, "no-fleet").await;
-    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+    let (client, ns) = new_harvester("no-fleet", json!(["LiveMigrate"])).await;
     let crd = repo_root().join("tests/fixtures/crds/managedchart.yaml");
     let crd = crd.to_str().unwrap();
     kubectl_ok(&["delete", "-f", crd, "--wait=true"]);
@@ -1022,18 +1009,6 @@ fn resident(ns: &str, extra: &[(&str, &str)]) -> (Resident, std::path::PathBuf) 
     (Resident(child), log)
 }
 
-/// Polls the CR's methods until they are `want`, for at most `within`.
-async fn methods_become(client: &kube::Client, ns: &str, want: &Value, within: Duration) {
-    let start = Instant::now();
-    while kubevirt_methods(client, ns).await != *want {
-        assert!(
-            start.elapsed() < within,
-            "{ns}: not {want} within {within:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 /// Waits until the log says `words`.
 async fn said_within(log: &std::path::Path, words: &str, within: Duration) {
     let start = Instant::now();
@@ -1109,9 +1084,7 @@ async fn a_resident_guard_killed_between_its_writes_goes_on_where_it_stopped() {
 #[tokio::test]
 async fn a_resident_guard_waits_through_an_api_server_restart() {
     let _serial = SERIAL.lock().await;
-    let client = admin().await;
-    let ns = namespace(&client, "resident-restart").await;
-    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+    let (client, ns) = new_harvester("resident-restart", json!(["LiveMigrate"])).await;
     let (guard, log) = resident(&ns, &[]);
     tokio::time::sleep(Duration::from_secs(2)).await;
     let up = support::harvester::Upgrade::start(&client, &ns, "hvst-upgrade-rs", "v1.7.1").await;
@@ -1141,9 +1114,7 @@ async fn a_resident_guard_waits_through_an_api_server_restart() {
 #[tokio::test]
 async fn a_resident_guard_outlives_an_outage_longer_than_its_deadline() {
     let _serial = SERIAL.lock().await;
-    let client = admin().await;
-    let ns = namespace(&client, "resident-outage").await;
-    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+    let (client, ns) = new_harvester("resident-outage", json!(["LiveMigrate"])).await;
     let (mut guard, log) = resident(&ns, &[("DEADLINE_SECONDS", "3")]);
     tokio::time::sleep(Duration::from_secs(2)).await;
     let up = support::harvester::Upgrade::start(&client, &ns, "hvst-upgrade-out", "v1.7.1").await;
@@ -1172,9 +1143,7 @@ async fn a_resident_guard_outlives_an_outage_longer_than_its_deadline() {
 #[tokio::test]
 async fn after_a_20_s_outage_the_end_is_restored_within_5_s() {
     let _serial = SERIAL.lock().await;
-    let client = admin().await;
-    let ns = namespace(&client, "resident-outage-20s").await;
-    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+    let (client, ns) = new_harvester("resident-outage-20s", json!(["LiveMigrate"])).await;
     let (guard, log) = resident(&ns, &[("WATCH_RESYNC_SECONDS", "300")]);
     tokio::time::sleep(Duration::from_secs(2)).await;
     let up = support::harvester::Upgrade::start(&client, &ns, "hvst-upgrade-20s", "v1.7.1").await;

@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -344,6 +345,26 @@ pub async fn harvester(client: &Client, ns: &str, methods: Option<Value>) -> (Va
     (get(client, "KubeVirt", ns, "kubevirt").await, chart)
 }
 
+/// A new namespace labelled `label` holding the Harvester-like pair (`harvester`), the CR's
+/// methods `methods` (`None`: the field absent): the admin client and the namespace, a test's
+/// usual start.
+pub async fn new_harvester(label: &str, methods: impl Into<Option<Value>>) -> (Client, String) {
+    let client = admin().await;
+    let ns = harvester_ns(&client, label, methods).await;
+    (client, ns)
+}
+
+/// A new namespace labelled `label` holding the Harvester-like pair, the CR's methods `methods`.
+pub async fn harvester_ns(
+    client: &Client,
+    label: &str,
+    methods: impl Into<Option<Value>>,
+) -> String {
+    let ns = namespace(client, label).await;
+    harvester(client, &ns, methods.into()).await;
+    ns
+}
+
 pub fn harvester_chart(ns: &str) -> Value {
     json!({"apiVersion": "management.cattle.io/v3", "kind": "ManagedChart",
            "metadata": {"name": "harvester", "namespace": ns},
@@ -369,6 +390,43 @@ pub struct Run {
 }
 
 impl Run {
+    /// Asserts exit 0; the run, for what the test checks next.
+    pub fn ok(&self) -> &Self {
+        self.exits(0)
+    }
+
+    /// Asserts the exit code; the run, for what the test checks next.
+    pub fn exits(&self, code: i32) -> &Self {
+        assert_eq!(self.code, code, "{self:?}");
+        self
+    }
+
+    /// Asserts that stderr (the log) contains each of `words`.
+    pub fn says(&self, words: &[&str]) -> &Self {
+        for w in words {
+            assert!(self.stderr.contains(w), "{w:?} in {self:?}");
+        }
+        self
+    }
+
+    /// The outcome of each step of its termination message, in order.
+    pub fn outcomes(&self) -> Vec<String> {
+        self.summary.as_ref().expect("a termination message")["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["outcome"].as_str().unwrap().to_string())
+            .collect()
+    }
+
+    /// The warnings of its termination message that start with `reason`.
+    pub fn warnings_of(&self, reason: &str) -> Vec<String> {
+        self.warnings()
+            .into_iter()
+            .filter(|w| w.starts_with(reason))
+            .collect()
+    }
+
     /// The warnings of its termination message.
     pub fn warnings(&self) -> Vec<String> {
         self.summary.as_ref().expect("a termination message")["warnings"]
@@ -494,6 +552,21 @@ pub fn content(obj: &Value) -> Value {
     o
 }
 
+/// The object's `resourceVersion`.
+pub fn rv(obj: &Value) -> String {
+    obj["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// Asserts that `text` contains each of `words`.
+pub fn assert_contains_all(text: &str, words: &[&str]) {
+    for w in words {
+        assert!(text.contains(w), "{w:?} not in {text}");
+    }
+}
+
 /// What "exactly as before" compares: the content a user sees and every `managedFields` entry
 /// (its time aside), with the namespace's name taken out.
 pub fn as_compared(obj: &Value, ns: &str) -> String {
@@ -526,17 +599,9 @@ pub fn token_kubeconfig(token: &str) -> PathBuf {
 
 /// A ServiceAccount token from the TokenRequest API (`kubectl create token`).
 pub fn sa_token(ns: &str, sa: &str) -> String {
-    let out = control_plane()
-        .kubectl()
-        .args(["-n", ns, "create", "token", sa, "--duration=1h"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "create token: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
+    kubectl_ok(&["-n", ns, "create", "token", sa, "--duration=1h"])
+        .trim()
+        .to_string()
 }
 
 pub fn kubectl_ok(args: &[&str]) -> String {
@@ -694,6 +759,22 @@ pub async fn kubevirt_methods(client: &Client, ns: &str) -> Value {
     get(client, "KubeVirt", ns, "kubevirt").await["spec"]["workloadUpdateStrategy"]
         ["workloadUpdateMethods"]
         .clone()
+}
+
+/// Polls the CR's methods until they are `want`, for at most `within`; how long it took.
+pub async fn methods_become(client: &Client, ns: &str, want: &Value, within: Duration) -> Duration {
+    let start = Instant::now();
+    loop {
+        if kubevirt_methods(client, ns).await == *want {
+            return start.elapsed();
+        }
+        assert!(
+            start.elapsed() < within,
+            "{ns}: methods {} not {want} within {within:?}",
+            kubevirt_methods(client, ns).await
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// The managers that own the KubeVirt CR's methods field, as `manager/operation`.
