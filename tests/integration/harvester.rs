@@ -233,15 +233,16 @@ async fn post_waiting_on_a_cleanup_that_never_ends_fails_with_exit_7_and_writes_
         .as_str()
         .unwrap()
         .to_string();
-    for words in [
-        "hvst-upgrade-stuck",
-        "waited 3s",
-        "nothing was written",
-        "harvesterhci.io/upgradeCleanup=Succeeded",
-        "HARVESTER_CLEANUP_WAIT_SECONDS",
-    ] {
-        assert!(error.contains(words), "{words:?} in {error}");
-    }
+    assert_contains_all(
+        &error,
+        &[
+            "hvst-upgrade-stuck",
+            "waited 3s",
+            "nothing was written",
+            "harvesterhci.io/upgradeCleanup=Succeeded",
+            "HARVESTER_CLEANUP_WAIT_SECONDS",
+        ],
+    );
     assert!(!error.contains('\n'));
     let after = (
         get(&client, "KubeVirt", &ns, "kubevirt").await,

@@ -23,10 +23,7 @@ async fn a_late_pre_then_an_end_unseen_then_a_resident_guard_restores() {
     let kubeconfig = control_plane().kubeconfig();
     let up = Upgrade::start(&client, &ns, "hvst-upgrade-late", "v1.7.1").await;
     let hv = up.controller(&client);
-    hv.log_ready().await;
-    hv.image_ready().await;
-    hv.repo_ready().await;
-    hv.prepare_nodes().await;
+    hv.up_to_nodes_prepared().await;
     let seen = Default::default();
     let prepared = hv.nodes_prepared(Duration::from_secs(5), &seen).await;
     assert!(prepared.passed.is_some(), "no policy here: {prepared:?}");
@@ -64,6 +61,7 @@ async fn a_late_pre_then_an_end_unseen_then_a_resident_guard_restores() {
         "no guard ran"
     );
     let guard = Guard::spawn(&kubeconfig, &ns, 0);
-    methods_become(&client, &ns, &methods, Duration::from_secs(10)).await;
-    guard.wait_for("post done", Duration::from_secs(5));
+    guard
+        .restored(&client, &ns, &methods, Duration::from_secs(10))
+        .await;
 }

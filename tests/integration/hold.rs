@@ -136,31 +136,25 @@ async fn the_hold_keeps_kubevirts_upgrade_back_until_the_guard_suspends() {
     hold_in_force(&client, &ns, "hold-guard").await;
     let up = Upgrade::start(&client, &ns, "hvst-upgrade-held", "v1.7.1").await;
     let hv = up.controller(&client);
-    hv.log_ready().await;
-    hv.image_ready().await;
-    hv.repo_ready().await;
-    hv.prepare_nodes().await;
-    let seen: Seen = Default::default();
-    let retrying = {
-        let (hv, seen) = (hv.clone(), seen.clone());
-        tokio::spawn(async move { hv.nodes_prepared(Duration::from_secs(90), &seen).await })
-    };
+    hv.up_to_nodes_prepared().await;
+    let (retrying, seen) = hv.nodes_prepared_in_background(Duration::from_secs(90));
     // Held: refused, again and again, for 4 s (about 15 retries on lasso's compressed scale).
     tokio::time::sleep(Duration::from_secs(4)).await;
     let held = seen.lock().unwrap().clone();
     assert!(held.passed.is_none(), "{held:?}");
     assert!(held.refusals.len() >= 5, "retried: {held:?}");
     let message = &held.refusals[0];
-    for words in [
-        "held by workload-update-guard",
-        "Upgrade hvst-upgrade-held to v1.7.1 waits before NodesPrepared",
-        &format!("KubeVirt {ns}/kubevirt still has workloadUpdateMethods [LiveMigrate]"),
-        "kubectl -n harvester-system get deploy hold-guard-watch",
-        &format!("kubectl -n {ns} annotate upgrade hvst-upgrade-held {ESCAPE}=true"),
-        "admissionPolicy.enabled=false",
-    ] {
-        assert!(message.contains(words), "{words:?} not in {message:?}");
-    }
+    assert_contains_all(
+        &message,
+        &[
+            "held by workload-update-guard",
+            "Upgrade hvst-upgrade-held to v1.7.1 waits before NodesPrepared",
+            &format!("KubeVirt {ns}/kubevirt still has workloadUpdateMethods [LiveMigrate]"),
+            "kubectl -n harvester-system get deploy hold-guard-watch",
+            &format!("kubectl -n {ns} annotate upgrade hvst-upgrade-held {ESCAPE}=true"),
+            "admissionPolicy.enabled=false",
+        ],
+    );
     eprintln!("hold: the refusal: {message}");
     let now = hv.get().await;
     assert_eq!(
@@ -192,8 +186,9 @@ async fn the_hold_keeps_kubevirts_upgrade_back_until_the_guard_suspends() {
     hv.system_services_upgraded(true).await;
     hv.upgrading_nodes().await;
     hv.node_upgraded("node-0", true).await;
-    methods_become(&client, &ns, &methods, Duration::from_secs(10)).await;
-    guard.wait_for("post done", Duration::from_secs(5));
+    guard
+        .restored(&client, &ns, &methods, Duration::from_secs(10))
+        .await;
     hv.cleanup().await;
     hv.delete().await;
 }
@@ -216,9 +211,7 @@ async fn the_hold_lets_pass_what_needs_no_guard() {
         hold_in_force(&client, &ns, &format!("hold-pass-{label}")).await;
         let up = Upgrade::start(&client, &ns, "hvst-upgrade-pass", version).await;
         let hv = up.controller(&client);
-        hv.log_ready().await;
-        hv.image_ready().await;
-        hv.repo_ready().await;
+        hv.up_to_repo().await;
         if *methods != on {
             set_methods_by_hand(&hv, methods.clone()).await;
         }
@@ -306,10 +299,7 @@ async fn the_hold_refuses_nothing_else_harvester_writes() {
     for (name, node_ok) in [("hvst-upgrade-fails", false), ("hvst-upgrade-retry", true)] {
         let up = Upgrade::start(&client, &ns, name, "v1.7.1").await;
         let hv = up.controller(&client);
-        hv.log_ready().await;
-        hv.image_ready().await;
-        hv.repo_ready().await;
-        hv.prepare_nodes().await;
+        hv.up_to_nodes_prepared().await;
         set_methods_by_hand(&hv, json!([])).await;
         let seen = Default::default();
         let prepared = hv.nodes_prepared(Duration::from_secs(10), &seen).await;

@@ -411,15 +411,6 @@ fn the_metrics_values_render_the_port_the_service_and_the_ingress() {
     assert!(err.contains("bogus"), "{err}");
 }
 
-/// A free port on the loopback interface (bound, then released for the guard).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// `GET /metrics` on the loopback port: the body, or `None` while nothing answers.
 pub fn scrape(port: u16) -> Option<String> {
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;

@@ -233,7 +233,7 @@ async fn post_says_what_kubevirt_will_do_next() {
     assert_eq!(r.code, 0, "{r:?}");
     let notice = "the 3 outdated VMIs will be live-migrated, at most 5 at a time in the cluster \
                   and 2 at a time from any one node";
-    assert!(r.stderr.contains(notice), "{r:?}");
+    r.says(&[notice]);
     let actions = r.summary.as_ref().unwrap()["steps"][0]["actions"].to_string();
     assert!(actions.contains(notice), "{actions}");
     let ev = events(&client, &ns).await;

@@ -88,6 +88,19 @@ impl Guard {
         }
     }
 
+    /// Waits until the CR's methods are `methods` (for at most `within`), then until this guard
+    /// says its restore is done.
+    pub async fn restored(
+        &self,
+        client: &kube::Client,
+        ns: &str,
+        methods: &Value,
+        within: Duration,
+    ) {
+        methods_become(client, ns, methods, within).await;
+        self.wait_for("post done", Duration::from_secs(5));
+    }
+
     pub fn probe(&self, which: &str) -> bool {
         Command::new(BIN)
             .args(["--probe", which])
@@ -235,8 +248,9 @@ async fn a_new_guard_after_the_end_restores_what_the_last_one_suspended() {
         "no guard ran"
     );
     let second = Guard::spawn(&kubeconfig, &ns, 1);
-    methods_become(&client, &ns, &methods, Duration::from_secs(10)).await;
-    second.wait_for("post done", Duration::from_secs(5));
+    second
+        .restored(&client, &ns, &methods, Duration::from_secs(10))
+        .await;
 }
 
 /// A `post` that succeeds but leaves something of ours (here: both records of the original lost,

@@ -65,15 +65,16 @@ async fn post_waits_and_gives_up(
         "{state}: {run:?}"
     );
     let error = run.summary.as_ref().unwrap()["error"].as_str().unwrap();
-    for words in [
-        what,
-        state,
-        "under way",
-        "nothing was written",
-        "RESTORE_DURING_UPGRADE",
-    ] {
-        assert!(error.contains(words), "{state}: {words:?} in {error}");
-    }
+    assert_contains_all(
+        &error,
+        &[
+            what,
+            state,
+            "under way",
+            "nothing was written",
+            "RESTORE_DURING_UPGRADE",
+        ],
+    );
     assert!(!error.contains('\n'));
     // The progress line at once names it too.
     assert!(
@@ -206,7 +207,7 @@ async fn the_addons_upgrade_plan_is_waited_for_in_every_phase() {
                 "{pre:?}"
             );
         } else {
-            assert!(pre.stderr.contains("not needed"), "{pre:?}");
+            pre.says(&["not needed"]);
             assert!(
                 pre.stderr.contains("hvst-upgrade-addon"),
                 "names the plan: {pre:?}"
@@ -363,14 +364,15 @@ async fn the_armed_post_restores_once_after_the_next_upgrade_and_never_before() 
     let run = armed(&ns, &[("ARM_WAIT_SECONDS", "2")]).await.unwrap();
     assert_eq!(run.code, i32::from(exit::ARMED_BOUND), "{run:?}");
     let error = run.summary.as_ref().unwrap()["error"].as_str().unwrap();
-    for words in [
-        "ARM_WAIT_SECONDS",
-        "nothing was written",
-        "the suspension stays",
-        "no upgrade has begun",
-    ] {
-        assert!(error.contains(words), "{words:?} in {error}");
-    }
+    assert_contains_all(
+        &error,
+        &[
+            "ARM_WAIT_SECONDS",
+            "nothing was written",
+            "the suspension stays",
+            "no upgrade has begun",
+        ],
+    );
     assert_eq!(versions(&client, &ns).await, before);
     assert_eq!(kubevirt_methods(&client, &ns).await, json!([]));
 }

@@ -23,18 +23,11 @@ use support::*;
 static SERIAL: Mutex<()> = Mutex::const_new(());
 
 fn script(args: &[&str]) {
-    let cp = control_plane();
-    let out = Command::new("bash")
-        .arg(repo_root().join("hack/control-plane.sh"))
+    let mut cmd = Command::new("bash");
+    cmd.arg(repo_root().join("hack/control-plane.sh"))
         .args(args)
-        .arg(&cp.dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+        .arg(&control_plane().dir);
+    output_ok(cmd);
 }
 
 fn stop_apiserver() {
@@ -597,20 +590,8 @@ async fn an_unreachable_api_server_ends_at_the_deadline_with_the_transient_code(
     let _serial = SERIAL.lock().await;
     // A kubeconfig for a port where nothing listens.
     let dir = tempfile_dir();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
     let kubeconfig = dir.join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: 'https://127.0.0.1:{port}', insecure-skip-tls-verify: true}}\n\
-             users:\n- name: u\n  user: {{token: t}}\ncontexts:\n- name: c\n  context: {{cluster: c, user: u}}\ncurrent-context: c\n"
-        ),
-    )
-    .unwrap();
+    insecure_kubeconfig(&kubeconfig, &format!("https://127.0.0.1:{}", free_port()));
     let mut env = env_for("harvester-system", "pre");
     env.insert("DEADLINE_SECONDS".into(), "3".into());
     let started = Instant::now();

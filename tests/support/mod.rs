@@ -582,6 +582,28 @@ pub fn as_compared(obj: &Value, ns: &str) -> String {
     serde_json::to_string_pretty(&o).unwrap().replace(ns, "NS")
 }
 
+/// A free port on the loopback interface (bound, then released for the guard).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Writes to `path` a kubeconfig for `server` that skips TLS verification and sends a dummy
+/// token (for servers the test never lets the guard reach).
+pub fn insecure_kubeconfig(path: &Path, server: &str) {
+    std::fs::write(
+        path,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: '{server}', insecure-skip-tls-verify: true}}\n\
+             users:\n- name: u\n  user: {{token: t}}\ncontexts:\n- name: c\n  context: {{cluster: c, user: u}}\ncurrent-context: c\n"
+        ),
+    )
+    .unwrap();
+}
+
 /// A kubeconfig that authenticates only with `token`.
 pub fn token_kubeconfig(token: &str) -> PathBuf {
     let cp = control_plane();
