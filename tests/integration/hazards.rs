@@ -424,26 +424,13 @@ async fn status_reports_read_only() {
         ("kubevirt-workload-update-bbbb", "Succeeded"),
         ("manual-migration", "Running"),
     ] {
-        create(&client, "VirtualMachineInstanceMigration", &ns, json!({"apiVersion": "kubevirt.io/v1",
-            "kind": "VirtualMachineInstanceMigration", "metadata": {"name": name}, "spec": {"vmiName": "vm1"}})).await;
-        set_status(
-            &client,
-            "VirtualMachineInstanceMigration",
-            &ns,
-            name,
-            json!({"phase": phase}),
-        )
-        .await;
+        migration(&client, &ns, name, phase).await;
     }
     // pre names the workload-update migrations under way, and says that [] does not stop them
     // (other tests' migrations may be listed too: the list is cluster-wide).
     let pre = run_phase(&ns, "pre").await;
     assert_ok(&pre);
-    let under_way: Vec<String> = pre
-        .warnings()
-        .into_iter()
-        .filter(|w| w.starts_with("WorkloadUpdateMigrationsUnderWay: "))
-        .collect();
+    let under_way = pre.warnings_of("WorkloadUpdateMigrationsUnderWay: ");
     assert_eq!(under_way.len(), 1, "{pre:?}");
     for want in [
         &format!("{ns}/kubevirt-workload-update-aaaa (Running)"),

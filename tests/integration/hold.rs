@@ -8,7 +8,6 @@
 //! The policy and its binding are cluster-scoped: each test renders them for its own namespace
 //! under its own release name.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use kube::Client;
@@ -25,31 +24,10 @@ const ESCAPE: &str = "workload-update-guard.harvesterhci.io/allow-unprotected";
 /// The chart's policy and binding as `helm template RELEASE` renders them for the KubeVirt CR in
 /// `ns`, as JSON.
 fn render_policy(release: &str, ns: &str, extra: &[&str]) -> Vec<Value> {
-    let dir = tempfile_dir();
-    let out = Command::new(helm_bin())
-        .args(["template", release])
-        .arg(repo_root().join("manifests/chart"))
-        .args(["--namespace", "harvester-system"])
-        .args(["--api-versions", crate::chart::SERVED_VAP])
-        .args(["--set", &format!("guard.kubevirtNamespace={ns}")])
-        .args(extra)
-        .env("HELM_CONFIG_HOME", dir.join("config"))
-        .env("HELM_CACHE_HOME", dir.join("cache"))
-        .env("HELM_DATA_HOME", dir.join("data"))
-        .output()
-        .unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
-    assert!(
-        out.status.success(),
-        "helm template: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mut convert = control_plane().kubectl();
-    convert.args(["create", "--dry-run=client", "-o", "json", "-f", "-"]);
-    let json = pipe(convert, &String::from_utf8(out.stdout).unwrap());
-    serde_json::Deserializer::from_str(&json)
-        .into_iter::<Value>()
-        .map(Result::unwrap)
+    let kubevirt_ns = format!("guard.kubevirtNamespace={ns}");
+    let args = [&["--set", kubevirt_ns.as_str()], extra].concat();
+    yaml_objects(&crate::chart::release_yaml(release, &args))
+        .into_iter()
         .filter(|o| o["apiVersion"] == "admissionregistration.k8s.io/v1")
         .collect()
 }

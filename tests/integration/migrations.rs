@@ -171,11 +171,7 @@ async fn the_migrations_are_listed_page_by_page_and_only_the_unfinished_updater_
     let pre = cp.run(env_for(&ns, "pre")).await;
     assert_eq!(pre.code, 0, "{pre:?}");
     for reason in [PRE_LATE, MIGRATIONS_UNDER_WAY] {
-        let w: Vec<String> = pre
-            .warnings()
-            .into_iter()
-            .filter(|w| w.starts_with(reason))
-            .collect();
+        let w = pre.warnings_of(reason);
         assert_eq!(w.len(), 1, "{reason}: {pre:?}");
         for n in &named {
             assert!(w[0].contains(n.as_str()), "{n} in {}", w[0]);

@@ -566,13 +566,7 @@ async fn the_metrics_follow_a_modelled_upgrade() {
         up.set_state(&client, state).await;
     }
     up.finish(&client, true).await;
-    methods_become(
-        &client,
-        &ns,
-        &json!(["LiveMigrate"]),
-        Duration::from_secs(10),
-    )
-    .await;
+    methods_become(&client, &ns, &live_migrate(), Duration::from_secs(10)).await;
     let after = metric_becomes(&guard, port, IN_PLACE, 0.0, Duration::from_secs(10));
     check_metrics(&after);
     assert_eq!(

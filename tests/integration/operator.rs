@@ -437,11 +437,7 @@ async fn a_post_that_skips_the_chart_is_not_called_success() {
     let r = run(env_with(&ns, "post", &[("MANAGEDCHART_NAME", "")])).await;
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(kubevirt_methods(&client, &ns).await, json!(["LiveMigrate"]));
-    let left: Vec<String> = r
-        .warnings()
-        .into_iter()
-        .filter(|w| w.starts_with("RecordsLeftBySkippedStep: "))
-        .collect();
+    let left = r.warnings_of("RecordsLeftBySkippedStep: ");
     assert_eq!(left.len(), 1, "{r:?}");
     for want in [
         &format!("NOT FULLY RESTORED: ManagedChart {ns}/harvester keeps what pre wrote there"),

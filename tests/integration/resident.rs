@@ -314,13 +314,7 @@ async fn two_resident_guards_hold_after_a_failure_and_restore_once_after_the_ret
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(kubevirt_methods(&client, &ns).await, json!([]));
     retry.finish(&client, true).await;
-    methods_become(
-        &client,
-        &ns,
-        &json!(["LiveMigrate"]),
-        Duration::from_secs(2),
-    )
-    .await;
+    methods_become(&client, &ns, &live_migrate(), Duration::from_secs(2)).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(events(&ns, SUSPENDED).await, 1, "one suspension");
     assert_eq!(

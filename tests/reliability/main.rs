@@ -1077,13 +1077,7 @@ async fn a_resident_guard_waits_through_an_api_server_restart() {
     up.set_state(&client, "UpgradingNodes").await;
     up.finish(&client, true).await;
     // The watch is back within its backoff, or the 30 s read finds the end.
-    methods_become(
-        &client,
-        &ns,
-        &json!(["LiveMigrate"]),
-        Duration::from_secs(40),
-    )
-    .await;
+    methods_become(&client, &ns, &live_migrate(), Duration::from_secs(40)).await;
     said_within(&log, "post done", Duration::from_secs(10)).await;
     drop(guard);
 }
@@ -1136,13 +1130,7 @@ async fn after_a_20_s_outage_the_end_is_restored_within_5_s() {
     up.set_state(&client, "UpgradingNodes").await;
     up.finish(&client, true).await;
     let ended = Instant::now();
-    methods_become(
-        &client,
-        &ns,
-        &json!(["LiveMigrate"]),
-        Duration::from_secs(5),
-    )
-    .await;
+    methods_become(&client, &ns, &live_migrate(), Duration::from_secs(5)).await;
     eprintln!(
         "reliability: after a 20 s outage, restored {:.1} s after the end",
         ended.elapsed().as_secs_f64()

@@ -218,6 +218,17 @@ pub fn pipe(mut cmd: Command, input: &str) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// The objects of a YAML stream, as JSON (kubectl converts).
+pub fn yaml_objects(yaml: &str) -> Vec<Value> {
+    let mut convert = control_plane().kubectl();
+    convert.args(["create", "--dry-run=client", "-o", "json", "-f", "-"]);
+    let json = pipe(convert, yaml);
+    serde_json::Deserializer::from_str(&json)
+        .into_iter::<Value>()
+        .map(Result::unwrap)
+        .collect()
+}
+
 /// The crate's own resource definitions, by kind name.
 pub fn resource(kind: &str) -> ApiResource {
     [
@@ -311,6 +322,15 @@ pub async fn set_status(client: &Client, kind: &str, ns: &str, name: &str, statu
     )
     .await
     .expect("patch status");
+}
+
+/// A migration of VMI `vm1` named `name` in `ns`, in `phase` (`Running`, `Succeeded`, ...).
+pub async fn migration(client: &Client, ns: &str, name: &str, phase: &str) {
+    let kind = "VirtualMachineInstanceMigration";
+    let obj = json!({"apiVersion": "kubevirt.io/v1", "kind": kind,
+                     "metadata": {"name": name}, "spec": {"vmiName": "vm1"}});
+    create(client, kind, ns, obj).await;
+    set_status(client, kind, ns, name, json!({"phase": phase})).await;
 }
 
 /// A Harvester-like pair in `ns`: the KubeVirt CR (Deployed, outdated workloads) and the
@@ -781,6 +801,12 @@ pub async fn kubevirt_methods(client: &Client, ns: &str) -> Value {
     get(client, "KubeVirt", ns, "kubevirt").await["spec"]["workloadUpdateStrategy"]
         ["workloadUpdateMethods"]
         .clone()
+}
+
+/// The chart's default methods, `[LiveMigrate]`: the CR's before a suspension and after its
+/// restore.
+pub fn live_migrate() -> Value {
+    json!(["LiveMigrate"])
 }
 
 /// Polls the CR's methods until they are `want`, for at most `within`; how long it took.
