@@ -487,7 +487,7 @@ async fn status_by_hand_in_the_pod_is_phase_status_with_the_charts_service_accou
         .await;
     let admin_config = control_plane().kubeconfig();
     let pre = run_bin(&admin_config, env_for(&ns, "pre")).await;
-    assert_eq!(pre.code, 0, "{pre:?}");
+    pre.ok();
     let pod_env = container_env(deployment(&render(&["--set", &names])));
     assert_eq!(pod_env["PHASE"], "watch");
     let sa = token_kubeconfig(&sa_token(NS, NAME));

@@ -33,19 +33,13 @@ async fn a_late_pre_then_an_end_unseen_then_a_resident_guard_restores() {
     // The record a second or more after the Upgrade's creation (times are whole seconds).
     tokio::time::sleep(Duration::from_millis(1100)).await;
     let pre = run_bin(&kubeconfig, env_for(&ns, "pre")).await;
-    assert_eq!(pre.code, 0, "{pre:?}");
+    pre.ok();
     assert_eq!(kubevirt_methods(&client, &ns).await, json!([]));
     // The end a second or more after the record, as an upgrade's minutes make it.
     tokio::time::sleep(Duration::from_millis(1100)).await;
     hv.node_upgraded("node-0", true).await;
     let ended = hv.get().await;
-    let completed = ended["status"]["conditions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["type"] == "Completed")
-        .unwrap()
-        .clone();
+    let completed = condition(&ended, "Completed").unwrap();
     assert_eq!(wrangler::status(&ended, "Completed"), "True");
     assert!(
         completed["lastUpdateTime"].is_string() && completed.get("lastTransitionTime").is_none(),

@@ -143,7 +143,7 @@ async fn the_migrations_are_listed_page_by_page_and_only_the_unfinished_updater_
     let mut env = env_for(&ns, "status");
     env.insert("LOG_FORMAT".into(), "json".into());
     let status = cp.run(env).await;
-    assert_eq!(status.code, 0, "{status:?}");
+    status.ok();
     let report: Value = serde_json::from_str(&status.stdout).unwrap();
     let got: Vec<String> = report["unfinishedMigrations"]
         .as_array()
@@ -169,7 +169,7 @@ async fn the_migrations_are_listed_page_by_page_and_only_the_unfinished_updater_
 
     let before = audit_lines(&cp);
     let pre = cp.run(env_for(&ns, "pre")).await;
-    assert_eq!(pre.code, 0, "{pre:?}");
+    pre.ok();
     for reason in [PRE_LATE, MIGRATIONS_UNDER_WAY] {
         let w = pre.warnings_of(reason);
         assert_eq!(w.len(), 1, "{reason}: {pre:?}");

@@ -494,14 +494,9 @@ fn check_metrics(text: &str) {
 
 /// The Events of `reason` in `ns` about objects of `kind`.
 fn events_about(ns: &str, reason: &str, kind: &str) -> Vec<Value> {
-    let out = kubectl_ok(&["-n", ns, "get", "events.events.k8s.io", "-o", "json"]);
-    let list: Value = serde_json::from_str(&out).unwrap();
-    list["items"]
-        .as_array()
-        .unwrap()
-        .iter()
+    events_in(ns)
+        .into_iter()
         .filter(|e| e["reason"] == reason && e["regarding"]["kind"] == kind)
-        .cloned()
         .collect()
 }
 

@@ -111,7 +111,7 @@ async fn a_wrong_name_fails_loudly_and_writes_nothing() {
         ],
     ))
     .await;
-    assert_eq!(r.code, 0, "{r:?}");
+    r.ok();
     assert_eq!(
         both_rvs(&client, &ns).await,
         before,
@@ -127,7 +127,7 @@ async fn a_wrong_name_fails_loudly_and_writes_nothing() {
         &[("MANAGEDCHART_NAME", "harvestr"), ("ALLOW_MISSING", "yes")],
     ))
     .await;
-    assert_eq!(r.code, 0, "{r:?}");
+    r.ok();
     assert_eq!(kubevirt_methods(&client, &ns).await, json!([]));
 }
 
@@ -137,17 +137,14 @@ async fn a_wrong_name_fails_loudly_and_writes_nothing() {
 async fn updates_left_off_without_a_record_are_loud() {
     let (client, ns) = new_harvester("still-off", json!([])).await;
     let r = run(env_with(&ns, "post", &[("MANAGEDCHART_NAME", "")])).await;
-    assert_eq!(r.code, 0, "{r:?}");
+    r.ok();
     assert_eq!(kubevirt_methods(&client, &ns).await, json!([]));
     let w = r.warnings();
     assert!(
         w.len() == 1 && w[0].starts_with(STILL_SUSPENDED) && w[0].contains("kubectl"),
         "{w:?}"
     );
-    assert!(
-        r.stderr.contains(" WARN ") && r.stderr.contains("stay OFF"),
-        "{r:?}"
-    );
+    r.says(&[" WARN ", "stay OFF"]);
     let ev = events(&client, &ns).await;
     assert!(
         ev.iter().any(|(t, reason, note)| t == "Warning"
@@ -170,7 +167,7 @@ async fn a_change_while_suspended_is_kept_with_a_warning() {
         .await
         .unwrap();
     let r = run(env_with(&ns, "post", &[])).await;
-    assert_eq!(r.code, 0, "{r:?}");
+    r.ok();
     // The write says what it did (an earlier version said `actions=[]`, which told nothing).
     let step = &r.summary.as_ref().unwrap()["steps"][0];
     assert_eq!(step["outcome"], "changed", "{step}");
@@ -230,7 +227,7 @@ async fn post_says_what_kubevirt_will_do_next() {
     let (client, ns) = new_harvester("notice", json!(["LiveMigrate"])).await; // 3 outdated VMIs
     assert_eq!(run(env_with(&ns, "pre", &[])).await.code, 0);
     let r = run(env_with(&ns, "post", &[])).await;
-    assert_eq!(r.code, 0, "{r:?}");
+    r.ok();
     let notice = "the 3 outdated VMIs will be live-migrated, at most 5 at a time in the cluster \
                   and 2 at a time from any one node";
     r.says(&[notice]);
@@ -254,7 +251,7 @@ async fn a_removed_compare_patch_is_reported() {
         .await
         .unwrap();
     let r = run(env_with(&ns, "post", &[])).await;
-    assert_eq!(r.code, 0, "{r:?}");
+    r.ok();
     let w = r.warnings();
     assert!(
         w.iter()
@@ -364,7 +361,7 @@ async fn the_default_termination_path_is_written_only_where_the_kubelet_made_it(
 async fn a_dry_run_says_would() {
     let (client, ns) = new_harvester("would", json!(["LiveMigrate"])).await;
     let r = run(env_with(&ns, "pre", &[("DRY_RUN", "true")])).await;
-    assert_eq!(r.code, 0, "{r:?}");
+    r.ok();
     assert!(
         r.stderr.contains("would write (dry run: nothing changed)"),
         "{r:?}"
@@ -381,7 +378,7 @@ async fn a_dry_run_says_would() {
     assert_eq!(run(env_with(&ns, "pre", &[])).await.code, 0);
     let before = both_rvs(&client, &ns).await;
     let r = run(env_with(&ns, "post", &[("DRY_RUN", "true")])).await;
-    assert_eq!(r.code, 0, "{r:?}");
+    r.ok();
     let objects: Vec<String> = r
         .stdout
         .lines()
@@ -414,7 +411,7 @@ async fn a_dry_run_says_would() {
 async fn the_json_log_carries_the_summary_as_an_object() {
     let (_, ns) = new_harvester("json-log", json!(["LiveMigrate"])).await;
     let r = run(env_with(&ns, "pre", &[("LOG_FORMAT", "json")])).await;
-    assert_eq!(r.code, 0, "{r:?}");
+    r.ok();
     let last: Value = serde_json::from_str(r.stderr.lines().last().unwrap()).unwrap();
     assert_eq!(last["message"], "done");
     assert_eq!(last["summary"], *r.summary.as_ref().unwrap());
@@ -435,26 +432,24 @@ async fn a_post_that_skips_the_chart_is_not_called_success() {
     let (_, chart0) = harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
     assert_eq!(run(env_with(&ns, "pre", &[])).await.code, 0);
     let r = run(env_with(&ns, "post", &[("MANAGEDCHART_NAME", "")])).await;
-    assert_eq!(r.code, 0, "{r:?}");
+    r.ok();
     assert_eq!(kubevirt_methods(&client, &ns).await, json!(["LiveMigrate"]));
     let left = r.warnings_of("RecordsLeftBySkippedStep: ");
     assert_eq!(left.len(), 1, "{r:?}");
-    for want in [
-        &format!("NOT FULLY RESTORED: ManagedChart {ns}/harvester keeps what pre wrote there"),
-        "the values override [] and its record",
-        "the comparePatches pointer and its record",
-        "MANAGEDCHART_NAME is empty",
-        "Fleet's next deploy of the chart renders that [] on the KubeVirt CR and suspends the \
+    assert_contains_all(
+        &left[0],
+        &[
+            &format!("NOT FULLY RESTORED: ManagedChart {ns}/harvester keeps what pre wrote there"),
+            "the values override [] and its record",
+            "the comparePatches pointer and its record",
+            "MANAGEDCHART_NAME is empty",
+            "Fleet's next deploy of the chart renders that [] on the KubeVirt CR and suspends the \
          automated updates again",
-        &format!("run post again with MANAGEDCHART_NAMESPACE={ns} MANAGEDCHART_NAME=harvester"),
-        "hack/job.sh run post",
-    ] {
-        assert!(left[0].contains(want), "{want:?} in {}", left[0]);
-    }
-    assert!(
-        r.stderr.contains(" WARN ") && r.stderr.contains("NOT FULLY RESTORED"),
-        "{r:?}"
+            &format!("run post again with MANAGEDCHART_NAMESPACE={ns} MANAGEDCHART_NAME=harvester"),
+            "hack/job.sh run post",
+        ],
     );
+    r.says(&[" WARN ", "NOT FULLY RESTORED"]);
     let ev = events(&client, &ns).await;
     assert!(
         ev.iter().any(|(t, reason, note)| t == "Warning"
@@ -465,7 +460,7 @@ async fn a_post_that_skips_the_chart_is_not_called_success() {
     // status, with the chart named or not: the verdict says Fleet's next deploy suspends again.
     for extra in [&[][..], &[("MANAGEDCHART_NAME", "")][..]] {
         let s = run(env_with(&ns, "status", extra)).await;
-        assert_eq!(s.code, 0, "{s:?}");
+        s.ok();
         let verdict = s.summary.as_ref().unwrap()["verdict"].as_str().unwrap();
         assert!(
             verdict.starts_with(
@@ -484,7 +479,7 @@ async fn a_post_that_skips_the_chart_is_not_called_success() {
     }
     // The command it names finishes the job.
     let r = run(env_with(&ns, "post", &[])).await;
-    assert_eq!(r.code, 0, "{r:?}");
+    r.ok();
     assert_eq!(r.warnings(), Vec::<String>::new(), "{r:?}");
     let chart = get(&client, "ManagedChart", &ns, "harvester").await;
     assert_eq!(content(&chart), content(&chart0));
@@ -542,7 +537,7 @@ async fn every_skip_is_in_the_termination_message() {
     // A step switched off that leaves pre's record on the CR: named too.
     assert_eq!(run(env_with(&ns, "pre", &[])).await.code, 0);
     let r = run(env_with(&ns, "post", &[("STEP_KUBEVIRT", "false")])).await;
-    assert_eq!(r.code, 0, "{r:?}");
+    r.ok();
     assert!(
         r.warnings().iter().any(|w| w.starts_with(&format!(
             "RecordsLeftBySkippedStep: NOT FULLY RESTORED: KubeVirt {ns}/kubevirt keeps what pre \

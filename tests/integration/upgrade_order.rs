@@ -39,7 +39,7 @@ async fn suspended(client: &Client, kubeconfig: &std::path::Path, label: &str) -
     let ns = namespace(client, label).await;
     harvester(client, &ns, Some(json!(["LiveMigrate"]))).await;
     let pre = run_bin(kubeconfig, env(&ns, "pre", &[])).await;
-    assert_eq!(pre.code, 0, "{pre:?}");
+    pre.ok();
     assert_eq!(kubevirt_methods(client, &ns).await, json!([]));
     ns
 }
@@ -139,7 +139,7 @@ async fn post_across_a_whole_v171_upgrade_restores_at_its_end_and_never_before()
             .await
             .expect("post restores within 5 s of the end")
             .unwrap();
-        assert_eq!(run.code, 0, "{run:?}");
+        run.ok();
         assert!(ended.elapsed() < Duration::from_secs(5));
         assert!(
             run.stderr.contains("PreparingLoggingInfra"),
@@ -164,7 +164,7 @@ async fn the_override_restores_during_an_upgrade_with_a_warning() {
         env(&ns, "post", &[("RESTORE_DURING_UPGRADE", "true")]),
     )
     .await;
-    assert_eq!(run.code, 0, "{run:?}");
+    run.ok();
     assert!(
         run.warnings()
             .iter()
@@ -199,7 +199,7 @@ async fn the_addons_upgrade_plan_is_waited_for_in_every_phase() {
         harvester(&client, &other, Some(methods.clone())).await;
         let before = versions(&client, &other).await;
         let pre = run_bin(&kubeconfig, env(&other, "pre", &[])).await;
-        assert_eq!(pre.code, 0, "{pre:?}");
+        pre.ok();
         if needed {
             assert_eq!(
                 kubevirt_methods(&client, &other).await,
@@ -246,13 +246,13 @@ async fn the_addons_upgrade_plan_is_waited_for_in_every_phase() {
         .await
         .expect("post restores within 5 s of the end")
         .unwrap();
-    assert_eq!(run.code, 0, "{run:?}");
+    run.ok();
     assert!(ended.elapsed() < Duration::from_secs(5));
     assert_eq!(kubevirt_methods(&client, &ns).await, json!(["LiveMigrate"]));
 
     // The plan's own post (upgrade-toolkit runs it inside the plan) does not wait for it.
     let pre = run_bin(&kubeconfig, env(&ns, "pre", &[])).await;
-    assert_eq!(pre.code, 0, "{pre:?}");
+    pre.ok();
     let own = UpgradePlan::create(&client, "hvst-upgrade-own", "v1.8.0").await;
     own.set_phase(&client, "CleaningUp").await;
     let run = run_bin(
@@ -267,7 +267,7 @@ async fn the_addons_upgrade_plan_is_waited_for_in_every_phase() {
         ),
     )
     .await;
-    assert_eq!(run.code, 0, "{run:?}");
+    run.ok();
     assert_eq!(kubevirt_methods(&client, &ns).await, json!(["LiveMigrate"]));
     plan.delete(&client).await;
     own.delete(&client).await;
@@ -333,33 +333,33 @@ async fn the_armed_post_restores_once_after_the_next_upgrade_and_never_before() 
         .await
         .expect("the armed post restores within 5 s of the end")
         .unwrap();
-    assert_eq!(run.code, 0, "{run:?}");
+    run.ok();
     assert!(ended.elapsed() < Duration::from_secs(5));
     assert!(run.stderr.contains("hvst-upgrade-armed"), "{}", run.stderr);
     assert_eq!(kubevirt_methods(&client, &ns).await, json!(["LiveMigrate"]));
     // A new pod of the same Job after the restore: nothing to do.
     let again = armed(&ns, &[]).await.unwrap();
-    assert_eq!(again.code, 0, "{again:?}");
+    again.ok();
     assert!(again.stderr.contains("nothing of ours"), "{}", again.stderr);
 
     // pre again (the last upgrade is over, created before this record); a by-hand post first.
     let pre = run_bin(&kubeconfig, env(&ns, "pre", &[])).await;
-    assert_eq!(pre.code, 0, "{pre:?}");
+    pre.ok();
     let post = armed(&ns, &[]);
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(!post.is_finished(), "the old upgrade is not the next one");
     let by_hand = run_bin(&kubeconfig, env(&ns, "post", &[])).await;
-    assert_eq!(by_hand.code, 0, "{by_hand:?}");
+    by_hand.ok();
     let run = tokio::time::timeout(Duration::from_secs(5), post)
         .await
         .expect("the armed post sees the by-hand restore")
         .unwrap();
-    assert_eq!(run.code, 0, "{run:?}");
+    run.ok();
     assert_eq!(kubevirt_methods(&client, &ns).await, json!(["LiveMigrate"]));
 
     // The bound: no upgrade within ARM_WAIT_SECONDS.
     let pre = run_bin(&kubeconfig, env(&ns, "pre", &[])).await;
-    assert_eq!(pre.code, 0, "{pre:?}");
+    pre.ok();
     let before = versions(&client, &ns).await;
     let run = armed(&ns, &[("ARM_WAIT_SECONDS", "2")]).await.unwrap();
     assert_eq!(run.code, i32::from(exit::ARMED_BOUND), "{run:?}");

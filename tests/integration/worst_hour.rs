@@ -77,7 +77,7 @@ async fn a_late_pre_in_the_addons_plan_records_what_fleet_renders_not_its_empty_
     let before =
         get(&client, "KubeVirt", &default, "kubevirt").await["metadata"]["resourceVersion"].clone();
     let pre = run_bin(&kubeconfig, env(&default, "pre", &[])).await;
-    assert_eq!(pre.code, 0, "{pre:?}");
+    pre.ok();
     assert!(
         pre.stderr.contains("not needed") && pre.stderr.contains("chart's default"),
         "{}",
@@ -92,7 +92,7 @@ async fn a_late_pre_in_the_addons_plan_records_what_fleet_renders_not_its_empty_
     plan.set_phase(&client, "Succeeded").await;
     for (ns, want) in [(&custom, both.clone()), (&default, json!(["LiveMigrate"]))] {
         let post = run_bin(&kubeconfig, env(ns, "post", &[])).await;
-        assert_eq!(post.code, 0, "{post:?}");
+        post.ok();
         assert_eq!(
             kubevirt_methods(&client, ns).await,
             want,
@@ -117,13 +117,13 @@ async fn a_late_pre_after_harvesters_own_suspension_ends_as_before_the_upgrade()
     up.set_state(&client, "UpgradingSystemServices").await;
     up.v180_suspend(&client).await;
     let pre = run_bin(&kubeconfig, env(&ns, "pre", &[])).await;
-    assert_eq!(pre.code, 0, "{pre:?}");
+    pre.ok();
     assert!(pre.stderr.contains(SUSPENDED_BY_ANOTHER), "{}", pre.stderr);
     assert_eq!(recorded(&client, &ns).await, Some(both.clone()));
     up.finish(&client, true).await;
     up.v180_cleanup(&client).await;
     let post = run_bin(&kubeconfig, env(&ns, "post", &[])).await;
-    assert_eq!(post.code, 0, "{post:?}");
+    post.ok();
     assert_eq!(kubevirt_methods(&client, &ns).await, both);
 
     let (ns, chart) = helm_installed(&client, "wh-v173").await;
@@ -138,7 +138,7 @@ async fn a_late_pre_after_harvesters_own_suspension_ends_as_before_the_upgrade()
     up.backup_and_suspend(&client, &chart).await;
     assert_eq!(kubevirt_methods(&client, &ns).await, json!([]));
     let pre = run_bin(&kubeconfig, env(&ns, "pre", &[])).await;
-    assert_eq!(pre.code, 0, "{pre:?}");
+    pre.ok();
     assert_eq!(
         recorded(&client, &ns).await,
         None,
@@ -149,7 +149,7 @@ async fn a_late_pre_after_harvesters_own_suspension_ends_as_before_the_upgrade()
     up.cleanup_values(&client).await;
     up.upgrade_chart(&client, &chart).await.unwrap();
     let post = run_bin(&kubeconfig, env(&ns, "post", &[])).await;
-    assert_eq!(post.code, 0, "{post:?}");
+    post.ok();
     assert_eq!(kubevirt_methods(&client, &ns).await, both);
 }
 
@@ -163,7 +163,7 @@ async fn armed_after_pre(
     harvester(client, &ns, Some(methods)).await;
     let kubeconfig = control_plane().kubeconfig();
     let pre = run_bin(&kubeconfig, env(&ns, "pre", &[])).await;
-    assert_eq!(pre.code, 0, "{pre:?}");
+    pre.ok();
     let e = env(&ns, "post", &[("ARM", "true"), ("ARM_POLL_SECONDS", "1")]);
     (
         ns,
@@ -235,7 +235,7 @@ async fn a_failed_path_a_upgrade_holds_the_armed_post_until_the_retry() {
     up.finish(&client, false).await;
     let started = Instant::now();
     let post = run_bin(&kubeconfig, env(&ns, "post", &[])).await;
-    assert_eq!(post.code, 0, "{post:?}");
+    post.ok();
     assert!(started.elapsed() < Duration::from_secs(5));
     assert_eq!(kubevirt_methods(&client, &ns).await, json!(["LiveMigrate"]));
 }
@@ -258,6 +258,6 @@ async fn a_failed_v180_upgrade_still_ends_with_the_administrators_methods() {
         .await
         .expect("restored within 5 s of the cleanup")
         .unwrap();
-    assert_eq!(run.code, 0, "{run:?}");
+    run.ok();
     assert_eq!(kubevirt_methods(&client, &ns).await, both);
 }

@@ -96,7 +96,7 @@ async fn clean_pre_state(client: &kube::Client) -> (Value, Value) {
     let ns = namespace(client, "clean").await;
     harvester(client, &ns, Some(json!(["LiveMigrate", "Evict"]))).await;
     let run = run_phase(&ns, "pre").await;
-    assert_eq!(run.code, 0, "{run:?}");
+    run.ok();
     let (kv, chart) = both(client, &ns).await;
     (normalize(&kv, &ns), normalize(&chart, &ns))
 }
@@ -199,7 +199,7 @@ async fn a_kill_after_any_write_then_a_rerun_converges() {
             // Killed by the signal right after the write: no exit code, no summary.
             assert_eq!(run.code, -1, "{phase} {point}: {run:?}");
             let rerun = run_bin(&control_plane().kubeconfig(), env.clone()).await;
-            assert_eq!(rerun.code, 0, "{rerun:?}");
+            rerun.ok();
             if phase == "pre" {
                 let (kv, chart) = both(&client, &ns).await;
                 if original == Some(json!(["LiveMigrate", "Evict"])) {
@@ -331,7 +331,7 @@ async fn concurrent_writers_lose_nothing() {
             if i % 2 == 0 { "pre" } else { "post" }.into(),
         );
         let run = run_bin(&control_plane().kubeconfig(), env.clone()).await;
-        assert_eq!(run.code, 0, "{run:?}");
+        run.ok();
         guard_conflicts += run.stderr.matches("conflict: read again").count();
     }
     stop.store(true, Ordering::SeqCst);
@@ -389,27 +389,24 @@ fn theirs(obj: &Value) -> BTreeSet<String> {
             out.insert(format!("entry {n}"));
         }
     }
+    let keys = |ptr: &str| -> Vec<String> {
+        obj.pointer(ptr)
+            .and_then(Value::as_object)
+            .into_iter()
+            .flat_map(|m| m.keys().cloned())
+            .collect()
+    };
     for path in [
         "/spec/values/other",
         "/spec/values/kubevirt/spec/workloadUpdateStrategy",
     ] {
-        for k in obj
-            .pointer(path)
-            .and_then(Value::as_object)
-            .into_iter()
-            .flat_map(|m| m.keys())
-        {
+        for k in keys(path) {
             if k.starts_with("w-") {
                 out.insert(format!("value {path}/{k}"));
             }
         }
     }
-    for k in obj
-        .pointer("/metadata/annotations")
-        .and_then(Value::as_object)
-        .into_iter()
-        .flat_map(|m| m.keys())
-    {
+    for k in keys("/metadata/annotations") {
         if k.starts_with("other.example/w-") {
             out.insert(format!("annotation {k}"));
         }
@@ -784,7 +781,7 @@ async fn without_the_release_a_chart_change_conflicts_with_the_guard() {
         .await
         .expect("redeploy while suspended");
     let post = phase_with(&ns, "post", Some("skip-release=return")).await;
-    assert_eq!(post.code, 0, "{post:?}");
+    post.ok();
     assert_eq!(kubevirt_methods(&client, &ns).await, json!(["LiveMigrate"]));
     fleet_deploy(&client, &ns, &chart)
         .await
@@ -797,7 +794,7 @@ async fn without_the_release_a_chart_change_conflicts_with_the_guard() {
     );
     // post is rerun (a retried Job): nothing to restore, but the claim goes.
     let rerun = phase_with(&ns, "post", None).await;
-    assert_eq!(rerun.code, 0, "{rerun:?}");
+    rerun.ok();
     assert_eq!(methods_owners(&client, &ns).await, ["helm/Apply"]);
     fleet_deploy(&client, &ns, &next)
         .await
@@ -837,7 +834,7 @@ async fn killed_phases_in_the_field_s_life_leave_no_claim() {
         "the restore noted whom to give the field back to: {kv}"
     );
     let rerun = phase_with(&ns, "post", None).await;
-    assert_eq!(rerun.code, 0, "{rerun:?}");
+    rerun.ok();
     for (kind, name) in [("KubeVirt", "kubevirt"), ("ManagedChart", "harvester")] {
         let obj = get(&client, kind, &ns, name).await;
         assert_eq!(claims_of_ours(&obj), Vec::<Value>::new(), "{kind}");
@@ -938,7 +935,7 @@ async fn without_the_managedchart_crd_the_message_says_what_to_set() {
         json!(["LiveMigrate"]),
         "nothing written"
     );
-    assert_eq!(status.code, 0, "{status:?}");
+    status.ok();
     assert!(
         status
             .stdout

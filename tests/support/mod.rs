@@ -624,6 +624,22 @@ pub fn insecure_kubeconfig(path: &Path, server: &str) {
     .unwrap();
 }
 
+/// Every Event (`events.events.k8s.io`) in `ns`, as JSON.
+pub fn events_in(ns: &str) -> Vec<Value> {
+    let out = kubectl_ok(&["-n", ns, "get", "events.events.k8s.io", "-o", "json"]);
+    let list: Value = serde_json::from_str(&out).unwrap();
+    list["items"].as_array().unwrap().clone()
+}
+
+/// The condition of `type` in the object's `status.conditions`, if any.
+pub fn condition(obj: &Value, ty: &str) -> Option<Value> {
+    obj["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == ty)
+        .cloned()
+}
+
 /// A kubeconfig that authenticates only with `token`.
 pub fn token_kubeconfig(token: &str) -> PathBuf {
     let cp = control_plane();
