@@ -344,15 +344,7 @@ async fn set_methods_by_hand(hv: &HarvesterController, methods: Value) {
 
 /// The methods on again, once NodesPrepared is True (no probe: nothing is held any more).
 async fn set_methods_by_hand_after(client: &Client, ns: &str, methods: Value) {
-    merge_patch(
-        client,
-        "KubeVirt",
-        ns,
-        "kubevirt",
-        "kubectl-patch",
-        json!({"spec": {"workloadUpdateStrategy": {"workloadUpdateMethods": methods}}}),
-    )
-    .await;
+    set_methods(client, ns, "kubectl-patch", methods).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
 }
 

@@ -46,12 +46,7 @@ async fn cycle(
         before,
         "exactly restored"
     );
-    for kind in ["KubeVirt", "ManagedChart"] {
-        let name = if kind == "KubeVirt" {
-            "kubevirt"
-        } else {
-            "harvester"
-        };
+    for (kind, name) in [("KubeVirt", "kubevirt"), ("ManagedChart", "harvester")] {
         let obj = get(client, kind, ns, name).await;
         assert_eq!(
             claims_of_ours(&obj),

@@ -103,8 +103,7 @@ fn audit_lines(cp: &ControlPlane) -> usize {
 /// other tests' lists are cluster-wide and must not see these.
 #[tokio::test]
 async fn the_migrations_are_listed_page_by_page_and_only_the_unfinished_updater_s_kept() {
-    let cp = ControlPlane::up(&[]).unwrap_or_else(|e| panic!("{e}"));
-    let client = client_for(&cp.kubeconfig()).await;
+    let (cp, client) = ControlPlane::own().await;
     // The CR counts outdated workloads: `pre` comes late, and names the migrations twice.
     let ns = harvester_ns(&client, "paged", json!(["LiveMigrate"])).await;
     let objects = objects();

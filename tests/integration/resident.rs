@@ -331,8 +331,7 @@ async fn two_resident_guards_hold_after_a_failure_and_restore_once_after_the_ret
 /// UpgradePlans are cluster-scoped.
 #[tokio::test]
 async fn the_resident_guard_follows_the_addons_upgrade_plan() {
-    let cp = ControlPlane::up(&[]).unwrap_or_else(|e| panic!("{e}"));
-    let client = client_for(&cp.kubeconfig()).await;
+    let (cp, client) = ControlPlane::own().await;
     let kubeconfig = cp.kubeconfig();
     let both = json!(["LiveMigrate", "Evict"]);
     let ns = harvester_ns(&client, "resident-addon", both.clone()).await;

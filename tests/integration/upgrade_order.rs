@@ -34,6 +34,29 @@ async fn versions(client: &Client, ns: &str) -> (Value, Value) {
     )
 }
 
+/// The upgrade through each state before its end, `pause` in each: the waiting `post` (`what`)
+/// has not ended, and both objects are still at `before` (`versions`).
+async fn waits_through_the_upgrade(
+    client: &Client,
+    ns: &str,
+    before: &(Value, Value),
+    up: &Upgrade,
+    post: &tokio::task::JoinHandle<Run>,
+    pause: Duration,
+    what: &str,
+) {
+    for state in running(UPGRADE_STATES) {
+        up.set_state(client, state).await;
+        tokio::time::sleep(pause).await;
+        assert!(!post.is_finished(), "{what} ended during {state}");
+        assert_eq!(
+            versions(client, ns).await,
+            *before,
+            "{state}: nothing written"
+        );
+    }
+}
+
 /// The pair, and `pre` run on it.
 async fn suspended(client: &Client, kubeconfig: &std::path::Path, label: &str) -> String {
     let ns = namespace(client, label).await;
@@ -123,24 +146,20 @@ async fn post_across_a_whole_v171_upgrade_restores_at_its_end_and_never_before()
             let (ns, kc) = (ns.clone(), kubeconfig.clone());
             tokio::spawn(async move { run_bin(&kc, env(&ns, "post", &[])).await })
         };
-        for state in running(UPGRADE_STATES) {
-            up.set_state(&client, state).await;
-            tokio::time::sleep(Duration::from_millis(700)).await;
-            assert!(!post.is_finished(), "post ended during {state}");
-            assert_eq!(
-                versions(&client, &ns).await,
-                before,
-                "{state}: nothing written"
-            );
-        }
-        let ended = Instant::now();
-        up.finish(&client, succeeded).await;
-        let run = tokio::time::timeout(Duration::from_secs(5), post)
-            .await
-            .expect("post restores within 5 s of the end")
-            .unwrap();
+        waits_through_the_upgrade(
+            &client,
+            &ns,
+            &before,
+            &up,
+            &post,
+            Duration::from_millis(700),
+            "post",
+        )
+        .await;
+        let run = up
+            .finish_then_post(&client, succeeded, post, "post restores")
+            .await;
         run.ok();
-        assert!(ended.elapsed() < Duration::from_secs(5));
         assert!(
             run.stderr.contains("PreparingLoggingInfra"),
             "{}",
@@ -183,8 +202,7 @@ async fn the_override_restores_during_an_upgrade_with_a_warning() {
 /// test's `post`.
 #[tokio::test]
 async fn the_addons_upgrade_plan_is_waited_for_in_every_phase() {
-    let cp = ControlPlane::up(&[]).unwrap_or_else(|e| panic!("{e}"));
-    let client = client_for(&cp.kubeconfig()).await;
+    let (cp, client) = ControlPlane::own().await;
     let kubeconfig = cp.kubeconfig();
     let ns = suspended(&client, &kubeconfig, "order-addon").await;
     let plan = UpgradePlan::create(&client, "hvst-upgrade-addon", "v1.8.0").await;
@@ -317,24 +335,20 @@ async fn the_armed_post_restores_once_after_the_next_upgrade_and_never_before() 
         "no upgrade has begun: the armed post waits"
     );
     let up = Upgrade::start(&client, &ns, "hvst-upgrade-armed", "v1.7.1").await;
-    for state in running(UPGRADE_STATES) {
-        up.set_state(&client, state).await;
-        tokio::time::sleep(Duration::from_millis(1500)).await;
-        assert!(!post.is_finished(), "the armed post ended during {state}");
-        assert_eq!(
-            versions(&client, &ns).await,
-            before,
-            "{state}: nothing written"
-        );
-    }
-    let ended = Instant::now();
-    up.finish(&client, true).await;
-    let run = tokio::time::timeout(Duration::from_secs(5), post)
-        .await
-        .expect("the armed post restores within 5 s of the end")
-        .unwrap();
+    waits_through_the_upgrade(
+        &client,
+        &ns,
+        &before,
+        &up,
+        &post,
+        Duration::from_millis(1500),
+        "the armed post",
+    )
+    .await;
+    let run = up
+        .finish_then_post(&client, true, post, "the armed post restores")
+        .await;
     run.ok();
-    assert!(ended.elapsed() < Duration::from_secs(5));
     assert!(run.stderr.contains("hvst-upgrade-armed"), "{}", run.stderr);
     assert_eq!(kubevirt_methods(&client, &ns).await, json!(["LiveMigrate"]));
     // A new pod of the same Job after the restore: nothing to do.

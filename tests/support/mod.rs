@@ -88,6 +88,14 @@ impl ControlPlane {
         })
     }
 
+    /// A control plane of the default version for one test (cluster-scoped objects that
+    /// would disturb other tests), and its admin client.
+    pub async fn own() -> (ControlPlane, Client) {
+        let cp = ControlPlane::up(&[]).unwrap_or_else(|e| panic!("{e}"));
+        let client = client_for(&cp.kubeconfig()).await;
+        (cp, client)
+    }
+
     /// Stops the API server; etcd keeps running.
     pub fn stop_apiserver(&self) {
         script_output(&["stop-apiserver", &self.dir.to_string_lossy()], &[]).unwrap();
