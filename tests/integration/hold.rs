@@ -123,7 +123,7 @@ async fn the_hold_keeps_kubevirts_upgrade_back_until_the_guard_suspends() {
     assert!(held.refusals.len() >= 5, "retried: {held:?}");
     let message = &held.refusals[0];
     assert_contains_all(
-        &message,
+        message,
         &[
             "held by workload-update-guard",
             "Upgrade hvst-upgrade-held to v1.7.1 waits before NodesPrepared",

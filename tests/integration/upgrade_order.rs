@@ -89,7 +89,7 @@ async fn post_waits_and_gives_up(
     );
     let error = run.summary.as_ref().unwrap()["error"].as_str().unwrap();
     assert_contains_all(
-        &error,
+        error,
         &[
             what,
             state,
@@ -379,7 +379,7 @@ async fn the_armed_post_restores_once_after_the_next_upgrade_and_never_before() 
     assert_eq!(run.code, i32::from(exit::ARMED_BOUND), "{run:?}");
     let error = run.summary.as_ref().unwrap()["error"].as_str().unwrap();
     assert_contains_all(
-        &error,
+        error,
         &[
             "ARM_WAIT_SECONDS",
             "nothing was written",
