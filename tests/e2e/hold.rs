@@ -13,7 +13,7 @@ use serde_json::json;
 use crate::chart::status_by_exec;
 use crate::node::*;
 use crate::support::harvester::Upgrade;
-use crate::support::harvester_controller::{Seen, wait_in_force, wrangler};
+use crate::support::harvester_controller::{wait_in_force, wrangler};
 use crate::support::{client_for, helm_in, repo_root};
 
 const RELEASE: &str = "workload-update-guard";
@@ -111,15 +111,8 @@ async fn held_while_the_guard_is_down() {
     // 3. The upgrade to v1.7.1 comes to NodesPrepared: refused, retried, held.
     let up = Upgrade::start(&client, NS, UPGRADE, "v1.7.1").await;
     let hv = up.controller(&client);
-    hv.log_ready().await;
-    hv.image_ready().await;
-    hv.repo_ready().await;
-    hv.prepare_nodes().await;
-    let seen: Seen = Default::default();
-    let retrying = {
-        let (hv, seen) = (hv.clone(), seen.clone());
-        tokio::spawn(async move { hv.nodes_prepared(Duration::from_secs(300), &seen).await })
-    };
+    hv.up_to_nodes_prepared().await;
+    let (retrying, seen) = hv.nodes_prepared_in_background(Duration::from_secs(300));
     let held_since = Instant::now();
     // Refused at once, then for 5 s.
     while seen.lock().unwrap().refusals.is_empty() {

@@ -26,9 +26,14 @@ pub(crate) const SERVED_VAP: &str = "admissionregistration.k8s.io/v1/ValidatingA
 pub(crate) static APPLY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 pub(crate) fn helm_template(args: &[&str]) -> std::process::Output {
+    helm_template_release("workload-update-guard", args)
+}
+
+/// `helm template RELEASE` of the chart into harvester-system with `args`.
+pub(crate) fn helm_template_release(release: &str, args: &[&str]) -> std::process::Output {
     let dir = tempfile_dir();
     let out = Command::new(helm_bin())
-        .args(["template", "workload-update-guard"])
+        .args(["template", release])
         .arg(repo_root().join("manifests/chart"))
         .args(["--namespace", NS])
         .args(["--api-versions", SERVED_VAP])
@@ -44,7 +49,12 @@ pub(crate) fn helm_template(args: &[&str]) -> std::process::Output {
 
 /// `helm template` of the chart with `args` (`--set ...`), hooks included: its YAML.
 pub(crate) fn template_yaml(args: &[&str]) -> String {
-    let out = helm_template(args);
+    release_yaml("workload-update-guard", args)
+}
+
+/// `helm template RELEASE` of the chart with `args`, hooks included: its YAML.
+pub(crate) fn release_yaml(release: &str, args: &[&str]) -> String {
+    let out = helm_template_release(release, args);
     assert!(
         out.status.success(),
         "helm template {args:?}: {}",
@@ -55,14 +65,7 @@ pub(crate) fn template_yaml(args: &[&str]) -> String {
 
 /// The objects rendered, as JSON (kubectl converts).
 pub(crate) fn render(args: &[&str]) -> Vec<Value> {
-    let yaml = template_yaml(args);
-    let mut convert = control_plane().kubectl();
-    convert.args(["create", "--dry-run=client", "-o", "json", "-f", "-"]);
-    let json = pipe(convert, &yaml);
-    serde_json::Deserializer::from_str(&json)
-        .into_iter::<Value>()
-        .map(Result::unwrap)
-        .collect()
+    yaml_objects(&template_yaml(args))
 }
 
 /// Helm's refusal of `args`: its message.
@@ -484,7 +487,7 @@ async fn status_by_hand_in_the_pod_is_phase_status_with_the_charts_service_accou
         .await;
     let admin_config = control_plane().kubeconfig();
     let pre = run_bin(&admin_config, env_for(&ns, "pre")).await;
-    assert_eq!(pre.code, 0, "{pre:?}");
+    pre.ok();
     let pod_env = container_env(deployment(&render(&["--set", &names])));
     assert_eq!(pod_env["PHASE"], "watch");
     let sa = token_kubeconfig(&sa_token(NS, NAME));

@@ -74,9 +74,7 @@ fn a_configuration_error_still_writes_the_termination_message() {
 /// Even at the most verbose log level, the ServiceAccount token never reaches the logs.
 #[tokio::test]
 async fn logs_never_contain_the_token() {
-    let client = admin().await;
-    let ns = namespace(&client, "secrets").await;
-    harvester(&client, &ns, Some(serde_json::json!(["LiveMigrate"]))).await;
+    let (_, ns) = new_harvester("secrets", serde_json::json!(["LiveMigrate"])).await;
     kubectl_ok(&["-n", &ns, "create", "serviceaccount", "nobody"]);
     let token = sa_token(&ns, "nobody");
     for format in ["text", "json"] {

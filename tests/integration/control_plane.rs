@@ -90,9 +90,7 @@ async fn a_stale_resource_version_test_is_rejected_and_a_fresh_one_applies() {
 
 #[tokio::test]
 async fn a_token_without_rbac_is_forbidden() {
-    let client = admin().await;
-    let ns = namespace(&client, "norbac").await;
-    harvester(&client, &ns, None).await;
+    let (_, ns) = new_harvester("norbac", None).await;
     kubectl_ok(&["-n", &ns, "create", "serviceaccount", "nobody"]);
     let nobody = client_for(&token_kubeconfig(&sa_token(&ns, "nobody"))).await;
     let api: kube::Api<kube::api::DynamicObject> =

@@ -91,12 +91,11 @@ async fn pre_and_post_end_only_after_fleet_has_deployed() {
             steps.contains("Fleet applied the change (Bundle generation"),
             "{steps}"
         );
-        assert!(run.stderr.contains("waiting for Fleet"), "{run:?}");
+        run.says(&["waiting for Fleet"]);
     }
     // A rerun writes nothing and finds the current generation applied: no wait, no warning.
     let (run, _) = phase(&ns, "post", &[]).await;
-    assert_eq!(run.code, 0, "{run:?}");
-    assert!(run.stderr.contains("nothing for Fleet to apply"), "{run:?}");
+    run.ok().says(&["nothing for Fleet to apply"]);
     assert!(run.warnings().is_empty(), "{run:?}");
     fleet.stop().await;
 }
@@ -133,7 +132,7 @@ async fn a_ready_of_the_previous_generation_is_not_taken() {
     let fleet = FleetModel::start(&client, &ns, options).await;
     assert_eq!(ready(&client, &ns).await, ("True".into(), json!(1)));
     let (run, exited) = phase(&ns, "pre", &[]).await;
-    assert_eq!(run.code, 0, "{run:?}");
+    run.ok();
     let (_, deployed) = fleet.deployed(2).expect("generation 2 deployed");
     assert!(exited > deployed, "{:?}", fleet.log());
     assert!(
@@ -176,7 +175,7 @@ async fn a_rejected_apply_fails_the_phase_with_the_servers_message() {
     assert_eq!(kubevirt_methods(&client, &ns).await, json!(["LiveMigrate"]));
     // A rerun of post writes nothing: no wait, but not in silence.
     let (rerun, _) = phase(&ns, "post", &[]).await;
-    assert_eq!(rerun.code, 0, "{rerun:?}");
+    rerun.ok();
     assert!(
         rerun
             .warnings()
@@ -187,15 +186,11 @@ async fn a_rejected_apply_fails_the_phase_with_the_servers_message() {
     // A rerun of pre (our records on the chart again after a new pre) waits, and fails the same
     // way while the deploy fails: here the new pre renders [] again, which Fleet applies.
     let (run, _) = phase(&ns, "pre", &[]).await;
-    assert_eq!(run.code, 0, "{run:?}");
+    run.ok();
     let (rerun, _) = phase(&ns, "pre", &[]).await;
-    assert_eq!(rerun.code, 0, "{rerun:?}");
-    assert!(
-        rerun
-            .stderr
-            .contains("Fleet has applied the current generation"),
-        "{rerun:?}"
-    );
+    rerun
+        .ok()
+        .says(&["Fleet has applied the current generation"]);
     fleet.stop().await;
 }
 
@@ -210,7 +205,7 @@ async fn a_conflict_is_named_at_once_and_the_bound_fails_the_phase() {
     let (ns, chart) = helm_installed(&client, "fleet-conflict").await;
     let fleet = FleetModel::start(&client, &ns, Options::helm(chart)).await;
     let (run, _) = phase(&ns, "pre", &[]).await;
-    assert_eq!(run.code, 0, "{run:?}");
+    run.ok();
     kubectl_ok(&[
         "-n",
         &ns,
@@ -232,14 +227,15 @@ async fn a_conflict_is_named_at_once_and_the_bound_fails_the_phase() {
         .unwrap()
         .to_string();
     eprintln!("exit 8 (conflict): {error}\n{}", run.stderr);
-    for part in [
-        "not applied within FLEET_WAIT_SECONDS=5",
-        "WaitApplied(1) [Cluster fleet-local/local]",
-        "kubectl-edit holds an Update claim",
-        "run pre and then post once more",
-    ] {
-        assert!(error.contains(part), "{part}: {error}");
-    }
+    assert_contains_all(
+        &error,
+        &[
+            "not applied within FLEET_WAIT_SECONDS=5",
+            "WaitApplied(1) [Cluster fleet-local/local]",
+            "kubectl-edit holds an Update claim",
+            "run pre and then post once more",
+        ],
+    );
     assert!(
         run.warnings()
             .iter()
@@ -292,7 +288,7 @@ async fn paused_statusless_and_zero_wait_charts_are_not_waited_for() {
     .await
     .unwrap();
     let (run, _) = phase(&ns, "pre", &[]).await;
-    assert_eq!(run.code, 0, "{run:?}");
+    run.ok();
     assert!(
         run.warnings()
             .iter()
@@ -318,13 +314,12 @@ async fn paused_statusless_and_zero_wait_charts_are_not_waited_for() {
     let fleet = FleetModel::start(&client, &ns, options).await;
     let start = Instant::now();
     let (run, _) = phase(&ns, "pre", &[("FLEET_WAIT_SECONDS", "0")]).await;
-    assert_eq!(run.code, 0, "{run:?}");
+    run.ok();
     assert!(start.elapsed() < Duration::from_secs(10));
-    assert!(run.stderr.contains("FLEET_WAIT_SECONDS=0"), "{run:?}");
+    run.says(&["FLEET_WAIT_SECONDS=0"]);
     // DRY_RUN: nothing changed, no wait.
     let (run, _) = phase(&ns, "post", &[("DRY_RUN", "true")]).await;
-    assert_eq!(run.code, 0, "{run:?}");
-    assert!(run.stderr.contains("dry run: nothing changed"), "{run:?}");
+    run.ok().says(&["dry run: nothing changed"]);
     fleet.stop().await;
 }
 
@@ -338,7 +333,7 @@ async fn status_shows_fleets_view() {
     options.delay = Duration::from_secs(30);
     let fleet = FleetModel::start(&client, &ns, options).await;
     let (run, _) = phase(&ns, "pre", &[("FLEET_WAIT_SECONDS", "0")]).await;
-    assert_eq!(run.code, 0, "{run:?}");
+    run.ok();
     // Wait for the model to show the new generation.
     let deadline = Instant::now() + Duration::from_secs(10);
     while fleet.log().iter().all(|s| s.state != "WaitApplied") {
@@ -346,7 +341,7 @@ async fn status_shows_fleets_view() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let (run, _) = phase(&ns, "status", &[("LOG_FORMAT", "json")]).await;
-    assert_eq!(run.code, 0, "{run:?}");
+    run.ok();
     let report: Value = serde_json::from_str(&run.stdout).unwrap();
     let f = &report["managedChart"]["fleet"];
     assert_eq!(f["ready"], "False", "{report}");

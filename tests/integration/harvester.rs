@@ -233,15 +233,16 @@ async fn post_waiting_on_a_cleanup_that_never_ends_fails_with_exit_7_and_writes_
         .as_str()
         .unwrap()
         .to_string();
-    for words in [
-        "hvst-upgrade-stuck",
-        "waited 3s",
-        "nothing was written",
-        "harvesterhci.io/upgradeCleanup=Succeeded",
-        "HARVESTER_CLEANUP_WAIT_SECONDS",
-    ] {
-        assert!(error.contains(words), "{words:?} in {error}");
-    }
+    assert_contains_all(
+        &error,
+        &[
+            "hvst-upgrade-stuck",
+            "waited 3s",
+            "nothing was written",
+            "harvesterhci.io/upgradeCleanup=Succeeded",
+            "HARVESTER_CLEANUP_WAIT_SECONDS",
+        ],
+    );
     assert!(!error.contains('\n'));
     let after = (
         get(&client, "KubeVirt", &ns, "kubevirt").await,
@@ -389,7 +390,7 @@ async fn a_failed_or_deleted_upgrade_after_the_backup_is_waited_for() {
             }
         }
         let post = post.unwrap().await.unwrap();
-        assert_eq!(post.code, 0, "{post:?}");
+        post.ok();
         same_as_without_the_guard(&client, &control, &guarded, &chart).await;
     }
 }
@@ -449,7 +450,7 @@ async fn v180_hard_coded_restore_is_recognized_and_a_destroyed_setting_put_back(
             up.v180_cleanup(&client).await;
         }
         let post = post.unwrap().await.unwrap();
-        assert_eq!(post.code, 0, "{post:?}");
+        post.ok();
         assert_eq!(kubevirt_methods(&client, &guarded).await, before);
         match &admin_choice {
             None => {
@@ -580,7 +581,7 @@ async fn pre_and_status_say_when_the_coming_upgrade_handles_it_itself() {
     );
     assert_eq!(kubevirt_methods(&client, &ns).await, json!(["LiveMigrate"]));
     let pre = phase(&ns, "pre", &[("PRE_EVEN_IF_NOT_NEEDED", "true")]).await;
-    assert_eq!(pre.code, 0, "{pre:?}");
+    pre.ok();
     let actions = pre.summary.as_ref().unwrap().to_string();
     assert!(
         actions.contains(
@@ -629,7 +630,7 @@ async fn armed_post_waits_for_the_upgrade_and_its_cleanup_then_restores() {
         .await
         .expect("the armed post restores within 5 s of the cleanup")
         .unwrap();
-    assert_eq!(run.code, 0, "{run:?}");
+    run.ok();
     assert!(ended.unwrap().elapsed() < std::time::Duration::from_secs(5));
     assert_eq!(
         kubevirt_methods(&client, &guarded).await,

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::resident::{Guard, methods_become};
+use crate::resident::Guard;
 use crate::support::harvester::*;
 use crate::support::harvester_controller::wrangler;
 use crate::support::*;
@@ -18,17 +18,12 @@ use crate::support::*;
 /// the suspension was for, and restores.
 #[tokio::test]
 async fn a_late_pre_then_an_end_unseen_then_a_resident_guard_restores() {
-    let client = admin().await;
-    let kubeconfig = control_plane().kubeconfig();
     let methods = json!(["LiveMigrate"]);
-    let ns = namespace(&client, "wrangler-late").await;
-    harvester(&client, &ns, Some(methods.clone())).await;
+    let (client, ns) = new_harvester("wrangler-late", methods.clone()).await;
+    let kubeconfig = control_plane().kubeconfig();
     let up = Upgrade::start(&client, &ns, "hvst-upgrade-late", "v1.7.1").await;
     let hv = up.controller(&client);
-    hv.log_ready().await;
-    hv.image_ready().await;
-    hv.repo_ready().await;
-    hv.prepare_nodes().await;
+    hv.up_to_nodes_prepared().await;
     let seen = Default::default();
     let prepared = hv.nodes_prepared(Duration::from_secs(5), &seen).await;
     assert!(prepared.passed.is_some(), "no policy here: {prepared:?}");
@@ -38,19 +33,13 @@ async fn a_late_pre_then_an_end_unseen_then_a_resident_guard_restores() {
     // The record a second or more after the Upgrade's creation (times are whole seconds).
     tokio::time::sleep(Duration::from_millis(1100)).await;
     let pre = run_bin(&kubeconfig, env_for(&ns, "pre")).await;
-    assert_eq!(pre.code, 0, "{pre:?}");
+    pre.ok();
     assert_eq!(kubevirt_methods(&client, &ns).await, json!([]));
     // The end a second or more after the record, as an upgrade's minutes make it.
     tokio::time::sleep(Duration::from_millis(1100)).await;
     hv.node_upgraded("node-0", true).await;
     let ended = hv.get().await;
-    let completed = ended["status"]["conditions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["type"] == "Completed")
-        .unwrap()
-        .clone();
+    let completed = condition(&ended, "Completed").unwrap();
     assert_eq!(wrangler::status(&ended, "Completed"), "True");
     assert!(
         completed["lastUpdateTime"].is_string() && completed.get("lastTransitionTime").is_none(),
@@ -66,6 +55,7 @@ async fn a_late_pre_then_an_end_unseen_then_a_resident_guard_restores() {
         "no guard ran"
     );
     let guard = Guard::spawn(&kubeconfig, &ns, 0);
-    methods_become(&client, &ns, &methods, Duration::from_secs(10)).await;
-    guard.wait_for("post done", Duration::from_secs(5));
+    guard
+        .restored(&client, &ns, &methods, Duration::from_secs(10))
+        .await;
 }

@@ -14,29 +14,12 @@ fn methods(kv: &Value) -> Option<&Value> {
     kv.pointer("/spec/workloadUpdateStrategy/workloadUpdateMethods")
 }
 
-fn rv(obj: &Value) -> String {
-    obj["metadata"]["resourceVersion"]
-        .as_str()
-        .unwrap()
-        .to_string()
-}
-
 async fn kubevirt_rv(client: &kube::Client, ns: &str) -> String {
     rv(&get(client, "KubeVirt", ns, "kubevirt").await)
 }
 
-fn outcomes(run: &Run) -> Vec<String> {
-    let summary = run.summary.as_ref().expect("a termination message");
-    summary["steps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["outcome"].as_str().unwrap().to_string())
-        .collect()
-}
-
 fn assert_ok(run: &Run) {
-    assert_eq!(run.code, 0, "{run:?}");
+    run.ok();
 }
 
 /// Hazards 1, 2, 5 and 6: every starting value comes back exactly; reruns change nothing.
@@ -86,7 +69,7 @@ async fn pre_then_post_restores_every_original_exactly() {
         // Record once: a second pre keeps the first record and writes nothing.
         let again = run_phase(&ns, "pre").await;
         assert_ok(&again);
-        assert_eq!(outcomes(&again), ["unchanged", "unchanged"]);
+        assert_eq!(again.outcomes(), ["unchanged", "unchanged"]);
         assert_eq!(kubevirt_rv(&client, &ns).await, rv(&kv));
 
         // post with the Harvester fallback configured: the record wins.
@@ -94,7 +77,7 @@ async fn pre_then_post_restores_every_original_exactly() {
         env.insert("FALLBACK_METHODS".into(), "LiveMigrate".into());
         let post = run_bin(&control_plane().kubeconfig(), env.clone()).await;
         assert_ok(&post);
-        assert_eq!(outcomes(&post), ["changed", "changed"]);
+        assert_eq!(post.outcomes(), ["changed", "changed"]);
         let kv1 = get(&client, "KubeVirt", &ns, "kubevirt").await;
         let chart1 = get(&client, "ManagedChart", &ns, "harvester").await;
         assert_eq!(content(&kv1)["spec"], content(&kv0)["spec"], "{original:?}");
@@ -104,7 +87,7 @@ async fn pre_then_post_restores_every_original_exactly() {
         // A second post is a no-op.
         let again = run_bin(&control_plane().kubeconfig(), env).await;
         assert_ok(&again);
-        assert_eq!(outcomes(&again), ["unchanged", "unchanged"]);
+        assert_eq!(again.outcomes(), ["unchanged", "unchanged"]);
         assert_eq!(kubevirt_rv(&client, &ns).await, rv(&kv1));
     }
 }
@@ -122,7 +105,7 @@ async fn post_without_a_record_applies_the_fallback_only_to_our_own_empty_list()
     for env in [env_for(&ns, "post"), with_fallback.clone()] {
         let run = run_bin(&control_plane().kubeconfig(), env).await;
         assert_ok(&run);
-        assert_eq!(outcomes(&run), ["unchanged", "unchanged"]);
+        assert_eq!(run.outcomes(), ["unchanged", "unchanged"]);
         let warnings = &run.summary.as_ref().unwrap()["warnings"];
         assert!(
             warnings[0]
@@ -136,8 +119,7 @@ async fn post_without_a_record_applies_the_fallback_only_to_our_own_empty_list()
 
     // Our suspension whose record on the CR was lost (someone stripped the annotation): the
     // ManagedChart's copy restores the exact original.
-    let ns = namespace(&client, "lostrecord").await;
-    harvester(&client, &ns, Some(json!(["Evict", "LiveMigrate"]))).await;
+    let ns = harvester_ns(&client, "lostrecord", json!(["Evict", "LiveMigrate"])).await;
     assert_ok(&run_phase(&ns, "pre").await);
     strip_kubevirt_record(&client, &ns).await;
     let run = run_phase(&ns, "post").await;
@@ -148,8 +130,7 @@ async fn post_without_a_record_applies_the_fallback_only_to_our_own_empty_list()
     assert_eq!(methods(&kv), Some(&json!(["Evict", "LiveMigrate"])));
 
     // Plain KubeVirt (no ManagedChart, so no copy): only the fallback can help, and only with it.
-    let ns = namespace(&client, "lostplain").await;
-    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+    let ns = harvester_ns(&client, "lostplain", json!(["LiveMigrate"])).await;
     let mut plain = env_for(&ns, "pre");
     plain.insert("MANAGEDCHART_NAME".into(), String::new());
     assert_ok(&run_bin(&control_plane().kubeconfig(), plain.clone()).await);
@@ -180,9 +161,7 @@ async fn strip_kubevirt_record(client: &kube::Client, ns: &str) {
 /// Hazard 6: an existing entry for our object gets our pointer; post takes only our pointer.
 #[tokio::test]
 async fn an_existing_kubevirt_entry_is_extended_not_duplicated() {
-    let client = admin().await;
-    let ns = namespace(&client, "entry").await;
-    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+    let (client, ns) = new_harvester("entry", json!(["LiveMigrate"])).await;
     let entry = json!({"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt", "name": "kubevirt", "namespace": "",
                        "jsonPointers": ["/spec/configuration/developerConfiguration"]});
     append_compare_patch(&client, &ns, entry).await;
@@ -208,9 +187,7 @@ async fn an_existing_kubevirt_entry_is_extended_not_duplicated() {
 /// Hazard 6: a pointer that was there before pre is still there after post.
 #[tokio::test]
 async fn a_pointer_that_was_there_before_stays_after_post() {
-    let client = admin().await;
-    let ns = namespace(&client, "ours").await;
-    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+    let (client, ns) = new_harvester("ours", json!(["LiveMigrate"])).await;
     let entry = json!({"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt", "name": "kubevirt", "namespace": ns,
                        "jsonPointers": [METHODS_POINTER]});
     append_compare_patch(&client, &ns, entry).await;
@@ -407,9 +384,7 @@ async fn dry_run_prints_the_patches_and_changes_nothing() {
 /// `kubectl describe kubevirt` tells the story: one Event for suspend, one for restore.
 #[tokio::test]
 async fn events_record_suspend_and_restore_on_the_kubevirt_cr() {
-    let client = admin().await;
-    let ns = namespace(&client, "events").await;
-    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+    let (client, ns) = new_harvester("events", json!(["LiveMigrate"])).await;
     assert_ok(&run_phase(&ns, "pre").await);
     assert_ok(&run_phase(&ns, "post").await);
     let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), &ns);
@@ -443,48 +418,31 @@ async fn events_record_suspend_and_restore_on_the_kubevirt_cr() {
 /// `status` reports without writing: methods, record, outdated count, pending migrations.
 #[tokio::test]
 async fn status_reports_read_only() {
-    let client = admin().await;
-    let ns = namespace(&client, "status").await;
-    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+    let (client, ns) = new_harvester("status", json!(["LiveMigrate"])).await;
     for (name, phase) in [
         ("kubevirt-workload-update-aaaa", "Running"),
         ("kubevirt-workload-update-bbbb", "Succeeded"),
         ("manual-migration", "Running"),
     ] {
-        create(&client, "VirtualMachineInstanceMigration", &ns, json!({"apiVersion": "kubevirt.io/v1",
-            "kind": "VirtualMachineInstanceMigration", "metadata": {"name": name}, "spec": {"vmiName": "vm1"}})).await;
-        set_status(
-            &client,
-            "VirtualMachineInstanceMigration",
-            &ns,
-            name,
-            json!({"phase": phase}),
-        )
-        .await;
+        migration(&client, &ns, name, phase).await;
     }
     // pre names the workload-update migrations under way, and says that [] does not stop them
     // (other tests' migrations may be listed too: the list is cluster-wide).
     let pre = run_phase(&ns, "pre").await;
     assert_ok(&pre);
-    let under_way: Vec<String> = pre
-        .warnings()
-        .into_iter()
-        .filter(|w| w.starts_with("WorkloadUpdateMigrationsUnderWay: "))
-        .collect();
+    let under_way = pre.warnings_of("WorkloadUpdateMigrationsUnderWay: ");
     assert_eq!(under_way.len(), 1, "{pre:?}");
-    for want in [
-        &format!("{ns}/kubevirt-workload-update-aaaa (Running)"),
-        "created before pre",
-        "Setting the methods to [] stops new ones but cancels none of these",
-        "PHASE=status lists those not finished",
-    ] {
-        assert!(under_way[0].contains(want), "{want:?} in {}", under_way[0]);
-    }
-    assert!(!under_way[0].contains("bbbb") && !under_way[0].contains("manual-migration"));
-    assert!(
-        pre.stderr.contains(" WARN ") && pre.stderr.contains("kubevirt-workload-update-aaaa"),
-        "{pre:?}"
+    assert_contains_all(
+        &under_way[0],
+        &[
+            &format!("{ns}/kubevirt-workload-update-aaaa (Running)"),
+            "created before pre",
+            "Setting the methods to [] stops new ones but cancels none of these",
+            "PHASE=status lists those not finished",
+        ],
     );
+    assert!(!under_way[0].contains("bbbb") && !under_way[0].contains("manual-migration"));
+    pre.says(&[" WARN ", "kubevirt-workload-update-aaaa"]);
     let before = kubevirt_rv(&client, &ns).await;
     let text = run_phase(&ns, "status").await;
     assert_ok(&text);
@@ -499,13 +457,14 @@ async fn status_reports_read_only() {
         "{}",
         text.stdout
     );
-    for want in [
-        "Deployed",
-        "v1.6.0 / v1.7.0",
-        &format!("{ns}/kubevirt-workload-update-aaaa (Running)"),
-    ] {
-        assert!(text.stdout.contains(want), "{want:?} in\n{}", text.stdout);
-    }
+    assert_contains_all(
+        &text.stdout,
+        &[
+            "Deployed",
+            "v1.6.0 / v1.7.0",
+            &format!("{ns}/kubevirt-workload-update-aaaa (Running)"),
+        ],
+    );
     assert!(!text.stdout.contains("bbbb") && !text.stdout.contains("manual-migration"));
     let mut env = env_for(&ns, "status");
     env.insert("LOG_FORMAT".into(), "json".into());
@@ -551,9 +510,7 @@ async fn status_reports_read_only() {
 /// A permanent refusal (403) fails at once with the permanent exit code.
 #[tokio::test]
 async fn forbidden_is_a_permanent_failure() {
-    let client = admin().await;
-    let ns = namespace(&client, "forbid").await;
-    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+    let (_, ns) = new_harvester("forbid", json!(["LiveMigrate"])).await;
     kubectl_ok(&["-n", &ns, "create", "serviceaccount", "nobody"]);
     let started = std::time::Instant::now();
     let run = run_bin(

@@ -8,14 +8,13 @@
 //! The policy and its binding are cluster-scoped: each test renders them for its own namespace
 //! under its own release name.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use kube::Client;
 use serde_json::{Value, json};
 use workload_update_guard::plan::harvester_upgrade::Handling;
 
-use crate::resident::{Guard, methods_become};
+use crate::resident::Guard;
 use crate::support::harvester::*;
 use crate::support::harvester_controller::*;
 use crate::support::*;
@@ -25,31 +24,10 @@ const ESCAPE: &str = "workload-update-guard.harvesterhci.io/allow-unprotected";
 /// The chart's policy and binding as `helm template RELEASE` renders them for the KubeVirt CR in
 /// `ns`, as JSON.
 fn render_policy(release: &str, ns: &str, extra: &[&str]) -> Vec<Value> {
-    let dir = tempfile_dir();
-    let out = Command::new(helm_bin())
-        .args(["template", release])
-        .arg(repo_root().join("manifests/chart"))
-        .args(["--namespace", "harvester-system"])
-        .args(["--api-versions", crate::chart::SERVED_VAP])
-        .args(["--set", &format!("guard.kubevirtNamespace={ns}")])
-        .args(extra)
-        .env("HELM_CONFIG_HOME", dir.join("config"))
-        .env("HELM_CACHE_HOME", dir.join("cache"))
-        .env("HELM_DATA_HOME", dir.join("data"))
-        .output()
-        .unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
-    assert!(
-        out.status.success(),
-        "helm template: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mut convert = control_plane().kubectl();
-    convert.args(["create", "--dry-run=client", "-o", "json", "-f", "-"]);
-    let json = pipe(convert, &String::from_utf8(out.stdout).unwrap());
-    serde_json::Deserializer::from_str(&json)
-        .into_iter::<Value>()
-        .map(Result::unwrap)
+    let kubevirt_ns = format!("guard.kubevirtNamespace={ns}");
+    let args = [&["--set", kubevirt_ns.as_str()], extra].concat();
+    yaml_objects(&crate::chart::release_yaml(release, &args))
+        .into_iter()
         .filter(|o| o["apiVersion"] == "admissionregistration.k8s.io/v1")
         .collect()
 }
@@ -130,39 +108,31 @@ async fn hold_in_force(client: &Client, ns: &str, release: &str) {
 /// passes, and the upgrade goes on to its end, where the guard restores.
 #[tokio::test]
 async fn the_hold_keeps_kubevirts_upgrade_back_until_the_guard_suspends() {
-    let client = admin().await;
-    let kubeconfig = control_plane().kubeconfig();
     let methods = json!(["LiveMigrate"]);
-    let ns = namespace(&client, "hold-guard").await;
-    harvester(&client, &ns, Some(methods.clone())).await;
+    let (client, ns) = new_harvester("hold-guard", methods.clone()).await;
+    let kubeconfig = control_plane().kubeconfig();
     hold_in_force(&client, &ns, "hold-guard").await;
     let up = Upgrade::start(&client, &ns, "hvst-upgrade-held", "v1.7.1").await;
     let hv = up.controller(&client);
-    hv.log_ready().await;
-    hv.image_ready().await;
-    hv.repo_ready().await;
-    hv.prepare_nodes().await;
-    let seen: Seen = Default::default();
-    let retrying = {
-        let (hv, seen) = (hv.clone(), seen.clone());
-        tokio::spawn(async move { hv.nodes_prepared(Duration::from_secs(90), &seen).await })
-    };
+    hv.up_to_nodes_prepared().await;
+    let (retrying, seen) = hv.nodes_prepared_in_background(Duration::from_secs(90));
     // Held: refused, again and again, for 4 s (about 15 retries on lasso's compressed scale).
     tokio::time::sleep(Duration::from_secs(4)).await;
     let held = seen.lock().unwrap().clone();
     assert!(held.passed.is_none(), "{held:?}");
     assert!(held.refusals.len() >= 5, "retried: {held:?}");
     let message = &held.refusals[0];
-    for words in [
-        "held by workload-update-guard",
-        "Upgrade hvst-upgrade-held to v1.7.1 waits before NodesPrepared",
-        &format!("KubeVirt {ns}/kubevirt still has workloadUpdateMethods [LiveMigrate]"),
-        "kubectl -n harvester-system get deploy hold-guard-watch",
-        &format!("kubectl -n {ns} annotate upgrade hvst-upgrade-held {ESCAPE}=true"),
-        "admissionPolicy.enabled=false",
-    ] {
-        assert!(message.contains(words), "{words:?} not in {message:?}");
-    }
+    assert_contains_all(
+        message,
+        &[
+            "held by workload-update-guard",
+            "Upgrade hvst-upgrade-held to v1.7.1 waits before NodesPrepared",
+            &format!("KubeVirt {ns}/kubevirt still has workloadUpdateMethods [LiveMigrate]"),
+            "kubectl -n harvester-system get deploy hold-guard-watch",
+            &format!("kubectl -n {ns} annotate upgrade hvst-upgrade-held {ESCAPE}=true"),
+            "admissionPolicy.enabled=false",
+        ],
+    );
     eprintln!("hold: the refusal: {message}");
     let now = hv.get().await;
     assert_eq!(
@@ -194,8 +164,9 @@ async fn the_hold_keeps_kubevirts_upgrade_back_until_the_guard_suspends() {
     hv.system_services_upgraded(true).await;
     hv.upgrading_nodes().await;
     hv.node_upgraded("node-0", true).await;
-    methods_become(&client, &ns, &methods, Duration::from_secs(10)).await;
-    guard.wait_for("post done", Duration::from_secs(5));
+    guard
+        .restored(&client, &ns, &methods, Duration::from_secs(10))
+        .await;
     hv.cleanup().await;
     hv.delete().await;
 }
@@ -214,14 +185,11 @@ async fn the_hold_lets_pass_what_needs_no_guard() {
         ("skip", "v1.6.1", on.clone(), true),
     ];
     for (label, version, methods, skip) in cases {
-        let ns = namespace(&client, &format!("hold-pass-{label}")).await;
-        harvester(&client, &ns, Some(on.clone())).await;
+        let ns = harvester_ns(&client, &format!("hold-pass-{label}"), on.clone()).await;
         hold_in_force(&client, &ns, &format!("hold-pass-{label}")).await;
         let up = Upgrade::start(&client, &ns, "hvst-upgrade-pass", version).await;
         let hv = up.controller(&client);
-        hv.log_ready().await;
-        hv.image_ready().await;
-        hv.repo_ready().await;
+        hv.up_to_repo().await;
         if *methods != on {
             set_methods_by_hand(&hv, methods.clone()).await;
         }
@@ -275,10 +243,8 @@ async fn the_hold_lets_pass_what_needs_no_guard() {
 /// None is refused (`must` fails the test on any refusal).
 #[tokio::test]
 async fn the_hold_refuses_nothing_else_harvester_writes() {
-    let client = admin().await;
     let on = json!(["LiveMigrate"]);
-    let ns = namespace(&client, "hold-else").await;
-    harvester(&client, &ns, Some(on.clone())).await;
+    let (client, ns) = new_harvester("hold-else", on.clone()).await;
     hold_in_force(&client, &ns, "hold-else").await;
 
     // A failure before NodesPrepared: the repo fails, the cleanup runs, the Upgrade is deleted.
@@ -311,10 +277,7 @@ async fn the_hold_refuses_nothing_else_harvester_writes() {
     for (name, node_ok) in [("hvst-upgrade-fails", false), ("hvst-upgrade-retry", true)] {
         let up = Upgrade::start(&client, &ns, name, "v1.7.1").await;
         let hv = up.controller(&client);
-        hv.log_ready().await;
-        hv.image_ready().await;
-        hv.repo_ready().await;
-        hv.prepare_nodes().await;
+        hv.up_to_nodes_prepared().await;
         set_methods_by_hand(&hv, json!([])).await;
         let seen = Default::default();
         let prepared = hv.nodes_prepared(Duration::from_secs(10), &seen).await;
@@ -381,15 +344,7 @@ async fn set_methods_by_hand(hv: &HarvesterController, methods: Value) {
 
 /// The methods on again, once NodesPrepared is True (no probe: nothing is held any more).
 async fn set_methods_by_hand_after(client: &Client, ns: &str, methods: Value) {
-    merge_patch(
-        client,
-        "KubeVirt",
-        ns,
-        "kubevirt",
-        "kubectl-patch",
-        json!({"spec": {"workloadUpdateStrategy": {"workloadUpdateMethods": methods}}}),
-    )
-    .await;
+    set_methods(client, ns, "kubectl-patch", methods).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
 }
 
@@ -398,9 +353,7 @@ async fn set_methods_by_hand_after(client: &Client, ns: &str, methods: Value) {
 /// as does a NodesPrepared=True on an Upgrade without a version (unparsable: the newest).
 #[tokio::test]
 async fn the_hold_is_total_over_missing_fields() {
-    let client = admin().await;
-    let ns = namespace(&client, "hold-total").await;
-    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+    let (client, ns) = new_harvester("hold-total", json!(["LiveMigrate"])).await;
     hold_in_force(&client, &ns, "hold-total").await;
     let api: kube::Api<kube::api::DynamicObject> =
         kube::Api::namespaced_with(client.clone(), &ns, &resource("Upgrade"));
@@ -440,9 +393,7 @@ async fn the_hold_is_total_over_missing_fields() {
 /// real API server's CEL: dry-run Updates turning NodesPrepared True with the methods on.
 #[tokio::test]
 async fn the_hold_holds_exactly_the_releases_the_guard_protects() {
-    let client = admin().await;
-    let ns = namespace(&client, "hold-versions").await;
-    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+    let (client, ns) = new_harvester("hold-versions", json!(["LiveMigrate"])).await;
     hold_in_force(&client, &ns, "hold-versions").await;
     let hv = HarvesterController::create(&client, &ns, "hvst-upgrade-v", "v1.7.1").await;
     for version in VERSIONS {

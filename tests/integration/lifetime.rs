@@ -46,12 +46,7 @@ async fn cycle(
         before,
         "exactly restored"
     );
-    for kind in ["KubeVirt", "ManagedChart"] {
-        let name = if kind == "KubeVirt" {
-            "kubevirt"
-        } else {
-            "harvester"
-        };
+    for (kind, name) in [("KubeVirt", "kubevirt"), ("ManagedChart", "harvester")] {
         let obj = get(client, kind, ns, name).await;
         assert_eq!(
             claims_of_ours(&obj),
@@ -154,7 +149,7 @@ async fn heal(manager: &str) {
         let mut env = env_for(&ns, "status");
         env.insert("LOG_FORMAT".into(), "json".into());
         let run = run_bin(&control_plane().kubeconfig(), env).await;
-        assert_eq!(run.code, 0, "{run:?}");
+        run.ok();
         let report: Value = serde_json::from_str(&run.stdout).unwrap();
         report["kubevirt"]["methodsOwners"].clone()
     };
@@ -296,7 +291,7 @@ async fn a_kubectl_edit_while_suspended_is_named_and_a_cycle_releases_it() {
     // The upgrade's own deploy of the chart (the values hold pre's `[]`) conflicts already.
     conflicts().await;
     let run = run_phase(&ns, "post").await;
-    assert_eq!(run.code, 0, "{run:?}");
+    run.ok();
     let kept = json!(["LiveMigrate", "Evict"]);
     assert_eq!(kubevirt_methods(&client, &ns).await, kept);
     assert_eq!(methods_owners(&client, &ns).await, ["kubectl-edit/Update"]);

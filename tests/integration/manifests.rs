@@ -33,15 +33,7 @@ fn ensure_harvester_namespaces() {
 /// The rendered kustomization as a list of objects.
 fn render(dir: &str) -> Vec<Value> {
     let path = repo_root().join("manifests").join(dir);
-    let out = kubectl_ok(&["kustomize", path.to_str().unwrap()]);
-    // kubectl converts YAML to JSON for us.
-    let mut convert = control_plane().kubectl();
-    convert.args(["create", "--dry-run=client", "-o", "json", "-f", "-"]);
-    let json = pipe(convert, &out);
-    serde_json::Deserializer::from_str(&json)
-        .into_iter::<Value>()
-        .map(Result::unwrap)
-        .collect()
+    yaml_objects(&kubectl_ok(&["kustomize", path.to_str().unwrap()]))
 }
 
 fn job(dir: &str) -> Value {
@@ -456,33 +448,36 @@ fn the_armed_post_job_outlasts_its_bound_and_survives_drains() {
     );
 }
 
+/// `hack/job.sh ARGS` against the shared control plane: its exit code, stdout and stderr.
+fn job_sh(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = std::process::Command::new("bash")
+        .arg(repo_root().join("hack/job.sh"))
+        .args(args)
+        .env("KUBECTL", control_plane().bin_dir.join("kubectl"))
+        .env("KUBECONFIG", control_plane().kubeconfig())
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// `hack/job.sh arm` creates the armed Job and returns at once; a second arm is refused while it
 /// runs (no kubelet here: the Job never ends, as one that waits for the upgrade).
 #[tokio::test]
 async fn a_second_arm_is_refused_while_one_waits() {
     let _turn = BASE.lock().await;
     ensure_harvester_namespaces();
-    let job_sh = |args: &[&str]| {
-        let out = std::process::Command::new("bash")
-            .arg(repo_root().join("hack/job.sh"))
-            .args(args)
-            .env("KUBECTL", control_plane().bin_dir.join("kubectl"))
-            .env("KUBECONFIG", control_plane().kubeconfig())
-            .output()
-            .unwrap();
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
-    let (code, err) = job_sh(&["arm"]);
+    let (code, _, err) = job_sh(&["arm"]);
     assert_eq!(code, Some(0), "{err}");
     assert!(
         err.contains("created job harvester-system/workload-update-guard-post-armed"),
         "{err}"
     );
     assert!(err.contains("armed:"), "{err}");
-    let (code, err) = job_sh(&["arm"]);
+    let (code, _, err) = job_sh(&["arm"]);
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("a second arm is refused"), "{err}");
     kubectl_ok(&[
@@ -500,20 +495,6 @@ async fn a_second_arm_is_refused_while_one_waits() {
 /// themselves, is refused (exit 2, one line and the hint) before anything is created.
 #[tokio::test]
 async fn job_sh_env_passes_a_documented_setting_and_refuses_an_unknown_one() {
-    let job_sh = |args: &[&str]| {
-        let out = std::process::Command::new("bash")
-            .arg(repo_root().join("hack/job.sh"))
-            .args(args)
-            .env("KUBECTL", control_plane().bin_dir.join("kubectl"))
-            .env("KUBECONFIG", control_plane().kubeconfig())
-            .output()
-            .unwrap();
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
     let env_of = |stdout: &str| -> BTreeMap<String, String> {
         let list: Value = serde_json::from_str(stdout).unwrap();
         let job = list["items"]

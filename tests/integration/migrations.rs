@@ -103,11 +103,9 @@ fn audit_lines(cp: &ControlPlane) -> usize {
 /// other tests' lists are cluster-wide and must not see these.
 #[tokio::test]
 async fn the_migrations_are_listed_page_by_page_and_only_the_unfinished_updater_s_kept() {
-    let cp = ControlPlane::up(&[]).unwrap_or_else(|e| panic!("{e}"));
-    let client = client_for(&cp.kubeconfig()).await;
-    let ns = namespace(&client, "paged").await;
+    let (cp, client) = ControlPlane::own().await;
     // The CR counts outdated workloads: `pre` comes late, and names the migrations twice.
-    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+    let ns = harvester_ns(&client, "paged", json!(["LiveMigrate"])).await;
     let objects = objects();
     create_all(&client, &ns, &objects).await;
     let want = [
@@ -144,7 +142,7 @@ async fn the_migrations_are_listed_page_by_page_and_only_the_unfinished_updater_
     let mut env = env_for(&ns, "status");
     env.insert("LOG_FORMAT".into(), "json".into());
     let status = cp.run(env).await;
-    assert_eq!(status.code, 0, "{status:?}");
+    status.ok();
     let report: Value = serde_json::from_str(&status.stdout).unwrap();
     let got: Vec<String> = report["unfinishedMigrations"]
         .as_array()
@@ -170,13 +168,9 @@ async fn the_migrations_are_listed_page_by_page_and_only_the_unfinished_updater_
 
     let before = audit_lines(&cp);
     let pre = cp.run(env_for(&ns, "pre")).await;
-    assert_eq!(pre.code, 0, "{pre:?}");
+    pre.ok();
     for reason in [PRE_LATE, MIGRATIONS_UNDER_WAY] {
-        let w: Vec<String> = pre
-            .warnings()
-            .into_iter()
-            .filter(|w| w.starts_with(reason))
-            .collect();
+        let w = pre.warnings_of(reason);
         assert_eq!(w.len(), 1, "{reason}: {pre:?}");
         for n in &named {
             assert!(w[0].contains(n.as_str()), "{n} in {}", w[0]);

@@ -19,7 +19,7 @@ use workload_update_guard::plan::upgrade_progress::{ENDED, UPGRADE_STATES};
 use workload_update_guard::warnings::{UPGRADE_HELD_BY_POLICY, UPGRADE_UNPROTECTED};
 
 use crate::chart::{APPLY, deployment, ensure_namespaces, kind, render, template_yaml};
-use crate::resident::{Guard, methods_become};
+use crate::resident::Guard;
 use crate::support::harvester::*;
 use crate::support::*;
 
@@ -411,15 +411,6 @@ fn the_metrics_values_render_the_port_the_service_and_the_ingress() {
     assert!(err.contains("bogus"), "{err}");
 }
 
-/// A free port on the loopback interface (bound, then released for the guard).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// `GET /metrics` on the loopback port: the body, or `None` while nothing answers.
 pub fn scrape(port: u16) -> Option<String> {
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
@@ -503,14 +494,9 @@ fn check_metrics(text: &str) {
 
 /// The Events of `reason` in `ns` about objects of `kind`.
 fn events_about(ns: &str, reason: &str, kind: &str) -> Vec<Value> {
-    let out = kubectl_ok(&["-n", ns, "get", "events.events.k8s.io", "-o", "json"]);
-    let list: Value = serde_json::from_str(&out).unwrap();
-    list["items"]
-        .as_array()
-        .unwrap()
-        .iter()
+    events_in(ns)
+        .into_iter()
         .filter(|e| e["reason"] == reason && e["regarding"]["kind"] == kind)
-        .cloned()
         .collect()
 }
 
@@ -519,9 +505,7 @@ fn events_about(ns: &str, reason: &str, kind: &str) -> Vec<Value> {
 /// metrics`; the last successful read moves.
 #[tokio::test]
 async fn the_metrics_follow_a_modelled_upgrade() {
-    let client = admin().await;
-    let ns = namespace(&client, "metrics").await;
-    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+    let (client, ns) = new_harvester("metrics", json!(["LiveMigrate"])).await;
     let port = free_port();
     let port_text = port.to_string();
     let guard = Guard::spawn_with(
@@ -577,13 +561,7 @@ async fn the_metrics_follow_a_modelled_upgrade() {
         up.set_state(&client, state).await;
     }
     up.finish(&client, true).await;
-    methods_become(
-        &client,
-        &ns,
-        &json!(["LiveMigrate"]),
-        Duration::from_secs(10),
-    )
-    .await;
+    methods_become(&client, &ns, &live_migrate(), Duration::from_secs(10)).await;
     let after = metric_becomes(&guard, port, IN_PLACE, 0.0, Duration::from_secs(10));
     check_metrics(&after);
     assert_eq!(
@@ -611,9 +589,7 @@ async fn the_metrics_follow_a_modelled_upgrade() {
 /// the guard, even once it may patch, does not suspend that upgrade; the next one it does.
 #[tokio::test]
 async fn a_guard_that_cannot_suspend_says_the_upgrade_is_unprotected_and_held() {
-    let client = admin().await;
-    let ns = namespace(&client, "unprotected").await;
-    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+    let (client, ns) = new_harvester("unprotected", json!(["LiveMigrate"])).await;
     let reader = format!("{ns}-reader");
     let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
         "metadata": {"name": reader},

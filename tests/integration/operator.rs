@@ -15,23 +15,11 @@ use workload_update_guard::warnings::{
 
 use crate::support::*;
 
-fn rv(obj: &Value) -> Value {
-    obj["metadata"]["resourceVersion"].clone()
-}
-
-async fn both_rvs(client: &kube::Client, ns: &str) -> (Value, Value) {
+async fn both_rvs(client: &kube::Client, ns: &str) -> (String, String) {
     (
         rv(&get(client, "KubeVirt", ns, "kubevirt").await),
         rv(&get(client, "ManagedChart", ns, "harvester").await),
     )
-}
-
-fn with(ns: &str, phase: &str, extra: &[(&str, &str)]) -> BTreeMap<String, String> {
-    let mut env = env_for(ns, phase);
-    for (k, v) in extra {
-        env.insert(k.to_string(), v.to_string());
-    }
-    env
 }
 
 async fn run(env: BTreeMap<String, String>) -> Run {
@@ -61,9 +49,7 @@ async fn events(client: &kube::Client, ns: &str) -> Vec<(String, String, String)
 /// then still writes nothing, as there is nothing to guard.
 #[tokio::test]
 async fn a_wrong_name_fails_loudly_and_writes_nothing() {
-    let client = admin().await;
-    let ns = namespace(&client, "wrong-name").await;
-    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+    let (client, ns) = new_harvester("wrong-name", json!(["LiveMigrate"])).await;
     let before = both_rvs(&client, &ns).await;
     type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a str);
     let cases: &[Case] = &[
@@ -95,7 +81,7 @@ async fn a_wrong_name_fails_loudly_and_writes_nothing() {
         ),
     ];
     for (phase, extra, names) in cases {
-        let r = run(with(&ns, phase, extra)).await;
+        let r = run(env_with(&ns, phase, extra)).await;
         assert_eq!(r.code, i32::from(exit::MISSING), "{phase} {extra:?}: {r:?}");
         let error = r.summary.as_ref().unwrap()["error"]
             .as_str()
@@ -113,10 +99,10 @@ async fn a_wrong_name_fails_loudly_and_writes_nothing() {
         );
     }
     // status still prints its verdict before failing.
-    let r = run(with(&ns, "status", &[("KUBEVIRT_NAME", "kubvirt")])).await;
+    let r = run(env_with(&ns, "status", &[("KUBEVIRT_NAME", "kubvirt")])).await;
     assert!(r.stdout.starts_with("NOT FOUND: KubeVirt"), "{r:?}");
 
-    let r = run(with(
+    let r = run(env_with(
         &ns,
         "pre",
         &[
@@ -125,7 +111,7 @@ async fn a_wrong_name_fails_loudly_and_writes_nothing() {
         ],
     ))
     .await;
-    assert_eq!(r.code, 0, "{r:?}");
+    r.ok();
     assert_eq!(
         both_rvs(&client, &ns).await,
         before,
@@ -135,13 +121,13 @@ async fn a_wrong_name_fails_loudly_and_writes_nothing() {
     assert_eq!(steps[0]["outcome"], "unchanged");
     assert_eq!(steps[1]["outcome"], "missing");
     // A missing ManagedChart with ALLOW_MISSING: the CR is still suspended (plain KubeVirt).
-    let r = run(with(
+    let r = run(env_with(
         &ns,
         "pre",
         &[("MANAGEDCHART_NAME", "harvestr"), ("ALLOW_MISSING", "yes")],
     ))
     .await;
-    assert_eq!(r.code, 0, "{r:?}");
+    r.ok();
     assert_eq!(kubevirt_methods(&client, &ns).await, json!([]));
 }
 
@@ -149,21 +135,16 @@ async fn a_wrong_name_fails_loudly_and_writes_nothing() {
 /// Warning Event that says how to turn updates on, and the termination message.
 #[tokio::test]
 async fn updates_left_off_without_a_record_are_loud() {
-    let client = admin().await;
-    let ns = namespace(&client, "still-off").await;
-    harvester(&client, &ns, Some(json!([]))).await;
-    let r = run(with(&ns, "post", &[("MANAGEDCHART_NAME", "")])).await;
-    assert_eq!(r.code, 0, "{r:?}");
+    let (client, ns) = new_harvester("still-off", json!([])).await;
+    let r = run(env_with(&ns, "post", &[("MANAGEDCHART_NAME", "")])).await;
+    r.ok();
     assert_eq!(kubevirt_methods(&client, &ns).await, json!([]));
     let w = r.warnings();
     assert!(
         w.len() == 1 && w[0].starts_with(STILL_SUSPENDED) && w[0].contains("kubectl"),
         "{w:?}"
     );
-    assert!(
-        r.stderr.contains(" WARN ") && r.stderr.contains("stay OFF"),
-        "{r:?}"
-    );
+    r.says(&[" WARN ", "stay OFF"]);
     let ev = events(&client, &ns).await;
     assert!(
         ev.iter().any(|(t, reason, note)| t == "Warning"
@@ -180,13 +161,13 @@ async fn a_change_while_suspended_is_kept_with_a_warning() {
     let client = admin().await;
     let ns = namespace(&client, "later-choice").await;
     let (_, chart0) = harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
-    assert_eq!(run(with(&ns, "pre", &[])).await.code, 0);
+    assert_eq!(run(env_with(&ns, "pre", &[])).await.code, 0);
     let op = json!([{"op": "replace", "path": "/spec/workloadUpdateStrategy/workloadUpdateMethods", "value": ["Evict"]}]);
     json_patch(&client, "KubeVirt", &ns, "kubevirt", op)
         .await
         .unwrap();
-    let r = run(with(&ns, "post", &[])).await;
-    assert_eq!(r.code, 0, "{r:?}");
+    let r = run(env_with(&ns, "post", &[])).await;
+    r.ok();
     // The write says what it did (an earlier version said `actions=[]`, which told nothing).
     let step = &r.summary.as_ref().unwrap()["steps"][0];
     assert_eq!(step["outcome"], "changed", "{step}");
@@ -243,15 +224,13 @@ async fn a_change_while_suspended_is_kept_with_a_warning() {
 /// log, the Restored Event and the termination message.
 #[tokio::test]
 async fn post_says_what_kubevirt_will_do_next() {
-    let client = admin().await;
-    let ns = namespace(&client, "notice").await;
-    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await; // 3 outdated VMIs
-    assert_eq!(run(with(&ns, "pre", &[])).await.code, 0);
-    let r = run(with(&ns, "post", &[])).await;
-    assert_eq!(r.code, 0, "{r:?}");
+    let (client, ns) = new_harvester("notice", json!(["LiveMigrate"])).await; // 3 outdated VMIs
+    assert_eq!(run(env_with(&ns, "pre", &[])).await.code, 0);
+    let r = run(env_with(&ns, "post", &[])).await;
+    r.ok();
     let notice = "the 3 outdated VMIs will be live-migrated, at most 5 at a time in the cluster \
                   and 2 at a time from any one node";
-    assert!(r.stderr.contains(notice), "{r:?}");
+    r.says(&[notice]);
     let actions = r.summary.as_ref().unwrap()["steps"][0]["actions"].to_string();
     assert!(actions.contains(notice), "{actions}");
     let ev = events(&client, &ns).await;
@@ -265,16 +244,14 @@ async fn post_says_what_kubevirt_will_do_next() {
 /// Someone removed our comparePatches entry while suspended: `post` says so, in words.
 #[tokio::test]
 async fn a_removed_compare_patch_is_reported() {
-    let client = admin().await;
-    let ns = namespace(&client, "entry-gone").await;
-    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
-    assert_eq!(run(with(&ns, "pre", &[])).await.code, 0);
+    let (client, ns) = new_harvester("entry-gone", json!(["LiveMigrate"])).await;
+    assert_eq!(run(env_with(&ns, "pre", &[])).await.code, 0);
     let op = json!([{"op": "remove", "path": "/spec/diff/comparePatches/3"}]);
     json_patch(&client, "ManagedChart", &ns, "harvester", op)
         .await
         .unwrap();
-    let r = run(with(&ns, "post", &[])).await;
-    assert_eq!(r.code, 0, "{r:?}");
+    let r = run(env_with(&ns, "post", &[])).await;
+    r.ok();
     let w = r.warnings();
     assert!(
         w.iter()
@@ -362,9 +339,7 @@ async fn the_default_termination_path_is_written_only_where_the_kubelet_made_it(
         "this test needs a host without {}",
         default.display()
     );
-    let client = admin().await;
-    let ns = namespace(&client, "term").await;
-    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+    let (_, ns) = new_harvester("term", json!(["LiveMigrate"])).await;
     let out = std::process::Command::new(BIN)
         .env_clear()
         .env("KUBECONFIG", control_plane().kubeconfig())
@@ -384,11 +359,9 @@ async fn the_default_termination_path_is_written_only_where_the_kubelet_made_it(
 /// `DRY_RUN` logs what it would do, in words.
 #[tokio::test]
 async fn a_dry_run_says_would() {
-    let client = admin().await;
-    let ns = namespace(&client, "would").await;
-    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
-    let r = run(with(&ns, "pre", &[("DRY_RUN", "true")])).await;
-    assert_eq!(r.code, 0, "{r:?}");
+    let (client, ns) = new_harvester("would", json!(["LiveMigrate"])).await;
+    let r = run(env_with(&ns, "pre", &[("DRY_RUN", "true")])).await;
+    r.ok();
     assert!(
         r.stderr.contains("would write (dry run: nothing changed)"),
         "{r:?}"
@@ -402,10 +375,10 @@ async fn a_dry_run_says_would() {
     assert!(!r.stderr.contains(" written "), "{r:?}");
     // A dry-run post after a real pre: every restore is accepted by the server's dry run, each
     // release is planned against that result and shown, and nothing changes.
-    assert_eq!(run(with(&ns, "pre", &[])).await.code, 0);
+    assert_eq!(run(env_with(&ns, "pre", &[])).await.code, 0);
     let before = both_rvs(&client, &ns).await;
-    let r = run(with(&ns, "post", &[("DRY_RUN", "true")])).await;
-    assert_eq!(r.code, 0, "{r:?}");
+    let r = run(env_with(&ns, "post", &[("DRY_RUN", "true")])).await;
+    r.ok();
     let objects: Vec<String> = r
         .stdout
         .lines()
@@ -436,11 +409,9 @@ async fn a_dry_run_says_would() {
 /// With `LOG_FORMAT=json`, the run's last log line carries the summary as a JSON object.
 #[tokio::test]
 async fn the_json_log_carries_the_summary_as_an_object() {
-    let client = admin().await;
-    let ns = namespace(&client, "json-log").await;
-    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
-    let r = run(with(&ns, "pre", &[("LOG_FORMAT", "json")])).await;
-    assert_eq!(r.code, 0, "{r:?}");
+    let (_, ns) = new_harvester("json-log", json!(["LiveMigrate"])).await;
+    let r = run(env_with(&ns, "pre", &[("LOG_FORMAT", "json")])).await;
+    r.ok();
     let last: Value = serde_json::from_str(r.stderr.lines().last().unwrap()).unwrap();
     assert_eq!(last["message"], "done");
     assert_eq!(last["summary"], *r.summary.as_ref().unwrap());
@@ -459,32 +430,26 @@ async fn a_post_that_skips_the_chart_is_not_called_success() {
     let client = admin().await;
     let ns = namespace(&client, "half").await;
     let (_, chart0) = harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
-    assert_eq!(run(with(&ns, "pre", &[])).await.code, 0);
-    let r = run(with(&ns, "post", &[("MANAGEDCHART_NAME", "")])).await;
-    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(run(env_with(&ns, "pre", &[])).await.code, 0);
+    let r = run(env_with(&ns, "post", &[("MANAGEDCHART_NAME", "")])).await;
+    r.ok();
     assert_eq!(kubevirt_methods(&client, &ns).await, json!(["LiveMigrate"]));
-    let left: Vec<String> = r
-        .warnings()
-        .into_iter()
-        .filter(|w| w.starts_with("RecordsLeftBySkippedStep: "))
-        .collect();
+    let left = r.warnings_of("RecordsLeftBySkippedStep: ");
     assert_eq!(left.len(), 1, "{r:?}");
-    for want in [
-        &format!("NOT FULLY RESTORED: ManagedChart {ns}/harvester keeps what pre wrote there"),
-        "the values override [] and its record",
-        "the comparePatches pointer and its record",
-        "MANAGEDCHART_NAME is empty",
-        "Fleet's next deploy of the chart renders that [] on the KubeVirt CR and suspends the \
+    assert_contains_all(
+        &left[0],
+        &[
+            &format!("NOT FULLY RESTORED: ManagedChart {ns}/harvester keeps what pre wrote there"),
+            "the values override [] and its record",
+            "the comparePatches pointer and its record",
+            "MANAGEDCHART_NAME is empty",
+            "Fleet's next deploy of the chart renders that [] on the KubeVirt CR and suspends the \
          automated updates again",
-        &format!("run post again with MANAGEDCHART_NAMESPACE={ns} MANAGEDCHART_NAME=harvester"),
-        "hack/job.sh run post",
-    ] {
-        assert!(left[0].contains(want), "{want:?} in {}", left[0]);
-    }
-    assert!(
-        r.stderr.contains(" WARN ") && r.stderr.contains("NOT FULLY RESTORED"),
-        "{r:?}"
+            &format!("run post again with MANAGEDCHART_NAMESPACE={ns} MANAGEDCHART_NAME=harvester"),
+            "hack/job.sh run post",
+        ],
     );
+    r.says(&[" WARN ", "NOT FULLY RESTORED"]);
     let ev = events(&client, &ns).await;
     assert!(
         ev.iter().any(|(t, reason, note)| t == "Warning"
@@ -494,8 +459,8 @@ async fn a_post_that_skips_the_chart_is_not_called_success() {
     );
     // status, with the chart named or not: the verdict says Fleet's next deploy suspends again.
     for extra in [&[][..], &[("MANAGEDCHART_NAME", "")][..]] {
-        let s = run(with(&ns, "status", extra)).await;
-        assert_eq!(s.code, 0, "{s:?}");
+        let s = run(env_with(&ns, "status", extra)).await;
+        s.ok();
         let verdict = s.summary.as_ref().unwrap()["verdict"].as_str().unwrap();
         assert!(
             verdict.starts_with(
@@ -513,12 +478,12 @@ async fn a_post_that_skips_the_chart_is_not_called_success() {
         );
     }
     // The command it names finishes the job.
-    let r = run(with(&ns, "post", &[])).await;
-    assert_eq!(r.code, 0, "{r:?}");
+    let r = run(env_with(&ns, "post", &[])).await;
+    r.ok();
     assert_eq!(r.warnings(), Vec::<String>::new(), "{r:?}");
     let chart = get(&client, "ManagedChart", &ns, "harvester").await;
     assert_eq!(content(&chart), content(&chart0));
-    let s = run(with(&ns, "status", &[])).await;
+    let s = run(env_with(&ns, "status", &[])).await;
     assert_eq!(
         s.summary.as_ref().unwrap()["verdict"],
         "NOT SUSPENDED: automated updates on ([\"LiveMigrate\"])"
@@ -529,9 +494,7 @@ async fn a_post_that_skips_the_chart_is_not_called_success() {
 /// the kubelet would read, written by the run).
 #[tokio::test]
 async fn every_skip_is_in_the_termination_message() {
-    let client = admin().await;
-    let ns = namespace(&client, "skips").await;
-    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+    let (_, ns) = new_harvester("skips", json!(["LiveMigrate"])).await;
     for (phase, extra, object) in [
         (
             "pre",
@@ -554,7 +517,7 @@ async fn every_skip_is_in_the_termination_message() {
             &format!("KubeVirt {ns}/kubvirt"),
         ),
     ] {
-        let mut env = with(&ns, phase, extra);
+        let mut env = env_with(&ns, phase, extra);
         env.insert("ALLOW_MISSING".into(), "true".into());
         let r = run(env).await;
         assert_eq!(r.code, 0, "{phase} {extra:?}: {r:?}");
@@ -567,14 +530,14 @@ async fn every_skip_is_in_the_termination_message() {
         );
     }
     // The read-only status never says that nothing was written.
-    let r = run(with(&ns, "status", &[("KUBEVIRT_NAME", "kubvirt")])).await;
+    let r = run(env_with(&ns, "status", &[("KUBEVIRT_NAME", "kubvirt")])).await;
     assert_eq!(r.code, i32::from(exit::MISSING), "{r:?}");
     let error = r.summary.as_ref().unwrap()["error"].as_str().unwrap();
     assert!(!error.contains("written"), "{error}");
     // A step switched off that leaves pre's record on the CR: named too.
-    assert_eq!(run(with(&ns, "pre", &[])).await.code, 0);
-    let r = run(with(&ns, "post", &[("STEP_KUBEVIRT", "false")])).await;
-    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(run(env_with(&ns, "pre", &[])).await.code, 0);
+    let r = run(env_with(&ns, "post", &[("STEP_KUBEVIRT", "false")])).await;
+    r.ok();
     assert!(
         r.warnings().iter().any(|w| w.starts_with(&format!(
             "RecordsLeftBySkippedStep: NOT FULLY RESTORED: KubeVirt {ns}/kubevirt keeps what pre \
@@ -600,12 +563,10 @@ async fn the_messages_say_what_they_mean() {
     assert!(!error.contains("'\"") && !error.contains("\"'"), "{error}");
 
     // (A change made while suspended: `a_change_while_suspended_is_kept_with_a_warning`.)
-    let client = admin().await;
-    let ns = namespace(&client, "said").await;
-    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+    let (client, ns) = new_harvester("said", json!(["LiveMigrate"])).await;
 
     // status: "nothing" said once, and the owners' label parted from its value.
-    let mut plain = with(&ns, "status", &[]);
+    let mut plain = env_with(&ns, "status", &[]);
     plain.insert("KUBEVIRT_NAME".into(), "other".into());
     create(
         &client,

@@ -54,6 +54,14 @@ async fn both(client: &Client, ns: &str) -> (Value, Value) {
     )
 }
 
+/// Harvester's Upgrade `hvst-upgrade-1` to `release`, its state label at `state` (a merge patch
+/// as `harvester`).
+async fn upgrade_at(client: &Client, ns: &str, release: &str, state: &str) {
+    let up = Upgrade::start(client, ns, "hvst-upgrade-1", release).await;
+    let labels = json!({"metadata": {"labels": {STATE_LABEL: state}}});
+    merge_patch(client, "Upgrade", ns, &up.name, "harvester", labels).await;
+}
+
 /// By the Upgrade under way (state `PreparingRepo`, before KubeVirt's upgrade) and by the one
 /// release on offer: `status` and `pre` give the same answer; not needed: nothing written, and
 /// the override suspends; needed: suspended.
@@ -71,16 +79,7 @@ async fn pre_stands_aside_where_the_coming_release_restores_what_is_there() {
             if by_offer {
                 offer_version(&client, &ns, release).await;
             } else {
-                let up = Upgrade::start(&client, &ns, "hvst-upgrade-1", release).await;
-                merge_patch(
-                    &client,
-                    "Upgrade",
-                    &ns,
-                    &up.name,
-                    "harvester",
-                    json!({"metadata": {"labels": {STATE_LABEL: "PreparingRepo"}}}),
-                )
-                .await;
+                upgrade_at(&client, &ns, release, "PreparingRepo").await;
             }
             let case = format!("{release} {admin_choice:?} by offer {by_offer}");
             let status = run(&ns, "status", &[]).await;
@@ -162,27 +161,9 @@ async fn a_late_pre_suspends_and_says_so() {
     for (i, (release, admin_choice, state, outdated)) in cases.iter().enumerate() {
         let ns = install(&client, &format!("pa-late-{i}"), *admin_choice).await;
         let name = format!("kubevirt-workload-update-late{i}");
-        create(&client, "VirtualMachineInstanceMigration", &ns, json!({"apiVersion": "kubevirt.io/v1",
-            "kind": "VirtualMachineInstanceMigration", "metadata": {"name": name}, "spec": {"vmiName": "vm1"}})).await;
-        set_status(
-            &client,
-            "VirtualMachineInstanceMigration",
-            &ns,
-            &name,
-            json!({"phase": "Running"}),
-        )
-        .await;
+        migration(&client, &ns, &name, "Running").await;
         if !release.is_empty() {
-            let up = Upgrade::start(&client, &ns, "hvst-upgrade-1", release).await;
-            merge_patch(
-                &client,
-                "Upgrade",
-                &ns,
-                &up.name,
-                "harvester",
-                json!({"metadata": {"labels": {STATE_LABEL: state}}}),
-            )
-            .await;
+            upgrade_at(&client, &ns, release, state).await;
         }
         if *outdated > 0 {
             set_status(
@@ -200,11 +181,7 @@ async fn a_late_pre_suspends_and_says_so() {
             json!([]),
             "{release} {state}"
         );
-        let late: Vec<String> = pre
-            .warnings()
-            .into_iter()
-            .filter(|w| w.starts_with(PRE_LATE))
-            .collect();
+        let late = pre.warnings_of(PRE_LATE);
         assert_eq!(late.len(), 1, "{pre:?}");
         let w = &late[0];
         assert!(w.contains(&format!("{ns}/{name} (Running)")), "{w}");

@@ -30,14 +30,7 @@ impl Scratch {
     /// A kubeconfig for `server` (the certificate is never reached).
     fn kubeconfig(&self, server: &str) -> PathBuf {
         let path = self.0.join("kubeconfig");
-        std::fs::write(
-            &path,
-            format!(
-                "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: '{server}', insecure-skip-tls-verify: true}}\n\
-                 users:\n- name: u\n  user: {{token: t}}\ncontexts:\n- name: c\n  context: {{cluster: c, user: u}}\ncurrent-context: c\n"
-            ),
-        )
-        .unwrap();
+        insecure_kubeconfig(&path, server);
         path
     }
 
@@ -59,12 +52,7 @@ impl Drop for Scratch {
 
 /// A loopback port where nothing listens (bound, then released).
 fn dead_server() -> String {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    format!("https://127.0.0.1:{port}")
+    format!("https://127.0.0.1:{}", free_port())
 }
 
 /// The binary with exactly `env`, the kubeconfig and the termination-message file.
@@ -261,9 +249,7 @@ fn an_unresolvable_name_says_it_is_dns() {
 /// finishes its work and exits 0, the JSON log's last line included.
 #[tokio::test]
 async fn a_report_that_cannot_be_written_exits_3_and_a_log_that_cannot_exits_0() {
-    let client = admin().await;
-    let ns = namespace(&client, "pipes").await;
-    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+    let (client, ns) = new_harvester("pipes", json!(["LiveMigrate"])).await;
     let kubeconfig = control_plane().kubeconfig();
     let env = |phase: &'static str, extra: &[(&'static str, &'static str)]| {
         let mut env: Vec<(String, String)> = env_for(&ns, phase).into_iter().collect();

@@ -7,7 +7,6 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use kube::Client;
 use serde_json::{Value, json};
 use workload_update_guard::model::{KUBEVIRT_COPY, KUBEVIRT_RECORD};
 use workload_update_guard::plan::harvester_upgrade::{
@@ -89,6 +88,19 @@ impl Guard {
         }
     }
 
+    /// Waits until the CR's methods are `methods` (for at most `within`), then until this guard
+    /// says its restore is done.
+    pub async fn restored(
+        &self,
+        client: &kube::Client,
+        ns: &str,
+        methods: &Value,
+        within: Duration,
+    ) {
+        methods_become(client, ns, methods, within).await;
+        self.wait_for("post done", Duration::from_secs(5));
+    }
+
     pub fn probe(&self, which: &str) -> bool {
         Command::new(BIN)
             .args(["--probe", which])
@@ -112,29 +124,9 @@ impl Drop for Guard {
     }
 }
 
-/// Polls the CR's methods until they are `want`, for at most `within`; how long it took.
-pub async fn methods_become(client: &Client, ns: &str, want: &Value, within: Duration) -> Duration {
-    let start = Instant::now();
-    loop {
-        if kubevirt_methods(client, ns).await == *want {
-            return start.elapsed();
-        }
-        assert!(
-            start.elapsed() < within,
-            "{ns}: methods {} not {want} within {within:?}",
-            kubevirt_methods(client, ns).await
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 /// The Events on the KubeVirt CR with `reason`.
 async fn events(ns: &str, reason: &str) -> usize {
-    let out = kubectl_ok(&["-n", ns, "get", "events.events.k8s.io", "-o", "json"]);
-    let list: Value = serde_json::from_str(&out).unwrap();
-    list["items"]
-        .as_array()
-        .unwrap()
+    events_in(ns)
         .iter()
         .filter(|e| e["reason"] == reason)
         .count()
@@ -162,8 +154,7 @@ async fn the_resident_guard_suspends_at_creation_and_restores_at_the_end_for_eac
     let kubeconfig = control_plane().kubeconfig();
     let one = async |(i, (release, methods, suspends)): (usize, &(&str, &[&str], bool))| {
         let methods = json!(methods);
-        let ns = namespace(&client, &format!("resident-{i}")).await;
-        harvester(&client, &ns, Some(methods.clone())).await;
+        let ns = harvester_ns(&client, &format!("resident-{i}"), methods.clone()).await;
         let guard = Guard::start(&kubeconfig, &ns, 0);
         assert!(
             guard.probe("live") && guard.probe("ready"),
@@ -233,11 +224,9 @@ async fn the_resident_guard_suspends_at_creation_and_restores_at_the_end_for_eac
 /// end is also the last: no later upgrade is needed to wake it.
 #[tokio::test]
 async fn a_new_guard_after_the_end_restores_what_the_last_one_suspended() {
-    let client = admin().await;
-    let kubeconfig = control_plane().kubeconfig();
     let methods = json!(["LiveMigrate"]);
-    let ns = namespace(&client, "resident-restart").await;
-    harvester(&client, &ns, Some(methods.clone())).await;
+    let (client, ns) = new_harvester("resident-restart", methods.clone()).await;
+    let kubeconfig = control_plane().kubeconfig();
     let up = Upgrade::start(&client, &ns, "hvst-upgrade-restart", "v1.7.1").await;
     // The record a second or more after the Upgrade's creation (times are whole seconds), as
     // when the guard suspends seconds after it.
@@ -255,8 +244,9 @@ async fn a_new_guard_after_the_end_restores_what_the_last_one_suspended() {
         "no guard ran"
     );
     let second = Guard::spawn(&kubeconfig, &ns, 1);
-    methods_become(&client, &ns, &methods, Duration::from_secs(10)).await;
-    second.wait_for("post done", Duration::from_secs(5));
+    second
+        .restored(&client, &ns, &methods, Duration::from_secs(10))
+        .await;
 }
 
 /// A `post` that succeeds but leaves something of ours (here: both records of the original lost,
@@ -264,10 +254,8 @@ async fn a_new_guard_after_the_end_restores_what_the_last_one_suspended() {
 /// tight loop: the same restore right after it waits for the next event or read (30 s here).
 #[tokio::test]
 async fn a_restore_that_leaves_ours_is_not_run_again_at_once() {
-    let client = admin().await;
+    let (client, ns) = new_harvester("resident-again", json!(["LiveMigrate"])).await;
     let kubeconfig = control_plane().kubeconfig();
-    let ns = namespace(&client, "resident-again").await;
-    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
     let pre = run_bin(&kubeconfig, env_for(&ns, "pre")).await;
     assert_eq!(pre.code, 0, "{}", pre.stderr);
     let lose = |kind: &str, name: &str, keys: &[&str]| {
@@ -296,10 +284,8 @@ async fn a_restore_that_leaves_ours_is_not_run_again_at_once() {
 /// suspension and one restore, without a conflict.
 #[tokio::test]
 async fn two_resident_guards_hold_after_a_failure_and_restore_once_after_the_retry() {
-    let client = admin().await;
+    let (client, ns) = new_harvester("resident-failed", json!(["LiveMigrate"])).await;
     let kubeconfig = control_plane().kubeconfig();
-    let ns = namespace(&client, "resident-failed").await;
-    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
     let guards = [
         Guard::start(&kubeconfig, &ns, 0),
         Guard::start(&kubeconfig, &ns, 1),
@@ -324,13 +310,7 @@ async fn two_resident_guards_hold_after_a_failure_and_restore_once_after_the_ret
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(kubevirt_methods(&client, &ns).await, json!([]));
     retry.finish(&client, true).await;
-    methods_become(
-        &client,
-        &ns,
-        &json!(["LiveMigrate"]),
-        Duration::from_secs(2),
-    )
-    .await;
+    methods_become(&client, &ns, &live_migrate(), Duration::from_secs(2)).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(events(&ns, SUSPENDED).await, 1, "one suspension");
     assert_eq!(
@@ -351,12 +331,10 @@ async fn two_resident_guards_hold_after_a_failure_and_restore_once_after_the_ret
 /// UpgradePlans are cluster-scoped.
 #[tokio::test]
 async fn the_resident_guard_follows_the_addons_upgrade_plan() {
-    let cp = ControlPlane::up(&[]).unwrap_or_else(|e| panic!("{e}"));
-    let client = client_for(&cp.kubeconfig()).await;
+    let (cp, client) = ControlPlane::own().await;
     let kubeconfig = cp.kubeconfig();
     let both = json!(["LiveMigrate", "Evict"]);
-    let ns = namespace(&client, "resident-addon").await;
-    harvester(&client, &ns, Some(both.clone())).await;
+    let ns = harvester_ns(&client, "resident-addon", both.clone()).await;
     let guard = Guard::start(&kubeconfig, &ns, 0);
     let plan = UpgradePlan::create(&client, "hvst-upgrade-resident", "v1.8.0").await;
     methods_become(&client, &ns, &json!([]), Duration::from_secs(10)).await;
@@ -388,8 +366,7 @@ async fn the_resident_guard_follows_the_addons_upgrade_plan() {
 async fn the_resident_guard_says_once_when_it_is_no_longer_needed() {
     let client = admin().await;
     server_version(&client, "v1.7.3").await;
-    let ns = namespace(&client, "retire").await;
-    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+    let ns = harvester_ns(&client, "retire", json!(["LiveMigrate"])).await;
     offer_version(&client, &ns, "v1.8.1").await;
     let guard = Guard::start(&control_plane().kubeconfig(), &ns, 0);
     let line = "the guard is no longer needed: Harvester v1.7.3: every release it can upgrade to \
@@ -402,7 +379,7 @@ async fn the_resident_guard_says_once_when_it_is_no_longer_needed() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let status = run_phase(&ns, "status").await;
-    assert_eq!(status.code, 0, "{status:?}");
+    status.ok();
     assert!(status.stdout.contains(line), "{}", status.stdout);
     // Another pass (woken by an ended Upgrade, which is no upgrade under way): said once only.
     let ready = std::fs::metadata(guard.dir.join("ready"))

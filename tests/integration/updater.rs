@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::monitoring::{free_port, scrape};
+use crate::monitoring::scrape;
 use crate::resident::Guard;
 use crate::support::harvester::Upgrade;
 use crate::support::kubevirt::{KubeVirtCluster, NS, VmiSpec};

@@ -34,12 +34,35 @@ async fn versions(client: &Client, ns: &str) -> (Value, Value) {
     )
 }
 
+/// The upgrade through each state before its end, `pause` in each: the waiting `post` (`what`)
+/// has not ended, and both objects are still at `before` (`versions`).
+async fn waits_through_the_upgrade(
+    client: &Client,
+    ns: &str,
+    before: &(Value, Value),
+    up: &Upgrade,
+    post: &tokio::task::JoinHandle<Run>,
+    pause: Duration,
+    what: &str,
+) {
+    for state in running(UPGRADE_STATES) {
+        up.set_state(client, state).await;
+        tokio::time::sleep(pause).await;
+        assert!(!post.is_finished(), "{what} ended during {state}");
+        assert_eq!(
+            versions(client, ns).await,
+            *before,
+            "{state}: nothing written"
+        );
+    }
+}
+
 /// The pair, and `pre` run on it.
 async fn suspended(client: &Client, kubeconfig: &std::path::Path, label: &str) -> String {
     let ns = namespace(client, label).await;
     harvester(client, &ns, Some(json!(["LiveMigrate"]))).await;
     let pre = run_bin(kubeconfig, env(&ns, "pre", &[])).await;
-    assert_eq!(pre.code, 0, "{pre:?}");
+    pre.ok();
     assert_eq!(kubevirt_methods(client, &ns).await, json!([]));
     ns
 }
@@ -65,15 +88,16 @@ async fn post_waits_and_gives_up(
         "{state}: {run:?}"
     );
     let error = run.summary.as_ref().unwrap()["error"].as_str().unwrap();
-    for words in [
-        what,
-        state,
-        "under way",
-        "nothing was written",
-        "RESTORE_DURING_UPGRADE",
-    ] {
-        assert!(error.contains(words), "{state}: {words:?} in {error}");
-    }
+    assert_contains_all(
+        error,
+        &[
+            what,
+            state,
+            "under way",
+            "nothing was written",
+            "RESTORE_DURING_UPGRADE",
+        ],
+    );
     assert!(!error.contains('\n'));
     // The progress line at once names it too.
     assert!(
@@ -122,24 +146,20 @@ async fn post_across_a_whole_v171_upgrade_restores_at_its_end_and_never_before()
             let (ns, kc) = (ns.clone(), kubeconfig.clone());
             tokio::spawn(async move { run_bin(&kc, env(&ns, "post", &[])).await })
         };
-        for state in running(UPGRADE_STATES) {
-            up.set_state(&client, state).await;
-            tokio::time::sleep(Duration::from_millis(700)).await;
-            assert!(!post.is_finished(), "post ended during {state}");
-            assert_eq!(
-                versions(&client, &ns).await,
-                before,
-                "{state}: nothing written"
-            );
-        }
-        let ended = Instant::now();
-        up.finish(&client, succeeded).await;
-        let run = tokio::time::timeout(Duration::from_secs(5), post)
-            .await
-            .expect("post restores within 5 s of the end")
-            .unwrap();
-        assert_eq!(run.code, 0, "{run:?}");
-        assert!(ended.elapsed() < Duration::from_secs(5));
+        waits_through_the_upgrade(
+            &client,
+            &ns,
+            &before,
+            &up,
+            &post,
+            Duration::from_millis(700),
+            "post",
+        )
+        .await;
+        let run = up
+            .finish_then_post(&client, succeeded, post, "post restores")
+            .await;
+        run.ok();
         assert!(
             run.stderr.contains("PreparingLoggingInfra"),
             "{}",
@@ -163,7 +183,7 @@ async fn the_override_restores_during_an_upgrade_with_a_warning() {
         env(&ns, "post", &[("RESTORE_DURING_UPGRADE", "true")]),
     )
     .await;
-    assert_eq!(run.code, 0, "{run:?}");
+    run.ok();
     assert!(
         run.warnings()
             .iter()
@@ -182,8 +202,7 @@ async fn the_override_restores_during_an_upgrade_with_a_warning() {
 /// test's `post`.
 #[tokio::test]
 async fn the_addons_upgrade_plan_is_waited_for_in_every_phase() {
-    let cp = ControlPlane::up(&[]).unwrap_or_else(|e| panic!("{e}"));
-    let client = client_for(&cp.kubeconfig()).await;
+    let (cp, client) = ControlPlane::own().await;
     let kubeconfig = cp.kubeconfig();
     let ns = suspended(&client, &kubeconfig, "order-addon").await;
     let plan = UpgradePlan::create(&client, "hvst-upgrade-addon", "v1.8.0").await;
@@ -198,7 +217,7 @@ async fn the_addons_upgrade_plan_is_waited_for_in_every_phase() {
         harvester(&client, &other, Some(methods.clone())).await;
         let before = versions(&client, &other).await;
         let pre = run_bin(&kubeconfig, env(&other, "pre", &[])).await;
-        assert_eq!(pre.code, 0, "{pre:?}");
+        pre.ok();
         if needed {
             assert_eq!(
                 kubevirt_methods(&client, &other).await,
@@ -206,7 +225,7 @@ async fn the_addons_upgrade_plan_is_waited_for_in_every_phase() {
                 "{pre:?}"
             );
         } else {
-            assert!(pre.stderr.contains("not needed"), "{pre:?}");
+            pre.says(&["not needed"]);
             assert!(
                 pre.stderr.contains("hvst-upgrade-addon"),
                 "names the plan: {pre:?}"
@@ -245,13 +264,13 @@ async fn the_addons_upgrade_plan_is_waited_for_in_every_phase() {
         .await
         .expect("post restores within 5 s of the end")
         .unwrap();
-    assert_eq!(run.code, 0, "{run:?}");
+    run.ok();
     assert!(ended.elapsed() < Duration::from_secs(5));
     assert_eq!(kubevirt_methods(&client, &ns).await, json!(["LiveMigrate"]));
 
     // The plan's own post (upgrade-toolkit runs it inside the plan) does not wait for it.
     let pre = run_bin(&kubeconfig, env(&ns, "pre", &[])).await;
-    assert_eq!(pre.code, 0, "{pre:?}");
+    pre.ok();
     let own = UpgradePlan::create(&client, "hvst-upgrade-own", "v1.8.0").await;
     own.set_phase(&client, "CleaningUp").await;
     let run = run_bin(
@@ -266,7 +285,7 @@ async fn the_addons_upgrade_plan_is_waited_for_in_every_phase() {
         ),
     )
     .await;
-    assert_eq!(run.code, 0, "{run:?}");
+    run.ok();
     assert_eq!(kubevirt_methods(&client, &ns).await, json!(["LiveMigrate"]));
     plan.delete(&client).await;
     own.delete(&client).await;
@@ -316,61 +335,58 @@ async fn the_armed_post_restores_once_after_the_next_upgrade_and_never_before() 
         "no upgrade has begun: the armed post waits"
     );
     let up = Upgrade::start(&client, &ns, "hvst-upgrade-armed", "v1.7.1").await;
-    for state in running(UPGRADE_STATES) {
-        up.set_state(&client, state).await;
-        tokio::time::sleep(Duration::from_millis(1500)).await;
-        assert!(!post.is_finished(), "the armed post ended during {state}");
-        assert_eq!(
-            versions(&client, &ns).await,
-            before,
-            "{state}: nothing written"
-        );
-    }
-    let ended = Instant::now();
-    up.finish(&client, true).await;
-    let run = tokio::time::timeout(Duration::from_secs(5), post)
-        .await
-        .expect("the armed post restores within 5 s of the end")
-        .unwrap();
-    assert_eq!(run.code, 0, "{run:?}");
-    assert!(ended.elapsed() < Duration::from_secs(5));
+    waits_through_the_upgrade(
+        &client,
+        &ns,
+        &before,
+        &up,
+        &post,
+        Duration::from_millis(1500),
+        "the armed post",
+    )
+    .await;
+    let run = up
+        .finish_then_post(&client, true, post, "the armed post restores")
+        .await;
+    run.ok();
     assert!(run.stderr.contains("hvst-upgrade-armed"), "{}", run.stderr);
     assert_eq!(kubevirt_methods(&client, &ns).await, json!(["LiveMigrate"]));
     // A new pod of the same Job after the restore: nothing to do.
     let again = armed(&ns, &[]).await.unwrap();
-    assert_eq!(again.code, 0, "{again:?}");
+    again.ok();
     assert!(again.stderr.contains("nothing of ours"), "{}", again.stderr);
 
     // pre again (the last upgrade is over, created before this record); a by-hand post first.
     let pre = run_bin(&kubeconfig, env(&ns, "pre", &[])).await;
-    assert_eq!(pre.code, 0, "{pre:?}");
+    pre.ok();
     let post = armed(&ns, &[]);
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(!post.is_finished(), "the old upgrade is not the next one");
     let by_hand = run_bin(&kubeconfig, env(&ns, "post", &[])).await;
-    assert_eq!(by_hand.code, 0, "{by_hand:?}");
+    by_hand.ok();
     let run = tokio::time::timeout(Duration::from_secs(5), post)
         .await
         .expect("the armed post sees the by-hand restore")
         .unwrap();
-    assert_eq!(run.code, 0, "{run:?}");
+    run.ok();
     assert_eq!(kubevirt_methods(&client, &ns).await, json!(["LiveMigrate"]));
 
     // The bound: no upgrade within ARM_WAIT_SECONDS.
     let pre = run_bin(&kubeconfig, env(&ns, "pre", &[])).await;
-    assert_eq!(pre.code, 0, "{pre:?}");
+    pre.ok();
     let before = versions(&client, &ns).await;
     let run = armed(&ns, &[("ARM_WAIT_SECONDS", "2")]).await.unwrap();
     assert_eq!(run.code, i32::from(exit::ARMED_BOUND), "{run:?}");
     let error = run.summary.as_ref().unwrap()["error"].as_str().unwrap();
-    for words in [
-        "ARM_WAIT_SECONDS",
-        "nothing was written",
-        "the suspension stays",
-        "no upgrade has begun",
-    ] {
-        assert!(error.contains(words), "{words:?} in {error}");
-    }
+    assert_contains_all(
+        error,
+        &[
+            "ARM_WAIT_SECONDS",
+            "nothing was written",
+            "the suspension stays",
+            "no upgrade has begun",
+        ],
+    );
     assert_eq!(versions(&client, &ns).await, before);
     assert_eq!(kubevirt_methods(&client, &ns).await, json!([]));
 }

@@ -45,8 +45,7 @@ async fn recorded(client: &Client, ns: &str) -> Option<Value> {
 /// UpgradePlans are cluster-scoped, and would hold up every other test's `post`.
 #[tokio::test]
 async fn a_late_pre_in_the_addons_plan_records_what_fleet_renders_not_its_empty_list() {
-    let cp = ControlPlane::up(&[]).unwrap_or_else(|e| panic!("{e}"));
-    let client = client_for(&cp.kubeconfig()).await;
+    let (cp, client) = ControlPlane::own().await;
     let kubeconfig = cp.kubeconfig();
     let both = json!(["LiveMigrate", "Evict"]);
     let custom = namespace(&client, "wh-addon-custom").await;
@@ -67,20 +66,17 @@ async fn a_late_pre_in_the_addons_plan_records_what_fleet_renders_not_its_empty_
         assert_eq!(kubevirt_methods(&client, ns).await, json!([]));
     }
     let pre = run_bin(&kubeconfig, env(&custom, "pre", &[])).await;
-    assert_eq!(pre.code, 0, "{pre:?}");
-    for words in [
+    pre.ok().says(&[
         SUSPENDED_BY_ANOTHER,
         "UpgradePlan hvst-upgrade-wh",
         "values override",
         "is lost",
-    ] {
-        assert!(pre.stderr.contains(words), "{words:?} in {}", pre.stderr);
-    }
+    ]);
     assert_eq!(recorded(&client, &custom).await, Some(both.clone()));
     let before =
         get(&client, "KubeVirt", &default, "kubevirt").await["metadata"]["resourceVersion"].clone();
     let pre = run_bin(&kubeconfig, env(&default, "pre", &[])).await;
-    assert_eq!(pre.code, 0, "{pre:?}");
+    pre.ok();
     assert!(
         pre.stderr.contains("not needed") && pre.stderr.contains("chart's default"),
         "{}",
@@ -95,7 +91,7 @@ async fn a_late_pre_in_the_addons_plan_records_what_fleet_renders_not_its_empty_
     plan.set_phase(&client, "Succeeded").await;
     for (ns, want) in [(&custom, both.clone()), (&default, json!(["LiveMigrate"]))] {
         let post = run_bin(&kubeconfig, env(ns, "post", &[])).await;
-        assert_eq!(post.code, 0, "{post:?}");
+        post.ok();
         assert_eq!(
             kubevirt_methods(&client, ns).await,
             want,
@@ -120,13 +116,13 @@ async fn a_late_pre_after_harvesters_own_suspension_ends_as_before_the_upgrade()
     up.set_state(&client, "UpgradingSystemServices").await;
     up.v180_suspend(&client).await;
     let pre = run_bin(&kubeconfig, env(&ns, "pre", &[])).await;
-    assert_eq!(pre.code, 0, "{pre:?}");
+    pre.ok();
     assert!(pre.stderr.contains(SUSPENDED_BY_ANOTHER), "{}", pre.stderr);
     assert_eq!(recorded(&client, &ns).await, Some(both.clone()));
     up.finish(&client, true).await;
     up.v180_cleanup(&client).await;
     let post = run_bin(&kubeconfig, env(&ns, "post", &[])).await;
-    assert_eq!(post.code, 0, "{post:?}");
+    post.ok();
     assert_eq!(kubevirt_methods(&client, &ns).await, both);
 
     let (ns, chart) = helm_installed(&client, "wh-v173").await;
@@ -141,7 +137,7 @@ async fn a_late_pre_after_harvesters_own_suspension_ends_as_before_the_upgrade()
     up.backup_and_suspend(&client, &chart).await;
     assert_eq!(kubevirt_methods(&client, &ns).await, json!([]));
     let pre = run_bin(&kubeconfig, env(&ns, "pre", &[])).await;
-    assert_eq!(pre.code, 0, "{pre:?}");
+    pre.ok();
     assert_eq!(
         recorded(&client, &ns).await,
         None,
@@ -152,7 +148,7 @@ async fn a_late_pre_after_harvesters_own_suspension_ends_as_before_the_upgrade()
     up.cleanup_values(&client).await;
     up.upgrade_chart(&client, &chart).await.unwrap();
     let post = run_bin(&kubeconfig, env(&ns, "post", &[])).await;
-    assert_eq!(post.code, 0, "{post:?}");
+    post.ok();
     assert_eq!(kubevirt_methods(&client, &ns).await, both);
 }
 
@@ -166,13 +162,20 @@ async fn armed_after_pre(
     harvester(client, &ns, Some(methods)).await;
     let kubeconfig = control_plane().kubeconfig();
     let pre = run_bin(&kubeconfig, env(&ns, "pre", &[])).await;
-    assert_eq!(pre.code, 0, "{pre:?}");
+    pre.ok();
     let e = env(&ns, "post", &[("ARM", "true"), ("ARM_POLL_SECONDS", "1")]);
     (
         ns,
         tokio::spawn(async move { run_bin(&kubeconfig, e).await }),
     )
 }
+
+/// The states of an upgrade under way, in order.
+const UNDER_WAY: [&str; 3] = [
+    "PreparingNodes",
+    "UpgradingSystemServices",
+    "UpgradingNodes",
+];
 
 /// Path A (to v1.7.1): the upgrade fails at `UpgradingNodes`, then is deleted, then retried.
 /// The armed `post` holds through the failure and the deletion (a Warning names the failed
@@ -184,11 +187,7 @@ async fn a_failed_path_a_upgrade_holds_the_armed_post_until_the_retry() {
     let kubeconfig = control_plane().kubeconfig();
     let (ns, post) = armed_after_pre(&client, "wh-held", json!(["LiveMigrate"])).await;
     let up = Upgrade::start(&client, &ns, "hvst-upgrade-try1", "v1.7.1").await;
-    for state in [
-        "PreparingNodes",
-        "UpgradingSystemServices",
-        "UpgradingNodes",
-    ] {
+    for state in UNDER_WAY {
         up.set_state(&client, state).await;
     }
     up.finish(&client, false).await;
@@ -207,42 +206,30 @@ async fn a_failed_path_a_upgrade_holds_the_armed_post_until_the_retry() {
     assert!(!post.is_finished(), "held after the deletion");
     assert_eq!(kubevirt_methods(&client, &ns).await, json!([]));
     let retry = Upgrade::start(&client, &ns, "hvst-upgrade-try2", "v1.7.1").await;
-    for state in [
-        "PreparingNodes",
-        "UpgradingSystemServices",
-        "UpgradingNodes",
-    ] {
+    for state in UNDER_WAY {
         retry.set_state(&client, state).await;
         tokio::time::sleep(Duration::from_millis(1200)).await;
         assert!(!post.is_finished(), "the retry is under way: {state}");
     }
-    let ended = Instant::now();
-    retry.finish(&client, true).await;
-    let run = tokio::time::timeout(Duration::from_secs(5), post)
-        .await
-        .expect("restored within 5 s of the retry's success")
-        .unwrap();
-    assert!(ended.elapsed() < Duration::from_secs(5));
-    assert_eq!(run.code, 0, "{run:?}");
-    for words in [
+    let run = retry
+        .finish_then_post(&client, true, post, "restored after the retry's success")
+        .await;
+    run.ok().says(&[
         HELD_AFTER_FAILURE,
         "hvst-upgrade-try1",
         "post by hand",
         "hvst-upgrade-try2",
-    ] {
-        assert!(run.stderr.contains(words), "{words:?} in {}", run.stderr);
-    }
+    ]);
     assert_eq!(kubevirt_methods(&client, &ns).await, json!(["LiveMigrate"]));
 
     // By hand after a failure: the operator's choice, at once.
-    let ns = namespace(&client, "wh-by-hand").await;
-    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+    let ns = harvester_ns(&client, "wh-by-hand", json!(["LiveMigrate"])).await;
     assert_eq!(run_bin(&kubeconfig, env(&ns, "pre", &[])).await.code, 0);
     let up = Upgrade::start(&client, &ns, "hvst-upgrade-try1", "v1.7.1").await;
     up.finish(&client, false).await;
     let started = Instant::now();
     let post = run_bin(&kubeconfig, env(&ns, "post", &[])).await;
-    assert_eq!(post.code, 0, "{post:?}");
+    post.ok();
     assert!(started.elapsed() < Duration::from_secs(5));
     assert_eq!(kubevirt_methods(&client, &ns).await, json!(["LiveMigrate"]));
 }
@@ -265,6 +252,6 @@ async fn a_failed_v180_upgrade_still_ends_with_the_administrators_methods() {
         .await
         .expect("restored within 5 s of the cleanup")
         .unwrap();
-    assert_eq!(run.code, 0, "{run:?}");
+    run.ok();
     assert_eq!(kubevirt_methods(&client, &ns).await, both);
 }

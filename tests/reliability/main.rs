@@ -23,18 +23,11 @@ use support::*;
 static SERIAL: Mutex<()> = Mutex::const_new(());
 
 fn script(args: &[&str]) {
-    let cp = control_plane();
-    let out = Command::new("bash")
-        .arg(repo_root().join("hack/control-plane.sh"))
+    let mut cmd = Command::new("bash");
+    cmd.arg(repo_root().join("hack/control-plane.sh"))
         .args(args)
-        .arg(&cp.dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+        .arg(&control_plane().dir);
+    output_ok(cmd);
 }
 
 fn stop_apiserver() {
@@ -43,13 +36,6 @@ fn stop_apiserver() {
 
 fn start_apiserver() {
     script(&["start-apiserver"]);
-}
-
-fn rv(obj: &Value) -> String {
-    obj["metadata"]["resourceVersion"]
-        .as_str()
-        .unwrap()
-        .to_string()
 }
 
 /// The binary as a child process, for tests that signal it or restart the server under it.
@@ -110,7 +96,7 @@ async fn clean_pre_state(client: &kube::Client) -> (Value, Value) {
     let ns = namespace(client, "clean").await;
     harvester(client, &ns, Some(json!(["LiveMigrate", "Evict"]))).await;
     let run = run_phase(&ns, "pre").await;
-    assert_eq!(run.code, 0, "{run:?}");
+    run.ok();
     let (kv, chart) = both(client, &ns).await;
     (normalize(&kv, &ns), normalize(&chart, &ns))
 }
@@ -213,7 +199,7 @@ async fn a_kill_after_any_write_then_a_rerun_converges() {
             // Killed by the signal right after the write: no exit code, no summary.
             assert_eq!(run.code, -1, "{phase} {point}: {run:?}");
             let rerun = run_bin(&control_plane().kubeconfig(), env.clone()).await;
-            assert_eq!(rerun.code, 0, "{rerun:?}");
+            rerun.ok();
             if phase == "pre" {
                 let (kv, chart) = both(&client, &ns).await;
                 if original == Some(json!(["LiveMigrate", "Evict"])) {
@@ -345,7 +331,7 @@ async fn concurrent_writers_lose_nothing() {
             if i % 2 == 0 { "pre" } else { "post" }.into(),
         );
         let run = run_bin(&control_plane().kubeconfig(), env.clone()).await;
-        assert_eq!(run.code, 0, "{run:?}");
+        run.ok();
         guard_conflicts += run.stderr.matches("conflict: read again").count();
     }
     stop.store(true, Ordering::SeqCst);
@@ -403,27 +389,24 @@ fn theirs(obj: &Value) -> BTreeSet<String> {
             out.insert(format!("entry {n}"));
         }
     }
+    let keys = |ptr: &str| -> Vec<String> {
+        obj.pointer(ptr)
+            .and_then(Value::as_object)
+            .into_iter()
+            .flat_map(|m| m.keys().cloned())
+            .collect()
+    };
     for path in [
         "/spec/values/other",
         "/spec/values/kubevirt/spec/workloadUpdateStrategy",
     ] {
-        for k in obj
-            .pointer(path)
-            .and_then(Value::as_object)
-            .into_iter()
-            .flat_map(|m| m.keys())
-        {
+        for k in keys(path) {
             if k.starts_with("w-") {
                 out.insert(format!("value {path}/{k}"));
             }
         }
     }
-    for k in obj
-        .pointer("/metadata/annotations")
-        .and_then(Value::as_object)
-        .into_iter()
-        .flat_map(|m| m.keys())
-    {
+    for k in keys("/metadata/annotations") {
         if k.starts_with("other.example/w-") {
             out.insert(format!("annotation {k}"));
         }
@@ -604,20 +587,8 @@ async fn an_unreachable_api_server_ends_at_the_deadline_with_the_transient_code(
     let _serial = SERIAL.lock().await;
     // A kubeconfig for a port where nothing listens.
     let dir = tempfile_dir();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
     let kubeconfig = dir.join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: 'https://127.0.0.1:{port}', insecure-skip-tls-verify: true}}\n\
-             users:\n- name: u\n  user: {{token: t}}\ncontexts:\n- name: c\n  context: {{cluster: c, user: u}}\ncurrent-context: c\n"
-        ),
-    )
-    .unwrap();
+    insecure_kubeconfig(&kubeconfig, &format!("https://127.0.0.1:{}", free_port()));
     let mut env = env_for("harvester-system", "pre");
     env.insert("DEADLINE_SECONDS".into(), "3".into());
     let started = Instant::now();
@@ -641,9 +612,7 @@ async fn an_unreachable_api_server_ends_at_the_deadline_with_the_transient_code(
 #[tokio::test]
 async fn bad_input_gives_one_line_the_documented_code_and_no_write() {
     let _serial = SERIAL.lock().await;
-    let client = admin().await;
-    let ns = namespace(&client, "bad").await;
-    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+    let (client, ns) = new_harvester("bad", json!(["LiveMigrate"])).await;
     let (kv0, chart0) = both(&client, &ns).await;
     let bad_env: &[(&str, &str)] = &[
         ("PHASE", "upgrade"),
@@ -732,8 +701,7 @@ async fn bad_input_gives_one_line_the_documented_code_and_no_write() {
     ];
     for (kind, name, op, want) in malformed {
         for phase in ["pre", "post"] {
-            let ns = namespace(&client, "malformed").await;
-            harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+            let ns = harvester_ns(&client, "malformed", json!(["LiveMigrate"])).await;
             json_patch(&client, kind, &ns, name, json!([op]))
                 .await
                 .unwrap();
@@ -766,8 +734,7 @@ async fn bad_input_gives_one_line_the_documented_code_and_no_write() {
         }
     }
     // What the schema forbids never reaches the guard: the API server refuses it first.
-    let ns2 = namespace(&client, "schema").await;
-    harvester(&client, &ns2, None).await;
+    let ns2 = harvester_ns(&client, "schema", None).await;
     for (kind, name, op) in [
         (
             "KubeVirt",
@@ -814,7 +781,7 @@ async fn without_the_release_a_chart_change_conflicts_with_the_guard() {
         .await
         .expect("redeploy while suspended");
     let post = phase_with(&ns, "post", Some("skip-release=return")).await;
-    assert_eq!(post.code, 0, "{post:?}");
+    post.ok();
     assert_eq!(kubevirt_methods(&client, &ns).await, json!(["LiveMigrate"]));
     fleet_deploy(&client, &ns, &chart)
         .await
@@ -827,7 +794,7 @@ async fn without_the_release_a_chart_change_conflicts_with_the_guard() {
     );
     // post is rerun (a retried Job): nothing to restore, but the claim goes.
     let rerun = phase_with(&ns, "post", None).await;
-    assert_eq!(rerun.code, 0, "{rerun:?}");
+    rerun.ok();
     assert_eq!(methods_owners(&client, &ns).await, ["helm/Apply"]);
     fleet_deploy(&client, &ns, &next)
         .await
@@ -867,7 +834,7 @@ async fn killed_phases_in_the_field_s_life_leave_no_claim() {
         "the restore noted whom to give the field back to: {kv}"
     );
     let rerun = phase_with(&ns, "post", None).await;
-    assert_eq!(rerun.code, 0, "{rerun:?}");
+    rerun.ok();
     for (kind, name) in [("KubeVirt", "kubevirt"), ("ManagedChart", "harvester")] {
         let obj = get(&client, kind, &ns, name).await;
         assert_eq!(claims_of_ours(&obj), Vec::<Value>::new(), "{kind}");
@@ -941,9 +908,7 @@ async fn a_helm_apply_between_posts_writes_is_survived() {
 #[tokio::test]
 async fn without_the_managedchart_crd_the_message_says_what_to_set() {
     let _serial = SERIAL.lock().await;
-    let client = admin().await;
-    let ns = namespace(&client, "no-fleet").await;
-    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+    let (client, ns) = new_harvester("no-fleet", json!(["LiveMigrate"])).await;
     let crd = repo_root().join("tests/fixtures/crds/managedchart.yaml");
     let crd = crd.to_str().unwrap();
     kubectl_ok(&["delete", "-f", crd, "--wait=true"]);
@@ -970,7 +935,7 @@ async fn without_the_managedchart_crd_the_message_says_what_to_set() {
         json!(["LiveMigrate"]),
         "nothing written"
     );
-    assert_eq!(status.code, 0, "{status:?}");
+    status.ok();
     assert!(
         status
             .stdout
@@ -1020,18 +985,6 @@ fn resident(ns: &str, extra: &[(&str, &str)]) -> (Resident, std::path::PathBuf) 
         .spawn()
         .unwrap();
     (Resident(child), log)
-}
-
-/// Polls the CR's methods until they are `want`, for at most `within`.
-async fn methods_become(client: &kube::Client, ns: &str, want: &Value, within: Duration) {
-    let start = Instant::now();
-    while kubevirt_methods(client, ns).await != *want {
-        assert!(
-            start.elapsed() < within,
-            "{ns}: not {want} within {within:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 /// Waits until the log says `words`.
@@ -1109,9 +1062,7 @@ async fn a_resident_guard_killed_between_its_writes_goes_on_where_it_stopped() {
 #[tokio::test]
 async fn a_resident_guard_waits_through_an_api_server_restart() {
     let _serial = SERIAL.lock().await;
-    let client = admin().await;
-    let ns = namespace(&client, "resident-restart").await;
-    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+    let (client, ns) = new_harvester("resident-restart", json!(["LiveMigrate"])).await;
     let (guard, log) = resident(&ns, &[]);
     tokio::time::sleep(Duration::from_secs(2)).await;
     let up = support::harvester::Upgrade::start(&client, &ns, "hvst-upgrade-rs", "v1.7.1").await;
@@ -1123,13 +1074,7 @@ async fn a_resident_guard_waits_through_an_api_server_restart() {
     up.set_state(&client, "UpgradingNodes").await;
     up.finish(&client, true).await;
     // The watch is back within its backoff, or the 30 s read finds the end.
-    methods_become(
-        &client,
-        &ns,
-        &json!(["LiveMigrate"]),
-        Duration::from_secs(40),
-    )
-    .await;
+    methods_become(&client, &ns, &live_migrate(), Duration::from_secs(40)).await;
     said_within(&log, "post done", Duration::from_secs(10)).await;
     drop(guard);
 }
@@ -1141,9 +1086,7 @@ async fn a_resident_guard_waits_through_an_api_server_restart() {
 #[tokio::test]
 async fn a_resident_guard_outlives_an_outage_longer_than_its_deadline() {
     let _serial = SERIAL.lock().await;
-    let client = admin().await;
-    let ns = namespace(&client, "resident-outage").await;
-    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+    let (client, ns) = new_harvester("resident-outage", json!(["LiveMigrate"])).await;
     let (mut guard, log) = resident(&ns, &[("DEADLINE_SECONDS", "3")]);
     tokio::time::sleep(Duration::from_secs(2)).await;
     let up = support::harvester::Upgrade::start(&client, &ns, "hvst-upgrade-out", "v1.7.1").await;
@@ -1172,9 +1115,7 @@ async fn a_resident_guard_outlives_an_outage_longer_than_its_deadline() {
 #[tokio::test]
 async fn after_a_20_s_outage_the_end_is_restored_within_5_s() {
     let _serial = SERIAL.lock().await;
-    let client = admin().await;
-    let ns = namespace(&client, "resident-outage-20s").await;
-    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+    let (client, ns) = new_harvester("resident-outage-20s", json!(["LiveMigrate"])).await;
     let (guard, log) = resident(&ns, &[("WATCH_RESYNC_SECONDS", "300")]);
     tokio::time::sleep(Duration::from_secs(2)).await;
     let up = support::harvester::Upgrade::start(&client, &ns, "hvst-upgrade-20s", "v1.7.1").await;
@@ -1186,13 +1127,7 @@ async fn after_a_20_s_outage_the_end_is_restored_within_5_s() {
     up.set_state(&client, "UpgradingNodes").await;
     up.finish(&client, true).await;
     let ended = Instant::now();
-    methods_become(
-        &client,
-        &ns,
-        &json!(["LiveMigrate"]),
-        Duration::from_secs(5),
-    )
-    .await;
+    methods_become(&client, &ns, &live_migrate(), Duration::from_secs(5)).await;
     eprintln!(
         "reliability: after a 20 s outage, restored {:.1} s after the end",
         ended.elapsed().as_secs_f64()

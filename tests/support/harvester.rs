@@ -190,6 +190,25 @@ impl Upgrade {
             .await;
     }
 
+    /// The upgrade ends (`finish`) while `post` waits for it, which must then end within 5 s;
+    /// its run. `what` names the wait in the failure.
+    pub async fn finish_then_post(
+        &self,
+        client: &Client,
+        succeeded: bool,
+        post: tokio::task::JoinHandle<Run>,
+        what: &str,
+    ) -> Run {
+        let ended = Instant::now();
+        self.finish(client, succeeded).await;
+        let run = tokio::time::timeout(Duration::from_secs(5), post)
+            .await
+            .unwrap_or_else(|_| panic!("{what} within 5 s of the end"))
+            .unwrap();
+        assert!(ended.elapsed() < Duration::from_secs(5));
+        run
+    }
+
     /// v1.7.2+: `upgrade_controller.go` `cleanup()` → `enableKubevirtWorkloadLiveMigrate`: a full
     /// Update of the ManagedChart as `harvester`: backup `null` deletes the key (the emptied map
     /// stays: the code deletes the one key); any other backup is put back (parent maps created);
@@ -317,7 +336,7 @@ pub async fn addon_finalize(client: &Client, ns: &str) {
 }
 
 /// A merge patch of the CR's methods as `manager`.
-async fn set_methods(client: &Client, ns: &str, manager: &str, methods: Value) {
+pub async fn set_methods(client: &Client, ns: &str, manager: &str, methods: Value) {
     let patch = json!({"spec": {"workloadUpdateStrategy": {"workloadUpdateMethods": methods}}});
     merge_patch(client, "KubeVirt", ns, "kubevirt", manager, patch).await;
 }

@@ -474,6 +474,30 @@ impl HarvesterController {
         }
     }
 
+    /// The steps before the nodes' preparation, in order: the log, the image, the repo.
+    pub async fn up_to_repo(&self) {
+        self.log_ready().await;
+        self.image_ready().await;
+        self.repo_ready().await;
+    }
+
+    /// `up_to_repo`, then `prepare_nodes`: the upgrade waits for its NodesPrepared.
+    pub async fn up_to_nodes_prepared(&self) {
+        self.up_to_repo().await;
+        self.prepare_nodes().await;
+    }
+
+    /// `nodes_prepared` in a task of its own (for at most `within`), and what it sees as it goes.
+    pub fn nodes_prepared_in_background(
+        &self,
+        within: Duration,
+    ) -> (tokio::task::JoinHandle<Retried>, Seen) {
+        let seen: Seen = Default::default();
+        let (hv, seen2) = (self.clone(), seen.clone());
+        let task = tokio::spawn(async move { hv.nodes_prepared(within, &seen2).await });
+        (task, seen)
+    }
+
     /// `plan_controller.go` `OnChanged`, the preload Plan done on every node:
     /// `setNodesPreparedCondition(toUpdate, True)` and an Update, retried on refusal.
     pub async fn nodes_prepared(&self, within: Duration, seen: &Seen) -> Retried {

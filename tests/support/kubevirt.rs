@@ -443,33 +443,36 @@ impl KubeVirtCluster {
         within: Duration,
         check: impl Fn(&[String]) -> bool,
     ) -> Duration {
-        let start = Instant::now();
-        loop {
-            let m = self.workload_update_migrations().await;
-            if check(&m) {
-                return start.elapsed();
-            }
-            assert!(
-                start.elapsed() < within,
-                "{what}: not within {within:?}; migrations for {m:?}; virt-controller's log (tail):\n{}",
-                tail(&self.controller_log(), 30)
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let read = async || self.workload_update_migrations().await;
+        self.poll(what, within, read, |m| check(m)).await
     }
 
     /// Waits until at least `n` launcher pods are evicted, for at most `within`; how long after
     /// the call.
     pub async fn wait_evicted(&self, n: usize, within: Duration) -> Duration {
+        let what = format!("{n} evictions");
+        let read = async || self.evicted().await;
+        self.poll(&what, within, read, |e| e.len() >= n).await
+    }
+
+    /// Reads with `read` every 100 ms until `done` holds of what it read, for at most `within`;
+    /// how long after the call. A failure names `what`, the last read and virt-controller's log.
+    async fn poll(
+        &self,
+        what: &str,
+        within: Duration,
+        read: impl AsyncFn() -> Vec<String>,
+        done: impl Fn(&[String]) -> bool,
+    ) -> Duration {
         let start = Instant::now();
         loop {
-            let e = self.evicted().await;
-            if e.len() >= n {
+            let got = read().await;
+            if done(&got) {
                 return start.elapsed();
             }
             assert!(
                 start.elapsed() < within,
-                "{n} evictions: not within {within:?}; evicted {e:?}; virt-controller's log (tail):\n{}",
+                "{what}: not within {within:?}; so far for {got:?}; virt-controller's log (tail):\n{}",
                 tail(&self.controller_log(), 30)
             );
             tokio::time::sleep(Duration::from_millis(100)).await;

@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -85,6 +86,14 @@ impl ControlPlane {
             dir,
             bin_dir: PathBuf::from(bin_dir),
         })
+    }
+
+    /// A control plane of the default version for one test (cluster-scoped objects that
+    /// would disturb other tests), and its admin client.
+    pub async fn own() -> (ControlPlane, Client) {
+        let cp = ControlPlane::up(&[]).unwrap_or_else(|e| panic!("{e}"));
+        let client = client_for(&cp.kubeconfig()).await;
+        (cp, client)
     }
 
     /// Stops the API server; etcd keeps running.
@@ -217,6 +226,17 @@ pub fn pipe(mut cmd: Command, input: &str) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// The objects of a YAML stream, as JSON (kubectl converts).
+pub fn yaml_objects(yaml: &str) -> Vec<Value> {
+    let mut convert = control_plane().kubectl();
+    convert.args(["create", "--dry-run=client", "-o", "json", "-f", "-"]);
+    let json = pipe(convert, yaml);
+    serde_json::Deserializer::from_str(&json)
+        .into_iter::<Value>()
+        .map(Result::unwrap)
+        .collect()
+}
+
 /// The crate's own resource definitions, by kind name.
 pub fn resource(kind: &str) -> ApiResource {
     [
@@ -312,6 +332,15 @@ pub async fn set_status(client: &Client, kind: &str, ns: &str, name: &str, statu
     .expect("patch status");
 }
 
+/// A migration of VMI `vm1` named `name` in `ns`, in `phase` (`Running`, `Succeeded`, ...).
+pub async fn migration(client: &Client, ns: &str, name: &str, phase: &str) {
+    let kind = "VirtualMachineInstanceMigration";
+    let obj = json!({"apiVersion": "kubevirt.io/v1", "kind": kind,
+                     "metadata": {"name": name}, "spec": {"vmiName": "vm1"}});
+    create(client, kind, ns, obj).await;
+    set_status(client, kind, ns, name, json!({"phase": phase})).await;
+}
+
 /// A Harvester-like pair in `ns`: the KubeVirt CR (Deployed, outdated workloads) and the
 /// `harvester` ManagedChart with the comparePatches entries real clusters carry.
 pub async fn harvester(client: &Client, ns: &str, methods: Option<Value>) -> (Value, Value) {
@@ -344,6 +373,26 @@ pub async fn harvester(client: &Client, ns: &str, methods: Option<Value>) -> (Va
     (get(client, "KubeVirt", ns, "kubevirt").await, chart)
 }
 
+/// A new namespace labelled `label` holding the Harvester-like pair (`harvester`), the CR's
+/// methods `methods` (`None`: the field absent): the admin client and the namespace, a test's
+/// usual start.
+pub async fn new_harvester(label: &str, methods: impl Into<Option<Value>>) -> (Client, String) {
+    let client = admin().await;
+    let ns = harvester_ns(&client, label, methods).await;
+    (client, ns)
+}
+
+/// A new namespace labelled `label` holding the Harvester-like pair, the CR's methods `methods`.
+pub async fn harvester_ns(
+    client: &Client,
+    label: &str,
+    methods: impl Into<Option<Value>>,
+) -> String {
+    let ns = namespace(client, label).await;
+    harvester(client, &ns, methods.into()).await;
+    ns
+}
+
 pub fn harvester_chart(ns: &str) -> Value {
     json!({"apiVersion": "management.cattle.io/v3", "kind": "ManagedChart",
            "metadata": {"name": "harvester", "namespace": ns},
@@ -369,6 +418,43 @@ pub struct Run {
 }
 
 impl Run {
+    /// Asserts exit 0; the run, for what the test checks next.
+    pub fn ok(&self) -> &Self {
+        self.exits(0)
+    }
+
+    /// Asserts the exit code; the run, for what the test checks next.
+    pub fn exits(&self, code: i32) -> &Self {
+        assert_eq!(self.code, code, "{self:?}");
+        self
+    }
+
+    /// Asserts that stderr (the log) contains each of `words`.
+    pub fn says(&self, words: &[&str]) -> &Self {
+        for w in words {
+            assert!(self.stderr.contains(w), "{w:?} in {self:?}");
+        }
+        self
+    }
+
+    /// The outcome of each step of its termination message, in order.
+    pub fn outcomes(&self) -> Vec<String> {
+        self.summary.as_ref().expect("a termination message")["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["outcome"].as_str().unwrap().to_string())
+            .collect()
+    }
+
+    /// The warnings of its termination message that start with `reason`.
+    pub fn warnings_of(&self, reason: &str) -> Vec<String> {
+        self.warnings()
+            .into_iter()
+            .filter(|w| w.starts_with(reason))
+            .collect()
+    }
+
     /// The warnings of its termination message.
     pub fn warnings(&self) -> Vec<String> {
         self.summary.as_ref().expect("a termination message")["warnings"]
@@ -494,6 +580,21 @@ pub fn content(obj: &Value) -> Value {
     o
 }
 
+/// The object's `resourceVersion`.
+pub fn rv(obj: &Value) -> String {
+    obj["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// Asserts that `text` contains each of `words`.
+pub fn assert_contains_all(text: &str, words: &[&str]) {
+    for w in words {
+        assert!(text.contains(w), "{w:?} not in {text}");
+    }
+}
+
 /// What "exactly as before" compares: the content a user sees and every `managedFields` entry
 /// (its time aside), with the namespace's name taken out.
 pub fn as_compared(obj: &Value, ns: &str) -> String {
@@ -507,6 +608,44 @@ pub fn as_compared(obj: &Value, ns: &str) -> String {
         e.as_object_mut().unwrap().remove("time");
     }
     serde_json::to_string_pretty(&o).unwrap().replace(ns, "NS")
+}
+
+/// A free port on the loopback interface (bound, then released for the guard).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Writes to `path` a kubeconfig for `server` that skips TLS verification and sends a dummy
+/// token (for servers the test never lets the guard reach).
+pub fn insecure_kubeconfig(path: &Path, server: &str) {
+    std::fs::write(
+        path,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: '{server}', insecure-skip-tls-verify: true}}\n\
+             users:\n- name: u\n  user: {{token: t}}\ncontexts:\n- name: c\n  context: {{cluster: c, user: u}}\ncurrent-context: c\n"
+        ),
+    )
+    .unwrap();
+}
+
+/// Every Event (`events.events.k8s.io`) in `ns`, as JSON.
+pub fn events_in(ns: &str) -> Vec<Value> {
+    let out = kubectl_ok(&["-n", ns, "get", "events.events.k8s.io", "-o", "json"]);
+    let list: Value = serde_json::from_str(&out).unwrap();
+    list["items"].as_array().unwrap().clone()
+}
+
+/// The condition of `type` in the object's `status.conditions`, if any.
+pub fn condition(obj: &Value, ty: &str) -> Option<Value> {
+    obj["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == ty)
+        .cloned()
 }
 
 /// A kubeconfig that authenticates only with `token`.
@@ -526,17 +665,9 @@ pub fn token_kubeconfig(token: &str) -> PathBuf {
 
 /// A ServiceAccount token from the TokenRequest API (`kubectl create token`).
 pub fn sa_token(ns: &str, sa: &str) -> String {
-    let out = control_plane()
-        .kubectl()
-        .args(["-n", ns, "create", "token", sa, "--duration=1h"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "create token: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
+    kubectl_ok(&["-n", ns, "create", "token", sa, "--duration=1h"])
+        .trim()
+        .to_string()
 }
 
 pub fn kubectl_ok(args: &[&str]) -> String {
@@ -694,6 +825,28 @@ pub async fn kubevirt_methods(client: &Client, ns: &str) -> Value {
     get(client, "KubeVirt", ns, "kubevirt").await["spec"]["workloadUpdateStrategy"]
         ["workloadUpdateMethods"]
         .clone()
+}
+
+/// The chart's default methods, `[LiveMigrate]`: the CR's before a suspension and after its
+/// restore.
+pub fn live_migrate() -> Value {
+    json!(["LiveMigrate"])
+}
+
+/// Polls the CR's methods until they are `want`, for at most `within`; how long it took.
+pub async fn methods_become(client: &Client, ns: &str, want: &Value, within: Duration) -> Duration {
+    let start = Instant::now();
+    loop {
+        if kubevirt_methods(client, ns).await == *want {
+            return start.elapsed();
+        }
+        assert!(
+            start.elapsed() < within,
+            "{ns}: methods {} not {want} within {within:?}",
+            kubevirt_methods(client, ns).await
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// The managers that own the KubeVirt CR's methods field, as `manager/operation`.

@@ -139,19 +139,6 @@ pub fn managers(obj: &Value) -> BTreeSet<String> {
         .collect()
 }
 
-fn outcomes(run: &Run) -> Vec<String> {
-    run.summary.as_ref().expect("a termination message")["steps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["outcome"].as_str().unwrap().to_string())
-        .collect()
-}
-
-fn rv(obj: &Value) -> &str {
-    obj["metadata"]["resourceVersion"].as_str().unwrap()
-}
-
 /// The whole upgrade. With `kill_pre_after` (a failpoint name; needs the `failpoints` feature),
 /// the first `pre` is SIGKILLed right after that write, the API server is upgraded anyway, and
 /// `pre` runs again on the new version before the chart is applied.
@@ -275,7 +262,7 @@ pub async fn harvester_upgrade(kill_pre_after: Option<&str>) {
     // A second post is a no-op.
     let again = cp.run(env("post")).await;
     assert_eq!(again.code, 0, "{again:?}");
-    assert_eq!(outcomes(&again), ["unchanged", "unchanged"]);
+    assert_eq!(again.outcomes(), ["unchanged", "unchanged"]);
     assert_eq!(
         rv(&get(&client, "KubeVirt", &ns, "kubevirt").await),
         rv(&kv1)
