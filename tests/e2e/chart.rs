@@ -168,6 +168,16 @@ impl Drop for Leftovers<'_> {
     }
 }
 
+/// An Upgrade to v1.7.1 created: suspended by `who` within 10 s (the time it took), then at
+/// `PreparingRepo`.
+pub(crate) fn upgrade_suspended(name: &str, who: &str) -> Duration {
+    let created = Instant::now();
+    start_upgrade(name, "v1.7.1");
+    let took = methods_become(who, &json!([]), created, Duration::from_secs(10));
+    set_state(name, "PreparingRepo");
+    took
+}
+
 pub(crate) fn set_state(name: &str, state: &str) {
     patch_upgrade(name, &json!({"metadata": {"labels": {STATE_LABEL: state}}}));
 }
@@ -445,15 +455,7 @@ fn chart_from_an_http_repository_guards_an_upgrade_through_a_drain_and_uninstall
 
     // 6. helm uninstall during the next upgrade: refused at once, saying why; nothing deleted,
     // the guard goes on.
-    let created = Instant::now();
-    start_upgrade(SECOND, "v1.7.1");
-    methods_become(
-        "at the second Upgrade's creation",
-        &json!([]),
-        created,
-        Duration::from_secs(10),
-    );
-    set_state(SECOND, "PreparingRepo");
+    upgrade_suspended(SECOND, "at the second Upgrade's creation");
     let refused = helm.run(&[
         "uninstall",
         RELEASE,

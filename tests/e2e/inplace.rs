@@ -108,24 +108,21 @@ impl Release {
     }
 }
 
-/// The Ready guard pod's image and what its binary's `--version` says (exec in the pod).
+/// A test's start on the shared node: the Harvester objects as a fresh cluster has them, no
+/// Upgrade, and whatever the test leaves removed however it ends.
+fn fresh(helm: &Helm) -> Leftovers<'_> {
+    harvester_state();
+    no_upgrades_yet();
+    Leftovers {
+        helm,
+        node: NodeAsFound::record(),
+    }
+}
+
+/// The Ready guard pod's image and what its binary's `--version` says.
 fn running_version() -> (String, String) {
     let (_, name) = ready_pod().expect("the guard Ready");
-    let pod = get_json(&["-n", NS, "pod", &name]);
-    let image = pod["spec"]["containers"][0]["image"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let version = k(&[
-        "-n",
-        NS,
-        "exec",
-        &name,
-        "--",
-        "/usr/local/bin/workload-update-guard",
-        "--version",
-    ]);
-    (image, version.trim().to_string())
+    image_and_version(&name)
 }
 
 /// Both objects as the API server has them (resourceVersion and managedFields included).
@@ -211,13 +208,8 @@ fn upgraded(helm: &Helm, old_pod: &str) -> HelmRun {
 fn helm_upgrade_from_the_previous_release_between_upgrades_writes_nothing() {
     let _turn = turn();
     let start = Instant::now();
-    harvester_state();
-    no_upgrades_yet();
     let helm = Helm::new();
-    let leftovers = Leftovers {
-        helm: &helm,
-        node: NodeAsFound::record(),
-    };
+    let leftovers = fresh(&helm);
     let previous = previous_installed(&helm);
     let (old_pod, _) = ready_pod().unwrap();
     std::thread::sleep(Duration::from_secs(2));
@@ -260,13 +252,8 @@ fn helm_upgrade_from_the_previous_release_between_upgrades_writes_nothing() {
 fn helm_upgrade_mid_suspension_holds_and_restores_exactly_at_the_upgrades_end() {
     let _turn = turn();
     let start = Instant::now();
-    harvester_state();
-    no_upgrades_yet();
     let helm = Helm::new();
-    let leftovers = Leftovers {
-        helm: &helm,
-        node: NodeAsFound::record(),
-    };
+    let leftovers = fresh(&helm);
     let previous = previous_installed(&helm);
     let (old_pod, _) = ready_pod().unwrap();
     let before = compared();
@@ -274,15 +261,7 @@ fn helm_upgrade_mid_suspension_holds_and_restores_exactly_at_the_upgrades_end() 
     assert_eq!(original, json!(["LiveMigrate"]), "something to restore");
 
     // The upgrade begins: the previous guard suspends.
-    let created = Instant::now();
-    start_upgrade(UPGRADE, "v1.7.1");
-    methods_become(
-        "the previous guard, at the Upgrade's creation",
-        &json!([]),
-        created,
-        Duration::from_secs(10),
-    );
-    set_state(UPGRADE, "PreparingRepo");
+    upgrade_suspended(UPGRADE, "the previous guard, at the Upgrade's creation");
     // Its last write (the ManagedChart's, or an event's wake) settled.
     std::thread::sleep(Duration::from_secs(2));
     let suspended = rvs();
@@ -331,13 +310,8 @@ fn helm_upgrade_mid_suspension_holds_and_restores_exactly_at_the_upgrades_end() 
 fn from_the_previous_releases_jobs_to_the_chart_mid_upgrade_the_resident_guard_restores() {
     let _turn = turn();
     let start = Instant::now();
-    harvester_state();
-    no_upgrades_yet();
     let helm = Helm::new();
-    let leftovers = Leftovers {
-        helm: &helm,
-        node: NodeAsFound::record(),
-    };
+    let leftovers = fresh(&helm);
     let previous = previous();
     let before = compared();
     let original = methods();

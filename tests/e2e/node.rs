@@ -609,3 +609,22 @@ pub fn previous_commit() -> String {
         .expect("hack/previous-release holds a commit");
     commit[..7].to_string()
 }
+
+/// Pod `name`'s image and what its binary's `--version` says (exec in the pod).
+pub fn image_and_version(name: &str) -> (String, String) {
+    let pod = get_json(&["-n", NS, "pod", name]);
+    let image = pod["spec"]["containers"][0]["image"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let version = k(&[
+        "-n",
+        NS,
+        "exec",
+        name,
+        "--",
+        "workload-update-guard",
+        "--version",
+    ]);
+    (image, version.trim().to_string())
+}

@@ -19,20 +19,8 @@ fn running() -> (String, String, String) {
         .filter(is_ready)
         .expect("the guard's pod Ready");
     let name = pod["metadata"]["name"].as_str().unwrap().to_string();
-    let image = pod["spec"]["containers"][0]["image"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let version = k(&[
-        "-n",
-        NS,
-        "exec",
-        &name,
-        "--",
-        "workload-update-guard",
-        "--version",
-    ]);
-    (name, image, version.trim().to_string())
+    let (image, version) = image_and_version(&name);
+    (name, image, version)
 }
 
 #[test]
