@@ -55,14 +55,15 @@ log() { echo "control-plane: $*" >&2; }
 die() { echo "control-plane: ERROR: $*" >&2; exit 1; }
 
 KUBE_VERSION="${KUBE_VERSION:-$DEFAULT_KUBE_VERSION}"
-CACHE_ROOT="${CP_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/workload-update-guard/control-plane}"
+# shellcheck source=hack/lib/cache.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/cache.sh"
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CRD_DIR="$REPO_ROOT/tests/fixtures/crds"
 SERVICE_CIDR=10.96.0.0/16 SERVICE_IP=10.96.0.1
 export GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0
 
 release_gomod() { # the go.mod of k8s.io/kubernetes@$KUBE_VERSION, from the module cache or the proxy
-  command -v go >/dev/null || die "go is required to build the control plane"
+  need_go "build the control plane"
   command -v jq >/dev/null || die "jq is required to build the control plane (apt-get install jq)"
   local json gomod
   json="$(cd / && go mod download -json "k8s.io/kubernetes@$KUBE_VERSION")" \
@@ -109,24 +110,16 @@ check_versions() { # fails unless the cached binaries report KUBE_VERSION and ET
   }
 }
 
+# The three binaries in BIN_DIR (they appear there only when all three are built), reporting
+# the versions asked for: else the cache is wrong.
+built() {
+  [[ -x "$BIN_DIR/kube-apiserver" && -x "$BIN_DIR/etcd" && -x "$BIN_DIR/kubectl" ]] || return 1
+  check_versions || die "the cache is wrong: remove $VERSION_DIR and build again"
+}
+
 build() {
-  if [[ -x "$BIN_DIR/kube-apiserver" && -x "$BIN_DIR/etcd" && -x "$BIN_DIR/kubectl" ]]; then
-    check_versions || die "the cache is wrong: remove $VERSION_DIR and build again"
-    log "reusing $KUBE_VERSION and etcd $ETCD_VERSION in $BIN_DIR"
-    return 0
-  fi
-  command -v go >/dev/null || die "go is required to build the control plane"
-  mkdir -p "$VERSION_DIR"
-  # One build per version at a time (parallel test binaries, or CI next to a developer); the
-  # binaries appear in BIN_DIR only when all three are built.
-  exec 9>"$VERSION_DIR/build.lock"
-  flock 9
-  if [[ -x "$BIN_DIR/kube-apiserver" ]]; then
-    exec 9>&-
-    check_versions || die "the cache is wrong: remove $VERSION_DIR and build again"
-    log "reusing $KUBE_VERSION and etcd $ETCD_VERSION in $BIN_DIR (built meanwhile)"
-    return 0
-  fi
+  cached control-plane "$VERSION_DIR" built && return 0
+  need_go "build the control plane"
   local gomod src="$VERSION_DIR/src" tmp="$VERSION_DIR/bin.tmp" start=$SECONDS
   gomod="$(release_gomod)"
   # GOTOOLCHAIN=local: the Go on PATH must be as new as the release's go.mod asks.
@@ -166,13 +159,8 @@ import (
 )
 GO
     go mod tidy || exit 1
-    # Stamp the version the way Kubernetes' own build does (hack/lib/version.sh): component-base
-    # for the binaries' --version and /version, client-go for kubectl's user agent.
-    local ldflags="-s -w" pkg
-    for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-      ldflags+=" -X $pkg.gitVersion=$KUBE_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$KUBE_MINOR"
-      ldflags+=" -X $pkg.gitTreeState=clean"
-    done
+    local ldflags
+    ldflags="$(kube_ldflags "$KUBE_VERSION" "$KUBE_MINOR")"
     # One go build for the three: each link (one core) runs beside the others' compiling. etcd
     # links none of the packages the -X flags name, which the linker then ignores; its binary
     # is named after its package path without the major version: server.

@@ -10,7 +10,8 @@
 set -euo pipefail
 
 HELM_VERSION="${HELM_VERSION:-v4.3.1}"
-CACHE_ROOT="${CP_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/workload-update-guard/control-plane}"
+# shellcheck source=hack/lib/cache.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/cache.sh"
 BIN="$CACHE_ROOT/helm-$HELM_VERSION/bin/helm"
 
 die() { echo "helm: ERROR: $*" >&2; exit 1; }
@@ -18,14 +19,8 @@ die() { echo "helm: ERROR: $*" >&2; exit 1; }
 built() { [[ -x "$BIN" ]] && "$BIN" version --short 2>/dev/null | grep -q "^$HELM_VERSION"; }
 
 build() {
-  if built; then echo "helm: reusing $BIN" >&2; return 0; fi
-  mkdir -p "$(dirname "$BIN")"
-  # One build at a time: .ci/run builds in the background what hack/test.sh then asks for.
-  exec 9>"$(dirname "$BIN")/build.lock"
-  flock 9
-  if built; then echo "helm: reusing $BIN (built meanwhile)" >&2; return 0; fi
-  command -v go >/dev/null || export PATH="/usr/local/go/bin:$PATH"
-  command -v go >/dev/null || die "go is required to build helm"
+  cached helm "$(dirname "$BIN")" built && return 0
+  need_go "build helm"
   local start=$SECONDS
   GOBIN="$(dirname "$BIN")" GOTOOLCHAIN=local CGO_ENABLED=0 go install -trimpath \
     -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$HELM_VERSION" \

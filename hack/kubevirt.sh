@@ -28,7 +28,8 @@ set -euo pipefail
 
 SUPPORTED="v1.6.0 v1.7.0 v1.8.3 v1.4.0"
 KUBEVIRT_VERSION="${KUBEVIRT_VERSION:-v1.6.0}"
-CACHE_ROOT="${CP_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/workload-update-guard/control-plane}"
+# shellcheck source=hack/lib/cache.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/cache.sh"
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0 GOWORK=off
 
@@ -47,14 +48,8 @@ build_one() {
   local v="$1" out src start=$SECONDS m kv
   supported "$v"
   out="$(dir_of "$v")"
-  if built "$v"; then echo "kubevirt: reusing $out" >&2; return 0; fi
-  mkdir -p "$out"
-  # One build at a time (.ci/run builds in the background what hack/test.sh then asks for).
-  exec 9>"$out/build.lock"
-  flock 9
-  if built "$v"; then echo "kubevirt: reusing $out (built meanwhile)" >&2; return 0; fi
-  command -v go >/dev/null || export PATH="/usr/local/go/bin:$PATH"
-  command -v go >/dev/null || die "go is required to build virt-controller"
+  cached kubevirt "$out" built "$v" && return 0
+  need_go "build virt-controller"
   command -v jq >/dev/null || die "jq is required to build virt-controller (apt-get install jq)"
   # The module zip leaves out the staging modules its go.mod replaces (./staging/src/kubevirt.io/
   # {api,client-go}): put back those of the same version; vendor/ goes (-mod=mod).

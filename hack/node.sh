@@ -47,6 +47,8 @@ USAGE
 
 log() { echo "node: $*" >&2; }
 die() { echo "node: ERROR: $*" >&2; exit 1; }
+# shellcheck source=hack/lib/cache.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/cache.sh"
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SERVICE_IP=10.96.0.1
@@ -78,24 +80,18 @@ check_node_versions() { # fails unless every node binary reports KUBE_VERSION
   done
 }
 
+# Every node binary in NODE_BIN (they appear there only when all are built), reporting
+# KUBE_VERSION: else the cache is wrong.
+node_built() {
+  local b
+  for b in "${NODE_BINARIES[@]}"; do [[ -x "$NODE_BIN/$b" ]] || return 1; done
+  check_node_versions || die "the cache is wrong: remove $NODE_DIR and build again"
+}
+
 build() {
   "$CP" build || die "hack/control-plane.sh build failed"
   resolve
-  local b have=1
-  for b in "${NODE_BINARIES[@]}"; do [[ -x "$NODE_BIN/$b" ]] || have=0; done
-  if (( have )); then
-    check_node_versions || die "the cache is wrong: remove $NODE_DIR and build again"
-    log "reusing kubelet, kube-controller-manager, kube-scheduler, kube-proxy $KUBE_VERSION in $NODE_BIN"
-    return 0
-  fi
-  mkdir -p "$NODE_DIR"
-  exec 9>"$NODE_DIR/build.lock"
-  flock 9
-  if [[ -x "$NODE_BIN/kubelet" ]]; then
-    exec 9>&-
-    check_node_versions || die "the cache is wrong: remove $NODE_DIR and build again"
-    return 0
-  fi
+  cached node "$NODE_DIR" node_built && return 0
   local src="$NODE_DIR/src" tmp="$NODE_DIR/bin.tmp" cpsrc start=$SECONDS
   cpsrc="$(dirname "$CP_BIN")/src"
   [[ -f "$cpsrc/go.mod" ]] || die "no $cpsrc/go.mod: build the control plane of $KUBE_VERSION first"
@@ -119,11 +115,8 @@ import (
 )
 GO
     go mod tidy || exit 1
-    local ldflags="-s -w" pkg
-    for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-      ldflags+=" -X $pkg.gitVersion=$KUBE_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$KUBE_MINOR"
-      ldflags+=" -X $pkg.gitTreeState=clean"
-    done
+    local ldflags
+    ldflags="$(kube_ldflags "$KUBE_VERSION" "$KUBE_MINOR")"
     # One go build for all: each binary's link (one core) runs beside the others' compiling.
     go build -trimpath -ldflags "$ldflags" -o "$tmp/" "${NODE_BINARIES[@]/#/k8s.io/kubernetes/cmd/}" || exit 1
   ) || die "building the node binaries $KUBE_VERSION failed (see the go output above)"

@@ -15,25 +15,16 @@ set -euo pipefail
 
 PROMETHEUS_VERSION="${PROMETHEUS_VERSION:-v0.316.0}"
 PROMETHEUS_OPERATOR_VERSION="${PROMETHEUS_OPERATOR_VERSION:-v0.85.0}"
-CACHE_ROOT="${CP_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/workload-update-guard/control-plane}"
+# shellcheck source=hack/lib/cache.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/cache.sh"
 BIN="$CACHE_ROOT/promtool-$PROMETHEUS_VERSION/bin/promtool"
 
 die() { echo "promtool: ERROR: $*" >&2; exit 1; }
 
-need_go() {
-  command -v go >/dev/null || export PATH="/usr/local/go/bin:$PATH"
-  command -v go >/dev/null || die "go is required to $1"
-}
-
 built() { [[ -x "$BIN" ]] && "$BIN" --version >/dev/null 2>&1; }
 
 build() {
-  if built; then echo "promtool: reusing $BIN" >&2; return 0; fi
-  mkdir -p "$(dirname "$BIN")"
-  # One build at a time: .ci/run builds in the background what hack/test.sh then asks for.
-  exec 9>"$(dirname "$BIN")/build.lock"
-  flock 9
-  if built; then echo "promtool: reusing $BIN (built meanwhile)" >&2; return 0; fi
+  cached promtool "$(dirname "$BIN")" built && return 0
   need_go "build promtool"
   local start=$SECONDS
   # The version is in the cache path; -X only makes `promtool --version` say it too.

@@ -22,7 +22,8 @@ set -euo pipefail
 
 REGISTRY_VERSION="${REGISTRY_VERSION:-v3.1.2}"
 MODULE=github.com/distribution/distribution/v3
-CACHE_ROOT="${CP_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/workload-update-guard/control-plane}"
+# shellcheck source=hack/lib/cache.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/cache.sh"
 BIN="$CACHE_ROOT/registry-$REGISTRY_VERSION/bin/registry"
 
 log() { echo "registry: $*" >&2; }
@@ -31,15 +32,9 @@ die() { echo "registry: ERROR: $*" >&2; exit 1; }
 built() { [[ -x "$BIN" ]] && "$BIN" --version 2>/dev/null | grep -q " $REGISTRY_VERSION"; }
 
 build() {
-  if built; then log "reusing $BIN"; return 0; fi
-  command -v go >/dev/null || export PATH="/usr/local/go/bin:$PATH"
-  command -v go >/dev/null || die "go is required to build the registry (hack/setup.sh go registry)"
+  cached registry "$(dirname "$BIN")" built && return 0
+  need_go "build the registry"
   local start=$SECONDS
-  mkdir -p "$(dirname "$BIN")"
-  # One build at a time: .ci/run builds in the background what hack/test.sh then asks for.
-  exec 9>"$(dirname "$BIN")/build.lock"
-  flock 9
-  if built; then log "reusing $BIN (built meanwhile)"; return 0; fi
   GOBIN="$(dirname "$BIN")" GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod go install -trimpath \
     -ldflags "-s -w -X $MODULE/version.version=$REGISTRY_VERSION" \
     "$MODULE/cmd/registry@$REGISTRY_VERSION" || die "building the registry $REGISTRY_VERSION failed"
