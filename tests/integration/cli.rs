@@ -3,7 +3,7 @@
 use std::process::Command;
 
 use serde_json::Value;
-use workload_update_guard::config::VARIABLES;
+use workload_update_guard::config::variables;
 use workload_update_guard::error::exit;
 
 use crate::support::*;
@@ -17,7 +17,7 @@ fn help_and_version_need_no_configuration() {
         .unwrap();
     assert_eq!(help.status.code(), Some(0));
     let text = String::from_utf8(help.stdout).unwrap();
-    for (var, _, _) in VARIABLES {
+    for (var, _, _) in variables() {
         assert!(text.contains(var), "--help lists {var}");
     }
     assert!(text.contains("Exit codes"));
