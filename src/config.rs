@@ -1,7 +1,7 @@
-//! Configuration from environment variables: envy deserializes them into [`Env`]'s typed fields
-//! (the types in `values`), each unset one at its default from the variables table of `--help`
-//! (`config/help.txt`), and [`Env::config`] applies the rules between them. Every invalid value
-//! is one line naming the variable and what it accepts; nothing is sent before this succeeds.
+//! Configuration from environment variables: envy deserializes them into [`Env`]'s typed fields,
+//! each unset one at its default from `--help`'s table of variables (`config/help.txt`), and
+//! [`Env::config`] applies the rules between them. Every invalid value is one line naming the
+//! variable and what it accepts; nothing is sent before this succeeds.
 
 use std::cell::RefCell;
 use std::path::PathBuf;
@@ -45,8 +45,7 @@ pub fn variables() -> impl Iterator<Item = (&'static str, &'static str, &'static
     rows.map(move |r| (r[..d].trim(), r[d..m].trim(), &r[m..]))
 }
 
-/// The value a variable takes when unset, from its default: `required`, none (it must be set);
-/// `empty`, the empty value.
+/// The value a variable takes when unset (`None`: `required`, it must be set; `empty`: "").
 pub fn unset_value(name: &str) -> Option<&'static str> {
     match variables().find(|v| v.0 == name).expect("a variable").1 {
         "required" => None,
@@ -59,8 +58,7 @@ pub fn unset_value(name: &str) -> Option<&'static str> {
 pub const ALIVE_EVERY: Duration = Duration::from_secs(30);
 pub const ALIVE_WITHIN: Duration = Duration::from_secs(90);
 
-/// The environment, typed: a field a variable (envy's lower-case name), each checked whatever
-/// the phase.
+/// The environment, typed: a field a variable (envy's lower-case name), checked in any phase.
 #[derive(Deserialize)]
 struct Env {
     phase: Option<Phase>,
@@ -94,9 +92,9 @@ struct Env {
     termination_message_path: Option<AbsolutePath>,
 }
 
-/// `given` deserialized, each variable of the table that is not set at its default. A value
+/// The environment `given`, each variable of the table it does not set at its default. A value
 /// refused is said with its variable and what that accepts.
-fn typed(given: &[(String, String)]) -> Result<Env, ConfigError> {
+fn read_env(given: &[(String, String)]) -> Result<Env, ConfigError> {
     let set = |name: &str| given.iter().any(|(k, _)| k.eq_ignore_ascii_case(name));
     let unset = variables().filter(|(name, ..)| !set(name));
     let defaults = unset.filter_map(|(name, ..)| Some((name.into(), unset_value(name)?.into())));
@@ -105,19 +103,11 @@ fn typed(given: &[(String, String)]) -> Result<Env, ConfigError> {
     let vars = given.iter().cloned().chain(defaults);
     envy::from_iter(vars.inspect(|pair| *last.borrow_mut() = pair.clone())).map_err(|e| {
         let (var, value): (String, String) = last.take();
-        // serde's words for an enum, "unknown variant `x`, expected one of `a`, `b`, `c`", as
-        // "expected a, b or c".
-        let why = e.to_string().replace('`', "").replace("one of ", "");
+        // serde's words for an enum: "unknown variant `x`, expected one of `a`, `b`".
+        let why = e.to_string().replace('`', "");
         let accepted = why
             .rsplit_once("expected ")
             .map_or(why.as_str(), |(_, a)| a);
-        let accepted = match accepted
-            .rsplit_once(", ")
-            .filter(|_| why.starts_with("unknown"))
-        {
-            Some((most, last)) => format!("{most} or {last}"),
-            None => accepted.to_string(),
-        };
         ConfigError(format!("{var}={value:?} is invalid: expected {accepted}"))
     })
 }
@@ -128,7 +118,7 @@ fn typed(given: &[(String, String)]) -> Result<Env, ConfigError> {
 fn phase(argument: Option<Phase>, var: Option<Phase>) -> Result<Phase, ConfigError> {
     match (argument, var) {
         (None, None) => Err(ConfigError(
-            "PHASE is not set: expected pre, post, status or watch".into(),
+            "PHASE is not set: expected one of pre, post, status, watch".into(),
         )),
         (Some(arg), Some(var)) if var != arg && var != Phase::Watch => Err(ConfigError(format!(
             "PHASE=\"{var}\" and the argument {arg} disagree: give one of them"
@@ -138,12 +128,10 @@ fn phase(argument: Option<Phase>, var: Option<Phase>) -> Result<Phase, ConfigErr
 }
 
 impl Env {
-    /// The rules between the variables: the phase (see [`phase`]); `ARM` for `post` only, the
-    /// guard's settings for `watch` only; without the ManagedChart's name, its steps off (and
-    /// its default name read for records left there); a phase that writes has a step on. A run
-    /// by hand writes no termination message unless `TERMINATION_MESSAGE_PATH` is set
-    /// (`path_set`), and in the guard's pod reports in text, whatever the pod's `LOG_FORMAT`
-    /// (the chart's `json`, for its log collector).
+    /// The rules between the variables: the phase ([`phase`]); `ARM` for `post`, the guard's
+    /// settings for `watch`; the ManagedChart's steps need its name. A run by hand writes no
+    /// termination message unless `TERMINATION_MESSAGE_PATH` is set (`path_set`), and reports in
+    /// text, whatever the guard's pod's `LOG_FORMAT` (the chart's `json`, for its log collector).
     fn config(self, argument: Option<Phase>, path_set: bool) -> Result<Config, ConfigError> {
         let phase = phase(argument, self.phase)?;
         if self.arm.0 && phase != Phase::Post {
@@ -153,14 +141,13 @@ impl Env {
         }
         let intent = self.intent(phase)?;
         let unnamed = intent.keys.chart.is_none();
-        let by_hand_in_guards_pod = argument.is_some() && self.phase == Some(Phase::Watch);
         Ok(Config {
             intent,
             dry_run: self.dry_run.0,
             deadline: self.deadline_seconds.0,
             cleanup_wait: self.harvester_cleanup_wait_seconds.0,
             fleet_wait: self.fleet_wait_seconds.0,
-            log_format: match by_hand_in_guards_pod {
+            log_format: match argument.is_some() && self.phase == Some(Phase::Watch) {
                 true => LogFormat::Text,
                 false => self.log_format,
             },
@@ -203,12 +190,11 @@ impl Env {
             namespace: self.kubevirt_namespace.0.clone(),
             name: self.kubevirt_name.0.clone(),
         };
-        let (keys, fallback) = (Keys { kubevirt, chart }, self.fallback_methods.0.clone());
         Ok(Intent {
             phase,
             steps,
-            keys,
-            fallback,
+            keys: Keys { kubevirt, chart },
+            fallback: self.fallback_methods.0.clone(),
         })
     }
 
@@ -242,15 +228,13 @@ pub struct Config {
     pub deadline: Duration,
     /// `post`'s bound on waiting for Harvester's upgrade cleanup (outside `deadline`).
     pub cleanup_wait: Duration,
-    /// How long `pre` and `post` wait for Fleet to apply their ManagedChart change; zero: not at
-    /// all. Apart from `deadline`, which bounds the requests.
+    /// How long `pre` and `post` wait for Fleet to apply their ManagedChart change (0: not at all).
     pub fleet_wait: Duration,
     pub log_format: LogFormat,
     pub termination_message: Option<TerminationMessage>,
     /// Skip a missing object with a warning instead of failing.
     pub allow_missing: bool,
-    /// `pre` suspends even where Harvester's own handling of the coming release makes it
-    /// unnecessary (`PRE_EVEN_IF_NOT_NEEDED`).
+    /// `pre` suspends even where the coming release makes it unneeded (`PRE_EVEN_IF_NOT_NEEDED`).
     pub even_if_not_needed: bool,
     /// `post` restores even while an upgrade is under way (`RESTORE_DURING_UPGRADE`).
     pub restore_during_upgrade: bool,
@@ -273,8 +257,7 @@ pub struct TerminationMessage {
     pub explicit: bool,
 }
 
-/// The armed `post`'s bound (`ARM_WAIT_SECONDS`) and the time between two reads
-/// (`ARM_POLL_SECONDS`).
+/// The armed `post`'s bound (`ARM_WAIT_SECONDS`) and time between reads (`ARM_POLL_SECONDS`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Arm {
     pub wait: Duration,
@@ -311,14 +294,14 @@ impl Config {
     ) -> Result<Config, ConfigError> {
         let given: Vec<(String, String)> = vars.into_iter().collect();
         let path_set = given.iter().any(|(k, _)| k == "TERMINATION_MESSAGE_PATH");
-        typed(&given)?.config(argument, path_set)
+        read_env(&given)?.config(argument, path_set)
     }
 }
 
 /// `--probe`'s settings: `WATCH_RESYNC_SECONDS` and `WATCH_STATE_DIR`, from the environment
 /// (the Deployment's, which the kubelet's exec probe inherits, and which the guard has read).
 pub fn probe_settings() -> Result<Watch, ConfigError> {
-    typed(&std::env::vars().collect::<Vec<_>>()).map(|env| env.watch())
+    read_env(&std::env::vars().collect::<Vec<_>>()).map(|env| env.watch())
 }
 
 #[cfg(test)]

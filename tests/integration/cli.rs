@@ -64,7 +64,7 @@ fn a_configuration_error_still_writes_the_termination_message() {
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert_eq!(
         stderr,
-        "error: PHASE=\"during\" is invalid: expected pre, post, status or watch\n"
+        "error: PHASE=\"during\" is invalid: expected one of pre, post, status, watch\n"
     );
     let summary: Value = serde_json::from_str(&std::fs::read_to_string(&term).unwrap()).unwrap();
     assert_eq!(summary["exitCode"], i64::from(exit::CONFIG));
