@@ -105,9 +105,7 @@ fn read_env(given: &[(String, String)]) -> Result<Env, ConfigError> {
         let (var, value): (String, String) = last.take();
         // serde's words for an enum: "unknown variant `x`, expected one of `a`, `b`".
         let why = e.to_string().replace('`', "");
-        let accepted = why
-            .rsplit_once("expected ")
-            .map_or(why.as_str(), |(_, a)| a);
+        let accepted = why.rsplit("expected ").next().unwrap_or_default();
         ConfigError(format!("{var}={value:?} is invalid: expected {accepted}"))
     })
 }
