@@ -4,7 +4,8 @@
 - the operator's pages (README.md and docs/*.md but design.md and testing.md; docs/figures/ holds
   measured figures, not pages) hold at most WORD_BUDGET words together, so that an operator
   reads one short page and the runbook of the hour, not every page;
-- each variable (src/config.rs `VARIABLES`), exit code (src/error.rs `mod exit`), Event reason
+- each variable (the table of --help, src/config/help.txt, which src/config.rs reads; its row in
+  docs/configuration.md gives the same default), exit code (src/error.rs `mod exit`), Event reason
   (src/warnings.rs), metric and alert (the chart's PrometheusRule, the code, and METRICS and
   ALERTS below) is defined once: one table row whose first cell names it, on the page that
   defines its kind (DEFINED_IN), and on no other operator page; the README links to each such
@@ -64,6 +65,8 @@ METRICS = ["workload_update_guard_suspension_in_place", "workload_update_guard_u
 ALERTS = ["WorkloadUpdateGuardUpgradeUnprotected", "WorkloadUpdateGuardUpgradeHeld",
           "WorkloadUpdateGuardReadsFailing", "WorkloadUpdateGuardHoldAfterFailedUpgrade",
           "WorkloadUpdateGuardDown"]
+# --help's text, whose table is the variables' names, defaults and meanings (src/config.rs reads it).
+HELP_TABLE = "src/config/help.txt"
 ISSUE_NUMBER = re.compile(r"[Ii]ssues? ?#?[0-9]+")
 
 
@@ -84,6 +87,20 @@ def table_after(text, marker):
             break
         rows.append([c.strip() for c in l.strip().strip("|").split("|")])
     return rows
+
+
+def variables_table():
+    """The variables of --help's table (HELP_TABLE): name -> default, in the table's order. The
+    columns are the header's: VARIABLE, DEFAULT, MEANING."""
+    lines = [l for l in (ROOT / HELP_TABLE).read_text().splitlines() if not l.startswith("#")]
+    start = next(i for i, l in enumerate(lines) if l.startswith("  VARIABLE "))
+    d, m = lines[start].index("DEFAULT"), lines[start].index("MEANING")
+    rows = []
+    for l in lines[start + 1:]:
+        if not l:
+            break
+        rows.append((l[:d].strip(), l[d:m].strip()))
+    return dict(rows)
 
 
 def exit_codes():
@@ -194,7 +211,7 @@ def check_help(variables, codes):
     out = subprocess.run([bin_path, "--help"], capture_output=True, text=True, env={}).stdout
     listed = [v for v in re.findall(r"^  ([A-Z][A-Z_]+) ", out, re.M) if v != "VARIABLE"]
     if listed != variables:
-        problems.append(f"--help lists the variables {listed}, src/config.rs {variables} "
+        problems.append(f"--help lists the variables {listed}, {HELP_TABLE} {variables} "
                         f"(rebuild {bin_path}?)")
     tail = out.partition("Exit codes:")[2]
     help_codes = sorted({int(c) for c in re.findall(r"(?:^|[;:] ?|\s)(\d) ", tail)})
@@ -447,12 +464,19 @@ def main():
         if page != DEFINED_IN["exit code"] and re.search(r"^#+ .*[Ee]xit codes", (ROOT / page).read_text(), re.M):
             problems.append(f"{page}: an exit-code section; the codes are defined once, in {DEFINED_IN['exit code']}")
 
-    variables = re.findall(r'^\s*\(\s*"([A-Z_]+)",', (ROOT / "src/config.rs").read_text().split(
-        "pub const VARIABLES", 1)[1].split("];", 1)[0], re.M)
-    conf_vars = [r[0] for r in table_after(configuration, "## Configuration")]
+    table = variables_table()
+    variables = list(table)
+    conf_rows = table_after(configuration, "## Configuration")
+    conf_vars = [r[0] for r in conf_rows]
     if conf_vars != [f"`{v}`" for v in variables]:
         problems.append(f"docs/configuration.md: the configuration table's rows {conf_vars} are not "
-                        f"src/config.rs's variables, one a row, in its order: {variables}")
+                        f"{HELP_TABLE}'s variables, one a row, in its order: {variables}")
+    for r in conf_rows:
+        var, default = r[0].strip("`"), (r[1] if len(r) > 1 else "")
+        # The page writes `value`, (required), `~/.kube/config`, else in-cluster.
+        if var in table and default.replace("`", "").strip("()") != table[var]:
+            problems.append(f"docs/configuration.md: {var}'s default is {default!r}, "
+                            f"{HELP_TABLE}'s {table[var]!r}")
     defined = [check_defined_once("variable", variables)]
     defined.append(check_defined_once("Event reason", event_reasons()))
     metrics, alerts = metrics_and_alerts()

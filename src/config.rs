@@ -1,22 +1,19 @@
-//! Configuration from environment variables. Every invalid value is one line naming the
-//! variable and what it accepts; nothing is sent to the API server before this succeeds.
+//! Configuration from environment variables: envy deserializes them into [`Env`]'s typed fields,
+//! each unset one at its default from `--help`'s table of variables (`config/help.txt`), and
+//! [`Env::config`] applies the rules between them. Every invalid value is one line naming the
+//! variable and what it accepts; nothing is sent before this succeeds.
 
+use std::cell::RefCell;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::model::{ObjectKey, defaults};
+use serde::Deserialize;
+
+use crate::model::ObjectKey;
 use crate::vocabulary::{Intent, Keys, Phase, Steps};
 
-mod args;
-mod armed;
-mod names;
-mod raw;
-pub use args::{Command, by_hand, command};
-pub use armed::probe_settings;
-pub use armed::{ALIVE_EVERY, ALIVE_WITHIN, Arm, Watch};
-use armed::{arm, optional_name, watch};
-use names::{name, namespace};
-use raw::Raw;
+mod values;
+use values::{AbsolutePath, Flag, Methods, Name, Namespace, Port, Seconds, empty_is_none};
 
 /// The git commit the binary was built from (build.rs), or `unknown`.
 pub const COMMIT: &str = env!("WUG_GIT_COMMIT");
@@ -29,154 +26,193 @@ pub fn version() -> String {
     )
 }
 
-/// The default of a variable that has none: `--help` says it must be set.
-pub const REQUIRED: &str = "required";
+/// `--help`'s text after the version line, with the variables table (its comment says how).
+const HELP: &str = include_str!("config/help.txt");
 
-/// Name, default and meaning of every variable: `--help` prints this table.
-pub const VARIABLES: &[(&str, &str, &str)] = &[
-    (
-        "PHASE",
-        REQUIRED,
-        "pre | post | status | watch (the resident guard)",
-    ),
-    (
-        "KUBEVIRT_NAMESPACE",
-        defaults::KUBEVIRT_NAMESPACE,
-        "namespace of the KubeVirt CR",
-    ),
-    (
-        "KUBEVIRT_NAME",
-        defaults::KUBEVIRT_NAME,
-        "name of the KubeVirt CR",
-    ),
-    (
-        "MANAGEDCHART_NAMESPACE",
-        defaults::CHART_NAMESPACE,
-        "namespace of the ManagedChart",
-    ),
-    (
-        "MANAGEDCHART_NAME",
-        defaults::CHART_NAME,
-        "name of the ManagedChart; empty switches the ManagedChart steps off",
-    ),
-    (
-        "STEP_KUBEVIRT",
-        "true",
-        "patch the KubeVirt CR's workloadUpdateMethods",
-    ),
-    (
-        "STEP_COMPARE_PATCHES",
-        "true",
-        "add/remove the ManagedChart comparePatches pointer",
-    ),
-    (
-        "STEP_CHART_VALUES",
-        "true",
-        "set/restore the ManagedChart values override",
-    ),
-    (
-        "FALLBACK_METHODS",
-        "empty (none)",
-        "comma-separated LiveMigrate,Evict; post applies it only without any record and with our own [] in place (the one our field manager wrote)",
-    ),
-    (
-        "ALLOW_MISSING",
-        "false",
-        "a missing KubeVirt CR or ManagedChart is skipped with a warning instead of failing (exit 6)",
-    ),
-    (
-        "DRY_RUN",
-        "false",
-        "print the planned patches and send them with server-side dry run; change nothing",
-    ),
-    (
-        "DEADLINE_SECONDS",
-        defaults::DEADLINE_SECONDS,
-        "deadline for the run's requests, retries included (1..=86400); the Fleet wait is apart",
-    ),
-    (
-        "FLEET_WAIT_SECONDS",
-        defaults::FLEET_WAIT_SECONDS,
-        "pre/post: how long to wait for Fleet to apply the ManagedChart change (0..=86400; 0: do not wait)",
-    ),
-    (
-        "HARVESTER_CLEANUP_WAIT_SECONDS",
-        defaults::CLEANUP_WAIT_SECONDS,
-        "post: its one bound on waiting, before restoring, for an upgrade under way (Harvester's latest Upgrade, the add-on's UpgradePlans) to end and for the latest Upgrade's cleanup (0..=86400; past it, exit 7, nothing written)",
-    ),
-    (
-        "RESTORE_DURING_UPGRADE",
-        "false",
-        "post: restore even while an upgrade is under way or its cleanup pending (an Upgrade stuck for good), with a RestoredDuringUpgrade warning naming it",
-    ),
-    (
-        "ARM",
-        "false",
-        "post: the armed post: wait for the next upgrade (a Harvester Upgrade or UpgradePlan created after pre's record, or one under way) to begin and to end, cleanup included, then restore as post does (hack/job.sh arm); nothing of ours left: ends 0 at once",
-    ),
-    (
-        "ARM_WAIT_SECONDS",
-        defaults::ARM_WAIT_SECONDS,
-        "ARM=true: the bound of that wait (1..=2592000); past it, exit 9, nothing written, the suspension stays",
-    ),
-    (
-        "ARM_POLL_SECONDS",
-        defaults::ARM_POLL_SECONDS,
-        "ARM=true: seconds between two reads of the upgrade (1..=30): at most twice a minute",
-    ),
-    (
-        "WATCH_RESYNC_SECONDS",
-        defaults::WATCH_RESYNC_SECONDS,
-        "watch: seconds between two reads of the upgrade when no watch event comes (30..=3600): the safety net under the watches",
-    ),
-    (
-        "WATCH_STATE_DIR",
-        "/tmp",
-        "watch: an absolute, writable directory for the probe files `alive` and `ready` (--probe live|ready reads them)",
-    ),
-    (
-        "METRICS_PORT",
-        defaults::METRICS_PORT,
-        "watch: the metrics' port (GET /metrics); 0: none",
-    ),
-    (
-        "ADMISSION_HOLD",
-        "false",
-        "watch: the chart's admission policy holds unprotected upgrades",
-    ),
-    (
-        "UPGRADE_PLAN",
-        "empty (none)",
-        "post: the UpgradePlan that runs this post (hack/job.sh --plan sets it); post does not wait for that plan to end",
-    ),
-    (
-        "PRE_EVEN_IF_NOT_NEEDED",
-        "false",
-        "pre: suspend even where the release the cluster upgrades to (the Upgrade under way, or the one release on offer) restores the methods itself; by default pre then writes nothing and says \"not needed\"",
-    ),
-    (
-        "LOG_FORMAT",
-        "text",
-        "text | json (json also makes `status` print JSON)",
-    ),
-    (
-        "RUST_LOG",
-        "info",
-        "tracing filter, e.g. debug or workload_update_guard=debug",
-    ),
-    (
-        "TERMINATION_MESSAGE_PATH",
-        defaults::TERMINATION_MESSAGE_PATH,
-        "where the one-line JSON summary goes; the default only if it exists (the kubelet makes it); empty: nowhere",
-    ),
-    (
-        "KUBECONFIG",
-        "~/.kube/config, else in-cluster",
-        "kubeconfig for runs outside a pod",
-    ),
-];
+/// The `--help` text.
+pub fn help() -> String {
+    let text = HELP.lines().filter(|l| !l.starts_with('#'));
+    version() + &text.map(|l| format!("{l}\n")).collect::<String>()
+}
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The variables table, a row a variable: name, default, meaning.
+pub fn variables() -> impl Iterator<Item = (&'static str, &'static str, &'static str)> {
+    let mut rows = HELP.lines().skip_while(|l| !l.starts_with("  VARIABLE "));
+    let header = rows.next().expect("the variables table");
+    let column = |word| header.find(word).expect("the header names its columns");
+    let (d, m) = (column("DEFAULT"), column("MEANING"));
+    let rows = rows.take_while(|row| !row.is_empty());
+    rows.map(move |r| (r[..d].trim(), r[d..m].trim(), &r[m..]))
+}
+
+/// The value a variable takes when unset (`None`: `required`, it must be set; `empty`: "").
+pub fn unset_value(name: &str) -> Option<&'static str> {
+    match variables().find(|v| v.0 == name).expect("a variable").1 {
+        "required" => None,
+        "empty" => Some(""),
+        value => Some(value),
+    }
+}
+
+/// The resident guard: how often its loop touches `alive` (no request), and how old it may be.
+pub const ALIVE_EVERY: Duration = Duration::from_secs(30);
+pub const ALIVE_WITHIN: Duration = Duration::from_secs(90);
+
+/// The environment, typed: a field a variable (envy's lower-case name), checked in any phase.
+#[derive(Deserialize)]
+struct Env {
+    phase: Option<Phase>,
+    kubevirt_namespace: Namespace,
+    kubevirt_name: Name,
+    managedchart_namespace: Namespace,
+    #[serde(deserialize_with = "empty_is_none")]
+    managedchart_name: Option<Name>,
+    step_kubevirt: Flag,
+    step_compare_patches: Flag,
+    step_chart_values: Flag,
+    fallback_methods: Methods,
+    allow_missing: Flag,
+    dry_run: Flag,
+    deadline_seconds: Seconds<1, 86_400>,
+    fleet_wait_seconds: Seconds<0, 86_400>,
+    harvester_cleanup_wait_seconds: Seconds<0, 86_400>,
+    restore_during_upgrade: Flag,
+    arm: Flag,
+    arm_wait_seconds: Seconds<1, 2_592_000>,
+    arm_poll_seconds: Seconds<1, 30>,
+    watch_resync_seconds: Seconds<30, 3_600>,
+    watch_state_dir: AbsolutePath,
+    metrics_port: Port,
+    admission_hold: Flag,
+    #[serde(deserialize_with = "empty_is_none")]
+    upgrade_plan: Option<Name>,
+    pre_even_if_not_needed: Flag,
+    log_format: LogFormat,
+    #[serde(deserialize_with = "empty_is_none")]
+    termination_message_path: Option<AbsolutePath>,
+}
+
+/// The environment `given`, each variable of the table it does not set at its default. A value
+/// refused is said with its variable and what that accepts.
+fn read_env(given: &[(String, String)]) -> Result<Env, ConfigError> {
+    let set = |name: &str| given.iter().any(|(k, _)| k.eq_ignore_ascii_case(name));
+    let unset = variables().filter(|(name, ..)| !set(name));
+    let defaults = unset.filter_map(|(name, ..)| Some((name.into(), unset_value(name)?.into())));
+    // envy reads each value as it takes its pair: the last pair taken is the value refused.
+    let last = RefCell::default();
+    let vars = given.iter().cloned().chain(defaults);
+    envy::from_iter(vars.inspect(|pair| *last.borrow_mut() = pair.clone())).map_err(|e| {
+        let (var, value): (String, String) = last.take();
+        // serde's words for an enum: "unknown variant `x`, expected one of `a`, `b`".
+        let why = e.to_string().replace('`', "");
+        let accepted = why.rsplit("expected ").next().unwrap_or_default();
+        ConfigError(format!("{var}={value:?} is invalid: expected {accepted}"))
+    })
+}
+
+/// The phase: `PHASE`'s, or the one named on the command line (`argument`: a run by hand),
+/// which wins over the resident guard's own `PHASE=watch` (the environment a `kubectl exec`
+/// into its pod inherits); another `PHASE` is a mistake, said rather than guessed.
+fn phase(argument: Option<Phase>, var: Option<Phase>) -> Result<Phase, ConfigError> {
+    match (argument, var) {
+        (None, None) => Err(ConfigError(
+            "PHASE is not set: expected one of pre, post, status, watch".into(),
+        )),
+        (Some(arg), Some(var)) if var != arg && var != Phase::Watch => Err(ConfigError(format!(
+            "PHASE=\"{var}\" and the argument {arg} disagree: give one of them"
+        ))),
+        (Some(phase), _) | (None, Some(phase)) => Ok(phase),
+    }
+}
+
+impl Env {
+    /// The rules between the variables: the phase ([`phase`]); `ARM` for `post`, the guard's
+    /// settings for `watch`; the ManagedChart's steps need its name. A run by hand writes no
+    /// termination message unless `TERMINATION_MESSAGE_PATH` is set (`path_set`), and reports in
+    /// text, whatever the guard's pod's `LOG_FORMAT` (the chart's `json`, for its log collector).
+    fn config(self, argument: Option<Phase>, path_set: bool) -> Result<Config, ConfigError> {
+        let phase = phase(argument, self.phase)?;
+        if self.arm.0 && phase != Phase::Post {
+            return Err(ConfigError(format!(
+                "ARM=true is for PHASE=post (the armed post), not PHASE={phase}"
+            )));
+        }
+        let intent = self.intent(phase)?;
+        let unnamed = intent.keys.chart.is_none();
+        Ok(Config {
+            intent,
+            dry_run: self.dry_run.0,
+            deadline: self.deadline_seconds.0,
+            cleanup_wait: self.harvester_cleanup_wait_seconds.0,
+            fleet_wait: self.fleet_wait_seconds.0,
+            log_format: match argument.is_some() && self.phase == Some(Phase::Watch) {
+                true => LogFormat::Text,
+                false => self.log_format,
+            },
+            termination_message: (self.termination_message_path.clone())
+                .filter(|_| argument.is_none() || path_set)
+                .map(|p| TerminationMessage {
+                    path: p.0,
+                    explicit: path_set,
+                }),
+            allow_missing: self.allow_missing.0,
+            even_if_not_needed: self.pre_even_if_not_needed.0,
+            restore_during_upgrade: self.restore_during_upgrade.0,
+            upgrade_plan: self.upgrade_plan.clone().map(|n| n.0),
+            arm: self.arm.0.then_some(Arm {
+                wait: self.arm_wait_seconds.0,
+                every: self.arm_poll_seconds.0,
+            }),
+            watch: (phase == Phase::Watch).then(|| self.watch()),
+            unnamed_chart: unset_value("MANAGEDCHART_NAME")
+                .filter(|_| unnamed)
+                .map(|name| self.chart_key(name)),
+        })
+    }
+
+    fn intent(&self, phase: Phase) -> Result<Intent, ConfigError> {
+        let chart = (self.managedchart_name.as_ref()).map(|n| self.chart_key(&n.0));
+        let steps = Steps {
+            kubevirt: self.step_kubevirt.0,
+            compare: self.step_compare_patches.0 && chart.is_some(),
+            values: self.step_chart_values.0 && chart.is_some(),
+        };
+        if phase != Phase::Status && !(steps.kubevirt || steps.compare || steps.values) {
+            return Err(ConfigError(
+                "nothing to do: STEP_KUBEVIRT is false and the ManagedChart steps are off \
+                 (MANAGEDCHART_NAME empty, or STEP_COMPARE_PATCHES and STEP_CHART_VALUES false)"
+                    .into(),
+            ));
+        }
+        let kubevirt = ObjectKey {
+            namespace: self.kubevirt_namespace.0.clone(),
+            name: self.kubevirt_name.0.clone(),
+        };
+        Ok(Intent {
+            phase,
+            steps,
+            keys: Keys { kubevirt, chart },
+            fallback: self.fallback_methods.0.clone(),
+        })
+    }
+
+    fn chart_key(&self, name: &str) -> ObjectKey {
+        let (namespace, name) = (self.managedchart_namespace.0.clone(), name.into());
+        ObjectKey { namespace, name }
+    }
+
+    fn watch(&self) -> Watch {
+        Watch {
+            resync: self.watch_resync_seconds.0,
+            state_dir: self.watch_state_dir.0.clone(),
+            metrics_port: self.metrics_port.0,
+            admission_hold: self.admission_hold.0,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum LogFormat {
     Text,
     Json,
@@ -184,22 +220,19 @@ pub enum LogFormat {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
-    /// What to do. `keys.chart: None` (MANAGEDCHART_NAME empty) switches the ManagedChart
-    /// steps off.
+    /// What to do; `keys.chart: None` (`MANAGEDCHART_NAME` empty): no ManagedChart step.
     pub intent: Intent,
     pub dry_run: bool,
     pub deadline: Duration,
     /// `post`'s bound on waiting for Harvester's upgrade cleanup (outside `deadline`).
     pub cleanup_wait: Duration,
-    /// How long `pre` and `post` wait for Fleet to apply their ManagedChart change; zero: not at
-    /// all. Apart from `deadline`, which bounds the requests.
+    /// How long `pre` and `post` wait for Fleet to apply their ManagedChart change (0: not at all).
     pub fleet_wait: Duration,
     pub log_format: LogFormat,
     pub termination_message: Option<TerminationMessage>,
     /// Skip a missing object with a warning instead of failing.
     pub allow_missing: bool,
-    /// `pre` suspends even where Harvester's own handling of the coming release makes it
-    /// unnecessary (`PRE_EVEN_IF_NOT_NEEDED`).
+    /// `pre` suspends even where the coming release makes it unneeded (`PRE_EVEN_IF_NOT_NEEDED`).
     pub even_if_not_needed: bool,
     /// `post` restores even while an upgrade is under way (`RESTORE_DURING_UPGRADE`).
     pub restore_during_upgrade: bool,
@@ -209,9 +242,8 @@ pub struct Config {
     pub arm: Option<Arm>,
     /// The resident guard (`PHASE=watch`): its pace and its probe files.
     pub watch: Option<Watch>,
-    /// With `MANAGEDCHART_NAME` empty: the ManagedChart read read-only for what of ours an
-    /// earlier `pre` left there (`MANAGEDCHART_NAMESPACE`, default `fleet-local`, and the
-    /// default name `harvester`, the one a `pre` with the defaults writes).
+    /// With `MANAGEDCHART_NAME` empty: the ManagedChart read for what of ours an earlier `pre`
+    /// left there (in `MANAGEDCHART_NAMESPACE`, with the default name a `pre` would write).
     pub unnamed_chart: Option<ObjectKey>,
 }
 
@@ -223,254 +255,51 @@ pub struct TerminationMessage {
     pub explicit: bool,
 }
 
+/// The armed `post`'s bound (`ARM_WAIT_SECONDS`) and time between reads (`ARM_POLL_SECONDS`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Arm {
+    pub wait: Duration,
+    pub every: Duration,
+}
+
+/// The resident guard's settings (`PHASE=watch`: `WATCH_RESYNC_SECONDS`, `WATCH_STATE_DIR`,
+/// `METRICS_PORT`, `ADMISSION_HOLD`: what its metrics and Warnings say about a hold).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Watch {
+    pub resync: Duration,
+    pub state_dir: PathBuf,
+    pub metrics_port: Option<u16>,
+    pub admission_hold: bool,
+}
+
+impl Watch {
+    /// How old the `ready` file may be: two missed reads and a minute's slack.
+    pub fn ready_within(&self) -> Duration {
+        self.resync * 2 + Duration::from_secs(60)
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct ConfigError(pub String);
 
-/// A wait's bound in whole seconds, 0 (do not wait) to a day.
-/// A seconds setting: a whole number from `min` (0: do not wait) to 86400, else `default`.
-fn seconds(
-    var: &str,
-    raw: Option<String>,
-    default: &str,
-    min: u64,
-) -> Result<Duration, ConfigError> {
-    let value = raw.as_deref().unwrap_or(default);
-    match value.parse::<u64>() {
-        Ok(n) if (min..=86_400).contains(&n) => Ok(Duration::from_secs(n)),
-        _ => Err(invalid(
-            var,
-            value,
-            &if min == 0 {
-                "a whole number of seconds from 0 (do not wait) to 86400".to_string()
-            } else {
-                format!("a whole number of seconds from {min} to 86400")
-            },
-        )),
-    }
-}
-
-fn phase(raw: Option<&str>) -> Result<Phase, ConfigError> {
-    match raw {
-        Some("pre") => Ok(Phase::Pre),
-        Some("post") => Ok(Phase::Post),
-        Some("status") => Ok(Phase::Status),
-        Some("watch") => Ok(Phase::Watch),
-        None => Err(ConfigError(
-            "PHASE is not set: expected pre, post, status or watch".into(),
-        )),
-        Some(other) => Err(invalid("PHASE", other, "pre, post, status or watch")),
-    }
-}
-
-fn termination_message(raw: Option<&str>) -> Result<Option<TerminationMessage>, ConfigError> {
-    match raw {
-        None => Ok(Some(TerminationMessage {
-            path: PathBuf::from(defaults::TERMINATION_MESSAGE_PATH),
-            explicit: false,
-        })),
-        Some("") => Ok(None),
-        Some(p) if p.starts_with('/') => Ok(Some(TerminationMessage {
-            path: PathBuf::from(p),
-            explicit: true,
-        })),
-        Some(p) => Err(invalid(
-            "TERMINATION_MESSAGE_PATH",
-            p,
-            "an absolute path, or empty",
-        )),
-    }
-}
-
-fn invalid(var: &str, value: &str, accepted: &str) -> ConfigError {
-    ConfigError(format!("{var}={value:?} is invalid: expected {accepted}"))
-}
-
 impl Config {
-    pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from_vars(std::env::vars())
-    }
-
+    /// The configuration from the environment's variables, with the phase named on the command
+    /// line (`argument`), if any: see [`phase`].
     pub fn from_vars(
         vars: impl IntoIterator<Item = (String, String)>,
-    ) -> Result<Self, ConfigError> {
-        let raw: Raw = envy::from_iter(vars).map_err(|e| ConfigError(e.to_string()))?;
-        let phase = phase(raw.phase.as_deref())?;
-        let watch = watch(phase, &raw)?;
-        let kubevirt = ObjectKey {
-            namespace: namespace(
-                "KUBEVIRT_NAMESPACE",
-                raw.kubevirt_namespace,
-                defaults::KUBEVIRT_NAMESPACE,
-            )?,
-            name: name("KUBEVIRT_NAME", raw.kubevirt_name, defaults::KUBEVIRT_NAME)?,
-        };
-        let chart_namespace = namespace(
-            "MANAGEDCHART_NAMESPACE",
-            raw.managedchart_namespace,
-            defaults::CHART_NAMESPACE,
-        )?;
-        let unnamed_chart = ObjectKey {
-            namespace: chart_namespace.clone(),
-            name: defaults::CHART_NAME.into(),
-        };
-        let chart = match raw.managedchart_name.as_deref() {
-            Some("") => None,
-            _ => Some(ObjectKey {
-                namespace: chart_namespace,
-                name: name(
-                    "MANAGEDCHART_NAME",
-                    raw.managedchart_name,
-                    defaults::CHART_NAME,
-                )?,
-            }),
-        };
-        let named = chart.is_some();
-        let unnamed_chart = (!named).then_some(unnamed_chart);
-        let steps = Steps {
-            kubevirt: boolean("STEP_KUBEVIRT", raw.step_kubevirt, true)?,
-            compare: boolean("STEP_COMPARE_PATCHES", raw.step_compare_patches, true)? && named,
-            values: boolean("STEP_CHART_VALUES", raw.step_chart_values, true)? && named,
-        };
-        let fallback = fallback(raw.fallback_methods)?;
-        let allow_missing = boolean("ALLOW_MISSING", raw.allow_missing, false)?;
-        let dry_run = boolean("DRY_RUN", raw.dry_run, false)?;
-        let even_if_not_needed =
-            boolean("PRE_EVEN_IF_NOT_NEEDED", raw.pre_even_if_not_needed, false)?;
-        let restore_during_upgrade =
-            boolean("RESTORE_DURING_UPGRADE", raw.restore_during_upgrade, false)?;
-        let upgrade_plan = optional_name("UPGRADE_PLAN", raw.upgrade_plan)?;
-        let arm = arm(phase, raw.arm, raw.arm_wait_seconds, raw.arm_poll_seconds)?;
-        let deadline = seconds(
-            "DEADLINE_SECONDS",
-            raw.deadline_seconds,
-            defaults::DEADLINE_SECONDS,
-            1,
-        )?;
-        let cleanup_wait = seconds(
-            "HARVESTER_CLEANUP_WAIT_SECONDS",
-            raw.harvester_cleanup_wait_seconds,
-            defaults::CLEANUP_WAIT_SECONDS,
-            0,
-        )?;
-        let fleet_wait = seconds(
-            "FLEET_WAIT_SECONDS",
-            raw.fleet_wait_seconds,
-            defaults::FLEET_WAIT_SECONDS,
-            0,
-        )?;
-        let log_format = log_format(raw.log_format.as_deref())?;
-        let termination_message = termination_message(raw.termination_message_path.as_deref())?;
-        let config = Config {
-            intent: Intent {
-                phase,
-                steps,
-                keys: Keys { kubevirt, chart },
-                fallback,
-            },
-            dry_run,
-            deadline,
-            cleanup_wait,
-            fleet_wait,
-            log_format,
-            termination_message,
-            allow_missing,
-            even_if_not_needed,
-            restore_during_upgrade,
-            upgrade_plan,
-            arm,
-            watch,
-            unnamed_chart,
-        };
-        if phase != Phase::Status && writes_nothing(&config.intent) {
-            return Err(ConfigError(
-                "nothing to do: STEP_KUBEVIRT is false and the ManagedChart steps are off \
-                 (MANAGEDCHART_NAME empty, or STEP_COMPARE_PATCHES and STEP_CHART_VALUES false)"
-                    .into(),
-            ));
-        }
-        Ok(config)
+        argument: Option<Phase>,
+    ) -> Result<Config, ConfigError> {
+        let given: Vec<(String, String)> = vars.into_iter().collect();
+        let path_set = given.iter().any(|(k, _)| k == "TERMINATION_MESSAGE_PATH");
+        read_env(&given)?.config(argument, path_set)
     }
 }
 
-/// No object to write: every step off (`watch` writes what `post` writes).
-fn writes_nothing(intent: &Intent) -> bool {
-    let writes = Intent {
-        phase: Phase::Post,
-        ..intent.clone()
-    };
-    writes.targets().is_empty()
-}
-
-fn boolean(var: &str, value: Option<String>, default: bool) -> Result<bool, ConfigError> {
-    match value.as_deref().map(str::to_ascii_lowercase).as_deref() {
-        None => Ok(default),
-        Some("true" | "1" | "yes") => Ok(true),
-        Some("false" | "0" | "no") => Ok(false),
-        Some(_) => Err(invalid(
-            var,
-            value.as_deref().unwrap_or_default(),
-            "true or false (also 1/0, yes/no)",
-        )),
-    }
-}
-
-fn fallback(value: Option<String>) -> Result<Option<Vec<String>>, ConfigError> {
-    let Some(v) = value.filter(|v| !v.trim().is_empty()) else {
-        return Ok(None);
-    };
-    let list: Vec<String> = v.split(',').map(|m| m.trim().to_string()).collect();
-    let valid = list.iter().all(|m| m == "LiveMigrate" || m == "Evict");
-    let unique = list.iter().enumerate().all(|(i, m)| !list[..i].contains(m));
-    if valid && unique {
-        Ok(Some(list))
-    } else {
-        Err(invalid(
-            "FALLBACK_METHODS",
-            &v,
-            "a comma-separated list of distinct LiveMigrate and Evict, or empty",
-        ))
-    }
-}
-
-/// The `--help` text: the variables as a table whose columns fit the longest name and default.
-pub fn help() -> String {
-    let mut out = format!(
-        "{}\
-         Suspends KubeVirt automated workload updates before a Harvester upgrade (PHASE=pre),\n\
-         restores exactly what was there after it (PHASE=post), or reports (PHASE=status).\n\n\
-         Usage: workload-update-guard [status|pre|post]: a phase named here wins over PHASE=watch\n\
-         (a run by hand in the resident guard's pod: kubectl exec ... -- workload-update-guard status)\n\
-         and writes no termination message unless TERMINATION_MESSAGE_PATH is set.\n\n\
-         Environment variables:\n",
-        version()
-    );
-    let name_width = VARIABLES.iter().map(|(v, _, _)| v.len()).max().unwrap_or(0);
-    let default_width = VARIABLES.iter().map(|(_, d, _)| d.len()).max().unwrap_or(0);
-    let row = |var: &str, default: &str, meaning: &str| {
-        format!("  {var:<name_width$}  {default:<default_width$}  {meaning}\n")
-    };
-    out.push_str(&row("VARIABLE", "DEFAULT", "MEANING"));
-    for (var, default, meaning) in VARIABLES {
-        out.push_str(&row(var, default, meaning));
-    }
-    out.push_str(
-        "\nExit codes: 0 success (incl. already so); 2 bad configuration; 3 permanent refusal or\n\
-         malformed object; 4 transient failures until the deadline; 5 interrupted (SIGTERM/SIGINT);\n\
-         6 an object not found (see ALLOW_MISSING); 7 post: an upgrade still under way or its\n\
-         cleanup pending at HARVESTER_CLEANUP_WAIT_SECONDS, nothing written; 8 written, but Fleet\n\
-         did not apply the ManagedChart change (an error, or FLEET_WAIT_SECONDS passed); 9 ARM=true:\n\
-         no upgrade began and ended within ARM_WAIT_SECONDS, nothing written, the suspension stays.\n",
-    );
-    out
-}
-
-fn log_format(v: Option<&str>) -> Result<LogFormat, ConfigError> {
-    match v {
-        None | Some("text") => Ok(LogFormat::Text),
-        Some("json") => Ok(LogFormat::Json),
-        Some(other) => Err(invalid("LOG_FORMAT", other, "text or json")),
-    }
+/// `--probe`'s settings: `WATCH_RESYNC_SECONDS` and `WATCH_STATE_DIR`, from the environment
+/// (the Deployment's, which the kubelet's exec probe inherits, and which the guard has read).
+pub fn probe_settings() -> Result<Watch, ConfigError> {
+    read_env(&std::env::vars().collect::<Vec<_>>()).map(|env| env.watch())
 }
 
 #[cfg(test)]
@@ -478,7 +307,10 @@ mod tests {
     use super::*;
 
     fn cfg(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
-        Config::from_vars(vars.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+        Config::from_vars(
+            vars.iter().map(|(k, v)| (k.to_string(), v.to_string())),
+            None,
+        )
     }
 
     #[test]
@@ -904,13 +736,15 @@ mod tests {
     #[test]
     fn help_lists_every_variable() {
         let h = help();
-        for (var, _, _) in VARIABLES {
-            assert!(h.contains(var), "{var}");
+        for (var, _, _) in variables() {
+            assert!(h.contains(&format!("\n  {var} ")), "{var}");
         }
+        assert_eq!(variables().count(), 28);
     }
 
     /// Every row of the table (the header included) starts its default and its meaning in the
-    /// same columns, whatever the length of a name or a default.
+    /// same columns, names a variable and gives a default: `variables` reads it by the header's
+    /// columns.
     #[test]
     fn help_table_keeps_its_columns() {
         let h = help();
@@ -919,17 +753,18 @@ mod tests {
             .skip_while(|l| !l.starts_with("  VARIABLE "))
             .take_while(|l| !l.is_empty())
             .collect();
-        assert_eq!(rows.len(), VARIABLES.len() + 1, "{h}");
+        assert_eq!(rows.len(), variables().count() + 1, "{h}");
         let default_col = rows[0].find("DEFAULT").unwrap();
         let meaning_col = rows[0].find("MEANING").unwrap();
-        for (row, (var, default, meaning)) in rows[1..].iter().zip(VARIABLES) {
+        for (row, (var, default, meaning)) in rows[1..].iter().zip(variables()) {
             assert!(row.starts_with(&format!("  {var} ")), "{row}");
-            assert_eq!(
-                &row[default_col..default_col + default.len()],
-                *default,
+            assert!(
+                var.bytes().all(|b| b.is_ascii_uppercase() || b == b'_'),
                 "{row}"
             );
-            assert_eq!(&row[meaning_col..], *meaning, "{row}");
+            assert!(!default.is_empty() && !meaning.is_empty(), "{row}");
+            assert_eq!(&row[default_col..default_col + default.len()], default);
+            assert_eq!(&row[meaning_col..], meaning, "{row}");
             assert_eq!(row.as_bytes()[default_col - 1], b' ', "{row}");
             assert_eq!(row.as_bytes()[meaning_col - 1], b' ', "{row}");
         }
@@ -943,17 +778,50 @@ mod tests {
         assert!(phase.contains(" required "), "{phase}");
         assert!(!h.contains("default (required)"), "{h}");
         assert!(!h.contains("(required)"), "{h}");
+        assert_eq!(unset_value("PHASE"), None);
+        assert_eq!(unset_value("UPGRADE_PLAN"), Some(""));
+        assert_eq!(unset_value("DEADLINE_SECONDS"), Some("300"));
     }
 
     /// FALLBACK_METHODS applies only to our own `[]`: `--help` says so, as docs/configuration.md does.
     #[test]
     fn help_says_the_fallback_is_for_our_own_empty_list_only() {
-        let (_, _, meaning) = VARIABLES
-            .iter()
+        let (_, _, meaning) = variables()
             .find(|(v, _, _)| *v == "FALLBACK_METHODS")
             .unwrap();
         assert!(meaning.contains("our own []"), "{meaning}");
         assert!(meaning.contains("without any record"), "{meaning}");
+    }
+
+    /// Each `*_SECONDS` variable's meaning gives the range its type accepts (declared once, with
+    /// its field), and the type says it when it refuses a value.
+    #[test]
+    fn help_gives_each_seconds_range_as_its_type_checks_it() {
+        for (var, _, meaning) in variables().filter(|(v, ..)| v.ends_with("_SECONDS")) {
+            let e = cfg(&[("PHASE", "post"), (var, "x")]).unwrap_err().0;
+            let numbers: Vec<&str> = e
+                .split(|c: char| !c.is_ascii_digit())
+                .filter(|n| !n.is_empty())
+                .collect();
+            let [min, max] = numbers[..] else {
+                panic!("{e}")
+            };
+            assert!(
+                meaning.contains(&format!("({min}..={max}")),
+                "{var}: {meaning}; {e}"
+            );
+        }
+    }
+
+    /// The defaults the rest of the code names agree with the table's.
+    #[test]
+    fn the_tables_defaults_are_the_codes() {
+        use crate::model::defaults;
+        assert_eq!(
+            unset_value("MANAGEDCHART_NAMESPACE"),
+            Some(defaults::CHART_NAMESPACE)
+        );
+        assert_eq!(unset_value("MANAGEDCHART_NAME"), Some(defaults::CHART_NAME));
     }
 
     /// `--version` names the version and the commit (hex from git, or `unknown` outside a git
@@ -973,5 +841,86 @@ mod tests {
             "{COMMIT}"
         );
         assert!(help().starts_with(&v));
+    }
+
+    fn vars(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    /// The resident guard's pod: `status` by hand reads as `PHASE=status` does, without the
+    /// watch's settings and without the container's termination message.
+    #[test]
+    fn status_by_hand_in_the_resident_guards_pod() {
+        let pod = vars(&[
+            ("PHASE", "watch"),
+            ("WATCH_STATE_DIR", "/tmp"),
+            ("WATCH_RESYNC_SECONDS", "300"),
+            ("LOG_FORMAT", "json"),
+        ]);
+        let c = Config::from_vars(pod.clone(), Some(Phase::Status)).unwrap();
+        assert_eq!(c.intent.phase, Phase::Status);
+        assert_eq!(
+            c.log_format,
+            crate::config::LogFormat::Text,
+            "the report, read by a person"
+        );
+        assert_eq!(c.watch, None);
+        assert_eq!(c.termination_message, None);
+        let mut job = c.clone();
+        job.termination_message = Config::from_vars(vars(&[("PHASE", "status")]), None)
+            .unwrap()
+            .termination_message;
+        assert_eq!(
+            Config::from_vars(
+                vars(&[
+                    ("PHASE", "status"),
+                    ("WATCH_STATE_DIR", "/tmp"),
+                    ("WATCH_RESYNC_SECONDS", "300")
+                ]),
+                None
+            )
+            .unwrap(),
+            job
+        );
+        let guard = Config::from_vars(pod, None).unwrap();
+        assert_eq!(guard.intent.phase, Phase::Watch);
+        assert_eq!(guard.log_format, crate::config::LogFormat::Json);
+        assert!(guard.termination_message.is_some());
+        let explicit = vars(&[("PHASE", "watch"), ("TERMINATION_MESSAGE_PATH", "/x/log")]);
+        let c = Config::from_vars(explicit, Some(Phase::Post)).unwrap();
+        assert_eq!(
+            c.termination_message.unwrap().path,
+            std::path::PathBuf::from("/x/log")
+        );
+        let e = Config::from_vars(vars(&[("PHASE", "pre")]), Some(Phase::Status));
+        assert!(e.unwrap_err().0.contains("disagree"));
+    }
+
+    #[test]
+    fn the_argument_wins_over_the_resident_guards_own_phase_only() {
+        use Phase::*;
+        assert_eq!(phase(None, Some(Pre)), Ok(Pre));
+        assert!(
+            phase(None, None)
+                .unwrap_err()
+                .0
+                .starts_with("PHASE is not set")
+        );
+        let status = Some(Status);
+        for var in [Some(Watch), None, Some(Status)] {
+            assert_eq!(phase(status, var), Ok(Status));
+        }
+        for other in [Pre, Post] {
+            let e = phase(status, Some(other)).unwrap_err().0;
+            assert!(e.contains("disagree"), "{e}");
+        }
+        // A PHASE that is no phase is said as such, whatever the argument.
+        let e = Config::from_vars(vars(&[("PHASE", "bogus")]), status)
+            .unwrap_err()
+            .0;
+        assert!(e.starts_with("PHASE=\"bogus\" is invalid"), "{e}");
     }
 }

@@ -8,18 +8,18 @@ use tokio::signal::unix::{SignalKind, signal};
 use tracing::{error, info};
 use tracing_subscriber::EnvFilter;
 use workload_update_guard::cluster::{Cluster, Deadline, LastError};
-use workload_update_guard::config::{self, Command, Config, LogFormat};
+use workload_update_guard::config::{self, Config, LogFormat};
 use workload_update_guard::error::{Error, exit};
-use workload_update_guard::model::defaults;
 use workload_update_guard::outcome::Done;
 use workload_update_guard::runner;
 use workload_update_guard::summary::Summary;
+use workload_update_guard::vocabulary::Phase;
 
 fn main() -> ExitCode {
     #[cfg(feature = "failpoints")]
     let _failpoints = fail::FailScenario::setup();
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let command = match config::command(&args) {
+    let command = match command(&args) {
         Ok(c) => c,
         Err(e) => {
             to_stderr(&format!("error: {e}"));
@@ -39,11 +39,13 @@ fn main() -> ExitCode {
         Command::Probe(which) => return probe(which.as_deref()),
         Command::Run(phase) => *phase,
     };
-    let cfg = match Config::from_env_and_argument(argument) {
+    let cfg = match Config::from_vars(std::env::vars(), argument) {
         Ok(cfg) => cfg,
         Err(e) => {
             to_stderr(&format!("error: {e}"));
-            if !config::by_hand(&command) {
+            // By hand, a bad setting is said on stderr only: the termination message is the
+            // container's.
+            if argument.is_none() {
                 config_failure_message(&e.to_string());
             }
             return ExitCode::from(exit::CONFIG);
@@ -58,6 +60,49 @@ fn main() -> ExitCode {
     ExitCode::from(code)
 }
 
+/// What the command line asks for: `--help`, `--version`, `--probe live|ready`, or a run. A run
+/// names its phase (`status`, `pre`, `post`) when it is by hand in the resident guard's own pod
+/// (`kubectl exec deploy/... -- workload-update-guard status`), whose environment says
+/// `PHASE=watch`: the word wins over that (`Config::from_vars`), and such a run is not the
+/// container's own process, so it leaves the container's termination message alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Command {
+    Help,
+    Version,
+    /// `--probe` and its word (checked by the probe itself).
+    Probe(Option<String>),
+    /// Run a phase: the one named on the command line, else `PHASE`'s.
+    Run(Option<Phase>),
+}
+
+/// The command from the arguments (the program's name left out).
+fn command(args: &[String]) -> Result<Command, String> {
+    let [first, rest @ ..] = args else {
+        return Ok(Command::Run(None));
+    };
+    let phase = match first.as_str() {
+        "--help" | "-h" => return Ok(Command::Help),
+        "--version" | "-V" => return Ok(Command::Version),
+        "--probe" => return Ok(Command::Probe(rest.first().cloned())),
+        "pre" => Phase::Pre,
+        "post" => Phase::Post,
+        "status" => Phase::Status,
+        other => {
+            return Err(format!(
+                "unexpected argument {other:?}: expected status, pre or post (a run by hand), or \
+                 none (PHASE then says the phase: watch, the resident guard, is its container's \
+                 own process); see --help"
+            ));
+        }
+    };
+    match rest.first() {
+        None => Ok(Command::Run(Some(phase))),
+        Some(more) => Err(format!(
+            "unexpected argument {more:?} after {phase}: one phase at most (see --help)"
+        )),
+    }
+}
+
 /// A bad setting's summary in the termination message (a Job's, or the resident guard's pod's:
 /// `kubectl describe` shows it). The path itself may be what is invalid: only the default is
 /// tried then.
@@ -66,12 +111,13 @@ fn config_failure_message(error: &str) {
     summary.exit_code = exit::CONFIG;
     summary.error = Some(error.to_string());
     let path = std::env::var("TERMINATION_MESSAGE_PATH").ok();
+    let default = config::unset_value("TERMINATION_MESSAGE_PATH").unwrap_or_default();
     match path.as_deref() {
         Some(p) if p.starts_with('/') => {
             let _ = std::fs::write(p, summary.to_line());
         }
-        None if std::path::Path::new(defaults::TERMINATION_MESSAGE_PATH).exists() => {
-            let _ = std::fs::write(defaults::TERMINATION_MESSAGE_PATH, summary.to_line());
+        None if std::path::Path::new(default).exists() => {
+            let _ = std::fs::write(default, summary.to_line());
         }
         _ => {}
     }
@@ -223,4 +269,47 @@ impl Write for LossyStderr {
 /// One line on stderr, never a panic (see [`LossyStderr`]).
 fn to_stderr(line: &str) {
     let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(words: &[&str]) -> Vec<String> {
+        words.iter().map(|w| w.to_string()).collect()
+    }
+
+    #[test]
+    fn a_phase_word_a_flag_or_nothing() {
+        assert_eq!(command(&args(&[])), Ok(Command::Run(None)));
+        for (word, p) in [
+            ("status", Phase::Status),
+            ("pre", Phase::Pre),
+            ("post", Phase::Post),
+        ] {
+            assert_eq!(command(&args(&[word])), Ok(Command::Run(Some(p))));
+        }
+        assert_eq!(command(&args(&["--help"])), Ok(Command::Help));
+        assert_eq!(command(&args(&["-h", "x"])), Ok(Command::Help));
+        assert_eq!(command(&args(&["--version"])), Ok(Command::Version));
+        assert_eq!(
+            command(&args(&["--probe", "live"])),
+            Ok(Command::Probe(Some("live".into())))
+        );
+        assert_eq!(command(&args(&["--probe"])), Ok(Command::Probe(None)));
+    }
+
+    #[test]
+    fn anything_else_is_one_line_naming_it() {
+        for (words, says) in [
+            (&["watch"][..], "\"watch\""),
+            (&["status", "post"][..], "\"post\" after status"),
+            (&["Status"][..], "\"Status\""),
+            (&["--phase=status"][..], "\"--phase=status\""),
+        ] {
+            let e = command(&args(words)).unwrap_err();
+            assert!(e.contains(says), "{words:?}: {e}");
+            assert!(!e.contains('\n'), "{e}");
+        }
+    }
 }

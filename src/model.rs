@@ -50,25 +50,11 @@ pub const COMPARE_PATH: &[&str] = &["spec", "diff", "comparePatches"];
 /// Migrations that KubeVirt's workload updater creates carry this name prefix.
 pub const MIGRATION_PREFIX: &str = "kubevirt-workload-update-";
 
-/// Defaults of the settings, written once: `config`, `--help` and docs/configuration.md use these.
+/// The ManagedChart's default namespace and name, which `plan::leftovers` reads records under;
+/// every variable's default is in `--help`'s table (`config::unset_value`), which agrees.
 pub mod defaults {
-    pub const KUBEVIRT_NAMESPACE: &str = "harvester-system";
-    pub const KUBEVIRT_NAME: &str = "kubevirt";
     pub const CHART_NAMESPACE: &str = "fleet-local";
     pub const CHART_NAME: &str = "harvester";
-    pub const DEADLINE_SECONDS: &str = "300";
-    /// Harvester's cleanup runs after the upgrade's Completed condition and its image-cleanup
-    /// plan; 15 minutes covers that on a small cluster (past it, exit 7 fails the Job).
-    pub const CLEANUP_WAIT_SECONDS: &str = "900";
-    pub const FLEET_WAIT_SECONDS: &str = "600";
-    /// The armed `post` waits days, not hours: a week from `pre` to the upgrade's end.
-    pub const ARM_WAIT_SECONDS: &str = "604800";
-    /// At most twice a minute: cheap over days (a few requests a read).
-    pub const ARM_POLL_SECONDS: &str = "30";
-    /// The resident guard's read when no watch event comes: the safety net.
-    pub const WATCH_RESYNC_SECONDS: &str = "300";
-    pub const METRICS_PORT: &str = "9090";
-    pub const TERMINATION_MESSAGE_PATH: &str = "/dev/termination-log";
 }
 
 /// A namespaced object's name.

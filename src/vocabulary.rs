@@ -3,7 +3,7 @@
 //! Plain data, shared by every layer above `model`; it decides nothing.
 
 use json_patch::Patch;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::model::{Kind, ObjectKey, Target};
@@ -87,7 +87,7 @@ impl Intent {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Phase {
     Pre,

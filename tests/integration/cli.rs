@@ -3,7 +3,7 @@
 use std::process::Command;
 
 use serde_json::Value;
-use workload_update_guard::config::VARIABLES;
+use workload_update_guard::config::variables;
 use workload_update_guard::error::exit;
 
 use crate::support::*;
@@ -17,7 +17,7 @@ fn help_and_version_need_no_configuration() {
         .unwrap();
     assert_eq!(help.status.code(), Some(0));
     let text = String::from_utf8(help.stdout).unwrap();
-    for (var, _, _) in VARIABLES {
+    for (var, _, _) in variables() {
         assert!(text.contains(var), "--help lists {var}");
     }
     assert!(text.contains("Exit codes"));
@@ -64,7 +64,7 @@ fn a_configuration_error_still_writes_the_termination_message() {
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert_eq!(
         stderr,
-        "error: PHASE=\"during\" is invalid: expected pre, post, status or watch\n"
+        "error: PHASE=\"during\" is invalid: expected one of pre, post, status, watch\n"
     );
     let summary: Value = serde_json::from_str(&std::fs::read_to_string(&term).unwrap()).unwrap();
     assert_eq!(summary["exitCode"], i64::from(exit::CONFIG));

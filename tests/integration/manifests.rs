@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
 use serde_json::{Value, json};
+use workload_update_guard::config::unset_value;
 use workload_update_guard::error::exit;
 
 use crate::support::*;
@@ -154,7 +155,8 @@ fn the_jobs_are_hardened_and_outlast_the_tool_deadline() {
         let wait: u64 = env["FLEET_WAIT_SECONDS"].parse().unwrap();
         assert_eq!(wait, 600, "{dir}: the default, said in the Job");
         let cleanup: u64 = if phase == "post" {
-            workload_update_guard::model::defaults::CLEANUP_WAIT_SECONDS
+            unset_value("HARVESTER_CLEANUP_WAIT_SECONDS")
+                .unwrap()
                 .parse()
                 .unwrap()
         } else {
@@ -421,10 +423,7 @@ fn the_armed_post_job_outlasts_its_bound_and_survives_drains() {
     assert_eq!(env["PHASE"], "post");
     assert_eq!(env["ARM"], "true");
     let wait: u64 = env["ARM_WAIT_SECONDS"].parse().unwrap();
-    assert_eq!(
-        wait.to_string(),
-        workload_update_guard::model::defaults::ARM_WAIT_SECONDS
-    );
+    assert_eq!(wait.to_string(), unset_value("ARM_WAIT_SECONDS").unwrap());
     let active = spec["activeDeadlineSeconds"].as_u64().unwrap();
     assert!(active > wait + post["spec"]["activeDeadlineSeconds"].as_u64().unwrap());
     assert!(spec["backoffLimit"].as_u64().unwrap() >= 10);
