@@ -5,8 +5,8 @@
 //! "Layers"; `hack/house.py` checks it):
 //! - [`model`], [`warnings`], [`vocabulary`]: the objects and our names on them, every reason
 //!   the guard gives, and the run's vocabulary (phase, intent, steps, plan);
-//! - [`config`], [`error`], [`outcome`], [`summary`]: the Job contract: settings, exit codes, what
-//!   each step came to and the termination message;
+//! - [`build`], [`config`], [`error`], [`outcome`], [`summary`]: the Job contract: the build's
+//!   identity, settings, exit codes, what each step came to and the termination message;
 //! - [`plan`]: what to change (pure: object JSON in, conditional JSON Patch out);
 //! - [`cluster`]: all I/O with the API server (read, conditional write, retry, events);
 //! - [`fleet_wait`], [`harvester_gate`], [`leftovers_check`]: the I/O around a phase's writes:
@@ -16,6 +16,7 @@
 //! - [`report`]: `status`'s report: its data, its judgement (the verdict) and its text;
 //! - [`runner`]: runs a phase: read, plan, write step by step, report.
 
+pub mod build;
 pub mod cluster;
 pub mod config;
 pub mod error;

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use tokio::signal::unix::{SignalKind, signal};
 use tracing::{error, info};
 use tracing_subscriber::EnvFilter;
+use workload_update_guard::build;
 use workload_update_guard::cluster::{Cluster, Deadline, LastError};
 use workload_update_guard::config::{self, Config, LogFormat};
 use workload_update_guard::error::{Error, exit};
@@ -33,7 +34,7 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Command::Version => {
-            let _ = std::io::stdout().write_all(config::version().as_bytes());
+            let _ = std::io::stdout().write_all(build::version().as_bytes());
             return ExitCode::SUCCESS;
         }
         Command::Probe(which) => return probe(which.as_deref()),
@@ -201,7 +202,7 @@ async fn run(cfg: &Config) -> u8 {
         Ok(s) => s,
         Err(e) => return finish(cfg, &done, None, Err(Error::Signals(e.to_string()))),
     };
-    info!(version = env!("CARGO_PKG_VERSION"), revision = config::COMMIT, phase = %cfg.intent.phase, dry_run = cfg.dry_run, deadline_s = cfg.deadline.as_secs(), fleet_wait_s = cfg.fleet_wait.as_secs(), "starting");
+    info!(version = env!("CARGO_PKG_VERSION"), revision = build::COMMIT, chart = cfg.chart_version.as_deref().unwrap_or_default(), phase = %cfg.intent.phase, dry_run = cfg.dry_run, deadline_s = cfg.deadline.as_secs(), fleet_wait_s = cfg.fleet_wait.as_secs(), "starting");
     let result = {
         let work = async {
             let cluster =

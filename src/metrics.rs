@@ -44,6 +44,8 @@ struct ActLabels {
 struct BuildLabels {
     version: &'static str,
     revision: &'static str,
+    /// The chart's version (`CHART_VERSION`), empty outside the chart.
+    chart: String,
 }
 
 /// The registry and the handles the loop sets.
@@ -62,8 +64,8 @@ pub struct Metrics {
 impl Metrics {
     /// Every metric registered, the gauges at 0, each `acts_total` series at 0 (a series that
     /// appears only at its first act makes `increase()` miss that act). `version` and `revision`
-    /// name the running build (`build_info`).
-    pub fn new(version: &'static str, revision: &'static str) -> Metrics {
+    /// name the running build, `chart` the chart's version (`build_info`).
+    pub fn new(version: &'static str, revision: &'static str, chart: &str) -> Metrics {
         let mut registry = Registry::with_prefix(PREFIX);
         let mut gauge = |name: &str, help: &str| {
             let g = Gauge::default();
@@ -112,11 +114,15 @@ impl Metrics {
         let build = Family::<BuildLabels, Gauge>::default();
         registry.register(
             "build_info",
-            "The running build: its version and git revision; always 1",
+            "The running build: its version and git revision, and the chart's version; always 1",
             build.clone(),
         );
         build
-            .get_or_create(&BuildLabels { version, revision })
+            .get_or_create(&BuildLabels {
+                version,
+                revision,
+                chart: chart.to_string(),
+            })
             .set(1);
         Metrics {
             registry,
@@ -263,7 +269,7 @@ mod tests {
 
     #[test]
     fn every_metric_has_its_documented_name_and_starts_at_zero() {
-        let m = Metrics::new("0.2.0", "abc1234");
+        let m = Metrics::new("0.2.0", "abc1234", "0.2.0");
         let text = m.text();
         for gauge in [
             "suspension_in_place",
@@ -284,14 +290,16 @@ mod tests {
                 assert_eq!(value(&text, &series).as_deref(), Some("0"), "{text}");
             }
         }
-        let build = format!("{PREFIX}_build_info{{version=\"0.2.0\",revision=\"abc1234\"}}");
+        let build = format!(
+            "{PREFIX}_build_info{{version=\"0.2.0\",revision=\"abc1234\",chart=\"0.2.0\"}}"
+        );
         assert_eq!(value(&text, &build).as_deref(), Some("1"), "{text}");
         assert!(text.ends_with("# EOF\n"), "{text}");
     }
 
     #[test]
     fn the_loop_sets_what_a_scrape_reads() {
-        let m = Metrics::new("0.2.0", "abc1234");
+        let m = Metrics::new("0.2.0", "abc1234", "0.2.0");
         m.show(&Gauges {
             suspension_in_place: true,
             upgrade_held: true,
@@ -323,7 +331,7 @@ mod tests {
 
     #[test]
     fn only_get_of_metrics_is_served() {
-        let m = Metrics::new("0.2.0", "abc1234");
+        let m = Metrics::new("0.2.0", "abc1234", "0.2.0");
         let ok = respond(&m, &Method::GET, "/metrics");
         assert_eq!(ok.status(), StatusCode::OK);
         assert_eq!(ok.headers()[header::CONTENT_TYPE], CONTENT_TYPE);

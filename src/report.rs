@@ -22,7 +22,6 @@ mod verdict;
 
 use crate::vocabulary::{Intent, Malformed};
 pub use data::*;
-pub use text::build_line;
 use verdict::{refusal, verdict};
 
 /// Keeps a reader's value, or notes why it is refused.
@@ -358,6 +357,7 @@ fn fleet_report(chart: &Value) -> FleetReport {
 
 #[cfg(test)]
 mod tests {
+
     use super::*;
     use serde_json::json;
 

@@ -328,7 +328,8 @@ pub async fn watch(cfg: &Config, cluster: &Cluster, mut run: impl RunPhase) -> R
     let mut lp = Loop::new(cfg, cluster, true);
     let exposed = Arc::new(Metrics::new(
         env!("CARGO_PKG_VERSION"),
-        crate::config::COMMIT,
+        crate::build::COMMIT,
+        cfg.chart_version.as_deref().unwrap_or_default(),
     ));
     if let Some(port) = settings.metrics_port {
         metrics::start(port, exposed.clone()).await;

@@ -362,6 +362,9 @@ async fn status(
     if let Some(v) = plan::monitoring::unprotected_verdict(kv.as_ref(), view.upgrade.as_ref()) {
         report.verdict = v;
     }
+    report
+        .warnings
+        .extend(crate::build::mismatch(cfg.chart_version.as_deref()));
     // Said where Harvester's upgrades are served: elsewhere there is no release to go by.
     report.retirement = view.upgrades_served.then(|| {
         harvester_gate::retirement(view.current.as_deref(), &view.on_offer, &view, &objects)
@@ -388,7 +391,11 @@ async fn status(
             "{}",
             serde_json::to_string(&report).expect("report serializes")
         ),
-        LogFormat::Text => write!(out, "{report}{armed}{}", crate::report::build_line()),
+        LogFormat::Text => write!(
+            out,
+            "{report}{armed}{}",
+            crate::build::line(cfg.chart_version.as_deref())
+        ),
     }
     .and_then(|()| out.flush())
     .map_err(|e| Error::Output(e.to_string()))?;

@@ -54,12 +54,6 @@ impl Display for Report {
     }
 }
 
-/// `status`'s last line: the build that says all this (in the guard's pod, the one that runs),
-/// last so that `status | tail -1` shows it (docs/upgrading.md).
-pub fn build_line() -> String {
-    format!("build: {}", crate::config::version())
-}
-
 impl Display for KubeVirtReport {
     fn fmt(&self, f: &mut Formatter<'_>) -> Result {
         let k = self;

@@ -4,14 +4,15 @@
 //! with `image.repository`, `image.tag` and `image.digest`, the node pulling by digest. A
 //! `helm upgrade --reset-then-reuse-values` that forgets the new digest is refused by the chart
 //! and leaves the old pod running; the documented command runs the new build: the pod's image is
-//! the new digest and `status`'s last line names the new version.
+//! the new digest and `status`'s last line names the new version and its chart. A chart of
+//! another version running this build by tag: `status` warns that the build is not the chart's.
 
 use std::time::{Duration, Instant};
 
 use crate::node::*;
 use crate::registry::RegistryUp;
 use crate::release::*;
-use crate::support::repo_root;
+use crate::support::{output_ok, repo_root};
 
 /// The Ready guard pod's name and image, and what its binary's `--version` says.
 fn running() -> (String, String, String) {
@@ -21,6 +22,21 @@ fn running() -> (String, String, String) {
     let name = pod["metadata"]["name"].as_str().unwrap().to_string();
     let (image, version) = image_and_version(&name);
     (name, image, version)
+}
+
+/// `status` in the guard's pod, as the docs run it (its stdout, whatever its exit code).
+fn status_in_pod() -> String {
+    let mut status = node().kubectl();
+    status.args([
+        "-n",
+        NS,
+        "exec",
+        "deploy/workload-update-guard-watch",
+        "--",
+        "workload-update-guard",
+        "status",
+    ]);
+    String::from_utf8(status.output().unwrap().stdout).unwrap()
 }
 
 #[test]
@@ -111,24 +127,78 @@ fn the_documented_helm_upgrade_from_a_digest_pinned_install_runs_the_new_build()
     let (new_pod, image, _) = running();
     assert_ne!(new_pod, old_pod);
     assert_eq!(image, format!("{repo}:{new_tag}@{new_digest}"));
-    let mut status = node().kubectl();
-    status.args([
-        "-n",
-        NS,
-        "exec",
-        "deploy/workload-update-guard-watch",
-        "--",
-        "workload-update-guard",
-        "status",
-    ]);
-    let status = String::from_utf8(status.output().unwrap().stdout).unwrap();
+    let status = status_in_pod();
     let build = status.trim_end().lines().last().unwrap_or_default();
     assert!(
         build.starts_with(&format!(
             "build: workload-update-guard {} (commit ",
             env!("CARGO_PKG_VERSION")
-        )),
-        "status names the new build: {status}"
+        )) && build.ends_with(&format!(", chart {version}")),
+        "status names the new build and its chart: {status}"
+    );
+    assert!(!status.contains("WARNING: this build"), "{status}");
+
+    // A chart of another version (the next release's, here) running this build's image by its
+    // tag alone: it runs, and `status` says the build is not the chart's.
+    let next = node().dir.join("chart-next");
+    let _ = std::fs::remove_dir_all(&next);
+    output_ok({
+        let mut c = std::process::Command::new("cp");
+        c.args(["-r", chart]).arg(&next);
+        c
+    });
+    let chart_yaml = next.join("Chart.yaml");
+    let text = std::fs::read_to_string(&chart_yaml).unwrap();
+    let next_version = format!("{version}-next");
+    std::fs::write(
+        &chart_yaml,
+        text.replace(
+            &format!("version: {version}"),
+            &format!("version: {next_version}"),
+        )
+        .replace(
+            &format!("appVersion: \"{version}\""),
+            &format!("appVersion: \"{next_version}\""),
+        ),
+    )
+    .unwrap();
+    let by_tag = format!("image.tag={new_tag},image.digest=");
+    helm_ok(&[
+        "upgrade",
+        RELEASE,
+        next.to_str().unwrap(),
+        "-n",
+        NS,
+        "--reset-then-reuse-values",
+        "--set",
+        &by_tag,
+        "--wait",
+        "--timeout",
+        "120s",
+    ]);
+    wait_until(
+        "the pod of the next chart Ready",
+        Duration::from_secs(120),
+        || {
+            newest_guard_pod().is_some_and(|p| {
+                is_ready(&p)
+                    && p["spec"]["containers"][0]["env"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .any(|e| e["name"] == "CHART_VERSION" && e["value"] == next_version)
+            })
+        },
+    );
+    let status = status_in_pod();
+    assert!(
+        status.contains(&format!(
+            "WARNING: this build is version {} but the chart is version {next_version}",
+            env!("CARGO_PKG_VERSION")
+        )) && status
+            .trim_end()
+            .ends_with(&format!(", chart {next_version}")),
+        "status warns of another version's build: {status}"
     );
     figure(&format!(
         "pinned: helm upgrade {previous_version} to {version} by digest as docs/upgrading.md \

@@ -237,8 +237,9 @@ fn the_deployment_is_the_jobs_hardened_pod_with_meaningful_probes() {
     assert_eq!(env["LOG_FORMAT"], "json");
     assert_eq!(env["METRICS_PORT"], "9090");
     assert_eq!(env["ADMISSION_HOLD"], "true");
+    assert_eq!(env["CHART_VERSION"], env!("CARGO_PKG_VERSION"));
     // The binary's defaults are not repeated.
-    assert_eq!(env.len(), 9, "{env:?}");
+    assert_eq!(env.len(), 10, "{env:?}");
 
     for (probe, which) in [
         ("startupProbe", "live"),

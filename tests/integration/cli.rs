@@ -27,7 +27,7 @@ fn help_and_version_need_no_configuration() {
         .output()
         .unwrap();
     let version = String::from_utf8(version.stdout).unwrap();
-    assert_eq!(version, workload_update_guard::config::version());
+    assert_eq!(version, workload_update_guard::build::version());
     // The commit the checkout is at (build.rs reads it again when HEAD moves).
     let head = Command::new("git")
         .args(["rev-parse", "--short", "HEAD"])

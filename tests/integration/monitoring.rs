@@ -512,7 +512,7 @@ async fn the_metrics_follow_a_modelled_upgrade() {
         &control_plane().kubeconfig(),
         &ns,
         0,
-        &[("METRICS_PORT", &port_text)],
+        &[("METRICS_PORT", &port_text), ("CHART_VERSION", "9.9.9")],
     );
     guard.wait_for("watching for the next one", Duration::from_secs(20));
     let first = metric_becomes(&guard, port, IN_PLACE, 0.0, Duration::from_secs(10));
@@ -527,20 +527,21 @@ async fn the_metrics_follow_a_modelled_upgrade() {
         value(
             &first,
             &format!(
-                "workload_update_guard_build_info{{version=\"{}\",revision=\"{}\"}}",
+                "workload_update_guard_build_info{{version=\"{}\",revision=\"{}\",chart=\"9.9.9\"}}",
                 env!("CARGO_PKG_VERSION"),
-                workload_update_guard::config::COMMIT
+                workload_update_guard::build::COMMIT
             )
         ),
         Some(1.0),
         "{first}"
     );
-    // The log's first line names the same build.
+    // The log's first line names the same build, and the chart.
     let log = guard.log();
     let start = log.lines().next().unwrap_or_default();
     assert!(
         start.contains(env!("CARGO_PKG_VERSION"))
-            && start.contains(workload_update_guard::config::COMMIT),
+            && start.contains(workload_update_guard::build::COMMIT)
+            && start.contains("9.9.9"),
         "{log}"
     );
 
