@@ -10,145 +10,20 @@ use tracing::info;
 use crate::cluster::{Cluster, Poll};
 use crate::config::Config;
 use crate::error::Error;
-use crate::model::{Kind, Target};
+use crate::model::Kind;
 use crate::outcome::{Done, Outcome};
-use crate::plan::harvester_upgrade::{
-    self, CLEANUP_DONE, CLEANUP_LABEL, Handling, LATEST_LABEL, PreGate, Upgrade,
-};
-use crate::plan::pre_advice::{self, Advice, Coming};
+use crate::plan::harvester_upgrade::{CLEANUP_DONE, CLEANUP_LABEL};
+use crate::plan::ownership::anything_of_ours;
+use crate::plan::pre_advice::{self, Advice, PreGate, pre_gate};
 use crate::plan::records::{self, methods};
 use crate::plan::suspenders;
-use crate::plan::upgrade_progress::{self, PlanView};
+use crate::plan::upgrade_progress;
+use crate::upgrades::{self, View, offered_line};
 use crate::vocabulary::{ForeignOriginal, Malformed, Objects, Phase, Refusal};
 use crate::warnings::{
     HARVESTER_SUSPENDED, NOT_NEEDED, PRE_LATE, RESTORED_DURING_UPGRADE, SUSPENDED_BY_ANOTHER,
     Warning,
 };
-
-mod still_needed;
-pub use still_needed::{read_offer, retirement};
-
-/// What the cluster says of Harvester's upgrades; empty on a cluster without Harvester.
-#[derive(Debug, Clone, Default)]
-pub struct View {
-    pub upgrade: Option<Upgrade>,
-    /// The releases on offer that handle the methods themselves, newest first.
-    pub offered: Vec<(String, Handling)>,
-    /// `post`: the add-on's UpgradePlans (but the one that runs this post, `UPGRADE_PLAN`).
-    pub plans: Vec<PlanView>,
-    /// Every release on offer, newest first (`pre`'s "exactly one release on offer").
-    pub on_offer: Vec<(String, Handling)>,
-    /// Whether Harvester's Upgrades, and the add-on's UpgradePlans, are served (the waiting
-    /// loop watches only what is).
-    pub upgrades_served: bool,
-    pub plans_served: bool,
-    /// Harvester's own version (the `server-version` Setting), where it was read.
-    pub current: Option<String>,
-}
-
-impl View {
-    /// The release the cluster upgrades to, as far as this view knows it: an Upgrade under way,
-    /// else an add-on UpgradePlan under way, else the one release on offer.
-    pub fn coming(&self) -> Coming {
-        let addon = self.plans.iter().find(|p| p.under_way());
-        let addon = addon.map(|p| (p.name.as_str(), p.version.as_str()));
-        Coming::of(self.upgrade.as_ref(), addon, &self.on_offer)
-    }
-}
-
-/// Reads the latest Upgrade and (`pre`, `status`: what the coming upgrade does) the Versions on
-/// offer, in the KubeVirt CR's namespace, where Harvester keeps them. A
-/// resource that is not served is no Harvester: an empty view.
-pub async fn read(cluster: &Cluster, cfg: &Config) -> Result<View, Error> {
-    let ns = &cfg.intent.keys.kubevirt.namespace;
-    let selector = format!("{LATEST_LABEL}=true");
-    // One after the other, on the one pooled connection: at once, the second opens a connection
-    // of its own, and that costs more than the list (a list from the cache takes under 1 ms).
-    let upgrades = cluster
-        .list_harvester(Kind::Upgrade, ns, Some(&selector))
-        .await?;
-    let upgrades_served = upgrades.is_some();
-    let upgrades = upgrades.unwrap_or_default();
-    let versions = match cfg.intent.phase {
-        Phase::Post => Vec::new(),
-        _ => cluster
-            .list_harvester(Kind::Version, ns, None)
-            .await?
-            .unwrap_or_default(),
-    };
-    let upgrade = harvester_upgrade::latest(&upgrades).map_err(|reason| Refusal {
-        target: upgrade_target(cfg, &upgrades),
-        reason,
-    })?;
-    // `status` says whether the guard is still needed, which the cluster's version decides
-    // even with nothing on offer.
-    let current = if !versions.is_empty() || (cfg.intent.phase == Phase::Status && upgrades_served)
-    {
-        cluster.harvester_setting(SERVER_VERSION).await?
-    } else {
-        None
-    };
-    let on_offer = harvester_upgrade::on_offer(&versions, current.as_deref());
-    // `post` waits for the add-on's upgrade, `pre` asks whether it is needed for it; `status`'s
-    // read-only RBAC does not read UpgradePlans, only whether they are served (the add-on is
-    // installed).
-    let (plans, plans_served) = match cfg.intent.phase {
-        Phase::Pre | Phase::Post => {
-            let plans = cluster.list_cluster_scoped(Kind::UpgradePlan).await?;
-            let served = plans.is_some();
-            (plans.unwrap_or_default(), served)
-        }
-        _ => (Vec::new(), cluster.served(Kind::UpgradePlan).await?),
-    };
-    Ok(View {
-        upgrade,
-        offered: on_offer
-            .iter()
-            .filter(|(_, h)| *h != Handling::None)
-            .cloned()
-            .collect(),
-        on_offer,
-        plans: upgrade_progress::plans(&plans, cfg.upgrade_plan.as_deref()),
-        upgrades_served,
-        plans_served,
-        current,
-    })
-}
-
-fn upgrade_target(cfg: &Config, upgrades: &[Value]) -> Target {
-    let name = upgrades
-        .first()
-        .and_then(|u| u.pointer("/metadata/name"))
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    Target::new(
-        Kind::Upgrade,
-        &crate::model::ObjectKey {
-            namespace: cfg.intent.keys.kubevirt.namespace.clone(),
-            name: name.to_string(),
-        },
-    )
-}
-
-/// The offered releases that suspend the methods themselves, in one line (`pre`, `status`).
-pub fn offered_line(view: &View) -> Option<String> {
-    let first = view.offered.first()?;
-    let list: Vec<&str> = view.offered.iter().map(|(v, _)| v.as_str()).collect();
-    Some(format!(
-        "the cluster offers upgrades to {}: Harvester {} {}",
-        list.join(", "),
-        first.0,
-        first.1.describe()
-    ))
-}
-
-/// Whether anything of ours is on either object: `post` has something to restore.
-pub fn anything_of_ours(objects: &Objects) -> bool {
-    [&objects.kubevirt, &objects.chart]
-        .into_iter()
-        .flatten()
-        .any(harvester_upgrade::ours)
-}
 
 /// What the gate (or the waiting loop) found, said on the KubeVirt CR's step (the termination
 /// message's actions).
@@ -193,7 +68,7 @@ async fn before_pre(
     objects: &mut Objects,
     done: &mut Vec<Done>,
 ) -> Result<bool, Error> {
-    let view = read(cluster, cfg).await?;
+    let view = upgrades::read(cluster, cfg).await?;
     let kubevirt = cfg
         .intent
         .keys
@@ -225,7 +100,7 @@ async fn before_pre(
         true => None,
     };
     let current = foreign.clone().unwrap_or(current);
-    match harvester_upgrade::pre_gate(view.upgrade.as_ref(), ours, &current, foreign.is_some()) {
+    match pre_gate(view.upgrade.as_ref(), ours, &current, foreign.is_some()) {
         PreGate::Proceed(more) => {
             for n in &more {
                 info!("{n}");
@@ -368,12 +243,6 @@ async fn stand_aside(
     }
 }
 
-/// Why `post` must wait now (`None`: it may restore): an upgrade under way, for every release,
-/// or the latest Upgrade's cleanup pending ([`upgrade_progress::post_must_wait`]).
-fn must_wait(view: &View, ours: bool) -> Option<String> {
-    upgrade_progress::post_must_wait(view.upgrade.as_ref(), &view.plans, ours)
-}
-
 /// `post`, before its writes: while an upgrade is under way (any release: turning updates on
 /// mid-upgrade starts the wave the guard exists to prevent), or the latest Upgrade's cleanup may
 /// still write the methods, and something of ours is on the objects, wait ([`Cluster::poll`],
@@ -387,8 +256,9 @@ async fn before_post(
     done: &mut Vec<Done>,
 ) -> Result<(), Error> {
     let ours = anything_of_ours(objects);
-    let view = read(cluster, cfg).await?;
-    let Some(reason) = must_wait(&view, ours) else {
+    let view = upgrades::read(cluster, cfg).await?;
+    let Some(reason) = upgrade_progress::post_must_wait(view.upgrade.as_ref(), &view.plans, ours)
+    else {
         return Ok(());
     };
     if cfg.restore_during_upgrade {
@@ -424,11 +294,14 @@ async fn before_post(
         .poll(
             bound,
             async || {
-                let view = read(cluster, cfg).await?;
-                Ok(match must_wait(&view, ours) {
-                    None => Poll::Ready(()),
-                    Some(why) => Poll::Pending(why),
-                })
+                let view = upgrades::read(cluster, cfg).await?;
+                Ok(
+                    match upgrade_progress::post_must_wait(view.upgrade.as_ref(), &view.plans, ours)
+                    {
+                        None => Poll::Ready(()),
+                        Some(why) => Poll::Pending(why),
+                    },
+                )
             },
             |waited, seen| {
                 info!(
@@ -488,6 +361,3 @@ fn pending_message(cfg: &Config, view: &View, bound: std::time::Duration, last: 
         bound.as_secs()
     )
 }
-
-/// Harvester's own version, a cluster-scoped `Setting`.
-const SERVER_VERSION: &str = "server-version";

@@ -29,6 +29,8 @@ pub mod plan;
 pub mod report;
 pub mod resident;
 pub mod runner;
+pub mod status;
 pub mod summary;
+pub mod upgrades;
 pub mod vocabulary;
 pub mod warnings;

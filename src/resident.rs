@@ -17,22 +17,26 @@ use tracing::{error, info};
 use crate::cluster::{Cluster, EventKind, Watch};
 use crate::config::{ALIVE_EVERY, Config};
 use crate::error::Error;
-use crate::harvester_gate::{self, View, anything_of_ours, note};
 use crate::metrics::{self, Metrics};
 use crate::model::Kind;
 use crate::outcome::Done;
 use crate::plan::harvester_upgrade::Handling;
 use crate::plan::harvester_upgrade::{LATEST_LABEL, Upgrade};
 use crate::plan::monitoring::UnprotectedKey;
+use crate::plan::ownership::anything_of_ours;
 use crate::plan::retirement::Retirement;
 use crate::plan::upgrade_progress::record_time;
 use crate::plan::watch_decision::{Decision, Memory, decide};
 use crate::summary::Summary;
+use crate::upgrades::{self, View};
 use crate::vocabulary::{Objects, Phase};
 use crate::warnings::{HELD_AFTER_FAILURE, RESIDENT, Warning};
 
+mod armed_post;
 mod offer;
 mod reporting;
+
+pub use armed_post::armed;
 
 /// How often a waiting loop says what it waits for, when nothing changes.
 const SAY_EVERY: Duration = Duration::from_secs(600);
@@ -139,7 +143,7 @@ impl<'a> Loop<'a> {
         for target in post.intent.targets() {
             now.set(target.kind, self.cluster.get(&target).await?);
         }
-        let view = harvester_gate::read(self.cluster, &post).await?;
+        let view = upgrades::read(self.cluster, &post).await?;
         self.keep_watching(&view);
         let read: Vec<&Value> = [&now.kubevirt, &now.chart].into_iter().flatten().collect();
         let since = record_time(&read).unwrap_or_else(now_rfc3339);
@@ -389,75 +393,4 @@ pub async fn watch(cfg: &Config, cluster: &Cluster, mut run: impl RunPhase) -> R
             .pause(lp.pause_for(settings.resync), &mut lp.wake)
             .await;
     }
-}
-
-/// The armed `post` (`ARM=true`): before its gate, waits for the next upgrade to begin and end
-/// (cleanup included; held after a failed path-A upgrade), then returns with the objects read
-/// again, for `post` to restore; at once when nothing of ours is left. Past `ARM_WAIT_SECONDS`:
-/// exit 9, nothing written. Not armed: nothing.
-pub async fn armed(
-    cfg: &Config,
-    cluster: &Cluster,
-    objects: &mut Objects,
-    done: &mut Vec<Done>,
-) -> Result<(), Error> {
-    let Some(arm) = cfg.arm else {
-        return Ok(());
-    };
-    if !anything_of_ours(objects) {
-        info!("armed post: nothing of ours to restore (a post has run): nothing to wait for");
-        return Ok(());
-    }
-    let read: Vec<&Value> = [&objects.kubevirt, &objects.chart]
-        .into_iter()
-        .flatten()
-        .collect();
-    let since = record_time(&read).unwrap_or_else(now_rfc3339);
-    let waits_for = format!(
-        "the next upgrade (a Harvester Upgrade or UpgradePlan created at or after pre's record, \
-         {since}, or one under way) to begin and to end, cleanup included"
-    );
-    if cfg.dry_run {
-        done.push(note(
-            cfg,
-            vec![format!("armed: would wait for {waits_for}")],
-        ));
-        return Ok(());
-    }
-    info!(since = %since, "armed post: waiting for {waits_for}");
-    let mut lp = Loop::new(cfg, cluster, false);
-    let end = tokio::time::Instant::now() + arm.wait;
-    let last = loop {
-        let held_before = lp.memory.held.clone();
-        let Pass {
-            decision,
-            objects: now,
-            ..
-        } = lp.pass().await?;
-        lp.say(&decision, now.kubevirt.as_ref(), &held_before).await;
-        if let Decision::Restore(why) = &decision {
-            for kind in [Kind::KubeVirt, Kind::ManagedChart] {
-                if objects.get(kind).is_some() {
-                    objects.set(kind, now.get(kind).cloned());
-                }
-            }
-            let line = format!("armed: {why}; restoring");
-            info!("{line}");
-            done.push(note(cfg, vec![line]));
-            cluster.restart_deadline();
-            return Ok(());
-        }
-        let left = end.saturating_duration_since(tokio::time::Instant::now());
-        if left.is_zero() {
-            break decision.line();
-        }
-        cluster.pause(arm.every.min(left), &mut lp.wake).await;
-    };
-    Err(Error::ArmedBound(format!(
-        "armed post: waited {}s (ARM_WAIT_SECONDS) for {waits_for}: {last}; nothing was \
-         written, the suspension stays (turning updates on with no upgrade seen could start \
-         the wave as the upgrade starts). Run post by hand once the upgrade has ended, or arm \
-         again (hack/job.sh arm)",
-        arm.wait.as_secs()
-    )))
 }

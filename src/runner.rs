@@ -3,10 +3,10 @@
 //! did. Nothing is written unless every plan of the phase can be made.
 
 use serde_json::{Value, json};
-use tracing::{info, warn};
+use tracing::info;
 
 use crate::cluster::{Cluster, EventKind, Written};
-use crate::config::{Config, LogFormat};
+use crate::config::Config;
 use crate::error::Error;
 use crate::harvester_gate;
 use crate::leftovers_check;
@@ -14,9 +14,8 @@ use crate::model::{Kind, Target};
 use crate::outcome::{Done, Outcome};
 use crate::plan;
 use crate::plan::kubevirt::HOTPLUG_NOTICE;
-use crate::report::Report;
 use crate::vocabulary::{Objects, Phase, Plan, Step, Write};
-use crate::warnings::{self, CHANGED_WHILE_SUSPENDED, SKIPPED_NOT_FOUND, Warning};
+use crate::warnings::{self, CHANGED_WHILE_SUSPENDED};
 
 /// Runs the configured phase; `status` also returns its verdict, for the termination message.
 /// `watch` runs until SIGTERM, running `pre` and `post` by [`run_phase`] itself.
@@ -47,7 +46,9 @@ pub async fn run_phase(
     out: &mut impl std::io::Write,
 ) -> Result<Option<String>, Error> {
     match cfg.intent.phase {
-        Phase::Status => status(cfg, cluster, done, out).await.map(Some),
+        Phase::Status => crate::status::status(cfg, cluster, done, out)
+            .await
+            .map(Some),
         Phase::Pre | Phase::Post => {
             let (read, left) = change(cfg, cluster, done, out).await?;
             crate::fleet_wait::wait(cfg, cluster, read.as_ref(), &left, done)
@@ -71,7 +72,11 @@ async fn change(
     for target in intent.targets() {
         match cluster.get(&target).await? {
             Some(obj) => objects.set(target.kind, Some(obj)),
-            None => done.push(missing(cfg, target, "nothing was written")?),
+            None => done.push(Done::missing(
+                cfg.allow_missing,
+                target,
+                "nothing was written",
+            )?),
         }
     }
     // What the phase skips is read too, read-only, to say what of ours it leaves there.
@@ -114,7 +119,7 @@ async fn change(
         let (outcome, plan, object) = match written {
             Written::Missing => {
                 let when = "it was deleted while the phase ran";
-                done.push(missing(cfg, step.target.clone(), when)?);
+                done.push(Done::missing(cfg.allow_missing, step.target.clone(), when)?);
                 objects.set(kind, None);
                 continue;
             }
@@ -213,40 +218,6 @@ fn already_as_wanted(target: &Target, outcome: Outcome, plan: &Plan, done: &[Don
     info!(object = %target, actions = ?actions, "already as wanted: nothing to write");
 }
 
-/// A missing object: an error that names it and what to check, unless `ALLOW_MISSING` is on.
-fn missing(cfg: &Config, target: Target, when: &str) -> Result<Done, Error> {
-    let hint = match target.kind {
-        Kind::KubeVirt => "check KUBEVIRT_NAMESPACE and KUBEVIRT_NAME (kubectl get kubevirts -A)",
-        _ => {
-            "check MANAGEDCHART_NAMESPACE and MANAGEDCHART_NAME (kubectl get managedcharts -A); \
-             for KubeVirt without Fleet set MANAGEDCHART_NAME= (empty)"
-        }
-    };
-    // `status` writes nothing whatever happens: it has no `when` to tell.
-    let when = if when.is_empty() {
-        String::new()
-    } else {
-        format!("; {when}")
-    };
-    if !cfg.allow_missing {
-        return Err(Error::Missing {
-            target,
-            hint: format!("{hint}, or set ALLOW_MISSING=true to skip it{when}"),
-        });
-    }
-    let message = format!("{target} not found: skipped (ALLOW_MISSING=true){when}; {hint}");
-    warn!(object = %target, reason = SKIPPED_NOT_FOUND, "{message}");
-    Ok(Done {
-        target,
-        outcome: Outcome::Missing,
-        actions: vec![],
-        warnings: vec![Warning {
-            reason: SKIPPED_NOT_FOUND,
-            message,
-        }],
-    })
-}
-
 /// After a write: the dry-run patch on stdout, the log line, the Event, and (test builds) the
 /// failpoint. The error is a dry-run patch that stdout did not take.
 async fn after_write(
@@ -309,151 +280,6 @@ async fn after_write(
         }
     }
     printed
-}
-
-async fn status(
-    cfg: &Config,
-    cluster: &Cluster,
-    done: &mut Vec<Done>,
-    out: &mut impl std::io::Write,
-) -> Result<String, Error> {
-    let keys = &cfg.intent.keys;
-    let kubevirt = Target::new(Kind::KubeVirt, &keys.kubevirt);
-    let kv = cluster.get(&kubevirt).await?;
-    // The ManagedChart half is reported as far as it can be: without Fleet its CRD is missing.
-    let chart = match &keys.chart {
-        Some(key) => {
-            let target = Target::new(Kind::ManagedChart, key);
-            let read = match cluster.get(&target).await {
-                Ok(obj) => Ok(obj),
-                Err(e @ Error::NotServed { .. }) => Err(e.to_string()),
-                Err(e) => return Err(e),
-            };
-            Some((target, read))
-        }
-        None => None,
-    };
-    let migrations = cluster.list_migrations().await?;
-    let view = harvester_gate::read(cluster, cfg).await?;
-    // Without a name, the default ManagedChart is read too, for what of ours it still carries.
-    let unnamed = match &cfg.unnamed_chart {
-        Some(key) => {
-            leftovers_check::peek(cluster, Target::new(Kind::ManagedChart, key), false, done).await
-        }
-        None => None,
-    };
-    let mut report = Report::new(
-        &cfg.intent,
-        (&kubevirt, kv.as_ref()),
-        chart
-            .as_ref()
-            .map(|(t, r)| (t, r.as_ref().map(Option::as_ref))),
-        &migrations,
-    )
-    .with_harvester(view.upgrade.clone(), view.offered.clone(), view.coming());
-    if let Some((target, obj)) = &unnamed {
-        report = report.with_unnamed_chart(&cfg.intent, target, obj);
-    }
-    let mut objects = Objects::default();
-    objects.set(Kind::KubeVirt, kv.clone());
-    if let Some((_, Ok(obj))) = &chart {
-        objects.set(Kind::ManagedChart, obj.clone());
-    }
-    if let Some(v) = plan::monitoring::unprotected_verdict(kv.as_ref(), view.upgrade.as_ref()) {
-        report.verdict = v;
-    }
-    // Said where Harvester's upgrades are served: elsewhere there is no release to go by.
-    report.retirement = view.upgrades_served.then(|| {
-        harvester_gate::retirement(view.current.as_deref(), &view.on_offer, &view, &objects)
-    });
-    // The report's warnings are the termination message's too.
-    done.push(Done {
-        target: kubevirt.clone(),
-        outcome: Outcome::Unchanged,
-        actions: vec![],
-        warnings: report
-            .warnings
-            .iter()
-            .map(|w| Warning {
-                reason: "",
-                message: w.clone(),
-            })
-            .collect(),
-    });
-    let mut armed = armed_section(cfg, cluster, done).await;
-    armed.push_str(&resident_section(cfg, cluster, done).await);
-    match cfg.log_format {
-        LogFormat::Json => writeln!(
-            out,
-            "{}",
-            serde_json::to_string(&report).expect("report serializes")
-        ),
-        LogFormat::Text => write!(out, "{report}{armed}"),
-    }
-    .and_then(|()| out.flush())
-    .map_err(|e| Error::Output(e.to_string()))?;
-    if kv.is_none() {
-        done.push(missing(cfg, kubevirt, "")?);
-    }
-    // Like the other phases: a ManagedChart that is not there (its CRD is) is a wrong name.
-    if let Some((target, Ok(None))) = chart {
-        done.push(missing(cfg, target, "")?);
-    }
-    Ok(report.verdict)
-}
-
-/// `status`: the armed `post`'s Job, if there is one: what it waits for and since
-/// when, for the text report and the termination message's steps.
-async fn armed_section(cfg: &Config, cluster: &Cluster, done: &mut Vec<Done>) -> String {
-    let ns = &cfg.intent.keys.kubevirt.namespace;
-    let job = cluster.job(ns, plan::upgrade_progress::ARMED_JOB).await;
-    let Some(lines) = plan::upgrade_progress::armed_lines(job.as_ref()) else {
-        return String::new();
-    };
-    done.push(Done {
-        target: Target::new(Kind::KubeVirt, &cfg.intent.keys.kubevirt),
-        outcome: Outcome::Unchanged,
-        actions: vec![lines.join(" ")],
-        warnings: vec![],
-    });
-    lines.iter().map(|l| format!("{l}\n")).collect()
-}
-
-/// `status`: the resident guard's last decision, from its newest `ResidentGuardDecided` Event on
-/// the KubeVirt CR's namespace (the guard keeps nothing else): what, when, which pod. And its
-/// Warning of an upgrade under way unprotected, while that is its last word: newer than its last
-/// decision (a suspension that succeeds, or the upgrade's end, is a new decision).
-async fn resident_section(cfg: &Config, cluster: &Cluster, done: &mut Vec<Done>) -> String {
-    let ns = &cfg.intent.keys.kubevirt.namespace;
-    let Some((time, pod, note)) = cluster.latest_event(ns, warnings::RESIDENT).await else {
-        return String::new();
-    };
-    let mut lines = vec![format!(
-        "resident guard  {pod} last decided at {time}: {note}"
-    )];
-    let at = |t: &str| t.parse::<jiff::Timestamp>().ok();
-    let mut unprotected: Option<(String, &str, String)> = None;
-    for reason in [
-        warnings::UPGRADE_HELD_BY_POLICY,
-        warnings::UPGRADE_UNPROTECTED,
-    ] {
-        if let Some((t, _, note)) = cluster.latest_event(ns, reason).await
-            && at(&t) > at(&time)
-            && unprotected.as_ref().is_none_or(|(u, _, _)| at(&t) > at(u))
-        {
-            unprotected = Some((t, reason, note));
-        }
-    }
-    if let Some((t, reason, note)) = unprotected {
-        lines.push(format!("resident guard  {reason} at {t}: {note}"));
-    }
-    done.push(Done {
-        target: Target::new(Kind::KubeVirt, &cfg.intent.keys.kubevirt),
-        outcome: Outcome::Unchanged,
-        actions: lines.clone(),
-        warnings: vec![],
-    });
-    lines.iter().map(|l| format!("{l}\n")).collect()
 }
 
 /// Test builds only: `FAILPOINTS=after-write-managedchart=return` kills the process with SIGKILL

@@ -8,9 +8,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use super::ownership::{methods_owned_by_us, owners};
-use super::records::{describe, is_suspended};
-use crate::model::ANNOTATION_PREFIX;
+use super::ownership::owners;
 use crate::vocabulary::Malformed;
 
 /// Harvester's backup of the ManagedChart's values key, on the `Upgrade` object
@@ -350,110 +348,6 @@ pub fn on_offer(versions: &[Value], current: Option<&str>) -> Vec<(String, Handl
         .collect();
     out.sort_by_key(|(name, _)| std::cmp::Reverse(parse_version(name)));
     out
-}
-
-/// `pre`'s decision before any write.
-#[derive(Debug, Clone, PartialEq)]
-pub enum PreGate {
-    /// Go on; with notes on the Upgrade, if there is one.
-    Proceed(Vec<String>),
-    /// Harvester's upgrade holds a backup of the values and has not cleaned up: it suspended
-    /// the updates and will restore them itself. Recording its `[]` as the original would turn
-    /// the updates off for good (its cleanup restores first, then `post` would put `[]` back),
-    /// so nothing is written.
-    LeaveToHarvester(String),
-}
-
-/// `pre`, given the latest Upgrade, whether any record of ours is on the objects (a rerun
-/// keeps its own suspension), and the methods: the CR's, or (`foreign`) the original in place
-/// of another suspender's `[]` (`plan::suspenders`).
-pub fn pre_gate(
-    upgrade: Option<&Upgrade>,
-    ours: bool,
-    methods: &Option<Value>,
-    foreign: bool,
-) -> PreGate {
-    let Some(u) = upgrade.filter(|u| u.cleanup_pending()) else {
-        return PreGate::Proceed(Vec::new());
-    };
-    if ours {
-        return PreGate::Proceed(vec![format!(
-            "{} is under way: post waits for its cleanup before it restores",
-            u.describe()
-        )]);
-    }
-    // v1.8.0 keeps no backup: its `[]` on the CR is its suspension, and its cleanup writes
-    // `[LiveMigrate]`. Recording that `[]` would make post put it back over the restore.
-    // With `foreign`, `methods` is the original in place of its `[]`: its cleanup restores that
-    // original itself when it is `[LiveMigrate]`.
-    let restores_it = foreign && methods.as_ref() == Some(&blind_value());
-    if u.handling() == Handling::PatchAndHardCodedRestore && (is_suspended(methods) || restores_it)
-    {
-        return PreGate::LeaveToHarvester(format!(
-            "{} already suspended the updates (the methods are []); its cleanup writes \
-             [LiveMigrate], so pre writes nothing",
-            u.describe()
-        ));
-    }
-    if u.backup != Backup::None {
-        let state = if is_suspended(methods) {
-            "the methods are [] (its suspension)".to_string()
-        } else {
-            format!(
-                "the methods are {} now (its values override [] has not been rendered yet, or \
-                 someone changed them)",
-                describe(methods)
-            )
-        };
-        return PreGate::LeaveToHarvester(format!(
-            "{} already suspended the updates and holds the original ({}); its cleanup restores \
-             it, so pre writes nothing: {state}",
-            u.describe(),
-            u.backup.describe()
-        ));
-    }
-    let (done, then) = match u.handling() {
-        // `methods` is the original in place of its `[]` then (`plan::suspenders`).
-        Handling::PatchAndHardCodedRestore if foreign => (
-            "has suspended the methods already",
-            "its cleanup will write [LiveMigrate], not that original",
-        ),
-        Handling::PatchAndHardCodedRestore => (
-            "has not suspended the methods yet",
-            "its cleanup will write [LiveMigrate]",
-        ),
-        _ => (
-            "has not suspended the methods yet",
-            "it will back up this [] and write it back at its cleanup",
-        ),
-    };
-    PreGate::Proceed(vec![format!(
-        "{} is under way and {done}: {then}; post waits for its cleanup, then restores the \
-         original recorded here",
-        u.describe()
-    )])
-}
-
-/// Whether `post` must wait for Harvester's cleanup first: while the latest Upgrade's cleanup
-/// may still write the methods and we have something to restore, acting first would be undone
-/// by it (it writes its backup, which may be our `[]`, back).
-pub fn post_must_wait(upgrade: Option<&Upgrade>, ours: bool) -> Option<String> {
-    let u = upgrade.filter(|u| ours && u.cleanup_pending())?;
-    Some(format!(
-        "{} has not finished its cleanup (label {CLEANUP_LABEL}={CLEANUP_DONE} not set), which \
-         writes the methods; post restores after it",
-        u.describe()
-    ))
-}
-
-/// Whether anything of ours is on `obj`: a record annotation, or our claim on the methods
-/// (`post` has something to restore or release).
-pub fn ours(obj: &Value) -> bool {
-    let annotated = obj
-        .pointer("/metadata/annotations")
-        .and_then(Value::as_object)
-        .is_some_and(|a| a.keys().any(|k| k.starts_with(ANNOTATION_PREFIX)));
-    annotated || methods_owned_by_us(obj)
 }
 
 /// The blind restorer whose `Update` wrote the field at `path` of `obj`, if its value is the

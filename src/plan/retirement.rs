@@ -9,17 +9,20 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use super::harvester_upgrade::{Handling, blind_value, parse_version};
-use super::records::describe;
+use super::harvester_upgrade::{Handling, Upgrade, blind_value, parse_version};
+use super::ownership::anything_of_ours;
+use super::records::{describe, methods};
+use super::upgrade_progress::{PlanView, running};
+use crate::vocabulary::Objects;
 
 /// The last release that does nothing to the methods itself, and the one whose end writes a
 /// hard-coded `[LiveMigrate]` (the guard's table, [`Handling::of`]).
 const LAST_WITHOUT_HANDLING: (u64, u64, u64) = (1, 7, 1);
 const HARD_CODED_RESTORE: (u64, u64, u64) = (1, 8, 0);
 
-/// What the answer is made of, as read.
+/// What the answer is made of, as read (see [`still_needed`]).
 #[derive(Debug, Clone, Copy)]
-pub struct Seen<'a> {
+pub struct Facts<'a> {
     /// Harvester's own version (the `server-version` Setting), if read.
     pub current: Option<&'a str>,
     /// The releases on offer newer than it (`Version` objects), with their handling.
@@ -66,7 +69,7 @@ impl Retirement {
 }
 
 /// Whether the guard is still needed, and why.
-pub fn retirement(seen: &Seen) -> Retirement {
+pub fn retirement(seen: &Facts) -> Retirement {
     use Retirement::{Needed, NoLongerNeeded};
     if seen.ours {
         return Needed("a suspension of ours is in place: post restores it first".into());
@@ -140,6 +143,32 @@ pub fn retirement(seen: &Seen) -> Retirement {
         "Harvester {text}: every release it can upgrade to next ({next}; {offer}) suspends the \
          methods itself and restores them{also}"
     ))
+}
+
+/// Whether the guard is still needed, from what a pass or `status` read: the cluster's version
+/// and the releases on offer, the latest Upgrade and the add-on's plans (and whether its
+/// resource is served), the objects.
+pub fn still_needed(
+    current: Option<&str>,
+    on_offer: &[(String, Handling)],
+    upgrade: Option<&Upgrade>,
+    plans: &[PlanView],
+    addon: bool,
+    objects: &Objects,
+) -> Retirement {
+    let methods = objects
+        .kubevirt
+        .as_ref()
+        .and_then(|kv| methods(kv).ok().flatten());
+    let under_way = running(upgrade, plans).map(|(_, d)| d);
+    retirement(&Facts {
+        current,
+        on_offer,
+        methods: &methods,
+        addon,
+        ours: anything_of_ours(objects),
+        under_way: under_way.as_deref(),
+    })
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use super::harvester_upgrade::{self, Handling, Upgrade};
+use super::harvester_upgrade::{self, CLEANUP_DONE, CLEANUP_LABEL, Handling, Upgrade};
 use crate::model::FIELD_MANAGER;
 
 /// Harvester's states of an Upgrade (label `harvesterhci.io/upgradeState`), in the order its
@@ -161,7 +161,7 @@ pub fn under_way(upgrade: Option<&Upgrade>, plans: &[PlanView]) -> Vec<String> {
 
 /// Whether `post` must wait before it restores, and for what: while an upgrade is under way
 /// (any release: turning updates on mid-upgrade starts the wave), and while the latest Upgrade's
-/// cleanup may still write the methods ([`harvester_upgrade::post_must_wait`]). Nothing of ours
+/// cleanup may still write the methods ([`cleanup_wait`]). Nothing of ours
 /// on the objects: nothing to restore, nothing to wait for.
 pub fn post_must_wait(upgrade: Option<&Upgrade>, plans: &[PlanView], ours: bool) -> Option<String> {
     if !ours {
@@ -176,12 +176,46 @@ pub fn post_must_wait(upgrade: Option<&Upgrade>, plans: &[PlanView], ours: bool)
         ));
     }
     // While the Upgrade runs, its cleanup is pending too: said once, by the line above.
-    if let Some(cleanup) = harvester_upgrade::post_must_wait(upgrade, ours)
+    if let Some(cleanup) = cleanup_wait(upgrade, ours)
         && !upgrade.is_some_and(upgrade_under_way)
     {
         why.push(cleanup);
     }
     (!why.is_empty()).then(|| why.join("; "))
+}
+
+/// Whether `post` must wait for Harvester's cleanup first: while the latest Upgrade's cleanup
+/// may still write the methods and we have something to restore, acting first would be undone
+/// by it (it writes its backup, which may be our `[]`, back).
+pub fn cleanup_wait(upgrade: Option<&Upgrade>, ours: bool) -> Option<String> {
+    let u = upgrade.filter(|u| ours && u.cleanup_pending())?;
+    Some(format!(
+        "{} has not finished its cleanup (label {CLEANUP_LABEL}={CLEANUP_DONE} not set), which \
+         writes the methods; post restores after it",
+        u.describe()
+    ))
+}
+
+/// The upgrade under way, as a stable key (kind and name) and in words: Harvester's latest
+/// Upgrade first, then an UpgradePlan of the add-on.
+pub fn running(upgrade: Option<&Upgrade>, plans: &[PlanView]) -> Option<(String, String)> {
+    if let Some(u) = upgrade.filter(|u| upgrade_under_way(u)) {
+        return Some((key_of(u), u.describe()));
+    }
+    plans
+        .iter()
+        .find(|p| p.under_way())
+        .map(|p| (plan_key(&p.name), p.describe()))
+}
+
+/// An Upgrade's key, as [`running`] gives it.
+pub fn key_of(u: &Upgrade) -> String {
+    format!("Upgrade {}/{}", u.namespace, u.name)
+}
+
+/// An UpgradePlan's key, as [`running`] gives it.
+pub fn plan_key(name: &str) -> String {
+    format!("UpgradePlan {name}")
 }
 
 /// When `pre` recorded the suspension: the earliest, over `objects`, of the latest time of our
@@ -254,47 +288,6 @@ pub fn held_after_failure(upgrade: Option<&Upgrade>) -> Option<String> {
              updates on now",
             u.describe()
         )
-    })
-}
-
-/// The name of the armed `post`'s Job (manifests/post-armed): one at a time.
-pub const ARMED_JOB: &str = "workload-update-guard-post-armed";
-
-/// `status`'s lines on the armed `post`'s Job: running (what it waits for, since when), ended at
-/// its bound (the suspension stays), or ended; `None`: no such Job.
-pub fn armed_lines(job: Option<&Value>) -> Option<Vec<String>> {
-    let job = job?;
-    let text = |ptr: &str| job.pointer(ptr).and_then(Value::as_str).unwrap_or("");
-    let ns = text("/metadata/namespace");
-    let since = text("/metadata/creationTimestamp");
-    let ended = job
-        .pointer("/status/conditions")
-        .and_then(Value::as_array)
-        .and_then(|c| {
-            c.iter().find(|c| {
-                c["status"] == "True" && (c["type"] == "Complete" || c["type"] == "Failed")
-            })
-        })
-        .map(|c| {
-            (
-                c["type"].as_str().unwrap_or(""),
-                c["message"].as_str().unwrap_or(""),
-            )
-        });
-    let head = format!("armed post    Job {ns}/{ARMED_JOB}, since {since}");
-    Some(match ended {
-        None => vec![
-            head,
-            "              waits for the next upgrade (a Harvester Upgrade or UpgradePlan created \
-             after pre's record, or one under way) to begin and to end, cleanup included; then \
-             it restores"
-                .to_string(),
-        ],
-        Some(("Complete", _)) => vec![format!("{head}: ended (Complete)")],
-        Some((_, message)) => vec![format!(
-            "{head}: FAILED ({message}); at its bound (exit 9) it leaves the suspension: run post \
-             once the upgrade has ended, or arm again"
-        )],
     })
 }
 

@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use super::harvester_upgrade::Upgrade;
 use super::upgrade_progress::{
-    PlanView, awaited_since, begun, held_after_failure, post_must_wait, upgrade_under_way,
+    PlanView, awaited_since, begun, held_after_failure, key_of, plan_key, post_must_wait, running,
 };
 
 /// What this process remembers between two reads.
@@ -67,23 +67,6 @@ impl Decision {
     }
 }
 
-/// The upgrade under way, as a stable key (kind and name) and in words: Harvester's latest
-/// Upgrade first, then an UpgradePlan of the add-on.
-pub fn running(upgrade: Option<&Upgrade>, plans: &[PlanView]) -> Option<(String, String)> {
-    if let Some(u) = upgrade.filter(|u| upgrade_under_way(u)) {
-        return Some((key_of(u), u.describe()));
-    }
-    plans
-        .iter()
-        .find(|p| p.under_way())
-        .map(|p| (format!("UpgradePlan {}", p.name), p.describe()))
-}
-
-/// An Upgrade's key, as [`running`] gives it.
-fn key_of(u: &Upgrade) -> String {
-    format!("Upgrade {}/{}", u.namespace, u.name)
-}
-
 /// The upgrade this process ran `pre` for, ended before a pass saw it run (it failed, or
 /// succeeded, while `pre` still waited for Fleet): begun all the same, in words.
 fn ran_pre_for(upgrade: Option<&Upgrade>, plans: &[PlanView], memory: &Memory) -> Option<String> {
@@ -92,11 +75,7 @@ fn ran_pre_for(upgrade: Option<&Upgrade>, plans: &[PlanView], memory: &Memory) -
         .map(Upgrade::describe);
     let plan = plans
         .iter()
-        .find(|p| {
-            memory
-                .suspended_for
-                .contains(&format!("UpgradePlan {}", p.name))
-        })
+        .find(|p| memory.suspended_for.contains(&plan_key(&p.name)))
         .map(PlanView::describe);
     upgrade.or(plan)
 }

@@ -213,24 +213,6 @@ fn an_upgrade_has_begun_if_created_since_the_record_or_under_way() {
 }
 
 #[test]
-fn status_names_the_armed_job_and_what_it_waits_for() {
-    assert_eq!(armed_lines(None), None);
-    let mut job = json!({"metadata": {"namespace": "harvester-system", "name": ARMED_JOB,
-                                      "creationTimestamp": "2026-12-01T10:00:00Z"}});
-    let lines = armed_lines(Some(&job)).unwrap();
-    assert!(
-        lines[0].contains(ARMED_JOB) && lines[0].contains("2026-12-01T10:00:00Z"),
-        "{lines:?}"
-    );
-    assert!(lines[1].contains("next upgrade"), "{lines:?}");
-    job["status"] =
-        json!({"conditions": [{"type": "Failed", "status": "True", "message": "exit 9"}]});
-    assert!(armed_lines(Some(&job)).unwrap()[0].contains("FAILED"));
-    job["status"] = json!({"conditions": [{"type": "Complete", "status": "True"}]});
-    assert!(armed_lines(Some(&job)).unwrap()[0].contains("Complete"));
-}
-
-#[test]
 fn only_a_failed_path_a_upgrade_holds_the_suspension() {
     // Path A: failed, or deleted without succeeding: held, with the two ways out.
     for (state, deleting) in [
