@@ -6,8 +6,8 @@
 use serde_json::Value;
 use tracing::info;
 
-use crate::cluster::{Cluster, Poll};
-use crate::config::Config;
+use crate::cluster::Poll;
+use crate::context::Run;
 use crate::error::Error;
 use crate::model::Kind;
 use crate::outcome::{Done, Outcome};
@@ -21,13 +21,8 @@ use crate::warnings::{CONFLICT, Warning};
 /// objects as the phase left them. A `pre` that wrote nothing to the spec (a rerun) waits the
 /// same way for the current generation when our records are on the chart, so that a Complete
 /// `pre` always means "Fleet has applied the suspension".
-pub async fn wait(
-    cfg: &Config,
-    cluster: &Cluster,
-    read: Option<&Value>,
-    left: &Objects,
-    done: &mut Vec<Done>,
-) -> Result<(), Error> {
+pub async fn wait(run: &mut Run<'_>, read: Option<&Value>, left: &Objects) -> Result<(), Error> {
+    let (cfg, cluster) = (run.cfg, run.cluster);
     let intent = &cfg.intent;
     let Some(target) = intent
         .keys
@@ -51,8 +46,7 @@ pub async fn wait(
             return Ok(());
         }
         Wait::Warn(w) => {
-            cluster.warn(kubevirt, Some(&target), &w).await;
-            done.push(Done::warned(target, w));
+            run.warned(kubevirt, Some(target), w).await;
             return Ok(());
         }
         Wait::For { after } => after,
@@ -74,8 +68,7 @@ pub async fn wait(
             reason: CONFLICT,
             message: c.to_string(),
         };
-        cluster.warn(kubevirt, Some(&target), &w).await;
-        done.push(Done::warned(target.clone(), w));
+        run.warned(kubevirt, Some(target.clone()), w).await;
     }
     if cfg.fleet_wait.is_zero() {
         info!(object = %target, "FLEET_WAIT_SECONDS=0: no wait for Fleet to apply the change");
@@ -103,7 +96,7 @@ pub async fn wait(
     match fleet_status::waited(&target, polled, bound, took, &conflicts) {
         Waited::Applied(action) => {
             info!(object = %target, took_s = took, "{action}");
-            done.push(Done {
+            run.push(Done {
                 target,
                 outcome: Outcome::Unchanged,
                 actions: vec![action],
@@ -112,8 +105,7 @@ pub async fn wait(
             Ok(())
         }
         Waited::Paused(w) => {
-            cluster.warn(kubevirt, Some(&target), &w).await;
-            done.push(Done::warned(target, w));
+            run.warned(kubevirt, Some(target), w).await;
             Ok(())
         }
         Waited::NotApplied(message) => Err(Error::FleetNotApplied { target, message }),

@@ -1,14 +1,15 @@
-//! Harvester's own upgrade around a phase (docs/design.md, "Harvester's own handling"): reads
-//! its latest `Upgrade` and the offered `Version`s, and applies the gates of [`plan::harvester`]
-//! before the phase writes: `pre` leaves a suspension that Harvester holds a backup of to
-//! Harvester, and `post` waits for Harvester's cleanup. The decisions are there; the reads are in
-//! `cluster`; this module only puts them in order and says what it found.
+//! Harvester's own upgrade around a phase (docs/design.md, "Harvester's own handling"): before
+//! the phase writes, `pre` leaves a suspension that Harvester holds a backup of to Harvester (or
+//! stands aside where it is not needed), and `post` waits while an upgrade is under way or its
+//! cleanup pending. Each reads ([`crate::upgrades`]), decides ([`crate::plan::pre_advice`],
+//! [`crate::plan::upgrade_progress`]) and acts, once.
 
 use serde_json::Value;
 use tracing::info;
 
 use crate::cluster::{Cluster, Poll};
 use crate::config::Config;
+use crate::context::Run;
 use crate::error::Error;
 use crate::model::Kind;
 use crate::outcome::{Done, Outcome};
@@ -25,55 +26,25 @@ use crate::warnings::{
     Warning,
 };
 
-/// What the gate (or the waiting loop) found, said on the KubeVirt CR's step (the termination
-/// message's actions).
-pub fn note(cfg: &Config, actions: Vec<String>) -> Done {
-    Done {
-        target: cfg
-            .intent
-            .keys
-            .target(Kind::KubeVirt)
-            .expect("always named"),
-        outcome: Outcome::Unchanged,
-        actions,
-        warnings: vec![],
-    }
-}
-
 fn warning(reason: &'static str, message: String) -> Warning {
     Warning { reason, message }
 }
 
 /// The gate before a phase's writes: `false` when the phase must write nothing.
-pub async fn gate(
-    cfg: &Config,
-    cluster: &Cluster,
-    objects: &mut Objects,
-    done: &mut Vec<Done>,
-) -> Result<bool, Error> {
-    match cfg.intent.phase {
-        Phase::Pre => before_pre(cfg, cluster, objects, done).await,
-        Phase::Post => before_post(cfg, cluster, objects, done)
-            .await
-            .map(|()| true),
+pub async fn gate(run: &mut Run<'_>, objects: &mut Objects) -> Result<bool, Error> {
+    match run.cfg.intent.phase {
+        Phase::Pre => before_pre(run, objects).await,
+        Phase::Post => before_post(run, objects).await.map(|()| true),
         Phase::Status | Phase::Watch => Ok(true),
     }
 }
 
 /// `pre`, before its writes: `false` when Harvester's upgrade already holds the suspension, so
 /// nothing is written (each read object gets a `Done` that says why).
-async fn before_pre(
-    cfg: &Config,
-    cluster: &Cluster,
-    objects: &mut Objects,
-    done: &mut Vec<Done>,
-) -> Result<bool, Error> {
+async fn before_pre(run: &mut Run<'_>, objects: &mut Objects) -> Result<bool, Error> {
+    let (cfg, cluster) = (run.cfg, run.cluster);
     let view = upgrades::read(cluster, cfg).await?;
-    let kubevirt = cfg
-        .intent
-        .keys
-        .target(Kind::KubeVirt)
-        .expect("always named");
+    let kubevirt = run.kubevirt();
     let current = match &objects.kubevirt {
         Some(kv) => methods(kv).map_err(|reason| Refusal {
             target: kubevirt.clone(),
@@ -110,7 +81,7 @@ async fn before_pre(
             // A rerun keeps (and completes) its own suspension whatever the release.
             if let (Advice::NotNeeded(why), false, false) = (&advice, ours, cfg.even_if_not_needed)
             {
-                stand_aside(cfg, cluster, objects, done, notes, why).await;
+                stand_aside(run, objects, notes, why).await;
                 return Ok(false);
             }
             let line = match (&advice, ours) {
@@ -135,13 +106,17 @@ async fn before_pre(
                 cluster.warn(objects.kubevirt.as_ref(), None, &said).await;
                 warnings.push(said);
             }
-            let mut d = note(cfg, notes);
-            d.warnings = warnings;
-            done.push(d);
+            // One row: its warnings were said (WARN line, Event) as they were found.
+            run.push(Done {
+                target: kubevirt,
+                outcome: Outcome::Unchanged,
+                actions: notes,
+                warnings,
+            });
             Ok(true)
         }
         PreGate::LeaveToHarvester(why) => {
-            leave_to_harvester(cfg, cluster, objects, done, why).await;
+            leave_to_harvester(run, objects, why).await;
             Ok(false)
         }
     }
@@ -149,23 +124,19 @@ async fn before_pre(
 
 /// `pre` where Harvester's upgrade holds the suspension itself: said (a Warning and its Event),
 /// nothing written, each read object's `Done` says why.
-async fn leave_to_harvester(
-    cfg: &Config,
-    cluster: &Cluster,
-    objects: &Objects,
-    done: &mut Vec<Done>,
-    why: String,
-) {
+async fn leave_to_harvester(run: &mut Run<'_>, objects: &Objects, why: String) {
     let said = warning(HARVESTER_SUSPENDED, why.clone());
-    cluster.warn(objects.kubevirt.as_ref(), None, &said).await;
+    run.cluster
+        .warn(objects.kubevirt.as_ref(), None, &said)
+        .await;
     for kind in [Kind::ManagedChart, Kind::KubeVirt] {
-        let Some(target) = cfg.intent.keys.target(kind) else {
+        let Some(target) = run.cfg.intent.keys.target(kind) else {
             continue;
         };
         if objects.get(kind).is_none() {
             continue;
         }
-        done.push(Done {
+        run.push(Done {
             target,
             outcome: Outcome::Unchanged,
             actions: vec!["left to Harvester's upgrade: nothing written".into()],
@@ -209,24 +180,17 @@ async fn in_place_of_foreign(
 
 /// `pre` is not needed for the coming release: nothing is written; each read object says so,
 /// with a Normal Event on the KubeVirt CR.
-async fn stand_aside(
-    cfg: &Config,
-    cluster: &Cluster,
-    objects: &Objects,
-    done: &mut Vec<Done>,
-    notes: Vec<String>,
-    why: &str,
-) {
+async fn stand_aside(run: &mut Run<'_>, objects: &Objects, notes: Vec<String>, why: &str) {
     let line = format!(
         "{why}: nothing written (PRE_EVEN_IF_NOT_NEEDED=true suspends anyway); no post is needed"
     );
     info!(reason = NOT_NEEDED, "{line}");
     if let Some(kv) = &objects.kubevirt {
         let kind = crate::cluster::EventKind::Normal;
-        cluster.event(kv, kind, NOT_NEEDED, &line).await;
+        run.cluster.event(kv, kind, NOT_NEEDED, &line).await;
     }
     for kind in [Kind::ManagedChart, Kind::KubeVirt] {
-        let Some(target) = cfg.intent.keys.target(kind) else {
+        let Some(target) = run.cfg.intent.keys.target(kind) else {
             continue;
         };
         if objects.get(kind).is_none() {
@@ -234,7 +198,7 @@ async fn stand_aside(
         }
         let mut actions = notes.clone();
         actions.push(line.clone());
-        done.push(Done {
+        run.push(Done {
             target,
             outcome: Outcome::Unchanged,
             actions,
@@ -249,12 +213,8 @@ async fn stand_aside(
 /// one bound for the whole wait: `HARVESTER_CLEANUP_WAIT_SECONDS`); then the objects are read
 /// again, as the cleanup may have written them. Past the bound: exit 7, nothing written.
 /// `RESTORE_DURING_UPGRADE=true`: no wait, a warning naming what is under way.
-async fn before_post(
-    cfg: &Config,
-    cluster: &Cluster,
-    objects: &mut Objects,
-    done: &mut Vec<Done>,
-) -> Result<(), Error> {
+async fn before_post(run: &mut Run<'_>, objects: &mut Objects) -> Result<(), Error> {
+    let (cfg, cluster) = (run.cfg, run.cluster);
     let ours = anything_of_ours(objects);
     let view = upgrades::read(cluster, cfg).await?;
     let Some(reason) = upgrade_progress::post_must_wait(view.upgrade.as_ref(), &view.plans, ours)
@@ -267,18 +227,13 @@ async fn before_post(
              on now, and a pending cleanup may still write the methods"
         );
         let said = warning(RESTORED_DURING_UPGRADE, why);
-        cluster.warn(objects.kubevirt.as_ref(), None, &said).await;
-        let mut d = note(cfg, vec![]);
-        d.warnings.push(said);
-        done.push(d);
+        run.warned(objects.kubevirt.as_ref(), None, said).await;
         return Ok(());
     }
     if cfg.dry_run {
-        let line = format!(
+        run.said(format!(
             "would wait first (dry run: planned against the objects as they are): {reason}"
-        );
-        info!("{line}");
-        done.push(note(cfg, vec![line]));
+        ));
         return Ok(());
     }
     let started = tokio::time::Instant::now();
@@ -331,7 +286,7 @@ async fn before_post(
             objects.set(kind, cluster.get(&target).await?);
         }
     }
-    done.push(note(cfg, vec![line]));
+    run.noted(vec![line]);
     Ok(())
 }
 

@@ -18,6 +18,7 @@
 
 pub mod cluster;
 pub mod config;
+pub mod context;
 pub mod error;
 pub mod fleet_wait;
 pub mod harvester_gate;

@@ -9,6 +9,7 @@ use tracing::{error, info};
 use tracing_subscriber::EnvFilter;
 use workload_update_guard::cluster::{Cluster, Deadline, LastError};
 use workload_update_guard::config::{self, Command, Config, LogFormat};
+use workload_update_guard::context::Run;
 use workload_update_guard::error::{Error, exit};
 use workload_update_guard::model::defaults;
 use workload_update_guard::outcome::Done;
@@ -161,7 +162,7 @@ async fn run(cfg: &Config) -> u8 {
             let cluster =
                 Cluster::connect(cfg.dry_run, last_error.clone(), deadline.clone()).await?;
             let mut stdout = std::io::stdout().lock();
-            runner::run(cfg, &cluster, &mut done, &mut stdout).await
+            runner::run(&mut Run::new(cfg, &cluster, &mut done), &mut stdout).await
         };
         tokio::select! {
             r = work => r,

@@ -16,10 +16,10 @@ use tracing::{error, info};
 
 use crate::cluster::{Cluster, EventKind, Watch};
 use crate::config::{ALIVE_EVERY, Config};
+use crate::context::Run;
 use crate::error::Error;
 use crate::metrics::{self, Metrics};
 use crate::model::Kind;
-use crate::outcome::Done;
 use crate::plan::harvester_upgrade::Handling;
 use crate::plan::harvester_upgrade::{LATEST_LABEL, Upgrade};
 use crate::plan::monitoring::UnprotectedKey;
@@ -74,8 +74,8 @@ type Offer = (
 
 /// How the loop runs a phase (`runner::run_phase`, which runs the armed `post` by this loop:
 /// passed in, so the two modules do not import each other).
-pub trait RunPhase: AsyncFnMut(&Config, &mut Vec<Done>) -> Result<(), Error> {}
-impl<F: AsyncFnMut(&Config, &mut Vec<Done>) -> Result<(), Error>> RunPhase for F {}
+pub trait RunPhase: AsyncFnMut(&mut Run<'_>) -> Result<(), Error> {}
+impl<F: AsyncFnMut(&mut Run<'_>) -> Result<(), Error>> RunPhase for F {}
 
 /// One waiting loop: its settings, its watches and what it remembers.
 struct Loop<'a> {
@@ -270,8 +270,9 @@ impl<'a> Loop<'a> {
         self.cluster.begin_run();
         let cfg = self.as_phase(phase);
         let mut done = Vec::new();
+        let mut this_run = Run::new(&cfg, self.cluster, &mut done);
         let result = tokio::select! {
-            r = run(&cfg, &mut done) => r,
+            r = run(&mut this_run) => r,
             e = self.cluster.deadline_passed() => Err(e),
         };
         let line = Summary::of_run(&cfg.intent, cfg.dry_run, &done, &result).to_line();

@@ -7,6 +7,7 @@ use tracing::info;
 
 use crate::cluster::{Cluster, EventKind, Written};
 use crate::config::Config;
+use crate::context::Run;
 use crate::error::Error;
 use crate::harvester_gate;
 use crate::leftovers_check;
@@ -20,38 +21,30 @@ use crate::warnings::{self, CHANGED_WHILE_SUSPENDED};
 /// Runs the configured phase; `status` also returns its verdict, for the termination message.
 /// `watch` runs until SIGTERM, running `pre` and `post` by [`run_phase`] itself.
 pub async fn run(
-    cfg: &Config,
-    cluster: &Cluster,
-    done: &mut Vec<Done>,
+    run: &mut Run<'_>,
     out: &mut impl std::io::Write,
 ) -> Result<Option<String>, Error> {
-    match cfg.intent.phase {
+    match run.cfg.intent.phase {
         Phase::Watch => {
-            let run = async |cfg: &Config, done: &mut Vec<Done>| {
-                run_phase(cfg, cluster, done, out).await.map(|_| ())
-            };
-            crate::resident::watch(cfg, cluster, run)
+            let act = async |run: &mut Run<'_>| run_phase(run, out).await.map(|_| ());
+            crate::resident::watch(run.cfg, run.cluster, act)
                 .await
                 .map(|()| None)
         }
-        _ => run_phase(cfg, cluster, done, out).await,
+        _ => run_phase(run, out).await,
     }
 }
 
 /// Runs one phase, `pre`, `post` or `status`, as its Job does.
 pub async fn run_phase(
-    cfg: &Config,
-    cluster: &Cluster,
-    done: &mut Vec<Done>,
+    run: &mut Run<'_>,
     out: &mut impl std::io::Write,
 ) -> Result<Option<String>, Error> {
-    match cfg.intent.phase {
-        Phase::Status => crate::status::status(cfg, cluster, done, out)
-            .await
-            .map(Some),
+    match run.cfg.intent.phase {
+        Phase::Status => crate::status::status(run, out).await.map(Some),
         Phase::Pre | Phase::Post => {
-            let (read, left) = change(cfg, cluster, done, out).await?;
-            crate::fleet_wait::wait(cfg, cluster, read.as_ref(), &left, done)
+            let (read, left) = change(run, out).await?;
+            crate::fleet_wait::wait(run, read.as_ref(), &left)
                 .await
                 .map(|()| None)
         }
@@ -62,17 +55,16 @@ pub async fn run_phase(
 /// Writes the phase's steps; returns the ManagedChart as read at the start and the objects as
 /// the phase left them.
 async fn change(
-    cfg: &Config,
-    cluster: &Cluster,
-    done: &mut Vec<Done>,
+    run: &mut Run<'_>,
     out: &mut impl std::io::Write,
 ) -> Result<(Option<Value>, Objects), Error> {
+    let (cfg, cluster) = (run.cfg, run.cluster);
     let intent = &cfg.intent;
     let mut objects = Objects::default();
     for target in intent.targets() {
         match cluster.get(&target).await? {
             Some(obj) => objects.set(target.kind, Some(obj)),
-            None => done.push(Done::missing(
+            None => run.push(Done::missing(
                 cfg.allow_missing,
                 target,
                 "nothing was written",
@@ -80,13 +72,13 @@ async fn change(
         }
     }
     // What the phase skips is read too, read-only, to say what of ours it leaves there.
-    let skipped = leftovers_check::read_skipped(cfg, cluster, done).await;
+    let skipped = leftovers_check::read_skipped(run).await;
     // Harvester's own upgrade first: `pre` may leave the suspension to it, `post` waits for its
     // cleanup (and reads the objects again after it, so Fleet's generation is taken after it).
     // The armed `post` first waits for the next upgrade to begin and end.
-    crate::resident::armed(cfg, cluster, &mut objects, done).await?;
-    if !harvester_gate::gate(cfg, cluster, &mut objects, done).await? {
-        leftovers_check::after_steps(cfg, cluster, &objects, skipped, done).await;
+    crate::resident::armed(run, &mut objects).await?;
+    if !harvester_gate::gate(run, &mut objects).await? {
+        leftovers_check::after_steps(run, &objects, skipped).await;
         return Ok((objects.chart.clone(), objects));
     }
     let read = objects.chart.clone();
@@ -97,7 +89,7 @@ async fn change(
         && objects.kubevirt.is_none()
         && let Some(key) = objects.chart.take().and(intent.keys.chart.as_ref())
     {
-        done.push(nothing_to_guard(key));
+        run.push(nothing_to_guard(key));
     }
     // The whole phase is planned first only to refuse a malformed object before any write; each
     // step is planned again below against the object as the previous write left it.
@@ -119,7 +111,7 @@ async fn change(
         let (outcome, plan, object) = match written {
             Written::Missing => {
                 let when = "it was deleted while the phase ran";
-                done.push(Done::missing(cfg.allow_missing, step.target.clone(), when)?);
+                run.push(Done::missing(cfg.allow_missing, step.target.clone(), when)?);
                 objects.set(kind, None);
                 continue;
             }
@@ -136,7 +128,7 @@ async fn change(
         };
         // One "already as wanted" line per object, once its last step is done without a write.
         if steps.peek().is_none_or(|next| next.target != step.target) {
-            already_as_wanted(&step.target, outcome, &plan, done);
+            already_as_wanted(&step.target, outcome, &plan, run.done);
         }
         // Each warning also goes on the KubeVirt CR, where `kubectl describe` shows it.
         let kubevirt = if kind == Kind::KubeVirt {
@@ -148,7 +140,7 @@ async fn change(
             cluster.warn(kubevirt, Some(&step.target), w).await;
         }
         objects.set(kind, Some(object));
-        done.push(Done {
+        run.push(Done {
             target: step.target,
             outcome,
             actions: plan.actions,
@@ -156,7 +148,7 @@ async fn change(
         });
         printed?;
     }
-    leftovers_check::after_steps(cfg, cluster, &objects, skipped, done).await;
+    leftovers_check::after_steps(run, &objects, skipped).await;
     Ok((read, objects))
 }
 

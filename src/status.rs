@@ -4,8 +4,8 @@
 
 use serde_json::Value;
 
-use crate::cluster::Cluster;
-use crate::config::{Config, LogFormat};
+use crate::config::LogFormat;
+use crate::context::Run;
 use crate::error::Error;
 use crate::leftovers_check;
 use crate::model::{Kind, Target};
@@ -18,12 +18,8 @@ use crate::vocabulary::Objects;
 use crate::warnings::{self, Warning};
 
 /// Runs `status`; returns its verdict, for the termination message.
-pub async fn status(
-    cfg: &Config,
-    cluster: &Cluster,
-    done: &mut Vec<Done>,
-    out: &mut impl std::io::Write,
-) -> Result<String, Error> {
+pub async fn status(run: &mut Run<'_>, out: &mut impl std::io::Write) -> Result<String, Error> {
+    let (cfg, cluster) = (run.cfg, run.cluster);
     let keys = &cfg.intent.keys;
     let kubevirt = Target::new(Kind::KubeVirt, &keys.kubevirt);
     let kv = cluster.get(&kubevirt).await?;
@@ -44,9 +40,7 @@ pub async fn status(
     let view = upgrades::read(cluster, cfg).await?;
     // Without a name, the default ManagedChart is read too, for what of ours it still carries.
     let unnamed = match &cfg.unnamed_chart {
-        Some(key) => {
-            leftovers_check::peek(cluster, Target::new(Kind::ManagedChart, key), false, done).await
-        }
+        Some(key) => leftovers_check::peek(run, Target::new(Kind::ManagedChart, key), false).await,
         None => None,
     };
     let mut report = Report::new(
@@ -81,7 +75,7 @@ pub async fn status(
         )
     });
     // The report's warnings are the termination message's too.
-    done.push(Done {
+    run.push(Done {
         target: kubevirt.clone(),
         outcome: Outcome::Unchanged,
         actions: vec![],
@@ -94,8 +88,8 @@ pub async fn status(
             })
             .collect(),
     });
-    let mut armed = armed_section(cfg, cluster, done).await;
-    armed.push_str(&resident_section(cfg, cluster, done).await);
+    let mut armed = armed_section(run).await;
+    armed.push_str(&resident_section(run).await);
     match cfg.log_format {
         LogFormat::Json => writeln!(
             out,
@@ -107,29 +101,24 @@ pub async fn status(
     .and_then(|()| out.flush())
     .map_err(|e| Error::Output(e.to_string()))?;
     if kv.is_none() {
-        done.push(Done::missing(cfg.allow_missing, kubevirt, "")?);
+        run.push(Done::missing(cfg.allow_missing, kubevirt, "")?);
     }
     // Like the other phases: a ManagedChart that is not there (its CRD is) is a wrong name.
     if let Some((target, Ok(None))) = chart {
-        done.push(Done::missing(cfg.allow_missing, target, "")?);
+        run.push(Done::missing(cfg.allow_missing, target, "")?);
     }
     Ok(report.verdict)
 }
 
 /// `status`: the armed `post`'s Job, if there is one: what it waits for and since
 /// when, for the text report and the termination message's steps.
-async fn armed_section(cfg: &Config, cluster: &Cluster, done: &mut Vec<Done>) -> String {
-    let ns = &cfg.intent.keys.kubevirt.namespace;
-    let job = cluster.job(ns, ARMED_JOB).await;
+async fn armed_section(run: &mut Run<'_>) -> String {
+    let ns = &run.cfg.intent.keys.kubevirt.namespace;
+    let job = run.cluster.job(ns, ARMED_JOB).await;
     let Some(lines) = armed_lines(job.as_ref()) else {
         return String::new();
     };
-    done.push(Done {
-        target: Target::new(Kind::KubeVirt, &cfg.intent.keys.kubevirt),
-        outcome: Outcome::Unchanged,
-        actions: vec![lines.join(" ")],
-        warnings: vec![],
-    });
+    run.noted(vec![lines.join(" ")]);
     lines.iter().map(|l| format!("{l}\n")).collect()
 }
 
@@ -137,8 +126,8 @@ async fn armed_section(cfg: &Config, cluster: &Cluster, done: &mut Vec<Done>) ->
 /// the KubeVirt CR's namespace (the guard keeps nothing else): what, when, which pod. And its
 /// Warning of an upgrade under way unprotected, while that is its last word: newer than its last
 /// decision (a suspension that succeeds, or the upgrade's end, is a new decision).
-async fn resident_section(cfg: &Config, cluster: &Cluster, done: &mut Vec<Done>) -> String {
-    let ns = &cfg.intent.keys.kubevirt.namespace;
+async fn resident_section(run: &mut Run<'_>) -> String {
+    let (ns, cluster) = (&run.cfg.intent.keys.kubevirt.namespace, run.cluster);
     let Some((time, pod, note)) = cluster.latest_event(ns, warnings::RESIDENT).await else {
         return String::new();
     };
@@ -161,12 +150,7 @@ async fn resident_section(cfg: &Config, cluster: &Cluster, done: &mut Vec<Done>)
     if let Some((t, reason, note)) = unprotected {
         lines.push(format!("resident guard  {reason} at {t}: {note}"));
     }
-    done.push(Done {
-        target: Target::new(Kind::KubeVirt, &cfg.intent.keys.kubevirt),
-        outcome: Outcome::Unchanged,
-        actions: lines.clone(),
-        warnings: vec![],
-    });
+    run.noted(lines.clone());
     lines.iter().map(|l| format!("{l}\n")).collect()
 }
 

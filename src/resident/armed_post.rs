@@ -5,12 +5,9 @@ use serde_json::Value;
 use tracing::info;
 
 use super::{Loop, Pass, now_rfc3339};
-use crate::cluster::Cluster;
-use crate::config::Config;
+use crate::context::Run;
 use crate::error::Error;
-use crate::harvester_gate::note;
 use crate::model::Kind;
-use crate::outcome::Done;
 use crate::plan::ownership::anything_of_ours;
 use crate::plan::upgrade_progress::record_time;
 use crate::plan::watch_decision::Decision;
@@ -20,12 +17,8 @@ use crate::vocabulary::Objects;
 /// (cleanup included; held after a failed path-A upgrade), then returns with the objects read
 /// again, for `post` to restore; at once when nothing of ours is left. Past `ARM_WAIT_SECONDS`:
 /// exit 9, nothing written. Not armed: nothing.
-pub async fn armed(
-    cfg: &Config,
-    cluster: &Cluster,
-    objects: &mut Objects,
-    done: &mut Vec<Done>,
-) -> Result<(), Error> {
+pub async fn armed(run: &mut Run<'_>, objects: &mut Objects) -> Result<(), Error> {
+    let (cfg, cluster) = (run.cfg, run.cluster);
     let Some(arm) = cfg.arm else {
         return Ok(());
     };
@@ -43,10 +36,7 @@ pub async fn armed(
          {since}, or one under way) to begin and to end, cleanup included"
     );
     if cfg.dry_run {
-        done.push(note(
-            cfg,
-            vec![format!("armed: would wait for {waits_for}")],
-        ));
+        run.noted(vec![format!("armed: would wait for {waits_for}")]);
         return Ok(());
     }
     info!(since = %since, "armed post: waiting for {waits_for}");
@@ -68,7 +58,7 @@ pub async fn armed(
             }
             let line = format!("armed: {why}; restoring");
             info!("{line}");
-            done.push(note(cfg, vec![line]));
+            run.noted(vec![line]);
             cluster.restart_deadline();
             return Ok(());
         }
