@@ -6,7 +6,7 @@
 //! `pre` that skips one says what an earlier `pre` left there, and what `post` needs to remove it.
 //! Readers only: nothing here plans a write.
 //!
-//! With `MANAGEDCHART_NAME` empty the name is unknown; `phases` then reads the ManagedChart of
+//! With `MANAGEDCHART_NAME` empty the name is unknown; `leftovers_check` then reads the ManagedChart of
 //! the default name `harvester` in `MANAGEDCHART_NAMESPACE` (default `fleet-local`) read-only:
 //! the one a `pre` with the defaults writes, and both ServiceAccounts may `get` it already, so
 //! the RBAC stays as it is. The records on the CR name no ManagedChart, and a new field there
@@ -267,7 +267,7 @@ mod tests {
         out
     }
 
-    /// Every write of a phase, as `phases` runs them, with `intent`'s switches.
+    /// Every write of a phase, as `runner` runs them, with `intent`'s switches.
     fn run_with(intent: &Intent, objects: &Objects) -> Objects {
         let mut now = objects.clone();
         for step in steps(intent) {
@@ -287,7 +287,7 @@ mod tests {
         }
     }
 
-    /// The leftover warnings of a run of `intent` over `objects`, as `phases` computes them.
+    /// The leftover warnings of a run of `intent` over `objects`, as `leftovers_check` computes them.
     fn warnings_of(intent: &Intent, before: &Objects) -> (Objects, Vec<Warning>) {
         let after = run_with(intent, before);
         let kt = Target::new(Kind::KubeVirt, &kv());
