@@ -1,11 +1,11 @@
 //! One run's context: its configuration, the client, and what was done (the termination
 //! message's steps and warnings). A fact is told by one call, which logs it, sends its Event
-//! where it has one, and adds it to what was done: [`Run::said`], [`Run::told`], [`Run::warned`].
+//! where it has one, and adds it to what was done: [`Run::said`], [`Run::warned`].
 
 use serde_json::Value;
 use tracing::info;
 
-use crate::cluster::{Cluster, EventKind};
+use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::model::{Kind, Target};
 use crate::outcome::{Done, Outcome};
@@ -49,18 +49,6 @@ impl<'a> Run<'a> {
     /// A line: an INFO line, and an action on the KubeVirt CR's step.
     pub fn said(&mut self, line: String) {
         info!("{line}");
-        self.noted(vec![line]);
-    }
-
-    /// A line with its Normal Event on `kubevirt` (if there is one): an INFO line naming the
-    /// reason, the Event, and an action on the KubeVirt CR's step.
-    pub async fn told(&mut self, kubevirt: Option<&Value>, reason: &'static str, line: String) {
-        info!(reason, "{line}");
-        if let Some(kv) = kubevirt {
-            self.cluster
-                .event(kv, EventKind::Normal, reason, &line)
-                .await;
-        }
         self.noted(vec![line]);
     }
 
