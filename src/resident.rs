@@ -14,7 +14,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tracing::{error, info};
 
-use crate::cluster::{Cluster, EventKind, Watch};
+use crate::cluster::{Cluster, EventKind, Watcher};
 use crate::config::{ALIVE_EVERY, Config};
 use crate::context::Run;
 use crate::error::Error;
@@ -86,8 +86,8 @@ struct Loop<'a> {
     memory: Memory,
     wake_tx: mpsc::Sender<()>,
     wake: mpsc::Receiver<()>,
-    upgrades: Option<Watch>,
-    plans: Option<Watch>,
+    upgrades: Option<Watcher>,
+    plans: Option<Watcher>,
     /// The last decision said, and when.
     said: Option<(String, tokio::time::Instant)>,
     /// The resident guard's last read of the offer ([`OFFER_EVERY`]).
@@ -146,14 +146,14 @@ impl<'a> Loop<'a> {
         let view = upgrades::read(self.cluster, &post).await?;
         self.keep_watching(&view);
         let read: Vec<&Value> = [&now.kubevirt, &now.chart].into_iter().flatten().collect();
-        let since = record_time(&read).unwrap_or_else(now_rfc3339);
+        let since = record_time(&read).unwrap_or_else(this_second);
         let ours = anything_of_ours(&now);
         let upgrade = view.upgrade.as_ref();
         let decision = decide(
             upgrade,
             &view.plans,
             ours,
-            &since,
+            since,
             self.suspends,
             &mut self.memory,
         );
@@ -184,7 +184,7 @@ impl<'a> Loop<'a> {
         let latest = format!("{LATEST_LABEL}=true");
         // Called after a successful read: the server answers, so a failing watch is replaced
         // now rather than at the end of its backoff (src/cluster/watches.rs).
-        let fresh = |w: &Option<Watch>| w.as_ref().is_some_and(|w| w.alive() && !w.failing());
+        let fresh = |w: &Option<Watcher>| w.as_ref().is_some_and(|w| w.alive() && !w.failing());
         if view.upgrades_served && !fresh(&self.upgrades) {
             let tx = self.wake_tx.clone();
             self.upgrades = Some(
@@ -205,7 +205,7 @@ impl<'a> Loop<'a> {
         let failing = [&self.upgrades, &self.plans]
             .into_iter()
             .flatten()
-            .any(Watch::failing);
+            .any(Watcher::failing);
         if failing {
             resync.min(WATCH_FAILING_PAUSE)
         } else if self.act_failed {
@@ -215,34 +215,30 @@ impl<'a> Loop<'a> {
         }
     }
 
-    /// Says a decision when its kind changes (a log line and a Normal Event on the KubeVirt CR),
-    /// and its words again every [`SAY_EVERY`]; a hold's Warning once per failed Upgrade.
+    /// Says a decision: its line when its kind changes, and again every [`SAY_EVERY`]; a Normal
+    /// Event on the KubeVirt CR when it becomes a suspend, a restore or a stand-aside (the
+    /// resident guard; a wait is the log's only); a hold's Warning once per failed Upgrade.
     async fn say(
         &mut self,
         decision: &Decision,
         kubevirt: Option<&Value>,
         held_before: &Option<String>,
     ) {
-        let line = decision.line();
         let now = tokio::time::Instant::now();
         let changed = self.said.as_ref().is_none_or(|(k, _)| k != decision.kind());
-        if changed
-            || self
-                .said
-                .as_ref()
-                .is_some_and(|(_, t)| now - *t >= SAY_EVERY)
-        {
+        let again = |(_, t): &(String, tokio::time::Instant)| now - *t >= SAY_EVERY;
+        if changed || self.said.as_ref().is_some_and(again) {
+            let line = decision.line();
             info!(decision = decision.kind(), "{}: {line}", self.name());
             self.said = Some((decision.kind().to_string(), now));
-            if changed
-                && self.suspends
-                && let Some(kv) = kubevirt
-            {
-                let note = format!("resident guard: {line}");
-                self.cluster
-                    .event(kv, EventKind::Normal, RESIDENT, &note)
-                    .await;
-            }
+        }
+        if changed
+            && self.suspends
+            && let (Some(kv), Some(note)) = (kubevirt, decision.event())
+        {
+            self.cluster
+                .event(kv, EventKind::Normal, RESIDENT, &note)
+                .await;
         }
         if let Decision::Hold { why, .. } = decision
             && self.memory.held != *held_before
@@ -299,16 +295,16 @@ impl<'a> Loop<'a> {
     }
 }
 
-fn now_rfc3339() -> String {
-    jiff::Timestamp::now()
-        .strftime("%Y-%m-%dT%H:%M:%SZ")
-        .to_string()
+/// Now, in whole seconds (as the API server writes its times): a record not read yet is taken
+/// as made now.
+fn this_second() -> jiff::Timestamp {
+    jiff::Timestamp::from_second(jiff::Timestamp::now().as_second()).expect("now is a time")
 }
 
 /// Touches a probe file (its mtime is what `--probe` reads). A failure is logged once a pass:
 /// the probe then fails, which is what it should say.
 fn touch(path: &std::path::Path) {
-    if let Err(e) = std::fs::write(path, now_rfc3339()) {
+    if let Err(e) = std::fs::write(path, this_second().to_string()) {
         error!(path = %path.display(), error = %e, "cannot write the probe file");
     }
 }
@@ -316,7 +312,11 @@ fn touch(path: &std::path::Path) {
 /// `PHASE=watch`: the resident guard, until SIGTERM. At an upgrade's creation it runs `pre`
 /// (which decides whether it is needed, or late); at its end (cleanup included) `post`; after a
 /// failed path-A upgrade it holds until the retry. A failed pass or act is logged and tried again.
-pub async fn watch(cfg: &Config, cluster: &Cluster, mut run: impl RunPhase) -> Result<(), Error> {
+pub async fn resident_guard(
+    cfg: &Config,
+    cluster: &Cluster,
+    mut run: impl RunPhase,
+) -> Result<(), Error> {
     let settings = cfg.watch.clone().expect("PHASE=watch has its settings");
     let alive = settings.state_dir.join("alive");
     touch(&alive);
@@ -372,9 +372,10 @@ pub async fn watch(cfg: &Config, cluster: &Cluster, mut run: impl RunPhase) -> R
                         .act(Phase::Pre, &format!("{describe} is under way"), &mut run)
                         .await
                         .then(|| lp.memory.suspended_for.push(upgrade.clone())),
-                    Decision::Restore(why) => {
-                        lp.act(Phase::Post, why, &mut run).await.then_some(())
-                    }
+                    Decision::Restore(why) => lp
+                        .act(Phase::Post, &why.to_string(), &mut run)
+                        .await
+                        .then_some(()),
                     Decision::Hold { .. } | Decision::Wait(_) => None,
                 };
                 // After an act, read again at once: the objects and the decision have moved.

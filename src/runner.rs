@@ -27,7 +27,7 @@ pub async fn run(
     match run.cfg.intent.phase {
         Phase::Watch => {
             let act = async |run: &mut Run<'_>| run_phase(run, out).await.map(|_| ());
-            crate::resident::watch(run.cfg, run.cluster, act)
+            crate::resident::resident_guard(run.cfg, run.cluster, act)
                 .await
                 .map(|()| None)
         }

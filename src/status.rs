@@ -124,8 +124,9 @@ async fn armed_section(run: &mut Run<'_>) -> String {
 
 /// `status`: the resident guard's last decision, from its newest `ResidentGuardDecided` Event on
 /// the KubeVirt CR's namespace (the guard keeps nothing else): what, when, which pod. And its
-/// Warning of an upgrade under way unprotected, while that is its last word: newer than its last
-/// decision (a suspension that succeeds, or the upgrade's end, is a new decision).
+/// Warning of an upgrade under way unprotected, or of a hold after a failed upgrade, while that
+/// is its last word: newer than its last decision (a suspension that succeeds, or the upgrade's
+/// end, is a new decision).
 async fn resident_section(run: &mut Run<'_>) -> String {
     let (ns, cluster) = (&run.cfg.intent.keys.kubevirt.namespace, run.cluster);
     let Some((time, pod, note)) = cluster.latest_event(ns, warnings::RESIDENT).await else {
@@ -139,6 +140,7 @@ async fn resident_section(run: &mut Run<'_>) -> String {
     for reason in [
         warnings::UPGRADE_HELD_BY_POLICY,
         warnings::UPGRADE_UNPROTECTED,
+        warnings::HELD_AFTER_FAILURE,
     ] {
         if let Some((t, _, note)) = cluster.latest_event(ns, reason).await
             && at(&t) > at(&time)

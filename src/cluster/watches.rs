@@ -27,13 +27,13 @@ use crate::model::Kind;
 
 /// A watch running in its own task (stopped when this is dropped): `alive` is false once it has
 /// ended; `failing` while its last event was an error (no successful list or event since).
-pub struct Watch {
+pub struct Watcher {
     alive: Arc<AtomicBool>,
     failing: Arc<AtomicBool>,
     task: tokio::task::JoinHandle<()>,
 }
 
-impl Watch {
+impl Watcher {
     pub fn alive(&self) -> bool {
         self.alive.load(Ordering::Relaxed)
     }
@@ -43,7 +43,7 @@ impl Watch {
     }
 }
 
-impl Drop for Watch {
+impl Drop for Watcher {
     fn drop(&mut self) {
         self.task.abort();
     }
@@ -58,7 +58,7 @@ impl Cluster {
         namespace: Option<&str>,
         labels: Option<&str>,
         wake: mpsc::Sender<()>,
-    ) -> Watch {
+    ) -> Watcher {
         let resource = kind.resource();
         let api: Api<DynamicObject> = match namespace {
             Some(ns) => Api::namespaced_with(self.watch_client.clone(), ns, &resource),
@@ -116,7 +116,7 @@ impl Cluster {
             }
             flag.store(false, Ordering::Relaxed);
         });
-        Watch {
+        Watcher {
             alive,
             failing,
             task,

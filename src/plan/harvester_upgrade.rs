@@ -5,6 +5,7 @@
 //! written by one of Harvester's blind restores is told from an operator's later choice.
 //! Pure: the objects' JSON in, a decision out.
 
+use jiff::Timestamp;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -150,14 +151,14 @@ pub struct Upgrade {
     pub deleting: bool,
     /// `metadata.creationTimestamp` (the armed `post`: an upgrade begun after `pre`).
     #[serde(skip)]
-    pub created: String,
-    /// When it ended, RFC 3339: the latest of its `Completed` condition's time
+    pub created: Option<Timestamp>,
+    /// When it ended: the latest of its `Completed` condition's time
     /// (`condition_time`: Harvester sets that condition True or False at the end, through
     /// wrangler's `condition.Cond`, which writes `lastUpdateTime` when a value changes) and its
     /// `deletionTimestamp`. An upgrade that ended after a suspension was recorded was under way
     /// then: the one to await, for a process that never saw it run.
     #[serde(skip)]
-    pub ended: Option<String>,
+    pub ended: Option<Timestamp>,
     /// `metadata.uid`: the Warning Events of an unprotected upgrade name the object.
     #[serde(skip)]
     pub uid: String,
@@ -176,18 +177,32 @@ pub struct Upgrade {
 /// moves whenever its status (or message) changes. `lastTransitionTime` (in Harvester's
 /// `Condition` type, never written by its controller) only where `lastUpdateTime` is missing:
 /// an object written by other tools keeps an end rather than none.
-pub fn condition_time(c: &Value) -> Option<&str> {
+pub fn condition_time(c: &Value) -> Option<Timestamp> {
     let field = |k: &str| c.get(k).and_then(Value::as_str).filter(|t| !t.is_empty());
-    field("lastUpdateTime").or_else(|| field("lastTransitionTime"))
+    time(field("lastUpdateTime").or_else(|| field("lastTransitionTime")))
+}
+
+/// A time as the API server writes it (RFC 3339), parsed; `None`: missing or not a time.
+pub fn time(text: Option<&str>) -> Option<Timestamp> {
+    text?.parse().ok()
+}
+
+/// `metadata.creationTimestamp`, parsed.
+pub fn created(obj: &Value) -> Option<Timestamp> {
+    time(
+        obj.pointer("/metadata/creationTimestamp")
+            .and_then(Value::as_str),
+    )
 }
 
 /// When an upgrade object ended: the later of `end` (its own end time, if it has ended) and its
-/// `deletionTimestamp` (a deletion ends it too). RFC 3339 strings compare as times.
-pub fn ended_at(end: Option<&str>, obj: &Value) -> Option<String> {
-    let deleted = obj
-        .pointer("/metadata/deletionTimestamp")
-        .and_then(Value::as_str);
-    end.into_iter().chain(deleted).max().map(str::to_string)
+/// `deletionTimestamp` (a deletion ends it too).
+pub fn ended_at(end: Option<Timestamp>, obj: &Value) -> Option<Timestamp> {
+    let deleted = time(
+        obj.pointer("/metadata/deletionTimestamp")
+            .and_then(Value::as_str),
+    );
+    end.into_iter().chain(deleted).max()
 }
 
 impl Upgrade {
@@ -246,7 +261,7 @@ impl Upgrade {
             backup,
             cleaned_up: label(CLEANUP_LABEL) == Some(CLEANUP_DONE),
             deleting: obj.pointer("/metadata/deletionTimestamp").is_some(),
-            created: text("/metadata/creationTimestamp").to_string(),
+            created: created(obj),
             ended,
             uid: text("/metadata/uid").to_string(),
             nodes_prepared: condition("NodesPrepared").is_some_and(|c| c["status"] == "True"),
@@ -314,12 +329,8 @@ pub fn latest(upgrades: &[Value]) -> Result<Option<Upgrade>, Malformed> {
                 == Some("true")
         })
         .max_by_key(|u| {
-            let created = u
-                .pointer("/metadata/creationTimestamp")
-                .and_then(Value::as_str)
-                .unwrap_or("");
             let name = u.pointer("/metadata/name").and_then(Value::as_str);
-            (created.to_string(), name.unwrap_or("").to_string())
+            (created(u), name.unwrap_or("").to_string())
         });
     newest.map(Upgrade::from_json).transpose()
 }

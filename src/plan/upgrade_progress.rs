@@ -4,6 +4,7 @@
 //! [`harvester_upgrade::latest`]) and the upgrade-manager add-on's cluster-scoped `UpgradePlan`.
 //! Pure: the objects' JSON in, a decision out.
 
+use jiff::Timestamp;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -75,15 +76,15 @@ pub struct PlanView {
     /// field upgrade-toolkit's main branch names); empty when neither is set yet.
     pub phase: String,
     pub deleting: bool,
-    /// `metadata.creationTimestamp`, RFC 3339.
-    pub created: String,
+    /// `metadata.creationTimestamp`.
+    pub created: Option<Timestamp>,
     /// `spec.version`: the release it upgrades to (`pre`'s "not needed" answer).
     pub version: String,
-    /// When it ended, RFC 3339 (see [`Upgrade::ended`]): in an end phase, the latest of
+    /// When it ended (see [`Upgrade::ended`]): in an end phase, the latest of
     /// `status.phaseTransitionTimestamps` (upgrade-toolkit appends one per phase); being deleted,
     /// its `deletionTimestamp` if later.
     #[serde(skip)]
-    pub ended: Option<String>,
+    pub ended: Option<Timestamp>,
 }
 
 impl PlanView {
@@ -98,7 +99,7 @@ impl PlanView {
                 .and_then(Value::as_array)
                 .into_iter()
                 .flatten()
-                .filter_map(|t| t["phaseTransitionTimestamp"].as_str())
+                .filter_map(|t| harvester_upgrade::time(t["phaseTransitionTimestamp"].as_str()))
                 .max()
         });
         let ended = harvester_upgrade::ended_at(phase_ended.flatten(), obj);
@@ -106,7 +107,7 @@ impl PlanView {
             name: text("/metadata/name").to_string(),
             phase: phase.to_string(),
             deleting: obj.pointer("/metadata/deletionTimestamp").is_some(),
-            created: text("/metadata/creationTimestamp").to_string(),
+            created: harvester_upgrade::created(obj),
             version: text("/spec/version").to_string(),
             ended,
         }
@@ -219,9 +220,9 @@ pub fn plan_key(name: &str) -> String {
 }
 
 /// When `pre` recorded the suspension: the earliest, over `objects`, of the latest time of our
-/// field manager's `managedFields` entries (pre writes the ManagedChart first). RFC 3339, as the
-/// API server writes it (whole seconds, UTC), so strings compare as times.
-pub fn record_time(objects: &[&Value]) -> Option<String> {
+/// field manager's `managedFields` entries (pre writes the ManagedChart first), as the API server
+/// writes it (whole seconds).
+pub fn record_time(objects: &[&Value]) -> Option<Timestamp> {
     objects
         .iter()
         .filter_map(|o| {
@@ -229,9 +230,8 @@ pub fn record_time(objects: &[&Value]) -> Option<String> {
                 .and_then(Value::as_array)?
                 .iter()
                 .filter(|e| e["manager"] == FIELD_MANAGER)
-                .filter_map(|e| e["time"].as_str())
+                .filter_map(|e| harvester_upgrade::time(e["time"].as_str()))
                 .max()
-                .map(str::to_string)
         })
         .min()
 }
@@ -241,16 +241,16 @@ pub fn record_time(objects: &[&Value]) -> Option<String> {
 /// (it was under way when the suspension was recorded: the resident guard suspends after an
 /// upgrade's creation, and a new process after a drain may first read once it has ended), in
 /// words; `None`: none yet.
-pub fn begun(upgrade: Option<&Upgrade>, plans: &[PlanView], since: &str) -> Option<String> {
+pub fn begun(upgrade: Option<&Upgrade>, plans: &[PlanView], since: Timestamp) -> Option<String> {
     let upgrade = upgrade
         .filter(|u| awaited_since(u, since))
         .map(Upgrade::describe);
     let plan = plans
         .iter()
         .find(|p| {
-            p.created.as_str() >= since
+            p.created.is_some_and(|t| t >= since)
                 || p.under_way()
-                || p.ended.as_deref().is_some_and(|t| t > since)
+                || p.ended.is_some_and(|t| t > since)
         })
         .map(PlanView::describe);
     upgrade.or(plan)
@@ -261,10 +261,10 @@ pub fn begun(upgrade: Option<&Upgrade>, plans: &[PlanView], since: &str) -> Opti
 /// the record counts as before it (a `pre` run right after an upgrade is for the next one; the
 /// resident guard's own `pre` for an upgrade that ends within that second is remembered by the
 /// process, `watch_decision`'s `ran_pre_for`).
-pub fn awaited_since(u: &Upgrade, since: &str) -> bool {
-    u.created.as_str() >= since
+pub fn awaited_since(u: &Upgrade, since: Timestamp) -> bool {
+    u.created.is_some_and(|t| t >= since)
         || upgrade_under_way(u)
-        || u.ended.as_deref().is_some_and(|t| t > since)
+        || u.ended.is_some_and(|t| t > since)
 }
 
 /// After a failed upgrade to a release that does nothing to the methods itself (v1.6.x to

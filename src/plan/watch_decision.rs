@@ -7,7 +7,7 @@
 //! (a drain, a reboot) decides the same from what it reads; what a process remembers only
 //! keeps it from saying or doing the same thing twice.
 
-use serde::Serialize;
+use jiff::Timestamp;
 
 use super::harvester_upgrade::Upgrade;
 use super::upgrade_progress::{
@@ -30,19 +30,82 @@ pub struct Memory {
 }
 
 /// What now.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "kind", content = "why", rename_all = "camelCase")]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
     /// Run `pre` now, for the upgrade under way with this key (it decides itself whether it is
     /// needed, late, or left to Harvester).
     Suspend { upgrade: String, describe: String },
-    /// Run `post` now: the upgrade that began after the suspension has ended (cleanup
-    /// included), or nothing of ours is left to wait with.
-    Restore(String),
+    /// Run `post` now.
+    Restore(Restore),
     /// Hold the suspension after a failed path-A upgrade, until the retry.
     Hold { upgrade: String, why: String },
-    /// Nothing to do now; why, in words.
-    Wait(String),
+    /// Nothing to do now.
+    Wait(Wait),
+}
+
+/// Why `post` runs now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Restore {
+    /// The armed `post`: nothing of ours is left to wait with (a `post` has run).
+    NothingLeft,
+    /// The upgrade that began after the suspension (as it is now) has ended, cleanup included.
+    Ended(String),
+}
+
+/// Why nothing is done now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Wait {
+    /// No upgrade under way, nothing of ours.
+    Idle,
+    /// An upgrade under way (in words) and nothing of ours: its `pre` found the guard not
+    /// needed, or left the suspension to Harvester.
+    StandAside(String),
+    /// Held after a failed Upgrade (its name) that is gone now, no retry begun.
+    HeldGone(String),
+    /// No upgrade has begun since the suspension was recorded (then).
+    NoneBegun(Timestamp),
+    /// The upgrade that began (in words), and why `post` must wait
+    /// ([`super::upgrade_progress::post_must_wait`]); `named`: that reason names what is under
+    /// way, so the beginning is not said again.
+    Began {
+        began: String,
+        why: String,
+        named: bool,
+    },
+}
+
+impl std::fmt::Display for Restore {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        match self {
+            Restore::NothingLeft => f.write_str("nothing of ours left (a post has run)"),
+            Restore::Ended(upgrade) => write!(f, "{upgrade} has ended"),
+        }
+    }
+}
+
+impl std::fmt::Display for Wait {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        match self {
+            Wait::Idle => f.write_str("no upgrade under way: watching for the next one"),
+            Wait::StandAside(upgrade) => write!(
+                f,
+                "{upgrade} is under way; nothing of ours on the objects (pre found the guard not \
+                 needed, or left the suspension to Harvester)"
+            ),
+            Wait::HeldGone(name) => write!(
+                f,
+                "held after the failed Upgrade {name} (gone now): no retry has begun yet; run post \
+                 by hand to turn updates on now"
+            ),
+            Wait::NoneBegun(since) => {
+                write!(f, "no upgrade has begun since the suspension ({since})")
+            }
+            Wait::Began {
+                why, named: true, ..
+            } => f.write_str(why),
+            Wait::Began { began, why, .. } => write!(f, "{began} began: {why}"),
+        }
+    }
 }
 
 impl Decision {
@@ -52,17 +115,31 @@ impl Decision {
             Decision::Suspend { describe, .. } => format!("{describe} is under way: suspending"),
             Decision::Restore(why) => format!("restoring: {why}"),
             Decision::Hold { why, .. } => why.clone(),
-            Decision::Wait(why) => why.clone(),
+            Decision::Wait(why) => why.to_string(),
         }
     }
 
-    /// The kind alone (a change of kind is said as an Event; a change of words is not).
+    /// The kind alone (a change of kind is logged; a change of words is not).
     pub fn kind(&self) -> &'static str {
         match self {
             Decision::Suspend { .. } => "suspend",
             Decision::Restore(_) => "restore",
             Decision::Hold { .. } => "hold",
+            Decision::Wait(Wait::StandAside(_)) => "stand aside",
             Decision::Wait(_) => "wait",
+        }
+    }
+
+    /// What the resident guard's Event says when this decision is new (`None`: a wait, which
+    /// only the log says; a hold, which its own Warning says): suspend, restore, stand aside.
+    pub fn event(&self) -> Option<String> {
+        match self {
+            Decision::Suspend { .. } | Decision::Restore(_) => Some(self.line()),
+            Decision::Wait(Wait::StandAside(upgrade)) => Some(format!(
+                "standing aside: {upgrade} is under way and pre suspended nothing (the guard is \
+                 not needed for it, or Harvester holds the suspension)"
+            )),
+            Decision::Hold { .. } | Decision::Wait(_) => None,
         }
     }
 }
@@ -82,13 +159,13 @@ fn ran_pre_for(upgrade: Option<&Upgrade>, plans: &[PlanView], memory: &Memory) -
 
 /// The decision. `suspends`: the resident guard (it runs `pre` when an upgrade is under way);
 /// the armed `post` only restores. `ours`: a suspension of ours is on the objects; `since`: when
-/// it was recorded (RFC 3339), the upgrade awaited is one created at or after it, or one under
+/// it was recorded, the upgrade awaited is one created at or after it, or one under
 /// way. Updates `memory` with what was seen.
 pub fn decide(
     upgrade: Option<&Upgrade>,
     plans: &[PlanView],
     ours: bool,
-    since: &str,
+    since: Timestamp,
     suspends: bool,
     memory: &mut Memory,
 ) -> Decision {
@@ -107,14 +184,9 @@ pub fn decide(
         memory.awaited = None;
         memory.held = None;
         return match (&under_way, suspends) {
-            (_, false) => Decision::Restore("nothing of ours left (a post has run)".into()),
-            (Some((_, d)), true) => Decision::Wait(format!(
-                "{d} is under way; nothing of ours on the objects (pre found the guard not needed, \
-                 or left the suspension to Harvester)"
-            )),
-            (None, true) => {
-                Decision::Wait("no upgrade under way: watching for the next one".into())
-            }
+            (_, false) => Decision::Restore(Restore::NothingLeft),
+            (Some((_, d)), true) => Decision::Wait(Wait::StandAside(d.clone())),
+            (None, true) => Decision::Wait(Wait::Idle),
         };
     }
     if memory.began.is_none() {
@@ -134,7 +206,7 @@ pub fn decide(
     let awaited = upgrade.filter(|u| {
         let retried_by_plan = plans.iter().any(|p| p.created > u.created);
         !retried_by_plan
-            && (u.created.as_str() >= since
+            && (u.created.is_some_and(|t| t >= since)
                 || memory.awaited.as_deref() == Some(u.name.as_str())
                 || memory.suspended_for.contains(&key_of(u)))
     });
@@ -147,20 +219,18 @@ pub fn decide(
     }
     let Some(began) = memory.began.clone() else {
         return Decision::Wait(match &memory.held {
-            Some(name) => format!(
-                "held after the failed Upgrade {name} (gone now): no retry has begun yet; run post \
-                 by hand to turn updates on now"
-            ),
-            None => format!("no upgrade has begun since the suspension ({since})"),
+            Some(name) => Wait::HeldGone(name.clone()),
+            None => Wait::NoneBegun(since),
         });
     };
     match post_must_wait(upgrade, plans, true) {
-        Some(why) => Decision::Wait(format!("{began} began: {why}")),
+        Some(why) => Decision::Wait(Wait::Began {
+            began,
+            why,
+            named: under_way.is_some(),
+        }),
         // Said as it is now (its end state), not as it began.
-        None => Decision::Restore(format!(
-            "{} has ended",
-            awaited.map_or(began, Upgrade::describe)
-        )),
+        None => Decision::Restore(Restore::Ended(awaited.map_or(began, Upgrade::describe))),
     }
 }
 

@@ -4,7 +4,7 @@
 use serde_json::Value;
 use tracing::info;
 
-use super::{Loop, Pass, now_rfc3339};
+use super::{Loop, Pass, this_second};
 use crate::context::Run;
 use crate::error::Error;
 use crate::model::Kind;
@@ -30,7 +30,7 @@ pub async fn armed(run: &mut Run<'_>, objects: &mut Objects) -> Result<(), Error
         .into_iter()
         .flatten()
         .collect();
-    let since = record_time(&read).unwrap_or_else(now_rfc3339);
+    let since = record_time(&read).unwrap_or_else(this_second);
     let waits_for = format!(
         "the next upgrade (a Harvester Upgrade or UpgradePlan created at or after pre's record, \
          {since}, or one under way) to begin and to end, cleanup included"

@@ -230,7 +230,7 @@ fn the_end_is_the_time_wrangler_writes() {
             cond]});
         Upgrade::from_json(&u).unwrap().ended
     };
-    let t = |s: &str| Some(s.to_string());
+    let t = |s: &str| s.parse().ok();
     assert_eq!(
         with(
             json!({"type": "Completed", "status": "True", "lastUpdateTime": "2026-11-30T11:00:00Z"})

@@ -12,7 +12,7 @@ fn upgrade(version: &str, state: &str) -> Upgrade {
         backup: crate::plan::harvester_upgrade::Backup::None,
         cleaned_up: false,
         deleting: false,
-        created: String::new(),
+        created: None,
         ended: None,
         uid: String::new(),
         nodes_prepared: false,
