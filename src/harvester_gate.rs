@@ -39,87 +39,108 @@ pub async fn gate(run: &mut Run<'_>, objects: &mut Objects) -> Result<bool, Erro
     }
 }
 
-/// `pre`, before its writes: `false` when Harvester's upgrade already holds the suspension, so
-/// nothing is written (each read object gets a `Done` that says why).
+/// The KubeVirt CR's row that `pre`'s gate fills as it goes: its notes, and its warnings (each
+/// said, a WARN line and its Event, when it was found).
+#[derive(Default)]
+struct Row {
+    notes: Vec<String>,
+    warnings: Vec<Warning>,
+}
+
+/// `pre`, before its writes: `false` when Harvester's upgrade already holds the suspension, or
+/// `pre` is not needed, so nothing is written (each read object gets a `Done` that says why).
+/// One pass: read (the upgrades, the methods), decide ([`pre_gate`], then [`proceed`]), say.
 async fn before_pre(run: &mut Run<'_>, objects: &mut Objects) -> Result<bool, Error> {
-    let (cfg, cluster) = (run.cfg, run.cluster);
-    let view = upgrades::read(cluster, cfg).await?;
+    let view = upgrades::read(run.cluster, run.cfg).await?;
     let kubevirt = run.kubevirt();
+    let refused = |reason| Refusal {
+        target: kubevirt.clone(),
+        reason,
+    };
     let current = match &objects.kubevirt {
-        Some(kv) => methods(kv).map_err(|reason| Refusal {
-            target: kubevirt.clone(),
-            reason,
-        })?,
+        Some(kv) => methods(kv).map_err(refused)?,
         None => None,
     };
-    let mut notes = Vec::new();
+    let mut row = Row::default();
     if let Some(line) = offered_line(&view) {
         info!("{line}");
-        notes.push(line);
+        row.notes.push(line);
     }
     let ours = anything_of_ours(objects);
     // Another suspender's `[]` is never an original: what it stands in for is (else `post`
     // would put that `[]` back: updates off for good).
-    let mut warnings = Vec::new();
     let foreign = match ours {
-        false => in_place_of_foreign(cluster, &view, objects, &mut notes, &mut warnings)
+        false => in_place_of_foreign(run.cluster, &view, objects, &mut row)
             .await
-            .map_err(|reason| Refusal {
-                target: kubevirt.clone(),
-                reason,
-            })?,
+            .map_err(refused)?,
         true => None,
     };
     let current = foreign.clone().unwrap_or(current);
-    match pre_gate(view.upgrade.as_ref(), ours, &current, foreign.is_some()) {
-        PreGate::Proceed(more) => {
-            for n in &more {
-                info!("{n}");
-            }
-            notes.extend(more);
-            let advice = pre_advice::advise(&view.coming(), &current);
-            // A rerun keeps (and completes) its own suspension whatever the release.
-            if let (Advice::NotNeeded(why), false, false) = (&advice, ours, cfg.even_if_not_needed)
-            {
-                stand_aside(run, objects, notes, why).await;
-                return Ok(false);
-            }
-            let line = match (&advice, ours) {
-                (Advice::NotNeeded(why), true) => {
-                    format!("{why}; an earlier pre's suspension is on the objects: kept")
+    Ok(
+        match pre_gate(view.upgrade.as_ref(), ours, &current, foreign.is_some()) {
+            PreGate::Proceed(more) => {
+                for n in &more {
+                    info!("{n}");
                 }
-                (Advice::NotNeeded(why), false) => {
-                    format!("{why}; PRE_EVEN_IF_NOT_NEEDED=true: pre suspends anyway")
-                }
-                (a, _) => a.line().to_string(),
-            };
-            info!("{line}");
-            notes.push(line);
-            // Our own `[]` already on the CR (a rerun, or a resident guard's new pod after a
-            // drain) stopped the wave when it was written: that `pre` said whether it was late.
-            let already = ours && records::is_suspended(&current);
-            let late = pre_advice::late(view.upgrade.as_ref(), objects.kubevirt.as_ref());
-            if let Some(late) = late.filter(|_| !already) {
-                let listed = cluster.migrations_under_way().await;
-                let message = late.message(listed.as_deref().map_err(String::as_str));
-                let said = warning(PRE_LATE, message);
-                cluster.warn(objects.kubevirt.as_ref(), None, &said).await;
-                warnings.push(said);
+                row.notes.extend(more);
+                proceed(run, objects, &view, row, ours, &current).await
             }
-            // One row: its warnings were said (WARN line, Event) as they were found.
-            run.push(Done {
-                target: kubevirt,
-                outcome: Outcome::Unchanged,
-                actions: notes,
-                warnings,
-            });
-            Ok(true)
-        }
-        PreGate::LeaveToHarvester(why) => {
-            leave_to_harvester(run, objects, why).await;
-            Ok(false)
-        }
+            PreGate::LeaveToHarvester(why) => {
+                leave_to_harvester(run, objects, why).await;
+                false
+            }
+        },
+    )
+}
+
+/// `pre` past Harvester's gate: whether it is needed for the coming release (else it stands
+/// aside: `false`), and whether it comes late; the KubeVirt CR's row says it all.
+async fn proceed(
+    run: &mut Run<'_>,
+    objects: &Objects,
+    view: &View,
+    mut row: Row,
+    ours: bool,
+    current: &Option<Value>,
+) -> bool {
+    let advice = pre_advice::advise(&view.coming(), current);
+    // A rerun keeps (and completes) its own suspension whatever the release.
+    if let (Advice::NotNeeded(why), false, false) = (&advice, ours, run.cfg.even_if_not_needed) {
+        stand_aside(run, objects, row.notes, why).await;
+        return false;
     }
+    let line = match (&advice, ours) {
+        (Advice::NotNeeded(why), true) => {
+            format!("{why}; an earlier pre's suspension is on the objects: kept")
+        }
+        (Advice::NotNeeded(why), false) => {
+            format!("{why}; PRE_EVEN_IF_NOT_NEEDED=true: pre suspends anyway")
+        }
+        (a, _) => a.line().to_string(),
+    };
+    info!("{line}");
+    row.notes.push(line);
+    // Our own `[]` already on the CR (a rerun, or a resident guard's new pod after a drain)
+    // stopped the wave when it was written: that `pre` said whether it was late.
+    let already = ours && records::is_suspended(current);
+    let late = pre_advice::late(view.upgrade.as_ref(), objects.kubevirt.as_ref());
+    if let Some(late) = late.filter(|_| !already) {
+        let listed = run.cluster.migrations_under_way().await;
+        let message = late.message(listed.as_deref().map_err(String::as_str));
+        let said = warning(PRE_LATE, message);
+        run.cluster
+            .warn(objects.kubevirt.as_ref(), None, &said)
+            .await;
+        row.warnings.push(said);
+    }
+    let target = run.kubevirt();
+    run.push(Done {
+        target,
+        outcome: Outcome::Unchanged,
+        actions: row.notes,
+        warnings: row.warnings,
+    });
+    true
 }
 
 /// `pre` where Harvester's upgrade holds the suspension itself: said (a Warning and its Event),
@@ -155,8 +176,7 @@ async fn in_place_of_foreign(
     cluster: &Cluster,
     view: &View,
     objects: &mut Objects,
-    notes: &mut Vec<String>,
-    warnings: &mut Vec<Warning>,
+    row: &mut Row,
 ) -> Result<Option<Option<Value>>, Malformed> {
     let Some(kv) = &objects.kubevirt else {
         return Ok(None);
@@ -169,8 +189,8 @@ async fn in_place_of_foreign(
     let line = f.line();
     let said = warning(SUSPENDED_BY_ANOTHER, line.clone());
     cluster.warn(objects.kubevirt.as_ref(), None, &said).await;
-    warnings.push(said);
-    notes.push(line.clone());
+    row.warnings.push(said);
+    row.notes.push(line.clone());
     objects.foreign = Some(ForeignOriginal {
         record: serde_json::to_value(&f.original).expect("records serialize"),
         line,
@@ -236,13 +256,27 @@ async fn before_post(run: &mut Run<'_>, objects: &mut Objects) -> Result<(), Err
         ));
         return Ok(());
     }
+    wait_for_the_end(run, objects, &view, ours, &reason).await
+}
+
+/// `post`'s wait ([`Cluster::poll`], bounded by `HARVESTER_CLEANUP_WAIT_SECONDS`) until no
+/// upgrade is under way and no cleanup pending, then the objects read again. `reason`: why it
+/// waits, as first read.
+async fn wait_for_the_end(
+    run: &mut Run<'_>,
+    objects: &mut Objects,
+    view: &View,
+    ours: bool,
+    reason: &str,
+) -> Result<(), Error> {
+    let (cfg, cluster) = (run.cfg, run.cluster);
     let started = tokio::time::Instant::now();
     let bound = cfg.cleanup_wait;
     // 0: no wait (the chart's uninstall hook). What was just read is what is under way: a poll
     // bounded by 0 would be cut before its first read and could only say "nothing read yet".
     if bound.is_zero() {
         return Err(Error::CleanupPending(pending_message(
-            cfg, &view, bound, &reason,
+            cfg, view, bound, reason,
         )));
     }
     let waited = cluster
@@ -269,14 +303,12 @@ async fn before_post(run: &mut Run<'_>, objects: &mut Objects) -> Result<(), Err
         .await?;
     if let Err(last) = waited {
         return Err(Error::CleanupPending(pending_message(
-            cfg, &view, bound, &last,
+            cfg, view, bound, &last,
         )));
     }
-    let took = started.elapsed();
-    let line = format!(
-        "waited {:.1} s for the upgrade to end and Harvester's cleanup ({reason})",
-        took.as_secs_f64()
-    );
+    let took = started.elapsed().as_secs_f64();
+    let line =
+        format!("waited {took:.1} s for the upgrade to end and Harvester's cleanup ({reason})");
     info!("{line}");
     // The cleanup may have written either object: plan against what it left.
     for kind in [Kind::KubeVirt, Kind::ManagedChart] {

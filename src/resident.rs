@@ -16,7 +16,6 @@ use tracing::{error, info};
 
 use crate::cluster::{Cluster, EventKind, Watcher};
 use crate::config::{ALIVE_EVERY, Config};
-use crate::context::Run;
 use crate::error::Error;
 use crate::metrics::{self, Metrics};
 use crate::model::Kind;
@@ -27,14 +26,16 @@ use crate::plan::ownership::anything_of_ours;
 use crate::plan::retirement::Retirement;
 use crate::plan::upgrade_progress::record_time;
 use crate::plan::watch_decision::{Decision, Memory, decide};
-use crate::summary::Summary;
 use crate::upgrades::{self, View};
 use crate::vocabulary::{Objects, Phase};
 use crate::warnings::{HELD_AFTER_FAILURE, RESIDENT, Warning};
 
+mod act;
 mod armed_post;
 mod offer;
 mod reporting;
+
+pub use act::RunPhase;
 
 pub use armed_post::armed;
 
@@ -71,11 +72,6 @@ type Offer = (
     Vec<(String, Handling)>,
     tokio::time::Instant,
 );
-
-/// How the loop runs a phase (`runner::run_phase`, which runs the armed `post` by this loop:
-/// passed in, so the two modules do not import each other).
-pub trait RunPhase: AsyncFnMut(&mut Run<'_>) -> Result<(), Error> {}
-impl<F: AsyncFnMut(&mut Run<'_>) -> Result<(), Error>> RunPhase for F {}
 
 /// One waiting loop: its settings, its watches and what it remembers.
 struct Loop<'a> {
@@ -124,15 +120,6 @@ impl<'a> Loop<'a> {
             act_failed: false,
             unprotected_said: None,
         }
-    }
-
-    /// A run of `phase` with the loop's settings (its own waiting off).
-    fn as_phase(&self, phase: Phase) -> Config {
-        let mut cfg = self.cfg.clone();
-        cfg.intent.phase = phase;
-        cfg.arm = None;
-        cfg.watch = None;
-        cfg
     }
 
     /// One pass: the objects and the upgrade's, read with a fresh deadline, and the decision.
@@ -251,47 +238,29 @@ impl<'a> Loop<'a> {
         }
     }
 
-    fn name(&self) -> &'static str {
-        if self.suspends {
-            "resident guard"
-        } else {
-            "armed post"
+    /// The resident guard's probe file `alive`, touched every [`ALIVE_EVERY`] by a task of its
+    /// own, and its metrics (served on `METRICS_PORT`, if set).
+    async fn start_probes_and_metrics(&mut self, settings: &crate::config::Watch) {
+        let alive = settings.state_dir.join("alive");
+        touch(&alive);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(ALIVE_EVERY).await;
+                touch(&alive);
+            }
+        });
+        info!(
+            resync_s = settings.resync.as_secs(),
+            "resident guard: watching Harvester's Upgrades and the add-on's UpgradePlans"
+        );
+        let exposed = Arc::new(Metrics::new(
+            env!("CARGO_PKG_VERSION"),
+            crate::config::COMMIT,
+        ));
+        if let Some(port) = settings.metrics_port {
+            metrics::start(port, exposed.clone()).await;
         }
-    }
-
-    /// Runs `phase` as its Job does; its summary logged. `true`: it succeeded.
-    /// (By `run`: `runner::run_phase`.)
-    async fn act(&mut self, phase: Phase, why: &str, run: &mut impl RunPhase) -> bool {
-        info!("{}: {why}: running {phase}", self.name());
-        self.cluster.begin_run();
-        let cfg = self.as_phase(phase);
-        let mut done = Vec::new();
-        let mut this_run = Run::new(&cfg, self.cluster, &mut done);
-        let result = tokio::select! {
-            r = run(&mut this_run) => r,
-            e = self.cluster.deadline_passed() => Err(e),
-        };
-        let line = Summary::of_run(&cfg.intent, cfg.dry_run, &done, &result).to_line();
-        if let Some(m) = &self.metrics {
-            m.acted(phase, result.is_ok());
-        }
-        if phase == Phase::Pre {
-            self.last_pre = Some(match &result {
-                Ok(()) => "succeeded".to_string(),
-                Err(e) => format!("failed: {e}"),
-            });
-        }
-        match &result {
-            Ok(()) => info!(summary = %line, "{}: {phase} done", self.name()),
-            Err(e) => error!(
-                summary = %line,
-                "{}: {phase} failed ({e}); it is tried again at the next event or in {} s",
-                self.name(),
-                ACT_RETRY_PAUSE.as_secs()
-            ),
-        }
-        self.act_failed = result.is_err();
-        result.is_ok()
+        self.metrics = Some(exposed);
     }
 }
 
@@ -318,27 +287,8 @@ pub async fn resident_guard(
     mut run: impl RunPhase,
 ) -> Result<(), Error> {
     let settings = cfg.watch.clone().expect("PHASE=watch has its settings");
-    let alive = settings.state_dir.join("alive");
-    touch(&alive);
-    tokio::spawn(async move {
-        loop {
-            tokio::time::sleep(ALIVE_EVERY).await;
-            touch(&alive);
-        }
-    });
-    info!(
-        resync_s = settings.resync.as_secs(),
-        "resident guard: watching Harvester's Upgrades and the add-on's UpgradePlans"
-    );
     let mut lp = Loop::new(cfg, cluster, true);
-    let exposed = Arc::new(Metrics::new(
-        env!("CARGO_PKG_VERSION"),
-        crate::config::COMMIT,
-    ));
-    if let Some(port) = settings.metrics_port {
-        metrics::start(port, exposed.clone()).await;
-    }
-    lp.metrics = Some(exposed);
+    lp.start_probes_and_metrics(&settings).await;
     // The act just made: the same decision right after it (a `post` that left something of ours,
     // a step switched off) waits for the next read, so that nothing runs in a tight loop.
     let mut just_did: Option<Decision> = None;
@@ -366,20 +316,8 @@ pub async fn resident_guard(
             Ok(p) => {
                 lp.say(&p.decision, p.objects.kubevirt.as_ref(), &held_before)
                     .await;
-                let decision = &p.decision;
-                let acted = match decision {
-                    Decision::Suspend { upgrade, describe } => lp
-                        .act(Phase::Pre, &format!("{describe} is under way"), &mut run)
-                        .await
-                        .then(|| lp.memory.suspended_for.push(upgrade.clone())),
-                    Decision::Restore(why) => lp
-                        .act(Phase::Post, &why.to_string(), &mut run)
-                        .await
-                        .then_some(()),
-                    Decision::Hold { .. } | Decision::Wait(_) => None,
-                };
                 // After an act, read again at once: the objects and the decision have moved.
-                if acted.is_some() {
+                if lp.act_on(&p.decision, &mut run).await {
                     just_did = Some(p.decision);
                     continue;
                 }

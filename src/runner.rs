@@ -58,14 +58,13 @@ async fn change(
     run: &mut Run<'_>,
     out: &mut impl std::io::Write,
 ) -> Result<(Option<Value>, Objects), Error> {
-    let (cfg, cluster) = (run.cfg, run.cluster);
-    let intent = &cfg.intent;
+    let intent = &run.cfg.intent;
     let mut objects = Objects::default();
     for target in intent.targets() {
-        match cluster.get(&target).await? {
+        match run.cluster.get(&target).await? {
             Some(obj) => objects.set(target.kind, Some(obj)),
             None => run.push(Done::missing(
-                cfg.allow_missing,
+                run.cfg.allow_missing,
                 target,
                 "nothing was written",
             )?),
@@ -94,7 +93,20 @@ async fn change(
     // The whole phase is planned first only to refuse a malformed object before any write; each
     // step is planned again below against the object as the previous write left it.
     plan::plan_phase(intent, &objects)?;
-    let mut steps = plan::steps(intent).into_iter().peekable();
+    write_steps(run, &mut objects, out).await?;
+    leftovers_check::after_steps(run, &objects, skipped).await;
+    Ok((read, objects))
+}
+
+/// The phase's writes, step by step, each planned again against the object as the previous write
+/// left it; each step's row, its warnings said (a WARN line, an Event on the KubeVirt CR).
+async fn write_steps(
+    run: &mut Run<'_>,
+    objects: &mut Objects,
+    out: &mut impl std::io::Write,
+) -> Result<(), Error> {
+    let (cfg, cluster) = (run.cfg, run.cluster);
+    let mut steps = plan::steps(&cfg.intent).into_iter().peekable();
     while let Some(step) = steps.next() {
         let kind = step.target.kind;
         let Some(current) = objects.get(kind).cloned() else {
@@ -104,7 +116,7 @@ async fn change(
         if step.write == Write::Release && skip_release() {
             continue;
         }
-        let written = write_step(cfg, cluster, &step, current, &objects).await?;
+        let written = write_step(cfg, cluster, &step, current, objects).await?;
         // A dry run's patch that cannot be printed fails the run (exit 3), once this step is
         // recorded as done.
         let mut printed = Ok(());
@@ -130,26 +142,31 @@ async fn change(
         if steps.peek().is_none_or(|next| next.target != step.target) {
             already_as_wanted(&step.target, outcome, &plan, run.done);
         }
-        // Each warning also goes on the KubeVirt CR, where `kubectl describe` shows it.
-        let kubevirt = if kind == Kind::KubeVirt {
-            Some(&object)
-        } else {
-            objects.kubevirt.as_ref()
-        };
-        for w in &plan.warnings {
-            cluster.warn(kubevirt, Some(&step.target), w).await;
-        }
         objects.set(kind, Some(object));
-        run.push(Done {
-            target: step.target,
-            outcome,
-            actions: plan.actions,
-            warnings: plan.warnings,
-        });
+        record_step(run, objects.kubevirt.as_ref(), step.target, outcome, plan).await;
         printed?;
     }
-    leftovers_check::after_steps(run, &objects, skipped).await;
-    Ok((read, objects))
+    Ok(())
+}
+
+/// A step's row in the summary; each of its warnings also goes on the KubeVirt CR (as the
+/// step left it), where `kubectl describe` shows it, and in the log.
+async fn record_step(
+    run: &mut Run<'_>,
+    kubevirt: Option<&Value>,
+    target: Target,
+    outcome: Outcome,
+    plan: Plan,
+) {
+    for w in &plan.warnings {
+        run.cluster.warn(kubevirt, Some(&target), w).await;
+    }
+    run.push(Done {
+        target,
+        outcome,
+        actions: plan.actions,
+        warnings: plan.warnings,
+    });
 }
 
 /// A `pre` whose KubeVirt CR is missing (ALLOW_MISSING) leaves the ManagedChart alone.
@@ -227,8 +244,6 @@ async fn after_write(
         printed = writeln!(out, "{line}")
             .and_then(|()| out.flush())
             .map_err(|e| Error::Output(e.to_string()));
-    }
-    if cfg.dry_run {
         info!(object = %step.target, actions = ?plan.actions, "would write (dry run: nothing changed)");
     } else {
         info!(object = %step.target, actions = ?plan.actions, "written");

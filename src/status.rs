@@ -23,19 +23,7 @@ pub async fn status(run: &mut Run<'_>, out: &mut impl std::io::Write) -> Result<
     let keys = &cfg.intent.keys;
     let kubevirt = Target::new(Kind::KubeVirt, &keys.kubevirt);
     let kv = cluster.get(&kubevirt).await?;
-    // The ManagedChart half is reported as far as it can be: without Fleet its CRD is missing.
-    let chart = match &keys.chart {
-        Some(key) => {
-            let target = Target::new(Kind::ManagedChart, key);
-            let read = match cluster.get(&target).await {
-                Ok(obj) => Ok(obj),
-                Err(e @ Error::NotServed { .. }) => Err(e.to_string()),
-                Err(e) => return Err(e),
-            };
-            Some((target, read))
-        }
-        None => None,
-    };
+    let chart = read_chart(run).await?;
     let migrations = cluster.list_migrations().await?;
     let view = upgrades::read(cluster, cfg).await?;
     // Without a name, the default ManagedChart is read too, for what of ours it still carries.
@@ -60,20 +48,7 @@ pub async fn status(run: &mut Run<'_>, out: &mut impl std::io::Write) -> Result<
     if let Some((_, Ok(obj))) = &chart {
         objects.set(Kind::ManagedChart, obj.clone());
     }
-    if let Some(v) = plan::monitoring::unprotected_verdict(kv.as_ref(), view.upgrade.as_ref()) {
-        report.verdict = v;
-    }
-    // Said where Harvester's upgrades are served: elsewhere there is no release to go by.
-    report.retirement = view.upgrades_served.then(|| {
-        retirement::still_needed(
-            view.current.as_deref(),
-            &view.on_offer,
-            view.upgrade.as_ref(),
-            &view.plans,
-            view.plans_served,
-            &objects,
-        )
-    });
+    judge_upgrades(&mut report, &view, &objects);
     // The report's warnings are the termination message's too.
     run.push(Done {
         target: kubevirt.clone(),
@@ -90,16 +65,7 @@ pub async fn status(run: &mut Run<'_>, out: &mut impl std::io::Write) -> Result<
     });
     let mut armed = armed_section(run).await;
     armed.push_str(&resident_section(run).await);
-    match cfg.log_format {
-        LogFormat::Json => writeln!(
-            out,
-            "{}",
-            serde_json::to_string(&report).expect("report serializes")
-        ),
-        LogFormat::Text => write!(out, "{report}{armed}"),
-    }
-    .and_then(|()| out.flush())
-    .map_err(|e| Error::Output(e.to_string()))?;
+    print(out, cfg.log_format, &report, &armed)?;
     if kv.is_none() {
         run.push(Done::missing(cfg.allow_missing, kubevirt, "")?);
     }
@@ -108,6 +74,62 @@ pub async fn status(run: &mut Run<'_>, out: &mut impl std::io::Write) -> Result<
         run.push(Done::missing(cfg.allow_missing, target, "")?);
     }
     Ok(report.verdict)
+}
+
+/// The report on stdout: its JSON, or its text and the sections after it.
+fn print(
+    out: &mut impl std::io::Write,
+    format: LogFormat,
+    report: &Report,
+    sections: &str,
+) -> Result<(), Error> {
+    match format {
+        LogFormat::Json => writeln!(
+            out,
+            "{}",
+            serde_json::to_string(report).expect("report serializes")
+        ),
+        LogFormat::Text => write!(out, "{report}{sections}"),
+    }
+    .and_then(|()| out.flush())
+    .map_err(|e| Error::Output(e.to_string()))
+}
+
+/// The ManagedChart half, reported as far as it can be: without Fleet its CRD is missing.
+async fn read_chart(run: &Run<'_>) -> Result<Option<ChartRead>, Error> {
+    let Some(key) = &run.cfg.intent.keys.chart else {
+        return Ok(None);
+    };
+    let target = Target::new(Kind::ManagedChart, key);
+    let read = match run.cluster.get(&target).await {
+        Ok(obj) => Ok(obj),
+        Err(e @ Error::NotServed { .. }) => Err(e.to_string()),
+        Err(e) => return Err(e),
+    };
+    Ok(Some((target, read)))
+}
+
+/// The ManagedChart as `status` read it: the object, none, or why its kind is not served.
+type ChartRead = (Target, Result<Option<Value>, String>);
+
+/// What the upgrades say in the report: an upgrade under way unprotected comes first in the
+/// verdict; whether the guard is still needed, where Harvester's upgrades are served
+/// (elsewhere there is no release to go by).
+fn judge_upgrades(report: &mut Report, view: &upgrades::View, objects: &Objects) {
+    let kv = objects.kubevirt.as_ref();
+    if let Some(v) = plan::monitoring::unprotected_verdict(kv, view.upgrade.as_ref()) {
+        report.verdict = v;
+    }
+    report.retirement = view.upgrades_served.then(|| {
+        retirement::still_needed(
+            view.current.as_deref(),
+            &view.on_offer,
+            view.upgrade.as_ref(),
+            &view.plans,
+            view.plans_served,
+            objects,
+        )
+    });
 }
 
 /// `status`: the armed `post`'s Job, if there is one: what it waits for and since
@@ -135,21 +157,24 @@ async fn resident_section(run: &mut Run<'_>) -> String {
     let mut lines = vec![format!(
         "resident guard  {pod} last decided at {time}: {note}"
     )];
-    let at = |t: &str| t.parse::<jiff::Timestamp>().ok();
-    let mut unprotected: Option<(String, &str, String)> = None;
+    // A suspension made since (its `Suspended` Event) is a later word too: what was unprotected
+    // is protected now.
+    let suspended = cluster.latest_event(ns, warnings::SUSPENDED).await;
+    let mut last = suspended.map_or(time, |(t, ..)| t.max(time));
+    let mut newer = None;
     for reason in [
         warnings::UPGRADE_HELD_BY_POLICY,
         warnings::UPGRADE_UNPROTECTED,
         warnings::HELD_AFTER_FAILURE,
     ] {
         if let Some((t, _, note)) = cluster.latest_event(ns, reason).await
-            && at(&t) > at(&time)
-            && unprotected.as_ref().is_none_or(|(u, _, _)| at(&t) > at(u))
+            && t > last
         {
-            unprotected = Some((t, reason, note));
+            last = t;
+            newer = Some((t, reason, note));
         }
     }
-    if let Some((t, reason, note)) = unprotected {
+    if let Some((t, reason, note)) = newer {
         lines.push(format!("resident guard  {reason} at {t}: {note}"));
     }
     run.noted(lines.clone());

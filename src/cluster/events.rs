@@ -107,7 +107,7 @@ impl Cluster {
         &self,
         namespace: &str,
         reason: &str,
-    ) -> Option<(String, String, String)> {
+    ) -> Option<(jiff::Timestamp, String, String)> {
         let api: Api<Event> = Api::namespaced(self.client.clone(), namespace);
         let params = kube::api::ListParams::default().fields(&format!("reason={reason}"));
         let list = match self
@@ -123,14 +123,14 @@ impl Cluster {
         list.items
             .into_iter()
             .filter_map(|e| {
-                let time = e.event_time.map(|t| t.0.to_string())?;
+                let time = e.event_time?.0;
                 Some((
                     time,
                     e.reporting_instance.unwrap_or_default(),
                     e.note.unwrap_or_default(),
                 ))
             })
-            .max_by(|a, b| a.0.cmp(&b.0))
+            .max_by_key(|(time, ..)| *time)
     }
 
     /// The Events that could not be made so far (`REASON: error`), in order.

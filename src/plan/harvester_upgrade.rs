@@ -106,6 +106,26 @@ pub enum Backup {
 }
 
 impl Backup {
+    /// Harvester's backup annotation on the Upgrade `name`, checked: JSON in a string.
+    fn read(obj: &Value, name: &str) -> Result<Backup, Malformed> {
+        let annotation = obj
+            .pointer("/metadata/annotations")
+            .and_then(|a| a.get(BACKUP_ANNOTATION));
+        match annotation {
+            None => Ok(Backup::None),
+            Some(Value::String(s)) => match serde_json::from_str::<Value>(s) {
+                Ok(Value::Null) => Ok(Backup::Absent),
+                Ok(v) => Ok(Backup::Value(v)),
+                Err(e) => Err(Malformed(format!(
+                    "Upgrade {name}: annotation {BACKUP_ANNOTATION} is not JSON ({e}): {s:?}"
+                ))),
+            },
+            Some(other) => Err(Malformed(format!(
+                "Upgrade {name}: annotation {BACKUP_ANNOTATION} is not a string: {other}"
+            ))),
+        }
+    }
+
     pub fn describe(&self) -> String {
         match self {
             Backup::None => "none yet".into(),
@@ -214,26 +234,7 @@ impl Upgrade {
                 .and_then(Value::as_str)
         };
         let name = text("/metadata/name").to_string();
-        let backup = match obj
-            .pointer("/metadata/annotations")
-            .and_then(|a| a.get(BACKUP_ANNOTATION))
-        {
-            None => Backup::None,
-            Some(Value::String(s)) => match serde_json::from_str::<Value>(s) {
-                Ok(Value::Null) => Backup::Absent,
-                Ok(v) => Backup::Value(v),
-                Err(e) => {
-                    return Err(Malformed(format!(
-                        "Upgrade {name}: annotation {BACKUP_ANNOTATION} is not JSON ({e}): {s:?}"
-                    )));
-                }
-            },
-            Some(other) => {
-                return Err(Malformed(format!(
-                    "Upgrade {name}: annotation {BACKUP_ANNOTATION} is not a string: {other}"
-                )));
-            }
-        };
+        let backup = Backup::read(obj, &name)?;
         let condition = |kind: &str| {
             obj.pointer("/status/conditions")
                 .and_then(Value::as_array)

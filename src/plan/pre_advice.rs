@@ -289,8 +289,14 @@ pub fn pre_gate(
             u.backup.describe()
         ));
     }
+    PreGate::Proceed(vec![proceed_note(u, foreign)])
+}
+
+/// `pre` goes on during an Upgrade whose cleanup is pending: what that Upgrade has done and
+/// will do, and that `post` waits for it. `foreign`: the methods are the original in place of its
+/// `[]` (`plan::suspenders`).
+fn proceed_note(u: &Upgrade, foreign: bool) -> String {
     let (done, then) = match u.handling() {
-        // `methods` is the original in place of its `[]` then (`plan::suspenders`).
         Handling::PatchAndHardCodedRestore if foreign => (
             "has suspended the methods already",
             "its cleanup will write [LiveMigrate], not that original",
@@ -304,11 +310,11 @@ pub fn pre_gate(
             "it will back up this [] and write it back at its cleanup",
         ),
     };
-    PreGate::Proceed(vec![format!(
+    format!(
         "{} is under way and {done}: {then}; post waits for its cleanup, then restores the \
          original recorded here",
         u.describe()
-    )])
+    )
 }
 
 #[cfg(test)]

@@ -29,6 +29,16 @@ pub struct Memory {
     pub held: Option<String>,
 }
 
+impl Memory {
+    /// What began and is awaited, forgotten (nothing of ours left, or held after a failure);
+    /// `held`: the failed Upgrade the suspension is now held after.
+    fn forget(&mut self, held: Option<String>) {
+        self.began = None;
+        self.awaited = None;
+        self.held = held;
+    }
+}
+
 /// What now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
@@ -180,9 +190,7 @@ pub fn decide(
         };
     }
     if !ours {
-        memory.began = None;
-        memory.awaited = None;
-        memory.held = None;
+        memory.forget(None);
         return match (&under_way, suspends) {
             (_, false) => Decision::Restore(Restore::NothingLeft),
             (Some((_, d)), true) => Decision::Wait(Wait::StandAside(d.clone())),
@@ -198,23 +206,11 @@ pub fn decide(
             })
             .map(|u| u.name.clone());
     }
-    // The awaited Upgrade failed on a release without its own handling: hold until the retry,
-    // which is a new Upgrade (so what began is forgotten), or an UpgradePlan of the add-on
-    // created after it (the retry made the other way: the failed Upgrade is then no longer
-    // awaited, and the plan's end is).
-    // Also the Upgrade this guard ran `pre` for, even if it failed before a pass saw it begin.
-    let awaited = upgrade.filter(|u| {
-        let retried_by_plan = plans.iter().any(|p| p.created > u.created);
-        !retried_by_plan
-            && (u.created.is_some_and(|t| t >= since)
-                || memory.awaited.as_deref() == Some(u.name.as_str())
-                || memory.suspended_for.contains(&key_of(u)))
-    });
+    // The awaited Upgrade failed on a release without its own handling: hold until the retry.
+    let awaited = awaited(upgrade, plans, since, memory);
     if let Some(why) = held_after_failure(awaited) {
         let name = awaited.map(|u| u.name.clone()).unwrap_or_default();
-        memory.began = None;
-        memory.awaited = None;
-        memory.held = Some(name.clone());
+        memory.forget(Some(name.clone()));
         return Decision::Hold { upgrade: name, why };
     }
     let Some(began) = memory.began.clone() else {
@@ -232,6 +228,25 @@ pub fn decide(
         // Said as it is now (its end state), not as it began.
         None => Decision::Restore(Restore::Ended(awaited.map_or(began, Upgrade::describe))),
     }
+}
+
+/// The Upgrade whose failure holds the suspension: created since it, the one seen to begin, or
+/// the one this guard ran `pre` for (even if it failed before a pass saw it begin); not once an
+/// UpgradePlan of the add-on created after it retries the other way (then the plan's end is
+/// awaited). A retry by a new Upgrade forgets what began.
+fn awaited<'u>(
+    upgrade: Option<&'u Upgrade>,
+    plans: &[PlanView],
+    since: Timestamp,
+    memory: &Memory,
+) -> Option<&'u Upgrade> {
+    upgrade.filter(|u| {
+        let retried_by_plan = plans.iter().any(|p| p.created > u.created);
+        !retried_by_plan
+            && (u.created.is_some_and(|t| t >= since)
+                || memory.awaited.as_deref() == Some(u.name.as_str())
+                || memory.suspended_for.contains(&key_of(u)))
+    })
 }
 
 #[cfg(test)]
