@@ -6,11 +6,13 @@
 //! its task and says so once; the loop's periodic read takes over and starts it again when the
 //! resource is served.
 //!
-//! After an API server's outage (every Harvester upgrade restarts it on each server node), the
-//! watcher's own backoff would resume tens of seconds after the server is back, and a watch sent
-//! to a server still starting can hang: either way the upgrade's end is seen only at the loop's
-//! resync. So a watch that errs says so (`failing`, and one wake-up); the loop then reads again
-//! within a second, and replaces the failing watch by a new one as soon as a read succeeds.
+//! After an API server's outage (every Harvester upgrade restarts it on each server node), kube's
+//! default backoff (0.8 s doubling to 30 s) would resume tens of seconds after the server is
+//! back: the watcher backs off with the one retry layer's policy instead ([`super::retry`]: at
+//! most 2 s between attempts), so it resumes as soon as the server answers. A list or watch sent
+//! to a server still starting can hang, though, which no backoff sees: so a watch that errs says
+//! so (`failing`, and one wake-up); the loop then reads again within a second, and replaces the
+//! failing watch by a new one as soon as a read succeeds.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -72,7 +74,8 @@ impl Cluster {
         let failing = Arc::new(AtomicBool::new(false));
         let (flag, erring) = (alive.clone(), failing.clone());
         let task = tokio::spawn(async move {
-            let mut events = watcher(api, config).default_backoff().boxed();
+            let backoff = watcher::ExponentialBackoff::from(super::retry::backoff());
+            let mut events = watcher(api, config).backoff(backoff).boxed();
             // An empty first list repeats what the loop read just before it started the watch:
             // no wake (a quiet cluster costs no extra read). A first list with objects may hold
             // one made between that read and the list (an Upgrade created as the guard starts),
