@@ -8,7 +8,7 @@ use tracing::info;
 use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::model::{Kind, Target};
-use crate::outcome::{Done, Outcome};
+use crate::outcome::Done;
 use crate::warnings::Warning;
 
 /// A phase's run (a Job's, or one act of the waiting loop).
@@ -38,12 +38,7 @@ impl<'a> Run<'a> {
     /// Lines on the KubeVirt CR's step, already logged by the caller (or not to be).
     pub fn noted(&mut self, actions: Vec<String>) {
         let target = self.kubevirt();
-        self.push(Done {
-            target,
-            outcome: Outcome::Unchanged,
-            actions,
-            warnings: vec![],
-        });
+        self.push(Done::noted(target, actions));
     }
 
     /// A line: an INFO line, and an action on the KubeVirt CR's step.

@@ -10,7 +10,7 @@ use crate::cluster::Poll;
 use crate::context::Run;
 use crate::error::Error;
 use crate::model::{Kind, Target};
-use crate::outcome::{Done, Outcome};
+use crate::outcome::Done;
 use crate::plan::fleet_status::{self, Wait, Waited};
 use crate::vocabulary::Objects;
 use crate::warnings::{CONFLICT, Warning};
@@ -121,12 +121,7 @@ async fn poll_until_applied(
     match fleet_status::waited(&target, polled, bound, took, conflicts) {
         Waited::Applied(action) => {
             info!(object = %target, took_s = took, "{action}");
-            run.push(Done {
-                target,
-                outcome: Outcome::Unchanged,
-                actions: vec![action],
-                warnings: vec![],
-            });
+            run.push(Done::noted(target, vec![action]));
             Ok(())
         }
         Waited::Paused(w) => {

@@ -146,27 +146,34 @@ async fn proceed(
 /// `pre` where Harvester's upgrade holds the suspension itself: said (a Warning and its Event),
 /// nothing written, each read object's `Done` says why.
 async fn leave_to_harvester(run: &mut Run<'_>, objects: &Objects, why: String) {
-    let said = warning(HARVESTER_SUSPENDED, why.clone());
+    let said = warning(HARVESTER_SUSPENDED, why);
     run.cluster
         .warn(objects.kubevirt.as_ref(), None, &said)
         .await;
+    let left = vec!["left to Harvester's upgrade: nothing written".to_string()];
+    nothing_written(run, objects, left, Some(said));
+}
+
+/// `pre` writes nothing: each object it read gets a row with `actions` (the KubeVirt CR's with
+/// `warning`, already said, if any).
+fn nothing_written(
+    run: &mut Run<'_>,
+    objects: &Objects,
+    actions: Vec<String>,
+    warning: Option<Warning>,
+) {
     for kind in [Kind::ManagedChart, Kind::KubeVirt] {
-        let Some(target) = run.cfg.intent.keys.target(kind) else {
-            continue;
-        };
-        if objects.get(kind).is_none() {
-            continue;
+        if let Some(target) = run.cfg.intent.keys.target(kind)
+            && objects.get(kind).is_some()
+        {
+            let warnings = warning.iter().filter(|_| kind == Kind::KubeVirt);
+            run.push(Done {
+                target,
+                outcome: Outcome::Unchanged,
+                actions: actions.clone(),
+                warnings: warnings.cloned().collect(),
+            });
         }
-        run.push(Done {
-            target,
-            outcome: Outcome::Unchanged,
-            actions: vec!["left to Harvester's upgrade: nothing written".into()],
-            warnings: if kind == Kind::KubeVirt {
-                vec![warning(HARVESTER_SUSPENDED, why.clone())]
-            } else {
-                vec![]
-            },
-        });
     }
 }
 
@@ -209,22 +216,9 @@ async fn stand_aside(run: &mut Run<'_>, objects: &Objects, notes: Vec<String>, w
         let kind = crate::cluster::EventKind::Normal;
         run.cluster.event(kv, kind, NOT_NEEDED, &line).await;
     }
-    for kind in [Kind::ManagedChart, Kind::KubeVirt] {
-        let Some(target) = run.cfg.intent.keys.target(kind) else {
-            continue;
-        };
-        if objects.get(kind).is_none() {
-            continue;
-        }
-        let mut actions = notes.clone();
-        actions.push(line.clone());
-        run.push(Done {
-            target,
-            outcome: Outcome::Unchanged,
-            actions,
-            warnings: vec![],
-        });
-    }
+    let mut actions = notes;
+    actions.push(line);
+    nothing_written(run, objects, actions, None);
 }
 
 /// `post`, before its writes: while an upgrade is under way (any release: turning updates on

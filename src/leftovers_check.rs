@@ -68,12 +68,7 @@ pub async fn peek(run: &mut Run<'_>, target: Target, loud: bool) -> Option<(Targ
 }
 
 fn noted(target: &Target, reason: &'static str, message: String) -> Done {
-    Done {
-        target: target.clone(),
-        outcome: Outcome::Unchanged,
-        actions: vec![],
-        warnings: vec![Warning { reason, message }],
-    }
+    Done::warned(target.clone(), Warning { reason, message })
 }
 
 /// After the steps: what of ours is left on what the phase skipped, the migrations `pre` cannot

@@ -38,6 +38,16 @@ pub struct Done {
 }
 
 impl Done {
+    /// What was found on `target`, nothing written: its actions.
+    pub fn noted(target: Target, actions: Vec<String>) -> Done {
+        Done {
+            target,
+            outcome: Outcome::Unchanged,
+            actions,
+            warnings: vec![],
+        }
+    }
+
     /// A warning on `target` that changed nothing, recorded for the termination message.
     pub fn warned(target: Target, warning: Warning) -> Done {
         Done {

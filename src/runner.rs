@@ -171,14 +171,8 @@ async fn record_step(
 
 /// A `pre` whose KubeVirt CR is missing (ALLOW_MISSING) leaves the ManagedChart alone.
 fn nothing_to_guard(chart: &crate::model::ObjectKey) -> Done {
-    Done {
-        target: Target::new(Kind::ManagedChart, chart),
-        outcome: Outcome::Unchanged,
-        actions: vec![
-            "left alone: the KubeVirt CR is missing, so there is nothing to guard".into(),
-        ],
-        warnings: vec![],
-    }
+    let left = "left alone: the KubeVirt CR is missing, so there is nothing to guard";
+    Done::noted(Target::new(Kind::ManagedChart, chart), vec![left.into()])
 }
 
 /// One step's write: converged on the server, or, a dry run's release, planned and shown only

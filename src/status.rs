@@ -9,7 +9,7 @@ use crate::context::Run;
 use crate::error::Error;
 use crate::leftovers_check;
 use crate::model::{Kind, Target};
-use crate::outcome::{Done, Outcome};
+use crate::outcome::Done;
 use crate::plan;
 use crate::plan::retirement;
 use crate::report::Report;
@@ -50,18 +50,13 @@ pub async fn status(run: &mut Run<'_>, out: &mut impl std::io::Write) -> Result<
     }
     judge_upgrades(&mut report, &view, &objects);
     // The report's warnings are the termination message's too.
+    let said = report.warnings.iter().map(|message| Warning {
+        reason: "",
+        message: message.clone(),
+    });
     run.push(Done {
-        target: kubevirt.clone(),
-        outcome: Outcome::Unchanged,
-        actions: vec![],
-        warnings: report
-            .warnings
-            .iter()
-            .map(|w| Warning {
-                reason: "",
-                message: w.clone(),
-            })
-            .collect(),
+        warnings: said.collect(),
+        ..Done::noted(kubevirt.clone(), vec![])
     });
     let mut armed = armed_section(run).await;
     armed.push_str(&resident_section(run).await);

@@ -21,7 +21,7 @@ use crate::model::{
     COMPARE_RECORD, FIELD_MANAGER, KUBEVIRT_COPY, KUBEVIRT_RECORD, METHODS_PATH, OWNERS_TO_RETURN,
     ObjectKey, Target, VALUES_PATH, VALUES_RECORD,
 };
-use crate::vocabulary::{Intent, Phase};
+use crate::vocabulary::{Intent, Phase, Steps};
 use crate::warnings::{LEFT_BY_SKIPPED_STEP, Warning};
 
 /// What of ours is on the KubeVirt CR (all of it `STEP_KUBEVIRT`'s), in words. A record that
@@ -55,6 +55,29 @@ pub struct ChartOurs {
 impl ChartOurs {
     pub fn is_empty(&self) -> bool {
         self.values.is_empty() && self.compare.is_empty() && self.object.is_empty()
+    }
+
+    /// What the switched-off steps leave of ours on a named ManagedChart, with the switches
+    /// that leave it (`STEP_…=false and …`) and those that would remove it (`STEP_…=true …`).
+    fn left_by(&self, steps: &Steps) -> (Vec<String>, String, String) {
+        let mut parts = Vec::new();
+        let mut off = Vec::new();
+        if !steps.values {
+            parts.extend(self.values.clone());
+            off.push("STEP_CHART_VALUES");
+        }
+        if !steps.compare {
+            parts.extend(self.compare.clone());
+            off.push("STEP_COMPARE_PATCHES");
+        }
+        if !steps.values && !steps.compare {
+            parts.extend(self.object.clone());
+        }
+        let switches = |to: &str, sep: &str| {
+            let each: Vec<String> = off.iter().map(|v| format!("{v}={to}")).collect();
+            each.join(sep)
+        };
+        (parts, switches("false", " and "), switches("true", " "))
     }
 
     fn all(&self) -> Vec<String> {
@@ -165,31 +188,7 @@ pub fn leftovers(
                 ),
             )
         } else {
-            let steps = &intent.steps;
-            let mut parts = Vec::new();
-            let mut off = Vec::new();
-            if !steps.values {
-                parts.extend(ours.values.clone());
-                off.push("STEP_CHART_VALUES");
-            }
-            if !steps.compare {
-                parts.extend(ours.compare.clone());
-                off.push("STEP_COMPARE_PATCHES");
-            }
-            if !steps.values && !steps.compare {
-                parts.extend(ours.object.clone());
-            }
-            let why = off
-                .iter()
-                .map(|v| format!("{v}=false"))
-                .collect::<Vec<_>>()
-                .join(" and ");
-            let on = off
-                .iter()
-                .map(|v| format!("{v}=true"))
-                .collect::<Vec<_>>()
-                .join(" ");
-            (parts, why, on)
+            ours.left_by(&intent.steps)
         };
         let values_left = !named || !intent.steps.values;
         if !parts.is_empty() {
