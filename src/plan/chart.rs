@@ -113,24 +113,34 @@ fn ignore_methods(ed: &mut Editor, obj: &Value, kubevirt: &ObjectKey) -> Result<
     if record.is_none() {
         ed.write_record(
             COMPARE_RECORD,
-            &CompareRecord {
-                added,
-                object: Some(RecordedObject {
-                    api_version: Kind::KubeVirt.api_version().into(),
-                    kind: Kind::KubeVirt.name().into(),
-                    namespace: kubevirt.namespace.clone(),
-                    name: kubevirt.name.clone(),
-                }),
-                pointer: Some(METHODS_POINTER.into()),
-                created_parents: created,
-                owners: match added {
-                    Added::Nothing => Vec::new(),
-                    _ => recorded_owners(obj, COMPARE_PATH),
-                },
-            },
+            &compare_record(obj, kubevirt, added, created),
         )?;
     }
     Ok(())
+}
+
+/// `pre`'s record of what it added to comparePatches for the KubeVirt CR.
+fn compare_record(
+    obj: &Value,
+    kubevirt: &ObjectKey,
+    added: Added,
+    created: Vec<String>,
+) -> CompareRecord {
+    CompareRecord {
+        added,
+        object: Some(RecordedObject {
+            api_version: Kind::KubeVirt.api_version().into(),
+            kind: Kind::KubeVirt.name().into(),
+            namespace: kubevirt.namespace.clone(),
+            name: kubevirt.name.clone(),
+        }),
+        pointer: Some(METHODS_POINTER.into()),
+        created_parents: created,
+        owners: match added {
+            Added::Nothing => Vec::new(),
+            _ => recorded_owners(obj, COMPARE_PATH),
+        },
+    }
 }
 
 /// `post` on the ManagedChart: the values as recorded, and only the pointer or entry we added.

@@ -140,6 +140,22 @@ fn common_ours(obj: &Value) -> Vec<String> {
     out
 }
 
+/// What a `pre` or `post` with `STEP_KUBEVIRT=false` leaves of ours on the KubeVirt CR.
+fn left_on_kubevirt(intent: &Intent, target: &Target, kv: &Value) -> Option<(Target, Warning)> {
+    let parts = kubevirt_ours(kv);
+    if parts.is_empty() {
+        return None;
+    }
+    let methods = lookup(kv, METHODS_PATH).ok().flatten().cloned();
+    let effect = match intent.phase {
+        Phase::Post if is_suspended(&methods) => "Automated workload updates stay OFF on the CR. ",
+        _ => "",
+    };
+    let (off, on) = ("STEP_KUBEVIRT=false", "STEP_KUBEVIRT=true");
+    let w = warning(intent, target, &parts, off, effect, on);
+    Some((target.clone(), w))
+}
+
 /// The warnings for what this phase was told to skip but that carries something of ours, from
 /// the objects as the phase leaves them (a skipped one as read). `chart` is the ManagedChart the
 /// phase works on, or, with `MANAGEDCHART_NAME` empty, the default one.
@@ -151,30 +167,11 @@ pub fn leftovers(
     if intent.phase == Phase::Status {
         return Vec::new();
     }
-    let mut out = Vec::new();
-    if let Some((target, kv)) = kubevirt
-        && !intent.steps.kubevirt
-    {
-        let parts = kubevirt_ours(kv);
-        if !parts.is_empty() {
-            let methods = lookup(kv, METHODS_PATH).ok().flatten().cloned();
-            let effect = match intent.phase {
-                Phase::Post if is_suspended(&methods) => {
-                    "Automated workload updates stay OFF on the CR. "
-                }
-                _ => "",
-            };
-            let w = warning(
-                intent,
-                target,
-                &parts,
-                "STEP_KUBEVIRT=false",
-                effect,
-                "STEP_KUBEVIRT=true",
-            );
-            out.push((target.clone(), w));
-        }
-    }
+    let mut out: Vec<(Target, Warning)> = kubevirt
+        .filter(|_| !intent.steps.kubevirt)
+        .and_then(|(target, kv)| left_on_kubevirt(intent, target, kv))
+        .into_iter()
+        .collect();
     if let Some((target, obj)) = chart {
         let ours = chart_ours(obj, &intent.keys.kubevirt);
         let named = intent.keys.chart.is_some();
