@@ -35,7 +35,7 @@ pub use deadline::{Deadline, POLL_INTERVAL, PROGRESS_EVERY, Poll};
 pub use events::EventKind;
 pub use migration_list::MIGRATIONS_PAGE;
 pub use retry::{Class, LastError, MAX_BACKOFF, classify, first_retry, tls_failure};
-pub use watches::Watch;
+pub use watches::Watcher;
 
 /// What a conditional write came to.
 #[derive(Debug)]

@@ -6,11 +6,11 @@
 use serde_json::Value;
 use tracing::info;
 
-use crate::cluster::{Cluster, Poll};
-use crate::config::Config;
+use crate::cluster::Poll;
+use crate::context::Run;
 use crate::error::Error;
-use crate::model::Kind;
-use crate::outcome::{Done, Outcome};
+use crate::model::{Kind, Target};
+use crate::outcome::Done;
 use crate::plan::fleet_status::{self, Wait, Waited};
 use crate::vocabulary::Objects;
 use crate::warnings::{CONFLICT, Warning};
@@ -21,13 +21,8 @@ use crate::warnings::{CONFLICT, Warning};
 /// objects as the phase left them. A `pre` that wrote nothing to the spec (a rerun) waits the
 /// same way for the current generation when our records are on the chart, so that a Complete
 /// `pre` always means "Fleet has applied the suspension".
-pub async fn wait(
-    cfg: &Config,
-    cluster: &Cluster,
-    read: Option<&Value>,
-    left: &Objects,
-    done: &mut Vec<Done>,
-) -> Result<(), Error> {
+pub async fn wait(run: &mut Run<'_>, read: Option<&Value>, left: &Objects) -> Result<(), Error> {
+    let cfg = run.cfg;
     let intent = &cfg.intent;
     let Some(target) = intent
         .keys
@@ -51,13 +46,28 @@ pub async fn wait(
             return Ok(());
         }
         Wait::Warn(w) => {
-            cluster.warn(kubevirt, Some(&target), &w).await;
-            done.push(Done::warned(target, w));
+            run.warned(kubevirt, Some(target), w).await;
             return Ok(());
         }
         Wait::For { after } => after,
     };
-    // A claim that Fleet's deploy will conflict with is said at once, with how to release it.
+    let conflicts = say_conflicts(run, kubevirt, &target, chart).await;
+    if cfg.fleet_wait.is_zero() {
+        info!(object = %target, "FLEET_WAIT_SECONDS=0: no wait for Fleet to apply the change");
+        return Ok(());
+    }
+    poll_until_applied(run, kubevirt, target, after, &conflicts).await
+}
+
+/// A claim that Fleet's deploy will conflict with, said at once (a warning each), with how to
+/// release it; returned for the message of a wait that runs out.
+async fn say_conflicts(
+    run: &mut Run<'_>,
+    kubevirt: Option<&Value>,
+    target: &Target,
+    chart: &Value,
+) -> Vec<fleet_status::Conflict> {
+    let (intent, cluster) = (&run.cfg.intent, run.cluster);
     let kv = match kubevirt {
         Some(kv) => Some(kv.clone()),
         None => match intent.keys.target(Kind::KubeVirt) {
@@ -74,13 +84,21 @@ pub async fn wait(
             reason: CONFLICT,
             message: c.to_string(),
         };
-        cluster.warn(kubevirt, Some(&target), &w).await;
-        done.push(Done::warned(target.clone(), w));
+        run.warned(kubevirt, Some(target.clone()), w).await;
     }
-    if cfg.fleet_wait.is_zero() {
-        info!(object = %target, "FLEET_WAIT_SECONDS=0: no wait for Fleet to apply the change");
-        return Ok(());
-    }
+    conflicts
+}
+
+/// The wait itself: Fleet's view of the ManagedChart polled until it has applied generation
+/// `after`, reports an error, or `FLEET_WAIT_SECONDS` pass.
+async fn poll_until_applied(
+    run: &mut Run<'_>,
+    kubevirt: Option<&Value>,
+    target: Target,
+    after: Option<i64>,
+    conflicts: &[fleet_status::Conflict],
+) -> Result<(), Error> {
+    let (cfg, cluster) = (run.cfg, run.cluster);
     let bound = cfg.fleet_wait.as_secs();
     info!(object = %target, bound_s = bound, "waiting for Fleet to apply the change");
     let start = std::time::Instant::now();
@@ -100,20 +118,14 @@ pub async fn wait(
         )
         .await?;
     let took = start.elapsed().as_secs_f64();
-    match fleet_status::waited(&target, polled, bound, took, &conflicts) {
+    match fleet_status::waited(&target, polled, bound, took, conflicts) {
         Waited::Applied(action) => {
             info!(object = %target, took_s = took, "{action}");
-            done.push(Done {
-                target,
-                outcome: Outcome::Unchanged,
-                actions: vec![action],
-                warnings: vec![],
-            });
+            run.push(Done::noted(target, vec![action]));
             Ok(())
         }
         Waited::Paused(w) => {
-            cluster.warn(kubevirt, Some(&target), &w).await;
-            done.push(Done::warned(target, w));
+            run.warned(kubevirt, Some(target), w).await;
             Ok(())
         }
         Waited::NotApplied(message) => Err(Error::FleetNotApplied { target, message }),

@@ -1,305 +1,179 @@
-//! Harvester's own upgrade around a phase (docs/design.md, "Harvester's own handling"): reads
-//! its latest `Upgrade` and the offered `Version`s, and applies the gates of [`plan::harvester`]
-//! before the phase writes: `pre` leaves a suspension that Harvester holds a backup of to
-//! Harvester, and `post` waits for Harvester's cleanup. The decisions are there; the reads are in
-//! `cluster`; this module only puts them in order and says what it found.
+//! Harvester's own upgrade around a phase (docs/design.md, "Harvester's own handling"): before
+//! the phase writes, `pre` leaves a suspension that Harvester holds a backup of to Harvester (or
+//! stands aside where it is not needed), and `post` waits while an upgrade is under way or its
+//! cleanup pending. Each reads ([`crate::upgrades`]), decides ([`crate::plan::pre_advice`],
+//! [`crate::plan::upgrade_progress`]) and acts, once.
 
 use serde_json::Value;
 use tracing::info;
 
 use crate::cluster::{Cluster, Poll};
 use crate::config::Config;
+use crate::context::Run;
 use crate::error::Error;
-use crate::model::{Kind, Target};
+use crate::model::Kind;
 use crate::outcome::{Done, Outcome};
-use crate::plan::harvester_upgrade::{
-    self, CLEANUP_DONE, CLEANUP_LABEL, Handling, LATEST_LABEL, PreGate, Upgrade,
-};
-use crate::plan::pre_advice::{self, Advice, Coming};
+use crate::plan::harvester_upgrade::{CLEANUP_DONE, CLEANUP_LABEL};
+use crate::plan::ownership::anything_of_ours;
+use crate::plan::pre_advice::{self, Advice, PreGate, pre_gate};
 use crate::plan::records::{self, methods};
 use crate::plan::suspenders;
-use crate::plan::upgrade_progress::{self, PlanView};
+use crate::plan::upgrade_progress;
+use crate::upgrades::{self, View, offered_line};
 use crate::vocabulary::{ForeignOriginal, Malformed, Objects, Phase, Refusal};
 use crate::warnings::{
     HARVESTER_SUSPENDED, NOT_NEEDED, PRE_LATE, RESTORED_DURING_UPGRADE, SUSPENDED_BY_ANOTHER,
     Warning,
 };
 
-mod still_needed;
-pub use still_needed::{read_offer, retirement};
-
-/// What the cluster says of Harvester's upgrades; empty on a cluster without Harvester.
-#[derive(Debug, Clone, Default)]
-pub struct View {
-    pub upgrade: Option<Upgrade>,
-    /// The releases on offer that handle the methods themselves, newest first.
-    pub offered: Vec<(String, Handling)>,
-    /// `post`: the add-on's UpgradePlans (but the one that runs this post, `UPGRADE_PLAN`).
-    pub plans: Vec<PlanView>,
-    /// Every release on offer, newest first (`pre`'s "exactly one release on offer").
-    pub on_offer: Vec<(String, Handling)>,
-    /// Whether Harvester's Upgrades, and the add-on's UpgradePlans, are served (the waiting
-    /// loop watches only what is).
-    pub upgrades_served: bool,
-    pub plans_served: bool,
-    /// Harvester's own version (the `server-version` Setting), where it was read.
-    pub current: Option<String>,
-}
-
-impl View {
-    /// The release the cluster upgrades to, as far as this view knows it: an Upgrade under way,
-    /// else an add-on UpgradePlan under way, else the one release on offer.
-    pub fn coming(&self) -> Coming {
-        let addon = self.plans.iter().find(|p| p.under_way());
-        let addon = addon.map(|p| (p.name.as_str(), p.version.as_str()));
-        Coming::of(self.upgrade.as_ref(), addon, &self.on_offer)
-    }
-}
-
-/// Reads the latest Upgrade and (`pre`, `status`: what the coming upgrade does) the Versions on
-/// offer, in the KubeVirt CR's namespace, where Harvester keeps them. A
-/// resource that is not served is no Harvester: an empty view.
-pub async fn read(cluster: &Cluster, cfg: &Config) -> Result<View, Error> {
-    let ns = &cfg.intent.keys.kubevirt.namespace;
-    let selector = format!("{LATEST_LABEL}=true");
-    // One after the other, on the one pooled connection: at once, the second opens a connection
-    // of its own, and that costs more than the list (a list from the cache takes under 1 ms).
-    let upgrades = cluster
-        .list_harvester(Kind::Upgrade, ns, Some(&selector))
-        .await?;
-    let upgrades_served = upgrades.is_some();
-    let upgrades = upgrades.unwrap_or_default();
-    let versions = match cfg.intent.phase {
-        Phase::Post => Vec::new(),
-        _ => cluster
-            .list_harvester(Kind::Version, ns, None)
-            .await?
-            .unwrap_or_default(),
-    };
-    let upgrade = harvester_upgrade::latest(&upgrades).map_err(|reason| Refusal {
-        target: upgrade_target(cfg, &upgrades),
-        reason,
-    })?;
-    // `status` says whether the guard is still needed, which the cluster's version decides
-    // even with nothing on offer.
-    let current = if !versions.is_empty() || (cfg.intent.phase == Phase::Status && upgrades_served)
-    {
-        cluster.harvester_setting(SERVER_VERSION).await?
-    } else {
-        None
-    };
-    let on_offer = harvester_upgrade::on_offer(&versions, current.as_deref());
-    // `post` waits for the add-on's upgrade, `pre` asks whether it is needed for it; `status`'s
-    // read-only RBAC does not read UpgradePlans, only whether they are served (the add-on is
-    // installed).
-    let (plans, plans_served) = match cfg.intent.phase {
-        Phase::Pre | Phase::Post => {
-            let plans = cluster.list_cluster_scoped(Kind::UpgradePlan).await?;
-            let served = plans.is_some();
-            (plans.unwrap_or_default(), served)
-        }
-        _ => (Vec::new(), cluster.served(Kind::UpgradePlan).await?),
-    };
-    Ok(View {
-        upgrade,
-        offered: on_offer
-            .iter()
-            .filter(|(_, h)| *h != Handling::None)
-            .cloned()
-            .collect(),
-        on_offer,
-        plans: upgrade_progress::plans(&plans, cfg.upgrade_plan.as_deref()),
-        upgrades_served,
-        plans_served,
-        current,
-    })
-}
-
-fn upgrade_target(cfg: &Config, upgrades: &[Value]) -> Target {
-    let name = upgrades
-        .first()
-        .and_then(|u| u.pointer("/metadata/name"))
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    Target::new(
-        Kind::Upgrade,
-        &crate::model::ObjectKey {
-            namespace: cfg.intent.keys.kubevirt.namespace.clone(),
-            name: name.to_string(),
-        },
-    )
-}
-
-/// The offered releases that suspend the methods themselves, in one line (`pre`, `status`).
-pub fn offered_line(view: &View) -> Option<String> {
-    let first = view.offered.first()?;
-    let list: Vec<&str> = view.offered.iter().map(|(v, _)| v.as_str()).collect();
-    Some(format!(
-        "the cluster offers upgrades to {}: Harvester {} {}",
-        list.join(", "),
-        first.0,
-        first.1.describe()
-    ))
-}
-
-/// Whether anything of ours is on either object: `post` has something to restore.
-pub fn anything_of_ours(objects: &Objects) -> bool {
-    [&objects.kubevirt, &objects.chart]
-        .into_iter()
-        .flatten()
-        .any(harvester_upgrade::ours)
-}
-
-/// What the gate (or the waiting loop) found, said on the KubeVirt CR's step (the termination
-/// message's actions).
-pub fn note(cfg: &Config, actions: Vec<String>) -> Done {
-    Done {
-        target: cfg
-            .intent
-            .keys
-            .target(Kind::KubeVirt)
-            .expect("always named"),
-        outcome: Outcome::Unchanged,
-        actions,
-        warnings: vec![],
-    }
-}
-
 fn warning(reason: &'static str, message: String) -> Warning {
     Warning { reason, message }
 }
 
 /// The gate before a phase's writes: `false` when the phase must write nothing.
-pub async fn gate(
-    cfg: &Config,
-    cluster: &Cluster,
-    objects: &mut Objects,
-    done: &mut Vec<Done>,
-) -> Result<bool, Error> {
-    match cfg.intent.phase {
-        Phase::Pre => before_pre(cfg, cluster, objects, done).await,
-        Phase::Post => before_post(cfg, cluster, objects, done)
-            .await
-            .map(|()| true),
+pub async fn gate(run: &mut Run<'_>, objects: &mut Objects) -> Result<bool, Error> {
+    match run.cfg.intent.phase {
+        Phase::Pre => before_pre(run, objects).await,
+        Phase::Post => before_post(run, objects).await.map(|()| true),
         Phase::Status | Phase::Watch => Ok(true),
     }
 }
 
-/// `pre`, before its writes: `false` when Harvester's upgrade already holds the suspension, so
-/// nothing is written (each read object gets a `Done` that says why).
-async fn before_pre(
-    cfg: &Config,
-    cluster: &Cluster,
-    objects: &mut Objects,
-    done: &mut Vec<Done>,
-) -> Result<bool, Error> {
-    let view = read(cluster, cfg).await?;
-    let kubevirt = cfg
-        .intent
-        .keys
-        .target(Kind::KubeVirt)
-        .expect("always named");
+/// The KubeVirt CR's row that `pre`'s gate fills as it goes: its notes, and its warnings (each
+/// said, a WARN line and its Event, when it was found).
+#[derive(Default)]
+struct Row {
+    notes: Vec<String>,
+    warnings: Vec<Warning>,
+}
+
+/// `pre`, before its writes: `false` when Harvester's upgrade already holds the suspension, or
+/// `pre` is not needed, so nothing is written (each read object gets a `Done` that says why).
+/// One pass: read (the upgrades, the methods), decide ([`pre_gate`], then [`proceed`]), say.
+async fn before_pre(run: &mut Run<'_>, objects: &mut Objects) -> Result<bool, Error> {
+    let view = upgrades::read(run.cluster, run.cfg).await?;
+    let kubevirt = run.kubevirt();
+    let refused = |reason| Refusal {
+        target: kubevirt.clone(),
+        reason,
+    };
     let current = match &objects.kubevirt {
-        Some(kv) => methods(kv).map_err(|reason| Refusal {
-            target: kubevirt.clone(),
-            reason,
-        })?,
+        Some(kv) => methods(kv).map_err(refused)?,
         None => None,
     };
-    let mut notes = Vec::new();
+    let mut row = Row::default();
     if let Some(line) = offered_line(&view) {
         info!("{line}");
-        notes.push(line);
+        row.notes.push(line);
     }
     let ours = anything_of_ours(objects);
     // Another suspender's `[]` is never an original: what it stands in for is (else `post`
     // would put that `[]` back: updates off for good).
-    let mut warnings = Vec::new();
     let foreign = match ours {
-        false => in_place_of_foreign(cluster, &view, objects, &mut notes, &mut warnings)
+        false => in_place_of_foreign(run.cluster, &view, objects, &mut row)
             .await
-            .map_err(|reason| Refusal {
-                target: kubevirt.clone(),
-                reason,
-            })?,
+            .map_err(refused)?,
         true => None,
     };
     let current = foreign.clone().unwrap_or(current);
-    match harvester_upgrade::pre_gate(view.upgrade.as_ref(), ours, &current, foreign.is_some()) {
-        PreGate::Proceed(more) => {
-            for n in &more {
-                info!("{n}");
-            }
-            notes.extend(more);
-            let advice = pre_advice::advise(&view.coming(), &current);
-            // A rerun keeps (and completes) its own suspension whatever the release.
-            if let (Advice::NotNeeded(why), false, false) = (&advice, ours, cfg.even_if_not_needed)
-            {
-                stand_aside(cfg, cluster, objects, done, notes, why).await;
-                return Ok(false);
-            }
-            let line = match (&advice, ours) {
-                (Advice::NotNeeded(why), true) => {
-                    format!("{why}; an earlier pre's suspension is on the objects: kept")
+    Ok(
+        match pre_gate(view.upgrade.as_ref(), ours, &current, foreign.is_some()) {
+            PreGate::Proceed(more) => {
+                for n in &more {
+                    info!("{n}");
                 }
-                (Advice::NotNeeded(why), false) => {
-                    format!("{why}; PRE_EVEN_IF_NOT_NEEDED=true: pre suspends anyway")
-                }
-                (a, _) => a.line().to_string(),
-            };
-            info!("{line}");
-            notes.push(line);
-            // Our own `[]` already on the CR (a rerun, or a resident guard's new pod after a
-            // drain) stopped the wave when it was written: that `pre` said whether it was late.
-            let already = ours && records::is_suspended(&current);
-            let late = pre_advice::late(view.upgrade.as_ref(), objects.kubevirt.as_ref());
-            if let Some(late) = late.filter(|_| !already) {
-                let listed = cluster.migrations_under_way().await;
-                let message = late.message(listed.as_deref().map_err(String::as_str));
-                let said = warning(PRE_LATE, message);
-                cluster.warn(objects.kubevirt.as_ref(), None, &said).await;
-                warnings.push(said);
+                row.notes.extend(more);
+                proceed(run, objects, &view, row, ours, &current).await
             }
-            let mut d = note(cfg, notes);
-            d.warnings = warnings;
-            done.push(d);
-            Ok(true)
-        }
-        PreGate::LeaveToHarvester(why) => {
-            leave_to_harvester(cfg, cluster, objects, done, why).await;
-            Ok(false)
-        }
+            PreGate::LeaveToHarvester(why) => {
+                leave_to_harvester(run, objects, why).await;
+                false
+            }
+        },
+    )
+}
+
+/// `pre` past Harvester's gate: whether it is needed for the coming release (else it stands
+/// aside: `false`), and whether it comes late; the KubeVirt CR's row says it all.
+async fn proceed(
+    run: &mut Run<'_>,
+    objects: &Objects,
+    view: &View,
+    mut row: Row,
+    ours: bool,
+    current: &Option<Value>,
+) -> bool {
+    let advice = pre_advice::advise(&view.coming(), current);
+    // A rerun keeps (and completes) its own suspension whatever the release.
+    if let (Advice::NotNeeded(why), false, false) = (&advice, ours, run.cfg.even_if_not_needed) {
+        stand_aside(run, objects, row.notes, why).await;
+        return false;
     }
+    let line = match (&advice, ours) {
+        (Advice::NotNeeded(why), true) => {
+            format!("{why}; an earlier pre's suspension is on the objects: kept")
+        }
+        (Advice::NotNeeded(why), false) => {
+            format!("{why}; PRE_EVEN_IF_NOT_NEEDED=true: pre suspends anyway")
+        }
+        (a, _) => a.line().to_string(),
+    };
+    info!("{line}");
+    row.notes.push(line);
+    // Our own `[]` already on the CR (a rerun, or a resident guard's new pod after a drain)
+    // stopped the wave when it was written: that `pre` said whether it was late.
+    let already = ours && records::is_suspended(current);
+    let late = pre_advice::late(view.upgrade.as_ref(), objects.kubevirt.as_ref());
+    if let Some(late) = late.filter(|_| !already) {
+        let listed = run.cluster.migrations_under_way().await;
+        let message = late.message(listed.as_deref().map_err(String::as_str));
+        let said = warning(PRE_LATE, message);
+        run.cluster
+            .warn(objects.kubevirt.as_ref(), None, &said)
+            .await;
+        row.warnings.push(said);
+    }
+    let target = run.kubevirt();
+    run.push(Done {
+        target,
+        outcome: Outcome::Unchanged,
+        actions: row.notes,
+        warnings: row.warnings,
+    });
+    true
 }
 
 /// `pre` where Harvester's upgrade holds the suspension itself: said (a Warning and its Event),
 /// nothing written, each read object's `Done` says why.
-async fn leave_to_harvester(
-    cfg: &Config,
-    cluster: &Cluster,
+async fn leave_to_harvester(run: &mut Run<'_>, objects: &Objects, why: String) {
+    let said = warning(HARVESTER_SUSPENDED, why);
+    run.cluster
+        .warn(objects.kubevirt.as_ref(), None, &said)
+        .await;
+    let left = vec!["left to Harvester's upgrade: nothing written".to_string()];
+    nothing_written(run, objects, left, Some(said));
+}
+
+/// `pre` writes nothing: each object it read gets a row with `actions` (the KubeVirt CR's with
+/// `warning`, already said, if any).
+fn nothing_written(
+    run: &mut Run<'_>,
     objects: &Objects,
-    done: &mut Vec<Done>,
-    why: String,
+    actions: Vec<String>,
+    warning: Option<Warning>,
 ) {
-    let said = warning(HARVESTER_SUSPENDED, why.clone());
-    cluster.warn(objects.kubevirt.as_ref(), None, &said).await;
     for kind in [Kind::ManagedChart, Kind::KubeVirt] {
-        let Some(target) = cfg.intent.keys.target(kind) else {
-            continue;
-        };
-        if objects.get(kind).is_none() {
-            continue;
+        if let Some(target) = run.cfg.intent.keys.target(kind)
+            && objects.get(kind).is_some()
+        {
+            let warnings = warning.iter().filter(|_| kind == Kind::KubeVirt);
+            run.push(Done {
+                target,
+                outcome: Outcome::Unchanged,
+                actions: actions.clone(),
+                warnings: warnings.cloned().collect(),
+            });
         }
-        done.push(Done {
-            target,
-            outcome: Outcome::Unchanged,
-            actions: vec!["left to Harvester's upgrade: nothing written".into()],
-            warnings: if kind == Kind::KubeVirt {
-                vec![warning(HARVESTER_SUSPENDED, why.clone())]
-            } else {
-                vec![]
-            },
-        });
     }
 }
 
@@ -309,8 +183,7 @@ async fn in_place_of_foreign(
     cluster: &Cluster,
     view: &View,
     objects: &mut Objects,
-    notes: &mut Vec<String>,
-    warnings: &mut Vec<Warning>,
+    row: &mut Row,
 ) -> Result<Option<Option<Value>>, Malformed> {
     let Some(kv) = &objects.kubevirt else {
         return Ok(None);
@@ -323,8 +196,8 @@ async fn in_place_of_foreign(
     let line = f.line();
     let said = warning(SUSPENDED_BY_ANOTHER, line.clone());
     cluster.warn(objects.kubevirt.as_ref(), None, &said).await;
-    warnings.push(said);
-    notes.push(line.clone());
+    row.warnings.push(said);
+    row.notes.push(line.clone());
     objects.foreign = Some(ForeignOriginal {
         record: serde_json::to_value(&f.original).expect("records serialize"),
         line,
@@ -334,44 +207,18 @@ async fn in_place_of_foreign(
 
 /// `pre` is not needed for the coming release: nothing is written; each read object says so,
 /// with a Normal Event on the KubeVirt CR.
-async fn stand_aside(
-    cfg: &Config,
-    cluster: &Cluster,
-    objects: &Objects,
-    done: &mut Vec<Done>,
-    notes: Vec<String>,
-    why: &str,
-) {
+async fn stand_aside(run: &mut Run<'_>, objects: &Objects, notes: Vec<String>, why: &str) {
     let line = format!(
         "{why}: nothing written (PRE_EVEN_IF_NOT_NEEDED=true suspends anyway); no post is needed"
     );
     info!(reason = NOT_NEEDED, "{line}");
     if let Some(kv) = &objects.kubevirt {
         let kind = crate::cluster::EventKind::Normal;
-        cluster.event(kv, kind, NOT_NEEDED, &line).await;
+        run.cluster.event(kv, kind, NOT_NEEDED, &line).await;
     }
-    for kind in [Kind::ManagedChart, Kind::KubeVirt] {
-        let Some(target) = cfg.intent.keys.target(kind) else {
-            continue;
-        };
-        if objects.get(kind).is_none() {
-            continue;
-        }
-        let mut actions = notes.clone();
-        actions.push(line.clone());
-        done.push(Done {
-            target,
-            outcome: Outcome::Unchanged,
-            actions,
-            warnings: vec![],
-        });
-    }
-}
-
-/// Why `post` must wait now (`None`: it may restore): an upgrade under way, for every release,
-/// or the latest Upgrade's cleanup pending ([`upgrade_progress::post_must_wait`]).
-fn must_wait(view: &View, ours: bool) -> Option<String> {
-    upgrade_progress::post_must_wait(view.upgrade.as_ref(), &view.plans, ours)
+    let mut actions = notes;
+    actions.push(line);
+    nothing_written(run, objects, actions, None);
 }
 
 /// `post`, before its writes: while an upgrade is under way (any release: turning updates on
@@ -380,15 +227,12 @@ fn must_wait(view: &View, ours: bool) -> Option<String> {
 /// one bound for the whole wait: `HARVESTER_CLEANUP_WAIT_SECONDS`); then the objects are read
 /// again, as the cleanup may have written them. Past the bound: exit 7, nothing written.
 /// `RESTORE_DURING_UPGRADE=true`: no wait, a warning naming what is under way.
-async fn before_post(
-    cfg: &Config,
-    cluster: &Cluster,
-    objects: &mut Objects,
-    done: &mut Vec<Done>,
-) -> Result<(), Error> {
+async fn before_post(run: &mut Run<'_>, objects: &mut Objects) -> Result<(), Error> {
+    let (cfg, cluster) = (run.cfg, run.cluster);
     let ours = anything_of_ours(objects);
-    let view = read(cluster, cfg).await?;
-    let Some(reason) = must_wait(&view, ours) else {
+    let view = upgrades::read(cluster, cfg).await?;
+    let Some(reason) = upgrade_progress::post_must_wait(view.upgrade.as_ref(), &view.plans, ours)
+    else {
         return Ok(());
     };
     if cfg.restore_during_upgrade {
@@ -397,38 +241,50 @@ async fn before_post(
              on now, and a pending cleanup may still write the methods"
         );
         let said = warning(RESTORED_DURING_UPGRADE, why);
-        cluster.warn(objects.kubevirt.as_ref(), None, &said).await;
-        let mut d = note(cfg, vec![]);
-        d.warnings.push(said);
-        done.push(d);
+        run.warned(objects.kubevirt.as_ref(), None, said).await;
         return Ok(());
     }
     if cfg.dry_run {
-        let line = format!(
+        run.said(format!(
             "would wait first (dry run: planned against the objects as they are): {reason}"
-        );
-        info!("{line}");
-        done.push(note(cfg, vec![line]));
+        ));
         return Ok(());
     }
+    wait_for_the_end(run, objects, &view, ours, &reason).await
+}
+
+/// `post`'s wait ([`Cluster::poll`], bounded by `HARVESTER_CLEANUP_WAIT_SECONDS`) until no
+/// upgrade is under way and no cleanup pending, then the objects read again. `reason`: why it
+/// waits, as first read.
+async fn wait_for_the_end(
+    run: &mut Run<'_>,
+    objects: &mut Objects,
+    view: &View,
+    ours: bool,
+    reason: &str,
+) -> Result<(), Error> {
+    let (cfg, cluster) = (run.cfg, run.cluster);
     let started = tokio::time::Instant::now();
     let bound = cfg.cleanup_wait;
     // 0: no wait (the chart's uninstall hook). What was just read is what is under way: a poll
     // bounded by 0 would be cut before its first read and could only say "nothing read yet".
     if bound.is_zero() {
         return Err(Error::CleanupPending(pending_message(
-            cfg, &view, bound, &reason,
+            cfg, view, bound, reason,
         )));
     }
     let waited = cluster
         .poll(
             bound,
             async || {
-                let view = read(cluster, cfg).await?;
-                Ok(match must_wait(&view, ours) {
-                    None => Poll::Ready(()),
-                    Some(why) => Poll::Pending(why),
-                })
+                let view = upgrades::read(cluster, cfg).await?;
+                Ok(
+                    match upgrade_progress::post_must_wait(view.upgrade.as_ref(), &view.plans, ours)
+                    {
+                        None => Poll::Ready(()),
+                        Some(why) => Poll::Pending(why),
+                    },
+                )
             },
             |waited, seen| {
                 info!(
@@ -441,14 +297,12 @@ async fn before_post(
         .await?;
     if let Err(last) = waited {
         return Err(Error::CleanupPending(pending_message(
-            cfg, &view, bound, &last,
+            cfg, view, bound, &last,
         )));
     }
-    let took = started.elapsed();
-    let line = format!(
-        "waited {:.1} s for the upgrade to end and Harvester's cleanup ({reason})",
-        took.as_secs_f64()
-    );
+    let took = started.elapsed().as_secs_f64();
+    let line =
+        format!("waited {took:.1} s for the upgrade to end and Harvester's cleanup ({reason})");
     info!("{line}");
     // The cleanup may have written either object: plan against what it left.
     for kind in [Kind::KubeVirt, Kind::ManagedChart] {
@@ -458,7 +312,7 @@ async fn before_post(
             objects.set(kind, cluster.get(&target).await?);
         }
     }
-    done.push(note(cfg, vec![line]));
+    run.noted(vec![line]);
     Ok(())
 }
 
@@ -488,6 +342,3 @@ fn pending_message(cfg: &Config, view: &View, bound: std::time::Duration, last: 
         bound.as_secs()
     )
 }
-
-/// Harvester's own version, a cluster-scoped `Setting`.
-const SERVER_VERSION: &str = "server-version";

@@ -1,13 +1,13 @@
 //! What a phase leaves, said after its steps (docs/design.md, "What a phase skips"): what of ours
 //! stays on an object the phase was told to skip, the workload-update migrations `pre` cannot
 //! stop, and the Events that could not be made; each a warning in the termination message, a
-//! WARN line and a Warning Event. The decisions are in `plan::skipped`; the reads in `cluster`.
+//! WARN line and a Warning Event. The decisions are in `plan::leftovers`; the reads in `cluster`.
 
 use serde_json::Value;
 use tracing::{info, warn};
 
 use crate::cluster::{Cluster, EventKind};
-use crate::config::Config;
+use crate::context::Run;
 use crate::error::Error;
 use crate::model::{Kind, Target};
 use crate::outcome::{Done, Outcome};
@@ -16,22 +16,22 @@ use crate::vocabulary::{Objects, Phase};
 use crate::warnings::{EVENTS_NOT_RECORDED, MIGRATIONS_UNDER_WAY, SKIPPED_NOT_CHECKED, Warning};
 
 /// The objects the phase skips (a step off, or the ManagedChart without a name: then the
-/// default one), read-only: `plan::skipped` says what of ours is left there.
-pub async fn read_skipped(cfg: &Config, cluster: &Cluster, done: &mut Vec<Done>) -> Skipped {
-    let intent = &cfg.intent;
+/// default one), read-only: `plan::leftovers` says what of ours is left there.
+pub async fn read_skipped(run: &mut Run<'_>) -> Skipped {
+    let intent = &run.cfg.intent;
     let mut read = Skipped::default();
     if !intent.steps.kubevirt {
         let target = Target::new(Kind::KubeVirt, &intent.keys.kubevirt);
-        read.kubevirt = peek(cluster, target, true, done).await;
+        read.kubevirt = peek(run, target, true).await;
     }
-    match (&intent.keys.chart, &cfg.unnamed_chart) {
+    match (&intent.keys.chart, &run.cfg.unnamed_chart) {
         (Some(key), _) if !intent.steps.writes(Kind::ManagedChart) => {
             let target = Target::new(Kind::ManagedChart, key);
-            read.chart = peek(cluster, target, true, done).await;
+            read.chart = peek(run, target, true).await;
         }
         (None, Some(key)) => {
             let target = Target::new(Kind::ManagedChart, key);
-            read.chart = peek(cluster, target, false, done).await;
+            read.chart = peek(run, target, false).await;
         }
         _ => {}
     }
@@ -47,13 +47,8 @@ pub struct Skipped {
 /// A skipped object, read-only. `loud`: a failed read is a warning (an object that is
 /// configured); otherwise (the unnamed ManagedChart, which KubeVirt without Fleet may not let
 /// us read) an INFO line.
-pub async fn peek(
-    cluster: &Cluster,
-    target: Target,
-    loud: bool,
-    done: &mut Vec<Done>,
-) -> Option<(Target, Value)> {
-    match cluster.get(&target).await {
+pub async fn peek(run: &mut Run<'_>, target: Target, loud: bool) -> Option<(Target, Value)> {
+    match run.cluster.get(&target).await {
         Ok(Some(obj)) => Some((target, obj)),
         // Not there, or no such kind (no Fleet): nothing of ours can be left on it.
         Ok(None) | Err(Error::NotServed { .. }) => None,
@@ -66,33 +61,22 @@ pub async fn peek(
                 "could not read it to check for records of ours left there (its step is off): {e}"
             );
             warn!(object = %target, reason = SKIPPED_NOT_CHECKED, "{message}");
-            done.push(noted(&target, SKIPPED_NOT_CHECKED, message));
+            run.push(noted(&target, SKIPPED_NOT_CHECKED, message));
             None
         }
     }
 }
 
 fn noted(target: &Target, reason: &'static str, message: String) -> Done {
-    Done {
-        target: target.clone(),
-        outcome: Outcome::Unchanged,
-        actions: vec![],
-        warnings: vec![Warning { reason, message }],
-    }
+    Done::warned(target.clone(), Warning { reason, message })
 }
 
 /// After the steps: what of ours is left on what the phase skipped, the migrations `pre` cannot
 /// stop, and the Events of the objects skipped as missing; each a warning in the termination
 /// message, a WARN line and a Warning Event on the KubeVirt CR. Last, the Events that could not
 /// be made, as one warning.
-pub async fn after_steps(
-    cfg: &Config,
-    cluster: &Cluster,
-    objects: &Objects,
-    skipped: Skipped,
-    done: &mut Vec<Done>,
-) {
-    let intent = &cfg.intent;
+pub async fn after_steps(run: &mut Run<'_>, objects: &Objects, skipped: Skipped) {
+    let (intent, cluster) = (&run.cfg.intent, run.cluster);
     let kv_target = Target::new(Kind::KubeVirt, &intent.keys.kubevirt);
     let kubevirt = match (&objects.kubevirt, &skipped.kubevirt) {
         (Some(o), _) => Some((&kv_target, o)),
@@ -114,12 +98,12 @@ pub async fn after_steps(
     }
     let kv_obj = kubevirt.map(|(_, o)| o);
     for (target, w) in warnings {
-        cluster.warn(kv_obj, Some(&target), &w).await;
-        done.push(Done::warned(target, w));
+        run.warned(kv_obj, Some(target), w).await;
     }
     // The objects skipped as missing (logged when found missing) get their Event too.
     if let Some(kv) = kv_obj {
-        for w in done
+        for w in run
+            .done
             .iter()
             .filter(|d| d.outcome == Outcome::Missing)
             .flat_map(|d| &d.warnings)
@@ -137,7 +121,7 @@ pub async fn after_steps(
              warnings and actions are in this message and the log",
             failed.len()
         );
-        done.push(noted(&kv_target, EVENTS_NOT_RECORDED, message));
+        run.push(noted(&kv_target, EVENTS_NOT_RECORDED, message));
     }
 }
 

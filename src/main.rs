@@ -10,6 +10,7 @@ use tracing_subscriber::EnvFilter;
 use workload_update_guard::build;
 use workload_update_guard::cluster::{Cluster, Deadline, LastError};
 use workload_update_guard::config::{self, Config, LogFormat};
+use workload_update_guard::context::Run;
 use workload_update_guard::error::{Error, exit};
 use workload_update_guard::outcome::Done;
 use workload_update_guard::runner;
@@ -208,7 +209,7 @@ async fn run(cfg: &Config) -> u8 {
             let cluster =
                 Cluster::connect(cfg.dry_run, last_error.clone(), deadline.clone()).await?;
             let mut stdout = std::io::stdout().lock();
-            runner::run(cfg, &cluster, &mut done, &mut stdout).await
+            runner::run(&mut Run::new(cfg, &cluster, &mut done), &mut stdout).await
         };
         tokio::select! {
             r = work => r,

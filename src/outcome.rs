@@ -3,8 +3,11 @@
 
 use serde::Serialize;
 
-use crate::model::Target;
-use crate::warnings::Warning;
+use tracing::warn;
+
+use crate::error::Error;
+use crate::model::{Kind, Target};
+use crate::warnings::{SKIPPED_NOT_FOUND, Warning};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -35,6 +38,16 @@ pub struct Done {
 }
 
 impl Done {
+    /// What was found on `target`, nothing written: its actions.
+    pub fn noted(target: Target, actions: Vec<String>) -> Done {
+        Done {
+            target,
+            outcome: Outcome::Unchanged,
+            actions,
+            warnings: vec![],
+        }
+    }
+
     /// A warning on `target` that changed nothing, recorded for the termination message.
     pub fn warned(target: Target, warning: Warning) -> Done {
         Done {
@@ -43,5 +56,41 @@ impl Done {
             actions: vec![],
             warnings: vec![warning],
         }
+    }
+
+    /// A missing object: an error that names it and what to check, unless `ALLOW_MISSING` is on.
+    pub fn missing(allow_missing: bool, target: Target, when: &str) -> Result<Done, Error> {
+        let hint = match target.kind {
+            Kind::KubeVirt => {
+                "check KUBEVIRT_NAMESPACE and KUBEVIRT_NAME (kubectl get kubevirts -A)"
+            }
+            _ => {
+                "check MANAGEDCHART_NAMESPACE and MANAGEDCHART_NAME (kubectl get managedcharts -A); \
+                 for KubeVirt without Fleet set MANAGEDCHART_NAME= (empty)"
+            }
+        };
+        // `status` writes nothing whatever happens: it has no `when` to tell.
+        let when = if when.is_empty() {
+            String::new()
+        } else {
+            format!("; {when}")
+        };
+        if !allow_missing {
+            return Err(Error::Missing {
+                target,
+                hint: format!("{hint}, or set ALLOW_MISSING=true to skip it{when}"),
+            });
+        }
+        let message = format!("{target} not found: skipped (ALLOW_MISSING=true){when}; {hint}");
+        warn!(object = %target, reason = SKIPPED_NOT_FOUND, "{message}");
+        Ok(Done {
+            target,
+            outcome: Outcome::Missing,
+            actions: vec![],
+            warnings: vec![Warning {
+                reason: SKIPPED_NOT_FOUND,
+                message,
+            }],
+        })
     }
 }

@@ -14,25 +14,30 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tracing::{error, info};
 
-use crate::cluster::{Cluster, EventKind, Watch};
+use crate::cluster::{Cluster, EventKind, Watcher};
 use crate::config::{ALIVE_EVERY, Config};
 use crate::error::Error;
-use crate::harvester_gate::{self, View, anything_of_ours, note};
 use crate::metrics::{self, Metrics};
 use crate::model::Kind;
-use crate::outcome::Done;
 use crate::plan::harvester_upgrade::Handling;
 use crate::plan::harvester_upgrade::{LATEST_LABEL, Upgrade};
 use crate::plan::monitoring::UnprotectedKey;
+use crate::plan::ownership::anything_of_ours;
 use crate::plan::retirement::Retirement;
 use crate::plan::upgrade_progress::record_time;
 use crate::plan::watch_decision::{Decision, Memory, decide};
-use crate::summary::Summary;
+use crate::upgrades::{self, View};
 use crate::vocabulary::{Objects, Phase};
 use crate::warnings::{HELD_AFTER_FAILURE, RESIDENT, Warning};
 
+mod act;
+mod armed_post;
 mod offer;
 mod reporting;
+
+pub use act::RunPhase;
+
+pub use armed_post::armed;
 
 /// How often a waiting loop says what it waits for, when nothing changes.
 const SAY_EVERY: Duration = Duration::from_secs(600);
@@ -68,11 +73,6 @@ type Offer = (
     tokio::time::Instant,
 );
 
-/// How the loop runs a phase (`runner::run_phase`, which runs the armed `post` by this loop:
-/// passed in, so the two modules do not import each other).
-pub trait RunPhase: AsyncFnMut(&Config, &mut Vec<Done>) -> Result<(), Error> {}
-impl<F: AsyncFnMut(&Config, &mut Vec<Done>) -> Result<(), Error>> RunPhase for F {}
-
 /// One waiting loop: its settings, its watches and what it remembers.
 struct Loop<'a> {
     cfg: &'a Config,
@@ -82,8 +82,8 @@ struct Loop<'a> {
     memory: Memory,
     wake_tx: mpsc::Sender<()>,
     wake: mpsc::Receiver<()>,
-    upgrades: Option<Watch>,
-    plans: Option<Watch>,
+    upgrades: Option<Watcher>,
+    plans: Option<Watcher>,
     /// The last decision said, and when.
     said: Option<(String, tokio::time::Instant)>,
     /// The resident guard's last read of the offer ([`OFFER_EVERY`]).
@@ -122,15 +122,6 @@ impl<'a> Loop<'a> {
         }
     }
 
-    /// A run of `phase` with the loop's settings (its own waiting off).
-    fn as_phase(&self, phase: Phase) -> Config {
-        let mut cfg = self.cfg.clone();
-        cfg.intent.phase = phase;
-        cfg.arm = None;
-        cfg.watch = None;
-        cfg
-    }
-
     /// One pass: the objects and the upgrade's, read with a fresh deadline, and the decision.
     async fn pass(&mut self) -> Result<Pass, Error> {
         self.cluster.restart_deadline();
@@ -139,17 +130,17 @@ impl<'a> Loop<'a> {
         for target in post.intent.targets() {
             now.set(target.kind, self.cluster.get(&target).await?);
         }
-        let view = harvester_gate::read(self.cluster, &post).await?;
+        let view = upgrades::read(self.cluster, &post).await?;
         self.keep_watching(&view);
         let read: Vec<&Value> = [&now.kubevirt, &now.chart].into_iter().flatten().collect();
-        let since = record_time(&read).unwrap_or_else(now_rfc3339);
+        let since = record_time(&read).unwrap_or_else(this_second);
         let ours = anything_of_ours(&now);
         let upgrade = view.upgrade.as_ref();
         let decision = decide(
             upgrade,
             &view.plans,
             ours,
-            &since,
+            since,
             self.suspends,
             &mut self.memory,
         );
@@ -180,7 +171,7 @@ impl<'a> Loop<'a> {
         let latest = format!("{LATEST_LABEL}=true");
         // Called after a successful read: the server answers, so a failing watch is replaced
         // now rather than at the end of its backoff (src/cluster/watches.rs).
-        let fresh = |w: &Option<Watch>| w.as_ref().is_some_and(|w| w.alive() && !w.failing());
+        let fresh = |w: &Option<Watcher>| w.as_ref().is_some_and(|w| w.alive() && !w.failing());
         if view.upgrades_served && !fresh(&self.upgrades) {
             let tx = self.wake_tx.clone();
             self.upgrades = Some(
@@ -201,7 +192,7 @@ impl<'a> Loop<'a> {
         let failing = [&self.upgrades, &self.plans]
             .into_iter()
             .flatten()
-            .any(Watch::failing);
+            .any(Watcher::failing);
         if failing {
             resync.min(WATCH_FAILING_PAUSE)
         } else if self.act_failed {
@@ -211,34 +202,30 @@ impl<'a> Loop<'a> {
         }
     }
 
-    /// Says a decision when its kind changes (a log line and a Normal Event on the KubeVirt CR),
-    /// and its words again every [`SAY_EVERY`]; a hold's Warning once per failed Upgrade.
+    /// Says a decision: its line when its kind changes, and again every [`SAY_EVERY`]; a Normal
+    /// Event on the KubeVirt CR when it becomes a suspend, a restore or a stand-aside (the
+    /// resident guard; a wait is the log's only); a hold's Warning once per failed Upgrade.
     async fn say(
         &mut self,
         decision: &Decision,
         kubevirt: Option<&Value>,
         held_before: &Option<String>,
     ) {
-        let line = decision.line();
         let now = tokio::time::Instant::now();
         let changed = self.said.as_ref().is_none_or(|(k, _)| k != decision.kind());
-        if changed
-            || self
-                .said
-                .as_ref()
-                .is_some_and(|(_, t)| now - *t >= SAY_EVERY)
-        {
+        let again = |(_, t): &(String, tokio::time::Instant)| now - *t >= SAY_EVERY;
+        if changed || self.said.as_ref().is_some_and(again) {
+            let line = decision.line();
             info!(decision = decision.kind(), "{}: {line}", self.name());
             self.said = Some((decision.kind().to_string(), now));
-            if changed
-                && self.suspends
-                && let Some(kv) = kubevirt
-            {
-                let note = format!("resident guard: {line}");
-                self.cluster
-                    .event(kv, EventKind::Normal, RESIDENT, &note)
-                    .await;
-            }
+        }
+        if changed
+            && self.suspends
+            && let (Some(kv), Some(note)) = (kubevirt, decision.event())
+        {
+            self.cluster
+                .event(kv, EventKind::Normal, RESIDENT, &note)
+                .await;
         }
         if let Decision::Hold { why, .. } = decision
             && self.memory.held != *held_before
@@ -251,59 +238,43 @@ impl<'a> Loop<'a> {
         }
     }
 
-    fn name(&self) -> &'static str {
-        if self.suspends {
-            "resident guard"
-        } else {
-            "armed post"
+    /// The resident guard's probe file `alive`, touched every [`ALIVE_EVERY`] by a task of its
+    /// own, and its metrics (served on `METRICS_PORT`, if set).
+    async fn start_probes_and_metrics(&mut self, settings: &crate::config::Watch) {
+        let alive = settings.state_dir.join("alive");
+        touch(&alive);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(ALIVE_EVERY).await;
+                touch(&alive);
+            }
+        });
+        info!(
+            resync_s = settings.resync.as_secs(),
+            "resident guard: watching Harvester's Upgrades and the add-on's UpgradePlans"
+        );
+        let exposed = Arc::new(Metrics::new(
+            env!("CARGO_PKG_VERSION"),
+            crate::build::COMMIT,
+            self.cfg.chart_version.as_deref().unwrap_or_default(),
+        ));
+        if let Some(port) = settings.metrics_port {
+            metrics::start(port, exposed.clone()).await;
         }
-    }
-
-    /// Runs `phase` as its Job does; its summary logged. `true`: it succeeded.
-    /// (By `run`: `runner::run_phase`.)
-    async fn act(&mut self, phase: Phase, why: &str, run: &mut impl RunPhase) -> bool {
-        info!("{}: {why}: running {phase}", self.name());
-        self.cluster.begin_run();
-        let cfg = self.as_phase(phase);
-        let mut done = Vec::new();
-        let result = tokio::select! {
-            r = run(&cfg, &mut done) => r,
-            e = self.cluster.deadline_passed() => Err(e),
-        };
-        let line = Summary::of_run(&cfg.intent, cfg.dry_run, &done, &result).to_line();
-        if let Some(m) = &self.metrics {
-            m.acted(phase, result.is_ok());
-        }
-        if phase == Phase::Pre {
-            self.last_pre = Some(match &result {
-                Ok(()) => "succeeded".to_string(),
-                Err(e) => format!("failed: {e}"),
-            });
-        }
-        match &result {
-            Ok(()) => info!(summary = %line, "{}: {phase} done", self.name()),
-            Err(e) => error!(
-                summary = %line,
-                "{}: {phase} failed ({e}); it is tried again at the next event or in {} s",
-                self.name(),
-                ACT_RETRY_PAUSE.as_secs()
-            ),
-        }
-        self.act_failed = result.is_err();
-        result.is_ok()
+        self.metrics = Some(exposed);
     }
 }
 
-fn now_rfc3339() -> String {
-    jiff::Timestamp::now()
-        .strftime("%Y-%m-%dT%H:%M:%SZ")
-        .to_string()
+/// Now, in whole seconds (as the API server writes its times): a record not read yet is taken
+/// as made now.
+fn this_second() -> jiff::Timestamp {
+    jiff::Timestamp::from_second(jiff::Timestamp::now().as_second()).expect("now is a time")
 }
 
 /// Touches a probe file (its mtime is what `--probe` reads). A failure is logged once a pass:
 /// the probe then fails, which is what it should say.
 fn touch(path: &std::path::Path) {
-    if let Err(e) = std::fs::write(path, now_rfc3339()) {
+    if let Err(e) = std::fs::write(path, this_second().to_string()) {
         error!(path = %path.display(), error = %e, "cannot write the probe file");
     }
 }
@@ -311,30 +282,14 @@ fn touch(path: &std::path::Path) {
 /// `PHASE=watch`: the resident guard, until SIGTERM. At an upgrade's creation it runs `pre`
 /// (which decides whether it is needed, or late); at its end (cleanup included) `post`; after a
 /// failed path-A upgrade it holds until the retry. A failed pass or act is logged and tried again.
-pub async fn watch(cfg: &Config, cluster: &Cluster, mut run: impl RunPhase) -> Result<(), Error> {
+pub async fn resident_guard(
+    cfg: &Config,
+    cluster: &Cluster,
+    mut run: impl RunPhase,
+) -> Result<(), Error> {
     let settings = cfg.watch.clone().expect("PHASE=watch has its settings");
-    let alive = settings.state_dir.join("alive");
-    touch(&alive);
-    tokio::spawn(async move {
-        loop {
-            tokio::time::sleep(ALIVE_EVERY).await;
-            touch(&alive);
-        }
-    });
-    info!(
-        resync_s = settings.resync.as_secs(),
-        "resident guard: watching Harvester's Upgrades and the add-on's UpgradePlans"
-    );
     let mut lp = Loop::new(cfg, cluster, true);
-    let exposed = Arc::new(Metrics::new(
-        env!("CARGO_PKG_VERSION"),
-        crate::build::COMMIT,
-        cfg.chart_version.as_deref().unwrap_or_default(),
-    ));
-    if let Some(port) = settings.metrics_port {
-        metrics::start(port, exposed.clone()).await;
-    }
-    lp.metrics = Some(exposed);
+    lp.start_probes_and_metrics(&settings).await;
     // The act just made: the same decision right after it (a `post` that left something of ours,
     // a step switched off) waits for the next read, so that nothing runs in a tight loop.
     let mut just_did: Option<Decision> = None;
@@ -362,19 +317,8 @@ pub async fn watch(cfg: &Config, cluster: &Cluster, mut run: impl RunPhase) -> R
             Ok(p) => {
                 lp.say(&p.decision, p.objects.kubevirt.as_ref(), &held_before)
                     .await;
-                let decision = &p.decision;
-                let acted = match decision {
-                    Decision::Suspend { upgrade, describe } => lp
-                        .act(Phase::Pre, &format!("{describe} is under way"), &mut run)
-                        .await
-                        .then(|| lp.memory.suspended_for.push(upgrade.clone())),
-                    Decision::Restore(why) => {
-                        lp.act(Phase::Post, why, &mut run).await.then_some(())
-                    }
-                    Decision::Hold { .. } | Decision::Wait(_) => None,
-                };
                 // After an act, read again at once: the objects and the decision have moved.
-                if acted.is_some() {
+                if lp.act_on(&p.decision, &mut run).await {
                     just_did = Some(p.decision);
                     continue;
                 }
@@ -390,75 +334,4 @@ pub async fn watch(cfg: &Config, cluster: &Cluster, mut run: impl RunPhase) -> R
             .pause(lp.pause_for(settings.resync), &mut lp.wake)
             .await;
     }
-}
-
-/// The armed `post` (`ARM=true`): before its gate, waits for the next upgrade to begin and end
-/// (cleanup included; held after a failed path-A upgrade), then returns with the objects read
-/// again, for `post` to restore; at once when nothing of ours is left. Past `ARM_WAIT_SECONDS`:
-/// exit 9, nothing written. Not armed: nothing.
-pub async fn armed(
-    cfg: &Config,
-    cluster: &Cluster,
-    objects: &mut Objects,
-    done: &mut Vec<Done>,
-) -> Result<(), Error> {
-    let Some(arm) = cfg.arm else {
-        return Ok(());
-    };
-    if !anything_of_ours(objects) {
-        info!("armed post: nothing of ours to restore (a post has run): nothing to wait for");
-        return Ok(());
-    }
-    let read: Vec<&Value> = [&objects.kubevirt, &objects.chart]
-        .into_iter()
-        .flatten()
-        .collect();
-    let since = record_time(&read).unwrap_or_else(now_rfc3339);
-    let waits_for = format!(
-        "the next upgrade (a Harvester Upgrade or UpgradePlan created at or after pre's record, \
-         {since}, or one under way) to begin and to end, cleanup included"
-    );
-    if cfg.dry_run {
-        done.push(note(
-            cfg,
-            vec![format!("armed: would wait for {waits_for}")],
-        ));
-        return Ok(());
-    }
-    info!(since = %since, "armed post: waiting for {waits_for}");
-    let mut lp = Loop::new(cfg, cluster, false);
-    let end = tokio::time::Instant::now() + arm.wait;
-    let last = loop {
-        let held_before = lp.memory.held.clone();
-        let Pass {
-            decision,
-            objects: now,
-            ..
-        } = lp.pass().await?;
-        lp.say(&decision, now.kubevirt.as_ref(), &held_before).await;
-        if let Decision::Restore(why) = &decision {
-            for kind in [Kind::KubeVirt, Kind::ManagedChart] {
-                if objects.get(kind).is_some() {
-                    objects.set(kind, now.get(kind).cloned());
-                }
-            }
-            let line = format!("armed: {why}; restoring");
-            info!("{line}");
-            done.push(note(cfg, vec![line]));
-            cluster.restart_deadline();
-            return Ok(());
-        }
-        let left = end.saturating_duration_since(tokio::time::Instant::now());
-        if left.is_zero() {
-            break decision.line();
-        }
-        cluster.pause(arm.every.min(left), &mut lp.wake).await;
-    };
-    Err(Error::ArmedBound(format!(
-        "armed post: waited {}s (ARM_WAIT_SECONDS) for {waits_for}: {last}; nothing was \
-         written, the suspension stays (turning updates on with no upgrade seen could start \
-         the wave as the upgrade starts). Run post by hand once the upgrade has ended, or arm \
-         again (hack/job.sh arm)",
-        arm.wait.as_secs()
-    )))
 }

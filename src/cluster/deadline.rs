@@ -143,19 +143,6 @@ impl Cluster {
     pub async fn poll<T>(
         &self,
         bound: Duration,
-        read: impl AsyncFnMut() -> Result<Poll<T>, Error>,
-        progress: impl FnMut(Duration, &str),
-    ) -> Result<Result<T, String>, Error> {
-        self.poll_paced(bound, (POLL_INTERVAL, PROGRESS_EVERY), read, progress)
-            .await
-    }
-
-    /// [`Cluster::poll`] at another pace: `(every, say_every)`, the time between two reads and
-    /// between two progress lines (the armed `post` reads at most twice a minute for days).
-    pub async fn poll_paced<T>(
-        &self,
-        bound: Duration,
-        (every, say_every): (Duration, Duration),
         mut read: impl AsyncFnMut() -> Result<Poll<T>, Error>,
         mut progress: impl FnMut(Duration, &str),
     ) -> Result<Result<T, String>, Error> {
@@ -183,11 +170,13 @@ impl Cluster {
             if now >= end {
                 return Ok(Err(last));
             }
-            if said.is_none_or(|t| now - t >= say_every) {
+            if said.is_none_or(|t| now - t >= PROGRESS_EVERY) {
                 said = Some(now);
                 progress(now - start, &last);
             }
-            self.deadline.sleep_apart(every.min(end - now)).await;
+            self.deadline
+                .sleep_apart(POLL_INTERVAL.min(end - now))
+                .await;
             if tokio::time::Instant::now() >= end {
                 return Ok(Err(last));
             }

@@ -75,15 +75,7 @@ impl Cluster {
             reporting_instance: Some(
                 std::env::var("HOSTNAME").unwrap_or_else(|_| FIELD_MANAGER.into()),
             ),
-            regarding: Some(k8s_openapi::api::core::v1::ObjectReference {
-                api_version: Some(about.api_version().into()),
-                kind: Some(about.name().into()),
-                name: text("name"),
-                namespace: text("namespace"),
-                uid: text("uid"),
-                resource_version: text("resourceVersion"),
-                ..Default::default()
-            }),
+            regarding: Some(reference(about, object)),
             ..Default::default()
         };
         let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
@@ -107,7 +99,7 @@ impl Cluster {
         &self,
         namespace: &str,
         reason: &str,
-    ) -> Option<(String, String, String)> {
+    ) -> Option<(jiff::Timestamp, String, String)> {
         let api: Api<Event> = Api::namespaced(self.client.clone(), namespace);
         let params = kube::api::ListParams::default().fields(&format!("reason={reason}"));
         let list = match self
@@ -123,19 +115,33 @@ impl Cluster {
         list.items
             .into_iter()
             .filter_map(|e| {
-                let time = e.event_time.map(|t| t.0.to_string())?;
+                let time = e.event_time?.0;
                 Some((
                     time,
                     e.reporting_instance.unwrap_or_default(),
                     e.note.unwrap_or_default(),
                 ))
             })
-            .max_by(|a, b| a.0.cmp(&b.0))
+            .max_by_key(|(time, ..)| *time)
     }
 
     /// The Events that could not be made so far (`REASON: error`), in order.
     pub fn event_failures(&self) -> Vec<String> {
         self.event_failures.lock().expect("not poisoned").clone()
+    }
+}
+
+/// The object an Event is about, as the Event names it.
+fn reference(about: Kind, object: &Value) -> k8s_openapi::api::core::v1::ObjectReference {
+    let text = |k: &str| object["metadata"][k].as_str().map(str::to_string);
+    k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some(about.api_version().into()),
+        kind: Some(about.name().into()),
+        name: text("name"),
+        namespace: text("namespace"),
+        uid: text("uid"),
+        resource_version: text("resourceVersion"),
+        ..Default::default()
     }
 }
 

@@ -6,11 +6,13 @@
 //! its task and says so once; the loop's periodic read takes over and starts it again when the
 //! resource is served.
 //!
-//! After an API server's outage (every Harvester upgrade restarts it on each server node), the
-//! watcher's own backoff would resume tens of seconds after the server is back, and a watch sent
-//! to a server still starting can hang: either way the upgrade's end is seen only at the loop's
-//! resync. So a watch that errs says so (`failing`, and one wake-up); the loop then reads again
-//! within a second, and replaces the failing watch by a new one as soon as a read succeeds.
+//! After an API server's outage (every Harvester upgrade restarts it on each server node), kube's
+//! default backoff (0.8 s doubling to 30 s) would resume tens of seconds after the server is
+//! back: the watcher backs off with the one retry layer's policy instead ([`super::retry`]: at
+//! most 2 s between attempts), so it resumes as soon as the server answers. A list or watch sent
+//! to a server still starting can hang, though, which no backoff sees: so a watch that errs says
+//! so (`failing`, and one wake-up); the loop then reads again within a second, and replaces the
+//! failing watch by a new one as soon as a read succeeds.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -27,13 +29,13 @@ use crate::model::Kind;
 
 /// A watch running in its own task (stopped when this is dropped): `alive` is false once it has
 /// ended; `failing` while its last event was an error (no successful list or event since).
-pub struct Watch {
+pub struct Watcher {
     alive: Arc<AtomicBool>,
     failing: Arc<AtomicBool>,
     task: tokio::task::JoinHandle<()>,
 }
 
-impl Watch {
+impl Watcher {
     pub fn alive(&self) -> bool {
         self.alive.load(Ordering::Relaxed)
     }
@@ -43,7 +45,7 @@ impl Watch {
     }
 }
 
-impl Drop for Watch {
+impl Drop for Watcher {
     fn drop(&mut self) {
         self.task.abort();
     }
@@ -58,7 +60,7 @@ impl Cluster {
         namespace: Option<&str>,
         labels: Option<&str>,
         wake: mpsc::Sender<()>,
-    ) -> Watch {
+    ) -> Watcher {
         let resource = kind.resource();
         let api: Api<DynamicObject> = match namespace {
             Some(ns) => Api::namespaced_with(self.watch_client.clone(), ns, &resource),
@@ -72,7 +74,8 @@ impl Cluster {
         let failing = Arc::new(AtomicBool::new(false));
         let (flag, erring) = (alive.clone(), failing.clone());
         let task = tokio::spawn(async move {
-            let mut events = watcher(api, config).default_backoff().boxed();
+            let backoff = watcher::ExponentialBackoff::from(super::retry::backoff());
+            let mut events = watcher(api, config).backoff(backoff).boxed();
             // An empty first list repeats what the loop read just before it started the watch:
             // no wake (a quiet cluster costs no extra read). A first list with objects may hold
             // one made between that read and the list (an Upgrade created as the guard starts),
@@ -116,7 +119,7 @@ impl Cluster {
             }
             flag.store(false, Ordering::Relaxed);
         });
-        Watch {
+        Watcher {
             alive,
             failing,
             task,

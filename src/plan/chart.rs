@@ -38,86 +38,109 @@ pub fn chart_pre(
         ed.write_record(KUBEVIRT_COPY, original)?;
     }
     if steps.values {
-        let current = lookup(obj, VALUES_PATH)?.cloned();
-        let record: Option<ValueRecord> = read_record(obj, VALUES_RECORD)?;
-        let created = ed.ensure(VALUES_PATH, json!([]), "values override")?;
-        if record.is_none() {
-            ed.note(format!(
-                "recorded original values override {}",
-                describe(&current)
-            ));
-            let record = ValueRecord {
-                owners: recorded_owners(obj, VALUES_PATH),
-                ..value_record(current, created)
-            };
-            ed.write_record(VALUES_RECORD, &record)?;
-        }
+        suspend_values(&mut ed, obj)?;
     }
     if steps.compare {
-        let record: Option<CompareRecord> = read_record(obj, COMPARE_RECORD)?;
-        let list = compare_list(obj)?;
-        let ours = format!("KubeVirt {}/{}", kubevirt.namespace, kubevirt.name);
-        let (added, created) = if find_pointer(list, kubevirt)?.is_some() {
-            ed.note(format!(
-                "comparePatches already ignores the methods of {ours}"
-            ));
-            (Added::Nothing, Vec::new())
-        } else if let Some(i) = find_entry(list, kubevirt) {
-            let entry = &list.expect("an entry was found")[i];
-            if entry.get("jsonPointers").is_some() {
-                ed.add(
-                    &format!("{}/{i}/jsonPointers/-", pointer(COMPARE_PATH)),
-                    json!(METHODS_POINTER),
-                );
-                ed.note(format!(
-                    "appended our pointer to the comparePatches entry for {}",
-                    entry_name(entry)
-                ));
-                (Added::Pointer, Vec::new())
-            } else {
-                ed.add(
-                    &format!("{}/{i}/jsonPointers", pointer(COMPARE_PATH)),
-                    json!([METHODS_POINTER]),
-                );
-                ed.note(format!(
-                    "added jsonPointers with our pointer to the comparePatches entry for {}",
-                    entry_name(entry)
-                ));
-                (Added::PointerList, Vec::new())
-            }
-        } else if list.is_some() {
-            ed.add(&format!("{}/-", pointer(COMPARE_PATH)), our_entry(kubevirt));
-            ed.note(format!("appended a comparePatches entry for {ours}"));
-            (Added::Entry, Vec::new())
-        } else {
-            let mut created =
-                ed.ensure(COMPARE_PATH, json!([our_entry(kubevirt)]), "comparePatches")?;
-            created.push(pointer(COMPARE_PATH));
-            ed.note(format!("created comparePatches with an entry for {ours}"));
-            (Added::Entry, created)
-        };
-        if record.is_none() {
-            ed.write_record(
-                COMPARE_RECORD,
-                &CompareRecord {
-                    added,
-                    object: Some(RecordedObject {
-                        api_version: Kind::KubeVirt.api_version().into(),
-                        kind: Kind::KubeVirt.name().into(),
-                        namespace: kubevirt.namespace.clone(),
-                        name: kubevirt.name.clone(),
-                    }),
-                    pointer: Some(METHODS_POINTER.into()),
-                    created_parents: created,
-                    owners: match added {
-                        Added::Nothing => Vec::new(),
-                        _ => recorded_owners(obj, COMPARE_PATH),
-                    },
-                },
-            )?;
-        }
+        ignore_methods(&mut ed, obj, kubevirt)?;
     }
     Ok(ed.finish())
+}
+
+/// `pre`'s values override `[]`, and its record (once).
+fn suspend_values(ed: &mut Editor, obj: &Value) -> Result<(), Malformed> {
+    let current = lookup(obj, VALUES_PATH)?.cloned();
+    let record: Option<ValueRecord> = read_record(obj, VALUES_RECORD)?;
+    let created = ed.ensure(VALUES_PATH, json!([]), "values override")?;
+    if record.is_none() {
+        ed.note(format!(
+            "recorded original values override {}",
+            describe(&current)
+        ));
+        let record = ValueRecord {
+            owners: recorded_owners(obj, VALUES_PATH),
+            ..value_record(current, created)
+        };
+        ed.write_record(VALUES_RECORD, &record)?;
+    }
+    Ok(())
+}
+
+/// `pre`'s comparePatches pointer for the KubeVirt CR: on its entry, or a new entry, and the
+/// record of what was added (once).
+fn ignore_methods(ed: &mut Editor, obj: &Value, kubevirt: &ObjectKey) -> Result<(), Malformed> {
+    let record: Option<CompareRecord> = read_record(obj, COMPARE_RECORD)?;
+    let list = compare_list(obj)?;
+    let ours = format!("KubeVirt {}/{}", kubevirt.namespace, kubevirt.name);
+    let (added, created) = if find_pointer(list, kubevirt)?.is_some() {
+        ed.note(format!(
+            "comparePatches already ignores the methods of {ours}"
+        ));
+        (Added::Nothing, Vec::new())
+    } else if let Some(i) = find_entry(list, kubevirt) {
+        let entry = &list.expect("an entry was found")[i];
+        if entry.get("jsonPointers").is_some() {
+            ed.add(
+                &format!("{}/{i}/jsonPointers/-", pointer(COMPARE_PATH)),
+                json!(METHODS_POINTER),
+            );
+            ed.note(format!(
+                "appended our pointer to the comparePatches entry for {}",
+                entry_name(entry)
+            ));
+            (Added::Pointer, Vec::new())
+        } else {
+            ed.add(
+                &format!("{}/{i}/jsonPointers", pointer(COMPARE_PATH)),
+                json!([METHODS_POINTER]),
+            );
+            ed.note(format!(
+                "added jsonPointers with our pointer to the comparePatches entry for {}",
+                entry_name(entry)
+            ));
+            (Added::PointerList, Vec::new())
+        }
+    } else if list.is_some() {
+        ed.add(&format!("{}/-", pointer(COMPARE_PATH)), our_entry(kubevirt));
+        ed.note(format!("appended a comparePatches entry for {ours}"));
+        (Added::Entry, Vec::new())
+    } else {
+        let mut created =
+            ed.ensure(COMPARE_PATH, json!([our_entry(kubevirt)]), "comparePatches")?;
+        created.push(pointer(COMPARE_PATH));
+        ed.note(format!("created comparePatches with an entry for {ours}"));
+        (Added::Entry, created)
+    };
+    if record.is_none() {
+        ed.write_record(
+            COMPARE_RECORD,
+            &compare_record(obj, kubevirt, added, created),
+        )?;
+    }
+    Ok(())
+}
+
+/// `pre`'s record of what it added to comparePatches for the KubeVirt CR.
+fn compare_record(
+    obj: &Value,
+    kubevirt: &ObjectKey,
+    added: Added,
+    created: Vec<String>,
+) -> CompareRecord {
+    CompareRecord {
+        added,
+        object: Some(RecordedObject {
+            api_version: Kind::KubeVirt.api_version().into(),
+            kind: Kind::KubeVirt.name().into(),
+            namespace: kubevirt.namespace.clone(),
+            name: kubevirt.name.clone(),
+        }),
+        pointer: Some(METHODS_POINTER.into()),
+        created_parents: created,
+        owners: match added {
+            Added::Nothing => Vec::new(),
+            _ => recorded_owners(obj, COMPARE_PATH),
+        },
+    }
 }
 
 /// `post` on the ManagedChart: the values as recorded, and only the pointer or entry we added.
@@ -148,33 +171,7 @@ pub fn chart_post(obj: &Value, kubevirt: &ObjectKey, steps: &Steps) -> Result<Pl
     }
     ed.remove_annotation(KUBEVIRT_COPY);
     if steps.values {
-        lookup(obj, VALUES_PATH)?;
-        match (values, later) {
-            (Some(r), Some(later)) => {
-                ed.warn(
-                    CHANGED_WHILE_SUSPENDED,
-                    format!(
-                        "the values override was changed to {later} while suspended; that later \
-                         choice is kept, on the KubeVirt CR too (the recorded original was {})",
-                        describe(&r.original())
-                    ),
-                );
-                ed.remove_annotation(VALUES_RECORD);
-            }
-            (Some(r), None) => {
-                let current = lookup(obj, VALUES_PATH)?.cloned();
-                if let Some(who) = blind_restorer(obj, VALUES_PATH, &current) {
-                    ed.note(format!(
-                        "{who} wrote a hard-coded {} into the values (Harvester's upgrade \
-                         cleanup without a backup); the recorded original goes back",
-                        describe(&current)
-                    ));
-                }
-                ed.restore(VALUES_PATH, &r, "values override")?;
-                ed.remove_annotation(VALUES_RECORD);
-            }
-            (None, _) => ed.note("no record of the values override: values left as they are"),
-        }
+        restore_values(&mut ed, obj, values, later)?;
     }
     if steps.compare {
         let list = compare_list(obj)?;
@@ -194,6 +191,44 @@ pub fn chart_post(obj: &Value, kubevirt: &ObjectKey, steps: &Steps) -> Result<Pl
         }
     }
     Ok(ed.finish())
+}
+
+/// `post`'s values override: the recorded original back, or a later choice kept (warned),
+/// the record removed either way.
+fn restore_values(
+    ed: &mut Editor,
+    obj: &Value,
+    values: Option<ValueRecord>,
+    later: Option<Value>,
+) -> Result<(), Malformed> {
+    lookup(obj, VALUES_PATH)?;
+    match (values, later) {
+        (Some(r), Some(later)) => {
+            ed.warn(
+                CHANGED_WHILE_SUSPENDED,
+                format!(
+                    "the values override was changed to {later} while suspended; that later \
+                     choice is kept, on the KubeVirt CR too (the recorded original was {})",
+                    describe(&r.original())
+                ),
+            );
+            ed.remove_annotation(VALUES_RECORD);
+        }
+        (Some(r), None) => {
+            let current = lookup(obj, VALUES_PATH)?.cloned();
+            if let Some(who) = blind_restorer(obj, VALUES_PATH, &current) {
+                ed.note(format!(
+                    "{who} wrote a hard-coded {} into the values (Harvester's upgrade \
+                     cleanup without a backup); the recorded original goes back",
+                    describe(&current)
+                ));
+            }
+            ed.restore(VALUES_PATH, &r, "values override")?;
+            ed.remove_annotation(VALUES_RECORD);
+        }
+        (None, _) => ed.note("no record of the values override: values left as they are"),
+    }
+    Ok(())
 }
 
 /// The values override's later choice, if someone changed it while suspended: a record of ours,

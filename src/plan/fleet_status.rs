@@ -204,22 +204,6 @@ pub fn changes_deployed_spec(before: &Value, after: &Value) -> bool {
     before.get("spec") != after.get("spec")
 }
 
-/// The same, from a planned patch: does any of its operations write under `/spec`?
-pub fn patch_changes_deployed_spec(patch: &json_patch::Patch) -> bool {
-    let under_spec = |p: &str| p == "/spec" || p.starts_with("/spec/");
-    patch.0.iter().any(|op| {
-        use json_patch::PatchOperation as Op;
-        match op {
-            Op::Test(_) => false,
-            Op::Add(o) => under_spec(o.path.as_str()),
-            Op::Remove(o) => under_spec(o.path.as_str()),
-            Op::Replace(o) => under_spec(o.path.as_str()),
-            Op::Move(o) => under_spec(o.path.as_str()) || under_spec(o.from.as_str()),
-            Op::Copy(o) => under_spec(o.path.as_str()),
-        }
-    })
-}
-
 /// Whether any record of ours is on the ManagedChart (`pre` has suspended it).
 pub fn records_on_chart(chart: &Value) -> bool {
     let annotations = chart.pointer("/metadata/annotations");
@@ -405,6 +389,23 @@ pub fn waited(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The same, from a planned patch: does any of its operations write under `/spec`?
+    fn patch_changes_deployed_spec(patch: &json_patch::Patch) -> bool {
+        let under_spec = |p: &str| p == "/spec" || p.starts_with("/spec/");
+        patch.0.iter().any(|op| {
+            use json_patch::PatchOperation as Op;
+            match op {
+                Op::Test(_) => false,
+                Op::Add(o) => under_spec(o.path.as_str()),
+                Op::Remove(o) => under_spec(o.path.as_str()),
+                Op::Replace(o) => under_spec(o.path.as_str()),
+                Op::Move(o) => under_spec(o.path.as_str()) || under_spec(o.from.as_str()),
+                Op::Copy(o) => under_spec(o.path.as_str()),
+            }
+        })
+    }
+
     use crate::plan::testing::*;
 
     /// A ManagedChart with the status Rancher copies from the Bundle.

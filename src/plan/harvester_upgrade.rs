@@ -5,12 +5,11 @@
 //! written by one of Harvester's blind restores is told from an operator's later choice.
 //! Pure: the objects' JSON in, a decision out.
 
+use jiff::Timestamp;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::ownership::{methods_owned_by_us, owners};
-use super::records::{describe, is_suspended};
-use crate::model::ANNOTATION_PREFIX;
+use super::ownership::owners;
 use crate::vocabulary::Malformed;
 
 /// Harvester's backup of the ManagedChart's values key, on the `Upgrade` object
@@ -107,6 +106,26 @@ pub enum Backup {
 }
 
 impl Backup {
+    /// Harvester's backup annotation on the Upgrade `name`, checked: JSON in a string.
+    fn read(obj: &Value, name: &str) -> Result<Backup, Malformed> {
+        let annotation = obj
+            .pointer("/metadata/annotations")
+            .and_then(|a| a.get(BACKUP_ANNOTATION));
+        match annotation {
+            None => Ok(Backup::None),
+            Some(Value::String(s)) => match serde_json::from_str::<Value>(s) {
+                Ok(Value::Null) => Ok(Backup::Absent),
+                Ok(v) => Ok(Backup::Value(v)),
+                Err(e) => Err(Malformed(format!(
+                    "Upgrade {name}: annotation {BACKUP_ANNOTATION} is not JSON ({e}): {s:?}"
+                ))),
+            },
+            Some(other) => Err(Malformed(format!(
+                "Upgrade {name}: annotation {BACKUP_ANNOTATION} is not a string: {other}"
+            ))),
+        }
+    }
+
     pub fn describe(&self) -> String {
         match self {
             Backup::None => "none yet".into(),
@@ -152,14 +171,14 @@ pub struct Upgrade {
     pub deleting: bool,
     /// `metadata.creationTimestamp` (the armed `post`: an upgrade begun after `pre`).
     #[serde(skip)]
-    pub created: String,
-    /// When it ended, RFC 3339: the latest of its `Completed` condition's time
+    pub created: Option<Timestamp>,
+    /// When it ended: the latest of its `Completed` condition's time
     /// (`condition_time`: Harvester sets that condition True or False at the end, through
     /// wrangler's `condition.Cond`, which writes `lastUpdateTime` when a value changes) and its
     /// `deletionTimestamp`. An upgrade that ended after a suspension was recorded was under way
     /// then: the one to await, for a process that never saw it run.
     #[serde(skip)]
-    pub ended: Option<String>,
+    pub ended: Option<Timestamp>,
     /// `metadata.uid`: the Warning Events of an unprotected upgrade name the object.
     #[serde(skip)]
     pub uid: String,
@@ -179,18 +198,32 @@ pub struct Upgrade {
 /// moves whenever its status (or message) changes. `lastTransitionTime` (in Harvester's
 /// `Condition` type, never written by its controller) only where `lastUpdateTime` is missing:
 /// an object written by other tools keeps an end rather than none.
-pub fn condition_time(c: &Value) -> Option<&str> {
+pub fn condition_time(c: &Value) -> Option<Timestamp> {
     let field = |k: &str| c.get(k).and_then(Value::as_str).filter(|t| !t.is_empty());
-    field("lastUpdateTime").or_else(|| field("lastTransitionTime"))
+    time(field("lastUpdateTime").or_else(|| field("lastTransitionTime")))
+}
+
+/// A time as the API server writes it (RFC 3339), parsed; `None`: missing or not a time.
+pub fn time(text: Option<&str>) -> Option<Timestamp> {
+    text?.parse().ok()
+}
+
+/// `metadata.creationTimestamp`, parsed.
+pub fn created(obj: &Value) -> Option<Timestamp> {
+    time(
+        obj.pointer("/metadata/creationTimestamp")
+            .and_then(Value::as_str),
+    )
 }
 
 /// When an upgrade object ended: the later of `end` (its own end time, if it has ended) and its
-/// `deletionTimestamp` (a deletion ends it too). RFC 3339 strings compare as times.
-pub fn ended_at(end: Option<&str>, obj: &Value) -> Option<String> {
-    let deleted = obj
-        .pointer("/metadata/deletionTimestamp")
-        .and_then(Value::as_str);
-    end.into_iter().chain(deleted).max().map(str::to_string)
+/// `deletionTimestamp` (a deletion ends it too).
+pub fn ended_at(end: Option<Timestamp>, obj: &Value) -> Option<Timestamp> {
+    let deleted = time(
+        obj.pointer("/metadata/deletionTimestamp")
+            .and_then(Value::as_str),
+    );
+    end.into_iter().chain(deleted).max()
 }
 
 impl Upgrade {
@@ -202,26 +235,7 @@ impl Upgrade {
                 .and_then(Value::as_str)
         };
         let name = text("/metadata/name").to_string();
-        let backup = match obj
-            .pointer("/metadata/annotations")
-            .and_then(|a| a.get(BACKUP_ANNOTATION))
-        {
-            None => Backup::None,
-            Some(Value::String(s)) => match serde_json::from_str::<Value>(s) {
-                Ok(Value::Null) => Backup::Absent,
-                Ok(v) => Backup::Value(v),
-                Err(e) => {
-                    return Err(Malformed(format!(
-                        "Upgrade {name}: annotation {BACKUP_ANNOTATION} is not JSON ({e}): {s:?}"
-                    )));
-                }
-            },
-            Some(other) => {
-                return Err(Malformed(format!(
-                    "Upgrade {name}: annotation {BACKUP_ANNOTATION} is not a string: {other}"
-                )));
-            }
-        };
+        let backup = Backup::read(obj, &name)?;
         let condition = |kind: &str| {
             obj.pointer("/status/conditions")
                 .and_then(Value::as_array)
@@ -249,7 +263,7 @@ impl Upgrade {
             backup,
             cleaned_up: label(CLEANUP_LABEL) == Some(CLEANUP_DONE),
             deleting: obj.pointer("/metadata/deletionTimestamp").is_some(),
-            created: text("/metadata/creationTimestamp").to_string(),
+            created: created(obj),
             ended,
             uid: text("/metadata/uid").to_string(),
             nodes_prepared: condition("NodesPrepared").is_some_and(|c| c["status"] == "True"),
@@ -317,12 +331,8 @@ pub fn latest(upgrades: &[Value]) -> Result<Option<Upgrade>, Malformed> {
                 == Some("true")
         })
         .max_by_key(|u| {
-            let created = u
-                .pointer("/metadata/creationTimestamp")
-                .and_then(Value::as_str)
-                .unwrap_or("");
             let name = u.pointer("/metadata/name").and_then(Value::as_str);
-            (created.to_string(), name.unwrap_or("").to_string())
+            (created(u), name.unwrap_or("").to_string())
         });
     newest.map(Upgrade::from_json).transpose()
 }
@@ -351,110 +361,6 @@ pub fn on_offer(versions: &[Value], current: Option<&str>) -> Vec<(String, Handl
         .collect();
     out.sort_by_key(|(name, _)| std::cmp::Reverse(parse_version(name)));
     out
-}
-
-/// `pre`'s decision before any write.
-#[derive(Debug, Clone, PartialEq)]
-pub enum PreGate {
-    /// Go on; with notes on the Upgrade, if there is one.
-    Proceed(Vec<String>),
-    /// Harvester's upgrade holds a backup of the values and has not cleaned up: it suspended
-    /// the updates and will restore them itself. Recording its `[]` as the original would turn
-    /// the updates off for good (its cleanup restores first, then `post` would put `[]` back),
-    /// so nothing is written.
-    LeaveToHarvester(String),
-}
-
-/// `pre`, given the latest Upgrade, whether any record of ours is on the objects (a rerun
-/// keeps its own suspension), and the methods: the CR's, or (`foreign`) the original in place
-/// of another suspender's `[]` (`plan::suspenders`).
-pub fn pre_gate(
-    upgrade: Option<&Upgrade>,
-    ours: bool,
-    methods: &Option<Value>,
-    foreign: bool,
-) -> PreGate {
-    let Some(u) = upgrade.filter(|u| u.cleanup_pending()) else {
-        return PreGate::Proceed(Vec::new());
-    };
-    if ours {
-        return PreGate::Proceed(vec![format!(
-            "{} is under way: post waits for its cleanup before it restores",
-            u.describe()
-        )]);
-    }
-    // v1.8.0 keeps no backup: its `[]` on the CR is its suspension, and its cleanup writes
-    // `[LiveMigrate]`. Recording that `[]` would make post put it back over the restore.
-    // With `foreign`, `methods` is the original in place of its `[]`: its cleanup restores that
-    // original itself when it is `[LiveMigrate]`.
-    let restores_it = foreign && methods.as_ref() == Some(&blind_value());
-    if u.handling() == Handling::PatchAndHardCodedRestore && (is_suspended(methods) || restores_it)
-    {
-        return PreGate::LeaveToHarvester(format!(
-            "{} already suspended the updates (the methods are []); its cleanup writes \
-             [LiveMigrate], so pre writes nothing",
-            u.describe()
-        ));
-    }
-    if u.backup != Backup::None {
-        let state = if is_suspended(methods) {
-            "the methods are [] (its suspension)".to_string()
-        } else {
-            format!(
-                "the methods are {} now (its values override [] has not been rendered yet, or \
-                 someone changed them)",
-                describe(methods)
-            )
-        };
-        return PreGate::LeaveToHarvester(format!(
-            "{} already suspended the updates and holds the original ({}); its cleanup restores \
-             it, so pre writes nothing: {state}",
-            u.describe(),
-            u.backup.describe()
-        ));
-    }
-    let (done, then) = match u.handling() {
-        // `methods` is the original in place of its `[]` then (`plan::suspenders`).
-        Handling::PatchAndHardCodedRestore if foreign => (
-            "has suspended the methods already",
-            "its cleanup will write [LiveMigrate], not that original",
-        ),
-        Handling::PatchAndHardCodedRestore => (
-            "has not suspended the methods yet",
-            "its cleanup will write [LiveMigrate]",
-        ),
-        _ => (
-            "has not suspended the methods yet",
-            "it will back up this [] and write it back at its cleanup",
-        ),
-    };
-    PreGate::Proceed(vec![format!(
-        "{} is under way and {done}: {then}; post waits for its cleanup, then restores the \
-         original recorded here",
-        u.describe()
-    )])
-}
-
-/// Whether `post` must wait for Harvester's cleanup first: while the latest Upgrade's cleanup
-/// may still write the methods and we have something to restore, acting first would be undone
-/// by it (it writes its backup, which may be our `[]`, back).
-pub fn post_must_wait(upgrade: Option<&Upgrade>, ours: bool) -> Option<String> {
-    let u = upgrade.filter(|u| ours && u.cleanup_pending())?;
-    Some(format!(
-        "{} has not finished its cleanup (label {CLEANUP_LABEL}={CLEANUP_DONE} not set), which \
-         writes the methods; post restores after it",
-        u.describe()
-    ))
-}
-
-/// Whether anything of ours is on `obj`: a record annotation, or our claim on the methods
-/// (`post` has something to restore or release).
-pub fn ours(obj: &Value) -> bool {
-    let annotated = obj
-        .pointer("/metadata/annotations")
-        .and_then(Value::as_object)
-        .is_some_and(|a| a.keys().any(|k| k.starts_with(ANNOTATION_PREFIX)));
-    annotated || methods_owned_by_us(obj)
 }
 
 /// The blind restorer whose `Update` wrote the field at `path` of `obj`, if its value is the

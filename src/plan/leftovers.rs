@@ -6,7 +6,7 @@
 //! `pre` that skips one says what an earlier `pre` left there, and what `post` needs to remove it.
 //! Readers only: nothing here plans a write.
 //!
-//! With `MANAGEDCHART_NAME` empty the name is unknown; `phases` then reads the ManagedChart of
+//! With `MANAGEDCHART_NAME` empty the name is unknown; `leftovers_check` then reads the ManagedChart of
 //! the default name `harvester` in `MANAGEDCHART_NAMESPACE` (default `fleet-local`) read-only:
 //! the one a `pre` with the defaults writes, and both ServiceAccounts may `get` it already, so
 //! the RBAC stays as it is. The records on the CR name no ManagedChart, and a new field there
@@ -21,7 +21,7 @@ use crate::model::{
     COMPARE_RECORD, FIELD_MANAGER, KUBEVIRT_COPY, KUBEVIRT_RECORD, METHODS_PATH, OWNERS_TO_RETURN,
     ObjectKey, Target, VALUES_PATH, VALUES_RECORD,
 };
-use crate::vocabulary::{Intent, Phase};
+use crate::vocabulary::{Intent, Phase, Steps};
 use crate::warnings::{LEFT_BY_SKIPPED_STEP, Warning};
 
 /// What of ours is on the KubeVirt CR (all of it `STEP_KUBEVIRT`'s), in words. A record that
@@ -55,6 +55,29 @@ pub struct ChartOurs {
 impl ChartOurs {
     pub fn is_empty(&self) -> bool {
         self.values.is_empty() && self.compare.is_empty() && self.object.is_empty()
+    }
+
+    /// What the switched-off steps leave of ours on a named ManagedChart, with the switches
+    /// that leave it (`STEP_…=false and …`) and those that would remove it (`STEP_…=true …`).
+    fn left_by(&self, steps: &Steps) -> (Vec<String>, String, String) {
+        let mut parts = Vec::new();
+        let mut off = Vec::new();
+        if !steps.values {
+            parts.extend(self.values.clone());
+            off.push("STEP_CHART_VALUES");
+        }
+        if !steps.compare {
+            parts.extend(self.compare.clone());
+            off.push("STEP_COMPARE_PATCHES");
+        }
+        if !steps.values && !steps.compare {
+            parts.extend(self.object.clone());
+        }
+        let switches = |to: &str, sep: &str| {
+            let each: Vec<String> = off.iter().map(|v| format!("{v}={to}")).collect();
+            each.join(sep)
+        };
+        (parts, switches("false", " and "), switches("true", " "))
     }
 
     fn all(&self) -> Vec<String> {
@@ -117,6 +140,22 @@ fn common_ours(obj: &Value) -> Vec<String> {
     out
 }
 
+/// What a `pre` or `post` with `STEP_KUBEVIRT=false` leaves of ours on the KubeVirt CR.
+fn left_on_kubevirt(intent: &Intent, target: &Target, kv: &Value) -> Option<(Target, Warning)> {
+    let parts = kubevirt_ours(kv);
+    if parts.is_empty() {
+        return None;
+    }
+    let methods = lookup(kv, METHODS_PATH).ok().flatten().cloned();
+    let effect = match intent.phase {
+        Phase::Post if is_suspended(&methods) => "Automated workload updates stay OFF on the CR. ",
+        _ => "",
+    };
+    let (off, on) = ("STEP_KUBEVIRT=false", "STEP_KUBEVIRT=true");
+    let w = warning(intent, target, &parts, off, effect, on);
+    Some((target.clone(), w))
+}
+
 /// The warnings for what this phase was told to skip but that carries something of ours, from
 /// the objects as the phase leaves them (a skipped one as read). `chart` is the ManagedChart the
 /// phase works on, or, with `MANAGEDCHART_NAME` empty, the default one.
@@ -128,30 +167,11 @@ pub fn leftovers(
     if intent.phase == Phase::Status {
         return Vec::new();
     }
-    let mut out = Vec::new();
-    if let Some((target, kv)) = kubevirt
-        && !intent.steps.kubevirt
-    {
-        let parts = kubevirt_ours(kv);
-        if !parts.is_empty() {
-            let methods = lookup(kv, METHODS_PATH).ok().flatten().cloned();
-            let effect = match intent.phase {
-                Phase::Post if is_suspended(&methods) => {
-                    "Automated workload updates stay OFF on the CR. "
-                }
-                _ => "",
-            };
-            let w = warning(
-                intent,
-                target,
-                &parts,
-                "STEP_KUBEVIRT=false",
-                effect,
-                "STEP_KUBEVIRT=true",
-            );
-            out.push((target.clone(), w));
-        }
-    }
+    let mut out: Vec<(Target, Warning)> = kubevirt
+        .filter(|_| !intent.steps.kubevirt)
+        .and_then(|(target, kv)| left_on_kubevirt(intent, target, kv))
+        .into_iter()
+        .collect();
     if let Some((target, obj)) = chart {
         let ours = chart_ours(obj, &intent.keys.kubevirt);
         let named = intent.keys.chart.is_some();
@@ -165,31 +185,7 @@ pub fn leftovers(
                 ),
             )
         } else {
-            let steps = &intent.steps;
-            let mut parts = Vec::new();
-            let mut off = Vec::new();
-            if !steps.values {
-                parts.extend(ours.values.clone());
-                off.push("STEP_CHART_VALUES");
-            }
-            if !steps.compare {
-                parts.extend(ours.compare.clone());
-                off.push("STEP_COMPARE_PATCHES");
-            }
-            if !steps.values && !steps.compare {
-                parts.extend(ours.object.clone());
-            }
-            let why = off
-                .iter()
-                .map(|v| format!("{v}=false"))
-                .collect::<Vec<_>>()
-                .join(" and ");
-            let on = off
-                .iter()
-                .map(|v| format!("{v}=true"))
-                .collect::<Vec<_>>()
-                .join(" ");
-            (parts, why, on)
+            ours.left_by(&intent.steps)
         };
         let values_left = !named || !intent.steps.values;
         if !parts.is_empty() {
@@ -267,7 +263,7 @@ mod tests {
         out
     }
 
-    /// Every write of a phase, as `phases` runs them, with `intent`'s switches.
+    /// Every write of a phase, as `runner` runs them, with `intent`'s switches.
     fn run_with(intent: &Intent, objects: &Objects) -> Objects {
         let mut now = objects.clone();
         for step in steps(intent) {
@@ -287,7 +283,7 @@ mod tests {
         }
     }
 
-    /// The leftover warnings of a run of `intent` over `objects`, as `phases` computes them.
+    /// The leftover warnings of a run of `intent` over `objects`, as `leftovers_check` computes them.
     fn warnings_of(intent: &Intent, before: &Objects) -> (Objects, Vec<Warning>) {
         let after = run_with(intent, before);
         let kt = Target::new(Kind::KubeVirt, &kv());

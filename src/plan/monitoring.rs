@@ -5,7 +5,8 @@
 
 use serde_json::Value;
 
-use super::harvester_upgrade::{ALLOW_UNPROTECTED, Handling, Upgrade, ours};
+use super::harvester_upgrade::{ALLOW_UNPROTECTED, Handling, Upgrade};
+use super::ownership::ours;
 use super::records::{describe, is_suspended, methods};
 use super::retirement::Retirement;
 use super::upgrade_progress::upgrade_under_way;

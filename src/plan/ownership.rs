@@ -10,10 +10,10 @@ use super::records::{
     RecordedOwner, Return, annotation, is_suspended, lookup, methods, read_record,
 };
 use crate::model::{
-    CHART_RECORDS, FIELD_MANAGER, KUBEVIRT_RECORDS, Kind, METHODS_FIELD, METHODS_PATH,
-    OWNERS_TO_RETURN, pointer,
+    ANNOTATION_PREFIX, CHART_RECORDS, FIELD_MANAGER, KUBEVIRT_RECORDS, Kind, METHODS_FIELD,
+    METHODS_PATH, OWNERS_TO_RETURN, pointer,
 };
-use crate::vocabulary::{Malformed, Plan};
+use crate::vocabulary::{Malformed, Objects, Plan};
 
 /// Whether our field manager owns `workloadUpdateMethods` according to `managedFields`.
 pub fn methods_owned_by_us(obj: &Value) -> bool {
@@ -304,6 +304,24 @@ pub fn release(obj: &Value, kind: Kind) -> Result<Plan, Malformed> {
         fields.join(", ")
     ));
     Ok(ed.finish())
+}
+
+/// Whether anything of ours is on `obj`: a record annotation, or our claim on the methods
+/// (`post` has something to restore or release).
+pub fn ours(obj: &Value) -> bool {
+    let annotated = obj
+        .pointer("/metadata/annotations")
+        .and_then(Value::as_object)
+        .is_some_and(|a| a.keys().any(|k| k.starts_with(ANNOTATION_PREFIX)));
+    annotated || methods_owned_by_us(obj)
+}
+
+/// Whether anything of ours is on either object: `post` has something to restore.
+pub fn anything_of_ours(objects: &Objects) -> bool {
+    [&objects.kubevirt, &objects.chart]
+        .into_iter()
+        .flatten()
+        .any(ours)
 }
 
 #[cfg(test)]

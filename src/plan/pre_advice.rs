@@ -6,9 +6,9 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use super::harvester_upgrade::{Handling, Upgrade, blind_value};
+use super::harvester_upgrade::{Backup, Handling, Upgrade, blind_value};
 pub use super::migrations::Migration;
-use super::records::describe;
+use super::records::{describe, is_suspended};
 
 /// Harvester's Upgrade states, in order: the one list, `upgrade_progress`'s.
 pub use super::upgrade_progress::UPGRADE_STATES as STATES;
@@ -18,10 +18,6 @@ pub use super::upgrade_progress::upgrade_under_way as under_way;
 /// The states of an upgrade under way in which KubeVirt is upgraded already or being upgraded
 /// (the apply-manifests job runs in `UpgradingSystemServices`).
 pub const LATE_STATES: &[&str] = &["UpgradingSystemServices", "UpgradingNodes"];
-
-/// The upgrade's end: the upgrade is over, its release no longer "coming".
-#[cfg(test)]
-use super::upgrade_progress::state_ended as ended;
 
 /// The release the cluster upgrades to, as far as it is known.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -231,6 +227,94 @@ impl Late {
             why.join("; ")
         )
     }
+}
+
+/// `pre`'s decision before any write.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PreGate {
+    /// Go on; with notes on the Upgrade, if there is one.
+    Proceed(Vec<String>),
+    /// Harvester's upgrade holds a backup of the values and has not cleaned up: it suspended
+    /// the updates and will restore them itself. Recording its `[]` as the original would turn
+    /// the updates off for good (its cleanup restores first, then `post` would put `[]` back),
+    /// so nothing is written.
+    LeaveToHarvester(String),
+}
+
+/// `pre`, given the latest Upgrade, whether any record of ours is on the objects (a rerun
+/// keeps its own suspension), and the methods: the CR's, or (`foreign`) the original in place
+/// of another suspender's `[]` (`plan::suspenders`).
+pub fn pre_gate(
+    upgrade: Option<&Upgrade>,
+    ours: bool,
+    methods: &Option<Value>,
+    foreign: bool,
+) -> PreGate {
+    let Some(u) = upgrade.filter(|u| u.cleanup_pending()) else {
+        return PreGate::Proceed(Vec::new());
+    };
+    if ours {
+        return PreGate::Proceed(vec![format!(
+            "{} is under way: post waits for its cleanup before it restores",
+            u.describe()
+        )]);
+    }
+    // v1.8.0 keeps no backup: its `[]` on the CR is its suspension, and its cleanup writes
+    // `[LiveMigrate]`. Recording that `[]` would make post put it back over the restore.
+    // With `foreign`, `methods` is the original in place of its `[]`: its cleanup restores that
+    // original itself when it is `[LiveMigrate]`.
+    let restores_it = foreign && methods.as_ref() == Some(&blind_value());
+    if u.handling() == Handling::PatchAndHardCodedRestore && (is_suspended(methods) || restores_it)
+    {
+        return PreGate::LeaveToHarvester(format!(
+            "{} already suspended the updates (the methods are []); its cleanup writes \
+             [LiveMigrate], so pre writes nothing",
+            u.describe()
+        ));
+    }
+    if u.backup != Backup::None {
+        let state = if is_suspended(methods) {
+            "the methods are [] (its suspension)".to_string()
+        } else {
+            format!(
+                "the methods are {} now (its values override [] has not been rendered yet, or \
+                 someone changed them)",
+                describe(methods)
+            )
+        };
+        return PreGate::LeaveToHarvester(format!(
+            "{} already suspended the updates and holds the original ({}); its cleanup restores \
+             it, so pre writes nothing: {state}",
+            u.describe(),
+            u.backup.describe()
+        ));
+    }
+    PreGate::Proceed(vec![proceed_note(u, foreign)])
+}
+
+/// `pre` goes on during an Upgrade whose cleanup is pending: what that Upgrade has done and
+/// will do, and that `post` waits for it. `foreign`: the methods are the original in place of its
+/// `[]` (`plan::suspenders`).
+fn proceed_note(u: &Upgrade, foreign: bool) -> String {
+    let (done, then) = match u.handling() {
+        Handling::PatchAndHardCodedRestore if foreign => (
+            "has suspended the methods already",
+            "its cleanup will write [LiveMigrate], not that original",
+        ),
+        Handling::PatchAndHardCodedRestore => (
+            "has not suspended the methods yet",
+            "its cleanup will write [LiveMigrate]",
+        ),
+        _ => (
+            "has not suspended the methods yet",
+            "it will back up this [] and write it back at its cleanup",
+        ),
+    };
+    format!(
+        "{} is under way and {done}: {then}; post waits for its cleanup, then restores the \
+         original recorded here",
+        u.describe()
+    )
 }
 
 #[cfg(test)]

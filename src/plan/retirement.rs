@@ -9,17 +9,20 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use super::harvester_upgrade::{Handling, blind_value, parse_version};
-use super::records::describe;
+use super::harvester_upgrade::{Handling, Upgrade, blind_value, parse_version};
+use super::ownership::anything_of_ours;
+use super::records::{describe, methods};
+use super::upgrade_progress::{PlanView, running};
+use crate::vocabulary::Objects;
 
 /// The last release that does nothing to the methods itself, and the one whose end writes a
 /// hard-coded `[LiveMigrate]` (the guard's table, [`Handling::of`]).
 const LAST_WITHOUT_HANDLING: (u64, u64, u64) = (1, 7, 1);
 const HARD_CODED_RESTORE: (u64, u64, u64) = (1, 8, 0);
 
-/// What the answer is made of, as read.
+/// What the answer is made of, as read (see [`still_needed`]).
 #[derive(Debug, Clone, Copy)]
-pub struct Seen<'a> {
+pub struct Facts<'a> {
     /// Harvester's own version (the `server-version` Setting), if read.
     pub current: Option<&'a str>,
     /// The releases on offer newer than it (`Version` objects), with their handling.
@@ -34,22 +37,122 @@ pub struct Seen<'a> {
     pub under_way: Option<&'a str>,
 }
 
-/// The answer, with its reason in words.
+/// The answer, with its reason.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", content = "why", rename_all = "camelCase")]
 pub enum Retirement {
-    Needed(String),
-    NoLongerNeeded(String),
+    Needed(Need),
+    NoLongerNeeded(Covered),
 }
+
+/// Why the guard is still needed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Need {
+    /// A suspension of ours is in place: `post` restores it first.
+    Ours,
+    /// An upgrade is under way (in words).
+    UnderWay(String),
+    /// Harvester's own version is not known.
+    VersionUnknown,
+    /// Harvester's own version (as read) is not a release.
+    NotARelease(String),
+    /// The cluster (its version, and the minors it can reach) can upgrade to a release up to
+    /// v1.7.1.
+    EarlyRelease { current: String, next: String },
+    /// A release without handling is on offer.
+    OnOffer(String),
+    /// v1.8.0 is next, and the methods now (in words) are not what its end writes.
+    V180Next { current: String, methods: String },
+    /// The add-on is installed, and the methods now (in words) are not what its end writes.
+    AddOn { methods: String },
+}
+
+/// Why the guard is no longer needed: every release the cluster can upgrade to next suspends
+/// and restores the methods itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Covered {
+    pub current: String,
+    /// The minors it can reach (`v1.9.x and v1.10.x`).
+    pub next: String,
+    /// The releases on offer, in words.
+    pub offer: String,
+    /// Whose hard-coded `[LiveMigrate]` is the methods now (v1.8.0, the add-on), in words.
+    pub also: &'static str,
+}
+
+impl std::fmt::Display for Need {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        match self {
+            Need::Ours => f.write_str("a suspension of ours is in place: post restores it first"),
+            Need::UnderWay(u) => write!(f, "{u} is under way"),
+            Need::VersionUnknown => f.write_str(
+                "Harvester's own version (the server-version Setting) is not known, so neither \
+                 are the releases it can upgrade to next",
+            ),
+            Need::NotARelease(text) => write!(
+                f,
+                "Harvester's own version {text:?} is not a release, so the releases it can \
+                 upgrade to next are not known"
+            ),
+            Need::EarlyRelease { current, next } => write!(
+                f,
+                "Harvester {current} can upgrade next to {next}, among them releases up to \
+                 v1.7.1, which do nothing to the methods themselves"
+            ),
+            Need::OnOffer(v) => {
+                write!(f, "{v} is on offer, and does nothing to the methods itself")
+            }
+            Need::V180Next { current, methods } => write!(
+                f,
+                "Harvester {current} can upgrade next to v1.8.0, whose end writes a hard-coded \
+                 [LiveMigrate], not the methods now ({methods})"
+            ),
+            Need::AddOn { methods } => write!(
+                f,
+                "the upgrade add-on is installed (its UpgradePlans are served), whose end writes \
+                 a hard-coded [LiveMigrate], not the methods now ({methods})"
+            ),
+        }
+    }
+}
+
+impl std::fmt::Display for Covered {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        let Covered {
+            current,
+            next,
+            offer,
+            also,
+        } = self;
+        write!(
+            f,
+            "Harvester {current}: every release it can upgrade to next ({next}; {offer}) \
+             suspends the methods itself and restores them{also}"
+        )
+    }
+}
+
+/// The reasons, in the report's JSON, as the words they say.
+macro_rules! serialize_as_text {
+    ($($t:ty),*) => {$(
+        impl Serialize for $t {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.collect_str(self)
+            }
+        }
+    )*};
+}
+serialize_as_text!(Need, Covered);
 
 impl Retirement {
     pub fn no_longer_needed(&self) -> bool {
         matches!(self, Retirement::NoLongerNeeded(_))
     }
 
-    pub fn why(&self) -> &str {
+    pub fn why(&self) -> String {
         match self {
-            Retirement::Needed(why) | Retirement::NoLongerNeeded(why) => why,
+            Retirement::Needed(why) => why.to_string(),
+            Retirement::NoLongerNeeded(why) => why.to_string(),
         }
     }
 
@@ -66,38 +169,27 @@ impl Retirement {
 }
 
 /// Whether the guard is still needed, and why.
-pub fn retirement(seen: &Seen) -> Retirement {
+pub fn retirement(seen: &Facts) -> Retirement {
     use Retirement::{Needed, NoLongerNeeded};
     if seen.ours {
-        return Needed("a suspension of ours is in place: post restores it first".into());
+        return Needed(Need::Ours);
     }
     if let Some(u) = seen.under_way {
-        return Needed(format!("{u} is under way"));
+        return Needed(Need::UnderWay(u.to_string()));
     }
     let Some(text) = seen.current else {
-        return Needed(
-            "Harvester's own version (the server-version Setting) is not known, so neither are \
-             the releases it can upgrade to next"
-                .into(),
-        );
+        return Needed(Need::VersionUnknown);
     };
+    let current = text.to_string();
     let Some(now @ (major, minor, _)) = parse_version(text) else {
-        return Needed(format!(
-            "Harvester's own version {text:?} is not a release, so the releases it can upgrade to \
-             next are not known"
-        ));
+        return Needed(Need::NotARelease(current));
     };
     let next = format!("v{major}.{minor}.x and v{major}.{}.x", minor + 1);
     if now < LAST_WITHOUT_HANDLING {
-        return Needed(format!(
-            "Harvester {text} can upgrade next to {next}, among them releases up to v1.7.1, which \
-             do nothing to the methods themselves"
-        ));
+        return Needed(Need::EarlyRelease { current, next });
     }
     if let Some((v, _)) = seen.on_offer.iter().find(|(_, h)| *h == Handling::None) {
-        return Needed(format!(
-            "{v} is on offer, and does nothing to the methods itself"
-        ));
+        return Needed(Need::OnOffer(v.clone()));
     }
     let methods = describe(seen.methods);
     let default = seen.methods.as_ref() == Some(&blind_value());
@@ -108,16 +200,10 @@ pub fn retirement(seen: &Seen) -> Retirement {
             .iter()
             .any(|(_, h)| *h == Handling::PatchAndHardCodedRestore);
     if !default && v180_next {
-        return Needed(format!(
-            "Harvester {text} can upgrade next to v1.8.0, whose end writes a hard-coded \
-             [LiveMigrate], not the methods now ({methods})"
-        ));
+        return Needed(Need::V180Next { current, methods });
     }
     if !default && seen.addon {
-        return Needed(format!(
-            "the upgrade add-on is installed (its UpgradePlans are served), whose end writes a \
-             hard-coded [LiveMigrate], not the methods now ({methods})"
-        ));
+        return Needed(Need::AddOn { methods });
     }
     let offer = match seen.on_offer {
         [] => "none on offer".to_string(),
@@ -127,19 +213,45 @@ pub fn retirement(seen: &Seen) -> Retirement {
         }
     };
     let also = match (v180_next, seen.addon) {
-        (false, false) => String::new(),
-        (true, false) => "; v1.8.0's hard-coded [LiveMigrate] is the methods now".to_string(),
-        (false, true) => {
-            "; the upgrade add-on's hard-coded [LiveMigrate] is the methods now".to_string()
+        (false, false) => "",
+        (true, false) => "; v1.8.0's hard-coded [LiveMigrate] is the methods now",
+        (false, true) => "; the upgrade add-on's hard-coded [LiveMigrate] is the methods now",
+        (true, true) => {
+            "; v1.8.0's and the upgrade add-on's hard-coded [LiveMigrate] is the methods now"
         }
-        (true, true) => "; v1.8.0's and the upgrade add-on's hard-coded [LiveMigrate] is the \
-                         methods now"
-            .to_string(),
     };
-    NoLongerNeeded(format!(
-        "Harvester {text}: every release it can upgrade to next ({next}; {offer}) suspends the \
-         methods itself and restores them{also}"
-    ))
+    NoLongerNeeded(Covered {
+        current,
+        next,
+        offer,
+        also,
+    })
+}
+
+/// Whether the guard is still needed, from what a pass or `status` read: the cluster's version
+/// and the releases on offer, the latest Upgrade and the add-on's plans (and whether its
+/// resource is served), the objects.
+pub fn still_needed(
+    current: Option<&str>,
+    on_offer: &[(String, Handling)],
+    upgrade: Option<&Upgrade>,
+    plans: &[PlanView],
+    addon: bool,
+    objects: &Objects,
+) -> Retirement {
+    let methods = objects
+        .kubevirt
+        .as_ref()
+        .and_then(|kv| methods(kv).ok().flatten());
+    let under_way = running(upgrade, plans).map(|(_, d)| d);
+    retirement(&Facts {
+        current,
+        on_offer,
+        methods: &methods,
+        addon,
+        ours: anything_of_ours(objects),
+        under_way: under_way.as_deref(),
+    })
 }
 
 #[cfg(test)]

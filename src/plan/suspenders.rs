@@ -97,9 +97,10 @@ pub fn foreign_suspension(
     // A suspender's write is one made since its upgrade was created (the managedFields entry's
     // time is its last write): the same manager's `[]` from before (an administrator's `kubectl
     // patch`, an earlier plan's) is nobody's suspension of this upgrade.
-    let wrote = |names: &[&str], since: &str| {
+    let wrote = |names: &[&str], since: Option<jiff::Timestamp>| {
         updaters.iter().any(|o| {
-            names.contains(&o.manager.as_str()) && o.time.as_deref().is_none_or(|t| t >= since)
+            let at = super::harvester_upgrade::time(o.time.as_deref());
+            names.contains(&o.manager.as_str()) && at.zip(since).is_none_or(|(t, s)| t >= s)
         })
     };
     let values = match chart {
@@ -119,7 +120,7 @@ pub fn foreign_suspension(
     } else if let Some(p) = plans
         .iter()
         .find(|p| p.under_way() && past_initialized(&p.phase))
-        .filter(|p| wrote(&[ADDON_MANAGER], &p.created))
+        .filter(|p| wrote(&[ADDON_MANAGER], p.created))
     {
         let (from, value) = rendered(values);
         (
@@ -129,7 +130,7 @@ pub fn foreign_suspension(
         )
     } else if let Some(u) = running
         .filter(|u| u.handling() == Handling::PatchAndHardCodedRestore)
-        .filter(|u| wrote(V180_MANAGERS, &u.created))
+        .filter(|u| wrote(V180_MANAGERS, u.created))
     {
         let (from, value) = rendered(values);
         (u.describe(), from, value)

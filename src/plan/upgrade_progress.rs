@@ -4,10 +4,11 @@
 //! [`harvester_upgrade::latest`]) and the upgrade-manager add-on's cluster-scoped `UpgradePlan`.
 //! Pure: the objects' JSON in, a decision out.
 
+use jiff::Timestamp;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::harvester_upgrade::{self, Handling, Upgrade};
+use super::harvester_upgrade::{self, CLEANUP_DONE, CLEANUP_LABEL, Handling, Upgrade};
 use crate::model::FIELD_MANAGER;
 
 /// Harvester's states of an Upgrade (label `harvesterhci.io/upgradeState`), in the order its
@@ -75,15 +76,15 @@ pub struct PlanView {
     /// field upgrade-toolkit's main branch names); empty when neither is set yet.
     pub phase: String,
     pub deleting: bool,
-    /// `metadata.creationTimestamp`, RFC 3339.
-    pub created: String,
+    /// `metadata.creationTimestamp`.
+    pub created: Option<Timestamp>,
     /// `spec.version`: the release it upgrades to (`pre`'s "not needed" answer).
     pub version: String,
-    /// When it ended, RFC 3339 (see [`Upgrade::ended`]): in an end phase, the latest of
+    /// When it ended (see [`Upgrade::ended`]): in an end phase, the latest of
     /// `status.phaseTransitionTimestamps` (upgrade-toolkit appends one per phase); being deleted,
     /// its `deletionTimestamp` if later.
     #[serde(skip)]
-    pub ended: Option<String>,
+    pub ended: Option<Timestamp>,
 }
 
 impl PlanView {
@@ -98,7 +99,7 @@ impl PlanView {
                 .and_then(Value::as_array)
                 .into_iter()
                 .flatten()
-                .filter_map(|t| t["phaseTransitionTimestamp"].as_str())
+                .filter_map(|t| harvester_upgrade::time(t["phaseTransitionTimestamp"].as_str()))
                 .max()
         });
         let ended = harvester_upgrade::ended_at(phase_ended.flatten(), obj);
@@ -106,7 +107,7 @@ impl PlanView {
             name: text("/metadata/name").to_string(),
             phase: phase.to_string(),
             deleting: obj.pointer("/metadata/deletionTimestamp").is_some(),
-            created: text("/metadata/creationTimestamp").to_string(),
+            created: harvester_upgrade::created(obj),
             version: text("/spec/version").to_string(),
             ended,
         }
@@ -161,7 +162,7 @@ pub fn under_way(upgrade: Option<&Upgrade>, plans: &[PlanView]) -> Vec<String> {
 
 /// Whether `post` must wait before it restores, and for what: while an upgrade is under way
 /// (any release: turning updates on mid-upgrade starts the wave), and while the latest Upgrade's
-/// cleanup may still write the methods ([`harvester_upgrade::post_must_wait`]). Nothing of ours
+/// cleanup may still write the methods ([`cleanup_wait`]). Nothing of ours
 /// on the objects: nothing to restore, nothing to wait for.
 pub fn post_must_wait(upgrade: Option<&Upgrade>, plans: &[PlanView], ours: bool) -> Option<String> {
     if !ours {
@@ -176,7 +177,7 @@ pub fn post_must_wait(upgrade: Option<&Upgrade>, plans: &[PlanView], ours: bool)
         ));
     }
     // While the Upgrade runs, its cleanup is pending too: said once, by the line above.
-    if let Some(cleanup) = harvester_upgrade::post_must_wait(upgrade, ours)
+    if let Some(cleanup) = cleanup_wait(upgrade, ours)
         && !upgrade.is_some_and(upgrade_under_way)
     {
         why.push(cleanup);
@@ -184,10 +185,44 @@ pub fn post_must_wait(upgrade: Option<&Upgrade>, plans: &[PlanView], ours: bool)
     (!why.is_empty()).then(|| why.join("; "))
 }
 
+/// Whether `post` must wait for Harvester's cleanup first: while the latest Upgrade's cleanup
+/// may still write the methods and we have something to restore, acting first would be undone
+/// by it (it writes its backup, which may be our `[]`, back).
+pub fn cleanup_wait(upgrade: Option<&Upgrade>, ours: bool) -> Option<String> {
+    let u = upgrade.filter(|u| ours && u.cleanup_pending())?;
+    Some(format!(
+        "{} has not finished its cleanup (label {CLEANUP_LABEL}={CLEANUP_DONE} not set), which \
+         writes the methods; post restores after it",
+        u.describe()
+    ))
+}
+
+/// The upgrade under way, as a stable key (kind and name) and in words: Harvester's latest
+/// Upgrade first, then an UpgradePlan of the add-on.
+pub fn running(upgrade: Option<&Upgrade>, plans: &[PlanView]) -> Option<(String, String)> {
+    if let Some(u) = upgrade.filter(|u| upgrade_under_way(u)) {
+        return Some((key_of(u), u.describe()));
+    }
+    plans
+        .iter()
+        .find(|p| p.under_way())
+        .map(|p| (plan_key(&p.name), p.describe()))
+}
+
+/// An Upgrade's key, as [`running`] gives it.
+pub fn key_of(u: &Upgrade) -> String {
+    format!("Upgrade {}/{}", u.namespace, u.name)
+}
+
+/// An UpgradePlan's key, as [`running`] gives it.
+pub fn plan_key(name: &str) -> String {
+    format!("UpgradePlan {name}")
+}
+
 /// When `pre` recorded the suspension: the earliest, over `objects`, of the latest time of our
-/// field manager's `managedFields` entries (pre writes the ManagedChart first). RFC 3339, as the
-/// API server writes it (whole seconds, UTC), so strings compare as times.
-pub fn record_time(objects: &[&Value]) -> Option<String> {
+/// field manager's `managedFields` entries (pre writes the ManagedChart first), as the API server
+/// writes it (whole seconds).
+pub fn record_time(objects: &[&Value]) -> Option<Timestamp> {
     objects
         .iter()
         .filter_map(|o| {
@@ -195,9 +230,8 @@ pub fn record_time(objects: &[&Value]) -> Option<String> {
                 .and_then(Value::as_array)?
                 .iter()
                 .filter(|e| e["manager"] == FIELD_MANAGER)
-                .filter_map(|e| e["time"].as_str())
+                .filter_map(|e| harvester_upgrade::time(e["time"].as_str()))
                 .max()
-                .map(str::to_string)
         })
         .min()
 }
@@ -207,16 +241,16 @@ pub fn record_time(objects: &[&Value]) -> Option<String> {
 /// (it was under way when the suspension was recorded: the resident guard suspends after an
 /// upgrade's creation, and a new process after a drain may first read once it has ended), in
 /// words; `None`: none yet.
-pub fn begun(upgrade: Option<&Upgrade>, plans: &[PlanView], since: &str) -> Option<String> {
+pub fn begun(upgrade: Option<&Upgrade>, plans: &[PlanView], since: Timestamp) -> Option<String> {
     let upgrade = upgrade
         .filter(|u| awaited_since(u, since))
         .map(Upgrade::describe);
     let plan = plans
         .iter()
         .find(|p| {
-            p.created.as_str() >= since
+            p.created.is_some_and(|t| t >= since)
                 || p.under_way()
-                || p.ended.as_deref().is_some_and(|t| t > since)
+                || p.ended.is_some_and(|t| t > since)
         })
         .map(PlanView::describe);
     upgrade.or(plan)
@@ -227,10 +261,10 @@ pub fn begun(upgrade: Option<&Upgrade>, plans: &[PlanView], since: &str) -> Opti
 /// the record counts as before it (a `pre` run right after an upgrade is for the next one; the
 /// resident guard's own `pre` for an upgrade that ends within that second is remembered by the
 /// process, `watch_decision`'s `ran_pre_for`).
-pub fn awaited_since(u: &Upgrade, since: &str) -> bool {
-    u.created.as_str() >= since
+pub fn awaited_since(u: &Upgrade, since: Timestamp) -> bool {
+    u.created.is_some_and(|t| t >= since)
         || upgrade_under_way(u)
-        || u.ended.as_deref().is_some_and(|t| t > since)
+        || u.ended.is_some_and(|t| t > since)
 }
 
 /// After a failed upgrade to a release that does nothing to the methods itself (v1.6.x to
@@ -254,47 +288,6 @@ pub fn held_after_failure(upgrade: Option<&Upgrade>) -> Option<String> {
              updates on now",
             u.describe()
         )
-    })
-}
-
-/// The name of the armed `post`'s Job (manifests/post-armed): one at a time.
-pub const ARMED_JOB: &str = "workload-update-guard-post-armed";
-
-/// `status`'s lines on the armed `post`'s Job: running (what it waits for, since when), ended at
-/// its bound (the suspension stays), or ended; `None`: no such Job.
-pub fn armed_lines(job: Option<&Value>) -> Option<Vec<String>> {
-    let job = job?;
-    let text = |ptr: &str| job.pointer(ptr).and_then(Value::as_str).unwrap_or("");
-    let ns = text("/metadata/namespace");
-    let since = text("/metadata/creationTimestamp");
-    let ended = job
-        .pointer("/status/conditions")
-        .and_then(Value::as_array)
-        .and_then(|c| {
-            c.iter().find(|c| {
-                c["status"] == "True" && (c["type"] == "Complete" || c["type"] == "Failed")
-            })
-        })
-        .map(|c| {
-            (
-                c["type"].as_str().unwrap_or(""),
-                c["message"].as_str().unwrap_or(""),
-            )
-        });
-    let head = format!("armed post    Job {ns}/{ARMED_JOB}, since {since}");
-    Some(match ended {
-        None => vec![
-            head,
-            "              waits for the next upgrade (a Harvester Upgrade or UpgradePlan created \
-             after pre's record, or one under way) to begin and to end, cleanup included; then \
-             it restores"
-                .to_string(),
-        ],
-        Some(("Complete", _)) => vec![format!("{head}: ended (Complete)")],
-        Some((_, message)) => vec![format!(
-            "{head}: FAILED ({message}); at its bound (exit 9) it leaves the suspension: run post \
-             once the upgrade has ended, or arm again"
-        )],
     })
 }
 

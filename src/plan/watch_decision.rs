@@ -7,11 +7,12 @@
 //! (a drain, a reboot) decides the same from what it reads; what a process remembers only
 //! keeps it from saying or doing the same thing twice.
 
-use serde::Serialize;
+use jiff::Timestamp;
 
 use super::harvester_upgrade::{ALLOW_UNPROTECTED, Upgrade};
 use super::upgrade_progress::{
-    PlanView, awaited_since, begun, held_after_failure, post_must_wait, upgrade_under_way,
+    PlanView, awaited_since, begun, held_after_failure, key_of, plan_key, post_must_wait, running,
+    upgrade_under_way,
 };
 
 /// What this process remembers between two reads.
@@ -29,20 +30,101 @@ pub struct Memory {
     pub held: Option<String>,
 }
 
+impl Memory {
+    /// What began and is awaited, forgotten (nothing of ours left, or held after a failure);
+    /// `held`: the failed Upgrade the suspension is now held after.
+    fn forget(&mut self, held: Option<String>) {
+        self.began = None;
+        self.awaited = None;
+        self.held = held;
+    }
+}
+
 /// What now.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "kind", content = "why", rename_all = "camelCase")]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
     /// Run `pre` now, for the upgrade under way with this key (it decides itself whether it is
     /// needed, late, or left to Harvester).
     Suspend { upgrade: String, describe: String },
-    /// Run `post` now: the upgrade that began after the suspension has ended (cleanup
-    /// included), or nothing of ours is left to wait with.
-    Restore(String),
+    /// Run `post` now.
+    Restore(Restore),
     /// Hold the suspension after a failed path-A upgrade, until the retry.
     Hold { upgrade: String, why: String },
-    /// Nothing to do now; why, in words.
-    Wait(String),
+    /// Nothing to do now.
+    Wait(Wait),
+}
+
+/// Why `post` runs now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Restore {
+    /// The armed `post`: nothing of ours is left to wait with (a `post` has run).
+    NothingLeft,
+    /// The upgrade that began after the suspension (as it is now) has ended, cleanup included.
+    Ended(String),
+}
+
+/// Why nothing is done now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Wait {
+    /// No upgrade under way, nothing of ours.
+    Idle,
+    /// An upgrade under way (in words) and nothing of ours: its `pre` found the guard not
+    /// needed, or left the suspension to Harvester.
+    StandAside(String),
+    /// An upgrade under way (in words) whose migrations the operator accepted
+    /// ([`ALLOW_UNPROTECTED`]): no `pre` for it.
+    Accepted(String),
+    /// Held after a failed Upgrade (its name) that is gone now, no retry begun.
+    HeldGone(String),
+    /// No upgrade has begun since the suspension was recorded (then).
+    NoneBegun(Timestamp),
+    /// The upgrade that began (in words), and why `post` must wait
+    /// ([`super::upgrade_progress::post_must_wait`]); `named`: that reason names what is under
+    /// way, so the beginning is not said again.
+    Began {
+        began: String,
+        why: String,
+        named: bool,
+    },
+}
+
+impl std::fmt::Display for Restore {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        match self {
+            Restore::NothingLeft => f.write_str("nothing of ours left (a post has run)"),
+            Restore::Ended(upgrade) => write!(f, "{upgrade} has ended"),
+        }
+    }
+}
+
+impl std::fmt::Display for Wait {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        match self {
+            Wait::Idle => f.write_str("no upgrade under way: watching for the next one"),
+            Wait::StandAside(upgrade) => write!(
+                f,
+                "{upgrade} is under way; nothing of ours on the objects (pre found the guard not \
+                 needed, or left the suspension to Harvester)"
+            ),
+            Wait::Accepted(upgrade) => write!(
+                f,
+                "{upgrade} is under way and carries {ALLOW_UNPROTECTED}=true: its migrations are \
+                 accepted, the guard does not suspend for it"
+            ),
+            Wait::HeldGone(name) => write!(
+                f,
+                "held after the failed Upgrade {name} (gone now): no retry has begun yet; run post \
+                 by hand to turn updates on now"
+            ),
+            Wait::NoneBegun(since) => {
+                write!(f, "no upgrade has begun since the suspension ({since})")
+            }
+            Wait::Began {
+                why, named: true, ..
+            } => f.write_str(why),
+            Wait::Began { began, why, .. } => write!(f, "{began} began: {why}"),
+        }
+    }
 }
 
 impl Decision {
@@ -52,36 +134,35 @@ impl Decision {
             Decision::Suspend { describe, .. } => format!("{describe} is under way: suspending"),
             Decision::Restore(why) => format!("restoring: {why}"),
             Decision::Hold { why, .. } => why.clone(),
-            Decision::Wait(why) => why.clone(),
+            Decision::Wait(why) => why.to_string(),
         }
     }
 
-    /// The kind alone (a change of kind is said as an Event; a change of words is not).
+    /// The kind alone (a change of kind is logged; a change of words is not).
     pub fn kind(&self) -> &'static str {
         match self {
             Decision::Suspend { .. } => "suspend",
             Decision::Restore(_) => "restore",
             Decision::Hold { .. } => "hold",
+            Decision::Wait(Wait::StandAside(_)) => "stand aside",
+            Decision::Wait(Wait::Accepted(_)) => "accepted",
             Decision::Wait(_) => "wait",
         }
     }
-}
 
-/// The upgrade under way, as a stable key (kind and name) and in words: Harvester's latest
-/// Upgrade first, then an UpgradePlan of the add-on.
-pub fn running(upgrade: Option<&Upgrade>, plans: &[PlanView]) -> Option<(String, String)> {
-    if let Some(u) = upgrade.filter(|u| upgrade_under_way(u)) {
-        return Some((key_of(u), u.describe()));
+    /// What the resident guard's Event says when this decision is new (`None`: a wait, which
+    /// only the log says; a hold, which its own Warning says): suspend, restore, stand aside.
+    pub fn event(&self) -> Option<String> {
+        match self {
+            Decision::Suspend { .. } | Decision::Restore(_) => Some(self.line()),
+            Decision::Wait(Wait::StandAside(upgrade)) => Some(format!(
+                "standing aside: {upgrade} is under way and pre suspended nothing (the guard is \
+                 not needed for it, or Harvester holds the suspension)"
+            )),
+            Decision::Wait(w @ Wait::Accepted(_)) => Some(format!("standing aside: {w}")),
+            Decision::Hold { .. } | Decision::Wait(_) => None,
+        }
     }
-    plans
-        .iter()
-        .find(|p| p.under_way())
-        .map(|p| (format!("UpgradePlan {}", p.name), p.describe()))
-}
-
-/// An Upgrade's key, as [`running`] gives it.
-fn key_of(u: &Upgrade) -> String {
-    format!("Upgrade {}/{}", u.namespace, u.name)
 }
 
 /// The upgrade this process ran `pre` for, ended before a pass saw it run (it failed, or
@@ -92,24 +173,20 @@ fn ran_pre_for(upgrade: Option<&Upgrade>, plans: &[PlanView], memory: &Memory) -
         .map(Upgrade::describe);
     let plan = plans
         .iter()
-        .find(|p| {
-            memory
-                .suspended_for
-                .contains(&format!("UpgradePlan {}", p.name))
-        })
+        .find(|p| memory.suspended_for.contains(&plan_key(&p.name)))
         .map(PlanView::describe);
     upgrade.or(plan)
 }
 
 /// The decision. `suspends`: the resident guard (it runs `pre` when an upgrade is under way);
 /// the armed `post` only restores. `ours`: a suspension of ours is on the objects; `since`: when
-/// it was recorded (RFC 3339), the upgrade awaited is one created at or after it, or one under
+/// it was recorded, the upgrade awaited is one created at or after it, or one under
 /// way. Updates `memory` with what was seen.
 pub fn decide(
     upgrade: Option<&Upgrade>,
     plans: &[PlanView],
     ours: bool,
-    since: &str,
+    since: Timestamp,
     suspends: bool,
     memory: &mut Memory,
 ) -> Decision {
@@ -127,22 +204,12 @@ pub fn decide(
         };
     }
     if !ours {
-        memory.began = None;
-        memory.awaited = None;
-        memory.held = None;
+        memory.forget(None);
         return match (&under_way, suspends) {
-            (_, false) => Decision::Restore("nothing of ours left (a post has run)".into()),
-            (Some((_, d)), true) if accepted => Decision::Wait(format!(
-                "{d} is under way and carries {ALLOW_UNPROTECTED}=true: its migrations are \
-                 accepted, the guard does not suspend for it"
-            )),
-            (Some((_, d)), true) => Decision::Wait(format!(
-                "{d} is under way; nothing of ours on the objects (pre found the guard not needed, \
-                 or left the suspension to Harvester)"
-            )),
-            (None, true) => {
-                Decision::Wait("no upgrade under way: watching for the next one".into())
-            }
+            (_, false) => Decision::Restore(Restore::NothingLeft),
+            (Some((_, d)), true) if accepted => Decision::Wait(Wait::Accepted(d.clone())),
+            (Some((_, d)), true) => Decision::Wait(Wait::StandAside(d.clone())),
+            (None, true) => Decision::Wait(Wait::Idle),
         };
     }
     if memory.began.is_none() {
@@ -154,42 +221,47 @@ pub fn decide(
             })
             .map(|u| u.name.clone());
     }
-    // The awaited Upgrade failed on a release without its own handling: hold until the retry,
-    // which is a new Upgrade (so what began is forgotten), or an UpgradePlan of the add-on
-    // created after it (the retry made the other way: the failed Upgrade is then no longer
-    // awaited, and the plan's end is).
-    // Also the Upgrade this guard ran `pre` for, even if it failed before a pass saw it begin.
-    let awaited = upgrade.filter(|u| {
-        let retried_by_plan = plans.iter().any(|p| p.created > u.created);
-        !retried_by_plan
-            && (u.created.as_str() >= since
-                || memory.awaited.as_deref() == Some(u.name.as_str())
-                || memory.suspended_for.contains(&key_of(u)))
-    });
+    // The awaited Upgrade failed on a release without its own handling: hold until the retry.
+    let awaited = awaited(upgrade, plans, since, memory);
     if let Some(why) = held_after_failure(awaited) {
         let name = awaited.map(|u| u.name.clone()).unwrap_or_default();
-        memory.began = None;
-        memory.awaited = None;
-        memory.held = Some(name.clone());
+        memory.forget(Some(name.clone()));
         return Decision::Hold { upgrade: name, why };
     }
     let Some(began) = memory.began.clone() else {
         return Decision::Wait(match &memory.held {
-            Some(name) => format!(
-                "held after the failed Upgrade {name} (gone now): no retry has begun yet; run post \
-                 by hand to turn updates on now"
-            ),
-            None => format!("no upgrade has begun since the suspension ({since})"),
+            Some(name) => Wait::HeldGone(name.clone()),
+            None => Wait::NoneBegun(since),
         });
     };
     match post_must_wait(upgrade, plans, true) {
-        Some(why) => Decision::Wait(format!("{began} began: {why}")),
+        Some(why) => Decision::Wait(Wait::Began {
+            began,
+            why,
+            named: under_way.is_some(),
+        }),
         // Said as it is now (its end state), not as it began.
-        None => Decision::Restore(format!(
-            "{} has ended",
-            awaited.map_or(began, Upgrade::describe)
-        )),
+        None => Decision::Restore(Restore::Ended(awaited.map_or(began, Upgrade::describe))),
     }
+}
+
+/// The Upgrade whose failure holds the suspension: created since it, the one seen to begin, or
+/// the one this guard ran `pre` for (even if it failed before a pass saw it begin); not once an
+/// UpgradePlan of the add-on created after it retries the other way (then the plan's end is
+/// awaited). A retry by a new Upgrade forgets what began.
+fn awaited<'u>(
+    upgrade: Option<&'u Upgrade>,
+    plans: &[PlanView],
+    since: Timestamp,
+    memory: &Memory,
+) -> Option<&'u Upgrade> {
+    upgrade.filter(|u| {
+        let retried_by_plan = plans.iter().any(|p| p.created > u.created);
+        !retried_by_plan
+            && (u.created.is_some_and(|t| t >= since)
+                || memory.awaited.as_deref() == Some(u.name.as_str())
+                || memory.suspended_for.contains(&key_of(u)))
+    })
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! Whether the resident guard is still needed: the offer read again when it is due and the
 //! cluster is quiet, and "no longer needed" said once. The answer is decided in
-//! [`crate::harvester_gate::retirement`]; this is its I/O.
+//! [`crate::plan::retirement::still_needed`]; this is its I/O.
 
 use serde_json::Value;
 use tracing::info;
@@ -8,9 +8,10 @@ use tracing::info;
 use super::{Loop, OFFER_EVERY};
 use crate::cluster::EventKind;
 use crate::error::Error;
-use crate::harvester_gate::{self, View, anything_of_ours};
-use crate::plan::retirement::Retirement;
-use crate::plan::watch_decision::running;
+use crate::plan::ownership::anything_of_ours;
+use crate::plan::retirement::{self, Retirement};
+use crate::plan::upgrade_progress::running;
+use crate::upgrades::{self, View};
 use crate::vocabulary::Objects;
 use crate::warnings::NO_LONGER_NEEDED;
 
@@ -35,15 +36,20 @@ impl Loop<'_> {
             // After the upgrade, the cluster's version and the offer have moved: read again.
             self.offer = None;
         } else if due {
-            let (current, on_offer) = harvester_gate::read_offer(self.cluster, self.cfg).await?;
+            let (current, on_offer) = upgrades::read_offer(self.cluster, self.cfg).await?;
             self.offer = Some((current, on_offer, tokio::time::Instant::now()));
         }
         let (current, on_offer) = match &self.offer {
             Some((c, o, _)) => (c.as_deref(), o.as_slice()),
             None => (None, &[][..]),
         };
-        Ok(Some(harvester_gate::retirement(
-            current, on_offer, view, now,
+        Ok(Some(retirement::still_needed(
+            current,
+            on_offer,
+            view.upgrade.as_ref(),
+            &view.plans,
+            view.plans_served,
+            now,
         )))
     }
 

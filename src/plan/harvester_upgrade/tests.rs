@@ -1,5 +1,7 @@
 use super::*;
+use crate::plan::pre_advice::{PreGate, pre_gate};
 use crate::plan::testing::*;
+use crate::plan::upgrade_progress::cleanup_wait;
 use proptest::prelude::*;
 use serde_json::json;
 
@@ -63,19 +65,19 @@ fn a_cleaned_up_or_unhandled_upgrade_is_not_waited_for() {
     );
     let u = Upgrade::from_json(&done).unwrap();
     assert!(!u.cleanup_pending());
-    assert_eq!(post_must_wait(Some(&u), true), None);
+    assert_eq!(cleanup_wait(Some(&u), true), None);
     let legacy = Upgrade::from_json(&upgrade("v1.7.1", latest_label(), None)).unwrap();
     assert!(!legacy.cleanup_pending());
-    assert_eq!(post_must_wait(Some(&legacy), true), None);
+    assert_eq!(cleanup_wait(Some(&legacy), true), None);
     let running = Upgrade::from_json(&upgrade("v1.7.3", latest_label(), Some("[]"))).unwrap();
     assert!(
-        post_must_wait(Some(&running), true)
+        cleanup_wait(Some(&running), true)
             .unwrap()
             .contains(CLEANUP_LABEL)
     );
     // Nothing of ours to restore: nothing to wait for.
-    assert_eq!(post_must_wait(Some(&running), false), None);
-    assert_eq!(post_must_wait(None, true), None);
+    assert_eq!(cleanup_wait(Some(&running), false), None);
+    assert_eq!(cleanup_wait(None, true), None);
 }
 
 #[test]
@@ -228,7 +230,7 @@ fn the_end_is_the_time_wrangler_writes() {
             cond]});
         Upgrade::from_json(&u).unwrap().ended
     };
-    let t = |s: &str| Some(s.to_string());
+    let t = |s: &str| s.parse().ok();
     assert_eq!(
         with(
             json!({"type": "Completed", "status": "True", "lastUpdateTime": "2026-11-30T11:00:00Z"})
@@ -285,7 +287,7 @@ proptest! {
         let methods = if suspended { Some(json!([])) } else { Some(json!(["LiveMigrate"])) };
         let pending = Handling::of(version) != Handling::None && !cleaned;
         // post waits exactly when the cleanup is pending and there is something of ours.
-        prop_assert_eq!(post_must_wait(Some(&u), ours).is_some(), pending && ours);
+        prop_assert_eq!(cleanup_wait(Some(&u), ours).is_some(), pending && ours);
         // pre writes nothing exactly when Harvester holds the suspension (its backup, or
         // v1.8.0's [] that its cleanup overwrites) and nothing is ours.
         let leave = matches!(pre_gate(Some(&u), ours, &methods, false), PreGate::LeaveToHarvester(_));

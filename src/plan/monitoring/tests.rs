@@ -109,8 +109,13 @@ fn the_policy_holds_until_nodes_prepared_and_accepted_migrations_are_neither() {
 #[test]
 fn the_hold_and_the_retirement_come_from_the_loop() {
     let kv = kubevirt(Some(json!([])), true);
-    let gone = Retirement::NoLongerNeeded("every release suspends itself".into());
-    let needed = Retirement::Needed("v1.7.1 is on offer".into());
+    let gone = Retirement::NoLongerNeeded(crate::plan::retirement::Covered {
+        current: "v1.9.0".into(),
+        next: "v1.9.x and v1.10.x".into(),
+        offer: "none on offer".into(),
+        also: "",
+    });
+    let needed = Retirement::Needed(crate::plan::retirement::Need::OnOffer("v1.7.1".into()));
     let mut s = seen(&kv, None, false);
     s.held_after_failure = true;
     s.retirement = Some(&gone);

@@ -1,4 +1,5 @@
 use super::*;
+use crate::plan::upgrade_progress::state_ended as ended;
 use proptest::prelude::*;
 use serde_json::json;
 
@@ -11,7 +12,7 @@ fn upgrade(version: &str, state: &str) -> Upgrade {
         backup: crate::plan::harvester_upgrade::Backup::None,
         cleaned_up: false,
         deleting: false,
-        created: String::new(),
+        created: None,
         ended: None,
         uid: String::new(),
         nodes_prepared: false,

@@ -12,7 +12,7 @@ fn offer(versions: &[&str]) -> Vec<(String, Handling)> {
 fn answer(current: &str, on_offer: &[&str], methods: Value, addon: bool) -> Retirement {
     let on_offer = offer(on_offer);
     let methods = Some(methods);
-    retirement(&Seen {
+    retirement(&Facts {
         current: Some(current),
         on_offer: &on_offer,
         methods: &methods,
@@ -98,7 +98,7 @@ fn the_addon_installed_needs_it_for_other_methods_only() {
     assert!(r.why().contains("not the methods now ([])"), "{r:?}");
     // Absent methods are not [LiveMigrate]: as pre's advice reads them.
     let on_offer = offer(&[]);
-    let r = retirement(&Seen {
+    let r = retirement(&Facts {
         current: Some("v1.9.0"),
         on_offer: &on_offer,
         methods: &None,
@@ -123,7 +123,7 @@ fn a_release_on_offer_that_needs_it() {
 fn not_while_it_has_work_or_cannot_tell() {
     let on_offer = offer(&[]);
     let methods = Some(default());
-    let seen = Seen {
+    let seen = Facts {
         current: Some("v1.9.0"),
         on_offer: &on_offer,
         methods: &methods,
@@ -132,19 +132,19 @@ fn not_while_it_has_work_or_cannot_tell() {
         under_way: None,
     };
     assert!(retirement(&seen).no_longer_needed());
-    let r = retirement(&Seen { ours: true, ..seen });
+    let r = retirement(&Facts { ours: true, ..seen });
     assert!(r.why().contains("suspension of ours"), "{r:?}");
-    let r = retirement(&Seen {
+    let r = retirement(&Facts {
         under_way: Some("Harvester Upgrade harvester-system/x (to v1.9.1, state UpgradingNodes)"),
         ..seen
     });
     assert!(r.why().ends_with("is under way"), "{r:?}");
-    let r = retirement(&Seen {
+    let r = retirement(&Facts {
         current: None,
         ..seen
     });
     assert!(r.why().contains("server-version"), "{r:?}");
-    let r = retirement(&Seen {
+    let r = retirement(&Facts {
         current: Some("master-abc-head"),
         ..seen
     });

@@ -212,7 +212,7 @@ fn a_suspenders_empty_list_from_before_its_upgrade_is_not_its_suspension() {
         kv
     };
     let mut u = upgrade("v1.8.0", "UpgradingSystemServices", None);
-    u.created = "2026-12-01T11:00:00Z".into();
+    u.created = "2026-12-01T11:00:00Z".parse().ok();
     let c = chart(json!({}), None);
     for (time, foreign) in [
         ("2026-11-30T10:00:00Z", false),
@@ -223,7 +223,7 @@ fn a_suspenders_empty_list_from_before_its_upgrade_is_not_its_suspension() {
         assert_eq!(f.is_some(), foreign, "v1.8.0, written at {time}: {f:?}");
     }
     let mut p = plan_at("ClusterUpgrading");
-    p.created = "2026-12-01T11:00:00Z".into();
+    p.created = "2026-12-01T11:00:00Z".parse().ok();
     for (time, foreign) in [
         ("2026-11-30T10:00:00Z", false),
         ("2026-12-01T11:05:00Z", true),

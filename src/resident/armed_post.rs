@@ -1,0 +1,78 @@
+//! The armed `post` (`ARM=true`): the waiting loop run before `post`'s gate, stopped after one
+//! restore. It reads at its own pace (`ARM_POLL_SECONDS`), watches nothing, and never suspends.
+
+use serde_json::Value;
+use tracing::info;
+
+use super::{Loop, Pass, this_second};
+use crate::context::Run;
+use crate::error::Error;
+use crate::model::Kind;
+use crate::plan::ownership::anything_of_ours;
+use crate::plan::upgrade_progress::record_time;
+use crate::plan::watch_decision::Decision;
+use crate::vocabulary::Objects;
+
+/// The armed `post` (`ARM=true`): before its gate, waits for the next upgrade to begin and end
+/// (cleanup included; held after a failed path-A upgrade), then returns with the objects read
+/// again, for `post` to restore; at once when nothing of ours is left. Past `ARM_WAIT_SECONDS`:
+/// exit 9, nothing written. Not armed: nothing.
+pub async fn armed(run: &mut Run<'_>, objects: &mut Objects) -> Result<(), Error> {
+    let (cfg, cluster) = (run.cfg, run.cluster);
+    let Some(arm) = cfg.arm else {
+        return Ok(());
+    };
+    if !anything_of_ours(objects) {
+        info!("armed post: nothing of ours to restore (a post has run): nothing to wait for");
+        return Ok(());
+    }
+    let read: Vec<&Value> = [&objects.kubevirt, &objects.chart]
+        .into_iter()
+        .flatten()
+        .collect();
+    let since = record_time(&read).unwrap_or_else(this_second);
+    let waits_for = format!(
+        "the next upgrade (a Harvester Upgrade or UpgradePlan created at or after pre's record, \
+         {since}, or one under way) to begin and to end, cleanup included"
+    );
+    if cfg.dry_run {
+        run.noted(vec![format!("armed: would wait for {waits_for}")]);
+        return Ok(());
+    }
+    info!(since = %since, "armed post: waiting for {waits_for}");
+    let mut lp = Loop::new(cfg, cluster, false);
+    let end = tokio::time::Instant::now() + arm.wait;
+    let last = loop {
+        let held_before = lp.memory.held.clone();
+        let Pass {
+            decision,
+            objects: now,
+            ..
+        } = lp.pass().await?;
+        lp.say(&decision, now.kubevirt.as_ref(), &held_before).await;
+        if let Decision::Restore(why) = &decision {
+            for kind in [Kind::KubeVirt, Kind::ManagedChart] {
+                if objects.get(kind).is_some() {
+                    objects.set(kind, now.get(kind).cloned());
+                }
+            }
+            let line = format!("armed: {why}; restoring");
+            info!("{line}");
+            run.noted(vec![line]);
+            cluster.restart_deadline();
+            return Ok(());
+        }
+        let left = end.saturating_duration_since(tokio::time::Instant::now());
+        if left.is_zero() {
+            break decision.line();
+        }
+        cluster.pause(arm.every.min(left), &mut lp.wake).await;
+    };
+    Err(Error::ArmedBound(format!(
+        "armed post: waited {}s (ARM_WAIT_SECONDS) for {waits_for}: {last}; nothing was \
+         written, the suspension stays (turning updates on with no upgrade seen could start \
+         the wave as the upgrade starts). Run post by hand once the upgrade has ended, or arm \
+         again (hack/job.sh arm)",
+        arm.wait.as_secs()
+    )))
+}

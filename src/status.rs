@@ -1,0 +1,247 @@
+//! `PHASE=status`: read-only, through the planner's readers: reads the objects, Harvester's
+//! upgrades and the migrations, builds the [`Report`], prints it, and adds the armed `post`'s Job
+//! and the resident guard's last decision.
+
+use serde_json::Value;
+
+use crate::config::LogFormat;
+use crate::context::Run;
+use crate::error::Error;
+use crate::leftovers_check;
+use crate::model::{Kind, Target};
+use crate::outcome::Done;
+use crate::plan;
+use crate::plan::retirement;
+use crate::report::Report;
+use crate::upgrades;
+use crate::vocabulary::Objects;
+use crate::warnings::{self, Warning};
+
+/// Runs `status`; returns its verdict, for the termination message.
+pub async fn status(run: &mut Run<'_>, out: &mut impl std::io::Write) -> Result<String, Error> {
+    let (cfg, cluster) = (run.cfg, run.cluster);
+    let keys = &cfg.intent.keys;
+    let kubevirt = Target::new(Kind::KubeVirt, &keys.kubevirt);
+    let kv = cluster.get(&kubevirt).await?;
+    let chart = read_chart(run).await?;
+    let migrations = cluster.list_migrations().await?;
+    let view = upgrades::read(cluster, cfg).await?;
+    // Without a name, the default ManagedChart is read too, for what of ours it still carries.
+    let unnamed = match &cfg.unnamed_chart {
+        Some(key) => leftovers_check::peek(run, Target::new(Kind::ManagedChart, key), false).await,
+        None => None,
+    };
+    let mut report = Report::new(
+        &cfg.intent,
+        (&kubevirt, kv.as_ref()),
+        chart
+            .as_ref()
+            .map(|(t, r)| (t, r.as_ref().map(Option::as_ref))),
+        &migrations,
+    )
+    .with_harvester(view.upgrade.clone(), view.offered.clone(), view.coming());
+    if let Some((target, obj)) = &unnamed {
+        report = report.with_unnamed_chart(&cfg.intent, target, obj);
+    }
+    let mut objects = Objects::default();
+    objects.set(Kind::KubeVirt, kv.clone());
+    if let Some((_, Ok(obj))) = &chart {
+        objects.set(Kind::ManagedChart, obj.clone());
+    }
+    judge_upgrades(&mut report, &view, &objects);
+    let chart_version = cfg.chart_version.as_deref();
+    report
+        .warnings
+        .extend(crate::build::mismatch(chart_version));
+    // The report's warnings are the termination message's too.
+    let said = report.warnings.iter().map(|message| Warning {
+        reason: "",
+        message: message.clone(),
+    });
+    run.push(Done {
+        warnings: said.collect(),
+        ..Done::noted(kubevirt.clone(), vec![])
+    });
+    let mut armed = armed_section(run).await;
+    armed.push_str(&resident_section(run).await);
+    armed.push_str(&crate::build::line(chart_version));
+    print(out, cfg.log_format, &report, &armed)?;
+    if kv.is_none() {
+        run.push(Done::missing(cfg.allow_missing, kubevirt, "")?);
+    }
+    // Like the other phases: a ManagedChart that is not there (its CRD is) is a wrong name.
+    if let Some((target, Ok(None))) = chart {
+        run.push(Done::missing(cfg.allow_missing, target, "")?);
+    }
+    Ok(report.verdict)
+}
+
+/// The report on stdout: its JSON, or its text and the sections after it (the build last).
+fn print(
+    out: &mut impl std::io::Write,
+    format: LogFormat,
+    report: &Report,
+    sections: &str,
+) -> Result<(), Error> {
+    match format {
+        LogFormat::Json => writeln!(
+            out,
+            "{}",
+            serde_json::to_string(report).expect("report serializes")
+        ),
+        LogFormat::Text => write!(out, "{report}{sections}"),
+    }
+    .and_then(|()| out.flush())
+    .map_err(|e| Error::Output(e.to_string()))
+}
+
+/// The ManagedChart half, reported as far as it can be: without Fleet its CRD is missing.
+async fn read_chart(run: &Run<'_>) -> Result<Option<ChartRead>, Error> {
+    let Some(key) = &run.cfg.intent.keys.chart else {
+        return Ok(None);
+    };
+    let target = Target::new(Kind::ManagedChart, key);
+    let read = match run.cluster.get(&target).await {
+        Ok(obj) => Ok(obj),
+        Err(e @ Error::NotServed { .. }) => Err(e.to_string()),
+        Err(e) => return Err(e),
+    };
+    Ok(Some((target, read)))
+}
+
+/// The ManagedChart as `status` read it: the object, none, or why its kind is not served.
+type ChartRead = (Target, Result<Option<Value>, String>);
+
+/// What the upgrades say in the report: an upgrade under way unprotected comes first in the
+/// verdict; whether the guard is still needed, where Harvester's upgrades are served
+/// (elsewhere there is no release to go by).
+fn judge_upgrades(report: &mut Report, view: &upgrades::View, objects: &Objects) {
+    let kv = objects.kubevirt.as_ref();
+    if let Some(v) = plan::monitoring::unprotected_verdict(kv, view.upgrade.as_ref()) {
+        report.verdict = v;
+    }
+    report.retirement = view.upgrades_served.then(|| {
+        retirement::still_needed(
+            view.current.as_deref(),
+            &view.on_offer,
+            view.upgrade.as_ref(),
+            &view.plans,
+            view.plans_served,
+            objects,
+        )
+    });
+}
+
+/// `status`: the armed `post`'s Job, if there is one: what it waits for and since
+/// when, for the text report and the termination message's steps.
+async fn armed_section(run: &mut Run<'_>) -> String {
+    let ns = &run.cfg.intent.keys.kubevirt.namespace;
+    let job = run.cluster.job(ns, ARMED_JOB).await;
+    let Some(lines) = armed_lines(job.as_ref()) else {
+        return String::new();
+    };
+    run.noted(vec![lines.join(" ")]);
+    lines.iter().map(|l| format!("{l}\n")).collect()
+}
+
+/// `status`: the resident guard's last decision, from its newest `ResidentGuardDecided` Event on
+/// the KubeVirt CR's namespace (the guard keeps nothing else): what, when, which pod. And its
+/// Warning of an upgrade under way unprotected, or of a hold after a failed upgrade, while that
+/// is its last word: newer than its last decision (a suspension that succeeds, or the upgrade's
+/// end, is a new decision).
+async fn resident_section(run: &mut Run<'_>) -> String {
+    let (ns, cluster) = (&run.cfg.intent.keys.kubevirt.namespace, run.cluster);
+    let Some((time, pod, note)) = cluster.latest_event(ns, warnings::RESIDENT).await else {
+        return String::new();
+    };
+    let mut lines = vec![format!(
+        "resident guard  {pod} last decided at {time}: {note}"
+    )];
+    // A suspension made since (its `Suspended` Event) is a later word too: what was unprotected
+    // is protected now.
+    let suspended = cluster.latest_event(ns, warnings::SUSPENDED).await;
+    let mut last = suspended.map_or(time, |(t, ..)| t.max(time));
+    let mut newer = None;
+    for reason in [
+        warnings::UPGRADE_HELD_BY_POLICY,
+        warnings::UPGRADE_UNPROTECTED,
+        warnings::HELD_AFTER_FAILURE,
+    ] {
+        if let Some((t, _, note)) = cluster.latest_event(ns, reason).await
+            && t > last
+        {
+            last = t;
+            newer = Some((t, reason, note));
+        }
+    }
+    if let Some((t, reason, note)) = newer {
+        lines.push(format!("resident guard  {reason} at {t}: {note}"));
+    }
+    run.noted(lines.clone());
+    lines.iter().map(|l| format!("{l}\n")).collect()
+}
+
+/// The name of the armed `post`'s Job (manifests/post-armed): one at a time.
+pub const ARMED_JOB: &str = "workload-update-guard-post-armed";
+
+/// `status`'s lines on the armed `post`'s Job: running (what it waits for, since when), ended at
+/// its bound (the suspension stays), or ended; `None`: no such Job.
+pub fn armed_lines(job: Option<&Value>) -> Option<Vec<String>> {
+    let job = job?;
+    let text = |ptr: &str| job.pointer(ptr).and_then(Value::as_str).unwrap_or("");
+    let ns = text("/metadata/namespace");
+    let since = text("/metadata/creationTimestamp");
+    let ended = job
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .and_then(|c| {
+            c.iter().find(|c| {
+                c["status"] == "True" && (c["type"] == "Complete" || c["type"] == "Failed")
+            })
+        })
+        .map(|c| {
+            (
+                c["type"].as_str().unwrap_or(""),
+                c["message"].as_str().unwrap_or(""),
+            )
+        });
+    let head = format!("armed post    Job {ns}/{ARMED_JOB}, since {since}");
+    Some(match ended {
+        None => vec![
+            head,
+            "              waits for the next upgrade (a Harvester Upgrade or UpgradePlan created \
+             after pre's record, or one under way) to begin and to end, cleanup included; then \
+             it restores"
+                .to_string(),
+        ],
+        Some(("Complete", _)) => vec![format!("{head}: ended (Complete)")],
+        Some((_, message)) => vec![format!(
+            "{head}: FAILED ({message}); at its bound (exit 9) it leaves the suspension: run post \
+             once the upgrade has ended, or arm again"
+        )],
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn status_names_the_armed_job_and_what_it_waits_for() {
+        assert_eq!(armed_lines(None), None);
+        let mut job = json!({"metadata": {"namespace": "harvester-system", "name": ARMED_JOB,
+                                          "creationTimestamp": "2026-12-01T10:00:00Z"}});
+        let lines = armed_lines(Some(&job)).unwrap();
+        assert!(
+            lines[0].contains(ARMED_JOB) && lines[0].contains("2026-12-01T10:00:00Z"),
+            "{lines:?}"
+        );
+        assert!(lines[1].contains("next upgrade"), "{lines:?}");
+        job["status"] =
+            json!({"conditions": [{"type": "Failed", "status": "True", "message": "exit 9"}]});
+        assert!(armed_lines(Some(&job)).unwrap()[0].contains("FAILED"));
+        job["status"] = json!({"conditions": [{"type": "Complete", "status": "True"}]});
+        assert!(armed_lines(Some(&job)).unwrap()[0].contains("Complete"));
+    }
+}

@@ -1,0 +1,147 @@
+//! What the cluster says of its upgrades, read: Harvester's latest `Upgrade`, the `Version`s on
+//! offer and its own version, the add-on's `UpgradePlan`s, and which of them are served. The
+//! answers (under way, ended, must `post` wait, still needed) are in [`crate::plan`]; this is
+//! their one read, for the gate around a phase, `status` and the waiting loop alike.
+
+use serde_json::Value;
+
+use crate::cluster::Cluster;
+use crate::config::Config;
+use crate::error::Error;
+use crate::model::{Kind, Target};
+use crate::plan::harvester_upgrade::{self, Handling, LATEST_LABEL, Upgrade};
+use crate::plan::pre_advice::Coming;
+use crate::plan::upgrade_progress::{self, PlanView};
+use crate::vocabulary::{Phase, Refusal};
+
+/// What the cluster says of Harvester's upgrades; empty on a cluster without Harvester.
+#[derive(Debug, Clone, Default)]
+pub struct View {
+    pub upgrade: Option<Upgrade>,
+    /// The releases on offer that handle the methods themselves, newest first.
+    pub offered: Vec<(String, Handling)>,
+    /// `post`: the add-on's UpgradePlans (but the one that runs this post, `UPGRADE_PLAN`).
+    pub plans: Vec<PlanView>,
+    /// Every release on offer, newest first (`pre`'s "exactly one release on offer").
+    pub on_offer: Vec<(String, Handling)>,
+    /// Whether Harvester's Upgrades, and the add-on's UpgradePlans, are served (the waiting
+    /// loop watches only what is).
+    pub upgrades_served: bool,
+    pub plans_served: bool,
+    /// Harvester's own version (the `server-version` Setting), where it was read.
+    pub current: Option<String>,
+}
+
+impl View {
+    /// The release the cluster upgrades to, as far as this view knows it: an Upgrade under way,
+    /// else an add-on UpgradePlan under way, else the one release on offer.
+    pub fn coming(&self) -> Coming {
+        let addon = self.plans.iter().find(|p| p.under_way());
+        let addon = addon.map(|p| (p.name.as_str(), p.version.as_str()));
+        Coming::of(self.upgrade.as_ref(), addon, &self.on_offer)
+    }
+}
+
+/// Reads the latest Upgrade and (`pre`, `status`: what the coming upgrade does) the Versions on
+/// offer, in the KubeVirt CR's namespace, where Harvester keeps them. A
+/// resource that is not served is no Harvester: an empty view.
+pub async fn read(cluster: &Cluster, cfg: &Config) -> Result<View, Error> {
+    let ns = &cfg.intent.keys.kubevirt.namespace;
+    let selector = format!("{LATEST_LABEL}=true");
+    // One after the other, on the one pooled connection: at once, the second opens a connection
+    // of its own, and that costs more than the list (a list from the cache takes under 1 ms).
+    let upgrades = cluster
+        .list_harvester(Kind::Upgrade, ns, Some(&selector))
+        .await?;
+    let upgrades_served = upgrades.is_some();
+    let upgrades = upgrades.unwrap_or_default();
+    let versions = match cfg.intent.phase {
+        Phase::Post => Vec::new(),
+        _ => cluster
+            .list_harvester(Kind::Version, ns, None)
+            .await?
+            .unwrap_or_default(),
+    };
+    let upgrade = harvester_upgrade::latest(&upgrades).map_err(|reason| Refusal {
+        target: upgrade_target(cfg, &upgrades),
+        reason,
+    })?;
+    // `status` says whether the guard is still needed, which the cluster's version decides
+    // even with nothing on offer.
+    let current = if !versions.is_empty() || (cfg.intent.phase == Phase::Status && upgrades_served)
+    {
+        cluster.harvester_setting(SERVER_VERSION).await?
+    } else {
+        None
+    };
+    let on_offer = harvester_upgrade::on_offer(&versions, current.as_deref());
+    // `post` waits for the add-on's upgrade, `pre` asks whether it is needed for it; `status`'s
+    // read-only RBAC does not read UpgradePlans, only whether they are served (the add-on is
+    // installed).
+    let (plans, plans_served) = match cfg.intent.phase {
+        Phase::Pre | Phase::Post => {
+            let plans = cluster.list_cluster_scoped(Kind::UpgradePlan).await?;
+            let served = plans.is_some();
+            (plans.unwrap_or_default(), served)
+        }
+        _ => (Vec::new(), cluster.served(Kind::UpgradePlan).await?),
+    };
+    Ok(View {
+        upgrade,
+        offered: on_offer
+            .iter()
+            .filter(|(_, h)| *h != Handling::None)
+            .cloned()
+            .collect(),
+        on_offer,
+        plans: upgrade_progress::plans(&plans, cfg.upgrade_plan.as_deref()),
+        upgrades_served,
+        plans_served,
+        current,
+    })
+}
+
+fn upgrade_target(cfg: &Config, upgrades: &[Value]) -> Target {
+    let name = upgrades
+        .first()
+        .and_then(|u| u.pointer("/metadata/name"))
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    Target::new(
+        Kind::Upgrade,
+        &crate::model::ObjectKey {
+            namespace: cfg.intent.keys.kubevirt.namespace.clone(),
+            name: name.to_string(),
+        },
+    )
+}
+
+/// The offered releases that suspend the methods themselves, in one line (`pre`, `status`).
+pub fn offered_line(view: &View) -> Option<String> {
+    let first = view.offered.first()?;
+    let list: Vec<&str> = view.offered.iter().map(|(v, _)| v.as_str()).collect();
+    Some(format!(
+        "the cluster offers upgrades to {}: Harvester {} {}",
+        list.join(", "),
+        first.0,
+        first.1.describe()
+    ))
+}
+
+/// The resident guard's read of what the cluster can upgrade to next (for [`retirement`]): its
+/// own version and the releases on offer; nothing where Harvester's resources are not served.
+pub async fn read_offer(
+    cluster: &Cluster,
+    cfg: &Config,
+) -> Result<(Option<String>, Vec<(String, Handling)>), Error> {
+    let ns = &cfg.intent.keys.kubevirt.namespace;
+    let Some(versions) = cluster.list_harvester(Kind::Version, ns, None).await? else {
+        return Ok((None, Vec::new()));
+    };
+    let current = cluster.harvester_setting(SERVER_VERSION).await?;
+    let on_offer = harvester_upgrade::on_offer(&versions, current.as_deref());
+    Ok((current, on_offer))
+}
+
+/// Harvester's own version, a cluster-scoped `Setting`.
+const SERVER_VERSION: &str = "server-version";
