@@ -38,6 +38,21 @@ impl Memory {
         self.awaited = None;
         self.held = held;
     }
+
+    /// Once per suspension: the upgrade seen to begin since it was recorded (`since`), or the one
+    /// this process ran `pre` for, and the Upgrade then awaited (its name).
+    fn note_begun(&mut self, upgrade: Option<&Upgrade>, plans: &[PlanView], since: Timestamp) {
+        if self.began.is_some() {
+            return;
+        }
+        self.began = begun(upgrade, plans, since).or_else(|| ran_pre_for(upgrade, plans, self));
+        self.awaited = upgrade
+            .filter(|u| {
+                self.began.is_some()
+                    && (awaited_since(u, since) || self.suspended_for.contains(&key_of(u)))
+            })
+            .map(|u| u.name.clone());
+    }
 }
 
 /// What now.
@@ -212,15 +227,7 @@ pub fn decide(
             (None, true) => Decision::Wait(Wait::Idle),
         };
     }
-    if memory.began.is_none() {
-        memory.began = begun(upgrade, plans, since).or_else(|| ran_pre_for(upgrade, plans, memory));
-        memory.awaited = upgrade
-            .filter(|u| {
-                memory.began.is_some()
-                    && (awaited_since(u, since) || memory.suspended_for.contains(&key_of(u)))
-            })
-            .map(|u| u.name.clone());
-    }
+    memory.note_begun(upgrade, plans, since);
     // The awaited Upgrade failed on a release without its own handling: hold until the retry.
     let awaited = awaited(upgrade, plans, since, memory);
     if let Some(why) = held_after_failure(awaited) {
