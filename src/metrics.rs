@@ -48,6 +48,33 @@ struct BuildLabels {
     chart: String,
 }
 
+/// `acts_total`, each series at 0 from the start.
+fn acts(registry: &mut Registry) -> Family<ActLabels, Counter> {
+    let acts = Family::<ActLabels, Counter>::default();
+    registry.register(
+        "acts",
+        "Runs of pre and post by the resident guard, by result",
+        acts.clone(),
+    );
+    for phase in ["pre", "post"] {
+        for result in ["ok", "error"] {
+            let _ = acts.get_or_create(&ActLabels { phase, result });
+        }
+    }
+    acts
+}
+
+/// `build_info`: the one series, always 1.
+fn build_info(registry: &mut Registry, build: BuildLabels) {
+    let family = Family::<BuildLabels, Gauge>::default();
+    registry.register(
+        "build_info",
+        "The running build: its version and git revision, and the chart's version; always 1",
+        family.clone(),
+    );
+    family.get_or_create(&build).set(1);
+}
+
 /// The registry and the handles the loop sets.
 pub struct Metrics {
     registry: Registry,
@@ -100,30 +127,13 @@ impl Metrics {
             "last_successful_read_timestamp_seconds",
             "Unix time of the last pass that read every object the guard watches",
         );
-        let acts = Family::<ActLabels, Counter>::default();
-        registry.register(
-            "acts",
-            "Runs of pre and post by the resident guard, by result",
-            acts.clone(),
-        );
-        for phase in ["pre", "post"] {
-            for result in ["ok", "error"] {
-                let _ = acts.get_or_create(&ActLabels { phase, result });
-            }
-        }
-        let build = Family::<BuildLabels, Gauge>::default();
-        registry.register(
-            "build_info",
-            "The running build: its version and git revision, and the chart's version; always 1",
-            build.clone(),
-        );
-        build
-            .get_or_create(&BuildLabels {
-                version,
-                revision,
-                chart: chart.to_string(),
-            })
-            .set(1);
+        let acts = acts(&mut registry);
+        let build = BuildLabels {
+            version,
+            revision,
+            chart: chart.to_string(),
+        };
+        build_info(&mut registry, build);
         Metrics {
             registry,
             suspension_in_place,
