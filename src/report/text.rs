@@ -54,6 +54,36 @@ impl Display for Report {
     }
 }
 
+impl KubeVirtReport {
+    /// The owners of the methods field, each with what its claim means for a chart change.
+    fn owners(&self, f: &mut Formatter<'_>) -> Result {
+        let none = if self.methods_owners.is_empty() {
+            "none"
+        } else {
+            ""
+        };
+        row(f, &format!("owners of {METHODS_FIELD}"), none)?;
+        for o in &self.methods_owners {
+            let claim = match (o.blocks_chart_change, o.owner.manager == FIELD_MANAGER) {
+                (false, _) => "",
+                (true, true) => " <- our claim while suspended: post releases it",
+                (true, false) => {
+                    " <- Update claim: a chart (Helm 4) change of the field will conflict with \
+                     it; a pre/post cycle of this guard releases it"
+                }
+            };
+            writeln!(
+                f,
+                "    {} ({}, {}){claim}",
+                o.owner.manager,
+                o.owner.operation,
+                o.owner.time.as_deref().unwrap_or("-")
+            )?;
+        }
+        Ok(())
+    }
+}
+
 impl Display for KubeVirtReport {
     fn fmt(&self, f: &mut Formatter<'_>) -> Result {
         let k = self;
@@ -97,29 +127,7 @@ impl Display for KubeVirtReport {
                 None => "-".into(),
             };
             row(f, "outdated VMI workloads", held)?;
-            let none = if k.methods_owners.is_empty() {
-                "none"
-            } else {
-                ""
-            };
-            row(f, &format!("owners of {METHODS_FIELD}"), none)?;
-            for o in &k.methods_owners {
-                let claim = match (o.blocks_chart_change, o.owner.manager == FIELD_MANAGER) {
-                    (false, _) => "",
-                    (true, true) => " <- our claim while suspended: post releases it",
-                    (true, false) => {
-                        " <- Update claim: a chart (Helm 4) change of the field will conflict with \
-                         it; a pre/post cycle of this guard releases it"
-                    }
-                };
-                writeln!(
-                    f,
-                    "    {} ({}, {}){claim}",
-                    o.owner.manager,
-                    o.owner.operation,
-                    o.owner.time.as_deref().unwrap_or("-")
-                )?;
-            }
+            k.owners(f)?;
             for p in &k.problems {
                 row(f, "PROBLEM", p)?;
             }
