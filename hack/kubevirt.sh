@@ -105,7 +105,9 @@ run() {
   # Its namespace comes from the ServiceAccount file only (client-go util.GetNamespace, else
   # "kubevirt"): a private mount namespace with a tmpfs on /run gives it one, the host untouched.
   # Loopback only: it talks to the API server of KUBECONFIG, serves its metrics and health on
-  # 127.0.0.1 (ports picked free by the caller's range) and elects itself leader on a Lease.
+  # 127.0.0.1 (ports picked free by the caller's range) and elects itself leader on a Lease: short
+  # enough that the rollout's new process takes over within seconds, with a renew deadline that a
+  # loaded machine meets (1.5 s was lost once while three versions' suites ran side by side).
   local port
   port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
   # shellcheck disable=SC2016 # expanded by the inner shell
@@ -117,7 +119,7 @@ run() {
     exec "$@"' sh "$ns" "$bin" --kubeconfig "$kubeconfig" --launcher-image "$image" \
     --listen 127.0.0.1 --port "$port" \
     --prom-cert-file "$dir/tls.crt" --prom-key-file "$dir/tls.key" \
-    --leader-elect-lease-duration 2s --leader-elect-renew-deadline 1500ms --leader-elect-retry-period 500ms \
+    --leader-elect-lease-duration 6s --leader-elect-renew-deadline 5s --leader-elect-retry-period 1s \
     > "$dir/virt-controller.log" 2>&1 < /dev/null &
   echo $! > "$dir/virt-controller.pid"
   if [[ -n "${KV_OWNER_PID:-}" ]]; then
