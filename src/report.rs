@@ -288,27 +288,9 @@ impl Report {
         let ours = values_ours || self.kubevirt.saved_original.is_some();
         let cleanup_writes = upgrade.as_ref().map(|u| u.cleanup_writes(values.as_ref()));
         if let Some(u) = upgrade.as_ref().filter(|u| u.cleanup_pending()) {
-            if values_ours && u.backup == Backup::Value(serde_json::json!([])) {
-                self.warnings.push(format!(
-                    "{} backed up pre's [] as the original: its cleanup writes [] back into the \
-                     values. Run post after that cleanup (post waits for it), or updates stay off",
-                    u.describe()
-                ));
-            } else if !ours && u.backup != Backup::None {
-                self.warnings.push(format!(
-                    "{} suspended the updates itself (backup {}); its cleanup {}",
-                    u.describe(),
-                    u.backup.describe(),
-                    cleanup_writes
-                        .as_ref()
-                        .map_or(String::new(), CleanupWrite::describe)
-                ));
-            } else if ours {
-                self.warnings.push(format!(
-                    "{} has not finished its cleanup: post waits for it",
-                    u.describe()
-                ));
-            }
+            let writes = cleanup_writes.as_ref();
+            self.warnings
+                .extend(cleanup_pending_warning(u, values_ours, ours, writes));
         }
         // After a failed path-A Upgrade the waiting post holds (`upgrade_progress`): said here too.
         if ours && let Some(held) = upgrade_progress::held_after_failure(upgrade.as_ref()) {
@@ -330,6 +312,37 @@ impl Report {
             pre_needed,
         });
         self
+    }
+}
+
+/// What `status` says of an Upgrade whose cleanup is pending: Harvester backed up `pre`'s `[]`
+/// (its cleanup writes it back), it suspended the updates itself, or `post` waits for it.
+fn cleanup_pending_warning(
+    u: &Upgrade,
+    values_ours: bool,
+    ours: bool,
+    cleanup_writes: Option<&CleanupWrite>,
+) -> Option<String> {
+    if values_ours && u.backup == Backup::Value(serde_json::json!([])) {
+        Some(format!(
+            "{} backed up pre's [] as the original: its cleanup writes [] back into the values. \
+             Run post after that cleanup (post waits for it), or updates stay off",
+            u.describe()
+        ))
+    } else if !ours && u.backup != Backup::None {
+        Some(format!(
+            "{} suspended the updates itself (backup {}); its cleanup {}",
+            u.describe(),
+            u.backup.describe(),
+            cleanup_writes.map_or(String::new(), CleanupWrite::describe)
+        ))
+    } else {
+        ours.then(|| {
+            format!(
+                "{} has not finished its cleanup: post waits for it",
+                u.describe()
+            )
+        })
     }
 }
 
