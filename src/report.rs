@@ -68,31 +68,7 @@ impl Report {
         let will_restore = restore
             .filter(|_| suspended || source == Some(Source::BlindRestore))
             .and_then(|r| r.methods.clone());
-        // Problems are shown once, under their object, and the verdict names the first; a
-        // ManagedChart that could not be read is a warning.
-        let mut warnings: Vec<String> = chart
-            .iter()
-            .filter(|c| !c.found)
-            .flat_map(|c| c.problems.iter().cloned())
-            .collect();
-        warnings.extend(kv.map(update_claim_warnings).unwrap_or_default());
-        if let Some(r) = restore.filter(|r| r.source == Source::LaterChoice) {
-            warnings.push(r.reason.clone());
-        }
-        if let Some(c) = chart.as_ref().filter(|c| c.found) {
-            if c.paused {
-                warnings.push(format!(
-                    "{} is paused: Fleet deploys nothing until it is unpaused",
-                    c.object
-                ));
-            } else if let Some(f) = c.fleet.as_ref().filter(|f| !f.current_spec_applied) {
-                warnings.push(format!(
-                    "Fleet has not applied {}'s current spec ({}): Harvester refuses to start an \
-                     upgrade until it is Ready",
-                    c.object, f.said
-                ));
-            }
-        }
+        let warnings = warnings(chart.as_ref(), kv, restore);
         let refused = refusal(&k, chart.as_ref());
         let verdict = match &refused {
             Some(refused) => refused.clone(),
@@ -113,24 +89,30 @@ impl Report {
         if let (None, Some((target, Ok(Some(obj))))) = (&refused, chart_read) {
             report.account_for(target, &chart_ours(obj, &intent.keys.kubevirt), true);
         }
-        // A post stopped between its restore and its release: the fields are restored, but
-        // given back to nobody yet.
+        if refused.is_none() {
+            report.owners_pending(kubevirt, kv);
+        }
+        report
+    }
+
+    /// A post stopped between its restore and its release: the fields are restored, but given
+    /// back to nobody yet.
+    fn owners_pending(&mut self, kubevirt: &Target, kv: Option<&Value>) {
         let pending = kv.is_some_and(|o| {
             o.pointer("/metadata/annotations")
                 .and_then(|a| a.get(OWNERS_TO_RETURN))
                 .is_some()
         });
-        if refused.is_none() && pending && !report.suspended {
-            report.warnings.push(format!(
+        if pending && !self.suspended {
+            self.warnings.push(format!(
                 "{kubevirt} still has the owners a stopped post has to give back ({OWNERS_TO_RETURN})"
             ));
-            report.verdict = format!(
+            self.verdict = format!(
                 "{}; but post stopped before giving the methods back to their owners: run post \
                  again to finish (hack/job.sh run post)",
-                report.verdict
+                self.verdict
             );
         }
-        report
     }
 
     /// With `MANAGEDCHART_NAME` empty: the default ManagedChart as read, for what of ours it
@@ -313,6 +295,40 @@ impl Report {
         });
         self
     }
+}
+
+/// The report's warnings: problems are shown once, under their object, and the verdict names
+/// the first; a ManagedChart that could not be read, a stale claim, a later choice, a paused or
+/// unapplied ManagedChart are warnings.
+fn warnings(
+    chart: Option<&ChartReport>,
+    kv: Option<&Value>,
+    restore: Option<&RestoreReport>,
+) -> Vec<String> {
+    let mut warnings: Vec<String> = chart
+        .iter()
+        .filter(|c| !c.found)
+        .flat_map(|c| c.problems.iter().cloned())
+        .collect();
+    warnings.extend(kv.map(update_claim_warnings).unwrap_or_default());
+    if let Some(r) = restore.filter(|r| r.source == Source::LaterChoice) {
+        warnings.push(r.reason.clone());
+    }
+    if let Some(c) = chart.filter(|c| c.found) {
+        if c.paused {
+            warnings.push(format!(
+                "{} is paused: Fleet deploys nothing until it is unpaused",
+                c.object
+            ));
+        } else if let Some(f) = c.fleet.as_ref().filter(|f| !f.current_spec_applied) {
+            warnings.push(format!(
+                "Fleet has not applied {}'s current spec ({}): Harvester refuses to start an \
+                 upgrade until it is Ready",
+                c.object, f.said
+            ));
+        }
+    }
+    warnings
 }
 
 /// What `status` says of an Upgrade whose cleanup is pending: Harvester backed up `pre`'s `[]`
