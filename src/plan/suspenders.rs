@@ -90,51 +90,11 @@ pub fn foreign_suspension(
     if !is_suspended(&methods(kubevirt)?) || kubevirt_record(kubevirt)?.is_some() {
         return Ok(None);
     }
-    let updaters: Vec<_> = owners(kubevirt, METHODS_PATH)
-        .into_iter()
-        .filter(|o| o.blocks_apply())
-        .collect();
-    // A suspender's write is one made since its upgrade was created (the managedFields entry's
-    // time is its last write): the same manager's `[]` from before (an administrator's `kubectl
-    // patch`, an earlier plan's) is nobody's suspension of this upgrade.
-    let wrote = |names: &[&str], since: Option<jiff::Timestamp>| {
-        updaters.iter().any(|o| {
-            let at = super::harvester_upgrade::time(o.time.as_deref());
-            names.contains(&o.manager.as_str()) && at.zip(since).is_none_or(|(t, s)| t >= s)
-        })
-    };
     let values = match chart {
         Some(c) => lookup(c, VALUES_PATH)?.cloned(),
         None => None,
     };
-    let running = upgrade.filter(|u| u.cleanup_pending() && !u.deleting);
-    let (suspender, from, value) = if let Some(u) = running
-        .filter(|u| u.handling() == Handling::BackupAndRestore && values == Some(json!([])))
-        .filter(|u| u.backup != Backup::None)
-    {
-        let value = match &u.backup {
-            Backup::Value(v) => v.clone(),
-            _ => chart_default(),
-        };
-        (u.describe(), OriginalFrom::HarvesterBackup, value)
-    } else if let Some(p) = plans
-        .iter()
-        .find(|p| p.under_way() && past_initialized(&p.phase))
-        .filter(|p| wrote(&[ADDON_MANAGER], p.created))
-    {
-        let (from, value) = rendered(values);
-        (
-            format!("the upgrade add-on's {}", p.describe()),
-            from,
-            value,
-        )
-    } else if let Some(u) = running
-        .filter(|u| u.handling() == Handling::PatchAndHardCodedRestore)
-        .filter(|u| wrote(V180_MANAGERS, u.created))
-    {
-        let (from, value) = rendered(values);
-        (u.describe(), from, value)
-    } else {
+    let Some((suspender, from, value)) = suspender(kubevirt, values, upgrade, plans) else {
         return Ok(None);
     };
     // An override of `[]` renders `[]`: then the CR's `[]` is the administrator's choice too.
@@ -154,6 +114,59 @@ pub fn foreign_suspension(
             owners,
         },
     }))
+}
+
+/// Who suspended (in words), where the original comes from and what it is: Harvester's backup
+/// (v1.7.2+), the add-on's plan, or v1.8.0's patch, each only by its own write.
+fn suspender(
+    kubevirt: &Value,
+    values: Option<Value>,
+    upgrade: Option<&Upgrade>,
+    plans: &[PlanView],
+) -> Option<(String, OriginalFrom, Value)> {
+    let updaters: Vec<_> = owners(kubevirt, METHODS_PATH)
+        .into_iter()
+        .filter(|o| o.blocks_apply())
+        .collect();
+    // A suspender's write is one made since its upgrade was created (the managedFields entry's
+    // time is its last write): the same manager's `[]` from before (an administrator's `kubectl
+    // patch`, an earlier plan's) is nobody's suspension of this upgrade.
+    let wrote = |names: &[&str], since: Option<jiff::Timestamp>| {
+        updaters.iter().any(|o| {
+            let at = super::harvester_upgrade::time(o.time.as_deref());
+            names.contains(&o.manager.as_str()) && at.zip(since).is_none_or(|(t, s)| t >= s)
+        })
+    };
+    let running = upgrade.filter(|u| u.cleanup_pending() && !u.deleting);
+    if let Some(u) = running
+        .filter(|u| u.handling() == Handling::BackupAndRestore && values == Some(json!([])))
+        .filter(|u| u.backup != Backup::None)
+    {
+        let value = match &u.backup {
+            Backup::Value(v) => v.clone(),
+            _ => chart_default(),
+        };
+        Some((u.describe(), OriginalFrom::HarvesterBackup, value))
+    } else if let Some(p) = plans
+        .iter()
+        .find(|p| p.under_way() && past_initialized(&p.phase))
+        .filter(|p| wrote(&[ADDON_MANAGER], p.created))
+    {
+        let (from, value) = rendered(values);
+        Some((
+            format!("the upgrade add-on's {}", p.describe()),
+            from,
+            value,
+        ))
+    } else if let Some(u) = running
+        .filter(|u| u.handling() == Handling::PatchAndHardCodedRestore)
+        .filter(|u| wrote(V180_MANAGERS, u.created))
+    {
+        let (from, value) = rendered(values);
+        Some((u.describe(), from, value))
+    } else {
+        None
+    }
 }
 
 /// What Fleet renders from the values: the override, else the chart's default.
