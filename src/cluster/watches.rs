@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::StreamExt;
+use futures::stream::BoxStream;
 use kube::Api;
 use kube::api::DynamicObject;
 use kube::runtime::{WatchStreamExt, watcher};
@@ -75,54 +76,65 @@ impl Cluster {
         let (flag, erring) = (alive.clone(), failing.clone());
         let task = tokio::spawn(async move {
             let backoff = watcher::ExponentialBackoff::from(super::retry::backoff());
-            let mut events = watcher(api, config).backoff(backoff).boxed();
-            // An empty first list repeats what the loop read just before it started the watch:
-            // no wake (a quiet cluster costs no extra read). A first list with objects may hold
-            // one made between that read and the list (an Upgrade created as the guard starts),
-            // and a later list (after an error, or the server's 410) what the watch missed: a
-            // wake, once the list is complete.
-            let (mut listed, mut seen) = (false, false);
-            while let Some(event) = events.next().await {
-                // The first error after a success wakes the loop once, which then reads often
-                // until this watch is replaced (see the module's comment). `Init` comes before
-                // the list is asked for: it says nothing of the server.
-                match &event {
-                    Err(_) if !erring.swap(true, Ordering::Relaxed) => {
-                        let _ = wake.try_send(());
-                    }
-                    Ok(watcher::Event::Init) | Err(_) => {}
-                    Ok(_) => erring.store(false, Ordering::Relaxed),
-                }
-                match event {
-                    Ok(watcher::Event::Init) => {}
-                    Ok(watcher::Event::InitApply(_)) => seen = true,
-                    Ok(watcher::Event::InitDone) if !listed => {
-                        listed = true;
-                        if seen {
-                            let _ = wake.try_send(());
-                        }
-                    }
-                    Ok(_) => {
-                        let _ = wake.try_send(());
-                    }
-                    Err(
-                        watcher::Error::InitialListFailed(kube::Error::Api(s))
-                        | watcher::Error::WatchStartFailed(kube::Error::Api(s)),
-                    ) if s.code == 403 || s.code == 404 => {
-                        warn!(kind = ?kind, code = s.code, "watch ended: {}; read periodically instead", s.message);
-                        break;
-                    }
-                    Err(e) => {
-                        debug!(kind = ?kind, error = %e, "watch error; it backs off and resumes")
-                    }
-                }
-            }
+            let events = watcher(api, config).backoff(backoff).boxed();
+            wake_on_events(events, kind, wake, erring).await;
             flag.store(false, Ordering::Relaxed);
         });
         Watcher {
             alive,
             failing,
             task,
+        }
+    }
+}
+
+/// Wakes the loop on what a watch says (see the module's comment); ends when the watch is
+/// refused for good (403, 404: the loop then reads periodically).
+async fn wake_on_events(
+    mut events: BoxStream<'static, watcher::Result<watcher::Event<DynamicObject>>>,
+    kind: Kind,
+    wake: mpsc::Sender<()>,
+    erring: Arc<AtomicBool>,
+) {
+    // An empty first list repeats what the loop read just before it started the watch:
+    // no wake (a quiet cluster costs no extra read). A first list with objects may hold
+    // one made between that read and the list (an Upgrade created as the guard starts),
+    // and a later list (after an error, or the server's 410) what the watch missed: a
+    // wake, once the list is complete.
+    let (mut listed, mut seen) = (false, false);
+    while let Some(event) = events.next().await {
+        // The first error after a success wakes the loop once, which then reads often
+        // until this watch is replaced (see the module's comment). `Init` comes before
+        // the list is asked for: it says nothing of the server.
+        match &event {
+            Err(_) if !erring.swap(true, Ordering::Relaxed) => {
+                let _ = wake.try_send(());
+            }
+            Ok(watcher::Event::Init) | Err(_) => {}
+            Ok(_) => erring.store(false, Ordering::Relaxed),
+        }
+        match event {
+            Ok(watcher::Event::Init) => {}
+            Ok(watcher::Event::InitApply(_)) => seen = true,
+            Ok(watcher::Event::InitDone) if !listed => {
+                listed = true;
+                if seen {
+                    let _ = wake.try_send(());
+                }
+            }
+            Ok(_) => {
+                let _ = wake.try_send(());
+            }
+            Err(
+                watcher::Error::InitialListFailed(kube::Error::Api(s))
+                | watcher::Error::WatchStartFailed(kube::Error::Api(s)),
+            ) if s.code == 403 || s.code == 404 => {
+                warn!(kind = ?kind, code = s.code, "watch ended: {}; read periodically instead", s.message);
+                break;
+            }
+            Err(e) => {
+                debug!(kind = ?kind, error = %e, "watch error; it backs off and resumes")
+            }
         }
     }
 }
