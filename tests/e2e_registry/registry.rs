@@ -83,7 +83,14 @@ impl RegistryUp {
 }
 
 impl Drop for RegistryUp {
+    /// The registry stopped, and what the node pulled from it forgotten: the next test counts on
+    /// pulling it. (Not while the test panics: a second panic would abort the binary.)
     fn drop(&mut self) {
+        for host in ["REGISTRY", "MIRROR"] {
+            if !std::thread::panicking() {
+                forget_on_node(&format!("{}/wug/workload-update-guard", self.0[host]));
+            }
+        }
         let _ = Command::new("bash")
             .arg(repo_root().join("hack/node.sh"))
             .arg("registry-down")
@@ -95,17 +102,25 @@ impl Drop for RegistryUp {
 /// Removes every reference of the node's containerd to `repo` (tag and digest), as the kubelet's
 /// image GC does for an image no pod uses; the imported images stay.
 pub fn remove_from_node(repo: &str) {
+    assert!(forget_on_node(repo) > 0, "{repo} was not on the node");
+    let after = node().script("ctr", &["images", "ls", "-q"]);
+    assert!(!after.contains(repo), "{after}");
+}
+
+/// Removes the node's references to `repo`, if any (how many): what a test pulled is not on the
+/// node for the next one, which may count on pulling it.
+pub fn forget_on_node(repo: &str) -> usize {
     let list = node().script("ctr", &["images", "ls", "-q"]);
     let refs: Vec<&str> = list
         .lines()
         .filter(|r| r.starts_with(&format!("{repo}:")) || r.starts_with(&format!("{repo}@")))
         .collect();
-    assert!(!refs.is_empty(), "{repo} is on the node: {list}");
-    let mut args = vec!["images", "rm"];
-    args.extend(refs);
-    node().script("ctr", &args);
-    let after = node().script("ctr", &["images", "ls", "-q"]);
-    assert!(!after.contains(repo), "{after}");
+    if !refs.is_empty() {
+        let mut args = vec!["images", "rm"];
+        args.extend(&refs);
+        node().script("ctr", &args);
+    }
+    refs.len()
 }
 
 /// The kubelet's `Pulled` event of the Job's pod: "Successfully pulled image ..." or "Container
