@@ -62,10 +62,10 @@ pub async fn status(run: &mut Run<'_>, out: &mut impl std::io::Write) -> Result<
         warnings: said.collect(),
         ..Done::noted(kubevirt.clone(), vec![])
     });
-    let mut armed = armed_section(run).await;
-    armed.push_str(&resident_section(run).await);
-    armed.push_str(&crate::build::line(chart_version));
-    print(out, cfg.log_format, &report, &armed)?;
+    let mut sections = armed_section(run).await;
+    sections.push_str(&resident_section(run).await);
+    sections.push_str(&crate::build::line(chart_version));
+    print(out, cfg.log_format, &report, &sections)?;
     if kv.is_none() {
         run.push(Done::missing(cfg.allow_missing, kubevirt, "")?);
     }

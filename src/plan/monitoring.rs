@@ -54,18 +54,17 @@ fn updates_on(kubevirt: &Value) -> bool {
 }
 
 /// The Upgrade under way that needs the guard (its release does nothing to the methods
-/// itself, v1.7.1 and earlier) while the CR's updates are on, and whether the operator accepted
-/// its migrations ([`ALLOW_UNPROTECTED`]).
-fn updates_on_during<'a>(seen: &Seen<'a>) -> Option<(&'a Upgrade, bool)> {
+/// itself, v1.7.1 and earlier) while the CR's updates are on; its `allow_unprotected` says
+/// whether the operator accepted its migrations ([`ALLOW_UNPROTECTED`]).
+fn updates_on_during<'a>(seen: &Seen<'a>) -> Option<&'a Upgrade> {
     let kubevirt = seen.kubevirt?;
     seen.upgrade
         .filter(|u| upgrade_under_way(u) && u.handling() == Handling::None && updates_on(kubevirt))
-        .map(|u| (u, u.allow_unprotected))
 }
 
 /// That Upgrade, unless its migrations are accepted: what the guard warns of.
 fn unprotected<'a>(seen: &Seen<'a>) -> Option<&'a Upgrade> {
-    updates_on_during(seen).and_then(|(u, accepted)| (!accepted).then_some(u))
+    updates_on_during(seen).filter(|u| !u.allow_unprotected)
 }
 
 /// Whether the admission policy holds an unprotected `u`: installed, not yet past
@@ -104,13 +103,13 @@ pub fn unprotected_verdict(kubevirt: Option<&Value>, upgrade: Option<&Upgrade>) 
         held_after_failure: false,
         retirement: None,
     };
-    let (u, accepted) = updates_on_during(&seen)?;
+    let u = updates_on_during(&seen)?;
     let now = describe(&kubevirt?.pointer(METHODS_POINTER).cloned());
     let upgrade = format!(
         "Harvester Upgrade {} to {} is under way and KubeVirt's automated workload updates are still on ({now})",
         u.name, u.version
     );
-    Some(if accepted {
+    Some(if u.allow_unprotected {
         format!(
             "MIGRATIONS ACCEPTED: {upgrade}; it carries {ALLOW_UNPROTECTED}=true: the admission policy lets it pass and the guard does not suspend for it; once KubeVirt is upgraded its workload updater migrates the VMs while the nodes drain"
         )
