@@ -57,6 +57,8 @@ die() { echo "control-plane: ERROR: $*" >&2; exit 1; }
 KUBE_VERSION="${KUBE_VERSION:-$DEFAULT_KUBE_VERSION}"
 # shellcheck source=hack/lib/cache.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/cache.sh"
+# shellcheck source=hack/lib/process.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/process.sh"
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CRD_DIR="$REPO_ROOT/tests/fixtures/crds"
 SERVICE_CIDR=10.96.0.0/16 SERVICE_IP=10.96.0.1
@@ -355,24 +357,6 @@ up() {
   fi
   log "$KUBE_VERSION ready in $((ready_ms - start_ms)) ms (CRDs established after $(( $(date +%s%3N) - start_ms )) ms): $dir"
   echo "$dir"
-}
-
-alive() { # alive PID: running (a zombie is not: it waits only for its parent to reap it)
-  local state
-  state="$(sed -n 's/^State:[[:space:]]*\(.\).*/\1/p' "/proc/$1/status" 2>/dev/null)"
-  [[ -n "$state" && "$state" != Z ]]
-}
-
-stop_pid() { # stop_pid PIDFILE: SIGTERM, then SIGKILL after 10 s
-  local f="$1" pid
-  [[ -f "$f" ]] || return 0
-  pid=$(cat "$f")
-  if alive "$pid"; then
-    kill "$pid" 2>/dev/null || true
-    for _ in $(seq 50); do alive "$pid" || break; sleep 0.2; done
-    kill -9 "$pid" 2>/dev/null || true
-  fi
-  rm -f "$f"
 }
 
 down() {

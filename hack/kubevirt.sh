@@ -30,6 +30,8 @@ SUPPORTED="v1.6.0 v1.7.0 v1.8.3 v1.4.0"
 KUBEVIRT_VERSION="${KUBEVIRT_VERSION:-v1.6.0}"
 # shellcheck source=hack/lib/cache.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/cache.sh"
+# shellcheck source=hack/lib/process.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/process.sh"
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0 GOWORK=off
 
@@ -130,15 +132,7 @@ run() {
   fi
 }
 
-stop() {
-  local dir="$1" pid
-  [[ -f "$dir/virt-controller.pid" ]] || return 0
-  pid="$(cat "$dir/virt-controller.pid")"
-  kill "$pid" 2>/dev/null || true
-  for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  kill -9 "$pid" 2>/dev/null || true
-  rm -f "$dir/virt-controller.pid"
-}
+stop() { stop_pid "$1/virt-controller.pid"; }
 
 case "${1:-}" in
   build)

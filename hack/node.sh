@@ -49,6 +49,8 @@ log() { echo "node: $*" >&2; }
 die() { echo "node: ERROR: $*" >&2; exit 1; }
 # shellcheck source=hack/lib/cache.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/cache.sh"
+# shellcheck source=hack/lib/process.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/process.sh"
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SERVICE_IP=10.96.0.1
@@ -454,21 +456,6 @@ cgroup_pids() { # the processes in the node's cgroups (the pods' containers)
   while read -r c; do
     [[ -d "$c" ]] && find "$c" -name cgroup.procs -exec cat {} + 2>/dev/null
   done < <(cgroup_dirs "$1") | sort -u
-}
-
-alive() { # alive PID: running (a zombie is not: it waits only for its parent to reap it)
-  local state
-  state="$(sed -n 's/^State:[[:space:]]*\(.\).*/\1/p' "/proc/$1/status" 2>/dev/null)"
-  [[ -n "$state" && "$state" != Z ]]
-}
-
-kill_pid() { # kill_pid PIDFILE: SIGKILL, and wait until it is gone
-  local f="$1" pid
-  [[ -f "$f" ]] || return 0
-  pid=$(cat "$f")
-  kill -9 "$pid" 2>/dev/null || true
-  for _ in $(seq 50); do alive "$pid" || break; sleep 0.1; done
-  rm -f "$f"
 }
 
 down() {

@@ -24,6 +24,8 @@ REGISTRY_VERSION="${REGISTRY_VERSION:-v3.1.2}"
 MODULE=github.com/distribution/distribution/v3
 # shellcheck source=hack/lib/cache.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/cache.sh"
+# shellcheck source=hack/lib/process.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/process.sh"
 BIN="$CACHE_ROOT/registry-$REGISTRY_VERSION/bin/registry"
 
 log() { echo "registry: $*" >&2; }
@@ -119,15 +121,7 @@ YAML
   echo "$dir"
 }
 
-stop() { # stop DIR: the registry, by its PID; DIR stays (its blobs and certificates)
-  local pid
-  [[ -f "$1/registry.pid" ]] || return 0
-  pid="$(cat "$1/registry.pid")"
-  kill "$pid" 2>/dev/null || true
-  for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  kill -9 "$pid" 2>/dev/null || true
-  rm -f "$1/registry.pid"
-}
+stop() { stop_pid "$1/registry.pid"; } # stop DIR: the registry; DIR stays (its blobs, certificates)
 
 down() {
   local dir="${1:?usage: down DIR}"
