@@ -58,6 +58,14 @@ fn job_condition(job: &Value, t: &str) -> bool {
         .any(|c| c["type"] == t && c["status"] == "True")
 }
 
+/// The armed Job, asserted not failed and with no failure counted (an eviction is Ignored).
+fn armed_job_not_failed(context: &str) {
+    let job = get_json(&["-n", NS, "job", ARMED]);
+    assert!(!job_condition(&job, "Failed"), "not failed: {job:#}");
+    let failed = job["status"].get("failed").and_then(Value::as_i64);
+    assert_eq!(failed.unwrap_or(0), 0, "{context}: {job:#}");
+}
+
 /// pre, the armed post, its pod evicted by `kubectl drain` during the upgrade (Ignored), a new
 /// pod after the uncordon, the Upgrade through its states to Succeeded: the methods restored
 /// within 10 s of Succeeded and not before, the Job Complete.
@@ -109,16 +117,9 @@ fn armed_post_survives_a_drain_and_restores_after_the_upgrade() {
         first.1
     );
     let evicted = get_json(&["-n", NS, "pods", "-l", &format!("job-name={ARMED}")]);
-    let job = get_json(&["-n", NS, "job", ARMED]);
-    assert!(!job_condition(&job, "Failed"), "not failed: {job:#}");
-    assert_eq!(
-        job["status"]
-            .get("failed")
-            .and_then(Value::as_i64)
-            .unwrap_or(0),
-        0,
-        "the eviction is not counted (Ignore): {job:#}\npods: {evicted:#}"
-    );
+    armed_job_not_failed(&format!(
+        "the eviction is not counted (Ignore); pods: {evicted:#}"
+    ));
     k(&["uncordon", NODE_NAME]);
     let uncordoned = Instant::now();
     let mut second = (String::new(), String::new());
@@ -129,16 +130,7 @@ fn armed_post_survives_a_drain_and_restores_after_the_upgrade() {
             .is_some()
     });
     let new_pod = uncordoned.elapsed();
-    let job = get_json(&["-n", NS, "job", ARMED]);
-    assert!(!job_condition(&job, "Failed"), "{job:#}");
-    assert_eq!(
-        job["status"]
-            .get("failed")
-            .and_then(Value::as_i64)
-            .unwrap_or(0),
-        0,
-        "{job:#}"
-    );
+    armed_job_not_failed("after the new pod");
 
     // 4. The upgrade goes on: nothing restored before its end.
     for state in ["UpgradingSystemServices", "UpgradingNodes"] {
@@ -168,15 +160,7 @@ fn armed_post_survives_a_drain_and_restores_after_the_upgrade() {
     let outcome = wait_job(ARMED, Duration::from_secs(60));
     let complete = succeeded.elapsed();
     assert_eq!(outcome.condition, "Complete", "{outcome:?}");
-    let job = get_json(&["-n", NS, "job", ARMED]);
-    assert_eq!(
-        job["status"]
-            .get("failed")
-            .and_then(Value::as_i64)
-            .unwrap_or(0),
-        0,
-        "{job:#}"
-    );
+    armed_job_not_failed("complete");
     let pods = pods_of(ARMED);
     let last = pods.last().unwrap();
     assert_eq!(last["metadata"]["uid"], second.0.as_str());

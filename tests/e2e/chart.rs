@@ -128,6 +128,11 @@ impl Helm {
         run
     }
 
+    /// `helm ARGS -n NS --wait --timeout 120s`: a release command that waits for what it changes.
+    pub(crate) fn waiting(&self, args: &[&str]) -> HelmRun {
+        self.run(&[args, &["-n", NS, "--wait", "--timeout", "120s"]].concat())
+    }
+
     /// The release's status as `helm status` shows it (`deployed`, `uninstalling`), if there is
     /// one.
     fn status(&self) -> Option<String> {
@@ -348,19 +353,14 @@ fn chart_from_an_http_repository_guards_an_upgrade_through_a_drain_and_uninstall
     let values = node().dir.join("chart-values.yaml");
     // The Addon's valuesContent (manifests/addon): the image the node has.
     std::fs::write(&values, "image:\n  repository: workload-update-guard\n").unwrap();
-    let install = helm.ok(&[
+    let install = helm.waiting(&[
         "install",
         RELEASE,
         &format!("{RELEASE}/{RELEASE}"),
         "--version",
         version,
-        "-n",
-        NS,
         "--values",
         values.to_str().unwrap(),
-        "--wait",
-        "--timeout",
-        "120s",
     ]);
     assert!(install.out.contains("STATUS: deployed"), "{install:?}");
     assert!(
@@ -456,15 +456,7 @@ fn chart_from_an_http_repository_guards_an_upgrade_through_a_drain_and_uninstall
     // 6. helm uninstall during the next upgrade: refused at once, saying why; nothing deleted,
     // the guard goes on.
     upgrade_suspended(SECOND, "at the second Upgrade's creation");
-    let refused = helm.run(&[
-        "uninstall",
-        RELEASE,
-        "-n",
-        NS,
-        "--wait",
-        "--timeout",
-        "120s",
-    ]);
+    let refused = helm.waiting(&["uninstall", RELEASE]);
     assert!(!refused.ok, "refused during the upgrade: {refused:?}");
     eprintln!("e2e: what helm uninstall said:\n{}", refused.out);
     // The hook's own message (post's exit 7, naming the Upgrade), in Helm's output and on the
@@ -519,15 +511,8 @@ fn chart_from_an_http_repository_guards_an_upgrade_through_a_drain_and_uninstall
         json!([]),
         "the resident guard holds a suspension by hand until an upgrade ends"
     );
-    let uninstall = helm.ok(&[
-        "uninstall",
-        RELEASE,
-        "-n",
-        NS,
-        "--wait",
-        "--timeout",
-        "120s",
-    ]);
+    let uninstall = helm.waiting(&["uninstall", RELEASE]);
+    assert!(uninstall.ok, "{uninstall:?}");
     assert_eq!(methods(), original, "restored by the hook: {uninstall:?}");
     assert_eq!(helm.status(), None);
     // The Deployment's ReplicaSet and pod go by the garbage collector's background deletion,

@@ -5,16 +5,15 @@
 //! `NodesPrepared=True` with the policy's message; the guard scaled back: it suspends, the
 //! model's next retry passes, the upgrade goes on to its end, and the guard restores.
 
-use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::chart::status_by_exec;
+use crate::chart::{Helm, status_by_exec};
 use crate::node::*;
 use crate::support::harvester::Upgrade;
 use crate::support::harvester_controller::{wait_in_force, wrangler};
-use crate::support::{client_for, helm_in, repo_root};
+use crate::support::{client_for, repo_root};
 
 const RELEASE: &str = "workload-update-guard";
 const DEPLOYMENT: &str = "workload-update-guard-watch";
@@ -24,19 +23,14 @@ const GUARD_PODS: &str =
     "app.kubernetes.io/instance=workload-update-guard,app.kubernetes.io/component=watch";
 const ESCAPE: &str = "workload-update-guard.harvesterhci.io/allow-unprotected";
 
-fn helm(home: &Path, args: &[&str]) -> (bool, String) {
-    helm_in(home, &node().dir.join("kubeconfig"), args)
-}
-
 /// The release and the Upgrade, whatever the test leaves.
-struct Leftovers(PathBuf);
+struct Leftovers<'a>(&'a Helm);
 
-impl Drop for Leftovers {
+impl Drop for Leftovers<'_> {
     fn drop(&mut self) {
-        let _ = helm(
-            &self.0,
-            &["uninstall", RELEASE, "-n", NS, "--no-hooks", "--wait"],
-        );
+        let _ = self
+            .0
+            .run(&["uninstall", RELEASE, "-n", NS, "--no-hooks", "--wait"]);
         delete_all_upgrades();
     }
 }
@@ -59,32 +53,22 @@ fn the_hold_keeps_an_upgrade_at_preparing_nodes_while_the_guard_is_down() {
 async fn held_while_the_guard_is_down() {
     harvester_state();
     no_upgrades_yet();
-    let home = node().dir.join("helm-home-hold");
-    let _ = std::fs::remove_dir_all(&home);
-    std::fs::create_dir_all(&home).unwrap();
-    let _leftovers = Leftovers(home.clone());
+    let helm = Helm::new();
+    let _leftovers = Leftovers(&helm);
     let original = methods();
     assert_eq!(original, json!(["LiveMigrate"]));
     let client = client_for(&node().dir.join("kubeconfig")).await;
 
     // 1. Installed with the policy (the default).
     let chart = repo_root().join("manifests/chart");
-    let (ok, out) = helm(
-        &home,
-        &[
-            "install",
-            RELEASE,
-            chart.to_str().unwrap(),
-            "-n",
-            NS,
-            "--set",
-            "image.repository=workload-update-guard",
-            "--wait",
-            "--timeout",
-            "120s",
-        ],
-    );
-    assert!(ok, "helm install: {out}");
+    let install = helm.waiting(&[
+        "install",
+        RELEASE,
+        chart.to_str().unwrap(),
+        "--set",
+        "image.repository=workload-update-guard",
+    ]);
+    assert!(install.ok, "helm install: {install:?}");
     let policies = k(&[
         "get",
         "validatingadmissionpolicies,validatingadmissionpolicybindings",
@@ -265,18 +249,7 @@ async fn held_while_the_guard_is_down() {
     );
     hv.cleanup().await;
     hv.delete().await;
-    let (ok, out) = helm(
-        &home,
-        &[
-            "uninstall",
-            RELEASE,
-            "-n",
-            NS,
-            "--wait",
-            "--timeout",
-            "120s",
-        ],
-    );
-    assert!(ok, "helm uninstall: {out}");
+    let uninstall = helm.waiting(&["uninstall", RELEASE]);
+    assert!(uninstall.ok, "helm uninstall: {uninstall:?}");
     assert_eq!(methods(), original);
 }

@@ -85,18 +85,8 @@ impl Release {
     fn helm(&self, helm: &Helm, verb: &str, name: &str) -> HelmRun {
         let values = self.values(name);
         let chart = self.chart.to_str().unwrap();
-        let run = helm.ok(&[
-            verb,
-            RELEASE,
-            chart,
-            "-n",
-            NS,
-            "--values",
-            values.to_str().unwrap(),
-            "--wait",
-            "--timeout",
-            "120s",
-        ]);
+        let run = helm.waiting(&[verb, RELEASE, chart, "--values", values.to_str().unwrap()]);
+        assert!(run.ok, "{run:?}");
         let list = helm.ok(&["list", "-n", NS, "-o", "json"]);
         let releases: Value = serde_json::from_str(&list.out).unwrap();
         assert_eq!(

@@ -151,15 +151,7 @@ fn started_at(job: &str) -> String {
 fn orchestrator_pre_upgrade_post() {
     let _turn = turn();
     harvester_state();
-    k(&["-n", NS, "delete", "kubevirt", "kubevirt", "--wait"]);
-    k(&[
-        "-n",
-        CHART_NS,
-        "delete",
-        "managedchart",
-        "harvester",
-        "--wait",
-    ]);
+    delete_kubevirt_and_chart();
     // Harvester 1.7.0's chart, installed by Helm 4 (Fleet).
     let chart0 = harvester_chart(CHART_NS);
     apply(std::slice::from_ref(&chart0));

@@ -279,27 +279,28 @@ pub fn delete_jobs() {
     k(&["-n", NS, "delete", "pods", "--all", "--wait"]);
 }
 
+/// The KubeVirt CR and the `harvester` ManagedChart deleted, if there.
+pub fn delete_kubevirt_and_chart() {
+    for (ns, kind, name) in [
+        (NS, "kubevirt", "kubevirt"),
+        (CHART_NS, "managedchart", "harvester"),
+    ] {
+        k(&[
+            "-n",
+            ns,
+            "delete",
+            kind,
+            name,
+            "--ignore-not-found",
+            "--wait",
+        ]);
+    }
+}
+
 /// The Harvester-like state of `hack/demo/harvester.yaml`, fresh, and the manifests' RBAC.
 pub fn harvester_state() {
     delete_jobs();
-    k(&[
-        "-n",
-        NS,
-        "delete",
-        "kubevirt",
-        "kubevirt",
-        "--ignore-not-found",
-        "--wait",
-    ]);
-    k(&[
-        "-n",
-        CHART_NS,
-        "delete",
-        "managedchart",
-        "harvester",
-        "--ignore-not-found",
-        "--wait",
-    ]);
+    delete_kubevirt_and_chart();
     k(&[
         "apply",
         "--server-side",

@@ -35,16 +35,16 @@ async fn versions(client: &Client, ns: &str) -> (Value, Value) {
 }
 
 /// The upgrade through each state before its end, `pause` in each: the waiting `post` (`what`)
-/// has not ended, and both objects are still at `before` (`versions`).
+/// has not ended, and both objects are still at `before` (`versions`); then its end
+/// (`succeeded` or failed): `post` ends within 5 s, exit 0, and its run is returned.
 async fn waits_through_the_upgrade(
-    client: &Client,
-    ns: &str,
+    (client, ns): (&Client, &str),
     before: &(Value, Value),
-    up: &Upgrade,
-    post: &tokio::task::JoinHandle<Run>,
+    (up, succeeded): (&Upgrade, bool),
+    post: tokio::task::JoinHandle<Run>,
     pause: Duration,
     what: &str,
-) {
+) -> Run {
     for state in running(UPGRADE_STATES) {
         up.set_state(client, state).await;
         tokio::time::sleep(pause).await;
@@ -55,6 +55,11 @@ async fn waits_through_the_upgrade(
             "{state}: nothing written"
         );
     }
+    let run = up
+        .finish_then_post(client, succeeded, post, &format!("{what} restores"))
+        .await;
+    run.ok();
+    run
 }
 
 /// The pair, and `pre` run on it.
@@ -146,20 +151,16 @@ async fn post_across_a_whole_v171_upgrade_restores_at_its_end_and_never_before()
             let (ns, kc) = (ns.clone(), kubeconfig.clone());
             tokio::spawn(async move { run_bin(&kc, env(&ns, "post", &[])).await })
         };
-        waits_through_the_upgrade(
-            &client,
-            &ns,
+        let pause = Duration::from_millis(700);
+        let run = waits_through_the_upgrade(
+            (&client, &ns),
             &before,
-            &up,
-            &post,
-            Duration::from_millis(700),
+            (&up, succeeded),
+            post,
+            pause,
             "post",
         )
         .await;
-        let run = up
-            .finish_then_post(&client, succeeded, post, "post restores")
-            .await;
-        run.ok();
         assert!(
             run.stderr.contains("PreparingLoggingInfra"),
             "{}",
@@ -335,20 +336,10 @@ async fn the_armed_post_restores_once_after_the_next_upgrade_and_never_before() 
         "no upgrade has begun: the armed post waits"
     );
     let up = Upgrade::start(&client, &ns, "hvst-upgrade-armed", "v1.7.1").await;
-    waits_through_the_upgrade(
-        &client,
-        &ns,
-        &before,
-        &up,
-        &post,
-        Duration::from_millis(1500),
-        "the armed post",
-    )
-    .await;
-    let run = up
-        .finish_then_post(&client, true, post, "the armed post restores")
-        .await;
-    run.ok();
+    let pause = Duration::from_millis(1500);
+    let what = "the armed post";
+    let run =
+        waits_through_the_upgrade((&client, &ns), &before, (&up, true), post, pause, what).await;
     assert!(run.stderr.contains("hvst-upgrade-armed"), "{}", run.stderr);
     assert_eq!(kubevirt_methods(&client, &ns).await, json!(["LiveMigrate"]));
     // A new pod of the same Job after the restore: nothing to do.
