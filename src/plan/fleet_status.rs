@@ -16,7 +16,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use super::ownership::owners;
+use super::ownership::update_claims;
 use super::records::{describe, lookup, methods};
 use crate::model::{
     CHART_RECORDS, FIELD_MANAGER, METHODS_FIELD, METHODS_PATH, Target, VALUES_PATH,
@@ -261,9 +261,7 @@ pub fn conflicts(kubevirt: &Value, chart: &Value) -> Vec<Conflict> {
     if rendered.is_some() && rendered == value {
         return Vec::new();
     }
-    owners(kubevirt, METHODS_PATH)
-        .into_iter()
-        .filter(|o| o.blocks_apply() && o.manager != FIELD_MANAGER)
+    update_claims(kubevirt)
         .map(|o| Conflict {
             manager: o.manager,
             value: value.clone(),
