@@ -83,22 +83,16 @@ impl Editor {
             return Ok(Vec::new());
         }
         let before = describe(&current.cloned());
-        // Depth of the first missing parent map, if any.
-        let missing =
-            (1..path.len()).find(|&d| lookup(&self.doc, &path[..d]).ok().flatten().is_none());
-        let created = match missing {
-            None => {
-                self.add(&pointer(path), value.clone());
-                Vec::new()
-            }
-            Some(d) => {
-                let nested = path[d..].iter().rev().fold(value.clone(), |v, seg| {
-                    Value::Object(Map::from_iter([(seg.to_string(), v)]))
-                });
-                self.add(&pointer(&path[..d]), nested);
-                (d..path.len()).map(|e| pointer(&path[..e])).collect()
-            }
-        };
+        // Depth of the first missing parent map (the whole path: none missing): the op adds the
+        // value there, wrapped in the maps that are missing.
+        let missing = (1..path.len())
+            .find(|&d| lookup(&self.doc, &path[..d]).ok().flatten().is_none())
+            .unwrap_or(path.len());
+        let nested = path[missing..].iter().rev().fold(value.clone(), |v, seg| {
+            Value::Object(Map::from_iter([(seg.to_string(), v)]))
+        });
+        self.add(&pointer(&path[..missing]), nested);
+        let created = (missing..path.len()).map(|e| pointer(&path[..e])).collect();
         if !path.starts_with(&["metadata"]) {
             self.note(format!("set {what} to {value} (was {before})"));
         }

@@ -31,22 +31,18 @@ pub fn kubevirt_pre(obj: &Value, copy: Option<&ValueRecord>) -> Result<Plan, Mal
     // replace a value someone set since.
     let (original, owners) = match copy {
         Some(c) if is_suspended(&current) && c.original() != current => {
-            ed.note(format!(
-                "the CR's methods are {} but the original is known elsewhere (the ManagedChart's copy, or the value in place of another suspender's [])",
-                describe(&current)
-            ));
+            let now = describe(&current);
+            ed.note(format!("the CR's methods are {now} but the original is known elsewhere (the ManagedChart's copy, or the value in place of another suspender's [])"));
             (c.original(), c.owners.clone())
         }
         _ => (current, recorded_owners(obj, METHODS_PATH)),
     };
+    let recorded = describe(&original);
     ed.note(format!(
-        "recorded original workloadUpdateMethods {}",
-        describe(&original)
+        "recorded original workloadUpdateMethods {recorded}"
     ));
-    let record = ValueRecord {
-        owners,
-        ..value_record(original, created)
-    };
+    let mut record = value_record(original, created);
+    record.owners = owners;
     ed.write_record(KUBEVIRT_RECORD, &record)?;
     Ok(ed.finish())
 }
@@ -269,10 +265,8 @@ pub fn kubevirt_post(
         // A later choice made by an `Update` (kubectl edit or patch) holds a claim that the
         // restored values' next deploy conflicts with: say so where the choice is kept.
         (None, Source::LaterChoice) => {
-            ed.note(format!(
-                "removed our record of the original; kept the methods {} set while suspended",
-                describe(&current)
-            ));
+            let kept = describe(&current);
+            ed.note(format!("removed our record of the original; kept the methods {kept} set while suspended"));
             let mut text = vec![restore.reason];
             text.extend(update_claim_warnings(obj));
             ed.warn(CHANGED_WHILE_SUSPENDED, text.join("; "))
