@@ -1,6 +1,5 @@
 //! Fleet's view of the ManagedChart, and what a phase waits for (docs/design.md, "Waiting for
-//! Fleet"). Pure: the ManagedChart's JSON in, a verdict out; the
-//! decisions of the wait ([`wait_for`], [`poll_view`], [`waited`]); `fleet_wait` polls.
+//! Fleet"): the ManagedChart's JSON in, a verdict out; `fleet_wait` polls.
 //!
 //! Rancher copies the Bundle's status onto the ManagedChart as it is
 //! (`pkg/controllers/provisioningv2/managedchart/managedchart.go`, `status.BundleStatus =
