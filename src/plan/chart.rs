@@ -12,8 +12,8 @@ use super::records::{
     read_record, value_record,
 };
 use crate::model::{
-    COMPARE_PATH, COMPARE_RECORD, KUBEVIRT_COPY, Kind, METHODS_POINTER, ObjectKey, VALUES_PATH,
-    VALUES_RECORD, pointer,
+    COMPARE_PATH, COMPARE_RECORD, KUBEVIRT_COPY, Kind, METHODS_POINTER, ObjectKey, Target,
+    VALUES_PATH, VALUES_RECORD, pointer,
 };
 use crate::vocabulary::Steps;
 use crate::vocabulary::{Malformed, Plan};
@@ -31,9 +31,9 @@ pub fn chart_pre(
     if let Some(original) = kubevirt_original
         && kubevirt_copy(obj)?.is_none()
     {
+        let copied = describe(&original.original());
         ed.note(format!(
-            "copied the KubeVirt CR's original methods {}",
-            describe(&original.original())
+            "copied the KubeVirt CR's original methods {copied}"
         ));
         ed.write_record(KUBEVIRT_COPY, original)?;
     }
@@ -52,14 +52,10 @@ fn suspend_values(ed: &mut Editor, obj: &Value) -> Result<(), Malformed> {
     let record: Option<ValueRecord> = read_record(obj, VALUES_RECORD)?;
     let created = ed.ensure(VALUES_PATH, json!([]), "values override")?;
     if record.is_none() {
-        ed.note(format!(
-            "recorded original values override {}",
-            describe(&current)
-        ));
-        let record = ValueRecord {
-            owners: recorded_owners(obj, VALUES_PATH),
-            ..value_record(current, created)
-        };
+        let original = describe(&current);
+        ed.note(format!("recorded original values override {original}"));
+        let mut record = value_record(current, created);
+        record.owners = recorded_owners(obj, VALUES_PATH);
         ed.write_record(VALUES_RECORD, &record)?;
     }
     Ok(())
@@ -70,51 +66,42 @@ fn suspend_values(ed: &mut Editor, obj: &Value) -> Result<(), Malformed> {
 fn ignore_methods(ed: &mut Editor, obj: &Value, kubevirt: &ObjectKey) -> Result<(), Malformed> {
     let record: Option<CompareRecord> = read_record(obj, COMPARE_RECORD)?;
     let list = compare_list(obj)?;
-    let ours = format!("KubeVirt {}/{}", kubevirt.namespace, kubevirt.name);
-    let (added, created) = if find_pointer(list, kubevirt)?.is_some() {
+    let ours = Target::new(Kind::KubeVirt, kubevirt);
+    let entries = pointer(COMPARE_PATH);
+    let mut covering = list.into_iter().flatten().enumerate();
+    let mut created = Vec::new();
+    let added = if find_pointer(list, kubevirt)?.is_some() {
         ed.note(format!(
             "comparePatches already ignores the methods of {ours}"
         ));
-        (Added::Nothing, Vec::new())
-    } else if let Some(i) = find_entry(list, kubevirt) {
-        let entry = &list.expect("an entry was found")[i];
+        Added::Nothing
+    } else if let Some((i, entry)) = covering.find(|(_, e)| entry_covers(e, kubevirt)) {
+        let pointers = format!("{entries}/{i}/jsonPointers");
+        let entry_for = format!("the comparePatches entry for {}", entry_name(entry));
         if entry.get("jsonPointers").is_some() {
-            ed.add(
-                &format!("{}/{i}/jsonPointers/-", pointer(COMPARE_PATH)),
-                json!(METHODS_POINTER),
-            );
-            ed.note(format!(
-                "appended our pointer to the comparePatches entry for {}",
-                entry_name(entry)
-            ));
-            (Added::Pointer, Vec::new())
+            ed.add(&format!("{pointers}/-"), json!(METHODS_POINTER));
+            ed.note(format!("appended our pointer to {entry_for}"));
+            Added::Pointer
         } else {
-            ed.add(
-                &format!("{}/{i}/jsonPointers", pointer(COMPARE_PATH)),
-                json!([METHODS_POINTER]),
-            );
+            ed.add(&pointers, json!([METHODS_POINTER]));
             ed.note(format!(
-                "added jsonPointers with our pointer to the comparePatches entry for {}",
-                entry_name(entry)
+                "added jsonPointers with our pointer to {entry_for}"
             ));
-            (Added::PointerList, Vec::new())
+            Added::PointerList
         }
     } else if list.is_some() {
-        ed.add(&format!("{}/-", pointer(COMPARE_PATH)), our_entry(kubevirt));
+        ed.add(&format!("{entries}/-"), our_entry(kubevirt));
         ed.note(format!("appended a comparePatches entry for {ours}"));
-        (Added::Entry, Vec::new())
+        Added::Entry
     } else {
-        let mut created =
-            ed.ensure(COMPARE_PATH, json!([our_entry(kubevirt)]), "comparePatches")?;
-        created.push(pointer(COMPARE_PATH));
+        created = ed.ensure(COMPARE_PATH, json!([our_entry(kubevirt)]), "comparePatches")?;
+        created.push(entries);
         ed.note(format!("created comparePatches with an entry for {ours}"));
-        (Added::Entry, created)
+        Added::Entry
     };
     if record.is_none() {
-        ed.write_record(
-            COMPARE_RECORD,
-            &compare_record(obj, kubevirt, added, created),
-        )?;
+        let record = compare_record(obj, kubevirt, added, created);
+        ed.write_record(COMPARE_RECORD, &record)?;
     }
     Ok(())
 }
@@ -159,36 +146,37 @@ pub fn chart_post(obj: &Value, kubevirt: &ObjectKey, steps: &Steps) -> Result<Pl
         note_return(&mut ed, VALUES_PATH, r.owners.clone());
     }
     let compare = read_record::<CompareRecord>(obj, COMPARE_RECORD)?.filter(|_| steps.compare);
-    if let Some(r) = &compare {
-        let key = r
-            .object
+    let list = if steps.compare {
+        compare_list(obj)?
+    } else {
+        None
+    };
+    let key = |r: &CompareRecord| {
+        r.object
             .as_ref()
-            .map_or_else(|| kubevirt.clone(), RecordedObject::key);
-        let gone = r.added != Added::Nothing && find_pointer(compare_list(obj)?, &key)?.is_none();
-        if !gone {
-            note_return(&mut ed, COMPARE_PATH, r.owners.clone());
-        }
+            .map_or(kubevirt.clone(), RecordedObject::key)
+    };
+    if let Some(r) = &compare
+        && (r.added == Added::Nothing || find_pointer(list, &key(r))?.is_some())
+    {
+        note_return(&mut ed, COMPARE_PATH, r.owners.clone());
     }
     ed.remove_annotation(KUBEVIRT_COPY);
     if steps.values {
         restore_values(&mut ed, obj, values, later)?;
     }
-    if steps.compare {
-        let list = compare_list(obj)?;
-        match compare {
-            Some(r) => {
-                let key = r
-                    .object
-                    .as_ref()
-                    .map_or_else(|| kubevirt.clone(), RecordedObject::key);
-                if r.added != Added::Nothing {
-                    remove_our_pointer(&mut ed, list, &key, r.added)?;
-                }
-                ed.remove_empty(&r.created_parents);
-                ed.remove_annotation(COMPARE_RECORD);
+    match compare {
+        Some(r) => {
+            if r.added != Added::Nothing {
+                remove_our_pointer(&mut ed, list, &key(&r), r.added)?;
             }
-            None => ed.note("no record of a comparePatches change: list left as it is"),
+            ed.remove_empty(&r.created_parents);
+            ed.remove_annotation(COMPARE_RECORD);
         }
+        None if steps.compare => {
+            ed.note("no record of a comparePatches change: list left as it is")
+        }
+        None => {}
     }
     Ok(ed.finish())
 }
@@ -201,21 +189,21 @@ fn restore_values(
     values: Option<ValueRecord>,
     later: Option<Value>,
 ) -> Result<(), Malformed> {
-    lookup(obj, VALUES_PATH)?;
-    match (values, later) {
-        (Some(r), Some(later)) => {
-            ed.warn(
-                CHANGED_WHILE_SUSPENDED,
-                format!(
-                    "the values override was changed to {later} while suspended; that later \
-                     choice is kept, on the KubeVirt CR too (the recorded original was {})",
-                    describe(&r.original())
-                ),
-            );
-            ed.remove_annotation(VALUES_RECORD);
-        }
-        (Some(r), None) => {
-            let current = lookup(obj, VALUES_PATH)?.cloned();
+    let current = lookup(obj, VALUES_PATH)?.cloned();
+    let Some(r) = values else {
+        ed.note("no record of the values override: values left as they are");
+        return Ok(());
+    };
+    match later {
+        Some(later) => ed.warn(
+            CHANGED_WHILE_SUSPENDED,
+            format!(
+                "the values override was changed to {later} while suspended; that later \
+                 choice is kept, on the KubeVirt CR too (the recorded original was {})",
+                describe(&r.original())
+            ),
+        ),
+        None => {
             if let Some(who) = blind_restorer(obj, VALUES_PATH, &current) {
                 ed.note(format!(
                     "{who} wrote a hard-coded {} into the values (Harvester's upgrade \
@@ -224,10 +212,9 @@ fn restore_values(
                 ));
             }
             ed.restore(VALUES_PATH, &r, "values override")?;
-            ed.remove_annotation(VALUES_RECORD);
         }
-        (None, _) => ed.note("no record of the values override: values left as they are"),
     }
+    ed.remove_annotation(VALUES_RECORD);
     Ok(())
 }
 
@@ -255,7 +242,7 @@ fn remove_our_pointer(
     kubevirt: &ObjectKey,
     added: Added,
 ) -> Result<(), Malformed> {
-    let ours = format!("KubeVirt {}/{}", kubevirt.namespace, kubevirt.name);
+    let ours = Target::new(Kind::KubeVirt, kubevirt);
     let Some((i, j)) = find_pointer(list, kubevirt)? else {
         ed.warn(
             COMPARE_PATCH_GONE,
@@ -269,34 +256,31 @@ fn remove_our_pointer(
     };
     let entry = &list.expect("a pointer was found")[i];
     let base = format!("{}/{i}", pointer(COMPARE_PATH));
+    let entry_for = format!("the comparePatches entry for {}", entry_name(entry));
     let pointers = entry["jsonPointers"].as_array().map_or(0, Vec::len);
     if added == Added::Entry && *entry == our_entry(kubevirt) {
         ed.remove(&base);
         ed.note(format!("removed our comparePatches entry for {ours}"));
     } else if added == Added::PointerList && pointers == 1 {
         ed.remove(&format!("{base}/jsonPointers"));
-        ed.note(format!(
-            "removed the jsonPointers we added to the comparePatches entry for {}",
-            entry_name(entry)
-        ));
+        ed.note(format!("removed the jsonPointers we added to {entry_for}"));
     } else {
         ed.remove(&format!("{base}/jsonPointers/{j}"));
-        ed.note(format!(
-            "removed our pointer from the comparePatches entry for {}",
-            entry_name(entry)
-        ));
+        ed.note(format!("removed our pointer from {entry_for}"));
     }
     Ok(())
 }
 
+/// A comparePatches entry's string field, empty when absent.
+fn field<'a>(entry: &'a Value, key: &str) -> &'a str {
+    entry.get(key).and_then(Value::as_str).unwrap_or("")
+}
+
 /// `KubeVirt ns/name` of a comparePatches entry (`*` for an empty namespace, which matches any).
 fn entry_name(entry: &Value) -> String {
-    let field = |k: &str| entry.get(k).and_then(Value::as_str).unwrap_or("");
-    let ns = match field("namespace") {
-        "" => "*",
-        ns => ns,
-    };
-    format!("{} {ns}/{}", field("kind"), field("name"))
+    let ns = Some(field(entry, "namespace")).filter(|ns| !ns.is_empty());
+    let (kind, name) = (field(entry, "kind"), field(entry, "name"));
+    format!("{kind} {}/{name}", ns.unwrap_or("*"))
 }
 
 fn our_entry(kubevirt: &ObjectKey) -> Value {
@@ -312,15 +296,11 @@ fn our_entry(kubevirt: &ObjectKey) -> Value {
 /// Fleet matches an entry to an object by apiVersion, kind, name and namespace; an empty
 /// namespace matches any. An entry for the same name that covers our namespace covers our object.
 pub fn entry_covers(entry: &Value, kubevirt: &ObjectKey) -> bool {
-    let field = |k: &str| entry.get(k).and_then(Value::as_str).unwrap_or("");
-    field("apiVersion") == Kind::KubeVirt.api_version()
-        && field("kind") == Kind::KubeVirt.name()
-        && field("name") == kubevirt.name
-        && (field("namespace").is_empty() || field("namespace") == kubevirt.namespace)
-}
-
-fn find_entry(list: Option<&Vec<Value>>, kubevirt: &ObjectKey) -> Option<usize> {
-    list?.iter().position(|e| entry_covers(e, kubevirt))
+    let namespace = field(entry, "namespace");
+    field(entry, "apiVersion") == Kind::KubeVirt.api_version()
+        && field(entry, "kind") == Kind::KubeVirt.name()
+        && field(entry, "name") == kubevirt.name
+        && (namespace.is_empty() || namespace == kubevirt.namespace)
 }
 
 /// The (entry, pointer) indexes of our pointer in an entry that covers the KubeVirt CR.
@@ -328,23 +308,19 @@ pub fn find_pointer(
     list: Option<&Vec<Value>>,
     kubevirt: &ObjectKey,
 ) -> Result<Option<(usize, usize)>, Malformed> {
-    let Some(list) = list else { return Ok(None) };
-    for (i, entry) in list
-        .iter()
-        .enumerate()
-        .filter(|(_, e)| entry_covers(e, kubevirt))
-    {
-        let pointers = match entry.get("jsonPointers") {
-            None => continue,
-            Some(Value::Array(p)) => p,
-            Some(_) => {
-                return Err(Malformed(format!(
-                    "spec.diff.comparePatches[{i}].jsonPointers is not a list"
-                )));
+    let covering = list.into_iter().flatten().enumerate();
+    for (i, entry) in covering.filter(|(_, e)| entry_covers(e, kubevirt)) {
+        match entry.get("jsonPointers") {
+            None => {}
+            Some(Value::Array(p)) => {
+                if let Some(j) = p.iter().position(|p| p == METHODS_POINTER) {
+                    return Ok(Some((i, j)));
+                }
             }
-        };
-        if let Some(j) = pointers.iter().position(|p| p == METHODS_POINTER) {
-            return Ok(Some((i, j)));
+            Some(_) => {
+                let at = format!("spec.diff.comparePatches[{i}].jsonPointers");
+                return Err(Malformed(format!("{at} is not a list")));
+            }
         }
     }
     Ok(None)

@@ -7,14 +7,16 @@ use json_patch::{Patch, PatchOperation};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
-use super::records::{ValueRecord, describe, lookup};
+use super::records::{ValueRecord, annotation, describe, lookup};
 use crate::model::pointer;
 use crate::vocabulary::{Malformed, Plan};
 use crate::warnings::Warning;
 
 /// Builds a patch op by op, applying each to a working copy so later decisions see its effect.
+#[derive(Default)]
 pub(super) struct Editor {
-    doc: Value,
+    /// The document as the ops so far leave it.
+    pub(super) doc: Value,
     ops: Vec<PatchOperation>,
     actions: Vec<String>,
     warnings: Vec<Warning>,
@@ -32,11 +34,9 @@ impl Editor {
             .ok_or_else(|| Malformed("metadata.resourceVersion is missing".into()))?;
         let mut ed = Self {
             doc: obj.clone(),
-            ops: Vec::new(),
-            actions: Vec::new(),
-            warnings: Vec::new(),
+            ..Self::default()
         };
-        ed.push(json!({"op": "test", "path": "/metadata/resourceVersion", "value": rv}));
+        ed.test("/metadata/resourceVersion", rv);
         Ok(ed)
     }
 
@@ -51,11 +51,6 @@ impl Editor {
         });
     }
 
-    /// The document as the ops so far leave it.
-    pub(super) fn doc(&self) -> &Value {
-        &self.doc
-    }
-
     pub(super) fn push(&mut self, op: Value) {
         let op: PatchOperation = serde_json::from_value(op).expect("planned ops are well-formed");
         json_patch::patch(&mut self.doc, std::slice::from_ref(&op))
@@ -65,6 +60,10 @@ impl Editor {
 
     pub(super) fn add(&mut self, path: &str, value: Value) {
         self.push(json!({"op": "add", "path": path, "value": value}));
+    }
+
+    pub(super) fn test(&mut self, path: &str, value: &str) {
+        self.push(json!({"op": "test", "path": path, "value": value}));
     }
 
     pub(super) fn remove(&mut self, path: &str) {
@@ -84,22 +83,16 @@ impl Editor {
             return Ok(Vec::new());
         }
         let before = describe(&current.cloned());
-        // Depth of the first missing parent map, if any.
-        let missing =
-            (1..path.len()).find(|&d| lookup(&self.doc, &path[..d]).ok().flatten().is_none());
-        let created = match missing {
-            None => {
-                self.add(&pointer(path), value.clone());
-                Vec::new()
-            }
-            Some(d) => {
-                let nested = path[d..].iter().rev().fold(value.clone(), |v, seg| {
-                    Value::Object(Map::from_iter([(seg.to_string(), v)]))
-                });
-                self.add(&pointer(&path[..d]), nested);
-                (d..path.len()).map(|e| pointer(&path[..e])).collect()
-            }
-        };
+        // Depth of the first missing parent map (the whole path: none missing): the op adds the
+        // value there, wrapped in the maps that are missing.
+        let missing = (1..path.len())
+            .find(|&d| lookup(&self.doc, &path[..d]).ok().flatten().is_none())
+            .unwrap_or(path.len());
+        let nested = path[missing..].iter().rev().fold(value.clone(), |v, seg| {
+            Value::Object(Map::from_iter([(seg.to_string(), v)]))
+        });
+        self.add(&pointer(&path[..missing]), nested);
+        let created = (missing..path.len()).map(|e| pointer(&path[..e])).collect();
         if !path.starts_with(&["metadata"]) {
             self.note(format!("set {what} to {value} (was {before})"));
         }
@@ -150,12 +143,7 @@ impl Editor {
     }
 
     pub(super) fn remove_annotation(&mut self, key: &str) {
-        if self
-            .doc
-            .pointer("/metadata/annotations")
-            .and_then(|a| a.get(key))
-            .is_some()
-        {
+        if annotation(&self.doc, key).is_some() {
             self.remove(&pointer(&["metadata", "annotations", key]));
         }
         if self

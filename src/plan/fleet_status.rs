@@ -1,6 +1,5 @@
 //! Fleet's view of the ManagedChart, and what a phase waits for (docs/design.md, "Waiting for
-//! Fleet"). Pure: the ManagedChart's JSON in, a verdict out; the
-//! decisions of the wait ([`wait_for`], [`poll_view`], [`waited`]); `fleet_wait` polls.
+//! Fleet"): the ManagedChart's JSON in, a verdict out; `fleet_wait` polls.
 //!
 //! Rancher copies the Bundle's status onto the ManagedChart as it is
 //! (`pkg/controllers/provisioningv2/managedchart/managedchart.go`, `status.BundleStatus =
@@ -16,11 +15,9 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use super::ownership::owners;
-use super::records::{describe, lookup, methods};
-use crate::model::{
-    CHART_RECORDS, FIELD_MANAGER, METHODS_FIELD, METHODS_PATH, Target, VALUES_PATH,
-};
+use super::ownership::update_claims;
+use super::records::{annotation, describe, lookup, methods};
+use crate::model::{CHART_RECORDS, METHODS_FIELD, Target, VALUES_PATH};
 use crate::vocabulary::Phase;
 use crate::warnings::{NOT_APPLIED, PAUSED, Warning};
 
@@ -42,7 +39,8 @@ pub enum Fleet {
 }
 
 /// Fleet's states whose `Ready: False` only means "not yet" (rancher/fleet's docs, "Cluster
-/// and Bundle state"). `ErrApplied` and `Modified` are errors; so is a message naming no state.
+/// and Bundle state"). Any other (`ErrApplied`, `Modified`, or a message naming no state) is an
+/// error.
 const NOT_YET: &[&str] = &[
     "WaitApplied",
     "Pending",
@@ -50,16 +48,14 @@ const NOT_YET: &[&str] = &[
     "OutOfSync",
     "WaitCheckIn",
 ];
-const ERRORS: &[&str] = &["ErrApplied", "Modified"];
 
 fn int(v: &Value, ptr: &str) -> Option<i64> {
     v.pointer(ptr).and_then(Value::as_i64)
 }
 
 fn text<'a>(v: &'a Value, ptr: &str) -> Option<&'a str> {
-    v.pointer(ptr)
-        .and_then(Value::as_str)
-        .filter(|s| !s.is_empty())
+    let text = v.pointer(ptr).and_then(Value::as_str);
+    text.filter(|s| !s.is_empty())
 }
 
 /// The Bundle's generation Fleet has seen, as copied onto the ManagedChart.
@@ -69,73 +65,59 @@ pub fn observed_generation(chart: &Value) -> Option<i64> {
 
 /// Whether a controller ever wrote a Fleet status on the ManagedChart.
 pub fn has_status(chart: &Value) -> bool {
-    chart
-        .get("status")
-        .and_then(Value::as_object)
-        .is_some_and(|s| {
-            ["observedGeneration", "conditions", "summary", "display"]
-                .iter()
-                .any(|k| s.contains_key(*k))
-        })
+    let keys = ["observedGeneration", "conditions", "summary", "display"];
+    let status = chart.get("status").and_then(Value::as_object);
+    status.is_some_and(|s| keys.iter().any(|k| s.contains_key(*k)))
 }
 
 /// A condition's `(status, message)`.
 fn condition<'a>(chart: &'a Value, kind: &str) -> Option<(&'a str, &'a str)> {
-    chart
+    let conditions = chart
         .pointer("/status/conditions")
-        .and_then(Value::as_array)?
-        .iter()
-        .find(|c| c.get("type").and_then(Value::as_str) == Some(kind))
-        .map(|c| {
-            (
-                c.get("status").and_then(Value::as_str).unwrap_or(""),
-                c.get("message").and_then(Value::as_str).unwrap_or(""),
-            )
-        })
+        .and_then(Value::as_array)?;
+    let field = |c: &'a Value, k| c.get(k).and_then(Value::as_str);
+    let c = conditions.iter().find(|c| field(c, "type") == Some(kind))?;
+    Some((
+        field(c, "status").unwrap_or(""),
+        field(c, "message").unwrap_or(""),
+    ))
 }
 
 /// The state a Fleet message starts with (`WaitApplied(1) [Cluster fleet-local/local]`).
 fn leading_state(message: &str) -> &str {
-    let end = message
-        .find(|c: char| !c.is_ascii_alphanumeric())
-        .unwrap_or(message.len());
-    &message[..end]
+    let end = message.find(|c: char| !c.is_ascii_alphanumeric());
+    &message[..end.unwrap_or(message.len())]
 }
 
 /// What Fleet says, in one line: its display state, the Ready condition's message, and the
 /// messages of the resources it names as not ready (the API server's words on a rejected apply).
 pub fn said(chart: &Value) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    if let Some(state) = text(chart, "/status/display/state") {
-        parts.push(format!("state {state}"));
-    }
     let ready = condition(chart, "Ready");
-    if let Some((status, message)) = ready {
-        let status = if status.is_empty() { "Unknown" } else { status };
-        match message {
-            "" => parts.push(format!("Ready {status}")),
-            m => parts.push(format!("Ready {status}: {m}")),
-        }
-    }
     let message = ready.map_or("", |(_, m)| m);
-    for r in chart
-        .pointer("/status/summary/nonReadyResources")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        if let Some(m) = text(r, "/message")
-            && !message.contains(m)
-        {
-            let name = text(r, "/name").unwrap_or("a resource");
-            parts.push(format!("{name}: {m}"));
+    let state = text(chart, "/status/display/state").map(|s| format!("state {s}"));
+    let ready = ready.map(|(status, m)| {
+        let status = if status.is_empty() { "Unknown" } else { status };
+        match m {
+            "" => format!("Ready {status}"),
+            m => format!("Ready {status}: {m}"),
         }
-    }
-    match observed_generation(chart) {
-        Some(g) => parts.push(format!("observedGeneration {g}")),
-        None => parts.push("no observedGeneration".into()),
-    }
-    parts.join("; ")
+    });
+    let resources = chart.pointer("/status/summary/nonReadyResources");
+    let resources = resources.and_then(Value::as_array).into_iter().flatten();
+    let resources = resources.filter_map(|r| {
+        let m = text(r, "/message").filter(|m| !message.contains(m))?;
+        Some(format!("{}: {m}", text(r, "/name").unwrap_or("a resource")))
+    });
+    let generation = match observed_generation(chart) {
+        Some(g) => format!("observedGeneration {g}"),
+        None => "no observedGeneration".into(),
+    };
+    let parts: Vec<String> = state.into_iter().chain(ready).chain(resources).collect();
+    parts
+        .into_iter()
+        .chain([generation])
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// Fleet's verdict on the ManagedChart's current spec. `before`: the observedGeneration read
@@ -151,9 +133,8 @@ pub fn fleet_view(chart: &Value, before: Option<i64>) -> Fleet {
     // Rancher's own error: it could not make the Bundle from the ManagedChart (wrangler's
     // generating handler sets `Defined: False` with it). No new generation will come.
     if let Some(("False", message)) = condition(chart, "Defined") {
-        return Fleet::Failed(format!(
-            "Rancher cannot make the Bundle (Defined False): {message}"
-        ));
+        let message = format!("Rancher cannot make the Bundle (Defined False): {message}");
+        return Fleet::Failed(message);
     }
     let seen = observed_generation(chart);
     if let Some(b) = before
@@ -166,32 +147,24 @@ pub fn fleet_view(chart: &Value, before: Option<i64>) -> Fleet {
             said(chart)
         ));
     }
-    let count = |k: &str| int(chart, &format!("/status/summary/{k}")).unwrap_or(0);
+    let summary = |k: &str| int(chart, &format!("/status/summary/{k}"));
     let ready = condition(chart, "Ready");
-    let message = ready.map_or("", |(_, m)| m);
-    let state = leading_state(message);
     let error_message = ready.is_some_and(|(s, m)| {
-        s == "False" && !m.is_empty() && (ERRORS.contains(&state) || !NOT_YET.contains(&state))
+        s == "False" && !m.is_empty() && !NOT_YET.contains(&leading_state(m))
     });
-    if count("errApplied") > 0 || count("modified") > 0 || error_message {
+    if summary("errApplied") > Some(0) || summary("modified") > Some(0) || error_message {
         return Fleet::Failed(said(chart));
     }
+    let (desired, ready_now) = (summary("desiredReady"), summary("ready"));
+    let unavailable = int(chart, "/status/unavailable").unwrap_or(0);
     match ready {
-        Some(("True", _)) => {
-            let desired = int(chart, "/status/summary/desiredReady");
-            let ready = int(chart, "/status/summary/ready");
-            let unavailable = int(chart, "/status/unavailable").unwrap_or(0);
-            if desired == ready && unavailable == 0 {
-                Fleet::Applied(seen)
-            } else {
-                Fleet::Waiting(format!(
-                    "Ready True but {} of {} ready, {unavailable} unavailable; {}",
-                    ready.unwrap_or(0),
-                    desired.unwrap_or(0),
-                    said(chart)
-                ))
-            }
-        }
+        Some(("True", _)) if desired == ready_now && unavailable == 0 => Fleet::Applied(seen),
+        Some(("True", _)) => Fleet::Waiting(format!(
+            "Ready True but {} of {} ready, {unavailable} unavailable; {}",
+            ready_now.unwrap_or(0),
+            desired.unwrap_or(0),
+            said(chart)
+        )),
         _ => Fleet::Waiting(said(chart)),
     }
 }
@@ -206,10 +179,7 @@ pub fn changes_deployed_spec(before: &Value, after: &Value) -> bool {
 
 /// Whether any record of ours is on the ManagedChart (`pre` has suspended it).
 pub fn records_on_chart(chart: &Value) -> bool {
-    let annotations = chart.pointer("/metadata/annotations");
-    CHART_RECORDS
-        .iter()
-        .any(|k| annotations.and_then(|a| a.get(*k)).is_some())
+    CHART_RECORDS.iter().any(|k| annotation(chart, k).is_some())
 }
 
 /// Another manager's `Update` claim on the KubeVirt CR's methods that Fleet's next deploy will
@@ -225,12 +195,9 @@ pub struct Conflict {
 
 impl std::fmt::Display for Conflict {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let value = describe(&self.value);
+        let (manager, value) = (&self.manager, describe(&self.value));
         let what = match &self.rendered {
-            Some(r) => format!(
-                "Fleet's deploy of {} will conflict with it",
-                describe(&Some(r.clone()))
-            ),
+            Some(r) => format!("Fleet's deploy of {r} will conflict with it"),
             None => format!(
                 "the ManagedChart's values set no override, so Fleet's deploy of the chart's \
                  default will conflict with it unless that default is {value}"
@@ -238,21 +205,20 @@ impl std::fmt::Display for Conflict {
         };
         write!(
             f,
-            "{} holds an Update claim on {METHODS_FIELD} of the KubeVirt CR (value {value}): \
-             {what} (Helm: conflict with \"{}\"), and the chart stays WaitApplied. To release \
+            "{manager} holds an Update claim on {METHODS_FIELD} of the KubeVirt CR (value {value}): \
+             {what} (Helm: conflict with \"{manager}\"), and the chart stays WaitApplied. To release \
              it, run pre and then post once more (the cycle releases the claim and keeps the \
              value until the values decide), or set the ManagedChart's values override to \
              {value}",
-            self.manager, self.manager
         )
     }
 }
 
 /// The claims on the KubeVirt CR's methods (as the phase left it) that Fleet's deploy of the
 /// ManagedChart's values (as the phase left them) will conflict with: an `Update` claim of
-/// another manager (the ones `ownership::update_claim_warnings` names), on a value other than
-/// the one the values render. No override: any such claim may conflict with the chart's default,
-/// and is named, with that said.
+/// another manager (`ownership::update_claims`), on a value other than the one the values
+/// render. No override: any such claim may conflict with the chart's default, and is named,
+/// with that said.
 pub fn conflicts(kubevirt: &Value, chart: &Value) -> Vec<Conflict> {
     let Ok(value) = methods(kubevirt) else {
         return Vec::new();
@@ -261,14 +227,13 @@ pub fn conflicts(kubevirt: &Value, chart: &Value) -> Vec<Conflict> {
     if rendered.is_some() && rendered == value {
         return Vec::new();
     }
-    owners(kubevirt, METHODS_PATH)
-        .into_iter()
-        .filter(|o| o.blocks_apply() && o.manager != FIELD_MANAGER)
-        .map(|o| Conflict {
-            manager: o.manager,
-            value: value.clone(),
-            rendered: rendered.clone(),
-        })
+    let conflict = |manager| Conflict {
+        manager,
+        value: value.clone(),
+        rendered: rendered.clone(),
+    };
+    update_claims(kubevirt)
+        .map(|o| conflict(o.manager))
         .collect()
 }
 
@@ -327,13 +292,11 @@ pub fn wait_for(phase: Phase, target: &Target, before: &Value, chart: &Value) ->
 /// One look during the wait at the ManagedChart (`None`: deleted): `Ok` a final verdict, `Err`
 /// what Fleet says while it is not done.
 pub fn poll_view(now: Option<&Value>, after: Option<i64>) -> Result<Fleet, String> {
-    let Some(now) = now else {
-        return Ok(Fleet::Failed("the ManagedChart was deleted".into()));
-    };
-    match fleet_view(now, after) {
-        Fleet::Waiting(said) => Err(said),
-        Fleet::NoStatus => Err("no Fleet status".into()),
-        verdict => Ok(verdict),
+    match now.map(|now| fleet_view(now, after)) {
+        None => Ok(Fleet::Failed("the ManagedChart was deleted".into())),
+        Some(Fleet::Waiting(said)) => Err(said),
+        Some(Fleet::NoStatus) => Err("no Fleet status".into()),
+        Some(verdict) => Ok(verdict),
     }
 }
 
@@ -358,10 +321,10 @@ pub fn waited(
     took: f64,
     conflicts: &[Conflict],
 ) -> Waited {
-    let cause = match conflicts.first() {
-        Some(c) => format!("; the cause the guard sees: {c}"),
-        None => String::new(),
-    };
+    let cause = conflicts.first();
+    let cause = cause.map_or(String::new(), |c| {
+        format!("; the cause the guard sees: {c}")
+    });
     match polled {
         Ok(Fleet::Applied(generation)) => {
             let generation =

@@ -31,22 +31,18 @@ pub fn kubevirt_pre(obj: &Value, copy: Option<&ValueRecord>) -> Result<Plan, Mal
     // replace a value someone set since.
     let (original, owners) = match copy {
         Some(c) if is_suspended(&current) && c.original() != current => {
-            ed.note(format!(
-                "the CR's methods are {} but the original is known elsewhere (the ManagedChart's copy, or the value in place of another suspender's [])",
-                describe(&current)
-            ));
+            let now = describe(&current);
+            ed.note(format!("the CR's methods are {now} but the original is known elsewhere (the ManagedChart's copy, or the value in place of another suspender's [])"));
             (c.original(), c.owners.clone())
         }
         _ => (current, recorded_owners(obj, METHODS_PATH)),
     };
+    let recorded = describe(&original);
     ed.note(format!(
-        "recorded original workloadUpdateMethods {}",
-        describe(&original)
+        "recorded original workloadUpdateMethods {recorded}"
     ));
-    let record = ValueRecord {
-        owners,
-        ..value_record(original, created)
-    };
+    let mut record = value_record(original, created);
+    record.owners = owners;
     ed.write_record(KUBEVIRT_RECORD, &record)?;
     Ok(ed.finish())
 }
@@ -54,16 +50,16 @@ pub fn kubevirt_pre(obj: &Value, copy: Option<&ValueRecord>) -> Result<Plan, Mal
 /// What `pre` records as the KubeVirt CR's original: its record if it has one, else its
 /// current methods. `pre` copies this to the ManagedChart.
 pub fn kubevirt_original(obj: &Value) -> Result<ValueRecord, Malformed> {
-    match kubevirt_record(obj)? {
-        Some(r) => Ok(ValueRecord {
+    Ok(match kubevirt_record(obj)? {
+        Some(r) => ValueRecord {
             created_parents: Vec::new(),
             ..r
-        }),
-        None => Ok(ValueRecord {
+        },
+        None => ValueRecord {
             owners: recorded_owners(obj, METHODS_PATH),
             ..value_record(methods(obj)?, Vec::new())
-        }),
-    }
+        },
+    })
 }
 
 /// Where `post` takes the KubeVirt CR's original from, in this order of precedence.
@@ -103,6 +99,26 @@ pub struct Restore {
     pub reason: String,
 }
 
+impl Restore {
+    fn to(source: Source, original: ValueRecord, reason: impl Into<String>) -> Self {
+        let (original, reason) = (Some(original), reason.into());
+        Self {
+            source,
+            original,
+            reason,
+        }
+    }
+
+    fn none(source: Source, reason: impl Into<String>) -> Self {
+        let reason = reason.into();
+        Self {
+            source,
+            original: None,
+            reason,
+        }
+    }
+}
+
 /// The one precedence rule for the original's source: the CR's record, then the ManagedChart's
 /// copy (only while the methods are `[]`), then the fallback (only for a `[]` that we wrote).
 /// A `[]` that anyone else set, including an administrator's own `[]` that an earlier `post`
@@ -114,33 +130,23 @@ pub fn restore_source(
     values_choice: Option<&Value>,
 ) -> Result<Restore, Malformed> {
     let current = methods(kubevirt)?;
-    let suspended = is_suspended(&current);
-    let (source, original, reason) = match (kubevirt_record(kubevirt)?, copy) {
+    Ok(match (kubevirt_record(kubevirt)?, copy) {
         (Some(r), _) => from_record(kubevirt, r, &current, values_choice),
-        (None, Some(c)) if suspended => (
+        (None, Some(c)) if is_suspended(&current) => Restore::to(
             Source::ChartCopy,
-            Some(c.clone()),
-            "the ManagedChart's copy of the original, as the CR has no record".to_string(),
+            c.clone(),
+            "the ManagedChart's copy of the original, as the CR has no record",
         ),
-        (None, Some(_)) => (
+        (None, Some(_)) => Restore::none(
             Source::Nothing,
-            None,
             format!(
                 "already restored on the CR: no record there, and its methods are {}",
                 describe(&current)
             ),
         ),
         (None, None) => from_fallback(kubevirt, &current, fallback),
-    };
-    Ok(Restore {
-        source,
-        original,
-        reason,
     })
 }
-
-/// A source of the original, what it restores, and why in words.
-type Chosen = (Source, Option<ValueRecord>, String);
 
 /// [`restore_source`] with the CR's record `r`: the values' later choice, the record itself,
 /// nothing (already restored, or a later choice kept), or the record over a blind restore.
@@ -149,55 +155,47 @@ fn from_record(
     r: ValueRecord,
     current: &Option<Value>,
     values_choice: Option<&Value>,
-) -> Chosen {
-    let suspended = is_suspended(current);
-    let blind = blind_restorer(kubevirt, METHODS_PATH, current);
-    match r {
-        r if suspended => match values_choice {
-            Some(v) => (
-                Source::ValuesChoice,
-                Some(ValueRecord {
-                    present: true,
-                    value: Some(v.clone()),
-                    created_parents: Vec::new(),
-                    owners: r.owners.clone(),
-                }),
-                format!(
-                    "the ManagedChart's values override, changed to {v} while suspended (the \
-                     recorded original was {}): the CR follows what Fleet renders",
-                    describe(&r.original())
-                ),
+) -> Restore {
+    let recorded = describe(&r.original());
+    match (
+        values_choice,
+        blind_restorer(kubevirt, METHODS_PATH, current),
+    ) {
+        (Some(v), _) if is_suspended(current) => Restore::to(
+            Source::ValuesChoice,
+            ValueRecord {
+                owners: r.owners,
+                ..value_record(Some(v.clone()), Vec::new())
+            },
+            format!(
+                "the ManagedChart's values override, changed to {v} while suspended (the \
+                 recorded original was {recorded}): the CR follows what Fleet renders"
             ),
-            None => (Source::CrRecord, Some(r), "the CR's record".to_string()),
-        },
-        r if r.original() == *current => (
+        ),
+        _ if is_suspended(current) => Restore::to(Source::CrRecord, r, "the CR's record"),
+        _ if r.original() == *current => Restore::none(
             Source::AlreadyRestored,
-            None,
             format!(
                 "already back at the recorded original {} (restored by someone else, e.g. \
                  Harvester's upgrade cleanup)",
                 describe(current)
             ),
         ),
-        r if blind.is_some() => (
+        (_, Some(blind)) => Restore::to(
             Source::BlindRestore,
-            Some(r.clone()),
+            r,
             format!(
-                "the CR's record: {} wrote a hard-coded {} over the recorded original {} \
-                 (Harvester's upgrade cleanup), which goes back",
-                blind.as_deref().unwrap_or_default(),
+                "the CR's record: {blind} wrote a hard-coded {} over the recorded original \
+                 {recorded} (Harvester's upgrade cleanup), which goes back",
                 describe(current),
-                describe(&r.original())
             ),
         ),
-        r => (
+        (_, None) => Restore::none(
             Source::LaterChoice,
-            None,
             format!(
                 "workloadUpdateMethods was changed to {} while suspended; that later choice is kept \
-                 (the recorded original was {})",
+                 (the recorded original was {recorded})",
                 describe(current),
-                describe(&r.original())
             ),
         ),
     }
@@ -205,33 +203,33 @@ fn from_record(
 
 /// [`restore_source`] with no record anywhere: FALLBACK_METHODS for a `[]` of ours, else
 /// nothing, said why.
-fn from_fallback(kubevirt: &Value, current: &Option<Value>, fallback: Option<&[String]>) -> Chosen {
-    let suspended = is_suspended(current);
+fn from_fallback(
+    kubevirt: &Value,
+    current: &Option<Value>,
+    fallback: Option<&[String]>,
+) -> Restore {
+    let (suspended, ours) = (is_suspended(current), methods_owned_by_us(kubevirt));
     match fallback {
-        Some(list) if suspended && methods_owned_by_us(kubevirt) => (
+        Some(list) if suspended && ours => Restore::to(
             Source::Fallback,
-            Some(value_record(Some(json!(list)), Vec::new())),
-            "FALLBACK_METHODS, as no record of the original is left and the [] is ours".to_string(),
+            value_record(Some(json!(list)), Vec::new()),
+            "FALLBACK_METHODS, as no record of the original is left and the [] is ours",
         ),
-        _ if !suspended => (
+        _ if !suspended => Restore::none(
             Source::Nothing,
-            None,
             format!(
-                "nothing to restore: no record of ours, and the methods are {} (already \
-                     restored, or never suspended)",
+                "nothing to restore: no record of ours, and the methods are {} (already restored, \
+                 or never suspended)",
                 describe(current)
             ),
         ),
-        _ if methods_owned_by_us(kubevirt) => (
+        _ if ours => Restore::none(
             Source::Nothing,
-            None,
-            "no record of the original and no FALLBACK_METHODS: the [] that pre wrote stays"
-                .to_string(),
+            "no record of the original and no FALLBACK_METHODS: the [] that pre wrote stays",
         ),
-        _ => (
+        _ => Restore::none(
             Source::Nothing,
-            None,
-            "no record of ours, and this [] was not written by the guard: it stays".to_string(),
+            "no record of ours, and this [] was not written by the guard: it stays",
         ),
     }
 }
@@ -267,10 +265,8 @@ pub fn kubevirt_post(
         // A later choice made by an `Update` (kubectl edit or patch) holds a claim that the
         // restored values' next deploy conflicts with: say so where the choice is kept.
         (None, Source::LaterChoice) => {
-            ed.note(format!(
-                "removed our record of the original; kept the methods {} set while suspended",
-                describe(&current)
-            ));
+            let kept = describe(&current);
+            ed.note(format!("removed our record of the original; kept the methods {kept} set while suspended"));
             let mut text = vec![restore.reason];
             text.extend(update_claim_warnings(obj));
             ed.warn(CHANGED_WHILE_SUSPENDED, text.join("; "))
@@ -311,41 +307,30 @@ fn text_at<'a>(obj: &'a Value, ptr: &str) -> &'a str {
 /// many in the cluster and `parallelOutboundMigrationsPerNode` (default 2) from any one node;
 /// only live-migratable VMIs migrate; `Evict` goes in batches; `[]` cancels nothing created.
 pub fn update_notice(kubevirt: &Value, methods: &Option<Value>) -> Option<String> {
-    let has = |m: &str| {
-        methods
-            .as_ref()
-            .and_then(Value::as_array)
-            .is_some_and(|l| l.iter().any(|v| v == m))
-    };
+    let list = methods.as_ref().and_then(Value::as_array);
+    let has = |m: &str| list.is_some_and(|l| l.iter().any(|v| v == m));
     let (migrate, evict) = (has("LiveMigrate"), has("Evict"));
     if !migrate && !evict {
         return None;
     }
-    let outdated = match kubevirt
-        .pointer("/status/outdatedVirtualMachineInstanceWorkloads")
-        .and_then(Value::as_i64)
-    {
-        Some(1) => "the 1 outdated VMI".to_string(),
-        Some(n) => format!("the {n} outdated VMIs"),
-        None => "the outdated VMIs (KubeVirt reports no count)".into(),
-    };
-    let number = |ptr: &str, default: i64| {
-        kubevirt
-            .pointer(ptr)
-            .and_then(Value::as_i64)
-            .unwrap_or(default)
-    };
+    let at = |ptr: &str| kubevirt.pointer(ptr);
+    let outdated =
+        match at("/status/outdatedVirtualMachineInstanceWorkloads").and_then(Value::as_i64) {
+            Some(1) => "the 1 outdated VMI".to_string(),
+            Some(n) => format!("the {n} outdated VMIs"),
+            None => "the outdated VMIs (KubeVirt reports no count)".into(),
+        };
+    let number = |ptr: &str, default| at(ptr).and_then(Value::as_i64).unwrap_or(default);
     let migrations = "/spec/configuration/migrations";
     let cluster = number(&format!("{migrations}/parallelMigrationsPerCluster"), 5);
     let node = number(
         &format!("{migrations}/parallelOutboundMigrationsPerNode"),
         2,
     );
-    let batch = number("/spec/workloadUpdateStrategy/batchEvictionSize", 10);
-    let interval = kubevirt
-        .pointer("/spec/workloadUpdateStrategy/batchEvictionInterval")
-        .and_then(Value::as_str)
-        .unwrap_or("1m0s");
+    let strategy = "/spec/workloadUpdateStrategy";
+    let batch = number(&format!("{strategy}/batchEvictionSize"), 10);
+    let interval = at(&format!("{strategy}/batchEvictionInterval")).and_then(Value::as_str);
+    let interval = interval.unwrap_or("1m0s");
     let migrated = format!(
         "live-migrated, at most {cluster} at a time in the cluster and {node} at a time from any \
          one node (it may create more migration objects than that: they wait Pending for a slot)"

@@ -1,8 +1,6 @@
-//! The order of a phase's writes: which objects a phase writes, in which order, and what each
-//! object's plan needs of the other (the ManagedChart's copy of the CR's original, and back). The
-//! only room that knows the order of writes (docs/design.md, "What each phase does") and the hints
-//! between the two objects. It decides nothing about an object's content: that is the other rooms'
-//! work.
+//! The order of a phase's writes (docs/design.md, "What each phase does") and what each object's
+//! plan needs of the other (the ManagedChart's copy of the CR's original, and back). It decides
+//! nothing about an object's content: that is the other rooms' work.
 
 use super::chart::{chart_post, chart_pre, values_choice};
 use super::kubevirt::{kubevirt_original, kubevirt_post, kubevirt_pre};

@@ -2,7 +2,7 @@
 //! claim (docs/design.md, "Field ownership"). The only room that edits
 //! `metadata.managedFields`; it never changes a field's value.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::editor::Editor;
@@ -15,16 +15,9 @@ use crate::model::{
 };
 use crate::vocabulary::{Malformed, Objects, Plan};
 
-/// Whether our field manager owns `workloadUpdateMethods` according to `managedFields`.
-pub fn methods_owned_by_us(obj: &Value) -> bool {
-    owners(obj, METHODS_PATH)
-        .iter()
-        .any(|o| o.manager == FIELD_MANAGER)
-}
-
 /// One `managedFields` entry's claim on a field.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
 pub struct Owner {
     pub manager: String,
     /// `Apply` (server-side apply) or `Update` (any other write).
@@ -42,6 +35,59 @@ impl Owner {
     pub fn blocks_apply(&self) -> bool {
         self.operation == "Update"
     }
+
+    /// Whether this is the entry that `pre` recorded: all four match.
+    fn is(&self, r: &RecordedOwner) -> bool {
+        (
+            &self.manager,
+            &self.operation,
+            &self.api_version,
+            &self.subresource,
+        ) == (&r.manager, &r.operation, &r.api_version, &r.subresource)
+    }
+}
+
+/// The `managedFields` entries, each with its claim, in order.
+fn entries(obj: &Value) -> Vec<(&Value, Owner)> {
+    let entries = obj
+        .pointer("/metadata/managedFields")
+        .and_then(Value::as_array);
+    let claim = |e| Owner::deserialize(e).unwrap_or_default();
+    entries
+        .into_iter()
+        .flatten()
+        .map(|e| (e, claim(e)))
+        .collect()
+}
+
+/// The pointer to the field at `path` in a `managedFields` entry (`/fieldsV1/f:spec/...`).
+fn fields_ptr(path: &[&str]) -> String {
+    let fields: Vec<String> = path.iter().map(|s| format!("f:{s}")).collect();
+    let fields: Vec<&str> = fields.iter().map(String::as_str).collect();
+    format!("/fieldsV1{}", pointer(&fields))
+}
+
+/// The managers that own the field at `path`, in `managedFields` order.
+pub fn owners(obj: &Value, path: &[&str]) -> Vec<Owner> {
+    let ptr = fields_ptr(path);
+    let entries = entries(obj).into_iter();
+    entries
+        .filter(|(e, _)| e.pointer(&ptr).is_some())
+        .map(|(_, o)| o)
+        .collect()
+}
+
+/// Whether our field manager owns `workloadUpdateMethods` according to `managedFields`.
+pub fn methods_owned_by_us(obj: &Value) -> bool {
+    owners(obj, METHODS_PATH)
+        .iter()
+        .any(|o| o.manager == FIELD_MANAGER)
+}
+
+/// The `Update` claims on the methods of `obj` of each manager but ours.
+pub fn update_claims(obj: &Value) -> impl Iterator<Item = Owner> {
+    let owners = owners(obj, METHODS_PATH).into_iter();
+    owners.filter(|o| o.blocks_apply() && o.manager != FIELD_MANAGER)
 }
 
 /// What another manager's `Update` claim on the methods means, in the words that `status` and
@@ -53,79 +99,39 @@ pub fn update_claim_warning(manager: &str) -> String {
     )
 }
 
-/// [`update_claim_warning`] for each manager but ours that holds an `Update` claim on the
-/// methods of `obj`.
+/// [`update_claim_warning`] for each of the [`update_claims`].
 pub fn update_claim_warnings(obj: &Value) -> Vec<String> {
-    owners(obj, METHODS_PATH)
-        .iter()
-        .filter(|o| o.blocks_apply() && o.manager != FIELD_MANAGER)
+    update_claims(obj)
         .map(|o| update_claim_warning(&o.manager))
-        .collect()
-}
-
-fn managed_fields(obj: &Value) -> &[Value] {
-    obj.pointer("/metadata/managedFields")
-        .and_then(Value::as_array)
-        .map_or(&[], Vec::as_slice)
-}
-
-/// The managers that own the field at `path`, in `managedFields` order.
-pub fn owners(obj: &Value, path: &[&str]) -> Vec<Owner> {
-    let ptr = fields_ptr(&f_fields(path));
-    managed_fields(obj)
-        .iter()
-        .filter(|e| e.pointer(&ptr).is_some())
-        .map(|e| Owner {
-            manager: text(e, "manager"),
-            operation: text(e, "operation"),
-            api_version: text(e, "apiVersion"),
-            subresource: text(e, "subresource"),
-            time: e.get("time").and_then(Value::as_str).map(str::to_string),
-        })
         .collect()
 }
 
 /// What `pre` records about the owners of the field at `path`: every entry but ours, with the
 /// parent maps each owned.
 pub fn recorded_owners(obj: &Value, path: &[&str]) -> Vec<RecordedOwner> {
-    let fields = f_fields(path);
-    managed_fields(obj)
-        .iter()
-        .filter(|e| e["manager"] != FIELD_MANAGER && e.pointer(&fields_ptr(&fields)).is_some())
-        .map(|e| RecordedOwner {
-            manager: text(e, "manager"),
-            operation: text(e, "operation"),
-            api_version: text(e, "apiVersion"),
-            subresource: text(e, "subresource"),
+    let ptr = fields_ptr(path);
+    let owned_map = |e: &Value, d| {
+        e.pointer(&format!("{}/.", fields_ptr(&path[..d])))
+            .is_some()
+    };
+    entries(obj)
+        .into_iter()
+        .filter(|(e, o)| o.manager != FIELD_MANAGER && e.pointer(&ptr).is_some())
+        .map(|(e, o)| RecordedOwner {
+            manager: o.manager,
+            operation: o.operation,
+            api_version: o.api_version,
+            subresource: o.subresource,
             parents: (1..path.len())
-                .filter(|&d| {
-                    e.pointer(&format!("{}/.", fields_ptr(&fields[..d])))
-                        .is_some()
-                })
+                .filter(|&d| owned_map(e, d))
                 .map(|d| path[..d].join("."))
                 .collect(),
         })
         .collect()
 }
 
-/// A `managedFields` entry's string field, empty when absent.
-fn text(entry: &Value, key: &str) -> String {
-    entry
-        .get(key)
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string()
-}
-
-/// The `fieldsV1` keys of a path (`f:spec`, ...).
-fn f_fields(path: &[&str]) -> Vec<String> {
-    path.iter().map(|s| format!("f:{s}")).collect()
-}
-
-/// The pointer to a field in a `managedFields` entry.
-fn fields_ptr(fields: &[String]) -> String {
-    let segs: Vec<&str> = fields.iter().map(String::as_str).collect();
-    format!("/fieldsV1{}", pointer(&segs))
+fn who(o: &RecordedOwner) -> String {
+    format!("{}/{}", o.manager, o.operation)
 }
 
 /// Notes, in the restore's own write, the owners that the release after it gives `path` back
@@ -134,16 +140,13 @@ pub(super) fn note_return(ed: &mut Editor, path: &[&str], owners: Vec<RecordedOw
     if owners.is_empty() {
         return;
     }
-    let mut returns: Vec<Return> = read_record(ed.doc(), OWNERS_TO_RETURN)
+    let mut returns: Vec<Return> = read_record(&ed.doc, OWNERS_TO_RETURN)
         .ok()
         .flatten()
         .unwrap_or_default();
     let path: Vec<String> = path.iter().map(|s| s.to_string()).collect();
     returns.retain(|r| r.path != path);
-    let who: Vec<String> = owners
-        .iter()
-        .map(|o| format!("{}/{}", o.manager, o.operation))
-        .collect();
+    let who: Vec<String> = owners.iter().map(who).collect();
     ed.note(format!(
         "{} goes back to {} in the release that follows",
         path.join("."),
@@ -154,81 +157,62 @@ pub(super) fn note_return(ed: &mut Editor, path: &[&str], owners: Vec<RecordedOw
         .expect("annotations are a map: the object was planned from");
 }
 
-/// The index of the live entry that `owner` recorded: same manager, operation, API version and
-/// subresource.
-fn entry_of(entries: &[Value], owner: &RecordedOwner) -> Option<usize> {
-    entries.iter().position(|e| {
-        text(e, "manager") == owner.manager
-            && text(e, "operation") == owner.operation
-            && text(e, "apiVersion") == owner.api_version
-            && text(e, "subresource") == owner.subresource
-    })
-}
-
 /// Gives the field of each noted [`Return`] back to its recorded owners: the entry's `fieldsV1`
 /// with the field (and the parent maps it owned) merged in, guarded by `test`s of the entry's
 /// manager and operation (and the whole patch by the resourceVersion's). Nothing is added
 /// where the entry is gone, already owns the field, or the field is no longer on the object.
 fn give_back(ed: &mut Editor, obj: &Value, returns: &[Return]) -> Result<(), Malformed> {
-    let entries = managed_fields(obj);
+    let entries = entries(obj);
     for r in returns {
         let path: Vec<&str> = r.path.iter().map(String::as_str).collect();
+        let field = path.join(".");
         if lookup(obj, &path)?.is_none() {
-            ed.note(format!(
-                "{} is gone: no ownership to give back",
-                path.join(".")
-            ));
+            ed.note(format!("{field} is gone: no ownership to give back"));
             continue;
         }
-        let fields = f_fields(&path);
         for owner in &r.owners {
-            let who = format!("{}/{}", owner.manager, owner.operation);
-            let Some(i) = entry_of(entries, owner) else {
+            let who = who(owner);
+            let Some(i) = entries.iter().position(|(_, o)| o.is(owner)) else {
                 ed.note(format!(
-                    "{who} no longer has a managedFields entry: {} not given back to it",
-                    path.join(".")
+                    "{who} no longer has a managedFields entry: {field} not given back to it"
                 ));
                 continue;
             };
-            let entry = &entries[i];
-            if !entry["fieldsV1"].is_object() {
+            let fields = &entries[i].0["fieldsV1"];
+            if !fields.is_object() {
                 continue;
             }
-            if entry.pointer(&fields_ptr(&fields)).is_some() {
-                ed.note(format!("{who} owns {} already", path.join(".")));
+            if entries[i].0.pointer(&fields_ptr(&path)).is_some() {
+                ed.note(format!("{who} owns {field} already"));
                 continue;
             }
-            // The entry's set with the field, and the parent maps it owned, added back.
-            let mut wanted = json!({});
-            let mut node = &mut wanted;
-            for (d, seg) in fields.iter().enumerate() {
-                node = &mut node[seg.as_str()];
-                *node = json!({});
-                if owner.parents.contains(&path[..=d].join(".")) {
-                    node["."] = json!({});
-                }
-            }
-            let mut merged = entry["fieldsV1"].clone();
-            merge_sets(&mut merged, &wanted);
             let base = format!("/metadata/managedFields/{i}");
-            ed.push(
-                json!({"op": "test", "path": format!("{base}/manager"), "value": owner.manager}),
-            );
-            ed.push(json!({"op": "test", "path": format!("{base}/operation"), "value": owner.operation}));
+            ed.test(&format!("{base}/manager"), &owner.manager);
+            ed.test(&format!("{base}/operation"), &owner.operation);
+            let merged = with_field(fields, &path, &owner.parents);
             ed.push(json!({"op": "replace", "path": format!("{base}/fieldsV1"), "value": merged}));
-            ed.note(format!("gave {} back to {who}", path.join(".")));
+            ed.note(format!("gave {field} back to {who}"));
         }
     }
     Ok(())
 }
 
-/// `from`'s members added to the `fieldsV1` set `into`.
-pub(crate) fn merge_sets(into: &mut Value, from: &Value) {
-    if let (Some(a), Some(b)) = (into.as_object_mut(), from.as_object()) {
-        for (k, v) in b {
-            merge_sets(a.entry(k.clone()).or_insert(json!({})), v);
+/// The `fieldsV1` set with the field at `path` added, and the parent maps (`.`) in `parents`.
+fn with_field(fields: &Value, path: &[&str], parents: &[String]) -> Value {
+    let mut merged = fields.clone();
+    let mut node = &mut merged;
+    for (d, seg) in path.iter().enumerate() {
+        let Some(map) = node.as_object_mut() else {
+            break;
+        };
+        node = map.entry(format!("f:{seg}")).or_insert(json!({}));
+        if let Some(map) = node.as_object_mut()
+            && parents.contains(&path[..=d].join("."))
+        {
+            map.entry(".").or_insert(json!({}));
         }
     }
+    merged
 }
 
 /// The fields an entry's `fieldsV1` owns, as dotted paths (`.spec.x`), for logs.
@@ -266,44 +250,46 @@ pub fn release(obj: &Value, kind: Kind) -> Result<Plan, Malformed> {
     };
     if let Some(key) = records.iter().find(|k| annotation(obj, k).is_some()) {
         ed.note(format!("our claim stays: the record {key} is still there"));
-        return Ok(ed.finish());
-    }
-    if kind == Kind::KubeVirt && is_suspended(&methods(obj)?) && methods_owned_by_us(obj) {
+    } else if kind == Kind::KubeVirt && is_suspended(&methods(obj)?) && methods_owned_by_us(obj) {
         ed.note("our claim on [] stays: it marks the suspension as ours for a later post with a fallback");
-        return Ok(ed.finish());
+    } else {
+        let returns: Vec<Return> = read_record(obj, OWNERS_TO_RETURN)?.unwrap_or_default();
+        give_back(&mut ed, obj, &returns)?;
+        ed.remove_annotation(OWNERS_TO_RETURN);
+        remove_ours(&mut ed, obj);
     }
-    let returns: Vec<Return> = read_record(obj, OWNERS_TO_RETURN)?.unwrap_or_default();
-    give_back(&mut ed, obj, &returns)?;
-    ed.remove_annotation(OWNERS_TO_RETURN);
-    let entries = managed_fields(obj);
+    Ok(ed.finish())
+}
+
+/// Our `managedFields` entries removed, each guarded by a `test` of its manager.
+fn remove_ours(ed: &mut Editor, obj: &Value) {
+    let entries = entries(obj);
     let ours: Vec<usize> = (0..entries.len())
+        .filter(|&i| entries[i].1.manager == FIELD_MANAGER)
         .filter(|&i| {
-            entries[i]["manager"] == FIELD_MANAGER
-                && entries[i]["fieldsV1"]
-                    .as_object()
-                    .is_some_and(|f| !f.is_empty())
+            entries[i].0["fieldsV1"]
+                .as_object()
+                .is_some_and(|f| !f.is_empty())
         })
         .collect();
     if ours.is_empty() {
-        return Ok(ed.finish());
+        return;
     }
     if ours.len() == entries.len() {
         // The API server ignores a write that empties managedFields.
-        ed.note("our managedFields entry is the only one and cannot be removed");
-        return Ok(ed.finish());
+        return ed.note("our managedFields entry is the only one and cannot be removed");
     }
     let mut fields = Vec::new();
     for &i in ours.iter().rev() {
-        owned_fields(&entries[i]["fieldsV1"], "", &mut fields);
+        owned_fields(&entries[i].0["fieldsV1"], "", &mut fields);
         let path = format!("/metadata/managedFields/{i}");
-        ed.push(json!({"op": "test", "path": format!("{path}/manager"), "value": FIELD_MANAGER}));
+        ed.test(&format!("{path}/manager"), FIELD_MANAGER);
         ed.remove(&path);
     }
     ed.note(format!(
         "released our field-manager claim on {}",
         fields.join(", ")
     ));
-    Ok(ed.finish())
 }
 
 /// Whether anything of ours is on `obj`: a record annotation, or our claim on the methods

@@ -3,7 +3,6 @@
 pub use super::chart::*;
 pub use super::kubevirt::*;
 pub use super::order::*;
-pub(crate) use super::ownership::merge_sets;
 pub use super::records::*;
 pub use crate::model::*;
 pub use crate::vocabulary::*;
@@ -394,4 +393,13 @@ pub fn server_update(old: &Value, new: &Value, manager: &str, path: &[&str]) -> 
 /// Applies a plan as the server would for `manager`'s `Update`, ownership of `path` included.
 pub fn write_as_server(obj: &Value, plan: &Plan, path: &[&str]) -> Value {
     server_update(obj, &apply(obj, plan), FIELD_MANAGER, path)
+}
+
+/// `from`'s members added to the `fieldsV1` set `into`.
+pub(crate) fn merge_sets(into: &mut Value, from: &Value) {
+    if let (Some(a), Some(b)) = (into.as_object_mut(), from.as_object()) {
+        for (k, v) in b {
+            merge_sets(a.entry(k.clone()).or_insert(json!({})), v);
+        }
+    }
 }
