@@ -5,7 +5,7 @@
 
 use serde_json::Value;
 
-use super::harvester_upgrade::{ALLOW_UNPROTECTED, Handling, Upgrade};
+use super::harvester_upgrade::{ALLOW_UNPROTECTED, Handling, Upgrade, text_at};
 use super::ownership::ours;
 use super::records::{describe, is_suspended, methods};
 use super::retirement::Retirement;
@@ -47,30 +47,24 @@ pub struct Gauges {
 /// The KubeVirt CR has automated workload updates on: its methods are a list that is not
 /// empty (absent and `[]` both mean none). A malformed list counts as on: nothing says it is off.
 fn updates_on(kubevirt: &Value) -> bool {
-    match methods(kubevirt) {
-        Ok(m) => m.is_some() && !is_suspended(&m),
-        Err(_) => true,
-    }
+    methods(kubevirt).map_or(true, |m| m.is_some() && !is_suspended(&m))
 }
 
 /// The Upgrade under way that needs the guard (its release does nothing to the methods
-/// itself, v1.7.1 and earlier) while the CR's updates are on; its `allow_unprotected` says
-/// whether the operator accepted its migrations ([`ALLOW_UNPROTECTED`]).
-fn updates_on_during<'a>(seen: &Seen<'a>) -> Option<&'a Upgrade> {
-    let kubevirt = seen.kubevirt?;
-    seen.upgrade
+/// itself, v1.7.1 and earlier) while the CR's updates are on, accepted ([`ALLOW_UNPROTECTED`])
+/// or not.
+fn updates_on_during<'a>(
+    kubevirt: Option<&Value>,
+    upgrade: Option<&'a Upgrade>,
+) -> Option<&'a Upgrade> {
+    let kubevirt = kubevirt?;
+    upgrade
         .filter(|u| upgrade_under_way(u) && u.handling() == Handling::None && updates_on(kubevirt))
 }
 
 /// That Upgrade, unless its migrations are accepted: what the guard warns of.
 fn unprotected<'a>(seen: &Seen<'a>) -> Option<&'a Upgrade> {
-    updates_on_during(seen).filter(|u| !u.allow_unprotected)
-}
-
-/// Whether the admission policy holds an unprotected `u`: installed, not yet past
-/// `NodesPrepared` (an accepted Upgrade it lets pass).
-fn held_by_policy(seen: &Seen, u: &Upgrade) -> bool {
-    seen.admission_hold && !u.nodes_prepared
+    updates_on_during(seen.kubevirt, seen.upgrade).filter(|u| !u.allow_unprotected)
 }
 
 /// The gauges' values for what the loop saw.
@@ -82,7 +76,7 @@ pub fn gauges(seen: &Seen) -> Gauges {
     Gauges {
         suspension_in_place,
         upgrade_unprotected: unprotected.is_some(),
-        upgrade_held: unprotected.is_some_and(|u| held_by_policy(seen, u)),
+        upgrade_held: unprotected.is_some_and(|u| seen.admission_hold && !u.nodes_prepared),
         hold_after_failed_upgrade: seen.held_after_failure,
         no_longer_needed: seen.retirement.is_some_and(Retirement::no_longer_needed),
         outdated_vmis: kubevirt
@@ -92,36 +86,36 @@ pub fn gauges(seen: &Seen) -> Gauges {
     }
 }
 
+/// The command that accepts an Upgrade's migrations.
+fn accept(u: &Upgrade) -> String {
+    format!(
+        "kubectl -n {} annotate upgrade {} {ALLOW_UNPROTECTED}=true",
+        u.namespace, u.name
+    )
+}
+
 /// `status`'s verdict while an upgrade that needs the guard is under way with updates on: first,
 /// before what the objects say of the suspension, since it is what the operator must act on.
 /// `status` knows not whether the chart installed the policy: it says where it holds.
 pub fn unprotected_verdict(kubevirt: Option<&Value>, upgrade: Option<&Upgrade>) -> Option<String> {
-    let seen = Seen {
-        kubevirt,
-        upgrade,
-        admission_hold: true,
-        held_after_failure: false,
-        retirement: None,
-    };
-    let u = updates_on_during(&seen)?;
+    let u = updates_on_during(kubevirt, upgrade)?;
     let now = describe(&kubevirt?.pointer(METHODS_POINTER).cloned());
     let upgrade = format!(
         "Harvester Upgrade {} to {} is under way and KubeVirt's automated workload updates are still on ({now})",
         u.name, u.version
     );
+    let accept = accept(u);
     Some(if u.allow_unprotected {
         format!(
             "MIGRATIONS ACCEPTED: {upgrade}; it carries {ALLOW_UNPROTECTED}=true: the admission policy lets it pass and the guard does not suspend for it; once KubeVirt is upgraded its workload updater migrates the VMs while the nodes drain"
         )
-    } else if held_by_policy(&seen, u) {
+    } else if !u.nodes_prepared {
         format!(
-            "HELD BY THE POLICY: {upgrade}; the chart's admission policy (where installed) holds it before NodesPrepared until the guard suspends them; why the guard has not: its Warning below. To go on unprotected: kubectl -n {} annotate upgrade {} {ALLOW_UNPROTECTED}=true",
-            u.namespace, u.name
+            "HELD BY THE POLICY: {upgrade}; the chart's admission policy (where installed) holds it before NodesPrepared until the guard suspends them; why the guard has not: its Warning below. To go on unprotected: {accept}"
         )
     } else {
         format!(
-            "UNPROTECTED: {upgrade}; nothing holds it (it is past NodesPrepared): once KubeVirt is upgraded its workload updater migrates the VMs while the nodes drain; why the guard has not suspended: its Warning below. To accept the migrations: kubectl -n {} annotate upgrade {} {ALLOW_UNPROTECTED}=true",
-            u.namespace, u.name
+            "UNPROTECTED: {upgrade}; nothing holds it (it is past NodesPrepared): once KubeVirt is upgraded its workload updater migrates the VMs while the nodes drain; why the guard has not suspended: its Warning below. To accept the migrations: {accept}"
         )
     })
 }
@@ -140,18 +134,19 @@ pub struct UnprotectedKey {
 pub fn unprotected_warning(seen: &Seen, last_pre: &str) -> Option<(UnprotectedKey, Warning)> {
     let u = unprotected(seen)?;
     let kv = seen.kubevirt?;
-    let held = held_by_policy(seen, u);
-    let text = |p: &str| kv.pointer(p).and_then(Value::as_str).unwrap_or("");
-    let cr = format!("{}/{}", text("/metadata/namespace"), text("/metadata/name"));
-    let now = describe(&kv.pointer(METHODS_POINTER).cloned());
-    let annotate = format!(
-        "kubectl -n {} annotate upgrade {} {ALLOW_UNPROTECTED}=true",
-        u.namespace, u.name
+    let held = seen.admission_hold && !u.nodes_prepared;
+    let cr = format!(
+        "{}/{}",
+        text_at(kv, "/metadata/namespace"),
+        text_at(kv, "/metadata/name")
     );
+    let now = describe(&kv.pointer(METHODS_POINTER).cloned());
+    let annotate = accept(u);
+    let upgrade = format!("{}/{}", u.namespace, u.name);
     let head = format!(
-        "Harvester Upgrade {}/{} to {} is under way and KubeVirt {cr} still has \
+        "Harvester Upgrade {upgrade} to {} is under way and KubeVirt {cr} still has \
          workloadUpdateMethods {now}: the guard's last pre {last_pre}",
-        u.namespace, u.name, u.version
+        u.version
     );
     let (reason, message) = if held {
         (
@@ -180,10 +175,7 @@ pub fn unprotected_warning(seen: &Seen, last_pre: &str) -> Option<(UnprotectedKe
         )
     };
     Some((
-        UnprotectedKey {
-            upgrade: format!("{}/{}", u.namespace, u.name),
-            held,
-        },
+        UnprotectedKey { upgrade, held },
         Warning { reason, message },
     ))
 }
