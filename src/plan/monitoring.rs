@@ -1,13 +1,12 @@
 //! What the resident guard says of itself to its monitoring: the values of its metrics, and the
-//! Warning of an upgrade under way unprotected (held by the chart's admission policy, or not).
-//! Both come from what the one waiting loop read and decided; the metrics never read the API
-//! themselves. Pure: `resident` passes in what it has, `metrics` serves the numbers.
+//! Warning of an upgrade under way unprotected (held by the chart's admission policy, or not),
+//! both from what the waiting loop read and decided. Pure: `metrics` serves the numbers.
 
 use serde_json::Value;
 
-use super::harvester_upgrade::{ALLOW_UNPROTECTED, Handling, Upgrade, text_at};
+use super::harvester_upgrade::{ALLOW_UNPROTECTED, Handling, Upgrade};
 use super::ownership::ours;
-use super::records::{describe, is_suspended, methods};
+use super::records::{describe, identity, is_suspended, methods};
 use super::retirement::Retirement;
 use super::upgrade_progress::upgrade_under_way;
 use crate::model::METHODS_POINTER;
@@ -16,9 +15,7 @@ use crate::warnings::{UPGRADE_HELD_BY_POLICY, UPGRADE_UNPROTECTED, Warning};
 /// What one pass of the loop read and remembers, as the metrics need it.
 #[derive(Debug, Clone, Copy)]
 pub struct Seen<'a> {
-    /// The KubeVirt CR as read (`None`: not there).
     pub kubevirt: Option<&'a Value>,
-    /// Harvester's latest Upgrade as read.
     pub upgrade: Option<&'a Upgrade>,
     /// The chart installed its admission policy (`ADMISSION_HOLD`).
     pub admission_hold: bool,
@@ -121,30 +118,25 @@ pub fn unprotected_verdict(kubevirt: Option<&Value>, upgrade: Option<&Upgrade>) 
 }
 
 /// What an unprotected upgrade's Warning is said again on: a new Upgrade, or the policy's hold
-/// beginning or ending. The words (the last `pre`'s error) may change every pass; this does not.
+/// beginning or ending (the words may change every pass).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnprotectedKey {
     pub upgrade: String,
     pub held: bool,
 }
 
-/// The Warning of an upgrade under way unprotected, with the key it is said once for; `None`
-/// when none is. `last_pre`: what the guard's last `pre` for it ended with, in words (its error,
-/// or why it did not suspend).
+/// The Warning of an upgrade under way unprotected, with the key it is said once for.
+/// `last_pre`: what the guard's last `pre` for it ended with, in words.
 pub fn unprotected_warning(seen: &Seen, last_pre: &str) -> Option<(UnprotectedKey, Warning)> {
     let u = unprotected(seen)?;
     let kv = seen.kubevirt?;
     let held = seen.admission_hold && !u.nodes_prepared;
-    let cr = format!(
-        "{}/{}",
-        text_at(kv, "/metadata/namespace"),
-        text_at(kv, "/metadata/name")
-    );
+    let (_, kv_ns, kv_name) = identity(kv);
     let now = describe(&kv.pointer(METHODS_POINTER).cloned());
     let annotate = accept(u);
     let upgrade = format!("{}/{}", u.namespace, u.name);
     let head = format!(
-        "Harvester Upgrade {upgrade} to {} is under way and KubeVirt {cr} still has \
+        "Harvester Upgrade {upgrade} to {} is under way and KubeVirt {kv_ns}/{kv_name} still has \
          workloadUpdateMethods {now}: the guard's last pre {last_pre}",
         u.version
     );

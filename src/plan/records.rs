@@ -210,7 +210,7 @@ pub(super) fn annotation<'a>(obj: &'a Value, key: &str) -> Option<&'a Value> {
 }
 
 /// The object's kind, namespace and name, as read (empty where missing).
-fn identity(obj: &Value) -> (&str, &str, &str) {
+pub(super) fn identity(obj: &Value) -> (&str, &str, &str) {
     let text = |p: &str| obj.pointer(p).and_then(Value::as_str).unwrap_or("");
     (
         text("/kind"),

@@ -157,20 +157,12 @@ pub fn post_must_wait(upgrade: Option<&Upgrade>, plans: &[PlanView], ours: bool)
     if !ours {
         return None;
     }
-    let running = under_way(upgrade, plans);
-    let mut why = Vec::new();
-    if !running.is_empty() {
-        let running = running.join(" and ");
-        why.push(format!(
-            "{running} under way: post does not turn updates on during an upgrade"
-        ));
-    }
+    let running = under_way(upgrade, plans).join(" and ");
+    let running = (!running.is_empty())
+        .then(|| format!("{running} under way: post does not turn updates on during an upgrade"));
     // While the Upgrade runs, its cleanup is pending too: said once, by the line above.
-    if let Some(cleanup) = cleanup_wait(upgrade, ours)
-        && !upgrade.is_some_and(upgrade_under_way)
-    {
-        why.push(cleanup);
-    }
+    let cleanup = cleanup_wait(upgrade, ours).filter(|_| !upgrade.is_some_and(upgrade_under_way));
+    let why: Vec<String> = running.into_iter().chain(cleanup).collect();
     (!why.is_empty()).then(|| why.join("; "))
 }
 
