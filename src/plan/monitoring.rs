@@ -140,15 +140,12 @@ pub fn unprotected_warning(seen: &Seen, last_pre: &str) -> Option<(UnprotectedKe
          workloadUpdateMethods {now}: the guard's last pre {last_pre}",
         u.version
     );
-    let (reason, message) = if held {
-        (
-            UPGRADE_HELD_BY_POLICY,
-            format!(
-                "{head}. The admission policy holds the upgrade before NodesPrepared (the next \
-                 step upgrades KubeVirt) until they are suspended; the guard tries again at the \
-                 next read. To accept the migrations instead (the policy lets it pass, the \
-                 guard stops trying): {annotate}"
-            ),
+    let message = if held {
+        format!(
+            "{head}. The admission policy holds the upgrade before NodesPrepared (the next step \
+             upgrades KubeVirt) until they are suspended; the guard tries again at the next read. \
+             To accept the migrations instead (the policy lets it pass, the guard stops trying): \
+             {annotate}"
         )
     } else {
         let why = if seen.admission_hold {
@@ -156,15 +153,17 @@ pub fn unprotected_warning(seen: &Seen, last_pre: &str) -> Option<(UnprotectedKe
         } else {
             "the chart's admission policy is off (admissionPolicy.enabled=false)"
         };
-        (
-            UPGRADE_UNPROTECTED,
-            format!(
-                "{head}. Nothing holds the upgrade ({why}): once KubeVirt is upgraded, its \
-                 workload updater migrates the VMs while the nodes drain; the guard tries again \
-                 at the next read, or run pre by hand (hack/job.sh run pre). To accept the \
-                 migrations instead (the guard stops trying): {annotate}"
-            ),
+        format!(
+            "{head}. Nothing holds the upgrade ({why}): once KubeVirt is upgraded, its workload \
+             updater migrates the VMs while the nodes drain; the guard tries again at the next \
+             read, or run pre by hand (hack/job.sh run pre). To accept the migrations instead \
+             (the guard stops trying): {annotate}"
         )
+    };
+    let reason = if held {
+        UPGRADE_HELD_BY_POLICY
+    } else {
+        UPGRADE_UNPROTECTED
     };
     Some((
         UnprotectedKey { upgrade, held },

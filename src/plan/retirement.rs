@@ -44,27 +44,26 @@ pub enum Retirement {
     NoLongerNeeded(Covered),
 }
 
-/// Why the guard is still needed (the words: its `Display`).
+/// Why the guard is still needed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Need {
+    /// A suspension of ours is in place: `post` restores it first.
     Ours,
     /// An upgrade is under way (in words).
     UnderWay(String),
+    /// Harvester's own version is not known.
     VersionUnknown,
+    /// Harvester's own version (as read) is not a release.
     NotARelease(String),
-    /// The cluster's version, and the minors it can reach.
-    EarlyRelease {
-        current: String,
-        next: String,
-    },
+    /// The cluster (its version, and the minors it can reach) can upgrade to a release up to
+    /// v1.7.1.
+    EarlyRelease { current: String, next: String },
+    /// A release without handling is on offer.
     OnOffer(String),
-    V180Next {
-        current: String,
-        methods: String,
-    },
-    AddOn {
-        methods: String,
-    },
+    /// v1.8.0 is next, and the methods now (in words) are not what its end writes.
+    V180Next { current: String, methods: String },
+    /// The add-on is installed, and the methods now (in words) are not what its end writes.
+    AddOn { methods: String },
 }
 
 /// Why the guard is no longer needed: every release the cluster can upgrade to next suspends
