@@ -66,14 +66,9 @@ impl Listed {
     /// name prefix.
     fn is_workload_update(&self) -> bool {
         let meta = &self.metadata;
-        meta.annotations
-            .as_ref()
-            .is_some_and(|a| a.workload_update.is_some())
-            || meta
-                .name
-                .as_deref()
-                .unwrap_or_default()
-                .starts_with(MIGRATION_PREFIX)
+        let annotated = |a: &Annotations| a.workload_update.is_some();
+        let name = meta.name.as_deref().unwrap_or_default();
+        meta.annotations.as_ref().is_some_and(annotated) || name.starts_with(MIGRATION_PREFIX)
     }
 
     /// What is reported of it, if it is a workload-update migration that has not finished
