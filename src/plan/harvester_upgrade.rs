@@ -1,15 +1,14 @@
 //! Harvester's own upgrade, which since v1.7.2 and v1.8.0 suspends and restores the methods
 //! itself (docs/design.md, "Harvester's own handling"): the readers of its `Upgrade` and
-//! `Version` objects, and the decisions that depend on them. `pre` leaves a suspension that
-//! Harvester holds a backup of to Harvester; `post` waits for Harvester's cleanup; and a value
-//! written by one of Harvester's blind restores is told from an operator's later choice.
+//! `Version` objects, and a value written by its blind restores told from an operator's choice.
 //! Pure: the objects' JSON in, a decision out.
 
 use jiff::Timestamp;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::ownership::owners;
+use super::ownership::{Owner, owners};
+use super::records::annotation;
 use crate::vocabulary::Malformed;
 
 /// Harvester's backup of the ManagedChart's values key, on the `Upgrade` object
@@ -56,12 +55,9 @@ impl Handling {
     /// The release's handling; a version that does not parse (a development build) is taken
     /// as the newest.
     pub fn of(version: &str) -> Handling {
-        let Some((major, minor, patch)) = parse_version(version) else {
-            return Handling::BackupAndRestore;
-        };
-        match (major, minor, patch) {
-            (0, _, _) | (1, 0..=6, _) | (1, 7, 0..=1) => Handling::None,
-            (1, 8, 0) => Handling::PatchAndHardCodedRestore,
+        match parse_version(version) {
+            Some((0, _, _) | (1, 0..=6, _) | (1, 7, 0..=1)) => Handling::None,
+            Some((1, 8, 0)) => Handling::PatchAndHardCodedRestore,
             _ => Handling::BackupAndRestore,
         }
     }
@@ -108,10 +104,7 @@ pub enum Backup {
 impl Backup {
     /// Harvester's backup annotation on the Upgrade `name`, checked: JSON in a string.
     fn read(obj: &Value, name: &str) -> Result<Backup, Malformed> {
-        let annotation = obj
-            .pointer("/metadata/annotations")
-            .and_then(|a| a.get(BACKUP_ANNOTATION));
-        match annotation {
+        match annotation(obj, BACKUP_ANNOTATION) {
             None => Ok(Backup::None),
             Some(Value::String(s)) => match serde_json::from_str::<Value>(s) {
                 Ok(Value::Null) => Ok(Backup::Absent),
@@ -172,23 +165,20 @@ pub struct Upgrade {
     /// `metadata.creationTimestamp` (the armed `post`: an upgrade begun after `pre`).
     #[serde(skip)]
     pub created: Option<Timestamp>,
-    /// When it ended: the latest of its `Completed` condition's time
-    /// (`condition_time`: Harvester sets that condition True or False at the end, through
-    /// wrangler's `condition.Cond`, which writes `lastUpdateTime` when a value changes) and its
-    /// `deletionTimestamp`. An upgrade that ended after a suspension was recorded was under way
-    /// then: the one to await, for a process that never saw it run.
+    /// When it ended: the later of its `Completed` condition's time (set True or False at the
+    /// end: [`condition_time`]) and its `deletionTimestamp`. An upgrade that ended after a
+    /// suspension was recorded was under way then: the one to await.
     #[serde(skip)]
     pub ended: Option<Timestamp>,
-    /// `metadata.uid`: the Warning Events of an unprotected upgrade name the object.
+    /// The Warning Events of an unprotected upgrade name the object.
     #[serde(skip)]
     pub uid: String,
     /// Its `NodesPrepared` condition is `True`: the admission policy has nothing left to hold
     /// (the next step upgrades KubeVirt).
     #[serde(skip)]
     pub nodes_prepared: bool,
-    /// It carries [`ALLOW_UNPROTECTED`]: the operator accepts its migrations. The admission
-    /// policy lets it pass and the resident guard does not suspend for it (a suspension already
-    /// in place stays until its end).
+    /// It carries [`ALLOW_UNPROTECTED`]: the operator accepts its migrations (a suspension
+    /// already in place stays until its end).
     #[serde(skip)]
     pub allow_unprotected: bool,
 }
@@ -198,80 +188,77 @@ pub struct Upgrade {
 /// moves whenever its status (or message) changes. `lastTransitionTime` (in Harvester's
 /// `Condition` type, never written by its controller) only where `lastUpdateTime` is missing:
 /// an object written by other tools keeps an end rather than none.
-pub fn condition_time(c: &Value) -> Option<Timestamp> {
+fn condition_time(c: &Value) -> Option<Timestamp> {
     let field = |k: &str| c.get(k).and_then(Value::as_str).filter(|t| !t.is_empty());
-    time(field("lastUpdateTime").or_else(|| field("lastTransitionTime")))
+    field("lastUpdateTime")
+        .or_else(|| field("lastTransitionTime"))?
+        .parse()
+        .ok()
 }
 
-/// A time as the API server writes it (RFC 3339), parsed; `None`: missing or not a time.
-pub fn time(text: Option<&str>) -> Option<Timestamp> {
-    text?.parse().ok()
+/// The time (RFC 3339, as the API server writes it) at `ptr`; `None`: missing or not a time.
+pub fn time_at(obj: &Value, ptr: &str) -> Option<Timestamp> {
+    obj.pointer(ptr)?.as_str()?.parse().ok()
 }
 
-/// `metadata.creationTimestamp`, parsed.
-pub fn created(obj: &Value) -> Option<Timestamp> {
-    time(
-        obj.pointer("/metadata/creationTimestamp")
-            .and_then(Value::as_str),
-    )
+/// The text at `ptr`, empty where missing.
+pub(super) fn text_at<'a>(obj: &'a Value, ptr: &str) -> &'a str {
+    obj.pointer(ptr).and_then(Value::as_str).unwrap_or("")
+}
+
+/// A label or an annotation (`map`: `labels` or `annotations`) of `obj`, if it is text.
+pub(super) fn meta_text<'a>(obj: &'a Value, map: &str, key: &str) -> Option<&'a str> {
+    obj.get("metadata")?.get(map)?.get(key)?.as_str()
+}
+
+/// `text`, or `none` where it is empty.
+pub(super) fn or_if_empty<'a>(text: &'a str, none: &'a str) -> &'a str {
+    if text.is_empty() { none } else { text }
+}
+
+/// What an upgrade's words add while it is being deleted.
+pub(super) fn being_deleted(deleting: bool) -> &'static str {
+    if deleting { ", being deleted" } else { "" }
 }
 
 /// When an upgrade object ended: the later of `end` (its own end time, if it has ended) and its
 /// `deletionTimestamp` (a deletion ends it too).
-pub fn ended_at(end: Option<Timestamp>, obj: &Value) -> Option<Timestamp> {
-    let deleted = time(
-        obj.pointer("/metadata/deletionTimestamp")
-            .and_then(Value::as_str),
-    );
-    end.into_iter().chain(deleted).max()
+pub(super) fn ended_at(end: Option<Timestamp>, obj: &Value) -> Option<Timestamp> {
+    end.into_iter()
+        .chain(time_at(obj, "/metadata/deletionTimestamp"))
+        .max()
 }
 
 impl Upgrade {
     pub fn from_json(obj: &Value) -> Result<Upgrade, Malformed> {
-        let text = |ptr: &str| obj.pointer(ptr).and_then(Value::as_str).unwrap_or("");
-        let label = |key: &str| {
-            obj.pointer("/metadata/labels")
-                .and_then(|l| l.get(key))
-                .and_then(Value::as_str)
-        };
-        let name = text("/metadata/name").to_string();
+        let name = text_at(obj, "/metadata/name").to_string();
         let backup = Backup::read(obj, &name)?;
         let condition = |kind: &str| {
             obj.pointer("/status/conditions")
                 .and_then(Value::as_array)
                 .and_then(|c| c.iter().find(|c| c["type"] == kind))
         };
-        let completed_condition = condition("Completed");
-        let completed = completed_condition.and_then(|c| c["status"].as_str());
-        let ended = ended_at(
-            completed_condition
-                .filter(|c| matches!(c["status"].as_str(), Some("True" | "False")))
-                .and_then(condition_time),
-            obj,
-        );
-        let state = match (label(STATE_LABEL), completed) {
+        let completed =
+            condition("Completed").filter(|c| c["status"] == "True" || c["status"] == "False");
+        let state = match (meta_text(obj, "labels", STATE_LABEL), completed) {
             (Some(s), _) if !s.is_empty() => s.to_string(),
-            (_, Some("True")) => "Completed".into(),
-            (_, Some("False")) => "Failed".into(),
+            (_, Some(c)) if c["status"] == "True" => "Completed".into(),
+            (_, Some(_)) => "Failed".into(),
             _ => "unknown".into(),
         };
         Ok(Upgrade {
-            namespace: text("/metadata/namespace").to_string(),
+            namespace: text_at(obj, "/metadata/namespace").to_string(),
             name,
-            version: text("/spec/version").to_string(),
+            version: text_at(obj, "/spec/version").to_string(),
             state,
             backup,
-            cleaned_up: label(CLEANUP_LABEL) == Some(CLEANUP_DONE),
+            cleaned_up: meta_text(obj, "labels", CLEANUP_LABEL) == Some(CLEANUP_DONE),
             deleting: obj.pointer("/metadata/deletionTimestamp").is_some(),
-            created: created(obj),
-            ended,
-            uid: text("/metadata/uid").to_string(),
+            created: time_at(obj, "/metadata/creationTimestamp"),
+            ended: ended_at(completed.and_then(condition_time), obj),
+            uid: text_at(obj, "/metadata/uid").to_string(),
             nodes_prepared: condition("NodesPrepared").is_some_and(|c| c["status"] == "True"),
-            allow_unprotected: obj
-                .pointer("/metadata/annotations")
-                .and_then(|a| a.get(ALLOW_UNPROTECTED))
-                .and_then(Value::as_str)
-                == Some("true"),
+            allow_unprotected: meta_text(obj, "annotations", ALLOW_UNPROTECTED) == Some("true"),
         })
     }
 
@@ -304,18 +291,10 @@ impl Upgrade {
 
     /// `Upgrade ns/name (to v1.8.1, state X)`.
     pub fn describe(&self) -> String {
-        format!(
-            "Harvester Upgrade {}/{} (to {}, state {}{})",
-            self.namespace,
-            self.name,
-            if self.version.is_empty() {
-                "an unknown version"
-            } else {
-                &self.version
-            },
-            self.state,
-            if self.deleting { ", being deleted" } else { "" }
-        )
+        let (ns, name, state) = (&self.namespace, &self.name, &self.state);
+        let to = or_if_empty(&self.version, "an unknown version");
+        let deleting = being_deleted(self.deleting);
+        format!("Harvester Upgrade {ns}/{name} (to {to}, state {state}{deleting})")
     }
 }
 
@@ -324,30 +303,15 @@ impl Upgrade {
 pub fn latest(upgrades: &[Value]) -> Result<Option<Upgrade>, Malformed> {
     let newest = upgrades
         .iter()
-        .filter(|u| {
-            u.pointer("/metadata/labels")
-                .and_then(|l| l.get(LATEST_LABEL))
-                .and_then(Value::as_str)
-                == Some("true")
-        })
+        .filter(|u| meta_text(u, "labels", LATEST_LABEL) == Some("true"))
         .max_by_key(|u| {
-            let name = u.pointer("/metadata/name").and_then(Value::as_str);
-            (created(u), name.unwrap_or("").to_string())
+            let created = time_at(u, "/metadata/creationTimestamp");
+            (created, text_at(u, "/metadata/name"))
         });
     newest.map(Upgrade::from_json).transpose()
 }
 
-/// The releases offered by the `Version` objects that handle the methods themselves, newest
-/// first, with their handling: what `pre` and `status` say of the coming upgrade. With the
-/// cluster's own version (the `server-version` setting), only the newer ones.
-pub fn offered(versions: &[Value], current: Option<&str>) -> Vec<(String, Handling)> {
-    let mut out = on_offer(versions, current);
-    out.retain(|(_, h)| *h != Handling::None);
-    out
-}
-
-/// Every release on offer (newer than `current`, when known), newest first, with its handling:
-/// `pre`'s "exactly one release on offer" counts these, those without handling included.
+/// Every release on offer (newer than `current`, when known), newest first, with its handling.
 pub fn on_offer(versions: &[Value], current: Option<&str>) -> Vec<(String, Handling)> {
     let current = current.and_then(parse_version);
     let mut out: Vec<(String, Handling)> = versions
@@ -366,13 +330,9 @@ pub fn on_offer(versions: &[Value], current: Option<&str>) -> Vec<(String, Handl
 /// The blind restorer whose `Update` wrote the field at `path` of `obj`, if its value is the
 /// hard-coded `[LiveMigrate]` and one of [`BLIND_RESTORERS`] owns it by an `Update`.
 pub fn blind_restorer(obj: &Value, path: &[&str], value: &Option<Value>) -> Option<String> {
-    if value.as_ref() != Some(&blind_value()) {
-        return None;
-    }
-    owners(obj, path)
-        .into_iter()
-        .find(|o| o.blocks_apply() && BLIND_RESTORERS.contains(&o.manager.as_str()))
-        .map(|o| o.manager)
+    let restorer = |o: &Owner| o.blocks_apply() && BLIND_RESTORERS.contains(&o.manager.as_str());
+    let manager = owners(obj, path).into_iter().find(restorer)?.manager;
+    (value.as_ref() == Some(&blind_value())).then_some(manager)
 }
 
 #[cfg(test)]

@@ -34,17 +34,13 @@ pub struct Migration {
 pub struct Listed {
     #[serde(default)]
     metadata: Meta,
-    #[serde(default)]
     status: Option<Status>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 struct Meta {
-    #[serde(default)]
     namespace: Option<String>,
-    #[serde(default)]
     name: Option<String>,
-    #[serde(default)]
     annotations: Option<Annotations>,
 }
 
@@ -52,50 +48,27 @@ struct Meta {
 /// `last-applied-configuration` may be kilobytes) is skipped unread.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 struct Annotations {
-    #[serde(rename = "kubevirt.io/workloadUpdateMigration", default)]
+    #[serde(rename = "kubevirt.io/workloadUpdateMigration")]
     workload_update: Option<IgnoredAny>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 struct Status {
-    #[serde(default)]
     phase: Option<String>,
 }
 
 impl Listed {
-    /// A listed migration from its parts (tests, and what a list would have given).
-    pub fn new(namespace: &str, name: &str, annotated: bool, phase: Option<&str>) -> Self {
-        Listed {
-            metadata: Meta {
-                namespace: Some(namespace.into()),
-                name: Some(name.into()),
-                annotations: Some(Annotations {
-                    workload_update: annotated.then_some(IgnoredAny),
-                }),
-            },
-            status: Some(Status {
-                phase: phase.map(str::to_string),
-            }),
-        }
-    }
-
-    fn name(&self) -> &str {
-        self.metadata.name.as_deref().unwrap_or_default()
-    }
-
     fn phase(&self) -> Option<&str> {
         self.status.as_ref().and_then(|s| s.phase.as_deref())
     }
 
     /// Made by KubeVirt's workload updater: its annotation, else (an object that lost it) its
     /// name prefix.
-    pub fn is_workload_update(&self) -> bool {
-        let annotated = self
-            .metadata
-            .annotations
-            .as_ref()
-            .is_some_and(|a| a.workload_update.is_some());
-        annotated || self.name().starts_with(MIGRATION_PREFIX)
+    fn is_workload_update(&self) -> bool {
+        let meta = &self.metadata;
+        let annotated = |a: &Annotations| a.workload_update.is_some();
+        let name = meta.name.as_deref().unwrap_or_default();
+        meta.annotations.as_ref().is_some_and(annotated) || name.starts_with(MIGRATION_PREFIX)
     }
 
     /// What is reported of it, if it is a workload-update migration that has not finished
@@ -104,21 +77,12 @@ impl Listed {
         if !self.is_workload_update() || matches!(self.phase(), Some("Succeeded" | "Failed")) {
             return None;
         }
-        let phase = self.phase().unwrap_or("Pending").to_string();
-        let Meta {
-            namespace, name, ..
-        } = self.metadata;
         Some(Migration {
-            namespace: namespace.unwrap_or_default(),
-            name: name.unwrap_or_default(),
-            phase,
+            phase: self.phase().unwrap_or("Pending").to_string(),
+            namespace: self.metadata.namespace.unwrap_or_default(),
+            name: self.metadata.name.unwrap_or_default(),
         })
     }
-}
-
-/// The workload-update migrations that have not finished, in the order listed.
-pub fn unfinished(listed: impl IntoIterator<Item = Listed>) -> Vec<Migration> {
-    listed.into_iter().filter_map(Listed::unfinished).collect()
 }
 
 #[cfg(test)]
@@ -126,6 +90,28 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use serde_json::json;
+
+    /// The workload-update migrations that have not finished, in the order listed.
+    fn unfinished(listed: impl IntoIterator<Item = Listed>) -> Vec<Migration> {
+        listed.into_iter().filter_map(Listed::unfinished).collect()
+    }
+
+    impl Listed {
+        fn new(namespace: &str, name: &str, annotated: bool, phase: Option<&str>) -> Self {
+            Listed {
+                metadata: Meta {
+                    namespace: Some(namespace.into()),
+                    name: Some(name.into()),
+                    annotations: Some(Annotations {
+                        workload_update: annotated.then_some(IgnoredAny),
+                    }),
+                },
+                status: Some(Status {
+                    phase: phase.map(str::to_string),
+                }),
+            }
+        }
+    }
 
     #[test]
     fn only_unfinished_workload_update_migrations_are_listed() {

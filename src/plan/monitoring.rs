@@ -1,13 +1,12 @@
 //! What the resident guard says of itself to its monitoring: the values of its metrics, and the
-//! Warning of an upgrade under way unprotected (held by the chart's admission policy, or not).
-//! Both come from what the one waiting loop read and decided; the metrics never read the API
-//! themselves. Pure: `resident` passes in what it has, `metrics` serves the numbers.
+//! Warning of an upgrade under way unprotected (held by the chart's admission policy, or not),
+//! both from what the waiting loop read and decided. Pure: `metrics` serves the numbers.
 
 use serde_json::Value;
 
 use super::harvester_upgrade::{ALLOW_UNPROTECTED, Handling, Upgrade};
 use super::ownership::ours;
-use super::records::{describe, is_suspended, methods};
+use super::records::{describe, identity, is_suspended, methods};
 use super::retirement::Retirement;
 use super::upgrade_progress::upgrade_under_way;
 use crate::model::METHODS_POINTER;
@@ -16,9 +15,7 @@ use crate::warnings::{UPGRADE_HELD_BY_POLICY, UPGRADE_UNPROTECTED, Warning};
 /// What one pass of the loop read and remembers, as the metrics need it.
 #[derive(Debug, Clone, Copy)]
 pub struct Seen<'a> {
-    /// The KubeVirt CR as read (`None`: not there).
     pub kubevirt: Option<&'a Value>,
-    /// Harvester's latest Upgrade as read.
     pub upgrade: Option<&'a Upgrade>,
     /// The chart installed its admission policy (`ADMISSION_HOLD`).
     pub admission_hold: bool,
@@ -47,30 +44,24 @@ pub struct Gauges {
 /// The KubeVirt CR has automated workload updates on: its methods are a list that is not
 /// empty (absent and `[]` both mean none). A malformed list counts as on: nothing says it is off.
 fn updates_on(kubevirt: &Value) -> bool {
-    match methods(kubevirt) {
-        Ok(m) => m.is_some() && !is_suspended(&m),
-        Err(_) => true,
-    }
+    methods(kubevirt).map_or(true, |m| m.is_some() && !is_suspended(&m))
 }
 
 /// The Upgrade under way that needs the guard (its release does nothing to the methods
-/// itself, v1.7.1 and earlier) while the CR's updates are on; its `allow_unprotected` says
-/// whether the operator accepted its migrations ([`ALLOW_UNPROTECTED`]).
-fn updates_on_during<'a>(seen: &Seen<'a>) -> Option<&'a Upgrade> {
-    let kubevirt = seen.kubevirt?;
-    seen.upgrade
+/// itself, v1.7.1 and earlier) while the CR's updates are on, accepted ([`ALLOW_UNPROTECTED`])
+/// or not.
+fn updates_on_during<'a>(
+    kubevirt: Option<&Value>,
+    upgrade: Option<&'a Upgrade>,
+) -> Option<&'a Upgrade> {
+    let kubevirt = kubevirt?;
+    upgrade
         .filter(|u| upgrade_under_way(u) && u.handling() == Handling::None && updates_on(kubevirt))
 }
 
 /// That Upgrade, unless its migrations are accepted: what the guard warns of.
 fn unprotected<'a>(seen: &Seen<'a>) -> Option<&'a Upgrade> {
-    updates_on_during(seen).filter(|u| !u.allow_unprotected)
-}
-
-/// Whether the admission policy holds an unprotected `u`: installed, not yet past
-/// `NodesPrepared` (an accepted Upgrade it lets pass).
-fn held_by_policy(seen: &Seen, u: &Upgrade) -> bool {
-    seen.admission_hold && !u.nodes_prepared
+    updates_on_during(seen.kubevirt, seen.upgrade).filter(|u| !u.allow_unprotected)
 }
 
 /// The gauges' values for what the loop saw.
@@ -82,7 +73,7 @@ pub fn gauges(seen: &Seen) -> Gauges {
     Gauges {
         suspension_in_place,
         upgrade_unprotected: unprotected.is_some(),
-        upgrade_held: unprotected.is_some_and(|u| held_by_policy(seen, u)),
+        upgrade_held: unprotected.is_some_and(|u| seen.admission_hold && !u.nodes_prepared),
         hold_after_failed_upgrade: seen.held_after_failure,
         no_longer_needed: seen.retirement.is_some_and(Retirement::no_longer_needed),
         outdated_vmis: kubevirt
@@ -92,76 +83,69 @@ pub fn gauges(seen: &Seen) -> Gauges {
     }
 }
 
+/// The command that accepts an Upgrade's migrations.
+fn accept(u: &Upgrade) -> String {
+    format!(
+        "kubectl -n {} annotate upgrade {} {ALLOW_UNPROTECTED}=true",
+        u.namespace, u.name
+    )
+}
+
 /// `status`'s verdict while an upgrade that needs the guard is under way with updates on: first,
 /// before what the objects say of the suspension, since it is what the operator must act on.
 /// `status` knows not whether the chart installed the policy: it says where it holds.
 pub fn unprotected_verdict(kubevirt: Option<&Value>, upgrade: Option<&Upgrade>) -> Option<String> {
-    let seen = Seen {
-        kubevirt,
-        upgrade,
-        admission_hold: true,
-        held_after_failure: false,
-        retirement: None,
-    };
-    let u = updates_on_during(&seen)?;
+    let u = updates_on_during(kubevirt, upgrade)?;
     let now = describe(&kubevirt?.pointer(METHODS_POINTER).cloned());
     let upgrade = format!(
         "Harvester Upgrade {} to {} is under way and KubeVirt's automated workload updates are still on ({now})",
         u.name, u.version
     );
+    let accept = accept(u);
     Some(if u.allow_unprotected {
         format!(
             "MIGRATIONS ACCEPTED: {upgrade}; it carries {ALLOW_UNPROTECTED}=true: the admission policy lets it pass and the guard does not suspend for it; once KubeVirt is upgraded its workload updater migrates the VMs while the nodes drain"
         )
-    } else if held_by_policy(&seen, u) {
+    } else if !u.nodes_prepared {
         format!(
-            "HELD BY THE POLICY: {upgrade}; the chart's admission policy (where installed) holds it before NodesPrepared until the guard suspends them; why the guard has not: its Warning below. To go on unprotected: kubectl -n {} annotate upgrade {} {ALLOW_UNPROTECTED}=true",
-            u.namespace, u.name
+            "HELD BY THE POLICY: {upgrade}; the chart's admission policy (where installed) holds it before NodesPrepared until the guard suspends them; why the guard has not: its Warning below. To go on unprotected: {accept}"
         )
     } else {
         format!(
-            "UNPROTECTED: {upgrade}; nothing holds it (it is past NodesPrepared): once KubeVirt is upgraded its workload updater migrates the VMs while the nodes drain; why the guard has not suspended: its Warning below. To accept the migrations: kubectl -n {} annotate upgrade {} {ALLOW_UNPROTECTED}=true",
-            u.namespace, u.name
+            "UNPROTECTED: {upgrade}; nothing holds it (it is past NodesPrepared): once KubeVirt is upgraded its workload updater migrates the VMs while the nodes drain; why the guard has not suspended: its Warning below. To accept the migrations: {accept}"
         )
     })
 }
 
 /// What an unprotected upgrade's Warning is said again on: a new Upgrade, or the policy's hold
-/// beginning or ending. The words (the last `pre`'s error) may change every pass; this does not.
+/// beginning or ending (the words may change every pass).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnprotectedKey {
     pub upgrade: String,
     pub held: bool,
 }
 
-/// The Warning of an upgrade under way unprotected, with the key it is said once for; `None`
-/// when none is. `last_pre`: what the guard's last `pre` for it ended with, in words (its error,
-/// or why it did not suspend).
+/// The Warning of an upgrade under way unprotected, with the key it is said once for.
+/// `last_pre`: what the guard's last `pre` for it ended with, in words.
 pub fn unprotected_warning(seen: &Seen, last_pre: &str) -> Option<(UnprotectedKey, Warning)> {
     let u = unprotected(seen)?;
     let kv = seen.kubevirt?;
-    let held = held_by_policy(seen, u);
-    let text = |p: &str| kv.pointer(p).and_then(Value::as_str).unwrap_or("");
-    let cr = format!("{}/{}", text("/metadata/namespace"), text("/metadata/name"));
+    let held = seen.admission_hold && !u.nodes_prepared;
+    let (_, kv_ns, kv_name) = identity(kv);
     let now = describe(&kv.pointer(METHODS_POINTER).cloned());
-    let annotate = format!(
-        "kubectl -n {} annotate upgrade {} {ALLOW_UNPROTECTED}=true",
-        u.namespace, u.name
-    );
+    let annotate = accept(u);
+    let upgrade = format!("{}/{}", u.namespace, u.name);
     let head = format!(
-        "Harvester Upgrade {}/{} to {} is under way and KubeVirt {cr} still has \
+        "Harvester Upgrade {upgrade} to {} is under way and KubeVirt {kv_ns}/{kv_name} still has \
          workloadUpdateMethods {now}: the guard's last pre {last_pre}",
-        u.namespace, u.name, u.version
+        u.version
     );
-    let (reason, message) = if held {
-        (
-            UPGRADE_HELD_BY_POLICY,
-            format!(
-                "{head}. The admission policy holds the upgrade before NodesPrepared (the next \
-                 step upgrades KubeVirt) until they are suspended; the guard tries again at the \
-                 next read. To accept the migrations instead (the policy lets it pass, the \
-                 guard stops trying): {annotate}"
-            ),
+    let message = if held {
+        format!(
+            "{head}. The admission policy holds the upgrade before NodesPrepared (the next step \
+             upgrades KubeVirt) until they are suspended; the guard tries again at the next read. \
+             To accept the migrations instead (the policy lets it pass, the guard stops trying): \
+             {annotate}"
         )
     } else {
         let why = if seen.admission_hold {
@@ -169,21 +153,20 @@ pub fn unprotected_warning(seen: &Seen, last_pre: &str) -> Option<(UnprotectedKe
         } else {
             "the chart's admission policy is off (admissionPolicy.enabled=false)"
         };
-        (
-            UPGRADE_UNPROTECTED,
-            format!(
-                "{head}. Nothing holds the upgrade ({why}): once KubeVirt is upgraded, its \
-                 workload updater migrates the VMs while the nodes drain; the guard tries again \
-                 at the next read, or run pre by hand (hack/job.sh run pre). To accept the \
-                 migrations instead (the guard stops trying): {annotate}"
-            ),
+        format!(
+            "{head}. Nothing holds the upgrade ({why}): once KubeVirt is upgraded, its workload \
+             updater migrates the VMs while the nodes drain; the guard tries again at the next \
+             read, or run pre by hand (hack/job.sh run pre). To accept the migrations instead \
+             (the guard stops trying): {annotate}"
         )
     };
+    let reason = if held {
+        UPGRADE_HELD_BY_POLICY
+    } else {
+        UPGRADE_UNPROTECTED
+    };
     Some((
-        UnprotectedKey {
-            upgrade: format!("{}/{}", u.namespace, u.name),
-            held,
-        },
+        UnprotectedKey { upgrade, held },
         Warning { reason, message },
     ))
 }

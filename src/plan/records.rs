@@ -118,20 +118,30 @@ impl RecordedObject {
 
 /// The KubeVirt CR's record of its original, checked.
 pub fn kubevirt_record(obj: &Value) -> Result<Option<ValueRecord>, Malformed> {
-    let record: Option<ValueRecord> = read_record(obj, KUBEVIRT_RECORD)?;
-    if let Some(r) = &record {
-        check_methods_record(obj, KUBEVIRT_RECORD, r)?;
-    }
-    Ok(record)
+    methods_record(obj, KUBEVIRT_RECORD)
 }
 
 /// The ManagedChart's copy of the KubeVirt CR's original, if `pre` left one.
 pub fn kubevirt_copy(chart: &Value) -> Result<Option<ValueRecord>, Malformed> {
-    let copy = read_record::<ValueRecord>(chart, KUBEVIRT_COPY)?;
-    if let Some(c) = &copy {
-        check_methods_record(chart, KUBEVIRT_COPY, c)?;
+    methods_record(chart, KUBEVIRT_COPY)
+}
+
+/// A record of the methods: absent, or present with a list of strings.
+fn methods_record(obj: &Value, key: &str) -> Result<Option<ValueRecord>, Malformed> {
+    let record: Option<ValueRecord> = read_record(obj, key)?;
+    match &record {
+        Some(r)
+            if r.present != r.value.is_some()
+                || r.value.as_ref().is_some_and(|v| !is_string_list(v)) =>
+        {
+            Err(corrupted(
+                obj,
+                key,
+                &serde_json::to_string(r).unwrap_or_default(),
+            ))
+        }
+        _ => Ok(record),
     }
-    Ok(copy)
 }
 
 /// Whether methods are `[]`: what `pre` sets, and what Fleet renders from its values override.
@@ -144,12 +154,11 @@ pub fn is_suspended(methods: &Option<Value>) -> bool {
 
 /// The KubeVirt CR's methods: absent, or a list of strings.
 pub fn methods(obj: &Value) -> Result<Option<Value>, Malformed> {
-    let current = lookup(obj, METHODS_PATH)?.cloned();
-    match &current {
+    match lookup(obj, METHODS_PATH)? {
         Some(v) if !is_string_list(v) => Err(Malformed(format!(
             "spec.workloadUpdateStrategy.workloadUpdateMethods is not a list of strings: {v}"
         ))),
-        _ => Ok(current),
+        current => Ok(current.cloned()),
     }
 }
 
@@ -171,7 +180,8 @@ pub fn lookup<'a>(obj: &'a Value, path: &[&str]) -> Result<Option<&'a Value>, Ma
     Ok(Some(node))
 }
 
-/// Reads one of our annotations; a value that does not parse is a corrupted record.
+/// Reads one of our annotations; a value that does not parse is a corrupted record, or one of a
+/// later version.
 pub fn read_record<T: DeserializeOwned>(obj: &Value, key: &str) -> Result<Option<T>, Malformed> {
     let annotations = match obj.pointer("/metadata/annotations") {
         None | Some(Value::Null) => return Ok(None),
@@ -181,10 +191,11 @@ pub fn read_record<T: DeserializeOwned>(obj: &Value, key: &str) -> Result<Option
     match annotations.get(key) {
         None => Ok(None),
         Some(Value::String(s)) => serde_json::from_str(s).map(Some).map_err(|e| {
+            let detail = format!("{e}: {s:?}");
             if from_a_newer_version(&e) {
-                newer(obj, key, &format!("{e}: {s:?}"))
+                newer(obj, key, &detail)
             } else {
-                corrupted(obj, key, &format!("{e}: {s:?}"))
+                corrupted(obj, key, &detail)
             }
         }),
         Some(other) => Err(Malformed(format!(
@@ -198,27 +209,21 @@ pub(super) fn annotation<'a>(obj: &'a Value, key: &str) -> Option<&'a Value> {
         .and_then(|a| a.get(key))
 }
 
-fn check_methods_record(obj: &Value, key: &str, r: &ValueRecord) -> Result<(), Malformed> {
-    match (&r.present, &r.value) {
-        (true, Some(v)) if is_string_list(v) => Ok(()),
-        (false, None) => Ok(()),
-        _ => Err(corrupted(
-            obj,
-            key,
-            &serde_json::to_string(r).unwrap_or_default(),
-        )),
-    }
+/// The object's kind, namespace and name, as read (empty where missing).
+pub(super) fn identity(obj: &Value) -> (&str, &str, &str) {
+    let text = |p: &str| obj.pointer(p).and_then(Value::as_str).unwrap_or("");
+    (
+        text("/kind"),
+        text("/metadata/namespace"),
+        text("/metadata/name"),
+    )
 }
 
 /// A corrupted record of ours: what is wrong, and the exact commands that recover, in one line.
 fn corrupted(obj: &Value, key: &str, detail: &str) -> Malformed {
-    let text = |p: &str| obj.pointer(p).and_then(Value::as_str).unwrap_or("");
-    let (kind, ns, name) = (
-        text("/kind").to_lowercase(),
-        text("/metadata/namespace"),
-        text("/metadata/name"),
-    );
-    let drop = format!("kubectl -n {ns} annotate {kind} {name} {key}-");
+    let (kind, ns, name) = identity(obj);
+    let lower = kind.to_lowercase();
+    let drop = format!("kubectl -n {ns} annotate {lower} {name} {key}-");
     let recovery = match key {
         KUBEVIRT_RECORD => format!(
             "to recover, remove it ({drop}): post then restores from the ManagedChart's copy \
@@ -229,21 +234,20 @@ fn corrupted(obj: &Value, key: &str, detail: &str) -> Malformed {
         ),
         VALUES_RECORD => format!(
             "to recover, put spec.values.kubevirt.spec.workloadUpdateStrategy.workloadUpdateMethods \
-             back as it was before pre (a stock Harvester has none: kubectl -n {ns} patch {kind} \
+             back as it was before pre (a stock Harvester has none: kubectl -n {ns} patch {lower} \
              {name} --type json -p '[{{\"op\":\"remove\",\"path\":\"{values}\"}}]'), then \
              remove the record ({drop})",
             values = pointer(VALUES_PATH),
         ),
         COMPARE_RECORD => format!(
             "to recover, remove the pointer {METHODS_POINTER} that pre added to \
-             spec.diff.comparePatches (kubectl -n {ns} edit {kind} {name}), then remove the \
+             spec.diff.comparePatches (kubectl -n {ns} edit {lower} {name}), then remove the \
              record ({drop})"
         ),
         _ => format!("to recover, remove it ({drop})"),
     };
     Malformed(format!(
-        "annotation {key} on {} {ns}/{name} is corrupted ({detail}); {recovery}",
-        text("/kind")
+        "annotation {key} on {kind} {ns}/{name} is corrupted ({detail}); {recovery}"
     ))
 }
 
@@ -258,14 +262,11 @@ fn from_a_newer_version(e: &serde_json::Error) -> bool {
 /// A record of a later version: refused (exit 3, nothing written), with what to run instead. Not
 /// "remove it": it holds the original.
 fn newer(obj: &Value, key: &str, detail: &str) -> Malformed {
-    let text = |p: &str| obj.pointer(p).and_then(Value::as_str).unwrap_or("");
+    let (kind, ns, name) = identity(obj);
     Malformed(format!(
-        "annotation {key} on {} {}/{} was written by a later version of workload-update-guard \
-         than this {} ({detail}); keep it, and run the version that wrote it or a later one \
-         (docs/upgrading.md)",
-        text("/kind"),
-        text("/metadata/namespace"),
-        text("/metadata/name"),
+        "annotation {key} on {kind} {ns}/{name} was written by a later version of \
+         workload-update-guard than this {} ({detail}); keep it, and run the version that wrote \
+         it or a later one (docs/upgrading.md)",
         env!("CARGO_PKG_VERSION"),
     ))
 }

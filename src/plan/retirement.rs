@@ -1,10 +1,9 @@
 //! Whether the guard is still needed on this cluster, so that an operator knows when to retire
 //! it. Harvester upgrades one minor at a time, so the releases the cluster can upgrade to next
-//! are its own minor's later patches and the next minor's; of those, the guard's table
-//! ([`Handling`]) says which leave the methods alone (v1.7.1 and earlier: the guard is what
-//! suspends them) and which write a hard-coded `[LiveMigrate]` at their end (v1.8.0; the
-//! upgrade-manager add-on, on any release): those need the guard only where the methods are
-//! something else. Pure: what was read in, the answer and its reason out.
+//! are its own minor's later patches and the next minor's; of those, [`Handling`] says which
+//! leave the methods alone (the guard is needed) and which write a hard-coded `[LiveMigrate]` at
+//! their end (v1.8.0; the add-on): those need it only where the methods are something else.
+//! Pure: what was read in, the answer and its reason out.
 
 use serde::Serialize;
 use serde_json::Value;
@@ -16,22 +15,22 @@ use super::upgrade_progress::{PlanView, running};
 use crate::vocabulary::Objects;
 
 /// The last release that does nothing to the methods itself, and the one whose end writes a
-/// hard-coded `[LiveMigrate]` (the guard's table, [`Handling::of`]).
+/// hard-coded `[LiveMigrate]` ([`Handling::of`]).
 const LAST_WITHOUT_HANDLING: (u64, u64, u64) = (1, 7, 1);
 const HARD_CODED_RESTORE: (u64, u64, u64) = (1, 8, 0);
 
 /// What the answer is made of, as read (see [`still_needed`]).
 #[derive(Debug, Clone, Copy)]
 pub struct Facts<'a> {
-    /// Harvester's own version (the `server-version` Setting), if read.
+    /// Harvester's own version (the `server-version` Setting).
     pub current: Option<&'a str>,
     /// The releases on offer newer than it (`Version` objects), with their handling.
     pub on_offer: &'a [(String, Handling)],
     /// The KubeVirt CR's methods now.
     pub methods: &'a Option<Value>,
-    /// The add-on's upgrade path is installed (its `UpgradePlan` resource is served).
+    /// The add-on's `UpgradePlan` resource is served.
     pub addon: bool,
-    /// A suspension of ours is on the objects: `post` has something to restore.
+    /// A suspension of ours is on the objects.
     pub ours: bool,
     /// An upgrade under way, in words.
     pub under_way: Option<&'a str>,
@@ -118,16 +117,11 @@ impl std::fmt::Display for Need {
 
 impl std::fmt::Display for Covered {
     fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        let Covered {
-            current,
-            next,
-            offer,
-            also,
-        } = self;
         write!(
             f,
-            "Harvester {current}: every release it can upgrade to next ({next}; {offer}) \
-             suspends the methods itself and restores them{also}"
+            "Harvester {}: every release it can upgrade to next ({}; {}) suspends the methods \
+             itself and restores them{}",
+            self.current, self.next, self.offer, self.also
         )
     }
 }
@@ -147,13 +141,6 @@ serialize_as_text!(Need, Covered);
 impl Retirement {
     pub fn no_longer_needed(&self) -> bool {
         matches!(self, Retirement::NoLongerNeeded(_))
-    }
-
-    pub fn why(&self) -> String {
-        match self {
-            Retirement::Needed(why) => why.to_string(),
-            Retirement::NoLongerNeeded(why) => why.to_string(),
-        }
     }
 
     /// The line that says it (`status`, the log, the Event).
@@ -205,12 +192,10 @@ pub fn retirement(seen: &Facts) -> Retirement {
     if !default && seen.addon {
         return Needed(Need::AddOn { methods });
     }
-    let offer = match seen.on_offer {
-        [] => "none on offer".to_string(),
-        list => {
-            let names: Vec<&str> = list.iter().map(|(v, _)| v.as_str()).collect();
-            format!("on offer: {}", names.join(", "))
-        }
+    let names: Vec<&str> = seen.on_offer.iter().map(|(v, _)| v.as_str()).collect();
+    let offer = match names.join(", ") {
+        none if none.is_empty() => "none on offer".to_string(),
+        names => format!("on offer: {names}"),
     };
     let also = match (v180_next, seen.addon) {
         (false, false) => "",
@@ -228,9 +213,7 @@ pub fn retirement(seen: &Facts) -> Retirement {
     })
 }
 
-/// Whether the guard is still needed, from what a pass or `status` read: the cluster's version
-/// and the releases on offer, the latest Upgrade and the add-on's plans (and whether its
-/// resource is served), the objects.
+/// Whether the guard is still needed, from what a pass or `status` read.
 pub fn still_needed(
     current: Option<&str>,
     on_offer: &[(String, Handling)],

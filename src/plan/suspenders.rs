@@ -1,12 +1,10 @@
-//! Another suspender's `[]` is never an original (else `post` would put it back: updates off
-//! for good). During an upgrade the
-//! methods may already be `[]` when `pre` reads them, written by the upgrade's own suspension:
-//! the add-on's PreRun (`upgrade-toolkit`), Harvester v1.8.0's apply-manifests script
-//! (`kubectl-patch`; its controller is `harvester`), or Harvester v1.7.2+'s values override with
-//! its backup on the Upgrade. Recording that `[]` as the original would make `post` put it back
-//! after the suspender's own restore: updates off for good, silently. So `pre` records the value
-//! from the suspender's own record where there is one (Harvester's backup), else what Fleet
-//! renders (the values override, else the chart's default), and says which and why.
+//! Another suspender's `[]` is never an original. During an upgrade the methods may already be
+//! `[]` when `pre` reads them, written by the upgrade's own suspension: the add-on's PreRun
+//! (`upgrade-toolkit`), Harvester v1.8.0's apply-manifests script (`kubectl-patch`; its
+//! controller is `harvester`), or Harvester v1.7.2+'s values override with its backup on the
+//! Upgrade. Recorded as the original, `post` would put that `[]` back after the suspender's own
+//! restore: updates off for good, silently. So `pre` records the suspender's own record where
+//! there is one (Harvester's backup), else what Fleet renders, and says which and why.
 //! Pure: the objects' JSON in, the original to record (or none) out.
 
 use serde::Serialize;
@@ -90,10 +88,8 @@ pub fn foreign_suspension(
     if !is_suspended(&methods(kubevirt)?) || kubevirt_record(kubevirt)?.is_some() {
         return Ok(None);
     }
-    let values = match chart {
-        Some(c) => lookup(c, VALUES_PATH)?.cloned(),
-        None => None,
-    };
+    let values = chart.map(|c| lookup(c, VALUES_PATH)).transpose()?;
+    let values = values.flatten().cloned();
     let Some((suspender, from, value)) = suspender(kubevirt, values, upgrade, plans) else {
         return Ok(None);
     };
@@ -133,58 +129,53 @@ fn suspender(
     // patch`, an earlier plan's) is nobody's suspension of this upgrade.
     let wrote = |names: &[&str], since: Option<jiff::Timestamp>| {
         updaters.iter().any(|o| {
-            let at = super::harvester_upgrade::time(o.time.as_deref());
+            let at = o
+                .time
+                .as_deref()
+                .and_then(|t| t.parse::<jiff::Timestamp>().ok());
             names.contains(&o.manager.as_str()) && at.zip(since).is_none_or(|(t, s)| t >= s)
         })
     };
     let running = upgrade.filter(|u| u.cleanup_pending() && !u.deleting);
-    if let Some(u) = running
-        .filter(|u| u.handling() == Handling::BackupAndRestore && values == Some(json!([])))
-        .filter(|u| u.backup != Backup::None)
-    {
+    let backup = running.filter(|u| {
+        u.handling() == Handling::BackupAndRestore
+            && values == Some(json!([]))
+            && u.backup != Backup::None
+    });
+    if let Some(u) = backup {
         let value = match &u.backup {
             Backup::Value(v) => v.clone(),
             _ => chart_default(),
         };
-        Some((u.describe(), OriginalFrom::HarvesterBackup, value))
-    } else if let Some(p) = plans
+        return Some((u.describe(), OriginalFrom::HarvesterBackup, value));
+    }
+    let addon = plans
         .iter()
         .find(|p| p.under_way() && past_initialized(&p.phase))
-        .filter(|p| wrote(&[ADDON_MANAGER], p.created))
-    {
-        let (from, value) = rendered(values);
-        Some((
-            format!("the upgrade add-on's {}", p.describe()),
-            from,
-            value,
-        ))
-    } else if let Some(u) = running
-        .filter(|u| u.handling() == Handling::PatchAndHardCodedRestore)
-        .filter(|u| wrote(V180_MANAGERS, u.created))
-    {
-        let (from, value) = rendered(values);
-        Some((u.describe(), from, value))
-    } else {
-        None
-    }
-}
-
-/// What Fleet renders from the values: the override, else the chart's default.
-fn rendered(values: Option<Value>) -> (OriginalFrom, Value) {
-    match values {
-        Some(v) => (OriginalFrom::ValuesOverride, v),
-        None => (OriginalFrom::ChartDefault, chart_default()),
-    }
+        .filter(|p| wrote(&[ADDON_MANAGER], p.created));
+    let v180 = running.filter(|u| {
+        u.handling() == Handling::PatchAndHardCodedRestore && wrote(V180_MANAGERS, u.created)
+    });
+    let who = match (addon, v180) {
+        (Some(p), _) => format!("the upgrade add-on's {}", p.describe()),
+        (None, Some(u)) => u.describe(),
+        (None, None) => return None,
+    };
+    // What Fleet renders: the values override, else the chart's default.
+    Some(match values {
+        Some(v) => (who, OriginalFrom::ValuesOverride, v),
+        None => (who, OriginalFrom::ChartDefault, chart_default()),
+    })
 }
 
 /// The add-on suspends in its ClusterUpgrade PreRun; before `Initialized` ends nothing of it
 /// has run yet.
 fn past_initialized(phase: &str) -> bool {
-    let at = |p: &str| PLAN_PHASES.iter().position(|x| *x == p);
-    match (at(phase), at("Initialized")) {
-        (Some(i), Some(init)) => i > init,
-        _ => false,
-    }
+    let mut after = PLAN_PHASES
+        .iter()
+        .skip_while(|p| **p != "Initialized")
+        .skip(1);
+    after.any(|p| *p == phase)
 }
 
 #[cfg(test)]

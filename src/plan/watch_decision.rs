@@ -1,11 +1,9 @@
-//! The waiting loop's decision (the resident guard's; the armed `post` is the same loop, stopped
-//! after one restore): given the upgrade's objects as read now, whether a suspension of ours is
-//! on the KubeVirt CR or the ManagedChart, and what this process remembers, what now. Pure: no
-//! I/O here; `resident` reads, acts and waits.
+//! The waiting loop's decision (the resident guard's, and the armed `post`'s, which stops after
+//! one restore): from the upgrade's objects as read now, whether a suspension of ours is on them,
+//! and what this process remembers, what now. Pure: `resident` reads, acts and waits.
 //!
-//! The state lives on the objects (our records, the Upgrade, the UpgradePlan), so a new process
-//! (a drain, a reboot) decides the same from what it reads; what a process remembers only
-//! keeps it from saying or doing the same thing twice.
+//! The state lives on the objects, so a new process (a drain, a reboot) decides the same; what a
+//! process remembers only keeps it from saying or doing the same thing twice.
 
 use jiff::Timestamp;
 
@@ -31,8 +29,7 @@ pub struct Memory {
 }
 
 impl Memory {
-    /// What began and is awaited, forgotten (nothing of ours left, or held after a failure);
-    /// `held`: the failed Upgrade the suspension is now held after.
+    /// What began and is awaited, forgotten; `held`: the failed Upgrade now held after.
     fn forget(&mut self, held: Option<String>) {
         self.began = None;
         self.awaited = None;
@@ -58,8 +55,7 @@ impl Memory {
 /// What now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
-    /// Run `pre` now, for the upgrade under way with this key (it decides itself whether it is
-    /// needed, late, or left to Harvester).
+    /// Run `pre` now, for the upgrade under way with this key (`pre` decides whether it is needed).
     Suspend { upgrade: String, describe: String },
     /// Run `post` now.
     Restore(Restore),
@@ -83,19 +79,16 @@ pub enum Restore {
 pub enum Wait {
     /// No upgrade under way, nothing of ours.
     Idle,
-    /// An upgrade under way (in words) and nothing of ours: its `pre` found the guard not
-    /// needed, or left the suspension to Harvester.
+    /// An upgrade under way (in words) and nothing of ours: `pre` found nothing to do.
     StandAside(String),
-    /// An upgrade under way (in words) whose migrations the operator accepted
-    /// ([`ALLOW_UNPROTECTED`]): no `pre` for it.
+    /// An upgrade under way (in words) whose migrations the operator accepted.
     Accepted(String),
     /// Held after a failed Upgrade (its name) that is gone now, no retry begun.
     HeldGone(String),
     /// No upgrade has begun since the suspension was recorded (then).
     NoneBegun(Timestamp),
-    /// The upgrade that began (in words), and why `post` must wait
-    /// ([`super::upgrade_progress::post_must_wait`]); `named`: that reason names what is under
-    /// way, so the beginning is not said again.
+    /// The upgrade that began (in words), and why `post` must wait; `named`: that reason names
+    /// what is under way, so the beginning is not said again.
     Began {
         began: String,
         why: String,
@@ -183,20 +176,16 @@ impl Decision {
 /// The upgrade this process ran `pre` for, ended before a pass saw it run (it failed, or
 /// succeeded, while `pre` still waited for Fleet): begun all the same, in words.
 fn ran_pre_for(upgrade: Option<&Upgrade>, plans: &[PlanView], memory: &Memory) -> Option<String> {
-    let upgrade = upgrade
-        .filter(|u| memory.suspended_for.contains(&key_of(u)))
-        .map(Upgrade::describe);
-    let plan = plans
-        .iter()
-        .find(|p| memory.suspended_for.contains(&plan_key(&p.name)))
-        .map(PlanView::describe);
-    upgrade.or(plan)
+    let ran = |key: String| memory.suspended_for.contains(&key);
+    let plan = plans.iter().find(|p| ran(plan_key(&p.name)));
+    let upgrade = upgrade.filter(|u| ran(key_of(u)));
+    upgrade
+        .map(Upgrade::describe)
+        .or(plan.map(PlanView::describe))
 }
 
-/// The decision. `suspends`: the resident guard (it runs `pre` when an upgrade is under way);
-/// the armed `post` only restores. `ours`: a suspension of ours is on the objects; `since`: when
-/// it was recorded, the upgrade awaited is one created at or after it, or one under
-/// way. Updates `memory` with what was seen.
+/// The decision. `suspends`: the resident guard (the armed `post` only restores); `ours`: a
+/// suspension of ours is on the objects, recorded at `since`. Updates `memory` with what was seen.
 pub fn decide(
     upgrade: Option<&Upgrade>,
     plans: &[PlanView],

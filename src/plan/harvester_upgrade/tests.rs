@@ -198,6 +198,13 @@ fn a_blind_restore_is_told_by_its_writer() {
     assert_eq!(blind_restorer(&kv, crate::model::METHODS_PATH, &live), None);
 }
 
+/// The releases on offer that handle the methods themselves, newest first.
+fn offered(versions: &[Value], current: Option<&str>) -> Vec<(String, Handling)> {
+    let mut out = on_offer(versions, current);
+    out.retain(|(_, h)| *h != Handling::None);
+    out
+}
+
 #[test]
 fn offered_releases_are_those_that_handle_it_newest_first() {
     let v = |n: &str| json!({"metadata": {"name": n}});

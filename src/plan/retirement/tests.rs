@@ -22,6 +22,15 @@ fn answer(current: &str, on_offer: &[&str], methods: Value, addon: bool) -> Reti
     })
 }
 
+impl Retirement {
+    fn why(&self) -> String {
+        match self {
+            Retirement::Needed(why) => why.to_string(),
+            Retirement::NoLongerNeeded(why) => why.to_string(),
+        }
+    }
+}
+
 fn default() -> Value {
     json!(["LiveMigrate"])
 }
