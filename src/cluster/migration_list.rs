@@ -2,16 +2,14 @@
 //! the Jobs' 64 MiB limit holds):
 //! a large cluster holds tens of thousands of migrations (KubeVirt keeps five finished ones per
 //! VMI), of which a handful are reported. Each page is parsed straight into
-//! [`plan::migrations::Listed`](crate::plan::migrations::Listed), which keeps four fields of an
-//! object, and only the unfinished workload-update ones outlive their page. What counts as one
+//! [`Listed`], which keeps four fields of an object, and only the unfinished workload-update ones outlive their page. What counts as one
 //! is decided in `plan::migrations`.
 
 use std::time::Duration;
 
 use kube::Resource;
 use kube::api::{DynamicObject, ListParams};
-use kube::core::Request;
-use serde::Deserialize;
+use kube::core::{ObjectList, Request};
 use tracing::debug;
 
 use super::Cluster;
@@ -31,21 +29,6 @@ pub const UNDER_WAY_WITHIN: Duration = Duration::from_secs(10);
 /// list of seconds by minutes (etcd's compaction), so more is a server that cannot list.
 const RESTARTS: usize = 3;
 
-/// A page of the list, as much of it as is read.
-#[derive(Deserialize)]
-struct Page {
-    #[serde(default)]
-    items: Vec<Listed>,
-    #[serde(default)]
-    metadata: PageMeta,
-}
-
-#[derive(Default, Deserialize)]
-struct PageMeta {
-    #[serde(rename = "continue", default)]
-    next: Option<String>,
-}
-
 impl Cluster {
     /// The unfinished workload-update migrations in all namespaces (`status`, and `pre`'s
     /// warnings through [`Cluster::migrations_under_way`]), [`MIGRATIONS_PAGE`] at a time.
@@ -53,7 +36,7 @@ impl Cluster {
         self.list_migrations_by(MIGRATIONS_PAGE).await
     }
 
-    /// As [`Cluster::list_migrations`], `limit` objects a page.
+    /// As [`Cluster::list_migrations`], `limit` objects a page, each parsed as it is read.
     pub async fn list_migrations_by(&self, limit: u32) -> Result<Vec<Migration>, Error> {
         let url = DynamicObject::url_path(&Kind::Migration.resource(), None);
         let mut out = Vec::new();
@@ -64,8 +47,19 @@ impl Cluster {
         // compared build). `kubectl get` lists the same way.
         let mut params = ListParams::default().limit(limit);
         loop {
-            let page = match self.page(&url, &params).await {
-                Ok(page) => page,
+            let page = self.call("list virtualmachineinstancemigrations", || {
+                let request = Request::new(&url).list(&params);
+                let request = request.map_err(kube::Error::BuildRequest);
+                async move { self.client.request::<ObjectList<Listed>>(request?).await }
+            });
+            match page.await {
+                Ok(page) => {
+                    out.extend(page.items.into_iter().filter_map(Listed::unfinished));
+                    match page.metadata.continue_ {
+                        Some(c) if !c.is_empty() => params.continue_token = Some(c),
+                        _ => return Ok(out),
+                    }
+                }
                 Err(kube::Error::Api(s)) if s.code == 410 && restarts < RESTARTS => {
                     // The continue token expired (a list slowed down by retries past etcd's
                     // compaction): the pages read so far are of another snapshot, so start over.
@@ -75,30 +69,11 @@ impl Cluster {
                         "continue token expired: the migrations listed again"
                     );
                     out.clear();
-                    params = ListParams::default().limit(limit);
-                    continue;
+                    params.continue_token = None;
                 }
                 Err(e) => return Err(self.permanent(Subject::Migrations, e)),
-            };
-            out.extend(page.items.into_iter().filter_map(Listed::unfinished));
-            match page.metadata.next {
-                Some(c) if !c.is_empty() => {
-                    params = ListParams::default().limit(limit).continue_token(&c)
-                }
-                _ => return Ok(out),
             }
         }
-    }
-
-    /// One page, through the retry layer.
-    async fn page(&self, url: &str, params: &ListParams) -> Result<Page, kube::Error> {
-        self.call("list virtualmachineinstancemigrations", || {
-            let request = Request::new(url)
-                .list(params)
-                .map_err(kube::Error::BuildRequest);
-            async move { self.client.request::<Page>(request?).await }
-        })
-        .await
     }
 
     /// `pre`'s list of the unfinished workload-update migrations, at most [`UNDER_WAY_WITHIN`],

@@ -50,23 +50,15 @@ pub fn classify(e: &kube::Error) -> Class {
 /// unknown authority, a name mismatch, an expired certificate) or ours was: retrying cannot
 /// mend that. Found in the error's source chain, whose innermost error is rustls'.
 pub fn tls_failure(e: &kube::Error) -> Option<String> {
-    let mut source: Option<&dyn std::error::Error> = Some(e);
-    let mut found = None;
-    while let Some(err) = source {
-        let text = err.to_string();
-        if [
-            "invalid peer certificate",
-            "received fatal alert",
-            "peer is incompatible",
-        ]
-        .iter()
-        .any(|m| text.contains(m))
-        {
-            found = Some(text);
-        }
-        source = err.source();
-    }
-    found
+    const REFUSED: [&str; 3] = [
+        "invalid peer certificate",
+        "received fatal alert",
+        "peer is incompatible",
+    ];
+    std::iter::successors(Some(e as &dyn std::error::Error), |e| e.source())
+        .map(ToString::to_string)
+        .filter(|text| REFUSED.iter().any(|m| text.contains(m)))
+        .last()
 }
 
 /// The last transient error seen, for the message when the deadline cuts the retries short.
@@ -82,11 +74,7 @@ impl LastError {
         self.0.lock().expect("not poisoned").clone()
     }
     pub fn get(&self) -> String {
-        self.0
-            .lock()
-            .expect("not poisoned")
-            .clone()
-            .unwrap_or_else(|| "none (a request was still in flight)".into())
+        (self.peek()).unwrap_or_else(|| "none (a request was still in flight)".into())
     }
 }
 
@@ -117,10 +105,9 @@ fn jitter_seed() -> u64 {
 
 /// The first retry's WARN message: what bounds the retries, and what happens then.
 pub fn first_retry(deadline: Option<Duration>) -> String {
-    let bound = match deadline {
-        Some(d) => format!("DEADLINE_SECONDS={}", d.as_secs()),
-        None => "DEADLINE_SECONDS".to_string(),
-    };
+    let bound = deadline.map_or("DEADLINE_SECONDS".into(), |d| {
+        format!("DEADLINE_SECONDS={}", d.as_secs())
+    });
     format!(
         "transient error, retrying (at most 2 s apart) until the run's deadline, {bound}, runs \
          out; then exit 4. Set DEADLINE_SECONDS to wait less or longer"
