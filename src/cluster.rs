@@ -9,7 +9,6 @@
 
 mod deadline;
 mod events;
-mod migration_list;
 mod objects;
 mod retry;
 mod watches;
@@ -27,7 +26,7 @@ use crate::vocabulary::Plan;
 
 pub use deadline::{Deadline, Poll};
 pub use events::EventKind;
-pub use migration_list::MIGRATIONS_PAGE;
+pub use objects::MIGRATIONS_PAGE;
 pub use retry::{Class, LastError, classify};
 pub use watches::Watcher;
 

@@ -9,9 +9,7 @@ use tokio::time::{Instant, sleep, sleep_until, timeout_at};
 use super::Cluster;
 use crate::error::Error;
 
-/// How long a poll sleeps between two reads.
 const POLL_INTERVAL: Duration = Duration::from_millis(250);
-/// How often a poll says what it is waiting for.
 const PROGRESS_EVERY: Duration = Duration::from_secs(10);
 
 /// `DEADLINE_SECONDS`: the bound of the run's requests and their retries. Its clock stops while a
@@ -137,11 +135,9 @@ impl Cluster {
         }
     }
 
-    /// The one polling helper: calls `read` (whose requests go through the retry layer) every
-    /// [`POLL_INTERVAL`] until it returns [`Poll::Ready`], for at most `bound`. At the first
-    /// "not yet" and then every [`PROGRESS_EVERY`] it hands `progress` the time waited and what
-    /// the last read saw. The run's deadline does not count the sleeps between reads, only the
-    /// reads; SIGTERM stops a poll as it stops everything (`main` drops the run).
+    /// The one polling helper: `read` every [`POLL_INTERVAL`] until [`Poll::Ready`], for at most
+    /// `bound`, telling `progress` the time waited and what was seen at the first "not yet" and
+    /// every [`PROGRESS_EVERY`]. The run's deadline counts the reads, not the sleeps between them.
     /// `Ok(Err(last))`: the bound passed, with what was last seen (and a read in flight then,
     /// cut short, says so).
     pub async fn poll<T>(

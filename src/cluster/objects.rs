@@ -1,12 +1,13 @@
-//! Reads, the conditional write, and lists: the object I/O, each request through the retry
-//! layer.
+//! Reads, the conditional write, and lists (the migrations' page by page): the object I/O, each
+//! request through the retry layer.
 
 use std::time::Duration;
 
 use backon::BackoffBuilder;
 use k8s_openapi::api::batch::v1::Job;
-use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
+use kube::core::{ObjectList, Request};
+use kube::{Client, Resource};
 use serde_json::Value;
 use tracing::debug;
 
@@ -14,6 +15,7 @@ use super::retry::{Class, backoff, classify};
 use super::{Cluster, Written, rv};
 use crate::error::{Error, Subject};
 use crate::model::{FIELD_MANAGER, Kind, Target};
+use crate::plan::migrations::{Listed, Migration};
 use crate::vocabulary::{Plan, Refusal};
 
 /// The objects of `resource` in `namespace`, or cluster-wide.
@@ -24,19 +26,29 @@ pub(super) fn api(client: &Client, resource: &ApiResource, ns: Option<&str>) -> 
     }
 }
 
+/// What a list names: `kind` in `namespace`, or cluster-wide.
+fn listed(kind: Kind, namespace: Option<&str>) -> Subject {
+    let namespace = namespace.unwrap_or("(cluster)").to_string();
+    Subject::Listed { kind, namespace }
+}
+
 fn json(object: DynamicObject) -> Value {
     serde_json::to_value(object).expect("objects serialize")
 }
 
 impl Cluster {
-    /// The object's JSON, or `None` if it does not exist. A 404 for the resource itself (no CRD)
-    /// is a permanent error.
-    pub async fn get(&self, target: &Target) -> Result<Option<Value>, Error> {
-        let api = api(
+    fn api(&self, target: &Target) -> Api<DynamicObject> {
+        api(
             &self.client,
             &target.kind.resource(),
             Some(&target.key.namespace),
-        );
+        )
+    }
+
+    /// The object's JSON, or `None` if it does not exist. A 404 for the resource itself (no CRD)
+    /// is a permanent error.
+    pub async fn get(&self, target: &Target) -> Result<Option<Value>, Error> {
+        let api = self.api(target);
         match self
             .call(&format!("get {target}"), || api.get(&target.key.name))
             .await
@@ -74,11 +86,7 @@ impl Cluster {
         mut current: Value,
         plan: impl Fn(&Value) -> Result<Plan, Refusal>,
     ) -> Result<Written, Error> {
-        let api = api(
-            &self.client,
-            &target.kind.resource(),
-            Some(&target.key.namespace),
-        );
+        let api = self.api(target);
         let params = PatchParams {
             field_manager: Some(FIELD_MANAGER.into()),
             dry_run: self.dry_run,
@@ -155,8 +163,7 @@ impl Cluster {
         // (the wait reads again, and Harvester's steps are minutes apart).
         let mut params = ListParams::default().match_any();
         params.label_selector = selector.map(str::to_string);
-        let namespace = namespace.unwrap_or("(cluster)").to_string();
-        let subject = Subject::Listed { kind, namespace };
+        let subject = listed(kind, namespace);
         let list = self.optional(format!("list {subject}"), subject, || api.list(&params));
         Ok(list
             .await?
@@ -185,10 +192,7 @@ impl Cluster {
     /// read): `status` asks it of the add-on's UpgradePlans, which its RBAC does not list.
     pub async fn served(&self, kind: Kind) -> Result<bool, Error> {
         let group_version = kind.api_version();
-        let subject = Subject::Listed {
-            kind,
-            namespace: "(cluster)".into(),
-        };
+        let subject = listed(kind, None);
         let list = self.optional(format!("discover {group_version}"), subject, || {
             self.client.list_api_group_resources(group_version)
         });
@@ -201,12 +205,95 @@ impl Cluster {
     /// resource, is not there (not a Harvester cluster).
     pub async fn harvester_setting(&self, name: &str) -> Result<Option<String>, Error> {
         let api = api(&self.client, &Kind::Setting.resource(), None);
-        let subject = Subject::Listed {
-            kind: Kind::Setting,
-            namespace: "(cluster)".into(),
-        };
+        let subject = listed(Kind::Setting, None);
         let what = format!("get {subject} {name}");
         let setting = self.optional(what, subject, || api.get(name)).await?;
         Ok(setting.and_then(|o| Some(o.data.get("value")?.as_str()?.to_string())))
+    }
+}
+
+// The workload-update migrations, read page by page in memory flat in their number (so that
+// the Jobs' 64 MiB limit holds): a large cluster holds tens of thousands of migrations (KubeVirt
+// keeps five finished ones per VMI), of which a handful are reported. Each page is parsed
+// straight into [`Listed`], which keeps four fields of an object, and only the unfinished
+// workload-update ones outlive their page. What counts as one is decided in `plan::migrations`.
+
+/// Objects per page, as `kubectl get`'s default chunk size: a page of 2 KiB migrations is about
+/// 1 MiB of JSON, held twice at most while it is parsed (kube reads the body, then copies it
+/// into a string), and 20 requests cover 10,000 migrations.
+pub const MIGRATIONS_PAGE: u32 = 500;
+
+/// How long `pre` lets the list take: best effort, its writes do not wait for it.
+pub const UNDER_WAY_WITHIN: Duration = Duration::from_secs(10);
+
+/// An expired continue token (410) restarts the list at most this often: the token outlives a
+/// list of seconds by minutes (etcd's compaction), so more is a server that cannot list.
+const RESTARTS: usize = 3;
+
+impl Cluster {
+    /// The unfinished workload-update migrations in all namespaces (`status`, and `pre`'s
+    /// warnings through [`Cluster::migrations_under_way`]), [`MIGRATIONS_PAGE`] at a time.
+    pub async fn list_migrations(&self) -> Result<Vec<Migration>, Error> {
+        self.list_migrations_by(MIGRATIONS_PAGE).await
+    }
+
+    /// As [`Cluster::list_migrations`], `limit` objects a page, each parsed as it is read.
+    pub async fn list_migrations_by(&self, limit: u32) -> Result<Vec<Migration>, Error> {
+        let url = DynamicObject::url_path(&Kind::Migration.resource(), None);
+        let mut out = Vec::new();
+        let mut restarts = 0;
+        // A consistent list (no resourceVersion), paged: the watch cache's resourceVersion=0
+        // list ignores the limit and answers with every object in one page, which is what
+        // peaked at about 100 MiB with 10,000 migrations (docs/figures/bench-scale.md, the
+        // compared build). `kubectl get` lists the same way.
+        let mut params = ListParams::default().limit(limit);
+        loop {
+            let page = self.call("list virtualmachineinstancemigrations", || {
+                let request = Request::new(&url).list(&params);
+                let request = request.map_err(kube::Error::BuildRequest);
+                async move { self.client.request::<ObjectList<Listed>>(request?).await }
+            });
+            match page.await {
+                Ok(page) => {
+                    out.extend(page.items.into_iter().filter_map(Listed::unfinished));
+                    match page.metadata.continue_ {
+                        Some(c) if !c.is_empty() => params.continue_token = Some(c),
+                        _ => return Ok(out),
+                    }
+                }
+                Err(kube::Error::Api(s)) if s.code == 410 && restarts < RESTARTS => {
+                    // The continue token expired (a list slowed down by retries past etcd's
+                    // compaction): the pages read so far are of another snapshot, so start over.
+                    restarts += 1;
+                    debug!(
+                        restarts,
+                        "continue token expired: the migrations listed again"
+                    );
+                    out.clear();
+                    params.continue_token = None;
+                }
+                Err(e) => return Err(self.permanent(Subject::Migrations, e)),
+            }
+        }
+    }
+
+    /// `pre`'s list of the unfinished workload-update migrations, at most [`UNDER_WAY_WITHIN`],
+    /// made once per run: a late `pre` names them before its writes (its late warning) and
+    /// after them (the migrations' own warning), and the second takes the first's answer, as a
+    /// second list of a large cluster would cost as much again to say the same.
+    pub async fn migrations_under_way(&self) -> Result<Vec<Migration>, String> {
+        if let Some(known) = self.under_way.lock().expect("not poisoned").clone() {
+            return known;
+        }
+        let listed = match tokio::time::timeout(UNDER_WAY_WITHIN, self.list_migrations()).await {
+            Ok(Ok(list)) => Ok(list),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!(
+                "not listed within {} s",
+                UNDER_WAY_WITHIN.as_secs()
+            )),
+        };
+        *self.under_way.lock().expect("not poisoned") = Some(listed.clone());
+        listed
     }
 }

@@ -105,9 +105,8 @@ fn jitter_seed() -> u64 {
 
 /// The first retry's WARN message: what bounds the retries, and what happens then.
 pub fn first_retry(deadline: Option<Duration>) -> String {
-    let bound = deadline.map_or("DEADLINE_SECONDS".into(), |d| {
-        format!("DEADLINE_SECONDS={}", d.as_secs())
-    });
+    let value = deadline.map(|d| format!("={}", d.as_secs()));
+    let bound = format!("DEADLINE_SECONDS{}", value.unwrap_or_default());
     format!(
         "transient error, retrying (at most 2 s apart) until the run's deadline, {bound}, runs \
          out; then exit 4. Set DEADLINE_SECONDS to wait less or longer"
@@ -127,12 +126,13 @@ impl Cluster {
             .notify(|e, wait| {
                 let e = with_causes(e);
                 let wait_ms = wait.as_millis() as u64;
-                if self.retried.swap(true, Ordering::Relaxed) {
-                    warn!(request = what, error = %e, retry_in_ms = wait_ms, "transient error, retrying");
-                } else {
-                    warn!(request = what, error = %e, retry_in_ms = wait_ms, "{}", first_retry(self.deadline.bound()));
-                }
-                self.last_error.set(one_line(format!("{what} at {}: {e}", self.server)));
+                let message = match self.retried.swap(true, Ordering::Relaxed) {
+                    true => "transient error, retrying".into(),
+                    false => first_retry(self.deadline.bound()),
+                };
+                warn!(request = what, error = %e, retry_in_ms = wait_ms, "{message}");
+                self.last_error
+                    .set(one_line(format!("{what} at {}: {e}", self.server)));
             })
             .await
     }

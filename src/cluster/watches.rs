@@ -1,10 +1,8 @@
-//! The watches of the waiting loop (`resident`): kube's own watcher (`kube::runtime::watcher`,
-//! which lists once, then watches, renews the watch when the server ends it, and backs off on
-//! errors) on Harvester's latest Upgrade and on the add-on's UpgradePlans. It keeps no objects:
-//! each change only wakes the loop, which reads what it decides on, so memory does not grow with
-//! the cluster. A watch the server refuses for good (403, or the resource no longer served) ends
-//! its task and says so once; the loop's periodic read takes over and starts it again when the
-//! resource is served.
+//! The watches of the waiting loop (`resident`): kube's watcher on Harvester's latest Upgrade and
+//! on the add-on's UpgradePlans. It keeps no objects: each change only wakes the loop, which reads
+//! what it decides on, so memory does not grow with the cluster. A watch the server refuses for
+//! good (403, or the resource no longer served) ends and says so once; the loop's periodic read
+//! takes over and starts it again when the resource is served.
 //!
 //! After an API server's outage (every Harvester upgrade restarts it on each server node), kube's
 //! default backoff (0.8 s doubling to 30 s) would resume tens of seconds after the server is
