@@ -84,7 +84,7 @@ impl Cluster {
         &self,
         target: &Target,
         mut current: Value,
-        plan: impl Fn(&Value) -> Result<Plan, Refusal>,
+        decide: impl Fn(&Value) -> Result<Plan, Refusal>,
     ) -> Result<Written, Error> {
         let api = self.api(target);
         let params = PatchParams {
@@ -94,10 +94,10 @@ impl Cluster {
         };
         let mut conflicts = backoff().with_min_delay(Duration::from_millis(10)).build();
         loop {
-            let p = plan(&current)?;
-            let Some(patch) = p.patch.clone() else {
+            let plan = decide(&current)?;
+            let Some(patch) = plan.patch.clone() else {
                 return Ok(Written::Unchanged {
-                    plan: p,
+                    plan,
                     object: current,
                 });
             };
@@ -109,7 +109,7 @@ impl Cluster {
             {
                 Ok(object) => {
                     return Ok(Written::Changed {
-                        plan: p,
+                        plan,
                         object: json(object),
                     });
                 }
@@ -179,13 +179,10 @@ impl Cluster {
             Some(namespace),
         );
         let what = format!("get job {namespace}/{name}");
-        match self.call(&what, || api.get(name)).await {
-            Ok(o) => Some(json(o)),
-            Err(e) => {
-                debug!(error = %e, "the armed post's Job not read");
-                None
-            }
-        }
+        let job = self.call(&what, || api.get(name)).await;
+        job.inspect_err(|e| debug!(error = %e, "the armed post's Job not read"))
+            .ok()
+            .map(json)
     }
 
     /// Whether the API server serves `kind` (discovery, which every authenticated user may

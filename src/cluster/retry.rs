@@ -25,23 +25,20 @@ pub enum Class {
 /// no details) are conflicts; everything else the server says is final.
 pub fn classify(e: &kube::Error) -> Class {
     match e {
-        kube::Error::Api(s) => match s.code {
-            409 => Class::Conflict,
-            422 if s
-                .details
-                .as_ref()
-                .is_none_or(|d| d.causes.is_empty() && d.name.is_empty()) =>
-            {
-                Class::Conflict
+        kube::Error::Api(s) => {
+            let bare =
+                (s.details.as_ref()).is_none_or(|d| d.causes.is_empty() && d.name.is_empty());
+            match s.code {
+                409 => Class::Conflict,
+                422 if bare => Class::Conflict,
+                404 => Class::NotFound,
+                429 | 500 | 502 | 503 | 504 => Class::Transient,
+                _ => Class::Permanent,
             }
-            404 => Class::NotFound,
-            429 | 500 | 502 | 503 | 504 => Class::Transient,
-            _ => Class::Permanent,
-        },
-        kube::Error::HyperError(_) | kube::Error::Service(_) if tls_failure(e).is_some() => {
-            Class::Permanent
         }
-        kube::Error::HyperError(_) | kube::Error::Service(_) => Class::Transient,
+        kube::Error::HyperError(_) | kube::Error::Service(_) if tls_failure(e).is_none() => {
+            Class::Transient
+        }
         _ => Class::Permanent,
     }
 }

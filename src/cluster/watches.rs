@@ -25,17 +25,17 @@ use tracing::{debug, warn};
 use super::Cluster;
 use crate::model::Kind;
 
-/// A watch running in its own task (stopped when this is dropped): `alive` is false once it has
-/// ended; `failing` while its last event was an error (no successful list or event since).
+/// A watch running in its own task (stopped when this is dropped): `failing` while its last
+/// event was an error (no successful list or event since).
 pub struct Watcher {
-    alive: Arc<AtomicBool>,
     failing: Arc<AtomicBool>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl Watcher {
+    /// Whether it still runs (not refused for good).
     pub fn alive(&self) -> bool {
-        self.alive.load(Relaxed)
+        !self.task.is_finished()
     }
 
     pub fn failing(&self) -> bool {
@@ -65,17 +65,9 @@ impl Cluster {
         config.label_selector = labels.map(str::to_string);
         let backoff = watcher::ExponentialBackoff::from(super::retry::backoff());
         let events = watcher::watcher(api, config).backoff(backoff).boxed();
-        let (alive, failing) = (Arc::new(AtomicBool::new(true)), Arc::default());
-        let (flag, erring) = (alive.clone(), Arc::clone(&failing));
-        let task = tokio::spawn(async move {
-            wake_on_events(events, kind, wake, erring).await;
-            flag.store(false, Relaxed);
-        });
-        Watcher {
-            alive,
-            failing,
-            task,
-        }
+        let failing = Arc::default();
+        let task = tokio::spawn(wake_on_events(events, kind, wake, Arc::clone(&failing)));
+        Watcher { failing, task }
     }
 }
 
