@@ -15,11 +15,8 @@ pub fn version() -> String {
 /// `status`'s last line: the build that says all this (in the guard's pod, the one that runs)
 /// and the chart that runs it, last so that `status | tail -1` shows them (docs/upgrading.md).
 pub fn line(chart: Option<&str>) -> String {
-    let build = version();
-    match chart {
-        Some(chart) => format!("build: {}, chart {chart}\n", build.trim_end()),
-        None => format!("build: {build}"),
-    }
+    let chart = chart.map(|c| format!(", chart {c}")).unwrap_or_default();
+    format!("build: {}{chart}\n", version().trim_end())
 }
 
 /// The warning when the chart (`CHART_VERSION`) runs another version's build: the image given

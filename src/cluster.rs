@@ -1,10 +1,4 @@
-//! All I/O with the API server, one `impl Cluster` per concern:
-//! - [`retry`]: the one retry layer and the classification of errors;
-//! - [`deadline`]: the run's deadline for requests and the one polling helper;
-//! - [`objects`]: reads, the conditional write, and lists;
-//! - [`migration_list`]: the workload-update migrations, page by page;
-//! - [`events`]: the Events on the KubeVirt CR;
-//! - [`watches`]: the waiting loop's watches (kube's watcher), which only wake it.
+//! All I/O with the API server, one `impl Cluster` per concern (docs/design.md, "Layers").
 //!
 //! kube's own 429/503/504 retry is switched off (`default_retry = false`) and transient errors
 //! are retried here with `backon`, bounded only by the run's deadline for requests
@@ -15,7 +9,6 @@
 
 mod deadline;
 mod events;
-mod migration_list;
 mod objects;
 mod retry;
 mod watches;
@@ -31,10 +24,10 @@ use crate::error::{Error, with_causes};
 use crate::plan::migrations::Migration;
 use crate::vocabulary::Plan;
 
-pub use deadline::{Deadline, POLL_INTERVAL, PROGRESS_EVERY, Poll};
+pub use deadline::{Deadline, Poll};
 pub use events::EventKind;
-pub use migration_list::MIGRATIONS_PAGE;
-pub use retry::{Class, LastError, MAX_BACKOFF, classify, first_retry, tls_failure};
+pub use objects::MIGRATIONS_PAGE;
+pub use retry::{Class, LastError, classify};
 pub use watches::Watcher;
 
 /// What a conditional write came to.
@@ -84,7 +77,6 @@ impl Cluster {
             }
         })?;
         config.default_retry = false;
-        let server = config.cluster_url.to_string();
         config.connect_timeout = Some(Duration::from_secs(5));
         config.read_timeout = Some(Duration::from_secs(30));
         config.write_timeout = Some(Duration::from_secs(30));
@@ -92,6 +84,7 @@ impl Cluster {
         // every 30 s (kube's watcher ends it after 290 s itself, and calls it dead 5 s later).
         let mut watching = config.clone();
         watching.read_timeout = None;
+        let server = config.cluster_url.to_string();
         let build = |config: Config| {
             Client::try_from(config).map_err(|e| Error::Kubeconfig {
                 message: one_line(format!(
@@ -102,17 +95,12 @@ impl Cluster {
             })
         };
         let client = build(config)?;
-        let watch_client = build(watching)?;
         Ok(Self {
-            client,
-            watch_client,
+            watch_client: build(watching)?,
             server,
-            dry_run,
             last_error,
             deadline,
-            retried: AtomicBool::new(false),
-            event_failures: Mutex::default(),
-            under_way: Mutex::default(),
+            ..Self::from_client(client, dry_run)
         })
     }
 

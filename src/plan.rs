@@ -1,24 +1,7 @@
 //! What to change: pure functions from the objects' current JSON to conditional JSON Patches
 //! (or nothing to do). No I/O here: `cluster` reads and writes, `runner` runs the steps.
 //!
-//! The rooms, by subject (docs/design.md, "Layers"):
-//! - [`order`]: the order of a phase's writes and the hints between the two objects;
-//! - [`kubevirt`]: the CR's suspension and restore, where the original comes from, the notice;
-//! - [`chart`]: the ManagedChart's values override and comparePatches pointer;
-//! - [`fleet_status`]: Fleet's view of the ManagedChart (its copied Bundle status) and what a
-//!   phase waits for;
-//! - [`ownership`]: `managedFields`: who owns the methods, and the release of our claim;
-//! - [`harvester_upgrade`]: Harvester's own upgrade: its backup, its cleanup, its blind restores;
-//! - [`pre_advice`]: whether `pre` is needed for the coming release, and whether it comes late;
-//! - [`upgrade_progress`]: whether an upgrade (Harvester's or the add-on's) is under way;
-//! - [`watch_decision`]: the waiting loop's decision (the resident guard and the armed `post`);
-//! - [`monitoring`]: the resident guard's metrics' values and its Warning of an unprotected upgrade;
-//! - [`retirement`]: whether the guard is still needed on this cluster (when to retire it);
-//! - [`records`]: the annotation formats and their checked readers (shared with `report`);
-//! - [`leftovers`]: what a phase leaves of ours on what it was told to skip (a step off, no name);
-//! - [`suspenders`]: another suspender's `[]` (the add-on's, Harvester's) and the original in its place;
-//! - [`migrations`]: the workload-update migrations under way;
-//! - [`editor`]: the JSON Patch editor that makes a [`Plan`](crate::vocabulary::Plan).
+//! Its rooms, by subject, are listed in docs/design.md, "Layers".
 //!
 //! Every patch starts with a `test` of `/metadata/resourceVersion`, so it applies only to the exact
 //! state it was planned from (docs/design.md, "The hazards, and the answer to each"). The original

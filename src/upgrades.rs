@@ -51,14 +51,14 @@ pub async fn read(cluster: &Cluster, cfg: &Config) -> Result<View, Error> {
     // One after the other, on the one pooled connection: at once, the second opens a connection
     // of its own, and that costs more than the list (a list from the cache takes under 1 ms).
     let upgrades = cluster
-        .list_harvester(Kind::Upgrade, ns, Some(&selector))
+        .list(Kind::Upgrade, Some(ns), Some(&selector))
         .await?;
     let upgrades_served = upgrades.is_some();
     let upgrades = upgrades.unwrap_or_default();
     let versions = match cfg.intent.phase {
         Phase::Post => Vec::new(),
         _ => cluster
-            .list_harvester(Kind::Version, ns, None)
+            .list(Kind::Version, Some(ns), None)
             .await?
             .unwrap_or_default(),
     };
@@ -80,7 +80,7 @@ pub async fn read(cluster: &Cluster, cfg: &Config) -> Result<View, Error> {
     // installed).
     let (plans, plans_served) = match cfg.intent.phase {
         Phase::Pre | Phase::Post => {
-            let plans = cluster.list_cluster_scoped(Kind::UpgradePlan).await?;
+            let plans = cluster.list(Kind::UpgradePlan, None, None).await?;
             let served = plans.is_some();
             (plans.unwrap_or_default(), served)
         }
@@ -135,7 +135,7 @@ pub async fn read_offer(
     cfg: &Config,
 ) -> Result<(Option<String>, Vec<(String, Handling)>), Error> {
     let ns = &cfg.intent.keys.kubevirt.namespace;
-    let Some(versions) = cluster.list_harvester(Kind::Version, ns, None).await? else {
+    let Some(versions) = cluster.list(Kind::Version, Some(ns), None).await? else {
         return Ok((None, Vec::new()));
     };
     let current = cluster.harvester_setting(SERVER_VERSION).await?;

@@ -1,63 +1,70 @@
 //! The run's deadline for requests ([`Deadline`]) and the one polling helper
 //! ([`Cluster::poll`]), whose sleeps between reads the deadline does not count.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
+
+use tokio::time::{Instant, sleep, sleep_until, timeout_at};
 
 use super::Cluster;
 use crate::error::Error;
 
+const POLL_INTERVAL: Duration = Duration::from_millis(250);
+const PROGRESS_EVERY: Duration = Duration::from_secs(10);
+
 /// `DEADLINE_SECONDS`: the bound of the run's requests and their retries. Its clock stops while a
 /// [`Cluster::poll`] sleeps between reads: a wait's time is bounded by the wait's own bound.
+/// `Default`: a test client's, which never passes.
 #[derive(Debug, Clone, Default)]
-pub struct Deadline(Arc<Mutex<Clock>>);
+pub struct Deadline(Arc<Mutex<Option<Clock>>>);
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Clock {
     /// `DEADLINE_SECONDS`, named by the first retry's WARN line.
-    bound: Option<Duration>,
-    /// When it passes (`None`: never, as for a test client).
-    at: Option<tokio::time::Instant>,
+    bound: Duration,
+    at: Instant,
     /// Since when its clock is stopped.
-    stopped: Option<tokio::time::Instant>,
+    stopped: Option<Instant>,
 }
 
 impl Deadline {
     pub fn new(bound: Duration) -> Self {
-        Self(Arc::new(Mutex::new(Clock {
-            bound: Some(bound),
-            at: Some(tokio::time::Instant::now() + bound),
+        let at = Instant::now() + bound;
+        Self(Arc::new(Mutex::new(Some(Clock {
+            bound,
+            at,
             stopped: None,
-        })))
+        }))))
     }
 
-    /// Its bound (`None`: a test client's, which never passes).
+    fn clock(&self) -> MutexGuard<'_, Option<Clock>> {
+        self.0.lock().expect("not poisoned")
+    }
+
     pub fn bound(&self) -> Option<Duration> {
-        self.0.lock().expect("not poisoned").bound
-    }
-
-    /// When it passes, unless its clock is stopped.
-    fn at(&self) -> Option<tokio::time::Instant> {
-        let c = self.0.lock().expect("not poisoned");
-        c.at.filter(|_| c.stopped.is_none())
+        self.clock().as_ref().map(|c| c.bound)
     }
 
     /// Returns when the deadline has passed (never while its clock is stopped).
     pub async fn passed(&self) {
         loop {
-            match self.at() {
-                Some(at) if at <= tokio::time::Instant::now() => return,
-                Some(at) => tokio::time::sleep_until(at).await,
-                None => tokio::time::sleep(Duration::from_millis(250)).await,
+            let at = self
+                .clock()
+                .as_ref()
+                .filter(|c| c.stopped.is_none())
+                .map(|c| c.at);
+            match at {
+                Some(at) if at <= Instant::now() => return,
+                Some(at) => sleep_until(at).await,
+                None => sleep(Duration::from_millis(250)).await,
             }
         }
     }
 
     /// Starts its clock again from now, with its whole bound.
     pub(super) fn restart(&self) {
-        let mut c = self.0.lock().expect("not poisoned");
-        if let Some(bound) = c.bound {
-            c.at = Some(tokio::time::Instant::now() + bound);
+        if let Some(c) = self.clock().as_mut() {
+            c.at = Instant::now() + c.bound;
         }
     }
 
@@ -66,26 +73,18 @@ impl Deadline {
         struct Resume<'a>(&'a Deadline);
         impl Drop for Resume<'_> {
             fn drop(&mut self) {
-                let mut c = (self.0).0.lock().expect("not poisoned");
-                if let (Some(at), Some(since)) = (c.at, c.stopped.take()) {
-                    c.at = Some(at + since.elapsed());
+                if let Some(c) = self.0.clock().as_mut()
+                    && let Some(since) = c.stopped.take()
+                {
+                    c.at += since.elapsed();
                 }
             }
         }
-        self.0.lock().expect("not poisoned").stopped = Some(tokio::time::Instant::now());
-        let _resume = Resume(self);
-        tokio::time::sleep(d).await;
-    }
-}
-
-impl Cluster {
-    /// The waiting loop's pause: `d`, or until a watch wakes it (`resident`), with the request
-    /// deadline's clock stopped as in [`Cluster::poll`]. `true`: woken by a watch.
-    pub async fn pause(&self, d: Duration, wake: &mut tokio::sync::mpsc::Receiver<()>) -> bool {
-        tokio::select! {
-            _ = self.deadline.sleep_apart(d) => false,
-            w = wake.recv() => w.is_some(),
+        if let Some(c) = self.clock().as_mut() {
+            c.stopped = Some(Instant::now());
         }
+        let _resume = Resume(self);
+        sleep(d).await;
     }
 }
 
@@ -98,12 +97,16 @@ pub enum Poll<T> {
     Pending(String),
 }
 
-/// How long a poll sleeps between two reads.
-pub const POLL_INTERVAL: Duration = Duration::from_millis(250);
-/// How often a poll says what it is waiting for.
-pub const PROGRESS_EVERY: Duration = Duration::from_secs(10);
-
 impl Cluster {
+    /// The waiting loop's pause: `d`, or until a watch wakes it (`resident`), with the request
+    /// deadline's clock stopped as in [`Cluster::poll`]. `true`: woken by a watch.
+    pub async fn pause(&self, d: Duration, wake: &mut tokio::sync::mpsc::Receiver<()>) -> bool {
+        tokio::select! {
+            _ = self.deadline.sleep_apart(d) => false,
+            w = wake.recv() => w.is_some(),
+        }
+    }
+
     /// Gives the run's request deadline its whole bound again, from now: the armed `post` reads
     /// for days, and each of its reads (and the restore after them) gets `DEADLINE_SECONDS` for
     /// its retries (an API server restarted during the control plane's upgrade), not what the
@@ -132,12 +135,9 @@ impl Cluster {
         }
     }
 
-    /// The one polling helper (for Fleet's status now, for a list of objects as well): calls
-    /// `read` (whose requests go through the retry layer like any other) every
-    /// [`POLL_INTERVAL`] until it returns [`Poll::Ready`], for at most `bound`. At the first
-    /// "not yet" and then every [`PROGRESS_EVERY`] it hands `progress` the time waited and what
-    /// the last read saw. The run's deadline does not count the sleeps between reads, only the
-    /// reads; SIGTERM stops a poll as it stops everything (`main` drops the run).
+    /// The one polling helper: `read` every [`POLL_INTERVAL`] until [`Poll::Ready`], for at most
+    /// `bound`, telling `progress` the time waited and what was seen at the first "not yet" and
+    /// every [`PROGRESS_EVERY`]. The run's deadline counts the reads, not the sleeps between them.
     /// `Ok(Err(last))`: the bound passed, with what was last seen (and a read in flight then,
     /// cut short, says so).
     pub async fn poll<T>(
@@ -146,27 +146,26 @@ impl Cluster {
         mut read: impl AsyncFnMut() -> Result<Poll<T>, Error>,
         mut progress: impl FnMut(Duration, &str),
     ) -> Result<Result<T, String>, Error> {
-        let start = tokio::time::Instant::now();
+        let start = Instant::now();
         let end = start + bound;
-        let mut said: Option<tokio::time::Instant> = None;
+        let mut said: Option<Instant> = None;
         let mut last = "nothing read yet".to_string();
         let errors_before = self.last_error.peek();
         loop {
-            match tokio::time::timeout_at(end, read()).await {
+            match timeout_at(end, read()).await {
                 Ok(Ok(Poll::Ready(t))) => return Ok(Ok(t)),
                 Ok(Ok(Poll::Pending(seen))) => last = seen,
                 Ok(Err(e)) => return Err(e),
                 Err(_) => {
-                    let retrying = match self.last_error.peek() {
-                        Some(e) if Some(&e) != errors_before.as_ref() => {
-                            format!(" (reads were failing: {e})")
-                        }
-                        _ => String::new(),
-                    };
-                    return Ok(Err(format!("{last}{retrying}")));
+                    let failing = self
+                        .last_error
+                        .peek()
+                        .filter(|e| Some(e) != errors_before.as_ref());
+                    let failing = failing.map(|e| format!(" (reads were failing: {e})"));
+                    return Ok(Err(last + &failing.unwrap_or_default()));
                 }
             }
-            let now = tokio::time::Instant::now();
+            let now = Instant::now();
             if now >= end {
                 return Ok(Err(last));
             }
@@ -177,7 +176,7 @@ impl Cluster {
             self.deadline
                 .sleep_apart(POLL_INTERVAL.min(end - now))
                 .await;
-            if tokio::time::Instant::now() >= end {
+            if Instant::now() >= end {
                 return Ok(Err(last));
             }
         }

@@ -1,15 +1,23 @@
 //! The Events on the KubeVirt CR, so `kubectl describe kubevirt` tells the story.
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-use kube::api::{Api, PostParams};
+use kube::api::{Api, ListParams, PostParams};
 use serde_json::Value;
-use tracing::warn;
+use tracing::{debug, warn};
 
 use super::Cluster;
 use crate::error::with_causes;
 use crate::model::{FIELD_MANAGER, Kind, Target};
 use crate::warnings::Warning;
+
+/// An Event's type, as the Event names it (its `Debug`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    Normal,
+    Warning,
+}
 
 impl Cluster {
     /// A warning of a phase, said where it is looked for: a WARN line (naming `target`, if
@@ -26,8 +34,8 @@ impl Cluster {
         }
     }
 
-    /// An Event (events.k8s.io/v1) about the KubeVirt CR, so `kubectl describe kubevirt` tells
-    /// the story. Best effort: a failure is logged, never fatal.
+    /// An Event (events.k8s.io/v1) about the KubeVirt CR. Best effort: a failure is logged,
+    /// never fatal.
     pub async fn event(&self, kubevirt: &Value, kind: EventKind, reason: &str, note: &str) {
         self.event_about(Kind::KubeVirt, kubevirt, kind, reason, note)
             .await;
@@ -46,36 +54,38 @@ impl Cluster {
         if self.dry_run {
             return;
         }
-        let meta = &object["metadata"];
-        let text = |k: &str| meta[k].as_str().map(str::to_string);
-        let namespace = text("namespace").unwrap_or_default();
+        let text = |k: &str| object["metadata"][k].as_str().map(str::to_string);
+        let (name, namespace) = (text("name").unwrap_or_default(), text("namespace"));
+        let namespace = namespace.unwrap_or_default();
         let now = jiff::Timestamp::now();
+        // The API server takes at most 1 kB of note.
+        let mut note = note.to_string();
+        crate::model::truncate_bytes(&mut note, 1024);
         let event = Event {
             metadata: ObjectMeta {
                 // client-go's recorder names Events `<object>.<unix nanos in hex>`.
-                name: Some(format!(
-                    "{}.{:x}",
-                    text("name").unwrap_or_default(),
-                    now.as_nanosecond()
-                )),
+                name: Some(format!("{name}.{:x}", now.as_nanosecond())),
                 namespace: Some(namespace.clone()),
                 ..Default::default()
             },
             event_time: Some(MicroTime(now)),
             action: Some(reason.into()),
             reason: Some(reason.into()),
-            // The API server takes at most 1 kB of note.
-            note: Some({
-                let mut note = note.to_string();
-                crate::model::truncate_bytes(&mut note, 1024);
-                note
-            }),
-            type_: Some(kind.as_str().into()),
+            note: Some(note),
+            type_: Some(format!("{kind:?}")),
             reporting_controller: Some(FIELD_MANAGER.into()),
             reporting_instance: Some(
                 std::env::var("HOSTNAME").unwrap_or_else(|_| FIELD_MANAGER.into()),
             ),
-            regarding: Some(reference(about, object)),
+            regarding: Some(ObjectReference {
+                api_version: Some(about.api_version().into()),
+                kind: Some(about.name().into()),
+                name: text("name"),
+                namespace: text("namespace"),
+                uid: text("uid"),
+                resource_version: text("resourceVersion"),
+                ..Default::default()
+            }),
             ..Default::default()
         };
         let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
@@ -101,62 +111,20 @@ impl Cluster {
         reason: &str,
     ) -> Option<(jiff::Timestamp, String, String)> {
         let api: Api<Event> = Api::namespaced(self.client.clone(), namespace);
-        let params = kube::api::ListParams::default().fields(&format!("reason={reason}"));
-        let list = match self
-            .call(&format!("list events {reason}"), || api.list(&params))
-            .await
-        {
-            Ok(list) => list,
-            Err(e) => {
-                tracing::debug!(error = %e, "the resident guard's Events not read");
-                return None;
-            }
-        };
-        list.items
-            .into_iter()
-            .filter_map(|e| {
-                let time = e.event_time?.0;
-                Some((
-                    time,
-                    e.reporting_instance.unwrap_or_default(),
-                    e.note.unwrap_or_default(),
-                ))
-            })
-            .max_by_key(|(time, ..)| *time)
+        let params = ListParams::default().fields(&format!("reason={reason}"));
+        let what = format!("list events {reason}");
+        let list = (self.call(&what, || api.list(&params)).await)
+            .inspect_err(|e| debug!(error = %e, "the resident guard's Events not read"))
+            .ok()?;
+        let events = list.items.into_iter().filter_map(|e| {
+            let instance = e.reporting_instance.unwrap_or_default();
+            Some((e.event_time?.0, instance, e.note.unwrap_or_default()))
+        });
+        events.max_by_key(|(time, ..)| *time)
     }
 
     /// The Events that could not be made so far (`REASON: error`), in order.
     pub fn event_failures(&self) -> Vec<String> {
         self.event_failures.lock().expect("not poisoned").clone()
-    }
-}
-
-/// The object an Event is about, as the Event names it.
-fn reference(about: Kind, object: &Value) -> k8s_openapi::api::core::v1::ObjectReference {
-    let text = |k: &str| object["metadata"][k].as_str().map(str::to_string);
-    k8s_openapi::api::core::v1::ObjectReference {
-        api_version: Some(about.api_version().into()),
-        kind: Some(about.name().into()),
-        name: text("name"),
-        namespace: text("namespace"),
-        uid: text("uid"),
-        resource_version: text("resourceVersion"),
-        ..Default::default()
-    }
-}
-
-/// An Event's type.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EventKind {
-    Normal,
-    Warning,
-}
-
-impl EventKind {
-    fn as_str(self) -> &'static str {
-        match self {
-            EventKind::Normal => "Normal",
-            EventKind::Warning => "Warning",
-        }
     }
 }

@@ -1,11 +1,13 @@
-//! Reads, the conditional write, and lists: the object I/O, each request through the retry
-//! layer.
+//! Reads, the conditional write, and lists (the migrations' page by page): the object I/O, each
+//! request through the retry layer.
 
 use std::time::Duration;
 
 use backon::BackoffBuilder;
-use json_patch::Patch as JsonPatch;
-use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
+use k8s_openapi::api::batch::v1::Job;
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
+use kube::core::{ObjectList, Request};
+use kube::{Client, Resource};
 use serde_json::Value;
 use tracing::debug;
 
@@ -13,14 +15,33 @@ use super::retry::{Class, backoff, classify};
 use super::{Cluster, Written, rv};
 use crate::error::{Error, Subject};
 use crate::model::{FIELD_MANAGER, Kind, Target};
+use crate::plan::migrations::{Listed, Migration};
 use crate::vocabulary::{Plan, Refusal};
+
+/// The objects of `resource` in `namespace`, or cluster-wide.
+pub(super) fn api(client: &Client, resource: &ApiResource, ns: Option<&str>) -> Api<DynamicObject> {
+    match ns {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, resource),
+        None => Api::all_with(client.clone(), resource),
+    }
+}
+
+/// What a list names: `kind` in `namespace`, or cluster-wide.
+fn listed(kind: Kind, namespace: Option<&str>) -> Subject {
+    let namespace = namespace.unwrap_or("(cluster)").to_string();
+    Subject::Listed { kind, namespace }
+}
+
+fn json(object: DynamicObject) -> Value {
+    serde_json::to_value(object).expect("objects serialize")
+}
 
 impl Cluster {
     fn api(&self, target: &Target) -> Api<DynamicObject> {
-        Api::namespaced_with(
-            self.client.clone(),
-            &target.key.namespace,
+        api(
+            &self.client,
             &target.kind.resource(),
+            Some(&target.key.namespace),
         )
     }
 
@@ -28,30 +49,31 @@ impl Cluster {
     /// is a permanent error.
     pub async fn get(&self, target: &Target) -> Result<Option<Value>, Error> {
         let api = self.api(target);
-        let what = format!("get {target}");
-        match self.call(&what, || api.get(&target.key.name)).await {
-            Ok(obj) => Ok(Some(serde_json::to_value(obj).expect("objects serialize"))),
-            Err(kube::Error::Api(s)) if s.code == 404 => {
-                if s.details
-                    .as_ref()
-                    .is_some_and(|d| d.name == target.key.name)
-                {
-                    Ok(None)
-                } else {
-                    Err(Error::NotServed {
-                        subject: Subject::Object(target.clone()),
-                        plural: target.kind.plural(),
-                        hint: match target.kind {
-                            Kind::ManagedChart => {
-                                "; for KubeVirt without Rancher/Fleet, set MANAGEDCHART_NAME= (empty)"
-                            }
-                            _ => "",
-                        },
-                        message: s.message.trim().to_string(),
-                        source: Box::new(kube::Error::Api(s)),
-                    })
-                }
+        match self
+            .call(&format!("get {target}"), || api.get(&target.key.name))
+            .await
+        {
+            Ok(obj) => Ok(Some(json(obj))),
+            Err(kube::Error::Api(s))
+                if s.code == 404
+                    && s.details
+                        .as_ref()
+                        .is_some_and(|d| d.name == target.key.name) =>
+            {
+                Ok(None)
             }
+            Err(kube::Error::Api(s)) if s.code == 404 => Err(Error::NotServed {
+                subject: Subject::Object(target.clone()),
+                plural: target.kind.plural(),
+                hint: match target.kind {
+                    Kind::ManagedChart => {
+                        "; for KubeVirt without Rancher/Fleet, set MANAGEDCHART_NAME= (empty)"
+                    }
+                    _ => "",
+                },
+                message: s.message.trim().to_string(),
+                source: Box::new(kube::Error::Api(s)),
+            }),
             Err(e) => Err(self.permanent(Subject::Object(target.clone()), e)),
         }
     }
@@ -62,178 +84,213 @@ impl Cluster {
         &self,
         target: &Target,
         mut current: Value,
-        plan: impl Fn(&Value) -> Result<Plan, Refusal>,
+        decide: impl Fn(&Value) -> Result<Plan, Refusal>,
     ) -> Result<Written, Error> {
-        let mut conflicts = backoff().with_min_delay(Duration::from_millis(10)).build();
-        loop {
-            let p = plan(&current)?;
-            let Some(patch) = p.patch.clone() else {
-                return Ok(Written::Unchanged {
-                    plan: p,
-                    object: current,
-                });
-            };
-            match self.patch(target, &patch).await {
-                Ok(object) => return Ok(Written::Changed { plan: p, object }),
-                Err(e) if classify(&e) == Class::NotFound => return Ok(Written::Missing),
-                Err(e) if classify(&e) == Class::Conflict => {
-                    // Back off before the fresh read, never between read and write: the plan
-                    // must go out while its resourceVersion is still current.
-                    tokio::time::sleep(conflicts.next().unwrap_or_default()).await;
-                    let before = rv(&current).map(str::to_string);
-                    current = match self.get(target).await? {
-                        Some(obj) => obj,
-                        None => return Ok(Written::Missing),
-                    };
-                    // A failed patch on an unchanged object is not a conflict: it would fail forever.
-                    if rv(&current) == before.as_deref() {
-                        return Err(self.permanent(Subject::Object(target.clone()), e));
-                    }
-                    debug!(object = %target, resource_version = rv(&current), "conflict: read again");
-                }
-                Err(e) => return Err(self.permanent(Subject::Object(target.clone()), e)),
-            }
-        }
-    }
-
-    async fn patch(&self, target: &Target, patch: &JsonPatch) -> Result<Value, kube::Error> {
         let api = self.api(target);
         let params = PatchParams {
             field_manager: Some(FIELD_MANAGER.into()),
             dry_run: self.dry_run,
             ..Default::default()
         };
-        let what = format!("patch {target}");
-        let obj = self
-            .call(&what, || async {
-                api.patch(&target.key.name, &params, &Patch::<()>::Json(patch.clone()))
-                    .await
-            })
-            .await?;
-        Ok(serde_json::to_value(obj).expect("objects serialize"))
-    }
-
-    /// Harvester's objects of `kind` in `namespace` (with a label selector, if any); `None` when
-    /// the resource is not served (not a Harvester cluster). One page: there are a handful.
-    pub async fn list_harvester(
-        &self,
-        kind: Kind,
-        namespace: &str,
-        selector: Option<&str>,
-    ) -> Result<Option<Vec<Value>>, Error> {
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(self.client.clone(), namespace, &kind.resource());
-        // From the API server's watch cache (resourceVersion 0): a consistent list waits up to
-        // ~100 ms for the cache to catch up with etcd; a few ms of staleness mean nothing here
-        // (the wait reads again, and Harvester's steps are minutes apart).
-        let mut params = ListParams::default().match_any();
-        if let Some(s) = selector {
-            params = params.labels(s);
+        let mut conflicts = backoff().with_min_delay(Duration::from_millis(10)).build();
+        loop {
+            let plan = decide(&current)?;
+            let Some(patch) = plan.patch.clone() else {
+                return Ok(Written::Unchanged {
+                    plan,
+                    object: current,
+                });
+            };
+            let patch = Patch::<()>::Json(patch);
+            let what = format!("patch {target}");
+            let e = match self
+                .call(&what, || api.patch(&target.key.name, &params, &patch))
+                .await
+            {
+                Ok(object) => {
+                    return Ok(Written::Changed {
+                        plan,
+                        object: json(object),
+                    });
+                }
+                Err(e) if classify(&e) == Class::NotFound => return Ok(Written::Missing),
+                Err(e) if classify(&e) == Class::Conflict => e,
+                Err(e) => return Err(self.permanent(Subject::Object(target.clone()), e)),
+            };
+            // Back off before the fresh read, never between read and write: the plan must go
+            // out while its resourceVersion is still current.
+            tokio::time::sleep(conflicts.next().unwrap_or_default()).await;
+            let before = rv(&current).map(str::to_string);
+            let Some(now) = self.get(target).await? else {
+                return Ok(Written::Missing);
+            };
+            current = now;
+            // A failed patch on an unchanged object is not a conflict: it would fail forever.
+            if rv(&current) == before.as_deref() {
+                return Err(self.permanent(Subject::Object(target.clone()), e));
+            }
+            debug!(object = %target, resource_version = rv(&current), "conflict: read again");
         }
-        let subject = || Subject::Listed {
-            kind,
-            namespace: namespace.to_string(),
-        };
-        self.list_one_page(&api, &params, subject()).await
     }
 
-    /// Every object of the cluster-scoped `kind` (the add-on's UpgradePlans, a handful), from
-    /// the watch cache as [`Cluster::list_harvester`]; `None` when the resource is not served
-    /// (no add-on).
-    pub async fn list_cluster_scoped(&self, kind: Kind) -> Result<Option<Vec<Value>>, Error> {
-        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &kind.resource());
-        let params = ListParams::default().match_any();
-        let subject = Subject::Listed {
-            kind,
-            namespace: "(cluster)".into(),
-        };
-        self.list_one_page(&api, &params, subject).await
-    }
-
-    /// One page of a list (a handful of objects); `None` when the resource is not served.
-    async fn list_one_page(
+    /// A request whose 404 says "not there" (`None`: not served, no such object); any other
+    /// failure is permanent.
+    async fn optional<T, Fut: Future<Output = Result<T, kube::Error>>>(
         &self,
-        api: &Api<DynamicObject>,
-        params: &ListParams,
+        what: String,
         subject: Subject,
-    ) -> Result<Option<Vec<Value>>, Error> {
-        match self
-            .call(&format!("list {subject}"), || api.list(params))
-            .await
-        {
-            Ok(list) => Ok(Some(
-                list.items
-                    .into_iter()
-                    .map(|o| serde_json::to_value(o).expect("objects serialize"))
-                    .collect(),
-            )),
+        request: impl FnMut() -> Fut,
+    ) -> Result<Option<T>, Error> {
+        match self.call(&what, request).await {
+            Ok(t) => Ok(Some(t)),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
             Err(e) => Err(self.permanent(subject, e)),
         }
     }
 
+    /// The objects of `kind` in `namespace`, or of the cluster-scoped `kind` (`None`), with a
+    /// label selector, if any; `None` when the resource is not served (not a Harvester cluster,
+    /// no add-on). One page: there are a handful.
+    pub async fn list(
+        &self,
+        kind: Kind,
+        namespace: Option<&str>,
+        selector: Option<&str>,
+    ) -> Result<Option<Vec<Value>>, Error> {
+        let api = api(&self.client, &kind.resource(), namespace);
+        // From the API server's watch cache (resourceVersion 0): a consistent list waits up to
+        // ~100 ms for the cache to catch up with etcd; a few ms of staleness mean nothing here
+        // (the wait reads again, and Harvester's steps are minutes apart).
+        let mut params = ListParams::default().match_any();
+        params.label_selector = selector.map(str::to_string);
+        let subject = listed(kind, namespace);
+        let list = self.optional(format!("list {subject}"), subject, || api.list(&params));
+        Ok(list
+            .await?
+            .map(|list| list.items.into_iter().map(json).collect()))
+    }
+
     /// The Job `namespace/name` (`status`: the armed post's), or `None` when it is not there or
     /// may not be read (a 403 says nothing about it: the report just leaves it out).
     pub async fn job(&self, namespace: &str, name: &str) -> Option<Value> {
-        let resource = kube::api::ApiResource::from_gvk_with_plural(
-            &kube::core::GroupVersionKind::gvk("batch", "v1", "Job"),
-            "jobs",
+        let api = api(
+            &self.client,
+            &ApiResource::erase::<Job>(&()),
+            Some(namespace),
         );
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(self.client.clone(), namespace, &resource);
-        match self
-            .call(&format!("get job {namespace}/{name}"), || api.get(name))
-            .await
-        {
-            Ok(o) => Some(serde_json::to_value(o).expect("objects serialize")),
-            Err(e) => {
-                debug!(error = %e, "the armed post's Job not read");
-                None
-            }
-        }
+        let what = format!("get job {namespace}/{name}");
+        let job = self.call(&what, || api.get(name)).await;
+        job.inspect_err(|e| debug!(error = %e, "the armed post's Job not read"))
+            .ok()
+            .map(json)
     }
 
     /// Whether the API server serves `kind` (discovery, which every authenticated user may
     /// read): `status` asks it of the add-on's UpgradePlans, which its RBAC does not list.
     pub async fn served(&self, kind: Kind) -> Result<bool, Error> {
         let group_version = kind.api_version();
-        match self
-            .call(&format!("discover {group_version}"), || {
-                self.client.list_api_group_resources(group_version)
-            })
-            .await
-        {
-            Ok(list) => Ok(list.resources.iter().any(|r| r.name == kind.plural())),
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
-            Err(e) => Err(self.permanent(
-                Subject::Listed {
-                    kind,
-                    namespace: "(cluster)".into(),
-                },
-                e,
-            )),
-        }
+        let subject = listed(kind, None);
+        let list = self.optional(format!("discover {group_version}"), subject, || {
+            self.client.list_api_group_resources(group_version)
+        });
+        Ok(list
+            .await?
+            .is_some_and(|l| l.resources.iter().any(|r| r.name == kind.plural())))
     }
 
     /// The `value` of Harvester's cluster-scoped `Setting` `name`; `None` when it, or the
     /// resource, is not there (not a Harvester cluster).
     pub async fn harvester_setting(&self, name: &str) -> Result<Option<String>, Error> {
-        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &Kind::Setting.resource());
-        let subject = || Subject::Listed {
-            kind: Kind::Setting,
-            namespace: "(cluster)".into(),
-        };
-        match self
-            .call(&format!("get {} {name}", subject()), || api.get(name))
-            .await
-        {
-            Ok(o) => Ok(o
-                .data
-                .get("value")
-                .and_then(Value::as_str)
-                .map(str::to_string)),
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
-            Err(e) => Err(self.permanent(subject(), e)),
+        let api = api(&self.client, &Kind::Setting.resource(), None);
+        let subject = listed(Kind::Setting, None);
+        let what = format!("get {subject} {name}");
+        let setting = self.optional(what, subject, || api.get(name)).await?;
+        Ok(setting.and_then(|o| Some(o.data.get("value")?.as_str()?.to_string())))
+    }
+}
+
+// The workload-update migrations, read page by page in memory flat in their number (so that
+// the Jobs' 64 MiB limit holds): a large cluster holds tens of thousands of migrations (KubeVirt
+// keeps five finished ones per VMI), of which a handful are reported. Each page is parsed
+// straight into [`Listed`], which keeps four fields of an object, and only the unfinished
+// workload-update ones outlive their page. What counts as one is decided in `plan::migrations`.
+
+/// Objects per page, as `kubectl get`'s default chunk size: a page of 2 KiB migrations is about
+/// 1 MiB of JSON, held twice at most while it is parsed (kube reads the body, then copies it
+/// into a string), and 20 requests cover 10,000 migrations.
+pub const MIGRATIONS_PAGE: u32 = 500;
+
+/// How long `pre` lets the list take: best effort, its writes do not wait for it.
+pub const UNDER_WAY_WITHIN: Duration = Duration::from_secs(10);
+
+/// An expired continue token (410) restarts the list at most this often: the token outlives a
+/// list of seconds by minutes (etcd's compaction), so more is a server that cannot list.
+const RESTARTS: usize = 3;
+
+impl Cluster {
+    /// The unfinished workload-update migrations in all namespaces (`status`, and `pre`'s
+    /// warnings through [`Cluster::migrations_under_way`]), [`MIGRATIONS_PAGE`] at a time.
+    pub async fn list_migrations(&self) -> Result<Vec<Migration>, Error> {
+        self.list_migrations_by(MIGRATIONS_PAGE).await
+    }
+
+    /// As [`Cluster::list_migrations`], `limit` objects a page, each parsed as it is read.
+    pub async fn list_migrations_by(&self, limit: u32) -> Result<Vec<Migration>, Error> {
+        let url = DynamicObject::url_path(&Kind::Migration.resource(), None);
+        let mut out = Vec::new();
+        let mut restarts = 0;
+        // A consistent list (no resourceVersion), paged: the watch cache's resourceVersion=0
+        // list ignores the limit and answers with every object in one page, which is what
+        // peaked at about 100 MiB with 10,000 migrations (docs/figures/bench-scale.md, the
+        // compared build). `kubectl get` lists the same way.
+        let mut params = ListParams::default().limit(limit);
+        loop {
+            let page = self.call("list virtualmachineinstancemigrations", || {
+                let request = Request::new(&url).list(&params);
+                let request = request.map_err(kube::Error::BuildRequest);
+                async move { self.client.request::<ObjectList<Listed>>(request?).await }
+            });
+            match page.await {
+                Ok(page) => {
+                    out.extend(page.items.into_iter().filter_map(Listed::unfinished));
+                    match page.metadata.continue_ {
+                        Some(c) if !c.is_empty() => params.continue_token = Some(c),
+                        _ => return Ok(out),
+                    }
+                }
+                Err(kube::Error::Api(s)) if s.code == 410 && restarts < RESTARTS => {
+                    // The continue token expired (a list slowed down by retries past etcd's
+                    // compaction): the pages read so far are of another snapshot, so start over.
+                    restarts += 1;
+                    debug!(
+                        restarts,
+                        "continue token expired: the migrations listed again"
+                    );
+                    out.clear();
+                    params.continue_token = None;
+                }
+                Err(e) => return Err(self.permanent(Subject::Migrations, e)),
+            }
         }
+    }
+
+    /// `pre`'s list of the unfinished workload-update migrations, at most [`UNDER_WAY_WITHIN`],
+    /// made once per run: a late `pre` names them before its writes (its late warning) and
+    /// after them (the migrations' own warning), and the second takes the first's answer, as a
+    /// second list of a large cluster would cost as much again to say the same.
+    pub async fn migrations_under_way(&self) -> Result<Vec<Migration>, String> {
+        if let Some(known) = self.under_way.lock().expect("not poisoned").clone() {
+            return known;
+        }
+        let listed = match tokio::time::timeout(UNDER_WAY_WITHIN, self.list_migrations()).await {
+            Ok(Ok(list)) => Ok(list),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!(
+                "not listed within {} s",
+                UNDER_WAY_WITHIN.as_secs()
+            )),
+        };
+        *self.under_way.lock().expect("not poisoned") = Some(listed.clone());
+        listed
     }
 }

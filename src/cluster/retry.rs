@@ -25,23 +25,20 @@ pub enum Class {
 /// no details) are conflicts; everything else the server says is final.
 pub fn classify(e: &kube::Error) -> Class {
     match e {
-        kube::Error::Api(s) => match s.code {
-            409 => Class::Conflict,
-            422 if s
-                .details
-                .as_ref()
-                .is_none_or(|d| d.causes.is_empty() && d.name.is_empty()) =>
-            {
-                Class::Conflict
+        kube::Error::Api(s) => {
+            let bare =
+                (s.details.as_ref()).is_none_or(|d| d.causes.is_empty() && d.name.is_empty());
+            match s.code {
+                409 => Class::Conflict,
+                422 if bare => Class::Conflict,
+                404 => Class::NotFound,
+                429 | 500 | 502 | 503 | 504 => Class::Transient,
+                _ => Class::Permanent,
             }
-            404 => Class::NotFound,
-            429 | 500 | 502 | 503 | 504 => Class::Transient,
-            _ => Class::Permanent,
-        },
-        kube::Error::HyperError(_) | kube::Error::Service(_) if tls_failure(e).is_some() => {
-            Class::Permanent
         }
-        kube::Error::HyperError(_) | kube::Error::Service(_) => Class::Transient,
+        kube::Error::HyperError(_) | kube::Error::Service(_) if tls_failure(e).is_none() => {
+            Class::Transient
+        }
         _ => Class::Permanent,
     }
 }
@@ -50,23 +47,15 @@ pub fn classify(e: &kube::Error) -> Class {
 /// unknown authority, a name mismatch, an expired certificate) or ours was: retrying cannot
 /// mend that. Found in the error's source chain, whose innermost error is rustls'.
 pub fn tls_failure(e: &kube::Error) -> Option<String> {
-    let mut source: Option<&dyn std::error::Error> = Some(e);
-    let mut found = None;
-    while let Some(err) = source {
-        let text = err.to_string();
-        if [
-            "invalid peer certificate",
-            "received fatal alert",
-            "peer is incompatible",
-        ]
-        .iter()
-        .any(|m| text.contains(m))
-        {
-            found = Some(text);
-        }
-        source = err.source();
-    }
-    found
+    const REFUSED: [&str; 3] = [
+        "invalid peer certificate",
+        "received fatal alert",
+        "peer is incompatible",
+    ];
+    std::iter::successors(Some(e as &dyn std::error::Error), |e| e.source())
+        .map(ToString::to_string)
+        .filter(|text| REFUSED.iter().any(|m| text.contains(m)))
+        .last()
 }
 
 /// The last transient error seen, for the message when the deadline cuts the retries short.
@@ -82,11 +71,7 @@ impl LastError {
         self.0.lock().expect("not poisoned").clone()
     }
     pub fn get(&self) -> String {
-        self.0
-            .lock()
-            .expect("not poisoned")
-            .clone()
-            .unwrap_or_else(|| "none (a request was still in flight)".into())
+        (self.peek()).unwrap_or_else(|| "none (a request was still in flight)".into())
     }
 }
 
@@ -117,10 +102,8 @@ fn jitter_seed() -> u64 {
 
 /// The first retry's WARN message: what bounds the retries, and what happens then.
 pub fn first_retry(deadline: Option<Duration>) -> String {
-    let bound = match deadline {
-        Some(d) => format!("DEADLINE_SECONDS={}", d.as_secs()),
-        None => "DEADLINE_SECONDS".to_string(),
-    };
+    let value = deadline.map(|d| format!("={}", d.as_secs()));
+    let bound = format!("DEADLINE_SECONDS{}", value.unwrap_or_default());
     format!(
         "transient error, retrying (at most 2 s apart) until the run's deadline, {bound}, runs \
          out; then exit 4. Set DEADLINE_SECONDS to wait less or longer"
@@ -140,12 +123,13 @@ impl Cluster {
             .notify(|e, wait| {
                 let e = with_causes(e);
                 let wait_ms = wait.as_millis() as u64;
-                if self.retried.swap(true, Ordering::Relaxed) {
-                    warn!(request = what, error = %e, retry_in_ms = wait_ms, "transient error, retrying");
-                } else {
-                    warn!(request = what, error = %e, retry_in_ms = wait_ms, "{}", first_retry(self.deadline.bound()));
-                }
-                self.last_error.set(one_line(format!("{what} at {}: {e}", self.server)));
+                let message = match self.retried.swap(true, Ordering::Relaxed) {
+                    true => "transient error, retrying".into(),
+                    false => first_retry(self.deadline.bound()),
+                };
+                warn!(request = what, error = %e, retry_in_ms = wait_ms, "{message}");
+                self.last_error
+                    .set(one_line(format!("{what} at {}: {e}", self.server)));
             })
             .await
     }

@@ -11,7 +11,7 @@ use tower_test::mock;
 
 use backon::BackoffBuilder;
 
-use super::retry::backoff;
+use super::retry::{MAX_BACKOFF, backoff, first_retry, tls_failure};
 use crate::error::{Subject, exit};
 use crate::model::{FIELD_MANAGER, Kind, ObjectKey, Target};
 use crate::vocabulary::{Plan, Refusal};
@@ -986,7 +986,7 @@ async fn harvesters_lists_give_their_items_none_without_the_resource_and_refusal
             Ok(status(403, json!({}))),
         ],
     );
-    let list = || cluster.list_harvester(Kind::Upgrade, "harvester-system", Some("a=b"));
+    let list = || cluster.list(Kind::Upgrade, Some("harvester-system"), Some("a=b"));
     let items = within(list()).await.unwrap().unwrap();
     assert_eq!(items.len(), 1, "{items:?}");
     assert_eq!(items[0]["metadata"]["name"], "hvst-upgrade-1");
