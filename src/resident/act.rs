@@ -4,7 +4,6 @@
 use tracing::{error, info};
 
 use super::{ACT_RETRY_PAUSE, Loop};
-use crate::config::Config;
 use crate::context::Run;
 use crate::error::Error;
 use crate::plan::watch_decision::Decision;
@@ -17,44 +16,15 @@ pub trait RunPhase: AsyncFnMut(&mut Run<'_>) -> Result<(), Error> {}
 impl<F: AsyncFnMut(&mut Run<'_>) -> Result<(), Error>> RunPhase for F {}
 
 impl Loop<'_> {
-    /// A run of `phase` with the loop's settings (its own waiting off).
-    pub(super) fn as_phase(&self, phase: Phase) -> Config {
-        let mut cfg = self.cfg.clone();
-        cfg.intent.phase = phase;
-        cfg.arm = None;
-        cfg.watch = None;
-        cfg
-    }
-
-    /// Acts on a decision: `pre` for a suspend (the upgrade remembered once it succeeded),
-    /// `post` for a restore. `true`: an act ran and succeeded.
+    /// Acts on a decision as the phase's Job does, its summary logged: `pre` for a suspend (the
+    /// upgrade remembered once it succeeded), `post` for a restore. `true`: an act ran and
+    /// succeeded.
     pub(super) async fn act_on(&mut self, decision: &Decision, run: &mut impl RunPhase) -> bool {
-        match decision {
-            Decision::Suspend { upgrade, describe } => {
-                let done = self
-                    .act(Phase::Pre, &format!("{describe} is under way"), run)
-                    .await;
-                if done {
-                    self.memory.suspended_for.push(upgrade.clone());
-                }
-                done
-            }
-            Decision::Restore(why) => self.act(Phase::Post, &why.to_string(), run).await,
-            Decision::Hold { .. } | Decision::Wait(_) => false,
-        }
-    }
-
-    pub(super) fn name(&self) -> &'static str {
-        if self.suspends {
-            "resident guard"
-        } else {
-            "armed post"
-        }
-    }
-
-    /// Runs `phase` as its Job does; its summary logged. `true`: it succeeded.
-    /// (By `run`: `runner::run_phase`.)
-    async fn act(&mut self, phase: Phase, why: &str, run: &mut impl RunPhase) -> bool {
+        let (phase, why) = match decision {
+            Decision::Suspend { describe, .. } => (Phase::Pre, format!("{describe} is under way")),
+            Decision::Restore(why) => (Phase::Post, why.to_string()),
+            Decision::Hold { .. } | Decision::Wait(_) => return false,
+        };
         info!("{}: {why}: running {phase}", self.name());
         self.cluster.begin_run();
         let cfg = self.as_phase(phase);
@@ -68,20 +38,26 @@ impl Loop<'_> {
         if let Some(m) = &self.metrics {
             m.acted(phase, result.is_ok());
         }
+        let ended = match &result {
+            Ok(()) => {
+                info!(summary = %line, "{}: {phase} done", self.name());
+                "succeeded".to_string()
+            }
+            Err(e) => {
+                error!(
+                    summary = %line,
+                    "{}: {phase} failed ({e}); it is tried again at the next event or in {} s",
+                    self.name(),
+                    ACT_RETRY_PAUSE.as_secs()
+                );
+                format!("failed: {e}")
+            }
+        };
         if phase == Phase::Pre {
-            self.last_pre = Some(match &result {
-                Ok(()) => "succeeded".to_string(),
-                Err(e) => format!("failed: {e}"),
-            });
+            self.last_pre = Some(ended);
         }
-        match &result {
-            Ok(()) => info!(summary = %line, "{}: {phase} done", self.name()),
-            Err(e) => error!(
-                summary = %line,
-                "{}: {phase} failed ({e}); it is tried again at the next event or in {} s",
-                self.name(),
-                ACT_RETRY_PAUSE.as_secs()
-            ),
+        if let (Ok(()), Decision::Suspend { upgrade, .. }) = (&result, decision) {
+            self.memory.suspended_for.push(upgrade.clone());
         }
         self.act_failed = result.is_err();
         result.is_ok()

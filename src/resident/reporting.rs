@@ -1,14 +1,76 @@
-//! What the resident guard's loop tells its monitoring after a pass (and a failed act): the
-//! metrics' values, and an unprotected upgrade's Warning, said once per change. The values and
-//! the words are decided in [`crate::plan::monitoring`]; this is their I/O.
+//! What the resident guard tells beside its decisions: whether it is still needed (the offer
+//! read again when it is due and the cluster is quiet; "no longer needed" said once), the
+//! metrics' values after a pass (and a failed act), and an unprotected upgrade's Warning, said
+//! once per change. The answers are decided in [`crate::plan::retirement::still_needed`] and
+//! [`crate::plan::monitoring`]; this is their I/O.
 
+use tracing::info;
+
+use super::{Loop, OFFER_EVERY, Pass};
 use crate::cluster::EventKind;
+use crate::error::Error;
 use crate::model::Kind;
 use crate::plan::monitoring;
-
-use super::{Loop, Pass};
+use crate::plan::ownership::anything_of_ours;
+use crate::plan::retirement::{self, Retirement};
+use crate::plan::upgrade_progress::running;
+use crate::upgrades::{self, View};
+use crate::vocabulary::Objects;
+use crate::warnings::NO_LONGER_NEEDED;
 
 impl Loop<'_> {
+    /// The resident guard: whether it is still needed, the offer read again when it is due and
+    /// the cluster is quiet (no upgrade under way, nothing of ours: otherwise the answer is
+    /// "needed" whatever the offer says).
+    pub(super) async fn retirement(
+        &mut self,
+        view: &View,
+        now: &Objects,
+    ) -> Result<Option<Retirement>, Error> {
+        if !self.suspends || !view.upgrades_served {
+            return Ok(None);
+        }
+        let quiet = running(view.upgrade.as_ref(), &view.plans).is_none() && !anything_of_ours(now);
+        if !quiet {
+            // After the upgrade, the cluster's version and the offer have moved: read again.
+            self.offer = None;
+        } else if (self.offer.as_ref()).is_none_or(|(.., at)| at.elapsed() >= OFFER_EVERY) {
+            let (current, on_offer) = upgrades::read_offer(self.cluster, self.cfg).await?;
+            self.offer = Some((current, on_offer, tokio::time::Instant::now()));
+        }
+        let (current, on_offer) = match &self.offer {
+            Some((c, o, _)) => (c.as_deref(), o.as_slice()),
+            None => (None, &[][..]),
+        };
+        let (upgrade, plans) = (view.upgrade.as_ref(), &view.plans);
+        let needed =
+            retirement::still_needed(current, on_offer, upgrade, plans, view.plans_served, now);
+        Ok(Some(needed))
+    }
+
+    /// Says "no longer needed" once (a log line and a Normal Event on the KubeVirt CR), and
+    /// "needed again" in the log if that changes.
+    pub(super) async fn say_retirement(&mut self, pass: &Pass) {
+        let Some(r) = &pass.retirement else {
+            return;
+        };
+        let (gone, line) = (r.no_longer_needed(), r.line());
+        if gone == self.retirement_said {
+            return;
+        }
+        self.retirement_said = gone;
+        if !gone {
+            info!("resident guard: {line}");
+            return;
+        }
+        info!(reason = NO_LONGER_NEEDED, "resident guard: {line}");
+        if let Some(kv) = &pass.objects.kubevirt {
+            self.cluster
+                .event(kv, EventKind::Normal, NO_LONGER_NEEDED, &line)
+                .await;
+        }
+    }
+
     /// What a pass (and the act after it, if it failed) leaves the metrics saying; an upgrade
     /// under way unprotected is said once (a WARN line, Warning Events on the Upgrade and on
     /// the KubeVirt CR) and again only when it changes (another Upgrade, the hold on or off).
@@ -36,14 +98,9 @@ impl Loop<'_> {
         if let Some(u) = &pass.upgrade {
             let upgrade = serde_json::json!({"metadata": {
                 "namespace": u.namespace, "name": u.name, "uid": u.uid}});
+            let (reason, note) = (said.reason, &said.message);
             self.cluster
-                .event_about(
-                    Kind::Upgrade,
-                    &upgrade,
-                    EventKind::Warning,
-                    said.reason,
-                    &said.message,
-                )
+                .event_about(Kind::Upgrade, &upgrade, EventKind::Warning, reason, note)
                 .await;
         }
         self.unprotected_said = Some(key);
