@@ -156,11 +156,16 @@ fn act_labels(phase: Phase, ok: bool) -> Labels<2> {
     [("phase", phase.to_string()), ("result", result.to_string())]
 }
 
-/// Serves the metrics on `port` from now on (a task of its own), every address: IPv6 (which
-/// takes IPv4 too where the node allows it), else IPv4 alone (a pod without IPv6). A port that
-/// cannot be bound is an ERROR line, and the guard goes on guarding without metrics: its alerts
-/// then say the target is down.
-pub async fn start(port: u16, metrics: Arc<Metrics>) {
+/// The resident guard's metrics, served on `port` (if set) from now on, every address: IPv6
+/// (which takes IPv4 too where the node allows it), else IPv4 alone (a pod without IPv6). A port
+/// that cannot be bound is an ERROR line, and the guard goes on guarding without metrics: its
+/// alerts then say the target is down.
+pub async fn start(port: Option<u16>, chart: &str) -> Arc<Metrics> {
+    let (version, revision) = (env!("CARGO_PKG_VERSION"), crate::build::COMMIT);
+    let metrics = Arc::new(Metrics::new(version, revision, chart));
+    let Some(port) = port else {
+        return metrics;
+    };
     let listener = match TcpListener::bind((Ipv6Addr::UNSPECIFIED, port)).await {
         Err(_) => TcpListener::bind((Ipv4Addr::UNSPECIFIED, port)).await,
         bound => bound,
@@ -168,16 +173,16 @@ pub async fn start(port: u16, metrics: Arc<Metrics>) {
     match listener {
         Ok(listener) => {
             info!(port, "resident guard: serving its metrics on /metrics");
-            tokio::spawn(serve(listener, metrics));
+            tokio::spawn(serve(listener, metrics.clone()));
         }
         Err(e) => {
             error!(port, error = %e, "resident guard: cannot serve its metrics (METRICS_PORT)")
         }
     }
+    metrics
 }
 
-/// Serves `/metrics` on `listener` until the process ends: each connection on a task of its
-/// own, HTTP/1.1. A failed accept or connection is logged at debug level and the next served.
+/// Each connection on a task of its own, HTTP/1.1; a failed accept or connection is logged.
 async fn serve(listener: TcpListener, metrics: Arc<Metrics>) {
     loop {
         let stream = match listener.accept().await {
@@ -209,21 +214,13 @@ async fn serve(listener: TcpListener, metrics: Arc<Metrics>) {
 
 /// `GET` (or `HEAD`) `/metrics`: the text; another method there: 405; any other path: 404.
 fn respond(metrics: &Metrics, method: &Method, path: &str) -> Response<Full<Bytes>> {
-    let text = "text/plain; charset=utf-8";
+    let plain = |status, body: &str| (status, "text/plain; charset=utf-8", body.to_string());
     let (status, content_type, body) = match (path, method) {
         ("/metrics", &Method::GET | &Method::HEAD) => {
             (StatusCode::OK, CONTENT_TYPE, metrics.text())
         }
-        ("/metrics", _) => (
-            StatusCode::METHOD_NOT_ALLOWED,
-            text,
-            "GET /metrics\n".into(),
-        ),
-        _ => (
-            StatusCode::NOT_FOUND,
-            text,
-            "only /metrics is served here\n".into(),
-        ),
+        ("/metrics", _) => plain(StatusCode::METHOD_NOT_ALLOWED, "GET /metrics\n"),
+        _ => plain(StatusCode::NOT_FOUND, "only /metrics is served here\n"),
     };
     Response::builder()
         .status(status)

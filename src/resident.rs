@@ -1,11 +1,10 @@
-//! The one waiting loop: the resident guard (`PHASE=watch`) and the armed `post`
-//! (`ARM=true`) are this loop, the second stopped after one restore. Each pass reads
-//! the two objects and the upgrade's (Harvester's latest Upgrade, the add-on's UpgradePlans),
-//! asks [`plan::watch_decision::decide`] what now, and acts by running `pre` or `post` exactly as their
-//! Jobs do ([`runner::run`]). Between passes it sleeps until a watch wakes it
-//! ([`Cluster::watch`]) or the resync period passes, with the request deadline's clock stopped;
-//! each pass gets the whole deadline ([`Cluster::restart_deadline`]). Nothing is kept between
-//! upgrades but what the objects say: a new pod goes on where the last one stopped.
+//! The one waiting loop: the resident guard (`PHASE=watch`) and the armed `post` (`ARM=true`,
+//! stopped after one restore). Each pass reads the two objects and the upgrades (Harvester's
+//! latest Upgrade, the add-on's UpgradePlans), asks [`decide`] what now, and acts by running `pre`
+//! or `post` exactly as their Jobs do. Between passes it sleeps until a watch wakes it or the
+//! resync period passes, the request deadline's clock stopped; each pass gets the whole deadline.
+//! Nothing is kept between upgrades but what the objects say: a new pod goes on where the last
+//! one stopped.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,8 +14,9 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{error, info};
 
-use crate::cluster::{Cluster, EventKind, Watcher};
+use crate::cluster::{Cluster, Watcher};
 use crate::config::{ALIVE_EVERY, Config};
+use crate::context::Run;
 use crate::error::Error;
 use crate::metrics::{self, Metrics};
 use crate::model::Kind;
@@ -26,15 +26,13 @@ use crate::plan::ownership::anything_of_ours;
 use crate::plan::retirement::Retirement;
 use crate::plan::upgrade_progress::record_time;
 use crate::plan::watch_decision::{Decision, Memory, decide};
+use crate::summary::Summary;
 use crate::upgrades::{self, View};
 use crate::vocabulary::{Objects, Phase};
-use crate::warnings::{HELD_AFTER_FAILURE, RESIDENT, Warning};
 
-mod act;
 mod armed_post;
 mod reporting;
 
-pub use act::RunPhase;
 pub use armed_post::armed;
 
 /// How often a waiting loop says what it waits for, when nothing changes.
@@ -44,15 +42,19 @@ const SAY_EVERY: Duration = Duration::from_secs(600);
 /// watches come back within about this of the API server's return.
 const WATCH_FAILING_PAUSE: Duration = Duration::from_secs(1);
 
-/// How soon a failed act is tried again (not at the resync): the cause (Fleet not ready, a RBAC
-/// fix, the API server back) is often gone within a minute, and an upgrade may be held by the
-/// policy until the suspension is in place. A `pre` that fails again costs a few requests.
+/// How soon a failed act is tried again (not at the resync): the cause (Fleet not ready, RBAC,
+/// the API server) is often gone within a minute, and an upgrade may be held by the policy until
+/// the suspension is in place. A `pre` that fails again costs a few requests.
 const ACT_RETRY_PAUSE: Duration = Duration::from_secs(20);
 
-/// How often the resident guard reads again what the cluster can upgrade to next (its version,
-/// the releases on offer), for whether it is still needed: these change only with an upgrade
-/// or a release, and a quiet cluster's requests stay few.
+/// How often the resident guard reads again what the cluster can upgrade to next, for whether it
+/// is still needed: that changes only with an upgrade or a release.
 const OFFER_EVERY: Duration = Duration::from_secs(1800);
+
+/// How the loop runs a phase (`runner::run_phase`, which runs the armed `post` by this loop:
+/// passed in, so the two modules do not import each other).
+pub trait RunPhase: AsyncFnMut(&mut Run<'_>) -> Result<(), Error> {}
+impl<F: AsyncFnMut(&mut Run<'_>) -> Result<(), Error>> RunPhase for F {}
 
 /// What one pass read and decided.
 struct Pass {
@@ -62,7 +64,7 @@ struct Pass {
     retirement: Option<Retirement>,
     /// Harvester's latest Upgrade, as read (for what the guard says of its protection).
     upgrade: Option<Upgrade>,
-    /// The decision put the suspension on hold after another failed Upgrade (or lifted it).
+    /// The decision held the suspension after another failed Upgrade (or lifted the hold).
     held_changed: bool,
 }
 
@@ -73,14 +75,13 @@ type Offer = (Option<String>, Vec<(String, Handling)>, Instant);
 struct Loop<'a> {
     cfg: &'a Config,
     cluster: &'a Cluster,
-    /// The resident guard runs `pre` itself; the armed `post` only restores.
+    /// The resident guard (which runs `pre` itself, and has metrics); else the armed `post`.
     suspends: bool,
-    /// The resident guard's metrics, set after each pass and act.
     metrics: Option<Arc<Metrics>>,
     memory: Memory,
     wake_tx: mpsc::Sender<()>,
     wake: mpsc::Receiver<()>,
-    /// The watches of Harvester's latest Upgrade and of the add-on's UpgradePlans.
+    /// Of Harvester's latest Upgrade and of the add-on's UpgradePlans.
     watches: [Option<Watcher>; 2],
     /// The kind of the last decision said, and when.
     said: Option<(&'static str, Instant)>,
@@ -97,7 +98,6 @@ struct Loop<'a> {
 }
 
 impl<'a> Loop<'a> {
-    /// The resident guard's loop (with its metrics), or the armed `post`'s (`None`).
     fn new(cfg: &'a Config, cluster: &'a Cluster, metrics: Option<Arc<Metrics>>) -> Self {
         let (wake_tx, wake) = mpsc::channel(1);
         Loop {
@@ -175,23 +175,18 @@ impl<'a> Loop<'a> {
         if !self.suspends {
             return;
         }
-        let ns = self.cfg.intent.keys.kubevirt.namespace.as_str();
+        let (cluster, wake) = (self.cluster, &self.wake_tx);
+        let ns = Some(self.cfg.intent.keys.kubevirt.namespace.as_str());
         let latest = format!("{LATEST_LABEL}=true");
-        let wanted = [
-            (
-                Kind::Upgrade,
-                view.upgrades_served,
-                Some(ns),
-                Some(latest.as_str()),
-            ),
-            (Kind::UpgradePlan, view.plans_served, None, None),
-        ];
-        for (watch, (kind, served, ns, labels)) in self.watches.iter_mut().zip(wanted) {
-            // Called after a successful read: the server answers, so a failing watch is
-            // replaced now rather than at the end of its backoff (src/cluster/watches.rs).
-            if served && !watch.as_ref().is_some_and(|w| w.alive() && !w.failing()) {
-                *watch = Some(self.cluster.watch(kind, ns, labels, self.wake_tx.clone()));
-            }
+        // Called after a successful read: the server answers, so a failing watch is replaced now
+        // rather than at the end of its backoff (src/cluster/watches.rs).
+        let stale = |w: &Option<Watcher>| !w.as_ref().is_some_and(|w| w.alive() && !w.failing());
+        let [upgrades, plans] = &mut self.watches;
+        if view.upgrades_served && stale(upgrades) {
+            *upgrades = Some(cluster.watch(Kind::Upgrade, ns, Some(&latest), wake.clone()));
+        }
+        if view.plans_served && stale(plans) {
+            *plans = Some(cluster.watch(Kind::UpgradePlan, None, None, wake.clone()));
         }
     }
 
@@ -208,48 +203,57 @@ impl<'a> Loop<'a> {
         }
     }
 
-    /// Says a decision: its line when its kind changes, and again every [`SAY_EVERY`]; a Normal
-    /// Event on the KubeVirt CR when it becomes a suspend, a restore or a stand-aside (the
-    /// resident guard; a wait is the log's only); a hold's Warning once per failed Upgrade.
-    async fn say(&mut self, pass: &Pass) {
-        let (decision, kubevirt) = (&pass.decision, pass.objects.kubevirt.as_ref());
-        let now = Instant::now();
-        let changed = self.said.is_none_or(|(kind, _)| kind != decision.kind());
-        if changed || self.said.is_some_and(|(_, at)| now - at >= SAY_EVERY) {
-            info!(
-                decision = decision.kind(),
-                "{}: {}",
-                self.name(),
-                decision.line()
-            );
-            self.said = Some((decision.kind(), now));
+    /// Acts on a decision as the phase's Job does, its summary logged: `pre` for a suspend (the
+    /// upgrade remembered once it succeeded), `post` for a restore. `true`: an act ran and
+    /// succeeded.
+    async fn act_on(&mut self, decision: &Decision, run: &mut impl RunPhase) -> bool {
+        let (phase, why) = match decision {
+            Decision::Suspend { describe, .. } => (Phase::Pre, format!("{describe} is under way")),
+            Decision::Restore(why) => (Phase::Post, why.to_string()),
+            Decision::Hold { .. } | Decision::Wait(_) => return false,
+        };
+        info!("{}: {why}: running {phase}", self.name());
+        self.cluster.begin_run();
+        let cfg = self.as_phase(phase);
+        let mut done = Vec::new();
+        let mut this_run = Run::new(&cfg, self.cluster, &mut done);
+        let result = tokio::select! {
+            r = run(&mut this_run) => r,
+            e = self.cluster.deadline_passed() => Err(e),
+        };
+        let line = Summary::of_run(&cfg.intent, cfg.dry_run, &done, &result).to_line();
+        if let Some(m) = &self.metrics {
+            m.acted(phase, result.is_ok());
         }
-        if changed
-            && self.suspends
-            && let (Some(kv), Some(note)) = (kubevirt, decision.event())
-        {
-            self.cluster
-                .event(kv, EventKind::Normal, RESIDENT, &note)
-                .await;
+        let ended = match &result {
+            Ok(()) => {
+                info!(summary = %line, "{}: {phase} done", self.name());
+                "succeeded".to_string()
+            }
+            Err(e) => {
+                error!(
+                    summary = %line,
+                    "{}: {phase} failed ({e}); it is tried again at the next event or in {} s",
+                    self.name(),
+                    ACT_RETRY_PAUSE.as_secs()
+                );
+                format!("failed: {e}")
+            }
+        };
+        if phase == Phase::Pre {
+            self.last_pre = Some(ended);
         }
-        if let Decision::Hold { why, .. } = decision
-            && pass.held_changed
-        {
-            let said = Warning {
-                reason: HELD_AFTER_FAILURE,
-                message: why.clone(),
-            };
-            self.cluster.warn(kubevirt, None, &said).await;
+        if let (Ok(()), Decision::Suspend { upgrade, .. }) = (&result, decision) {
+            self.memory.suspended_for.push(upgrade.clone());
         }
+        self.act_failed = result.is_err();
+        result.is_ok()
     }
 }
 
 /// When `pre` recorded the suspension on `objects` (a record not read yet is taken as made now).
 fn since(objects: &Objects) -> jiff::Timestamp {
-    let read: Vec<&Value> = [&objects.kubevirt, &objects.chart]
-        .into_iter()
-        .flatten()
-        .collect();
+    let read: Vec<&Value> = objects.kubevirt.iter().chain(&objects.chart).collect();
     record_time(&read).unwrap_or_else(this_second)
 }
 
@@ -258,8 +262,8 @@ fn this_second() -> jiff::Timestamp {
     jiff::Timestamp::from_second(jiff::Timestamp::now().as_second()).expect("now is a time")
 }
 
-/// Touches a probe file (its mtime is what `--probe` reads). A failure is logged once a pass:
-/// the probe then fails, which is what it should say.
+/// Touches a probe file (its mtime is what `--probe` reads). A failure is logged: the probe then
+/// fails, which is what it should say.
 fn touch(path: &std::path::Path) {
     if let Err(e) = std::fs::write(path, this_second().to_string()) {
         error!(path = %path.display(), error = %e, "cannot write the probe file");
@@ -282,15 +286,7 @@ async fn start_probes_and_metrics(cfg: &Config, settings: &crate::config::Watch)
         "resident guard: watching Harvester's Upgrades and the add-on's UpgradePlans"
     );
     let chart = cfg.chart_version.as_deref().unwrap_or_default();
-    let exposed = Arc::new(Metrics::new(
-        env!("CARGO_PKG_VERSION"),
-        crate::build::COMMIT,
-        chart,
-    ));
-    if let Some(port) = settings.metrics_port {
-        metrics::start(port, exposed.clone()).await;
-    }
-    exposed
+    metrics::start(settings.metrics_port, chart).await
 }
 
 /// `PHASE=watch`: the resident guard, until SIGTERM. At an upgrade's creation it runs `pre`
@@ -338,8 +334,7 @@ pub async fn resident_guard(
                 "resident guard: read failed ({e}); reading again at the next event or in {resync} s"
             ),
         }
-        cluster
-            .pause(lp.pause_for(settings.resync), &mut lp.wake)
-            .await;
+        let pause = lp.pause_for(settings.resync);
+        cluster.pause(pause, &mut lp.wake).await;
     }
 }

@@ -1,12 +1,14 @@
-//! What the resident guard tells beside its decisions: whether it is still needed (the offer
-//! read again when it is due and the cluster is quiet; "no longer needed" said once), the
-//! metrics' values after a pass (and a failed act), and an unprotected upgrade's Warning, said
-//! once per change. The answers are decided in [`crate::plan::retirement::still_needed`] and
+//! What the waiting loop tells: its decisions (in the log, and Events when they change), whether
+//! the resident guard is still needed (the offer read again when it is due and the cluster is
+//! quiet; "no longer needed" said once), the metrics' values after a pass (and a failed act), and
+//! an unprotected upgrade's Warning, said once per change. The answers are decided in
+//! [`crate::plan::watch_decision`], [`crate::plan::retirement::still_needed`] and
 //! [`crate::plan::monitoring`]; this is their I/O.
 
+use tokio::time::Instant;
 use tracing::info;
 
-use super::{Loop, OFFER_EVERY, Pass};
+use super::{Loop, OFFER_EVERY, Pass, SAY_EVERY};
 use crate::cluster::EventKind;
 use crate::error::Error;
 use crate::model::Kind;
@@ -14,11 +16,43 @@ use crate::plan::monitoring;
 use crate::plan::ownership::anything_of_ours;
 use crate::plan::retirement::{self, Retirement};
 use crate::plan::upgrade_progress::running;
+use crate::plan::watch_decision::Decision;
 use crate::upgrades::{self, View};
 use crate::vocabulary::Objects;
-use crate::warnings::NO_LONGER_NEEDED;
+use crate::warnings::{HELD_AFTER_FAILURE, NO_LONGER_NEEDED, RESIDENT, Warning};
 
 impl Loop<'_> {
+    /// Says a decision: its line when its kind changes, and again every [`SAY_EVERY`]; a Normal
+    /// Event on the KubeVirt CR when it becomes a suspend, a restore or a stand-aside (the
+    /// resident guard; a wait is the log's only); a hold's Warning once per failed Upgrade.
+    pub(super) async fn say(&mut self, pass: &Pass) {
+        let (decision, kubevirt) = (&pass.decision, pass.objects.kubevirt.as_ref());
+        let now = Instant::now();
+        let changed = self.said.is_none_or(|(kind, _)| kind != decision.kind());
+        if changed || self.said.is_some_and(|(_, at)| now - at >= SAY_EVERY) {
+            let line = decision.line();
+            info!(decision = decision.kind(), "{}: {line}", self.name());
+            self.said = Some((decision.kind(), now));
+        }
+        if changed
+            && self.suspends
+            && let (Some(kv), Some(note)) = (kubevirt, decision.event())
+        {
+            self.cluster
+                .event(kv, EventKind::Normal, RESIDENT, &note)
+                .await;
+        }
+        if let Decision::Hold { why, .. } = decision
+            && pass.held_changed
+        {
+            let said = Warning {
+                reason: HELD_AFTER_FAILURE,
+                message: why.clone(),
+            };
+            self.cluster.warn(kubevirt, None, &said).await;
+        }
+    }
+
     /// The resident guard: whether it is still needed, the offer read again when it is due and
     /// the cluster is quiet (no upgrade under way, nothing of ours: otherwise the answer is
     /// "needed" whatever the offer says).
