@@ -23,7 +23,6 @@ use tracing::{debug, error, info, warn};
 use crate::plan::monitoring::Gauges;
 use crate::vocabulary::Phase;
 
-/// Every metric's name begins with this.
 pub const PREFIX: &str = "workload_update_guard";
 
 /// OpenMetrics text, as Prometheus asks for it.
@@ -65,10 +64,8 @@ const GAUGES: [(&str, &str); 7] = [
     ),
 ];
 
-/// A series' labels, in the order they are written.
 type Labels<const N: usize> = [(&'static str, String); N];
 
-/// The registry and the handles the loop sets.
 pub struct Metrics {
     registry: Registry,
     /// [`GAUGES`], in order.
@@ -114,7 +111,6 @@ impl Metrics {
         }
     }
 
-    /// The gauges as the loop's last pass (or act) left them.
     pub fn show(&self, g: &Gauges) {
         let on = [
             g.suspension_in_place,
@@ -142,7 +138,6 @@ impl Metrics {
         }
     }
 
-    /// The OpenMetrics text of every metric.
     pub fn text(&self) -> String {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)

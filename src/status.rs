@@ -2,6 +2,8 @@
 //! upgrades and the migrations, builds the [`Report`], prints it, and adds the armed `post`'s Job
 //! and the resident guard's last decision.
 
+use std::io::Write;
+
 use serde_json::Value;
 
 use crate::config::LogFormat;
@@ -21,7 +23,7 @@ use crate::warnings::{self, Warning};
 const ARMED_JOB: &str = "workload-update-guard-post-armed";
 
 /// Runs `status`; returns its verdict, for the termination message.
-pub async fn status(run: &mut Run<'_>, out: &mut impl std::io::Write) -> Result<String, Error> {
+pub async fn status(run: &mut Run<'_>, out: &mut impl Write) -> Result<String, Error> {
     let (cfg, cluster) = (run.cfg, run.cluster);
     let kubevirt = run.kubevirt();
     let kv = cluster.get(&kubevirt).await?;
@@ -80,21 +82,17 @@ pub async fn status(run: &mut Run<'_>, out: &mut impl std::io::Write) -> Result<
 
 /// The report on stdout: its JSON, or its text and the sections after it (the build last).
 fn print(
-    out: &mut impl std::io::Write,
+    out: &mut impl Write,
     format: LogFormat,
     report: &Report,
     sections: &str,
 ) -> Result<(), Error> {
-    match format {
-        LogFormat::Json => writeln!(
-            out,
-            "{}",
-            serde_json::to_string(report).expect("report serializes")
-        ),
-        LogFormat::Text => write!(out, "{report}{sections}"),
-    }
-    .and_then(|()| out.flush())
-    .map_err(|e| Error::Output(e.to_string()))
+    let text = match format {
+        LogFormat::Json => serde_json::to_string(report).expect("report serializes") + "\n",
+        LogFormat::Text => format!("{report}{sections}"),
+    };
+    let written = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+    written.map_err(|e| Error::Output(e.to_string()))
 }
 
 /// The ManagedChart as `status` read it, as far as it can be: the object, none, or why its kind

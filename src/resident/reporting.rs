@@ -34,13 +34,12 @@ impl Loop<'_> {
             info!(decision = decision.kind(), "{}: {line}", self.name());
             self.said = Some((decision.kind(), now));
         }
+        let cluster = self.cluster;
         if changed
             && self.suspends
             && let (Some(kv), Some(note)) = (kubevirt, decision.event())
         {
-            self.cluster
-                .event(kv, EventKind::Normal, RESIDENT, &note)
-                .await;
+            cluster.event(kv, EventKind::Normal, RESIDENT, &note).await;
         }
         if let Decision::Hold { why, .. } = decision
             && pass.held_changed
@@ -49,7 +48,7 @@ impl Loop<'_> {
                 reason: HELD_AFTER_FAILURE,
                 message: why.clone(),
             };
-            self.cluster.warn(kubevirt, None, &said).await;
+            cluster.warn(kubevirt, None, &said).await;
         }
     }
 
@@ -72,10 +71,8 @@ impl Loop<'_> {
             let (current, on_offer) = upgrades::read_offer(self.cluster, self.cfg).await?;
             self.offer = Some((current, on_offer, tokio::time::Instant::now()));
         }
-        let (current, on_offer) = match &self.offer {
-            Some((c, o, _)) => (c.as_deref(), o.as_slice()),
-            None => (None, &[][..]),
-        };
+        let current = self.offer.as_ref().and_then(|(c, ..)| c.as_deref());
+        let on_offer = self.offer.as_ref().map_or(&[][..], |(_, o, _)| o);
         let (upgrade, plans) = (view.upgrade.as_ref(), &view.plans);
         let needed =
             retirement::still_needed(current, on_offer, upgrade, plans, view.plans_served, now);
@@ -99,7 +96,8 @@ impl Loop<'_> {
         }
         info!(reason = NO_LONGER_NEEDED, "resident guard: {line}");
         if let Some(kv) = &pass.objects.kubevirt {
-            self.cluster
+            let cluster = self.cluster;
+            cluster
                 .event(kv, EventKind::Normal, NO_LONGER_NEEDED, &line)
                 .await;
         }
