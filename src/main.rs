@@ -1,6 +1,7 @@
 //! Entry point: configuration, logging, the deadline and signals around one phase, and the
 //! Job contract (exit code, termination message).
 
+use std::fmt::Display;
 use std::io::Write;
 use std::process::ExitCode;
 
@@ -21,36 +22,23 @@ fn main() -> ExitCode {
     #[cfg(feature = "failpoints")]
     let _failpoints = fail::FailScenario::setup();
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let command = match command(&args) {
-        Ok(c) => c,
-        Err(e) => {
-            to_stderr(&format!("error: {e}"));
-            return ExitCode::from(exit::CONFIG);
-        }
-    };
-    let argument = match &command {
-        // `print!` and `eprintln!` panic when the reader has gone (`| head`): never used here.
-        Command::Help => {
-            let _ = std::io::stdout().write_all(config::help().as_bytes());
-            return ExitCode::SUCCESS;
-        }
-        Command::Version => {
-            let _ = std::io::stdout().write_all(build::version().as_bytes());
-            return ExitCode::SUCCESS;
-        }
-        Command::Probe(which) => return probe(which.as_deref()),
-        Command::Run(phase) => *phase,
+    let argument = match command(&args) {
+        Ok(Command::Help) => return to_stdout(&config::help()),
+        Ok(Command::Version) => return to_stdout(&build::version()),
+        Ok(Command::Probe(which)) => return probe(which.as_deref()),
+        Ok(Command::Run(phase)) => phase,
+        Err(e) => return config_error(e),
     };
     let cfg = match Config::from_vars(std::env::vars(), argument) {
         Ok(cfg) => cfg,
         Err(e) => {
-            to_stderr(&format!("error: {e}"));
+            let code = config_error(&e);
             // By hand, a bad setting is said on stderr only: the termination message is the
             // container's.
             if argument.is_none() {
                 config_failure_message(&e.to_string());
             }
-            return ExitCode::from(exit::CONFIG);
+            return code;
         }
     };
     init_logging(cfg.log_format);
@@ -58,8 +46,7 @@ fn main() -> ExitCode {
         .enable_all()
         .build()
         .expect("a tokio runtime");
-    let code = runtime.block_on(run(&cfg));
-    ExitCode::from(code)
+    ExitCode::from(runtime.block_on(run(&cfg)))
 }
 
 /// What the command line asks for: `--help`, `--version`, `--probe live|ready`, or a run. A run
@@ -79,17 +66,15 @@ enum Command {
 
 /// The command from the arguments (the program's name left out).
 fn command(args: &[String]) -> Result<Command, String> {
-    let [first, rest @ ..] = args else {
-        return Ok(Command::Run(None));
-    };
-    let phase = match first.as_str() {
-        "--help" | "-h" => return Ok(Command::Help),
-        "--version" | "-V" => return Ok(Command::Version),
-        "--probe" => return Ok(Command::Probe(rest.first().cloned())),
-        "pre" => Phase::Pre,
-        "post" => Phase::Post,
-        "status" => Phase::Status,
-        other => {
+    let phase = match args.first().map(String::as_str) {
+        None => return Ok(Command::Run(None)),
+        Some("--help" | "-h") => return Ok(Command::Help),
+        Some("--version" | "-V") => return Ok(Command::Version),
+        Some("--probe") => return Ok(Command::Probe(args.get(1).cloned())),
+        Some("pre") => Phase::Pre,
+        Some("post") => Phase::Post,
+        Some("status") => Phase::Status,
+        Some(other) => {
             return Err(format!(
                 "unexpected argument {other:?}: expected status, pre or post (a run by hand), or \
                  none (PHASE then says the phase: watch, the resident guard, is its container's \
@@ -97,12 +82,18 @@ fn command(args: &[String]) -> Result<Command, String> {
             ));
         }
     };
-    match rest.first() {
+    match args.get(1) {
         None => Ok(Command::Run(Some(phase))),
         Some(more) => Err(format!(
             "unexpected argument {more:?} after {phase}: one phase at most (see --help)"
         )),
     }
+}
+
+/// A bad setting or argument: said on stderr, exit 2.
+fn config_error(e: impl Display) -> ExitCode {
+    to_stderr(&format!("error: {e}"));
+    ExitCode::from(exit::CONFIG)
 }
 
 /// A bad setting's summary in the termination message (a Job's, or the resident guard's pod's:
@@ -112,17 +103,13 @@ fn config_failure_message(error: &str) {
     let mut summary = Summary::new(None, false);
     summary.exit_code = exit::CONFIG;
     summary.error = Some(error.to_string());
-    let path = std::env::var("TERMINATION_MESSAGE_PATH").ok();
     let default = config::unset_value("TERMINATION_MESSAGE_PATH").unwrap_or_default();
-    match path.as_deref() {
-        Some(p) if p.starts_with('/') => {
-            let _ = std::fs::write(p, summary.to_line());
-        }
-        None if std::path::Path::new(default).exists() => {
-            let _ = std::fs::write(default, summary.to_line());
-        }
-        _ => {}
-    }
+    let path = match std::env::var("TERMINATION_MESSAGE_PATH") {
+        Ok(p) if p.starts_with('/') => p,
+        Err(_) if std::path::Path::new(default).exists() => default.to_string(),
+        _ => return,
+    };
+    let _ = std::fs::write(path, summary.to_line());
 }
 
 /// `--probe live|ready`: the resident guard's exec probes. `live`: its loop touched `alive`
@@ -132,48 +119,35 @@ fn config_failure_message(error: &str) {
 fn probe(which: Option<&str>) -> ExitCode {
     let settings = match config::probe_settings() {
         Ok(s) => s,
-        Err(e) => {
-            to_stderr(&format!("error: {e}"));
-            return ExitCode::from(exit::CONFIG);
-        }
+        Err(e) => return config_error(e),
     };
     let (file, within) = match which {
         Some("live") => ("alive", config::ALIVE_WITHIN),
         Some("ready") => ("ready", settings.ready_within()),
-        other => {
-            to_stderr(&format!(
-                "error: --probe takes live or ready, not {other:?}"
-            ));
-            return ExitCode::from(exit::CONFIG);
-        }
+        other => return config_error(format!("--probe takes live or ready, not {other:?}")),
     };
     let path = settings.state_dir.join(file);
     let age = std::fs::metadata(&path)
         .and_then(|m| m.modified())
         .map(|t| t.elapsed().unwrap_or_default());
-    match age {
-        Ok(age) if age <= within => {
-            to_stderr(&format!(
-                "{file}: {} touched {}s ago",
-                path.display(),
-                age.as_secs()
-            ));
-            ExitCode::SUCCESS
-        }
-        Ok(age) => {
-            to_stderr(&format!(
-                "not {file}: {} last touched {}s ago (at most {}s)",
-                path.display(),
+    let at = path.display();
+    let (said, code) = match age {
+        Ok(age) if age <= within => (
+            format!("{file}: {at} touched {}s ago", age.as_secs()),
+            ExitCode::SUCCESS,
+        ),
+        Ok(age) => (
+            format!(
+                "not {file}: {at} last touched {}s ago (at most {}s)",
                 age.as_secs(),
                 within.as_secs()
-            ));
-            ExitCode::FAILURE
-        }
-        Err(e) => {
-            to_stderr(&format!("not {file}: {}: {e}", path.display()));
-            ExitCode::FAILURE
-        }
-    }
+            ),
+            ExitCode::FAILURE,
+        ),
+        Err(e) => (format!("not {file}: {at}: {e}"), ExitCode::FAILURE),
+    };
+    to_stderr(&said);
+    code
 }
 
 fn init_logging(format: LogFormat) {
@@ -201,29 +175,29 @@ async fn run(cfg: &Config) -> u8 {
         signal(SignalKind::terminate()).and_then(|t| Ok((t, signal(SignalKind::interrupt())?)));
     let (mut sigterm, mut sigint) = match signals {
         Ok(s) => s,
-        Err(e) => return finish(cfg, &done, None, Err(Error::Signals(e.to_string()))),
+        Err(e) => return finish(cfg, &done, Err(Error::Signals(e.to_string()))),
     };
     info!(version = env!("CARGO_PKG_VERSION"), revision = build::COMMIT, chart = cfg.chart_version.as_deref().unwrap_or_default(), phase = %cfg.intent.phase, dry_run = cfg.dry_run, deadline_s = cfg.deadline.as_secs(), fleet_wait_s = cfg.fleet_wait.as_secs(), "starting");
-    let result = {
-        let work = async {
-            let cluster =
-                Cluster::connect(cfg.dry_run, last_error.clone(), deadline.clone()).await?;
-            let mut stdout = std::io::stdout().lock();
-            runner::run(&mut Run::new(cfg, &cluster, &mut done), &mut stdout).await
-        };
-        tokio::select! {
-            r = work => r,
-            _ = sigterm.recv() => Err(Error::Interrupted("SIGTERM")),
-            _ = sigint.recv() => Err(Error::Interrupted("SIGINT")),
-            // The resident guard bounds each read and act itself, and outlives an outage.
-            _ = deadline.passed(), if cfg.watch.is_none() => Err(Error::Deadline { seconds: cfg.deadline.as_secs(), last: last_error.get() }),
-        }
+    let work = async {
+        let cluster = Cluster::connect(cfg.dry_run, last_error.clone(), deadline.clone()).await?;
+        let mut stdout = std::io::stdout().lock();
+        runner::run(&mut Run::new(cfg, &cluster, &mut done), &mut stdout).await
     };
-    let verdict = result.as_ref().ok().cloned().flatten();
-    finish(cfg, &done, verdict, result.map(|_| ()))
+    let result = tokio::select! {
+        r = work => r,
+        _ = sigterm.recv() => Err(Error::Interrupted("SIGTERM")),
+        _ = sigint.recv() => Err(Error::Interrupted("SIGINT")),
+        // The resident guard bounds each read and act itself, and outlives an outage.
+        _ = deadline.passed(), if cfg.watch.is_none() => Err(Error::Deadline { seconds: cfg.deadline.as_secs(), last: last_error.get() }),
+    };
+    finish(cfg, &done, result)
 }
 
-fn finish(cfg: &Config, done: &[Done], verdict: Option<String>, result: Result<(), Error>) -> u8 {
+/// The run's end: its summary logged and in the termination message (`status`'s verdict with
+/// it); its exit code.
+fn finish(cfg: &Config, done: &[Done], result: Result<Option<String>, Error>) -> u8 {
+    let verdict = result.as_ref().ok().cloned().flatten();
+    let result = result.map(|_| ());
     let mut summary = Summary::of_run(&cfg.intent, cfg.dry_run, done, &result);
     summary.verdict = verdict;
     let line = summary.to_line();
@@ -271,6 +245,12 @@ impl Write for LossyStderr {
 /// One line on stderr, never a panic (see [`LossyStderr`]).
 fn to_stderr(line: &str) {
     let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
+}
+
+/// `--help`'s or `--version`'s text on stdout, never a panic (`| head`), and exit 0.
+fn to_stdout(text: &str) -> ExitCode {
+    let _ = std::io::stdout().write_all(text.as_bytes());
+    ExitCode::SUCCESS
 }
 
 #[cfg(test)]

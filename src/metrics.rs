@@ -5,7 +5,7 @@
 //! on it.
 
 use std::convert::Infallible;
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,7 +13,6 @@ use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, Response, StatusCode, header};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -24,7 +23,6 @@ use tracing::{debug, error, info, warn};
 use crate::plan::monitoring::Gauges;
 use crate::vocabulary::Phase;
 
-/// Every metric's name begins with this.
 pub const PREFIX: &str = "workload_update_guard";
 
 /// OpenMetrics text, as Prometheus asks for it.
@@ -34,148 +32,112 @@ const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset
 /// holds nothing for long.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ActLabels {
-    phase: &'static str,
-    result: &'static str,
-}
+/// The gauges (name, help), in [`Gauges`]' order, then the time of the last full read.
+const GAUGES: [(&str, &str); 7] = [
+    (
+        "suspension_in_place",
+        "1 while a suspension of the guard's (its [] on the KubeVirt CR) is in place",
+    ),
+    (
+        "upgrade_unprotected",
+        "1 while an upgrade that needs the guard (to v1.6.x-v1.7.1) is under way and automated workload updates are still on",
+    ),
+    (
+        "upgrade_held",
+        "1 while such an upgrade is held by the chart's admission policy (before NodesPrepared)",
+    ),
+    (
+        "hold_after_failed_upgrade",
+        "1 while the suspension is held after a failed upgrade, until its retry",
+    ),
+    (
+        "no_longer_needed",
+        "1 when no release the cluster can upgrade to next needs the guard: it can be uninstalled",
+    ),
+    (
+        "outdated_vmis",
+        "KubeVirt's count of VMIs its workload updater would move (the KubeVirt CR's status.outdatedVirtualMachineInstanceWorkloads): held back while suspended, the wave after the restore",
+    ),
+    (
+        "last_successful_read_timestamp_seconds",
+        "Unix time of the last pass that read every object the guard watches",
+    ),
+];
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct BuildLabels {
-    version: &'static str,
-    revision: &'static str,
-    /// The chart's version (`CHART_VERSION`), empty outside the chart.
-    chart: String,
-}
+type Labels<const N: usize> = [(&'static str, String); N];
 
-/// `acts_total`, each series at 0 from the start.
-fn acts(registry: &mut Registry) -> Family<ActLabels, Counter> {
-    let acts = Family::<ActLabels, Counter>::default();
-    registry.register(
-        "acts",
-        "Runs of pre and post by the resident guard, by result",
-        acts.clone(),
-    );
-    for phase in ["pre", "post"] {
-        for result in ["ok", "error"] {
-            let _ = acts.get_or_create(&ActLabels { phase, result });
-        }
-    }
-    acts
-}
-
-/// `build_info`: the one series, always 1.
-fn build_info(registry: &mut Registry, build: BuildLabels) {
-    let family = Family::<BuildLabels, Gauge>::default();
-    registry.register(
-        "build_info",
-        "The running build: its version and git revision, and the chart's version; always 1",
-        family.clone(),
-    );
-    family.get_or_create(&build).set(1);
-}
-
-/// The registry and the handles the loop sets.
 pub struct Metrics {
     registry: Registry,
-    suspension_in_place: Gauge,
-    upgrade_unprotected: Gauge,
-    upgrade_held: Gauge,
-    hold_after_failed_upgrade: Gauge,
-    no_longer_needed: Gauge,
-    outdated_vmis: Gauge,
-    last_successful_read: Gauge,
-    acts: Family<ActLabels, Counter>,
+    /// [`GAUGES`], in order.
+    gauges: [Gauge; 7],
+    acts: Family<Labels<2>, Counter>,
 }
 
 impl Metrics {
     /// Every metric registered, the gauges at 0, each `acts_total` series at 0 (a series that
     /// appears only at its first act makes `increase()` miss that act). `version` and `revision`
-    /// name the running build, `chart` the chart's version (`build_info`).
-    pub fn new(version: &'static str, revision: &'static str, chart: &str) -> Metrics {
+    /// name the running build, `chart` the chart's version (`build_info`, always 1).
+    pub fn new(version: &str, revision: &str, chart: &str) -> Metrics {
         let mut registry = Registry::with_prefix(PREFIX);
-        let mut gauge = |name: &str, help: &str| {
+        let gauges = GAUGES.map(|(name, help)| {
             let g = Gauge::default();
             registry.register(name, help, g.clone());
             g
-        };
-        let suspension_in_place = gauge(
-            "suspension_in_place",
-            "1 while a suspension of the guard's (its [] on the KubeVirt CR) is in place",
-        );
-        let upgrade_unprotected = gauge(
-            "upgrade_unprotected",
-            "1 while an upgrade that needs the guard (to v1.6.x-v1.7.1) is under way and automated workload updates are still on",
-        );
-        let upgrade_held = gauge(
-            "upgrade_held",
-            "1 while such an upgrade is held by the chart's admission policy (before NodesPrepared)",
-        );
-        let hold_after_failed_upgrade = gauge(
-            "hold_after_failed_upgrade",
-            "1 while the suspension is held after a failed upgrade, until its retry",
-        );
-        let no_longer_needed = gauge(
-            "no_longer_needed",
-            "1 when no release the cluster can upgrade to next needs the guard: it can be uninstalled",
-        );
-        let outdated_vmis = gauge(
-            "outdated_vmis",
-            "KubeVirt's count of VMIs its workload updater would move (the KubeVirt CR's status.outdatedVirtualMachineInstanceWorkloads): held back while suspended, the wave after the restore",
-        );
-        let last_successful_read = gauge(
-            "last_successful_read_timestamp_seconds",
-            "Unix time of the last pass that read every object the guard watches",
-        );
-        let acts = acts(&mut registry);
-        let build = BuildLabels {
-            version,
-            revision,
-            chart: chart.to_string(),
-        };
-        build_info(&mut registry, build);
+        });
+        let acts = Family::default();
+        let help = "Runs of pre and post by the resident guard, by result";
+        registry.register("acts", help, acts.clone());
+        for phase in [Phase::Pre, Phase::Post] {
+            for ok in [true, false] {
+                let _ = acts.get_or_create(&act_labels(phase, ok));
+            }
+        }
+        let build = Family::<Labels<3>, Gauge>::default();
+        let help =
+            "The running build: its version and git revision, and the chart's version; always 1";
+        registry.register("build_info", help, build.clone());
+        let labels = [
+            ("version", version),
+            ("revision", revision),
+            ("chart", chart),
+        ];
+        build
+            .get_or_create(&labels.map(|(k, v)| (k, v.to_string())))
+            .set(1);
         Metrics {
             registry,
-            suspension_in_place,
-            upgrade_unprotected,
-            upgrade_held,
-            hold_after_failed_upgrade,
-            no_longer_needed,
-            outdated_vmis,
-            last_successful_read,
+            gauges,
             acts,
         }
     }
 
-    /// The gauges as the loop's last pass (or act) left them.
     pub fn show(&self, g: &Gauges) {
-        let set = |gauge: &Gauge, on: bool| gauge.set(i64::from(on));
-        set(&self.suspension_in_place, g.suspension_in_place);
-        set(&self.upgrade_unprotected, g.upgrade_unprotected);
-        set(&self.upgrade_held, g.upgrade_held);
-        set(&self.hold_after_failed_upgrade, g.hold_after_failed_upgrade);
-        set(&self.no_longer_needed, g.no_longer_needed);
-        self.outdated_vmis.set(g.outdated_vmis);
+        let on = [
+            g.suspension_in_place,
+            g.upgrade_unprotected,
+            g.upgrade_held,
+            g.hold_after_failed_upgrade,
+            g.no_longer_needed,
+        ];
+        let values = on.map(i64::from).into_iter().chain([g.outdated_vmis]);
+        for (gauge, value) in self.gauges.iter().zip(values) {
+            gauge.set(value);
+        }
     }
 
     /// A pass read everything, at `unix_seconds`.
     pub fn read_everything(&self, unix_seconds: i64) {
-        self.last_successful_read.set(unix_seconds);
+        let [.., last_read] = &self.gauges;
+        last_read.set(unix_seconds);
     }
 
-    /// A run of `pre` or `post` ended, well or not.
+    /// A run of `pre` or `post` ended, well or not (another phase has no series).
     pub fn acted(&self, phase: Phase, ok: bool) {
-        let phase = match phase {
-            Phase::Pre => "pre",
-            Phase::Post => "post",
-            // The loop runs only these two.
-            _ => return,
-        };
-        let result = if ok { "ok" } else { "error" };
-        self.acts.get_or_create(&ActLabels { phase, result }).inc();
+        if let Some(count) = self.acts.get(&act_labels(phase, ok)) {
+            count.inc();
+        }
     }
 
-    /// The OpenMetrics text of every metric.
     pub fn text(&self) -> String {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
@@ -184,33 +146,39 @@ impl Metrics {
     }
 }
 
-/// The listener on `port`, every address: IPv6 (which takes IPv4 too where the node allows it),
-/// else IPv4 alone (a pod without IPv6).
-pub async fn bind(port: u16) -> std::io::Result<TcpListener> {
-    match TcpListener::bind(SocketAddr::from((Ipv6Addr::UNSPECIFIED, port))).await {
-        Ok(l) => Ok(l),
-        Err(_) => TcpListener::bind(SocketAddr::from((Ipv4Addr::UNSPECIFIED, port))).await,
-    }
+fn act_labels(phase: Phase, ok: bool) -> Labels<2> {
+    let result = if ok { "ok" } else { "error" };
+    [("phase", phase.to_string()), ("result", result.to_string())]
 }
 
-/// Serves the metrics on `port` from now on (a task of its own). A port that cannot be bound is
-/// an ERROR line, and the guard goes on guarding without metrics: its alerts then say the
-/// target is down.
-pub async fn start(port: u16, metrics: Arc<Metrics>) {
-    match bind(port).await {
+/// The resident guard's metrics, served on `port` (if set) from now on, every address: IPv6
+/// (which takes IPv4 too where the node allows it), else IPv4 alone (a pod without IPv6). A port
+/// that cannot be bound is an ERROR line, and the guard goes on guarding without metrics: its
+/// alerts then say the target is down.
+pub async fn start(port: Option<u16>, chart: &str) -> Arc<Metrics> {
+    let (version, revision) = (env!("CARGO_PKG_VERSION"), crate::build::COMMIT);
+    let metrics = Arc::new(Metrics::new(version, revision, chart));
+    let Some(port) = port else {
+        return metrics;
+    };
+    let listener = match TcpListener::bind((Ipv6Addr::UNSPECIFIED, port)).await {
+        Err(_) => TcpListener::bind((Ipv4Addr::UNSPECIFIED, port)).await,
+        bound => bound,
+    };
+    match listener {
         Ok(listener) => {
             info!(port, "resident guard: serving its metrics on /metrics");
-            tokio::spawn(serve(listener, metrics));
+            tokio::spawn(serve(listener, metrics.clone()));
         }
         Err(e) => {
             error!(port, error = %e, "resident guard: cannot serve its metrics (METRICS_PORT)")
         }
     }
+    metrics
 }
 
-/// Serves `/metrics` on `listener` until the process ends: each connection on a task of its
-/// own, HTTP/1.1. A failed accept or connection is logged at debug level and the next served.
-pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>) {
+/// Each connection on a task of its own, HTTP/1.1; a failed accept or connection is logged.
+async fn serve(listener: TcpListener, metrics: Arc<Metrics>) {
     loop {
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
@@ -241,28 +209,19 @@ pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>) {
 
 /// `GET` (or `HEAD`) `/metrics`: the text; another method there: 405; any other path: 404.
 fn respond(metrics: &Metrics, method: &Method, path: &str) -> Response<Full<Bytes>> {
+    let plain = |status, body: &str| (status, "text/plain; charset=utf-8", body.to_string());
     let (status, content_type, body) = match (path, method) {
         ("/metrics", &Method::GET | &Method::HEAD) => {
             (StatusCode::OK, CONTENT_TYPE, metrics.text())
         }
-        ("/metrics", _) => (
-            StatusCode::METHOD_NOT_ALLOWED,
-            "text/plain; charset=utf-8",
-            "GET /metrics\n".to_string(),
-        ),
-        _ => (
-            StatusCode::NOT_FOUND,
-            "text/plain; charset=utf-8",
-            "only /metrics is served here\n".to_string(),
-        ),
+        ("/metrics", _) => plain(StatusCode::METHOD_NOT_ALLOWED, "GET /metrics\n"),
+        _ => plain(StatusCode::NOT_FOUND, "only /metrics is served here\n"),
     };
-    let mut response = Response::new(Full::new(Bytes::from(body)));
-    *response.status_mut() = status;
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        header::HeaderValue::from_static(content_type),
-    );
-    response
+    Response::builder()
+        .status(status)
+        .header(header::CONTENT_TYPE, content_type)
+        .body(Full::new(Bytes::from(body)))
+        .expect("a status and a header of our own")
 }
 
 #[cfg(test)]

@@ -1,41 +1,37 @@
-//! The one waiting loop: the resident guard (`PHASE=watch`) and the armed `post`
-//! (`ARM=true`) are this loop, the second stopped after one restore. Each pass reads
-//! the two objects and the upgrade's (Harvester's latest Upgrade, the add-on's UpgradePlans),
-//! asks [`plan::watch_decision::decide`] what now, and acts by running `pre` or `post` exactly as their
-//! Jobs do ([`runner::run`]). Between passes it sleeps until a watch wakes it
-//! ([`Cluster::watch`]) or the resync period passes, with the request deadline's clock stopped;
-//! each pass gets the whole deadline ([`Cluster::restart_deadline`]). Nothing is kept between
-//! upgrades but what the objects say: a new pod goes on where the last one stopped.
+//! The one waiting loop: the resident guard (`PHASE=watch`) and the armed `post` (`ARM=true`,
+//! stopped after one restore). Each pass reads the two objects and the upgrades (Harvester's
+//! latest Upgrade, the add-on's UpgradePlans), asks [`decide`] what now, and acts by running `pre`
+//! or `post` exactly as their Jobs do. Between passes it sleeps until a watch wakes it or the
+//! resync period passes, the request deadline's clock stopped; each pass gets the whole deadline.
+//! Nothing is kept between upgrades but what the objects say: a new pod goes on where the last
+//! one stopped.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 use tracing::{error, info};
 
-use crate::cluster::{Cluster, EventKind, Watcher};
+use crate::cluster::{Cluster, Watcher};
 use crate::config::{ALIVE_EVERY, Config};
+use crate::context::Run;
 use crate::error::Error;
 use crate::metrics::{self, Metrics};
 use crate::model::Kind;
-use crate::plan::harvester_upgrade::Handling;
-use crate::plan::harvester_upgrade::{LATEST_LABEL, Upgrade};
+use crate::plan::harvester_upgrade::{Handling, LATEST_LABEL, Upgrade};
 use crate::plan::monitoring::UnprotectedKey;
 use crate::plan::ownership::anything_of_ours;
 use crate::plan::retirement::Retirement;
 use crate::plan::upgrade_progress::record_time;
 use crate::plan::watch_decision::{Decision, Memory, decide};
+use crate::summary::Summary;
 use crate::upgrades::{self, View};
 use crate::vocabulary::{Objects, Phase};
-use crate::warnings::{HELD_AFTER_FAILURE, RESIDENT, Warning};
 
-mod act;
 mod armed_post;
-mod offer;
 mod reporting;
-
-pub use act::RunPhase;
 
 pub use armed_post::armed;
 
@@ -46,52 +42,53 @@ const SAY_EVERY: Duration = Duration::from_secs(600);
 /// watches come back within about this of the API server's return.
 const WATCH_FAILING_PAUSE: Duration = Duration::from_secs(1);
 
-/// How soon a failed act is tried again (not at the resync): the cause (Fleet not ready, a RBAC
-/// fix, the API server back) is often gone within a minute, and an upgrade may be held by the
-/// policy until the suspension is in place. A `pre` that fails again costs a few requests.
+/// How soon a failed act is tried again (not at the resync): the cause (Fleet not ready, RBAC,
+/// the API server) is often gone within a minute, and an upgrade may be held by the policy until
+/// the suspension is in place. A `pre` that fails again costs a few requests.
 const ACT_RETRY_PAUSE: Duration = Duration::from_secs(20);
 
-/// How often the resident guard reads again what the cluster can upgrade to next (its version,
-/// the releases on offer), for whether it is still needed: these change only with an upgrade
-/// or a release, and a quiet cluster's requests stay few.
+/// How often the resident guard reads again what the cluster can upgrade to next, for whether it
+/// is still needed: that changes only with an upgrade or a release.
 const OFFER_EVERY: Duration = Duration::from_secs(1800);
 
-/// What one pass read and decided. `retirement`: whether the guard is still needed (the
-/// resident guard only), from the objects of this pass and the last read of the offer.
-pub struct Pass {
-    pub decision: Decision,
-    pub objects: Objects,
-    pub retirement: Option<Retirement>,
+/// How the loop runs a phase (`runner::run_phase`, which runs the armed `post` by this loop:
+/// passed in, so the two modules do not import each other).
+pub trait RunPhase: AsyncFnMut(&mut Run<'_>) -> Result<(), Error> {}
+impl<F: AsyncFnMut(&mut Run<'_>) -> Result<(), Error>> RunPhase for F {}
+
+/// What one pass read and decided.
+struct Pass {
+    decision: Decision,
+    objects: Objects,
+    /// Whether the guard is still needed (the resident guard only).
+    retirement: Option<Retirement>,
     /// Harvester's latest Upgrade, as read (for what the guard says of its protection).
-    pub upgrade: Option<Upgrade>,
+    upgrade: Option<Upgrade>,
+    /// The decision held the suspension after another failed Upgrade (or lifted the hold).
+    held_changed: bool,
 }
 
 /// The cluster's version and the releases on offer, as last read, and when.
-type Offer = (
-    Option<String>,
-    Vec<(String, Handling)>,
-    tokio::time::Instant,
-);
+type Offer = (Option<String>, Vec<(String, Handling)>, Instant);
 
 /// One waiting loop: its settings, its watches and what it remembers.
 struct Loop<'a> {
     cfg: &'a Config,
     cluster: &'a Cluster,
-    /// The resident guard runs `pre` itself; the armed `post` only restores.
+    /// The resident guard (which runs `pre` itself, and has metrics); else the armed `post`.
     suspends: bool,
+    metrics: Option<Arc<Metrics>>,
     memory: Memory,
     wake_tx: mpsc::Sender<()>,
     wake: mpsc::Receiver<()>,
-    upgrades: Option<Watcher>,
-    plans: Option<Watcher>,
-    /// The last decision said, and when.
-    said: Option<(String, tokio::time::Instant)>,
+    /// Of Harvester's latest Upgrade and of the add-on's UpgradePlans.
+    watches: [Option<Watcher>; 2],
+    /// The kind of the last decision said, and when.
+    said: Option<(&'static str, Instant)>,
     /// The resident guard's last read of the offer ([`OFFER_EVERY`]).
     offer: Option<Offer>,
     /// "No longer needed" has been said (once, until it is needed again).
     retirement_said: bool,
-    /// The resident guard's metrics, set after each pass and act.
-    metrics: Option<Arc<Metrics>>,
     /// What the last `pre` for the upgrade under way ended with, in words.
     last_pre: Option<String>,
     /// The last act failed: tried again sooner than the resync ([`ACT_RETRY_PAUSE`]).
@@ -101,61 +98,72 @@ struct Loop<'a> {
 }
 
 impl<'a> Loop<'a> {
-    fn new(cfg: &'a Config, cluster: &'a Cluster, suspends: bool) -> Self {
+    fn new(cfg: &'a Config, cluster: &'a Cluster, metrics: Option<Arc<Metrics>>) -> Self {
         let (wake_tx, wake) = mpsc::channel(1);
         Loop {
             cfg,
             cluster,
-            suspends,
+            suspends: metrics.is_some(),
+            metrics,
             memory: Memory::default(),
             wake_tx,
             wake,
-            upgrades: None,
-            plans: None,
+            watches: [None, None],
             said: None,
             offer: None,
             retirement_said: false,
-            metrics: None,
             last_pre: None,
             act_failed: false,
             unprotected_said: None,
         }
     }
 
+    fn name(&self) -> &'static str {
+        if self.suspends {
+            "resident guard"
+        } else {
+            "armed post"
+        }
+    }
+
+    /// A run of `phase` with the loop's settings (its own waiting off).
+    fn as_phase(&self, phase: Phase) -> Config {
+        let mut cfg = self.cfg.clone();
+        cfg.intent.phase = phase;
+        cfg.arm = None;
+        cfg.watch = None;
+        cfg
+    }
+
     /// One pass: the objects and the upgrade's, read with a fresh deadline, and the decision.
     async fn pass(&mut self) -> Result<Pass, Error> {
         self.cluster.restart_deadline();
         let post = self.as_phase(Phase::Post);
-        let mut now = Objects::default();
+        let mut objects = Objects::default();
         for target in post.intent.targets() {
-            now.set(target.kind, self.cluster.get(&target).await?);
+            objects.set(target.kind, self.cluster.get(&target).await?);
         }
         let view = upgrades::read(self.cluster, &post).await?;
         self.keep_watching(&view);
-        let read: Vec<&Value> = [&now.kubevirt, &now.chart].into_iter().flatten().collect();
-        let since = record_time(&read).unwrap_or_else(this_second);
-        let ours = anything_of_ours(&now);
-        let upgrade = view.upgrade.as_ref();
-        let decision = decide(
-            upgrade,
-            &view.plans,
-            ours,
-            since,
-            self.suspends,
-            &mut self.memory,
-        );
-        let retirement = self.retirement(&view, &now).await?;
+        let (ours, held_before) = (anything_of_ours(&objects), self.memory.held.clone());
+        let (upgrade, plans) = (view.upgrade.as_ref(), &view.plans);
+        let memory = &mut self.memory;
+        let decision = decide(upgrade, plans, ours, since(&objects), self.suspends, memory);
+        let held_changed = self.memory.held != held_before;
+        let retirement = self.retirement(&view, &objects).await?;
         if let Some(w) = &self.cfg.watch {
             touch(&w.state_dir.join("ready"));
         }
         if let Some(m) = &self.metrics {
             m.read_everything(jiff::Timestamp::now().as_second());
         }
+        let upgrade = view.upgrade;
         Ok(Pass {
             decision,
-            objects: now,
+            objects,
             retirement,
-            upgrade: view.upgrade,
+            upgrade,
+            held_changed,
         })
     }
 
@@ -167,21 +175,18 @@ impl<'a> Loop<'a> {
         if !self.suspends {
             return;
         }
-        let ns = self.cfg.intent.keys.kubevirt.namespace.clone();
+        let (cluster, wake) = (self.cluster, &self.wake_tx);
+        let ns = Some(self.cfg.intent.keys.kubevirt.namespace.as_str());
         let latest = format!("{LATEST_LABEL}=true");
-        // Called after a successful read: the server answers, so a failing watch is replaced
-        // now rather than at the end of its backoff (src/cluster/watches.rs).
-        let fresh = |w: &Option<Watcher>| w.as_ref().is_some_and(|w| w.alive() && !w.failing());
-        if view.upgrades_served && !fresh(&self.upgrades) {
-            let tx = self.wake_tx.clone();
-            self.upgrades = Some(
-                self.cluster
-                    .watch(Kind::Upgrade, Some(&ns), Some(&latest), tx),
-            );
+        // Called after a successful read: the server answers, so a failing watch is replaced now
+        // rather than at the end of its backoff (src/cluster/watches.rs).
+        let stale = |w: &Option<Watcher>| !w.as_ref().is_some_and(|w| w.alive() && !w.failing());
+        let [upgrades, plans] = &mut self.watches;
+        if view.upgrades_served && stale(upgrades) {
+            *upgrades = Some(cluster.watch(Kind::Upgrade, ns, Some(&latest), wake.clone()));
         }
-        if view.plans_served && !fresh(&self.plans) {
-            let tx = self.wake_tx.clone();
-            self.plans = Some(self.cluster.watch(Kind::UpgradePlan, None, None, tx));
+        if view.plans_served && stale(plans) {
+            *plans = Some(cluster.watch(Kind::UpgradePlan, None, None, wake.clone()));
         }
     }
 
@@ -189,11 +194,7 @@ impl<'a> Loop<'a> {
     /// fails (the server down, or back and the watch not yet replaced); [`ACT_RETRY_PAUSE`]
     /// after a failed act.
     fn pause_for(&self, resync: Duration) -> Duration {
-        let failing = [&self.upgrades, &self.plans]
-            .into_iter()
-            .flatten()
-            .any(Watcher::failing);
-        if failing {
+        if self.watches.iter().flatten().any(Watcher::failing) {
             resync.min(WATCH_FAILING_PAUSE)
         } else if self.act_failed {
             resync.min(ACT_RETRY_PAUSE)
@@ -202,81 +203,90 @@ impl<'a> Loop<'a> {
         }
     }
 
-    /// Says a decision: its line when its kind changes, and again every [`SAY_EVERY`]; a Normal
-    /// Event on the KubeVirt CR when it becomes a suspend, a restore or a stand-aside (the
-    /// resident guard; a wait is the log's only); a hold's Warning once per failed Upgrade.
-    async fn say(
-        &mut self,
-        decision: &Decision,
-        kubevirt: Option<&Value>,
-        held_before: &Option<String>,
-    ) {
-        let now = tokio::time::Instant::now();
-        let changed = self.said.as_ref().is_none_or(|(k, _)| k != decision.kind());
-        let again = |(_, t): &(String, tokio::time::Instant)| now - *t >= SAY_EVERY;
-        if changed || self.said.as_ref().is_some_and(again) {
-            let line = decision.line();
-            info!(decision = decision.kind(), "{}: {line}", self.name());
-            self.said = Some((decision.kind().to_string(), now));
+    /// Acts on a decision as the phase's Job does, its summary logged: `pre` for a suspend (the
+    /// upgrade remembered once it succeeded), `post` for a restore. `true`: an act ran and
+    /// succeeded.
+    async fn act_on(&mut self, decision: &Decision, run: &mut impl RunPhase) -> bool {
+        let (phase, why) = match decision {
+            Decision::Suspend { describe, .. } => (Phase::Pre, format!("{describe} is under way")),
+            Decision::Restore(why) => (Phase::Post, why.to_string()),
+            Decision::Hold { .. } | Decision::Wait(_) => return false,
+        };
+        info!("{}: {why}: running {phase}", self.name());
+        self.cluster.begin_run();
+        let cfg = self.as_phase(phase);
+        let mut done = Vec::new();
+        let mut this_run = Run::new(&cfg, self.cluster, &mut done);
+        let result = tokio::select! {
+            r = run(&mut this_run) => r,
+            e = self.cluster.deadline_passed() => Err(e),
+        };
+        let line = Summary::of_run(&cfg.intent, cfg.dry_run, &done, &result).to_line();
+        if let Some(m) = &self.metrics {
+            m.acted(phase, result.is_ok());
         }
-        if changed
-            && self.suspends
-            && let (Some(kv), Some(note)) = (kubevirt, decision.event())
-        {
-            self.cluster
-                .event(kv, EventKind::Normal, RESIDENT, &note)
-                .await;
-        }
-        if let Decision::Hold { why, .. } = decision
-            && self.memory.held != *held_before
-        {
-            let said = Warning {
-                reason: HELD_AFTER_FAILURE,
-                message: why.clone(),
-            };
-            self.cluster.warn(kubevirt, None, &said).await;
-        }
-    }
-
-    /// The resident guard's probe file `alive`, touched every [`ALIVE_EVERY`] by a task of its
-    /// own, and its metrics (served on `METRICS_PORT`, if set).
-    async fn start_probes_and_metrics(&mut self, settings: &crate::config::Watch) {
-        let alive = settings.state_dir.join("alive");
-        touch(&alive);
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(ALIVE_EVERY).await;
-                touch(&alive);
+        let ended = match &result {
+            Ok(()) => {
+                info!(summary = %line, "{}: {phase} done", self.name());
+                "succeeded".to_string()
             }
-        });
-        info!(
-            resync_s = settings.resync.as_secs(),
-            "resident guard: watching Harvester's Upgrades and the add-on's UpgradePlans"
-        );
-        let exposed = Arc::new(Metrics::new(
-            env!("CARGO_PKG_VERSION"),
-            crate::build::COMMIT,
-            self.cfg.chart_version.as_deref().unwrap_or_default(),
-        ));
-        if let Some(port) = settings.metrics_port {
-            metrics::start(port, exposed.clone()).await;
+            Err(e) => {
+                error!(
+                    summary = %line,
+                    "{}: {phase} failed ({e}); it is tried again at the next event or in {} s",
+                    self.name(),
+                    ACT_RETRY_PAUSE.as_secs()
+                );
+                format!("failed: {e}")
+            }
+        };
+        if phase == Phase::Pre {
+            self.last_pre = Some(ended);
         }
-        self.metrics = Some(exposed);
+        if let (Ok(()), Decision::Suspend { upgrade, .. }) = (&result, decision) {
+            self.memory.suspended_for.push(upgrade.clone());
+        }
+        self.act_failed = result.is_err();
+        result.is_ok()
     }
 }
 
-/// Now, in whole seconds (as the API server writes its times): a record not read yet is taken
-/// as made now.
+/// When `pre` recorded the suspension on `objects` (a record not read yet is taken as made now).
+fn since(objects: &Objects) -> jiff::Timestamp {
+    let read: Vec<&Value> = objects.kubevirt.iter().chain(&objects.chart).collect();
+    record_time(&read).unwrap_or_else(this_second)
+}
+
+/// Now, in whole seconds (as the API server writes its times).
 fn this_second() -> jiff::Timestamp {
     jiff::Timestamp::from_second(jiff::Timestamp::now().as_second()).expect("now is a time")
 }
 
-/// Touches a probe file (its mtime is what `--probe` reads). A failure is logged once a pass:
-/// the probe then fails, which is what it should say.
+/// Touches a probe file (its mtime is what `--probe` reads). A failure is logged: the probe then
+/// fails, which is what it should say.
 fn touch(path: &std::path::Path) {
     if let Err(e) = std::fs::write(path, this_second().to_string()) {
         error!(path = %path.display(), error = %e, "cannot write the probe file");
     }
+}
+
+/// The resident guard's probe file `alive`, touched every [`ALIVE_EVERY`] by a task of its own,
+/// and its metrics (served on `METRICS_PORT`, if set).
+async fn start_probes_and_metrics(cfg: &Config, settings: &crate::config::Watch) -> Arc<Metrics> {
+    let alive = settings.state_dir.join("alive");
+    touch(&alive);
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(ALIVE_EVERY).await;
+            touch(&alive);
+        }
+    });
+    info!(
+        resync_s = settings.resync.as_secs(),
+        "resident guard: watching Harvester's Upgrades and the add-on's UpgradePlans"
+    );
+    let chart = cfg.chart_version.as_deref().unwrap_or_default();
+    metrics::start(settings.metrics_port, chart).await
 }
 
 /// `PHASE=watch`: the resident guard, until SIGTERM. At an upgrade's creation it runs `pre`
@@ -288,50 +298,43 @@ pub async fn resident_guard(
     mut run: impl RunPhase,
 ) -> Result<(), Error> {
     let settings = cfg.watch.clone().expect("PHASE=watch has its settings");
-    let mut lp = Loop::new(cfg, cluster, true);
-    lp.start_probes_and_metrics(&settings).await;
+    let resync = settings.resync.as_secs();
+    let metrics = start_probes_and_metrics(cfg, &settings).await;
+    let mut lp = Loop::new(cfg, cluster, Some(metrics));
     // The act just made: the same decision right after it (a `post` that left something of ours,
     // a step switched off) waits for the next read, so that nothing runs in a tight loop.
     let mut just_did: Option<Decision> = None;
     loop {
-        let held_before = lp.memory.held.clone();
         // Each pass has the whole deadline, from before the race below starts.
         cluster.restart_deadline();
         let pass = tokio::select! {
             r = lp.pass() => r,
             e = cluster.deadline_passed() => Err(e),
         };
-        if let Ok(p) = &pass {
-            lp.say_retirement(p.retirement.as_ref(), p.objects.kubevirt.as_ref())
-                .await;
-        }
         match pass {
-            Ok(p) if just_did.take().as_ref() == Some(&p.decision) => {
-                info!(
-                    "resident guard: {} again, right after it ran: tried again at the next event or in {} s",
-                    p.decision.kind(),
-                    settings.resync.as_secs()
-                );
-                lp.report(&p).await;
-            }
             Ok(p) => {
-                lp.say(&p.decision, p.objects.kubevirt.as_ref(), &held_before)
-                    .await;
-                // After an act, read again at once: the objects and the decision have moved.
-                if lp.act_on(&p.decision, &mut run).await {
-                    just_did = Some(p.decision);
-                    continue;
+                lp.say_retirement(&p).await;
+                if just_did.take().as_ref() == Some(&p.decision) {
+                    info!(
+                        "resident guard: {} again, right after it ran: tried again at the next event or in {resync} s",
+                        p.decision.kind()
+                    );
+                } else {
+                    lp.say(&p).await;
+                    // After an act, read again at once: the objects and the decision have moved.
+                    if lp.act_on(&p.decision, &mut run).await {
+                        just_did = Some(p.decision);
+                        continue;
+                    }
                 }
                 // No act, or a failed one: what this pass read is what holds now.
                 lp.report(&p).await;
             }
             Err(e) => error!(
-                "resident guard: read failed ({e}); reading again at the next event or in {} s",
-                settings.resync.as_secs()
+                "resident guard: read failed ({e}); reading again at the next event or in {resync} s"
             ),
         }
-        cluster
-            .pause(lp.pause_for(settings.resync), &mut lp.wake)
-            .await;
+        let pause = lp.pause_for(settings.resync);
+        cluster.pause(pause, &mut lp.wake).await;
     }
 }

@@ -2,6 +2,8 @@
 //! upgrades and the migrations, builds the [`Report`], prints it, and adds the armed `post`'s Job
 //! and the resident guard's last decision.
 
+use std::io::Write;
+
 use serde_json::Value;
 
 use crate::config::LogFormat;
@@ -17,11 +19,13 @@ use crate::upgrades;
 use crate::vocabulary::Objects;
 use crate::warnings::{self, Warning};
 
+/// The name of the armed `post`'s Job (manifests/post-armed): one at a time.
+const ARMED_JOB: &str = "workload-update-guard-post-armed";
+
 /// Runs `status`; returns its verdict, for the termination message.
-pub async fn status(run: &mut Run<'_>, out: &mut impl std::io::Write) -> Result<String, Error> {
+pub async fn status(run: &mut Run<'_>, out: &mut impl Write) -> Result<String, Error> {
     let (cfg, cluster) = (run.cfg, run.cluster);
-    let keys = &cfg.intent.keys;
-    let kubevirt = Target::new(Kind::KubeVirt, &keys.kubevirt);
+    let kubevirt = run.kubevirt();
     let kv = cluster.get(&kubevirt).await?;
     let chart = read_chart(run).await?;
     let migrations = cluster.list_migrations().await?;
@@ -31,12 +35,13 @@ pub async fn status(run: &mut Run<'_>, out: &mut impl std::io::Write) -> Result<
         Some(key) => leftovers_check::peek(run, Target::new(Kind::ManagedChart, key), false).await,
         None => None,
     };
+    let read_chart = chart
+        .as_ref()
+        .map(|(t, r)| (t, r.as_ref().map(Option::as_ref)));
     let mut report = Report::new(
         &cfg.intent,
         (&kubevirt, kv.as_ref()),
-        chart
-            .as_ref()
-            .map(|(t, r)| (t, r.as_ref().map(Option::as_ref))),
+        read_chart,
         &migrations,
     )
     .with_harvester(view.upgrade.clone(), view.offered.clone(), view.coming());
@@ -54,17 +59,16 @@ pub async fn status(run: &mut Run<'_>, out: &mut impl std::io::Write) -> Result<
         .warnings
         .extend(crate::build::mismatch(chart_version));
     // The report's warnings are the termination message's too.
-    let said = report.warnings.iter().map(|message| Warning {
-        reason: "",
-        message: message.clone(),
-    });
-    run.push(Done {
-        warnings: said.collect(),
-        ..Done::noted(kubevirt.clone(), vec![])
-    });
-    let mut sections = armed_section(run).await;
-    sections.push_str(&resident_section(run).await);
-    sections.push_str(&crate::build::line(chart_version));
+    let mut warned = Done::noted(kubevirt.clone(), vec![]);
+    for message in &report.warnings {
+        let message = message.clone();
+        warned.warnings.push(Warning {
+            reason: "",
+            message,
+        });
+    }
+    run.push(warned);
+    let sections = sections(run).await;
     print(out, cfg.log_format, &report, &sections)?;
     if kv.is_none() {
         run.push(Done::missing(cfg.allow_missing, kubevirt, "")?);
@@ -78,25 +82,24 @@ pub async fn status(run: &mut Run<'_>, out: &mut impl std::io::Write) -> Result<
 
 /// The report on stdout: its JSON, or its text and the sections after it (the build last).
 fn print(
-    out: &mut impl std::io::Write,
+    out: &mut impl Write,
     format: LogFormat,
     report: &Report,
     sections: &str,
 ) -> Result<(), Error> {
-    match format {
-        LogFormat::Json => writeln!(
-            out,
-            "{}",
-            serde_json::to_string(report).expect("report serializes")
-        ),
-        LogFormat::Text => write!(out, "{report}{sections}"),
-    }
-    .and_then(|()| out.flush())
-    .map_err(|e| Error::Output(e.to_string()))
+    let text = match format {
+        LogFormat::Json => serde_json::to_string(report).expect("report serializes") + "\n",
+        LogFormat::Text => format!("{report}{sections}"),
+    };
+    let written = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+    written.map_err(|e| Error::Output(e.to_string()))
 }
 
-/// The ManagedChart half, reported as far as it can be: without Fleet its CRD is missing.
-async fn read_chart(run: &Run<'_>) -> Result<Option<ChartRead>, Error> {
+/// The ManagedChart as `status` read it, as far as it can be: the object, none, or why its kind
+/// is not served (without Fleet its CRD is missing).
+async fn read_chart(
+    run: &Run<'_>,
+) -> Result<Option<(Target, Result<Option<Value>, String>)>, Error> {
     let Some(key) = &run.cfg.intent.keys.chart else {
         return Ok(None);
     };
@@ -109,9 +112,6 @@ async fn read_chart(run: &Run<'_>) -> Result<Option<ChartRead>, Error> {
     Ok(Some((target, read)))
 }
 
-/// The ManagedChart as `status` read it: the object, none, or why its kind is not served.
-type ChartRead = (Target, Result<Option<Value>, String>);
-
 /// What the upgrades say in the report: an upgrade under way unprotected comes first in the
 /// verdict; whether the guard is still needed, where Harvester's upgrades are served
 /// (elsewhere there is no release to go by).
@@ -120,39 +120,42 @@ fn judge_upgrades(report: &mut Report, view: &upgrades::View, objects: &Objects)
     if let Some(v) = plan::monitoring::unprotected_verdict(kv, view.upgrade.as_ref()) {
         report.verdict = v;
     }
+    let (current, upgrade) = (view.current.as_deref(), view.upgrade.as_ref());
     report.retirement = view.upgrades_served.then(|| {
-        retirement::still_needed(
-            view.current.as_deref(),
-            &view.on_offer,
-            view.upgrade.as_ref(),
-            &view.plans,
-            view.plans_served,
-            objects,
-        )
+        let (plans, served) = (&view.plans, view.plans_served);
+        retirement::still_needed(current, &view.on_offer, upgrade, plans, served, objects)
     });
 }
 
-/// `status`: the armed `post`'s Job, if there is one: what it waits for and since
-/// when, for the text report and the termination message's steps.
-async fn armed_section(run: &mut Run<'_>) -> String {
+/// `status`'s lines after the report, each also a step of the termination message: the armed
+/// `post`'s Job (one step) and the resident guard's last word (a step a line); the build last.
+async fn sections(run: &mut Run<'_>) -> String {
     let ns = &run.cfg.intent.keys.kubevirt.namespace;
-    let job = run.cluster.job(ns, ARMED_JOB).await;
-    let Some(lines) = armed_lines(job.as_ref()) else {
-        return String::new();
-    };
-    run.noted(vec![lines.join(" ")]);
-    lines.iter().map(|l| format!("{l}\n")).collect()
+    let armed = armed_lines(run.cluster.job(ns, ARMED_JOB).await.as_ref()).unwrap_or_default();
+    let resident = resident_lines(run).await;
+    if !armed.is_empty() {
+        run.noted(vec![armed.join(" ")]);
+    }
+    if !resident.is_empty() {
+        run.noted(resident.clone());
+    }
+    let lines: String = armed
+        .iter()
+        .chain(&resident)
+        .map(|l| format!("{l}\n"))
+        .collect();
+    lines + &crate::build::line(run.cfg.chart_version.as_deref())
 }
 
-/// `status`: the resident guard's last decision, from its newest `ResidentGuardDecided` Event on
-/// the KubeVirt CR's namespace (the guard keeps nothing else): what, when, which pod. And its
-/// Warning of an upgrade under way unprotected, or of a hold after a failed upgrade, while that
-/// is its last word: newer than its last decision (a suspension that succeeds, or the upgrade's
-/// end, is a new decision).
-async fn resident_section(run: &mut Run<'_>) -> String {
+/// The resident guard's last decision, from its newest `ResidentGuardDecided` Event on the
+/// KubeVirt CR's namespace (the guard keeps nothing else): what, when, which pod. And its Warning
+/// of an upgrade under way unprotected, or of a hold after a failed upgrade, while that is its
+/// last word: newer than its last decision (a suspension that succeeds, or the upgrade's end, is
+/// a new decision).
+async fn resident_lines(run: &Run<'_>) -> Vec<String> {
     let (ns, cluster) = (&run.cfg.intent.keys.kubevirt.namespace, run.cluster);
     let Some((time, pod, note)) = cluster.latest_event(ns, warnings::RESIDENT).await else {
-        return String::new();
+        return Vec::new();
     };
     let mut lines = vec![format!(
         "resident guard  {pod} last decided at {time}: {note}"
@@ -171,41 +174,28 @@ async fn resident_section(run: &mut Run<'_>) -> String {
             && t > last
         {
             last = t;
-            newer = Some((t, reason, note));
+            newer = Some(format!("resident guard  {reason} at {t}: {note}"));
         }
     }
-    if let Some((t, reason, note)) = newer {
-        lines.push(format!("resident guard  {reason} at {t}: {note}"));
-    }
-    run.noted(lines.clone());
-    lines.iter().map(|l| format!("{l}\n")).collect()
+    lines.extend(newer);
+    lines
 }
-
-/// The name of the armed `post`'s Job (manifests/post-armed): one at a time.
-pub const ARMED_JOB: &str = "workload-update-guard-post-armed";
 
 /// `status`'s lines on the armed `post`'s Job: running (what it waits for, since when), ended at
 /// its bound (the suspension stays), or ended; `None`: no such Job.
-pub fn armed_lines(job: Option<&Value>) -> Option<Vec<String>> {
+fn armed_lines(job: Option<&Value>) -> Option<Vec<String>> {
     let job = job?;
     let text = |ptr: &str| job.pointer(ptr).and_then(Value::as_str).unwrap_or("");
-    let ns = text("/metadata/namespace");
-    let since = text("/metadata/creationTimestamp");
-    let ended = job
-        .pointer("/status/conditions")
-        .and_then(Value::as_array)
-        .and_then(|c| {
-            c.iter().find(|c| {
-                c["status"] == "True" && (c["type"] == "Complete" || c["type"] == "Failed")
-            })
-        })
-        .map(|c| {
-            (
-                c["type"].as_str().unwrap_or(""),
-                c["message"].as_str().unwrap_or(""),
-            )
-        });
+    let (ns, since) = (
+        text("/metadata/namespace"),
+        text("/metadata/creationTimestamp"),
+    );
     let head = format!("armed post    Job {ns}/{ARMED_JOB}, since {since}");
+    let conditions = job.pointer("/status/conditions").and_then(Value::as_array);
+    let ended = conditions
+        .into_iter()
+        .flatten()
+        .find(|c| c["status"] == "True" && (c["type"] == "Complete" || c["type"] == "Failed"));
     Some(match ended {
         None => vec![
             head,
@@ -214,10 +204,11 @@ pub fn armed_lines(job: Option<&Value>) -> Option<Vec<String>> {
              it restores"
                 .to_string(),
         ],
-        Some(("Complete", _)) => vec![format!("{head}: ended (Complete)")],
-        Some((_, message)) => vec![format!(
-            "{head}: FAILED ({message}); at its bound (exit 9) it leaves the suspension: run post \
-             once the upgrade has ended, or arm again"
+        Some(c) if c["type"] == "Complete" => vec![format!("{head}: ended (Complete)")],
+        Some(c) => vec![format!(
+            "{head}: FAILED ({}); at its bound (exit 9) it leaves the suspension: run post once \
+             the upgrade has ended, or arm again",
+            c["message"].as_str().unwrap_or("")
         )],
     })
 }

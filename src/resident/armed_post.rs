@@ -1,15 +1,14 @@
 //! The armed `post` (`ARM=true`): the waiting loop run before `post`'s gate, stopped after one
 //! restore. It reads at its own pace (`ARM_POLL_SECONDS`), watches nothing, and never suspends.
 
-use serde_json::Value;
+use tokio::time::Instant;
 use tracing::info;
 
-use super::{Loop, Pass, this_second};
+use super::{Loop, since};
 use crate::context::Run;
 use crate::error::Error;
 use crate::model::Kind;
 use crate::plan::ownership::anything_of_ours;
-use crate::plan::upgrade_progress::record_time;
 use crate::plan::watch_decision::Decision;
 use crate::vocabulary::Objects;
 
@@ -26,11 +25,7 @@ pub async fn armed(run: &mut Run<'_>, objects: &mut Objects) -> Result<(), Error
         info!("armed post: nothing of ours to restore (a post has run): nothing to wait for");
         return Ok(());
     }
-    let read: Vec<&Value> = [&objects.kubevirt, &objects.chart]
-        .into_iter()
-        .flatten()
-        .collect();
-    let since = record_time(&read).unwrap_or_else(this_second);
+    let since = since(objects);
     let waits_for = format!(
         "the next upgrade (a Harvester Upgrade or UpgradePlan created at or after pre's record, \
          {since}, or one under way) to begin and to end, cleanup included"
@@ -40,39 +35,32 @@ pub async fn armed(run: &mut Run<'_>, objects: &mut Objects) -> Result<(), Error
         return Ok(());
     }
     info!(since = %since, "armed post: waiting for {waits_for}");
-    let mut lp = Loop::new(cfg, cluster, false);
-    let end = tokio::time::Instant::now() + arm.wait;
-    let last = loop {
-        let held_before = lp.memory.held.clone();
-        let Pass {
-            decision,
-            objects: now,
-            ..
-        } = lp.pass().await?;
-        lp.say(&decision, now.kubevirt.as_ref(), &held_before).await;
-        if let Decision::Restore(why) = &decision {
+    let mut lp = Loop::new(cfg, cluster, None);
+    let end = Instant::now() + arm.wait;
+    loop {
+        let pass = lp.pass().await?;
+        lp.say(&pass).await;
+        if let Decision::Restore(why) = &pass.decision {
             for kind in [Kind::KubeVirt, Kind::ManagedChart] {
                 if objects.get(kind).is_some() {
-                    objects.set(kind, now.get(kind).cloned());
+                    objects.set(kind, pass.objects.get(kind).cloned());
                 }
             }
-            let line = format!("armed: {why}; restoring");
-            info!("{line}");
-            run.noted(vec![line]);
+            run.said(format!("armed: {why}; restoring"));
             cluster.restart_deadline();
             return Ok(());
         }
-        let left = end.saturating_duration_since(tokio::time::Instant::now());
+        let left = end.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            break decision.line();
+            return Err(Error::ArmedBound(format!(
+                "armed post: waited {}s (ARM_WAIT_SECONDS) for {waits_for}: {}; nothing was \
+                 written, the suspension stays (turning updates on with no upgrade seen could \
+                 start the wave as the upgrade starts). Run post by hand once the upgrade has \
+                 ended, or arm again (hack/job.sh arm)",
+                arm.wait.as_secs(),
+                pass.decision.line()
+            )));
         }
         cluster.pause(arm.every.min(left), &mut lp.wake).await;
-    };
-    Err(Error::ArmedBound(format!(
-        "armed post: waited {}s (ARM_WAIT_SECONDS) for {waits_for}: {last}; nothing was \
-         written, the suspension stays (turning updates on with no upgrade seen could start \
-         the wave as the upgrade starts). Run post by hand once the upgrade has ended, or arm \
-         again (hack/job.sh arm)",
-        arm.wait.as_secs()
-    )))
+    }
 }

@@ -1,14 +1,108 @@
-//! What the resident guard's loop tells its monitoring after a pass (and a failed act): the
-//! metrics' values, and an unprotected upgrade's Warning, said once per change. The values and
-//! the words are decided in [`crate::plan::monitoring`]; this is their I/O.
+//! What the waiting loop tells: its decisions (in the log, and Events when they change), whether
+//! the resident guard is still needed (the offer read again when it is due and the cluster is
+//! quiet; "no longer needed" said once), the metrics' values after a pass (and a failed act), and
+//! an unprotected upgrade's Warning, said once per change. The answers are decided in
+//! [`crate::plan::watch_decision`], [`crate::plan::retirement::still_needed`] and
+//! [`crate::plan::monitoring`]; this is their I/O.
 
+use tokio::time::Instant;
+use tracing::info;
+
+use super::{Loop, OFFER_EVERY, Pass, SAY_EVERY};
 use crate::cluster::EventKind;
+use crate::error::Error;
 use crate::model::Kind;
 use crate::plan::monitoring;
-
-use super::{Loop, Pass};
+use crate::plan::ownership::anything_of_ours;
+use crate::plan::retirement::{self, Retirement};
+use crate::plan::upgrade_progress::running;
+use crate::plan::watch_decision::Decision;
+use crate::upgrades::{self, View};
+use crate::vocabulary::Objects;
+use crate::warnings::{HELD_AFTER_FAILURE, NO_LONGER_NEEDED, RESIDENT, Warning};
 
 impl Loop<'_> {
+    /// Says a decision: its line when its kind changes, and again every [`SAY_EVERY`]; a Normal
+    /// Event on the KubeVirt CR when it becomes a suspend, a restore or a stand-aside (the
+    /// resident guard; a wait is the log's only); a hold's Warning once per failed Upgrade.
+    pub(super) async fn say(&mut self, pass: &Pass) {
+        let (decision, kubevirt) = (&pass.decision, pass.objects.kubevirt.as_ref());
+        let now = Instant::now();
+        let changed = self.said.is_none_or(|(kind, _)| kind != decision.kind());
+        if changed || self.said.is_some_and(|(_, at)| now - at >= SAY_EVERY) {
+            let line = decision.line();
+            info!(decision = decision.kind(), "{}: {line}", self.name());
+            self.said = Some((decision.kind(), now));
+        }
+        let cluster = self.cluster;
+        if changed
+            && self.suspends
+            && let (Some(kv), Some(note)) = (kubevirt, decision.event())
+        {
+            cluster.event(kv, EventKind::Normal, RESIDENT, &note).await;
+        }
+        if let Decision::Hold { why, .. } = decision
+            && pass.held_changed
+        {
+            let said = Warning {
+                reason: HELD_AFTER_FAILURE,
+                message: why.clone(),
+            };
+            cluster.warn(kubevirt, None, &said).await;
+        }
+    }
+
+    /// The resident guard: whether it is still needed, the offer read again when it is due and
+    /// the cluster is quiet (no upgrade under way, nothing of ours: otherwise the answer is
+    /// "needed" whatever the offer says).
+    pub(super) async fn retirement(
+        &mut self,
+        view: &View,
+        now: &Objects,
+    ) -> Result<Option<Retirement>, Error> {
+        if !self.suspends || !view.upgrades_served {
+            return Ok(None);
+        }
+        let quiet = running(view.upgrade.as_ref(), &view.plans).is_none() && !anything_of_ours(now);
+        if !quiet {
+            // After the upgrade, the cluster's version and the offer have moved: read again.
+            self.offer = None;
+        } else if (self.offer.as_ref()).is_none_or(|(.., at)| at.elapsed() >= OFFER_EVERY) {
+            let (current, on_offer) = upgrades::read_offer(self.cluster, self.cfg).await?;
+            self.offer = Some((current, on_offer, tokio::time::Instant::now()));
+        }
+        let current = self.offer.as_ref().and_then(|(c, ..)| c.as_deref());
+        let on_offer = self.offer.as_ref().map_or(&[][..], |(_, o, _)| o);
+        let (upgrade, plans) = (view.upgrade.as_ref(), &view.plans);
+        let needed =
+            retirement::still_needed(current, on_offer, upgrade, plans, view.plans_served, now);
+        Ok(Some(needed))
+    }
+
+    /// Says "no longer needed" once (a log line and a Normal Event on the KubeVirt CR), and
+    /// "needed again" in the log if that changes.
+    pub(super) async fn say_retirement(&mut self, pass: &Pass) {
+        let Some(r) = &pass.retirement else {
+            return;
+        };
+        let (gone, line) = (r.no_longer_needed(), r.line());
+        if gone == self.retirement_said {
+            return;
+        }
+        self.retirement_said = gone;
+        if !gone {
+            info!("resident guard: {line}");
+            return;
+        }
+        info!(reason = NO_LONGER_NEEDED, "resident guard: {line}");
+        if let Some(kv) = &pass.objects.kubevirt {
+            let cluster = self.cluster;
+            cluster
+                .event(kv, EventKind::Normal, NO_LONGER_NEEDED, &line)
+                .await;
+        }
+    }
+
     /// What a pass (and the act after it, if it failed) leaves the metrics saying; an upgrade
     /// under way unprotected is said once (a WARN line, Warning Events on the Upgrade and on
     /// the KubeVirt CR) and again only when it changes (another Upgrade, the hold on or off).
@@ -36,14 +130,9 @@ impl Loop<'_> {
         if let Some(u) = &pass.upgrade {
             let upgrade = serde_json::json!({"metadata": {
                 "namespace": u.namespace, "name": u.name, "uid": u.uid}});
+            let (reason, note) = (said.reason, &said.message);
             self.cluster
-                .event_about(
-                    Kind::Upgrade,
-                    &upgrade,
-                    EventKind::Warning,
-                    said.reason,
-                    &said.message,
-                )
+                .event_about(Kind::Upgrade, &upgrade, EventKind::Warning, reason, note)
                 .await;
         }
         self.unprotected_said = Some(key);
