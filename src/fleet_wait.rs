@@ -15,12 +15,10 @@ use crate::plan::fleet_status::{self, Wait, Waited};
 use crate::vocabulary::Objects;
 use crate::warnings::{CONFLICT, Warning};
 
-/// After the steps: waits until Fleet has applied the phase's change of the ManagedChart's
-/// deployed spec (docs/design.md, "Waiting for Fleet"). `read`: the ManagedChart as read at the
-/// start of the phase (the observedGeneration before our first write of the spec); `left`: the
-/// objects as the phase left them. A `pre` that wrote nothing to the spec (a rerun) waits the
-/// same way for the current generation when our records are on the chart, so that a Complete
-/// `pre` always means "Fleet has applied the suspension".
+/// `read`: the ManagedChart as read at the start of the phase (the observedGeneration before our
+/// first write of the spec); `left`: the objects as the phase left them. A `pre` that wrote
+/// nothing to the spec (a rerun) waits the same way for the current generation when our records
+/// are on the chart, so that a Complete `pre` always means "Fleet has applied the suspension".
 pub async fn wait(run: &mut Run<'_>, read: Option<&Value>, left: &Objects) -> Result<(), Error> {
     let cfg = run.cfg;
     let intent = &cfg.intent;
@@ -68,25 +66,21 @@ async fn say_conflicts(
     chart: &Value,
 ) -> Vec<fleet_status::Conflict> {
     let (intent, cluster) = (&run.cfg.intent, run.cluster);
-    let kv = match kubevirt {
-        Some(kv) => Some(kv.clone()),
-        None => match intent.keys.target(Kind::KubeVirt) {
-            Some(t) => cluster.get(&t).await.ok().flatten(),
-            None => None,
-        },
+    let kv = match (kubevirt, intent.keys.target(Kind::KubeVirt)) {
+        (Some(kv), _) => Some(kv.clone()),
+        (None, Some(t)) => cluster.get(&t).await.ok().flatten(),
+        (None, None) => None,
     };
-    let conflicts = kv
-        .as_ref()
-        .map(|kv| fleet_status::conflicts(kv, chart))
-        .unwrap_or_default();
-    for c in &conflicts {
+    let conflicts = kv.map(|kv| fleet_status::conflicts(&kv, chart));
+    for c in conflicts.iter().flatten() {
+        let message = c.to_string();
         let w = Warning {
             reason: CONFLICT,
-            message: c.to_string(),
+            message,
         };
         run.warned(kubevirt, Some(target.clone()), w).await;
     }
-    conflicts
+    conflicts.unwrap_or_default()
 }
 
 /// The wait itself: Fleet's view of the ManagedChart polled until it has applied generation
@@ -107,10 +101,8 @@ async fn poll_until_applied(
             cfg.fleet_wait,
             async || {
                 let now = cluster.get(&target).await?;
-                Ok(match fleet_status::poll_view(now.as_ref(), after) {
-                    Ok(verdict) => Poll::Ready(verdict),
-                    Err(said) => Poll::Pending(said),
-                })
+                let verdict = fleet_status::poll_view(now.as_ref(), after);
+                Ok(verdict.map_or_else(Poll::Pending, Poll::Ready))
             },
             |waited, said| {
                 info!(object = %target, waited_s = waited.as_secs(), "waiting for Fleet: {said}");

@@ -12,35 +12,33 @@ use crate::error::Error;
 use crate::model::{Kind, Target};
 use crate::outcome::{Done, Outcome};
 use crate::plan::leftovers;
+use crate::plan::pre_advice::names;
 use crate::vocabulary::{Objects, Phase};
 use crate::warnings::{EVENTS_NOT_RECORDED, MIGRATIONS_UNDER_WAY, SKIPPED_NOT_CHECKED, Warning};
 
 /// The objects the phase skips (a step off, or the ManagedChart without a name: then the
 /// default one), read-only: `plan::leftovers` says what of ours is left there.
 pub async fn read_skipped(run: &mut Run<'_>) -> Skipped {
-    let intent = &run.cfg.intent;
+    let cfg = run.cfg;
+    let intent = &cfg.intent;
     let mut read = Skipped::default();
     if !intent.steps.kubevirt {
-        let target = Target::new(Kind::KubeVirt, &intent.keys.kubevirt);
-        read.kubevirt = peek(run, target, true).await;
+        read.kubevirt = peek(run, run.kubevirt(), true).await.map(|(_, kv)| kv);
     }
-    match (&intent.keys.chart, &run.cfg.unnamed_chart) {
-        (Some(key), _) if !intent.steps.writes(Kind::ManagedChart) => {
-            let target = Target::new(Kind::ManagedChart, key);
-            read.chart = peek(run, target, true).await;
-        }
-        (None, Some(key)) => {
-            let target = Target::new(Kind::ManagedChart, key);
-            read.chart = peek(run, target, false).await;
-        }
-        _ => {}
+    let chart = match (&intent.keys.chart, &cfg.unnamed_chart) {
+        (Some(key), _) if !intent.steps.writes(Kind::ManagedChart) => Some((key, true)),
+        (None, Some(key)) => Some((key, false)),
+        _ => None,
+    };
+    if let Some((key, loud)) = chart {
+        read.chart = peek(run, Target::new(Kind::ManagedChart, key), loud).await;
     }
     read
 }
 
 #[derive(Default)]
 pub struct Skipped {
-    kubevirt: Option<(Target, Value)>,
+    kubevirt: Option<Value>,
     chart: Option<(Target, Value)>,
 }
 
@@ -77,31 +75,24 @@ fn noted(target: &Target, reason: &'static str, message: String) -> Done {
 /// be made, as one warning.
 pub async fn after_steps(run: &mut Run<'_>, objects: &Objects, skipped: Skipped) {
     let (intent, cluster) = (&run.cfg.intent, run.cluster);
-    let kv_target = Target::new(Kind::KubeVirt, &intent.keys.kubevirt);
-    let kubevirt = match (&objects.kubevirt, &skipped.kubevirt) {
-        (Some(o), _) => Some((&kv_target, o)),
-        (None, Some((t, o))) => Some((t, o)),
-        _ => None,
-    };
+    let kubevirt = objects.kubevirt.as_ref().or(skipped.kubevirt.as_ref());
     let chart_target = intent.keys.target(Kind::ManagedChart);
-    let chart = match (&objects.chart, &chart_target, &skipped.chart) {
-        (Some(o), Some(t), _) => Some((t, o)),
-        (_, _, Some((t, o))) => Some((t, o)),
-        _ => None,
+    let chart = match (&objects.chart, &chart_target) {
+        (Some(o), Some(t)) => Some((t, o)),
+        _ => skipped.chart.as_ref().map(|(t, o)| (t, o)),
     };
     let mut warnings = leftovers::leftovers(intent, kubevirt, chart);
     if intent.phase == Phase::Pre
         && kubevirt.is_some()
         && let Some(w) = migrations_under_way(cluster).await
     {
-        warnings.push((kv_target.clone(), w));
+        warnings.push((run.kubevirt(), w));
     }
-    let kv_obj = kubevirt.map(|(_, o)| o);
     for (target, w) in warnings {
-        run.warned(kv_obj, Some(target), w).await;
+        run.warned(kubevirt, Some(target), w).await;
     }
     // The objects skipped as missing (logged when found missing) get their Event too.
-    if let Some(kv) = kv_obj {
+    if let Some(kv) = kubevirt {
         for w in run
             .done
             .iter()
@@ -121,7 +112,7 @@ pub async fn after_steps(run: &mut Run<'_>, objects: &Objects, skipped: Skipped)
              warnings and actions are in this message and the log",
             failed.len()
         );
-        run.push(noted(&kv_target, EVENTS_NOT_RECORDED, message));
+        run.push(noted(&run.kubevirt(), EVENTS_NOT_RECORDED, message));
     }
 }
 
@@ -130,30 +121,20 @@ pub async fn after_steps(run: &mut Run<'_>, objects: &Objects, skipped: Skipped)
 /// listed them before its writes already: that list is taken, not made again.
 async fn migrations_under_way(cluster: &Cluster) -> Option<Warning> {
     let message = match cluster.migrations_under_way().await {
+        Ok(unfinished) if unfinished.is_empty() => {
+            info!("no workload-update migration is under way");
+            return None;
+        }
         Ok(unfinished) => {
-            if unfinished.is_empty() {
-                info!("no workload-update migration is under way");
-                return None;
-            }
-            let mut names: Vec<String> = unfinished
-                .iter()
-                .take(10)
-                .map(|m| format!("{}/{} ({})", m.namespace, m.name, m.phase))
-                .collect();
-            if unfinished.len() > 10 {
-                names.push(format!("and {} more", unfinished.len() - 10));
-            }
-            let first = &unfinished[0];
+            let (n, first) = (unfinished.len(), &unfinished[0]);
+            let (s, are) = if n == 1 { ("", "is") } else { ("s", "are") };
             format!(
-                "{} workload-update migration{} created before pre {} not finished: {}. Setting \
-                 the methods to [] stops new ones but cancels none of these: they go on moving \
-                 their VMs during the upgrade. To cancel one, delete it (e.g. kubectl -n {} \
-                 delete virtualmachineinstancemigration {}); PHASE=status lists those not \
+                "{n} workload-update migration{s} created before pre {are} not finished: {}. \
+                 Setting the methods to [] stops new ones but cancels none of these: they go on \
+                 moving their VMs during the upgrade. To cancel one, delete it (e.g. kubectl -n \
+                 {} delete virtualmachineinstancemigration {}); PHASE=status lists those not \
                  finished (hack/job.sh run status)",
-                unfinished.len(),
-                if unfinished.len() == 1 { "" } else { "s" },
-                if unfinished.len() == 1 { "is" } else { "are" },
-                names.join(", "),
+                names(&unfinished),
                 first.namespace,
                 first.name,
             )
@@ -163,8 +144,6 @@ async fn migrations_under_way(cluster: &Cluster) -> Option<Warning> {
              but cancels none already created; PHASE=status lists them (hack/job.sh run status)"
         ),
     };
-    Some(Warning {
-        reason: MIGRATIONS_UNDER_WAY,
-        message,
-    })
+    let reason = MIGRATIONS_UNDER_WAY;
+    Some(Warning { reason, message })
 }

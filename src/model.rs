@@ -80,37 +80,37 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub fn api_version(self) -> &'static str {
+    /// Its apiVersion, kind name and plural, one row per kind.
+    fn row(self) -> (&'static str, &'static str, &'static str) {
         match self {
-            Kind::KubeVirt | Kind::Migration => "kubevirt.io/v1",
-            Kind::ManagedChart => "management.cattle.io/v3",
-            Kind::Upgrade | Kind::Version | Kind::Setting => "harvesterhci.io/v1beta1",
-            Kind::UpgradePlan => "management.harvesterhci.io/v1beta1",
+            Kind::KubeVirt => ("kubevirt.io/v1", "KubeVirt", "kubevirts"),
+            Kind::ManagedChart => ("management.cattle.io/v3", "ManagedChart", "managedcharts"),
+            Kind::Migration => (
+                "kubevirt.io/v1",
+                "VirtualMachineInstanceMigration",
+                "virtualmachineinstancemigrations",
+            ),
+            Kind::Upgrade => ("harvesterhci.io/v1beta1", "Upgrade", "upgrades"),
+            Kind::Version => ("harvesterhci.io/v1beta1", "Version", "versions"),
+            Kind::Setting => ("harvesterhci.io/v1beta1", "Setting", "settings"),
+            Kind::UpgradePlan => (
+                "management.harvesterhci.io/v1beta1",
+                "UpgradePlan",
+                "upgradeplans",
+            ),
         }
+    }
+
+    pub fn api_version(self) -> &'static str {
+        self.row().0
     }
 
     pub fn name(self) -> &'static str {
-        match self {
-            Kind::KubeVirt => "KubeVirt",
-            Kind::ManagedChart => "ManagedChart",
-            Kind::Migration => "VirtualMachineInstanceMigration",
-            Kind::Upgrade => "Upgrade",
-            Kind::Version => "Version",
-            Kind::Setting => "Setting",
-            Kind::UpgradePlan => "UpgradePlan",
-        }
+        self.row().1
     }
 
     pub fn plural(self) -> &'static str {
-        match self {
-            Kind::KubeVirt => "kubevirts",
-            Kind::ManagedChart => "managedcharts",
-            Kind::Migration => "virtualmachineinstancemigrations",
-            Kind::Upgrade => "upgrades",
-            Kind::Version => "versions",
-            Kind::Setting => "settings",
-            Kind::UpgradePlan => "upgradeplans",
-        }
+        self.row().2
     }
 
     pub fn resource(self) -> ApiResource {
@@ -152,13 +152,7 @@ impl std::fmt::Display for Target {
 
 /// `s` cut to at most `max` bytes, at a character boundary (API limits count bytes).
 pub fn truncate_bytes(s: &mut String, max: usize) {
-    if s.len() > max {
-        let mut cut = max;
-        while !s.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        s.truncate(cut);
-    }
+    s.truncate(s.floor_char_boundary(max));
 }
 
 /// A JSON pointer from path segments (RFC 6901 escaping).

@@ -11,7 +11,7 @@ use crate::context::Run;
 use crate::error::Error;
 use crate::harvester_gate;
 use crate::leftovers_check;
-use crate::model::{Kind, Target};
+use crate::model::{FIELD_MANAGER, Kind, Target};
 use crate::outcome::{Done, Outcome};
 use crate::plan;
 use crate::plan::kubevirt::HOTPLUG_NOTICE;
@@ -24,15 +24,13 @@ pub async fn run(
     run: &mut Run<'_>,
     out: &mut impl std::io::Write,
 ) -> Result<Option<String>, Error> {
-    match run.cfg.intent.phase {
-        Phase::Watch => {
-            let act = async |run: &mut Run<'_>| run_phase(run, out).await.map(|_| ());
-            crate::resident::resident_guard(run.cfg, run.cluster, act)
-                .await
-                .map(|()| None)
-        }
-        _ => run_phase(run, out).await,
+    if run.cfg.intent.phase != Phase::Watch {
+        return run_phase(run, out).await;
     }
+    let act = async |run: &mut Run<'_>| run_phase(run, out).await.map(|_| ());
+    crate::resident::resident_guard(run.cfg, run.cluster, act)
+        .await
+        .map(|()| None)
 }
 
 /// Runs one phase, `pre`, `post` or `status`, as its Job does.
@@ -42,22 +40,14 @@ pub async fn run_phase(
 ) -> Result<Option<String>, Error> {
     match run.cfg.intent.phase {
         Phase::Status => crate::status::status(run, out).await.map(Some),
-        Phase::Pre | Phase::Post => {
-            let (read, left) = change(run, out).await?;
-            crate::fleet_wait::wait(run, read.as_ref(), &left)
-                .await
-                .map(|()| None)
-        }
+        Phase::Pre | Phase::Post => change(run, out).await.map(|()| None),
         Phase::Watch => unreachable!("the resident guard runs pre and post, never itself"),
     }
 }
 
-/// Writes the phase's steps; returns the ManagedChart as read at the start and the objects as
-/// the phase left them.
-async fn change(
-    run: &mut Run<'_>,
-    out: &mut impl std::io::Write,
-) -> Result<(Option<Value>, Objects), Error> {
+/// `pre` or `post` in one pass: read the objects (and, read-only, those the phase skips), pass
+/// Harvester's gate, write the steps, say what is left, wait for Fleet.
+async fn change(run: &mut Run<'_>, out: &mut impl std::io::Write) -> Result<(), Error> {
     let intent = &run.cfg.intent;
     let mut objects = Objects::default();
     for target in intent.targets() {
@@ -76,30 +66,35 @@ async fn change(
     // cleanup (and reads the objects again after it, so Fleet's generation is taken after it).
     // The armed `post` first waits for the next upgrade to begin and end.
     crate::resident::armed(run, &mut objects).await?;
-    if !harvester_gate::gate(run, &mut objects).await? {
-        leftovers_check::after_steps(run, &objects, skipped).await;
-        return Ok((objects.chart.clone(), objects));
-    }
+    let write = harvester_gate::gate(run, &mut objects).await?;
     let read = objects.chart.clone();
     // With ALLOW_MISSING, a `pre` without the KubeVirt CR has nothing to guard: it writes
     // nothing at all, not even the ManagedChart.
-    if intent.phase == Phase::Pre
+    if write
+        && intent.phase == Phase::Pre
         && intent.steps.kubevirt
         && objects.kubevirt.is_none()
         && let Some(key) = objects.chart.take().and(intent.keys.chart.as_ref())
     {
-        run.push(nothing_to_guard(key));
+        let left = "left alone: the KubeVirt CR is missing, so there is nothing to guard";
+        run.push(Done::noted(
+            Target::new(Kind::ManagedChart, key),
+            vec![left.into()],
+        ));
     }
-    // The whole phase is planned first only to refuse a malformed object before any write; each
-    // step is planned again below against the object as the previous write left it.
-    plan::plan_phase(intent, &objects)?;
-    write_steps(run, &mut objects, out).await?;
+    if write {
+        // The whole phase is planned first only to refuse a malformed object before any write;
+        // each step is planned again against the object as the previous write left it.
+        plan::plan_phase(intent, &objects)?;
+        write_steps(run, &mut objects, out).await?;
+    }
     leftovers_check::after_steps(run, &objects, skipped).await;
-    Ok((read, objects))
+    crate::fleet_wait::wait(run, read.as_ref(), &objects).await
 }
 
 /// The phase's writes, step by step, each planned again against the object as the previous write
-/// left it; each step's row, its warnings said (a WARN line, an Event on the KubeVirt CR).
+/// left it; each step's row, its warnings said (a WARN line, an Event on the KubeVirt CR as the
+/// step left it, where `kubectl describe` shows it).
 async fn write_steps(
     run: &mut Run<'_>,
     objects: &mut Objects,
@@ -116,63 +111,45 @@ async fn write_steps(
         if step.write == Write::Release && skip_release() {
             continue;
         }
-        let written = write_step(cfg, cluster, &step, current, objects).await?;
         // A dry run's patch that cannot be printed fails the run (exit 3), once this step is
         // recorded as done.
         let mut printed = Ok(());
-        let (outcome, plan, object) = match written {
-            Written::Missing => {
-                let when = "it was deleted while the phase ran";
-                run.push(Done::missing(cfg.allow_missing, step.target.clone(), when)?);
-                objects.set(kind, None);
-                continue;
-            }
-            Written::Unchanged { plan, object } => (Outcome::Unchanged, plan, object),
-            Written::Changed { plan, object } => {
-                printed = after_write(cfg, cluster, &step, &plan, &object, out).await;
-                let outcome = if cfg.dry_run {
-                    Outcome::WouldChange
-                } else {
-                    Outcome::Changed
-                };
-                (outcome, plan, object)
-            }
-        };
+        let (outcome, plan, object) =
+            match write_step(cfg, cluster, &step, current, objects).await? {
+                Written::Missing => {
+                    let when = "it was deleted while the phase ran";
+                    run.push(Done::missing(cfg.allow_missing, step.target.clone(), when)?);
+                    objects.set(kind, None);
+                    continue;
+                }
+                Written::Unchanged { plan, object } => (Outcome::Unchanged, plan, object),
+                Written::Changed { plan, object } if cfg.dry_run => {
+                    (Outcome::WouldChange, plan, object)
+                }
+                Written::Changed { plan, object } => (Outcome::Changed, plan, object),
+            };
+        if outcome != Outcome::Unchanged {
+            printed = after_write(cfg, cluster, &step, &plan, &object, out).await;
+        }
         // One "already as wanted" line per object, once its last step is done without a write.
         if steps.peek().is_none_or(|next| next.target != step.target) {
             already_as_wanted(&step.target, outcome, &plan, run.done);
         }
         objects.set(kind, Some(object));
-        record_step(run, objects.kubevirt.as_ref(), step.target, outcome, plan).await;
+        for w in &plan.warnings {
+            let kubevirt = objects.kubevirt.as_ref();
+            cluster.warn(kubevirt, Some(&step.target), w).await;
+        }
+        let (target, actions, warnings) = (step.target, plan.actions, plan.warnings);
+        run.push(Done {
+            target,
+            outcome,
+            actions,
+            warnings,
+        });
         printed?;
     }
     Ok(())
-}
-
-/// A step's row in the summary; each of its warnings also goes on the KubeVirt CR (as the
-/// step left it), where `kubectl describe` shows it, and in the log.
-async fn record_step(
-    run: &mut Run<'_>,
-    kubevirt: Option<&Value>,
-    target: Target,
-    outcome: Outcome,
-    plan: Plan,
-) {
-    for w in &plan.warnings {
-        run.cluster.warn(kubevirt, Some(&target), w).await;
-    }
-    run.push(Done {
-        target,
-        outcome,
-        actions: plan.actions,
-        warnings: plan.warnings,
-    });
-}
-
-/// A `pre` whose KubeVirt CR is missing (ALLOW_MISSING) leaves the ManagedChart alone.
-fn nothing_to_guard(chart: &crate::model::ObjectKey) -> Done {
-    let left = "left alone: the KubeVirt CR is missing, so there is nothing to guard";
-    Done::noted(Target::new(Kind::ManagedChart, chart), vec![left.into()])
 }
 
 /// One step's write: converged on the server, or, a dry run's release, planned and shown only
@@ -188,15 +165,10 @@ async fn write_step(
     let intent = &cfg.intent;
     if cfg.dry_run && step.write == Write::Release {
         let plan = plan::plan_step(intent, step, objects)?.unwrap_or_default();
+        let object = current;
         return Ok(match plan.patch {
-            Some(_) => Written::Changed {
-                plan,
-                object: current,
-            },
-            None => Written::Unchanged {
-                plan,
-                object: current,
-            },
+            Some(_) => Written::Changed { plan, object },
+            None => Written::Unchanged { plan, object },
         });
     }
     let kind = step.target.kind;
@@ -231,17 +203,18 @@ async fn after_write(
     object: &serde_json::Value,
     out: &mut impl std::io::Write,
 ) -> Result<(), Error> {
-    let mut printed = Ok(());
-    if cfg.dry_run {
+    let printed = if cfg.dry_run {
         let patch = plan.patch.as_ref().expect("a change has a patch");
         let line = json!({"object": step.target.to_string(), "dryRun": true, "patch": patch});
-        printed = writeln!(out, "{line}")
+        let printed = writeln!(out, "{line}")
             .and_then(|()| out.flush())
             .map_err(|e| Error::Output(e.to_string()));
         info!(object = %step.target, actions = ?plan.actions, "would write (dry run: nothing changed)");
+        printed
     } else {
         info!(object = %step.target, actions = ?plan.actions, "written");
-    }
+        Ok(())
+    };
     // A Normal Event for a change that did something: a `post` that keeps a later choice only
     // drops our record, and its Warning Event says why.
     let kept = plan
@@ -253,22 +226,22 @@ async fn after_write(
         && !plan.actions.is_empty()
         && !kept
     {
-        let (reason, verb) = match cfg.intent.phase {
-            Phase::Pre => (warnings::SUSPENDED, "Suspended automated workload updates"),
-            _ => (
-                warnings::RESTORED,
-                "Restored the workload update methods as they were before pre",
-            ),
+        let actions = plan.actions.join("; ");
+        let (reason, note) = match cfg.intent.phase {
+            Phase::Pre => {
+                info!("{HOTPLUG_NOTICE}");
+                let verb = "Suspended automated workload updates";
+                let note = format!("{verb} ({FIELD_MANAGER}): {actions}. {HOTPLUG_NOTICE}");
+                (warnings::SUSPENDED, note)
+            }
+            _ => {
+                let verb = "Restored the workload update methods as they were before pre";
+                (
+                    warnings::RESTORED,
+                    format!("{verb} ({FIELD_MANAGER}): {actions}"),
+                )
+            }
         };
-        let mut note = format!(
-            "{verb} ({}): {}",
-            crate::model::FIELD_MANAGER,
-            plan.actions.join("; ")
-        );
-        if cfg.intent.phase == Phase::Pre {
-            info!("{HOTPLUG_NOTICE}");
-            note = format!("{note}. {HOTPLUG_NOTICE}");
-        }
         cluster
             .event(object, EventKind::Normal, reason, &note)
             .await;

@@ -39,7 +39,7 @@ pub async fn status(run: &mut Run<'_>, out: &mut impl std::io::Write) -> Result<
             .map(|(t, r)| (t, r.as_ref().map(Option::as_ref))),
         &migrations,
     )
-    .with_harvester(view.upgrade.clone(), view.offered.clone(), view.coming());
+    .with_harvester(view.upgrade.clone(), view.offered(), view.coming());
     if let Some((target, obj)) = &unnamed {
         report = report.with_unnamed_chart(&cfg.intent, target, obj);
     }

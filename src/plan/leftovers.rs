@@ -18,8 +18,8 @@ use serde_json::Value;
 use super::chart::{compare_list, find_pointer};
 use super::records::{CompareRecord, annotation, describe, is_suspended, lookup, read_record};
 use crate::model::{
-    COMPARE_RECORD, FIELD_MANAGER, KUBEVIRT_COPY, KUBEVIRT_RECORD, METHODS_PATH, OWNERS_TO_RETURN,
-    ObjectKey, Target, VALUES_PATH, VALUES_RECORD,
+    COMPARE_RECORD, FIELD_MANAGER, KUBEVIRT_COPY, KUBEVIRT_RECORD, Kind, METHODS_PATH,
+    OWNERS_TO_RETURN, ObjectKey, Target, VALUES_PATH, VALUES_RECORD,
 };
 use crate::vocabulary::{Intent, Phase, Steps};
 use crate::warnings::{LEFT_BY_SKIPPED_STEP, Warning};
@@ -140,79 +140,83 @@ fn common_ours(obj: &Value) -> Vec<String> {
     out
 }
 
-/// What a `pre` or `post` with `STEP_KUBEVIRT=false` leaves of ours on the KubeVirt CR.
-fn left_on_kubevirt(intent: &Intent, target: &Target, kv: &Value) -> Option<(Target, Warning)> {
-    let parts = kubevirt_ours(kv);
-    if parts.is_empty() {
-        return None;
-    }
-    let methods = lookup(kv, METHODS_PATH).ok().flatten().cloned();
-    let effect = match intent.phase {
-        Phase::Post if is_suspended(&methods) => "Automated workload updates stay OFF on the CR. ",
-        _ => "",
-    };
-    let (off, on) = ("STEP_KUBEVIRT=false", "STEP_KUBEVIRT=true");
-    let w = warning(intent, target, &parts, off, effect, on);
-    Some((target.clone(), w))
-}
-
 /// The warnings for what this phase was told to skip but that carries something of ours, from
 /// the objects as the phase leaves them (a skipped one as read). `chart` is the ManagedChart the
 /// phase works on, or, with `MANAGEDCHART_NAME` empty, the default one.
 pub fn leftovers(
     intent: &Intent,
-    kubevirt: Option<(&Target, &Value)>,
+    kubevirt: Option<&Value>,
     chart: Option<(&Target, &Value)>,
 ) -> Vec<(Target, Warning)> {
     if intent.phase == Phase::Status {
         return Vec::new();
     }
-    let mut out: Vec<(Target, Warning)> = kubevirt
-        .filter(|_| !intent.steps.kubevirt)
-        .and_then(|(target, kv)| left_on_kubevirt(intent, target, kv))
-        .into_iter()
-        .collect();
+    let mut out = Vec::new();
+    if let Some(kv) = kubevirt.filter(|_| !intent.steps.kubevirt) {
+        let target = Target::new(Kind::KubeVirt, &intent.keys.kubevirt);
+        let methods = lookup(kv, METHODS_PATH).ok().flatten().cloned();
+        let effect = match is_suspended(&methods) {
+            true => "Automated workload updates stay OFF on the CR. ",
+            false => "",
+        };
+        let (off, on) = ("STEP_KUBEVIRT=false", "STEP_KUBEVIRT=true");
+        out.extend(warning(
+            intent.phase,
+            &target,
+            &kubevirt_ours(kv),
+            off,
+            effect,
+            on,
+        ));
+    }
     if let Some((target, obj)) = chart {
         let ours = chart_ours(obj, &intent.keys.kubevirt);
-        let named = intent.keys.chart.is_some();
-        let (parts, why, switches) = if !named {
-            (
+        let (parts, why, switches) = match intent.keys.chart {
+            Some(_) => ours.left_by(&intent.steps),
+            None => (
                 ours.all(),
                 "MANAGEDCHART_NAME is empty".to_string(),
                 format!(
                     "MANAGEDCHART_NAMESPACE={} MANAGEDCHART_NAME={}",
                     target.key.namespace, target.key.name
                 ),
-            )
-        } else {
-            ours.left_by(&intent.steps)
+            ),
         };
-        let values_left = !named || !intent.steps.values;
-        if !parts.is_empty() {
-            let effect = match intent.phase {
-                Phase::Post if values_left && ours.suspends_at_next_deploy => {
-                    "Fleet's next deploy of the chart renders that [] on the KubeVirt CR and \
-                     suspends the automated updates again. "
-                }
-                _ => "",
-            };
-            let w = warning(intent, target, &parts, &why, effect, &switches);
-            out.push((target.clone(), w));
-        }
+        let values_left = intent.keys.chart.is_none() || !intent.steps.values;
+        let effect = match values_left && ours.suspends_at_next_deploy {
+            true => {
+                "Fleet's next deploy of the chart renders that [] on the KubeVirt CR and \
+                 suspends the automated updates again. "
+            }
+            false => "",
+        };
+        out.extend(warning(
+            intent.phase,
+            target,
+            &parts,
+            &why,
+            effect,
+            &switches,
+        ));
     }
     out
 }
 
+/// The warning on `target` for what of ours (`parts`) the phase left there, if anything;
+/// `effect` (what that does) is said by `post` only.
 fn warning(
-    intent: &Intent,
+    phase: Phase,
     target: &Target,
     parts: &[String],
     why: &str,
     effect: &str,
     switches: &str,
-) -> Warning {
+) -> Option<(Target, Warning)> {
+    if parts.is_empty() {
+        return None;
+    }
     let parts = parts.join(", ");
-    let message = match intent.phase {
+    let message = match phase {
         Phase::Post => format!(
             "NOT FULLY RESTORED: {target} keeps what pre wrote there: {parts} ({why}: this post \
              did not touch it). {effect}To finish, run post again with {switches} (the \
@@ -224,10 +228,8 @@ fn warning(
              hack/job.sh run post)"
         ),
     };
-    Warning {
-        reason: LEFT_BY_SKIPPED_STEP,
-        message,
-    }
+    let reason = LEFT_BY_SKIPPED_STEP;
+    Some((target.clone(), Warning { reason, message }))
 }
 
 #[cfg(test)]
@@ -286,11 +288,10 @@ mod tests {
     /// The leftover warnings of a run of `intent` over `objects`, as `leftovers_check` computes them.
     fn warnings_of(intent: &Intent, before: &Objects) -> (Objects, Vec<Warning>) {
         let after = run_with(intent, before);
-        let kt = Target::new(Kind::KubeVirt, &kv());
         let ct = Target::new(Kind::ManagedChart, &chart_key());
         let w = leftovers(
             intent,
-            after.kubevirt.as_ref().map(|o| (&kt, o)),
+            after.kubevirt.as_ref(),
             after.chart.as_ref().map(|o| (&ct, o)),
         );
         for (target, w) in &w {

@@ -7,13 +7,9 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::harvester_upgrade::{Backup, Handling, Upgrade, blind_value};
-pub use super::migrations::Migration;
+use super::migrations::Migration;
 use super::records::{describe, is_suspended};
-
-/// Harvester's Upgrade states, in order: the one list, `upgrade_progress`'s.
-pub use super::upgrade_progress::UPGRADE_STATES as STATES;
-/// Under way: not ended and not being deleted, as `post`'s wait reads it.
-pub use super::upgrade_progress::upgrade_under_way as under_way;
+use super::upgrade_progress::upgrade_under_way as under_way;
 
 /// The states of an upgrade under way in which KubeVirt is upgraded already or being upgraded
 /// (the apply-manifests job runs in `UpgradingSystemServices`).
@@ -64,20 +60,6 @@ impl Coming {
         }
     }
 
-    /// What the coming release's own handling puts back at its end.
-    fn restores(&self) -> Option<Restores> {
-        let version = match self {
-            Coming::Upgrade { version, .. } | Coming::Offered { version } => version,
-            Coming::AddOn { .. } => return Some(Restores::OnlyDefault),
-            Coming::Unknown { .. } => return None,
-        };
-        Some(match Handling::of(version) {
-            Handling::None => Restores::Nothing,
-            Handling::PatchAndHardCodedRestore => Restores::OnlyDefault,
-            Handling::BackupAndRestore => Restores::Any,
-        })
-    }
-
     fn name(&self) -> String {
         match self {
             Coming::Upgrade { describe, .. } => describe.clone(),
@@ -88,17 +70,6 @@ impl Coming {
             Coming::Unknown { .. } => "an unknown release".into(),
         }
     }
-}
-
-/// What a release's own handling of the methods restores at its end.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Restores {
-    /// v1.7.1 and before: it suspends nothing, restores nothing.
-    Nothing,
-    /// v1.8.0 and the add-on: a hard-coded `[LiveMigrate]`.
-    OnlyDefault,
-    /// v1.7.2+, v1.8.1+, v1.9: its backup of what was there.
-    Any,
 }
 
 /// `pre`'s answer to "is the guard needed for this upgrade?" (`status` gives it too).
@@ -123,51 +94,54 @@ impl Advice {
     }
 }
 
-/// Whether `pre` is needed before the upgrade to `coming`, with `methods` the KubeVirt CR's now.
+/// Whether `pre` is needed before the upgrade to `coming`, with `methods` the KubeVirt CR's now:
+/// by what the coming release's own handling puts back at its end.
 pub fn advise(coming: &Coming, methods: &Option<Value>) -> Advice {
     let now = describe(methods);
     let default = methods.as_ref() == Some(&blind_value());
-    match coming.restores() {
-        None => {
-            let Coming::Unknown { on_offer } = coming else {
-                unreachable!("only an unknown release has no handling")
-            };
-            let offer = match on_offer.as_slice() {
-                [] => "no release on offer".to_string(),
-                list => format!("{} releases on offer ({})", list.len(), list.join(", ")),
-            };
-            let also = if default {
-                ", or to v1.8.0, or by the upgrade add-on (they restore the default [LiveMigrate], \
-                 which is what is there now)"
-            } else {
-                ""
-            };
-            Advice::Unknown(format!(
-                "pre is needed unless the upgrade goes to v1.7.2+, v1.8.1+ or v1.9 (Harvester \
-                 suspends and restores any methods itself){also}: the release the cluster \
-                 upgrades to is not known (no Upgrade under way, {offer}), so pre suspends"
-            ))
-        }
-        Some(Restores::Any) => Advice::NotNeeded(format!(
-            "pre is not needed: {} suspends the methods itself and restores what is there now \
-             ({now}) at its cleanup",
-            coming.name()
+    let handling = match coming {
+        Coming::Upgrade { version, .. } | Coming::Offered { version } => Handling::of(version),
+        Coming::AddOn { .. } => Handling::PatchAndHardCodedRestore,
+        Coming::Unknown { on_offer } => return unknown(on_offer, default),
+    };
+    let name = coming.name();
+    match handling {
+        Handling::BackupAndRestore => Advice::NotNeeded(format!(
+            "pre is not needed: {name} suspends the methods itself and restores what is there \
+             now ({now}) at its cleanup"
         )),
-        Some(Restores::OnlyDefault) if default => Advice::NotNeeded(format!(
-            "pre is not needed: {} suspends the methods itself and at its end writes \
-             [LiveMigrate], which is what is there now",
-            coming.name()
+        Handling::PatchAndHardCodedRestore if default => Advice::NotNeeded(format!(
+            "pre is not needed: {name} suspends the methods itself and at its end writes \
+             [LiveMigrate], which is what is there now"
         )),
-        Some(Restores::OnlyDefault) => Advice::Needed(format!(
-            "pre is needed: {} writes a hard-coded [LiveMigrate] at its end, not what is there \
-             now ({now}); run post after it",
-            coming.name()
+        Handling::PatchAndHardCodedRestore => Advice::Needed(format!(
+            "pre is needed: {name} writes a hard-coded [LiveMigrate] at its end, not what is \
+             there now ({now}); run post after it"
         )),
-        Some(Restores::Nothing) => Advice::Needed(format!(
-            "pre is needed: {} does nothing to the methods itself",
-            coming.name()
+        Handling::None => Advice::Needed(format!(
+            "pre is needed: {name} does nothing to the methods itself"
         )),
     }
+}
+
+/// The coming release is not known: `pre` acts, and names the releases that would make it
+/// unnecessary (`default`: the methods are `[LiveMigrate]`).
+fn unknown(on_offer: &[String], default: bool) -> Advice {
+    let offer = match on_offer {
+        [] => "no release on offer".to_string(),
+        list => format!("{} releases on offer ({})", list.len(), list.join(", ")),
+    };
+    let also = if default {
+        ", or to v1.8.0, or by the upgrade add-on (they restore the default [LiveMigrate], which \
+         is what is there now)"
+    } else {
+        ""
+    };
+    Advice::Unknown(format!(
+        "pre is needed unless the upgrade goes to v1.7.2+, v1.8.1+ or v1.9 (Harvester suspends \
+         and restores any methods itself){also}: the release the cluster upgrades to is not \
+         known (no Upgrade under way, {offer}), so pre suspends"
+    ))
 }
 
 /// Why `pre` comes late: the wave of workload updates has begun.
@@ -208,17 +182,7 @@ impl Late {
         }
         let under_way = match migrations {
             Ok([]) => "no workload-update migration is under way".to_string(),
-            Ok(list) => {
-                let mut names: Vec<String> = list
-                    .iter()
-                    .take(10)
-                    .map(|m| format!("{}/{} ({})", m.namespace, m.name, m.phase))
-                    .collect();
-                if list.len() > 10 {
-                    names.push(format!("and {} more", list.len() - 10));
-                }
-                format!("workload-update migrations under way: {}", names.join(", "))
-            }
+            Ok(list) => format!("workload-update migrations under way: {}", names(list)),
             Err(e) => format!("the workload-update migrations under way are not known ({e})"),
         };
         format!(
@@ -227,6 +191,16 @@ impl Late {
             why.join("; ")
         )
     }
+}
+
+/// The first ten migrations, `namespace/name (phase)`, and how many more.
+pub fn names(list: &[Migration]) -> String {
+    let each = |m: &Migration| format!("{}/{} ({})", m.namespace, m.name, m.phase);
+    let mut names: Vec<String> = list.iter().take(10).map(each).collect();
+    if list.len() > 10 {
+        names.push(format!("and {} more", list.len() - 10));
+    }
+    names.join(", ")
 }
 
 /// `pre`'s decision before any write.
