@@ -26,8 +26,10 @@ use crate::warnings::{
     Warning,
 };
 
-fn warning(reason: &'static str, message: String) -> Warning {
-    Warning { reason, message }
+/// A warning on the KubeVirt CR's row: a WARN line and its Event on the CR.
+async fn warn(run: &mut Run<'_>, kubevirt: Option<&Value>, reason: &'static str, message: String) {
+    run.warned(kubevirt, None, Warning { reason, message })
+        .await;
 }
 
 /// A line said (INFO) and kept for the KubeVirt CR's row.
@@ -50,15 +52,17 @@ pub async fn gate(run: &mut Run<'_>, objects: &mut Objects) -> Result<bool, Erro
 /// One pass: read (the upgrades, the methods), decide ([`pre_gate`], then [`proceed`]), say.
 async fn before_pre(run: &mut Run<'_>, objects: &mut Objects) -> Result<bool, Error> {
     let view = upgrades::read(run.cluster, run.cfg).await?;
+    let (kv, chart, upgrade) = (
+        objects.kubevirt.as_ref(),
+        objects.chart.as_ref(),
+        view.upgrade.as_ref(),
+    );
     let target = run.kubevirt();
     let refused = |reason| Refusal {
         target: target.clone(),
         reason,
     };
-    let mut current = match &objects.kubevirt {
-        Some(kv) => methods(kv).map_err(refused)?,
-        None => None,
-    };
+    let mut current = kv.map(methods).transpose().map_err(refused)?.flatten();
     let mut notes = Vec::new();
     if let Some(line) = view.offered_line() {
         note(&mut notes, line);
@@ -66,8 +70,7 @@ async fn before_pre(run: &mut Run<'_>, objects: &mut Objects) -> Result<bool, Er
     let ours = anything_of_ours(objects);
     // Another suspender's `[]` is never an original: what it stands in for is (else `post`
     // would put that `[]` back: updates off for good).
-    let (upgrade, chart) = (view.upgrade.as_ref(), objects.chart.as_ref());
-    let foreign = match &objects.kubevirt {
+    let foreign = match kv {
         Some(kv) if !ours => {
             foreign_suspension(kv, chart, upgrade, &view.plans).map_err(refused)?
         }
@@ -75,8 +78,7 @@ async fn before_pre(run: &mut Run<'_>, objects: &mut Objects) -> Result<bool, Er
     };
     if let Some(f) = &foreign {
         let line = f.line();
-        let said = warning(SUSPENDED_BY_ANOTHER, line.clone());
-        run.warned(objects.kubevirt.as_ref(), None, said).await;
+        warn(run, kv, SUSPENDED_BY_ANOTHER, line.clone()).await;
         notes.push(line.clone());
         let record = serde_json::to_value(&f.original).expect("records serialize");
         objects.foreign = Some(ForeignOriginal { record, line });
@@ -88,8 +90,7 @@ async fn before_pre(run: &mut Run<'_>, objects: &mut Objects) -> Result<bool, Er
             Ok(proceed(run, objects, &view, notes, ours, &current).await)
         }
         PreGate::LeaveToHarvester(why) => {
-            let said = warning(HARVESTER_SUSPENDED, why);
-            run.warned(objects.kubevirt.as_ref(), None, said).await;
+            warn(run, kv, HARVESTER_SUSPENDED, why).await;
             let left = "left to Harvester's upgrade: nothing written";
             nothing_written(run, objects, vec![left.to_string()]);
             Ok(false)
@@ -98,7 +99,8 @@ async fn before_pre(run: &mut Run<'_>, objects: &mut Objects) -> Result<bool, Er
 }
 
 /// `pre` past Harvester's gate: whether it is needed for the coming release (else it stands
-/// aside: `false`), and whether it comes late; the KubeVirt CR's row says it all.
+/// aside, writes nothing, and says so with a Normal Event: `false`), and whether it comes late;
+/// the KubeVirt CR's row says it all.
 async fn proceed(
     run: &mut Run<'_>,
     objects: &Objects,
@@ -111,7 +113,18 @@ async fn proceed(
     // A rerun keeps (and completes) its own suspension whatever the release.
     let line = match (&advice, ours, run.cfg.even_if_not_needed) {
         (Advice::NotNeeded(why), false, false) => {
-            stand_aside(run, objects, notes, why).await;
+            let line = format!(
+                "{why}: nothing written (PRE_EVEN_IF_NOT_NEEDED=true suspends anyway); no post \
+                 is needed"
+            );
+            info!(reason = NOT_NEEDED, "{line}");
+            if let Some(kv) = &objects.kubevirt {
+                run.cluster
+                    .event(kv, EventKind::Normal, NOT_NEEDED, &line)
+                    .await;
+            }
+            notes.push(line);
+            nothing_written(run, objects, notes);
             return false;
         }
         (Advice::NotNeeded(why), true, _) => {
@@ -130,8 +143,7 @@ async fn proceed(
     if let Some(late) = late.filter(|_| !already) {
         let listed = run.cluster.migrations_under_way().await;
         let message = late.message(listed.as_deref().map_err(String::as_str));
-        let said = warning(PRE_LATE, message);
-        run.warned(objects.kubevirt.as_ref(), None, said).await;
+        warn(run, objects.kubevirt.as_ref(), PRE_LATE, message).await;
     }
     run.noted(notes);
     true
@@ -146,21 +158,6 @@ fn nothing_written(run: &mut Run<'_>, objects: &Objects, actions: Vec<String>) {
             run.push(Done::noted(target, actions.clone()));
         }
     }
-}
-
-/// `pre` is not needed for the coming release: nothing is written; each read object says so,
-/// with a Normal Event on the KubeVirt CR.
-async fn stand_aside(run: &mut Run<'_>, objects: &Objects, mut notes: Vec<String>, why: &str) {
-    let line = format!(
-        "{why}: nothing written (PRE_EVEN_IF_NOT_NEEDED=true suspends anyway); no post is needed"
-    );
-    info!(reason = NOT_NEEDED, "{line}");
-    if let Some(kv) = &objects.kubevirt {
-        let kind = EventKind::Normal;
-        run.cluster.event(kv, kind, NOT_NEEDED, &line).await;
-    }
-    notes.push(line);
-    nothing_written(run, objects, notes);
 }
 
 /// `post`, before its writes: while an upgrade is under way (any release: turning updates on
@@ -181,8 +178,7 @@ async fn before_post(run: &mut Run<'_>, objects: &mut Objects) -> Result<(), Err
             "RESTORE_DURING_UPGRADE=true: restoring anyway, though {reason}; updates are turned \
              on now, and a pending cleanup may still write the methods"
         );
-        let said = warning(RESTORED_DURING_UPGRADE, why);
-        run.warned(objects.kubevirt.as_ref(), None, said).await;
+        warn(run, objects.kubevirt.as_ref(), RESTORED_DURING_UPGRADE, why).await;
     } else if cfg.dry_run {
         run.said(format!(
             "would wait first (dry run: planned against the objects as they are): {reason}"

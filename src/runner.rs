@@ -226,20 +226,16 @@ async fn after_write(
         && !plan.actions.is_empty()
         && !kept
     {
-        let actions = plan.actions.join("; ");
+        let note = |verb| format!("{verb} ({FIELD_MANAGER}): {}", plan.actions.join("; "));
         let (reason, note) = match cfg.intent.phase {
             Phase::Pre => {
                 info!("{HOTPLUG_NOTICE}");
-                let verb = "Suspended automated workload updates";
-                let note = format!("{verb} ({FIELD_MANAGER}): {actions}. {HOTPLUG_NOTICE}");
-                (warnings::SUSPENDED, note)
+                let note = note("Suspended automated workload updates");
+                (warnings::SUSPENDED, format!("{note}. {HOTPLUG_NOTICE}"))
             }
             _ => {
-                let verb = "Restored the workload update methods as they were before pre";
-                (
-                    warnings::RESTORED,
-                    format!("{verb} ({FIELD_MANAGER}): {actions}"),
-                )
+                let restored = "Restored the workload update methods as they were before pre";
+                (warnings::RESTORED, note(restored))
             }
         };
         cluster
@@ -247,39 +243,32 @@ async fn after_write(
             .await;
     }
     #[cfg(feature = "failpoints")]
-    {
-        failpoint_after_write(step.target.kind);
-        if let Some(ms) = pause_after_write() {
-            tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
-        }
-    }
+    failpoints_after_write(step.target.kind).await;
     printed
 }
 
 /// Test builds only: `FAILPOINTS=after-write-managedchart=return` kills the process with SIGKILL
 /// right after its first write of that object; `...=1*off->return` after its second (`post`'s
 /// release); `...=sleep(3000)` pauses there (for API server restarts).
+/// `pause-after-write=return(6000)` pauses 6 s after every write, on the runtime, so a SIGTERM is
+/// answered at once as in a real run (a failpoint's `sleep(...)` blocks the runtime).
 #[cfg(feature = "failpoints")]
-fn failpoint_after_write(kind: Kind) {
+async fn failpoints_after_write(kind: Kind) {
     let name = match kind {
         Kind::KubeVirt => "after-write-kubevirt",
         _ => "after-write-managedchart",
     };
-    fail::fail_point!(name, |_| {
-        // SAFETY: kill(2) on our own pid; nothing is left to clean up, which is the point.
-        unsafe {
-            libc::kill(libc::getpid(), libc::SIGKILL);
-        }
+    // SAFETY: kill(2) on our own pid; nothing is left to clean up, which is the point.
+    fail::fail_point!(name, |_| unsafe {
+        libc::kill(libc::getpid(), libc::SIGKILL);
     });
-}
-
-/// Test builds only: `FAILPOINTS=pause-after-write=return(6000)` pauses 6 s after every write,
-/// on the runtime, so a SIGTERM is answered at once as in a real run (a failpoint's `sleep(...)`
-/// blocks the runtime, and the signal waits).
-#[cfg(feature = "failpoints")]
-fn pause_after_write() -> Option<u64> {
-    fail::fail_point!("pause-after-write", |ms| ms.and_then(|m| m.parse().ok()));
-    None
+    let pause = || -> Option<u64> {
+        fail::fail_point!("pause-after-write", |ms| ms.and_then(|m| m.parse().ok()));
+        None
+    };
+    if let Some(ms) = pause() {
+        tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+    }
 }
 
 /// Test builds only: `FAILPOINTS=skip-release=return` runs `post` without its release writes,

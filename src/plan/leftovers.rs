@@ -1,22 +1,19 @@
 //! What a phase leaves of ours where it was told not to go: an object whose step is switched off
 //! (`STEP_KUBEVIRT`, `STEP_CHART_VALUES`, `STEP_COMPARE_PATCHES`), or the ManagedChart when
-//! `MANAGEDCHART_NAME` is empty. A `post` that skips such an object leaves a half-restored
-//! state (the ManagedChart keeps pre's values override `[]`, and Fleet's next deploy
-//! suspends the updates again), so it must say so, with the command that finishes the job; a
-//! `pre` that skips one says what an earlier `pre` left there, and what `post` needs to remove it.
-//! Readers only: nothing here plans a write.
+//! `MANAGEDCHART_NAME` is empty. A `post` that skips such an object leaves a half-restored state
+//! (Fleet's next deploy renders pre's `[]` again), so it says so, with the command that finishes
+//! the job; a `pre` says what an earlier `pre` left there. Readers only.
 //!
-//! With `MANAGEDCHART_NAME` empty the name is unknown; `leftovers_check` then reads the ManagedChart of
-//! the default name `harvester` in `MANAGEDCHART_NAMESPACE` (default `fleet-local`) read-only:
-//! the one a `pre` with the defaults writes, and both ServiceAccounts may `get` it already, so
-//! the RBAC stays as it is. The records on the CR name no ManagedChart, and a new field there
-//! would make older binaries refuse the record. A cluster without Fleet does not serve the kind,
-//! and there is nothing to say.
+//! With `MANAGEDCHART_NAME` empty, the default `fleet-local/harvester` is read: the one a `pre`
+//! with the defaults writes, which both ServiceAccounts may `get` already (the records on the CR
+//! name no ManagedChart: a new field there would make older binaries refuse the record).
 
 use serde_json::Value;
 
 use super::chart::{compare_list, find_pointer};
-use super::records::{CompareRecord, annotation, describe, is_suspended, lookup, read_record};
+use super::records::{
+    Added, CompareRecord, annotation, describe, is_suspended, lookup, read_record,
+};
 use crate::model::{
     COMPARE_RECORD, FIELD_MANAGER, KUBEVIRT_COPY, KUBEVIRT_RECORD, Kind, METHODS_PATH,
     OWNERS_TO_RETURN, ObjectKey, Target, VALUES_PATH, VALUES_RECORD,
@@ -54,7 +51,7 @@ pub struct ChartOurs {
 
 impl ChartOurs {
     pub fn is_empty(&self) -> bool {
-        self.values.is_empty() && self.compare.is_empty() && self.object.is_empty()
+        self.all().is_empty()
     }
 
     /// What the switched-off steps leave of ours on a named ManagedChart, with the switches
@@ -80,7 +77,7 @@ impl ChartOurs {
         (parts, switches("false", " and "), switches("true", " "))
     }
 
-    fn all(&self) -> Vec<String> {
+    pub fn all(&self) -> Vec<String> {
         [&self.values, &self.compare, &self.object]
             .into_iter()
             .flatten()
@@ -108,12 +105,11 @@ pub fn chart_ours(chart: &Value, kubevirt: &ObjectKey) -> ChartOurs {
             .ok()
             .and_then(|l| find_pointer(l, kubevirt).ok().flatten())
             .is_some();
-        let ours = added != Some(super::records::Added::Nothing);
-        out.compare.push(if pointer && ours {
-            "the comparePatches pointer and its record".to_string()
-        } else {
-            "the comparePatches record".to_string()
-        });
+        out.compare
+            .push(match pointer && added != Some(Added::Nothing) {
+                true => "the comparePatches pointer and its record".into(),
+                false => "the comparePatches record".into(),
+            });
     }
     if annotation(chart, KUBEVIRT_COPY).is_some() {
         out.object
