@@ -1,7 +1,7 @@
 //! Waiting for Fleet after a phase (docs/design.md, "Waiting for Fleet"): once `pre` or `post`
 //! has changed the ManagedChart's deployed spec, it ends only when Fleet reports that change
-//! applied, and fails (exit 8) when Fleet reports an error or the bound passes. The verdicts and decisions
-//! are in `plan::fleet_status`; the polling is `Cluster::poll`; this module puts them in order.
+//! applied, and fails (exit 8) when Fleet reports an error or the bound passes. The decisions
+//! are in `plan::fleet_status`.
 
 use serde_json::Value;
 use tracing::info;
@@ -49,38 +49,25 @@ pub async fn wait(run: &mut Run<'_>, read: Option<&Value>, left: &Objects) -> Re
         }
         Wait::For { after } => after,
     };
-    let conflicts = say_conflicts(run, kubevirt, &target, chart).await;
+    // A claim that Fleet's deploy will conflict with is said at once, with how to release it (a
+    // wait that runs out names it again).
+    let kv = match (kubevirt, intent.keys.target(Kind::KubeVirt)) {
+        (Some(kv), _) => Some(kv.clone()),
+        (None, Some(t)) => run.cluster.get(&t).await.ok().flatten(),
+        (None, None) => None,
+    };
+    let conflicts = kv.map(|kv| fleet_status::conflicts(&kv, chart));
+    let conflicts = conflicts.unwrap_or_default();
+    for c in &conflicts {
+        let (reason, message) = (CONFLICT, c.to_string());
+        run.warned(kubevirt, Some(target.clone()), Warning { reason, message })
+            .await;
+    }
     if cfg.fleet_wait.is_zero() {
         info!(object = %target, "FLEET_WAIT_SECONDS=0: no wait for Fleet to apply the change");
         return Ok(());
     }
     poll_until_applied(run, kubevirt, target, after, &conflicts).await
-}
-
-/// A claim that Fleet's deploy will conflict with, said at once (a warning each), with how to
-/// release it; returned for the message of a wait that runs out.
-async fn say_conflicts(
-    run: &mut Run<'_>,
-    kubevirt: Option<&Value>,
-    target: &Target,
-    chart: &Value,
-) -> Vec<fleet_status::Conflict> {
-    let (intent, cluster) = (&run.cfg.intent, run.cluster);
-    let kv = match (kubevirt, intent.keys.target(Kind::KubeVirt)) {
-        (Some(kv), _) => Some(kv.clone()),
-        (None, Some(t)) => cluster.get(&t).await.ok().flatten(),
-        (None, None) => None,
-    };
-    let conflicts = kv.map(|kv| fleet_status::conflicts(&kv, chart));
-    for c in conflicts.iter().flatten() {
-        let message = c.to_string();
-        let w = Warning {
-            reason: CONFLICT,
-            message,
-        };
-        run.warned(kubevirt, Some(target.clone()), w).await;
-    }
-    conflicts.unwrap_or_default()
 }
 
 /// The wait itself: Fleet's view of the ManagedChart polled until it has applied generation

@@ -48,15 +48,10 @@ pub async fn gate(run: &mut Run<'_>, objects: &mut Objects) -> Result<bool, Erro
 }
 
 /// `pre`, before its writes: `false` when Harvester's upgrade already holds the suspension, or
-/// `pre` is not needed, so nothing is written (each read object gets a `Done` that says why).
-/// One pass: read (the upgrades, the methods), decide ([`pre_gate`], then [`proceed`]), say.
+/// `pre` is not needed: nothing is written (each read object's row says why).
 async fn before_pre(run: &mut Run<'_>, objects: &mut Objects) -> Result<bool, Error> {
     let view = upgrades::read(run.cluster, run.cfg).await?;
-    let (kv, chart, upgrade) = (
-        objects.kubevirt.as_ref(),
-        objects.chart.as_ref(),
-        view.upgrade.as_ref(),
-    );
+    let (kv, upgrade) = (objects.kubevirt.as_ref(), view.upgrade.as_ref());
     let target = run.kubevirt();
     let refused = |reason| Refusal {
         target: target.clone(),
@@ -72,6 +67,7 @@ async fn before_pre(run: &mut Run<'_>, objects: &mut Objects) -> Result<bool, Er
     // would put that `[]` back: updates off for good).
     let foreign = match kv {
         Some(kv) if !ours => {
+            let chart = objects.chart.as_ref();
             foreign_suspension(kv, chart, upgrade, &view.plans).map_err(refused)?
         }
         _ => None,

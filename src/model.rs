@@ -1,6 +1,5 @@
-//! The shared model: the objects the guard works on, where their fields are, and the names the
-//! guard writes (field manager, annotations). `plan`, `cluster`, `report` and the tests all use
-//! these, so each fact is written once.
+//! The shared model: the objects the guard works on, where their fields are, and the names it
+//! writes (field manager, annotations), each written once.
 
 use kube::api::ApiResource;
 use kube::core::GroupVersionKind;
@@ -16,10 +15,9 @@ pub const KUBEVIRT_RECORD: &str =
 /// On the ManagedChart: the original values override of the methods.
 pub const VALUES_RECORD: &str =
     "workload-update-guard.harvesterhci.io/original-values-workload-update-methods";
-/// On the ManagedChart: a copy of the KubeVirt CR's original methods, written by `pre` in the
-/// first write (before the CR is touched) and removed by `post` in the last. If Fleet re-renders
-/// the CR with `[]` between our two writes (say the Job was killed in between), this copy still
-/// holds the true original.
+/// On the ManagedChart: a copy of the KubeVirt CR's original methods, written by `pre` first and
+/// removed by `post` last: if Fleet re-renders the CR with `[]` between our two writes (a Job
+/// killed in between), it still holds the true original.
 pub const KUBEVIRT_COPY: &str =
     "workload-update-guard.harvesterhci.io/kubevirt-original-workload-update-methods";
 /// On the ManagedChart: what the guard added to `spec.diff.comparePatches`.
@@ -50,14 +48,12 @@ pub const COMPARE_PATH: &[&str] = &["spec", "diff", "comparePatches"];
 /// Migrations that KubeVirt's workload updater creates carry this name prefix.
 pub const MIGRATION_PREFIX: &str = "kubevirt-workload-update-";
 
-/// The ManagedChart's default namespace and name, which `plan::leftovers` reads records under;
-/// every variable's default is in `--help`'s table (`config::unset_value`), which agrees.
+/// The ManagedChart's default namespace and name (`--help`'s table agrees).
 pub mod defaults {
     pub const CHART_NAMESPACE: &str = "fleet-local";
     pub const CHART_NAME: &str = "harvester";
 }
 
-/// A namespaced object's name.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjectKey {
     pub namespace: String,
@@ -122,7 +118,6 @@ impl Kind {
     }
 }
 
-/// One object the guard reads and writes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target {
     pub kind: Kind,

@@ -1,7 +1,6 @@
-//! What `pre` says of the coming upgrade before it writes: whether it
-//! is needed at all (Harvester's own handling of the release the cluster upgrades to restores
-//! what is there now), and whether it comes late (KubeVirt is upgraded already, so the wave of
-//! workload updates has begun). `status` gives the same answer. Pure: what was read in, words out.
+//! What `pre` says of the coming upgrade before it writes (`status` too): whether it is needed at
+//! all (the coming release's own handling restores what is there now), and whether it comes late
+//! (KubeVirt is upgraded already: the wave of workload updates has begun). Pure.
 
 use serde::Serialize;
 use serde_json::Value;
@@ -10,10 +9,6 @@ use super::harvester_upgrade::{Backup, Handling, Upgrade, blind_value};
 use super::migrations::Migration;
 use super::records::{describe, is_suspended};
 use super::upgrade_progress::upgrade_under_way as under_way;
-
-/// The states of an upgrade under way in which KubeVirt is upgraded already or being upgraded
-/// (the apply-manifests job runs in `UpgradingSystemServices`).
-pub const LATE_STATES: &[&str] = &["UpgradingSystemServices", "UpgradingNodes"];
 
 /// The release the cluster upgrades to, as far as it is known.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -30,28 +25,24 @@ pub enum Coming {
 }
 
 impl Coming {
-    /// From the latest Upgrade, the add-on's plan under way (name, version) and every release on
-    /// offer (newer than the cluster's own, with or without handling). An Upgrade under way wins;
-    /// then the add-on's plan; then exactly one release on offer.
+    /// An Upgrade under way wins; then the add-on's plan under way (name, version); then exactly
+    /// one release on offer (newer than the cluster's own).
     pub fn of(
         upgrade: Option<&Upgrade>,
         addon: Option<(&str, &str)>,
         on_offer: &[(String, Handling)],
     ) -> Coming {
-        if let Some(u) = upgrade.filter(|u| under_way(u) && !u.version.is_empty()) {
-            return Coming::Upgrade {
+        let upgrade = upgrade.filter(|u| under_way(u) && !u.version.is_empty());
+        match (upgrade, addon, on_offer) {
+            (Some(u), ..) => Coming::Upgrade {
                 describe: u.describe(),
                 version: u.version.clone(),
-            };
-        }
-        if let Some((plan, version)) = addon {
-            return Coming::AddOn {
+            },
+            (None, Some((plan, version)), _) => Coming::AddOn {
                 plan: plan.into(),
                 version: version.into(),
-            };
-        }
-        match on_offer {
-            [(version, _)] => Coming::Offered {
+            },
+            (None, None, [(version, _)]) => Coming::Offered {
                 version: version.clone(),
             },
             _ => Coming::Unknown {
@@ -76,13 +67,10 @@ impl Coming {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", content = "why", rename_all = "camelCase")]
 pub enum Advice {
-    /// The coming release suspends the methods and restores what is there now: `pre` writes
-    /// nothing (unless `PRE_EVEN_IF_NOT_NEEDED`).
+    /// `pre` writes nothing (unless `PRE_EVEN_IF_NOT_NEEDED`).
     NotNeeded(String),
-    /// The coming release is known and does not restore what is there now: `pre` is needed.
     Needed(String),
-    /// The coming release is not known: `pre` acts, and names the releases that would make it
-    /// unnecessary.
+    /// The coming release is not known: `pre` acts.
     Unknown(String),
 }
 
@@ -145,8 +133,7 @@ fn unknown(on_offer: &[String], default: bool) -> Advice {
 }
 
 /// Why `pre` comes late: the wave of workload updates has begun.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Late {
     /// The Upgrade under way in a state in which KubeVirt is (being) upgraded: its description.
     pub upgrade: Option<String>,
@@ -156,8 +143,10 @@ pub struct Late {
 
 /// Whether `pre` comes late, from the latest Upgrade and the KubeVirt CR.
 pub fn late(upgrade: Option<&Upgrade>, kubevirt: Option<&Value>) -> Option<Late> {
+    // KubeVirt is upgraded in these states (the apply-manifests job runs in the first).
+    let late_states = ["UpgradingSystemServices", "UpgradingNodes"];
     let upgrade = upgrade
-        .filter(|u| !u.deleting && LATE_STATES.contains(&u.state.as_str()))
+        .filter(|u| !u.deleting && late_states.contains(&u.state.as_str()))
         .map(Upgrade::describe);
     let outdated = kubevirt
         .and_then(|kv| kv.pointer("/status/outdatedVirtualMachineInstanceWorkloads"))
@@ -215,9 +204,8 @@ pub enum PreGate {
     LeaveToHarvester(String),
 }
 
-/// `pre`, given the latest Upgrade, whether any record of ours is on the objects (a rerun
-/// keeps its own suspension), and the methods: the CR's, or (`foreign`) the original in place
-/// of another suspender's `[]` (`plan::suspenders`).
+/// `ours`: a record of ours is on the objects (a rerun keeps its own suspension); `methods`: the
+/// CR's, or (`foreign`) the original in place of another suspender's `[]` (`plan::suspenders`).
 pub fn pre_gate(
     upgrade: Option<&Upgrade>,
     ours: bool,
@@ -267,8 +255,7 @@ pub fn pre_gate(
 }
 
 /// `pre` goes on during an Upgrade whose cleanup is pending: what that Upgrade has done and
-/// will do, and that `post` waits for it. `foreign`: the methods are the original in place of its
-/// `[]` (`plan::suspenders`).
+/// will do, and that `post` waits for it.
 fn proceed_note(u: &Upgrade, foreign: bool) -> String {
     let (done, then) = match u.handling() {
         Handling::PatchAndHardCodedRestore if foreign => (
