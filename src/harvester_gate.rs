@@ -95,8 +95,7 @@ async fn before_pre(run: &mut Run<'_>, objects: &mut Objects) -> Result<bool, Er
 }
 
 /// `pre` past Harvester's gate: whether it is needed for the coming release (else it stands
-/// aside, writes nothing, and says so with a Normal Event: `false`), and whether it comes late;
-/// the KubeVirt CR's row says it all.
+/// aside: `false`, with a Normal Event), and whether it comes late.
 async fn proceed(
     run: &mut Run<'_>,
     objects: &Objects,
@@ -185,9 +184,7 @@ async fn before_post(run: &mut Run<'_>, objects: &mut Objects) -> Result<(), Err
     Ok(())
 }
 
-/// `post`'s wait (`Cluster::poll`, bounded by `HARVESTER_CLEANUP_WAIT_SECONDS`) until no
-/// upgrade is under way and no cleanup pending, then the objects read again. `reason`: why it
-/// waits, as first read.
+/// `post`'s wait, then the objects read again; `reason`: why it waits, as first read.
 async fn wait_for_the_end(
     run: &mut Run<'_>,
     objects: &mut Objects,

@@ -18,10 +18,10 @@ use crate::warnings::{EVENTS_NOT_RECORDED, MIGRATIONS_UNDER_WAY, SKIPPED_NOT_CHE
 
 /// The objects the phase skips (a step off, or the ManagedChart without a name: then the
 /// default one), read-only: `plan::leftovers` says what of ours is left there.
-pub async fn read_skipped(run: &mut Run<'_>) -> Skipped {
+pub async fn read_skipped(run: &mut Run<'_>) -> Objects {
     let cfg = run.cfg;
     let intent = &cfg.intent;
-    let mut read = Skipped::default();
+    let mut read = Objects::default();
     if !intent.steps.kubevirt {
         read.kubevirt = peek(run, run.kubevirt(), true).await.map(|(_, kv)| kv);
     }
@@ -31,15 +31,10 @@ pub async fn read_skipped(run: &mut Run<'_>) -> Skipped {
         _ => None,
     };
     if let Some((key, loud)) = chart {
-        read.chart = peek(run, Target::new(Kind::ManagedChart, key), loud).await;
+        let target = Target::new(Kind::ManagedChart, key);
+        read.chart = peek(run, target, loud).await.map(|(_, chart)| chart);
     }
     read
-}
-
-#[derive(Default)]
-pub struct Skipped {
-    kubevirt: Option<Value>,
-    chart: Option<(Target, Value)>,
 }
 
 /// A skipped object, read-only. `loud`: a failed read is a warning (an object that is
@@ -69,18 +64,19 @@ fn noted(target: &Target, reason: &'static str, message: String) -> Done {
     Done::warned(target.clone(), Warning { reason, message })
 }
 
-/// After the steps: what of ours is left on what the phase skipped, the migrations `pre` cannot
-/// stop, and the Events of the objects skipped as missing; each a warning in the termination
-/// message, a WARN line and a Warning Event on the KubeVirt CR. Last, the Events that could not
-/// be made, as one warning.
-pub async fn after_steps(run: &mut Run<'_>, objects: &Objects, skipped: Skipped) {
-    let (intent, cluster) = (&run.cfg.intent, run.cluster);
+/// After the steps, each said on the KubeVirt CR (a Warning Event): what of ours is left on what
+/// the phase skipped, the migrations `pre` cannot stop, the objects skipped as missing; last, the
+/// Events that could not be made, as one warning.
+pub async fn after_steps(run: &mut Run<'_>, objects: &Objects, skipped: Objects) {
+    let (cfg, cluster) = (run.cfg, run.cluster);
+    let intent = &cfg.intent;
     let kubevirt = objects.kubevirt.as_ref().or(skipped.kubevirt.as_ref());
-    let chart_target = intent.keys.target(Kind::ManagedChart);
-    let chart = match (&objects.chart, &chart_target) {
-        (Some(o), Some(t)) => Some((t, o)),
-        _ => skipped.chart.as_ref().map(|(t, o)| (t, o)),
-    };
+    // The ManagedChart the phase works on, or, with no name, the default one (read if skipped).
+    let key = intent.keys.chart.as_ref().or(cfg.unnamed_chart.as_ref());
+    let chart_target = key.map(|key| Target::new(Kind::ManagedChart, key));
+    let chart = chart_target
+        .as_ref()
+        .zip(objects.chart.as_ref().or(skipped.chart.as_ref()));
     let mut warnings = leftovers::leftovers(intent, kubevirt, chart);
     if intent.phase == Phase::Pre
         && kubevirt.is_some()

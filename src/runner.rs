@@ -93,8 +93,7 @@ async fn change(run: &mut Run<'_>, out: &mut impl std::io::Write) -> Result<(), 
 }
 
 /// The phase's writes, step by step, each planned again against the object as the previous write
-/// left it; each step's row, its warnings said (a WARN line, an Event on the KubeVirt CR as the
-/// step left it, where `kubectl describe` shows it).
+/// left it; each step's warnings said on the KubeVirt CR as the step left it.
 async fn write_steps(
     run: &mut Run<'_>,
     objects: &mut Objects,
@@ -181,8 +180,7 @@ async fn write_step(
         .await
 }
 
-/// The "already as wanted" line of an object whose steps (this last one and those in `done`)
-/// wrote nothing.
+/// The "already as wanted" line of an object whose steps (this one and those `done`) wrote nothing.
 fn already_as_wanted(target: &Target, outcome: Outcome, plan: &Plan, done: &[Done]) {
     let of_it = || done.iter().filter(|d| d.target == *target);
     if outcome != Outcome::Unchanged || !of_it().all(|d| d.outcome == Outcome::Unchanged) {
