@@ -147,7 +147,13 @@ impl std::fmt::Display for Target {
 
 /// `s` cut to at most `max` bytes, at a character boundary (API limits count bytes).
 pub fn truncate_bytes(s: &mut String, max: usize) {
-    s.truncate(s.floor_char_boundary(max));
+    if s.len() > max {
+        let mut cut = max;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+    }
 }
 
 /// A JSON pointer from path segments (RFC 6901 escaping).
