@@ -233,6 +233,7 @@ async fn wait_for_the_end(
 /// Exit 7's one line: what was last seen (naming the Upgrade or UpgradePlan and its state),
 /// that nothing was written, and what to do.
 fn pending_message(cfg: &Config, view: &View, bound: std::time::Duration, last: &str) -> String {
+    let ns = &cfg.intent.keys.kubevirt.namespace;
     let check = match (&view.upgrade, view.plans.iter().find(|p| p.under_way())) {
         (Some(u), _) => format!(
             "kubectl -n {} get upgrades.harvesterhci.io {} -o yaml",
@@ -242,10 +243,7 @@ fn pending_message(cfg: &Config, view: &View, bound: std::time::Duration, last: 
             "kubectl get upgradeplans.management.harvesterhci.io {}",
             p.name
         ),
-        (None, None) => format!(
-            "kubectl -n {} get upgrades.harvesterhci.io",
-            cfg.intent.keys.kubevirt.namespace
-        ),
+        (None, None) => format!("kubectl -n {ns} get upgrades.harvesterhci.io"),
     };
     format!(
         "waited {}s: {last}; nothing was written. Check it ({check}), then run post again once \

@@ -48,16 +48,12 @@ pub async fn run_phase(
 /// `pre` or `post` in one pass: read the objects (and, read-only, those the phase skips), pass
 /// Harvester's gate, write the steps, say what is left, wait for Fleet.
 async fn change(run: &mut Run<'_>, out: &mut impl std::io::Write) -> Result<(), Error> {
-    let intent = &run.cfg.intent;
+    let (intent, allow_missing) = (&run.cfg.intent, run.cfg.allow_missing);
     let mut objects = Objects::default();
     for target in intent.targets() {
         match run.cluster.get(&target).await? {
             Some(obj) => objects.set(target.kind, Some(obj)),
-            None => run.push(Done::missing(
-                run.cfg.allow_missing,
-                target,
-                "nothing was written",
-            )?),
+            None => run.push(Done::missing(allow_missing, target, "nothing was written")?),
         }
     }
     // What the phase skips is read too, read-only, to say what of ours it leaves there.
@@ -77,10 +73,8 @@ async fn change(run: &mut Run<'_>, out: &mut impl std::io::Write) -> Result<(), 
         && let Some(key) = objects.chart.take().and(intent.keys.chart.as_ref())
     {
         let left = "left alone: the KubeVirt CR is missing, so there is nothing to guard";
-        run.push(Done::noted(
-            Target::new(Kind::ManagedChart, key),
-            vec![left.into()],
-        ));
+        let target = Target::new(Kind::ManagedChart, key);
+        run.push(Done::noted(target, vec![left.into()]));
     }
     if write {
         // The whole phase is planned first only to refuse a malformed object before any write;
@@ -139,12 +133,11 @@ async fn write_steps(
             let kubevirt = objects.kubevirt.as_ref();
             cluster.warn(kubevirt, Some(&step.target), w).await;
         }
-        let (target, actions, warnings) = (step.target, plan.actions, plan.warnings);
         run.push(Done {
-            target,
+            target: step.target,
             outcome,
-            actions,
-            warnings,
+            actions: plan.actions,
+            warnings: plan.warnings,
         });
         printed?;
     }

@@ -155,28 +155,19 @@ pub fn leftovers(
             true => "Automated workload updates stay OFF on the CR. ",
             false => "",
         };
+        let parts = kubevirt_ours(kv);
         let (off, on) = ("STEP_KUBEVIRT=false", "STEP_KUBEVIRT=true");
-        out.extend(warning(
-            intent.phase,
-            &target,
-            &kubevirt_ours(kv),
-            off,
-            effect,
-            on,
-        ));
+        out.extend(warning(intent.phase, &target, &parts, off, effect, on));
     }
     if let Some((target, obj)) = chart {
         let ours = chart_ours(obj, &intent.keys.kubevirt);
-        let (parts, why, switches) = match intent.keys.chart {
+        let (parts, why, on) = match intent.keys.chart {
             Some(_) => ours.left_by(&intent.steps),
-            None => (
-                ours.all(),
-                "MANAGEDCHART_NAME is empty".to_string(),
-                format!(
-                    "MANAGEDCHART_NAMESPACE={} MANAGEDCHART_NAME={}",
-                    target.key.namespace, target.key.name
-                ),
-            ),
+            None => {
+                let (ns, name) = (&target.key.namespace, &target.key.name);
+                let switches = format!("MANAGEDCHART_NAMESPACE={ns} MANAGEDCHART_NAME={name}");
+                (ours.all(), "MANAGEDCHART_NAME is empty".into(), switches)
+            }
         };
         let values_left = intent.keys.chart.is_none() || !intent.steps.values;
         let effect = match values_left && ours.suspends_at_next_deploy {
@@ -186,14 +177,7 @@ pub fn leftovers(
             }
             false => "",
         };
-        out.extend(warning(
-            intent.phase,
-            target,
-            &parts,
-            &why,
-            effect,
-            &switches,
-        ));
+        out.extend(warning(intent.phase, target, &parts, &why, effect, &on));
     }
     out
 }

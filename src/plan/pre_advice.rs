@@ -50,17 +50,6 @@ impl Coming {
             },
         }
     }
-
-    fn name(&self) -> String {
-        match self {
-            Coming::Upgrade { describe, .. } => describe.clone(),
-            Coming::Offered { version } => format!("Harvester {version}, the one release on offer"),
-            Coming::AddOn { plan, version } => {
-                format!("the upgrade add-on's UpgradePlan {plan} (to {version})")
-            }
-            Coming::Unknown { .. } => "an unknown release".into(),
-        }
-    }
 }
 
 /// `pre`'s answer to "is the guard needed for this upgrade?" (`status` gives it too).
@@ -87,12 +76,18 @@ impl Advice {
 pub fn advise(coming: &Coming, methods: &Option<Value>) -> Advice {
     let now = describe(methods);
     let default = methods.as_ref() == Some(&blind_value());
-    let handling = match coming {
-        Coming::Upgrade { version, .. } | Coming::Offered { version } => Handling::of(version),
-        Coming::AddOn { .. } => Handling::PatchAndHardCodedRestore,
+    let (handling, name) = match coming {
+        Coming::Upgrade { describe, version } => (Handling::of(version), describe.clone()),
+        Coming::Offered { version } => {
+            let name = format!("Harvester {version}, the one release on offer");
+            (Handling::of(version), name)
+        }
+        Coming::AddOn { plan, version } => {
+            let name = format!("the upgrade add-on's UpgradePlan {plan} (to {version})");
+            (Handling::PatchAndHardCodedRestore, name)
+        }
         Coming::Unknown { on_offer } => return unknown(on_offer, default),
     };
-    let name = coming.name();
     match handling {
         Handling::BackupAndRestore => Advice::NotNeeded(format!(
             "pre is not needed: {name} suspends the methods itself and restores what is there \
