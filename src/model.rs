@@ -135,13 +135,8 @@ impl Target {
 
 impl std::fmt::Display for Target {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{} {}/{}",
-            self.kind.name(),
-            self.key.namespace,
-            self.key.name
-        )
+        let (kind, key) = (self.kind.name(), &self.key);
+        write!(f, "{kind} {}/{}", key.namespace, key.name)
     }
 }
 

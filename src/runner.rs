@@ -2,6 +2,8 @@
 //! by step ([`Cluster::converge`], which plans again on a conflict), and say what each write
 //! did. Nothing is written unless every plan of the phase can be made.
 
+use std::io::Write as Output;
+
 use serde_json::{Value, json};
 use tracing::info;
 
@@ -20,10 +22,7 @@ use crate::warnings::{self, CHANGED_WHILE_SUSPENDED};
 
 /// Runs the configured phase; `status` also returns its verdict, for the termination message.
 /// `watch` runs until SIGTERM, running `pre` and `post` by [`run_phase`] itself.
-pub async fn run(
-    run: &mut Run<'_>,
-    out: &mut impl std::io::Write,
-) -> Result<Option<String>, Error> {
+pub async fn run(run: &mut Run<'_>, out: &mut impl Output) -> Result<Option<String>, Error> {
     if run.cfg.intent.phase != Phase::Watch {
         return run_phase(run, out).await;
     }
@@ -34,10 +33,7 @@ pub async fn run(
 }
 
 /// Runs one phase, `pre`, `post` or `status`, as its Job does.
-pub async fn run_phase(
-    run: &mut Run<'_>,
-    out: &mut impl std::io::Write,
-) -> Result<Option<String>, Error> {
+pub async fn run_phase(run: &mut Run<'_>, out: &mut impl Output) -> Result<Option<String>, Error> {
     match run.cfg.intent.phase {
         Phase::Status => crate::status::status(run, out).await.map(Some),
         Phase::Pre | Phase::Post => change(run, out).await.map(|()| None),
@@ -47,7 +43,7 @@ pub async fn run_phase(
 
 /// `pre` or `post` in one pass: read the objects (and, read-only, those the phase skips), pass
 /// Harvester's gate, write the steps, say what is left, wait for Fleet.
-async fn change(run: &mut Run<'_>, out: &mut impl std::io::Write) -> Result<(), Error> {
+async fn change(run: &mut Run<'_>, out: &mut impl Output) -> Result<(), Error> {
     let (intent, allow_missing) = (&run.cfg.intent, run.cfg.allow_missing);
     let mut objects = Objects::default();
     for target in intent.targets() {
@@ -91,7 +87,7 @@ async fn change(run: &mut Run<'_>, out: &mut impl std::io::Write) -> Result<(), 
 async fn write_steps(
     run: &mut Run<'_>,
     objects: &mut Objects,
-    out: &mut impl std::io::Write,
+    out: &mut impl Output,
 ) -> Result<(), Error> {
     let (cfg, cluster) = (run.cfg, run.cluster);
     let mut steps = plan::steps(&cfg.intent).into_iter().peekable();
@@ -192,7 +188,7 @@ async fn after_write(
     step: &Step,
     plan: &Plan,
     object: &serde_json::Value,
-    out: &mut impl std::io::Write,
+    out: &mut impl Output,
 ) -> Result<(), Error> {
     let printed = if cfg.dry_run {
         let patch = plan.patch.as_ref().expect("a change has a patch");

@@ -50,9 +50,8 @@ impl View {
         let list: Vec<&str> = offered.iter().map(|(v, _)| v.as_str()).collect();
         let list = list.join(", ");
         let handling = handling.describe();
-        Some(format!(
-            "the cluster offers upgrades to {list}: Harvester {version} {handling}"
-        ))
+        let line = format!("the cluster offers upgrades to {list}: Harvester {version} {handling}");
+        Some(line)
     }
 }
 

@@ -91,10 +91,9 @@ pub fn chart_ours(chart: &Value, kubevirt: &ObjectKey) -> ChartOurs {
     if annotation(chart, VALUES_RECORD).is_some() {
         let current = lookup(chart, VALUES_PATH).ok().flatten().cloned();
         out.suspends_at_next_deploy = is_suspended(&current);
-        out.values.push(format!(
-            "the values override {} and its record",
-            describe(&current)
-        ));
+        let now = describe(&current);
+        out.values
+            .push(format!("the values override {now} and its record"));
     }
     if annotation(chart, COMPARE_RECORD).is_some() {
         let added = read_record::<CompareRecord>(chart, COMPARE_RECORD)
