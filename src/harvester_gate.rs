@@ -114,9 +114,8 @@ async fn proceed(
             );
             info!(reason = NOT_NEEDED, "{line}");
             if let Some(kv) = &objects.kubevirt {
-                run.cluster
-                    .event(kv, EventKind::Normal, NOT_NEEDED, &line)
-                    .await;
+                let normal = EventKind::Normal;
+                run.cluster.event(kv, normal, NOT_NEEDED, &line).await;
             }
             notes.push(line);
             nothing_written(run, objects, notes);

@@ -89,15 +89,10 @@ pub async fn after_steps(run: &mut Run<'_>, objects: &Objects, skipped: Objects)
     }
     // The objects skipped as missing (logged when found missing) get their Event too.
     if let Some(kv) = kubevirt {
-        for w in run
-            .done
-            .iter()
-            .filter(|d| d.outcome == Outcome::Missing)
-            .flat_map(|d| &d.warnings)
-        {
-            cluster
-                .event(kv, EventKind::Warning, w.reason, &w.message)
-                .await;
+        let missing = run.done.iter().filter(|d| d.outcome == Outcome::Missing);
+        for w in missing.flat_map(|d| &d.warnings) {
+            let warning = EventKind::Warning;
+            cluster.event(kv, warning, w.reason, &w.message).await;
         }
     }
     // An Event that could not be made (e.g. no `create` on events) is no failure, but said.

@@ -111,10 +111,8 @@ impl Kind {
 
     pub fn resource(self) -> ApiResource {
         let (group, version) = self.api_version().split_once('/').expect("group/version");
-        ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk(group, version, self.name()),
-            self.plural(),
-        )
+        let gvk = GroupVersionKind::gvk(group, version, self.name());
+        ApiResource::from_gvk_with_plural(&gvk, self.plural())
     }
 }
 
@@ -126,10 +124,8 @@ pub struct Target {
 
 impl Target {
     pub fn new(kind: Kind, key: &ObjectKey) -> Self {
-        Self {
-            kind,
-            key: key.clone(),
-        }
+        let key = key.clone();
+        Self { kind, key }
     }
 }
 
