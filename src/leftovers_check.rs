@@ -4,7 +4,7 @@
 //! WARN line and a Warning Event. The decisions are in `plan::leftovers`; the reads in `cluster`.
 
 use serde_json::Value;
-use tracing::{info, warn};
+use tracing::info;
 
 use crate::cluster::{Cluster, EventKind};
 use crate::context::Run;
@@ -53,15 +53,12 @@ pub async fn peek(run: &mut Run<'_>, target: Target, loud: bool) -> Option<(Targ
             let message = format!(
                 "could not read it to check for records of ours left there (its step is off): {e}"
             );
-            warn!(object = %target, reason = SKIPPED_NOT_CHECKED, "{message}");
-            run.push(noted(&target, SKIPPED_NOT_CHECKED, message));
+            let reason = SKIPPED_NOT_CHECKED;
+            let w = Warning { reason, message };
+            run.warned(None, Some(target), w).await;
             None
         }
     }
-}
-
-fn noted(target: &Target, reason: &'static str, message: String) -> Done {
-    Done::warned(target.clone(), Warning { reason, message })
 }
 
 /// After the steps, each said on the KubeVirt CR (a Warning Event): what of ours is left on what
@@ -103,7 +100,8 @@ pub async fn after_steps(run: &mut Run<'_>, objects: &Objects, skipped: Objects)
              warnings and actions are in this message and the log",
             failed.len()
         );
-        run.push(noted(&run.kubevirt(), EVENTS_NOT_RECORDED, message));
+        let reason = EVENTS_NOT_RECORDED;
+        run.push(Done::warned(run.kubevirt(), Warning { reason, message }));
     }
 }
 

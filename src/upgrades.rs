@@ -76,20 +76,18 @@ pub async fn read(cluster: &Cluster, cfg: &Config) -> Result<View, Error> {
             .unwrap_or_default(),
     };
     let upgrade = harvester_upgrade::latest(&upgrades).map_err(|reason| {
-        let name = upgrades
-            .first()
-            .and_then(|u| u["metadata"]["name"].as_str());
+        let first = upgrades.first();
+        let name = first.and_then(|u| u["metadata"]["name"].as_str());
         let (namespace, name) = (ns.clone(), name.unwrap_or("").to_string());
         let target = Target::new(Kind::Upgrade, &ObjectKey { namespace, name });
         Refusal { target, reason }
     })?;
     // `status` says whether the guard is still needed, which the cluster's version decides
     // even with nothing on offer.
-    let current = if !versions.is_empty() || (cfg.intent.phase == Phase::Status && upgrades_served)
-    {
-        cluster.harvester_setting(SERVER_VERSION).await?
-    } else {
-        None
+    let wanted = !versions.is_empty() || (cfg.intent.phase == Phase::Status && upgrades_served);
+    let current = match wanted {
+        true => cluster.harvester_setting(SERVER_VERSION).await?,
+        false => None,
     };
     // `post` waits for the add-on's upgrade, `pre` asks whether it is needed for it; `status`'s
     // read-only RBAC does not read UpgradePlans, only whether they are served (the add-on is
