@@ -173,29 +173,15 @@ async fn before_post(run: &mut Run<'_>, objects: &mut Objects) -> Result<(), Err
              on now, and a pending cleanup may still write the methods"
         );
         warn(run, objects.kubevirt.as_ref(), RESTORED_DURING_UPGRADE, why).await;
-    } else if cfg.dry_run {
+        return Ok(());
+    }
+    if cfg.dry_run {
         run.said(format!(
             "would wait first (dry run: planned against the objects as they are): {reason}"
         ));
-    } else {
-        wait_for_the_end(run, objects, &view, ours, &reason).await?;
+        return Ok(());
     }
-    Ok(())
-}
-
-/// `post`'s wait, then the objects read again; `reason`: why it waits, as first read.
-async fn wait_for_the_end(
-    run: &mut Run<'_>,
-    objects: &mut Objects,
-    view: &View,
-    ours: bool,
-    reason: &str,
-) -> Result<(), Error> {
-    let (cfg, cluster) = (run.cfg, run.cluster);
-    let started = tokio::time::Instant::now();
-    let bound = cfg.cleanup_wait;
-    // 0: no wait (the chart's uninstall hook). What was just read is what is under way: a poll
-    // bounded by 0 would be cut before its first read and could only say "nothing read yet".
+    let (started, bound) = (tokio::time::Instant::now(), cfg.cleanup_wait);
     let read = async || {
         let view = upgrades::read(cluster, cfg).await?;
         let why = post_must_wait(view.upgrade.as_ref(), &view.plans, ours);
@@ -205,12 +191,14 @@ async fn wait_for_the_end(
         let (waited_s, bound_s) = (waited.as_secs(), bound.as_secs());
         info!(waited_s, bound_s, "waiting: {seen}")
     };
+    // 0: no wait (the chart's uninstall hook). What was just read is what is under way: a poll
+    // bounded by 0 would be cut before its first read and could only say "nothing read yet".
     let waited = match bound.is_zero() {
-        true => Err(reason.to_string()),
+        true => Err(reason.clone()),
         false => cluster.poll(bound, read, progress).await?,
     };
     if let Err(last) = waited {
-        let message = pending_message(cfg, view, bound, &last);
+        let message = pending_message(cfg, &view, bound, &last);
         return Err(Error::CleanupPending(message));
     }
     let took = started.elapsed().as_secs_f64();

@@ -210,10 +210,10 @@ pub fn pre_gate(
     let Some(u) = upgrade.filter(|u| u.cleanup_pending()) else {
         return PreGate::Proceed(Vec::new());
     };
+    let it = u.describe();
     if ours {
         return PreGate::Proceed(vec![format!(
-            "{} is under way: post waits for its cleanup before it restores",
-            u.describe()
+            "{it} is under way: post waits for its cleanup before it restores"
         )]);
     }
     // v1.8.0 keeps no backup: its `[]` on the CR is its suspension, and its cleanup writes
@@ -224,26 +224,22 @@ pub fn pre_gate(
     if u.handling() == Handling::PatchAndHardCodedRestore && (is_suspended(methods) || restores_it)
     {
         return PreGate::LeaveToHarvester(format!(
-            "{} already suspended the updates (the methods are []); its cleanup writes \
-             [LiveMigrate], so pre writes nothing",
-            u.describe()
+            "{it} already suspended the updates (the methods are []); its cleanup writes \
+             [LiveMigrate], so pre writes nothing"
         ));
     }
     if u.backup != Backup::None {
-        let state = if is_suspended(methods) {
-            "the methods are [] (its suspension)".to_string()
-        } else {
-            format!(
-                "the methods are {} now (its values override [] has not been rendered yet, or \
-                 someone changed them)",
-                describe(methods)
-            )
+        let (now, backup) = (describe(methods), u.backup.describe());
+        let state = match is_suspended(methods) {
+            true => "the methods are [] (its suspension)".to_string(),
+            false => format!(
+                "the methods are {now} now (its values override [] has not been rendered yet, or \
+                 someone changed them)"
+            ),
         };
         return PreGate::LeaveToHarvester(format!(
-            "{} already suspended the updates and holds the original ({}); its cleanup restores \
-             it, so pre writes nothing: {state}",
-            u.describe(),
-            u.backup.describe()
+            "{it} already suspended the updates and holds the original ({backup}); its cleanup \
+             restores it, so pre writes nothing: {state}"
         ));
     }
     PreGate::Proceed(vec![proceed_note(u, foreign)])
