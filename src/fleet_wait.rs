@@ -22,11 +22,8 @@ use crate::warnings::{CONFLICT, Warning};
 pub async fn wait(run: &mut Run<'_>, read: Option<&Value>, left: &Objects) -> Result<(), Error> {
     let cfg = run.cfg;
     let intent = &cfg.intent;
-    let Some(target) = intent
-        .keys
-        .target(Kind::ManagedChart)
-        .filter(|_| intent.steps.writes(Kind::ManagedChart))
-    else {
+    let target = intent.keys.target(Kind::ManagedChart);
+    let Some(target) = target.filter(|_| intent.steps.writes(Kind::ManagedChart)) else {
         info!("the ManagedChart steps are off: no wait for Fleet");
         return Ok(());
     };
@@ -83,19 +80,15 @@ async fn poll_until_applied(
     let bound = cfg.fleet_wait.as_secs();
     info!(object = %target, bound_s = bound, "waiting for Fleet to apply the change");
     let start = std::time::Instant::now();
-    let polled = cluster
-        .poll(
-            cfg.fleet_wait,
-            async || {
-                let now = cluster.get(&target).await?;
-                let verdict = fleet_status::poll_view(now.as_ref(), after);
-                Ok(verdict.map_or_else(Poll::Pending, Poll::Ready))
-            },
-            |waited, said| {
-                info!(object = %target, waited_s = waited.as_secs(), "waiting for Fleet: {said}");
-            },
-        )
-        .await?;
+    let read = async || {
+        let now = cluster.get(&target).await?;
+        let verdict = fleet_status::poll_view(now.as_ref(), after);
+        Ok(verdict.map_or_else(Poll::Pending, Poll::Ready))
+    };
+    let progress = |waited: std::time::Duration, said: &str| {
+        info!(object = %target, waited_s = waited.as_secs(), "waiting for Fleet: {said}");
+    };
+    let polled = cluster.poll(cfg.fleet_wait, read, progress).await?;
     let took = start.elapsed().as_secs_f64();
     match fleet_status::waited(&target, polled, bound, took, conflicts) {
         Waited::Applied(action) => {

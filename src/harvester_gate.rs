@@ -20,7 +20,7 @@ use crate::plan::records::{is_suspended, methods};
 use crate::plan::suspenders::foreign_suspension;
 use crate::plan::upgrade_progress::post_must_wait;
 use crate::upgrades::{self, View};
-use crate::vocabulary::{ForeignOriginal, Objects, Phase, Refusal};
+use crate::vocabulary::{ForeignOriginal, Objects, Refusal};
 use crate::warnings::{
     HARVESTER_SUSPENDED, NOT_NEEDED, PRE_LATE, RESTORED_DURING_UPGRADE, SUSPENDED_BY_ANOTHER,
     Warning,
@@ -38,18 +38,9 @@ fn note(notes: &mut Vec<String>, line: String) {
     notes.push(line);
 }
 
-/// The gate before a phase's writes: `false` when the phase must write nothing.
-pub async fn gate(run: &mut Run<'_>, objects: &mut Objects) -> Result<bool, Error> {
-    match run.cfg.intent.phase {
-        Phase::Pre => before_pre(run, objects).await,
-        Phase::Post => before_post(run, objects).await.map(|()| true),
-        Phase::Status | Phase::Watch => Ok(true),
-    }
-}
-
 /// `pre`, before its writes: `false` when Harvester's upgrade already holds the suspension, or
 /// `pre` is not needed: nothing is written (each read object's row says why).
-async fn before_pre(run: &mut Run<'_>, objects: &mut Objects) -> Result<bool, Error> {
+pub async fn before_pre(run: &mut Run<'_>, objects: &mut Objects) -> Result<bool, Error> {
     let view = upgrades::read(run.cluster, run.cfg).await?;
     let (kv, upgrade) = (objects.kubevirt.as_ref(), view.upgrade.as_ref());
     let target = run.kubevirt();
@@ -160,7 +151,7 @@ fn nothing_written(run: &mut Run<'_>, objects: &Objects, actions: Vec<String>) {
 /// one bound for the whole wait: `HARVESTER_CLEANUP_WAIT_SECONDS`); then the objects are read
 /// again, as the cleanup may have written them. Past the bound: exit 7, nothing written.
 /// `RESTORE_DURING_UPGRADE=true`: no wait, a warning naming what is under way.
-async fn before_post(run: &mut Run<'_>, objects: &mut Objects) -> Result<(), Error> {
+pub async fn before_post(run: &mut Run<'_>, objects: &mut Objects) -> Result<(), Error> {
     let (cfg, cluster) = (run.cfg, run.cluster);
     let ours = anything_of_ours(objects);
     let view = upgrades::read(cluster, cfg).await?;

@@ -58,7 +58,12 @@ async fn change(run: &mut Run<'_>, out: &mut impl Output) -> Result<(), Error> {
     // cleanup (and reads the objects again after it, so Fleet's generation is taken after it).
     // The armed `post` first waits for the next upgrade to begin and end.
     crate::resident::armed(run, &mut objects).await?;
-    let write = harvester_gate::gate(run, &mut objects).await?;
+    let write = match intent.phase {
+        Phase::Pre => harvester_gate::before_pre(run, &mut objects).await?,
+        _ => harvester_gate::before_post(run, &mut objects)
+            .await
+            .map(|()| true)?,
+    };
     let read = objects.chart.clone();
     // With ALLOW_MISSING, a `pre` without the KubeVirt CR has nothing to guard: it writes
     // nothing at all, not even the ManagedChart.
