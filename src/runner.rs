@@ -27,9 +27,8 @@ pub async fn run(run: &mut Run<'_>, out: &mut impl Output) -> Result<Option<Stri
         return run_phase(run, out).await;
     }
     let act = async |run: &mut Run<'_>| run_phase(run, out).await.map(|_| ());
-    crate::resident::resident_guard(run.cfg, run.cluster, act)
-        .await
-        .map(|()| None)
+    let guard = crate::resident::resident_guard(run.cfg, run.cluster, act);
+    guard.await.map(|()| None)
 }
 
 /// Runs one phase, `pre`, `post` or `status`, as its Job does.

@@ -69,12 +69,10 @@ pub async fn read(cluster: &Cluster, cfg: &Config) -> Result<View, Error> {
     let upgrades_served = upgrades.is_some();
     let upgrades = upgrades.unwrap_or_default();
     let versions = match cfg.intent.phase {
-        Phase::Post => Vec::new(),
-        _ => cluster
-            .list_harvester(Kind::Version, ns, None)
-            .await?
-            .unwrap_or_default(),
+        Phase::Post => None,
+        _ => cluster.list_harvester(Kind::Version, ns, None).await?,
     };
+    let versions = versions.unwrap_or_default();
     let upgrade = harvester_upgrade::latest(&upgrades).map_err(|reason| {
         let first = upgrades.first();
         let name = first.and_then(|u| u["metadata"]["name"].as_str());

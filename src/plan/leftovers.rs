@@ -96,19 +96,17 @@ pub fn chart_ours(chart: &Value, kubevirt: &ObjectKey) -> ChartOurs {
             .push(format!("the values override {now} and its record"));
     }
     if annotation(chart, COMPARE_RECORD).is_some() {
-        let added = read_record::<CompareRecord>(chart, COMPARE_RECORD)
+        // The pointer is ours unless the record says it was there already.
+        let record = read_record::<CompareRecord>(chart, COMPARE_RECORD)
             .ok()
-            .flatten()
-            .map(|r| r.added);
-        let pointer = compare_list(chart)
-            .ok()
-            .and_then(|l| find_pointer(l, kubevirt).ok().flatten())
-            .is_some();
-        out.compare
-            .push(match pointer && added != Some(Added::Nothing) {
-                true => "the comparePatches pointer and its record".into(),
-                false => "the comparePatches record".into(),
-            });
+            .flatten();
+        let ours = record.is_none_or(|r| r.added != Added::Nothing);
+        let list = compare_list(chart).ok();
+        let pointer = list.and_then(|l| find_pointer(l, kubevirt).ok().flatten());
+        out.compare.push(match pointer.is_some() && ours {
+            true => "the comparePatches pointer and its record".into(),
+            false => "the comparePatches record".into(),
+        });
     }
     if annotation(chart, KUBEVIRT_COPY).is_some() {
         out.object
