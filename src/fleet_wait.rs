@@ -67,8 +67,7 @@ pub async fn wait(run: &mut Run<'_>, read: Option<&Value>, left: &Objects) -> Re
     poll_until_applied(run, kubevirt, target, after, &conflicts).await
 }
 
-/// The wait itself: Fleet's view of the ManagedChart polled until it has applied generation
-/// `after`, reports an error, or `FLEET_WAIT_SECONDS` pass.
+/// The wait itself, until Fleet has applied generation `after`, reports an error, or time is up.
 async fn poll_until_applied(
     run: &mut Run<'_>,
     kubevirt: Option<&Value>,

@@ -71,9 +71,8 @@ pub async fn after_steps(run: &mut Run<'_>, objects: &Objects, skipped: Objects)
     // The ManagedChart the phase works on, or, with no name, the default one (read if skipped).
     let key = intent.keys.chart.as_ref().or(cfg.unnamed_chart.as_ref());
     let chart_target = key.map(|key| Target::new(Kind::ManagedChart, key));
-    let chart = chart_target
-        .as_ref()
-        .zip(objects.chart.as_ref().or(skipped.chart.as_ref()));
+    let chart = objects.chart.as_ref().or(skipped.chart.as_ref());
+    let chart = chart_target.as_ref().zip(chart);
     let mut warnings = leftovers::leftovers(intent, kubevirt, chart);
     if intent.phase == Phase::Pre
         && kubevirt.is_some()

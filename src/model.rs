@@ -149,10 +149,8 @@ pub fn truncate_bytes(s: &mut String, max: usize) {
 
 /// A JSON pointer from path segments (RFC 6901 escaping).
 pub fn pointer(segments: &[&str]) -> String {
-    segments
-        .iter()
-        .map(|s| format!("/{}", s.replace('~', "~0").replace('/', "~1")))
-        .collect()
+    let escape = |s: &&str| format!("/{}", s.replace('~', "~0").replace('/', "~1"));
+    segments.iter().map(escape).collect()
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use crate::cluster::{Cluster, EventKind, Written};
 use crate::config::Config;
 use crate::context::Run;
 use crate::error::Error;
-use crate::harvester_gate;
+use crate::harvester_gate::{before_post, before_pre};
 use crate::leftovers_check;
 use crate::model::{FIELD_MANAGER, Kind, Target};
 use crate::outcome::{Done, Outcome};
@@ -58,10 +58,8 @@ async fn change(run: &mut Run<'_>, out: &mut impl Output) -> Result<(), Error> {
     // The armed `post` first waits for the next upgrade to begin and end.
     crate::resident::armed(run, &mut objects).await?;
     let write = match intent.phase {
-        Phase::Pre => harvester_gate::before_pre(run, &mut objects).await?,
-        _ => harvester_gate::before_post(run, &mut objects)
-            .await
-            .map(|()| true)?,
+        Phase::Pre => before_pre(run, &mut objects).await?,
+        _ => before_post(run, &mut objects).await.map(|()| true)?,
     };
     let read = objects.chart.clone();
     // With ALLOW_MISSING, a `pre` without the KubeVirt CR has nothing to guard: it writes
@@ -208,14 +206,11 @@ async fn after_write(
     };
     // A Normal Event for a change that did something: a `post` that keeps a later choice only
     // drops our record, and its Warning Event says why.
-    let kept = plan
-        .warnings
-        .iter()
-        .any(|w| w.reason == CHANGED_WHILE_SUSPENDED);
+    let kept = |w: &warnings::Warning| w.reason == CHANGED_WHILE_SUSPENDED;
     if step.write == Write::Change
         && step.target.kind == Kind::KubeVirt
         && !plan.actions.is_empty()
-        && !kept
+        && !plan.warnings.iter().any(kept)
     {
         let note = |verb| format!("{verb} ({FIELD_MANAGER}): {}", plan.actions.join("; "));
         let (reason, note) = match cfg.intent.phase {
@@ -229,9 +224,8 @@ async fn after_write(
                 (warnings::RESTORED, note(restored))
             }
         };
-        cluster
-            .event(object, EventKind::Normal, reason, &note)
-            .await;
+        let normal = EventKind::Normal;
+        cluster.event(object, normal, reason, &note).await;
     }
     #[cfg(feature = "failpoints")]
     failpoints_after_write(step.target.kind).await;

@@ -78,11 +78,7 @@ impl ChartOurs {
     }
 
     pub fn all(&self) -> Vec<String> {
-        [&self.values, &self.compare, &self.object]
-            .into_iter()
-            .flatten()
-            .cloned()
-            .collect()
+        [self.values.as_slice(), &self.compare, &self.object].concat()
     }
 }
 
@@ -97,9 +93,7 @@ pub fn chart_ours(chart: &Value, kubevirt: &ObjectKey) -> ChartOurs {
     }
     if annotation(chart, COMPARE_RECORD).is_some() {
         // The pointer is ours unless the record says it was there already.
-        let record = read_record::<CompareRecord>(chart, COMPARE_RECORD)
-            .ok()
-            .flatten();
+        let record: Option<CompareRecord> = read_record(chart, COMPARE_RECORD).ok().flatten();
         let ours = record.is_none_or(|r| r.added != Added::Nothing);
         let list = compare_list(chart).ok();
         let pointer = list.and_then(|l| find_pointer(l, kubevirt).ok().flatten());
@@ -116,26 +110,22 @@ pub fn chart_ours(chart: &Value, kubevirt: &ObjectKey) -> ChartOurs {
     out
 }
 
-/// What either object may carry besides its records: the owners a stopped `post` still has to
-/// give back, and our field manager's claim.
+/// What either object may carry besides its records: owners to give back, our claim.
 fn common_ours(obj: &Value) -> Vec<String> {
     let mut out = Vec::new();
     if annotation(obj, OWNERS_TO_RETURN).is_some() {
         out.push("the owners a stopped post still has to give back".to_string());
     }
-    let claim = obj
-        .pointer("/metadata/managedFields")
-        .and_then(Value::as_array)
-        .is_some_and(|m| m.iter().any(|e| e["manager"] == FIELD_MANAGER));
+    let fields = obj["metadata"]["managedFields"].as_array();
+    let claim = fields.is_some_and(|m| m.iter().any(|e| e["manager"] == FIELD_MANAGER));
     if claim {
         out.push(format!("the managedFields entry of {FIELD_MANAGER}"));
     }
     out
 }
 
-/// The warnings for what this phase was told to skip but that carries something of ours, from
-/// the objects as the phase leaves them (a skipped one as read). `chart` is the ManagedChart the
-/// phase works on, or, with `MANAGEDCHART_NAME` empty, the default one.
+/// The warnings for what of ours is on what this phase skipped (as the phase leaves the objects);
+/// `chart`: the ManagedChart the phase works on, or, with no name, the default one.
 pub fn leftovers(
     intent: &Intent,
     kubevirt: Option<&Value>,

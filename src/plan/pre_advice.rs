@@ -71,8 +71,7 @@ impl Advice {
     }
 }
 
-/// Whether `pre` is needed before the upgrade to `coming`, with `methods` the KubeVirt CR's now:
-/// by what the coming release's own handling puts back at its end.
+/// Whether `pre` is needed for `coming`: by what its own handling puts back over `methods`.
 pub fn advise(coming: &Coming, methods: &Option<Value>) -> Advice {
     let now = describe(methods);
     let default = methods.as_ref() == Some(&blind_value());
@@ -107,8 +106,7 @@ pub fn advise(coming: &Coming, methods: &Option<Value>) -> Advice {
     }
 }
 
-/// The coming release is not known: `pre` acts, and names the releases that would make it
-/// unnecessary (`default`: the methods are `[LiveMigrate]`).
+/// The coming release is not known: `pre` acts (`default`: the methods are `[LiveMigrate]`).
 fn unknown(on_offer: &[String], default: bool) -> Advice {
     let offer = match on_offer {
         [] => "no release on offer".to_string(),
@@ -140,9 +138,8 @@ pub struct Late {
 pub fn late(upgrade: Option<&Upgrade>, kubevirt: Option<&Value>) -> Option<Late> {
     // KubeVirt is upgraded in these states (the apply-manifests job runs in the first).
     let late_states = ["UpgradingSystemServices", "UpgradingNodes"];
-    let upgrade = upgrade
-        .filter(|u| !u.deleting && late_states.contains(&u.state.as_str()))
-        .map(Upgrade::describe);
+    let late = |u: &&Upgrade| !u.deleting && late_states.contains(&u.state.as_str());
+    let upgrade = upgrade.filter(late).map(Upgrade::describe);
     let outdated = kubevirt
         .and_then(|kv| kv.pointer("/status/outdatedVirtualMachineInstanceWorkloads"))
         .and_then(Value::as_u64)
@@ -245,8 +242,7 @@ pub fn pre_gate(
     PreGate::Proceed(vec![proceed_note(u, foreign)])
 }
 
-/// `pre` goes on during an Upgrade whose cleanup is pending: what that Upgrade has done and
-/// will do, and that `post` waits for it.
+/// `pre` goes on during an Upgrade whose cleanup is pending: what that Upgrade does, and `post`.
 fn proceed_note(u: &Upgrade, foreign: bool) -> String {
     let (done, then) = match u.handling() {
         Handling::PatchAndHardCodedRestore if foreign => (
