@@ -136,12 +136,10 @@ async fn proceed(
 
 /// `pre` writes nothing: each object it read gets a row with `actions`.
 fn nothing_written(run: &mut Run<'_>, objects: &Objects, actions: Vec<String>) {
-    for kind in [Kind::ManagedChart, Kind::KubeVirt] {
-        if let Some(target) = run.cfg.intent.keys.target(kind)
-            && objects.get(kind).is_some()
-        {
-            run.push(Done::noted(target, actions.clone()));
-        }
+    let (keys, kinds) = (&run.cfg.intent.keys, [Kind::ManagedChart, Kind::KubeVirt]);
+    let read = kinds.map(|kind| objects.get(kind).and(keys.target(kind)));
+    for target in read.into_iter().flatten() {
+        run.push(Done::noted(target, actions.clone()));
     }
 }
 
@@ -197,12 +195,10 @@ pub async fn before_post(run: &mut Run<'_>, objects: &mut Objects) -> Result<(),
         format!("waited {took:.1} s for the upgrade to end and Harvester's cleanup ({reason})");
     info!("{line}");
     // The cleanup may have written either object: plan against what it left.
-    for kind in [Kind::KubeVirt, Kind::ManagedChart] {
-        if objects.get(kind).is_some()
-            && let Some(target) = cfg.intent.keys.target(kind)
-        {
-            objects.set(kind, cluster.get(&target).await?);
-        }
+    let (keys, kinds) = (&cfg.intent.keys, [Kind::KubeVirt, Kind::ManagedChart]);
+    let read = kinds.map(|kind| objects.get(kind).and(keys.target(kind)));
+    for target in read.into_iter().flatten() {
+        objects.set(target.kind, cluster.get(&target).await?);
     }
     run.noted(vec![line]);
     Ok(())

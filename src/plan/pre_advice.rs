@@ -140,10 +140,9 @@ pub fn late(upgrade: Option<&Upgrade>, kubevirt: Option<&Value>) -> Option<Late>
     let late_states = ["UpgradingSystemServices", "UpgradingNodes"];
     let late = |u: &&Upgrade| !u.deleting && late_states.contains(&u.state.as_str());
     let upgrade = upgrade.filter(late).map(Upgrade::describe);
-    let outdated = kubevirt
-        .and_then(|kv| kv.pointer("/status/outdatedVirtualMachineInstanceWorkloads"))
-        .and_then(Value::as_u64)
-        .filter(|n| *n > 0);
+    let field = "/status/outdatedVirtualMachineInstanceWorkloads";
+    let outdated = kubevirt.and_then(|kv| kv.pointer(field)?.as_u64());
+    let outdated = outdated.filter(|n| *n > 0);
     (upgrade.is_some() || outdated.is_some()).then_some(Late { upgrade, outdated })
 }
 
