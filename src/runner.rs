@@ -232,19 +232,16 @@ async fn after_write(
     printed
 }
 
-/// Test builds only: `FAILPOINTS=after-write-managedchart=return` kills the process with SIGKILL
-/// right after its first write of that object; `...=1*off->return` after its second (`post`'s
-/// release); `...=sleep(3000)` pauses there (for API server restarts).
+/// Test builds only: `FAILPOINTS=after-write-managedchart=return` (or `-kubevirt`) kills the
+/// process with SIGKILL right after its first write of that object; `...=1*off->return` after its
+/// second (`post`'s release); `...=sleep(3000)` pauses there (for API server restarts).
 /// `pause-after-write=return(6000)` pauses 6 s after every write, on the runtime, so a SIGTERM is
 /// answered at once as in a real run (a failpoint's `sleep(...)` blocks the runtime).
 #[cfg(feature = "failpoints")]
 async fn failpoints_after_write(kind: Kind) {
-    let name = match kind {
-        Kind::KubeVirt => "after-write-kubevirt",
-        _ => "after-write-managedchart",
-    };
+    let name = format!("after-write-{}", kind.name().to_lowercase());
     // SAFETY: kill(2) on our own pid; nothing is left to clean up, which is the point.
-    fail::fail_point!(name, |_| unsafe {
+    fail::fail_point!(&name, |_| unsafe {
         libc::kill(libc::getpid(), libc::SIGKILL);
     });
     let pause = || -> Option<u64> {
