@@ -20,8 +20,7 @@ use crate::warnings::{CONFLICT, Warning};
 /// nothing to the spec (a rerun) waits the same way for the current generation when our records
 /// are on the chart, so that a Complete `pre` always means "Fleet has applied the suspension".
 pub async fn wait(run: &mut Run<'_>, read: Option<&Value>, left: &Objects) -> Result<(), Error> {
-    let cfg = run.cfg;
-    let intent = &cfg.intent;
+    let (cfg, intent) = (run.cfg, &run.cfg.intent);
     let target = intent.keys.target(Kind::ManagedChart);
     let Some(target) = target.filter(|_| intent.steps.writes(Kind::ManagedChart)) else {
         info!("the ManagedChart steps are off: no wait for Fleet");

@@ -19,8 +19,7 @@ use crate::warnings::{EVENTS_NOT_RECORDED, MIGRATIONS_UNDER_WAY, SKIPPED_NOT_CHE
 /// The objects the phase skips (a step off, or the ManagedChart without a name: then the
 /// default one), read-only: `plan::leftovers` says what of ours is left there.
 pub async fn read_skipped(run: &mut Run<'_>) -> Objects {
-    let cfg = run.cfg;
-    let intent = &cfg.intent;
+    let (cfg, intent) = (run.cfg, &run.cfg.intent);
     let mut read = Objects::default();
     if !intent.steps.kubevirt {
         read.kubevirt = peek(run, run.kubevirt(), true).await.map(|(_, kv)| kv);
@@ -65,8 +64,7 @@ pub async fn peek(run: &mut Run<'_>, target: Target, loud: bool) -> Option<(Targ
 /// the phase skipped, the migrations `pre` cannot stop, the objects skipped as missing; last, the
 /// Events that could not be made, as one warning.
 pub async fn after_steps(run: &mut Run<'_>, objects: &Objects, skipped: Objects) {
-    let (cfg, cluster) = (run.cfg, run.cluster);
-    let intent = &cfg.intent;
+    let (cfg, cluster, intent) = (run.cfg, run.cluster, &run.cfg.intent);
     let kubevirt = objects.kubevirt.as_ref().or(skipped.kubevirt.as_ref());
     // The ManagedChart the phase works on, or, with no name, the default one (read if skipped).
     let key = intent.keys.chart.as_ref().or(cfg.unnamed_chart.as_ref());
