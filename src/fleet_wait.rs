@@ -1,7 +1,7 @@
 //! Waiting for Fleet after a phase (docs/design.md, "Waiting for Fleet"): once `pre` or `post`
 //! has changed the ManagedChart's deployed spec, it ends only when Fleet reports that change
-//! applied, and fails (exit 8) when Fleet reports an error or the bound passes. The verdicts and decisions
-//! are in `plan::fleet_status`; the polling is `Cluster::poll`; this module puts them in order.
+//! applied, and fails (exit 8) when Fleet reports an error or the bound passes. The decisions
+//! are in `plan::fleet_status`.
 
 use serde_json::Value;
 use tracing::info;
@@ -15,20 +15,14 @@ use crate::plan::fleet_status::{self, Wait, Waited};
 use crate::vocabulary::Objects;
 use crate::warnings::{CONFLICT, Warning};
 
-/// After the steps: waits until Fleet has applied the phase's change of the ManagedChart's
-/// deployed spec (docs/design.md, "Waiting for Fleet"). `read`: the ManagedChart as read at the
-/// start of the phase (the observedGeneration before our first write of the spec); `left`: the
-/// objects as the phase left them. A `pre` that wrote nothing to the spec (a rerun) waits the
-/// same way for the current generation when our records are on the chart, so that a Complete
-/// `pre` always means "Fleet has applied the suspension".
+/// `read`: the ManagedChart as read at the start of the phase (the observedGeneration before our
+/// first write of the spec); `left`: the objects as the phase left them. A `pre` that wrote
+/// nothing to the spec (a rerun) waits the same way for the current generation when our records
+/// are on the chart, so that a Complete `pre` always means "Fleet has applied the suspension".
 pub async fn wait(run: &mut Run<'_>, read: Option<&Value>, left: &Objects) -> Result<(), Error> {
-    let cfg = run.cfg;
-    let intent = &cfg.intent;
-    let Some(target) = intent
-        .keys
-        .target(Kind::ManagedChart)
-        .filter(|_| intent.steps.writes(Kind::ManagedChart))
-    else {
+    let (cfg, intent) = (run.cfg, &run.cfg.intent);
+    let target = intent.keys.target(Kind::ManagedChart);
+    let Some(target) = target.filter(|_| intent.steps.writes(Kind::ManagedChart)) else {
         info!("the ManagedChart steps are off: no wait for Fleet");
         return Ok(());
     };
@@ -51,7 +45,20 @@ pub async fn wait(run: &mut Run<'_>, read: Option<&Value>, left: &Objects) -> Re
         }
         Wait::For { after } => after,
     };
-    let conflicts = say_conflicts(run, kubevirt, &target, chart).await;
+    // A claim that Fleet's deploy will conflict with is said at once, with how to release it (a
+    // wait that runs out names it again).
+    let kv = match (kubevirt, intent.keys.target(Kind::KubeVirt)) {
+        (Some(kv), _) => Some(kv.clone()),
+        (None, Some(t)) => run.cluster.get(&t).await.ok().flatten(),
+        (None, None) => None,
+    };
+    let conflicts = kv.map(|kv| fleet_status::conflicts(&kv, chart));
+    let conflicts = conflicts.unwrap_or_default();
+    for c in &conflicts {
+        let (reason, message) = (CONFLICT, c.to_string());
+        run.warned(kubevirt, Some(target.clone()), Warning { reason, message })
+            .await;
+    }
     if cfg.fleet_wait.is_zero() {
         info!(object = %target, "FLEET_WAIT_SECONDS=0: no wait for Fleet to apply the change");
         return Ok(());
@@ -59,38 +66,7 @@ pub async fn wait(run: &mut Run<'_>, read: Option<&Value>, left: &Objects) -> Re
     poll_until_applied(run, kubevirt, target, after, &conflicts).await
 }
 
-/// A claim that Fleet's deploy will conflict with, said at once (a warning each), with how to
-/// release it; returned for the message of a wait that runs out.
-async fn say_conflicts(
-    run: &mut Run<'_>,
-    kubevirt: Option<&Value>,
-    target: &Target,
-    chart: &Value,
-) -> Vec<fleet_status::Conflict> {
-    let (intent, cluster) = (&run.cfg.intent, run.cluster);
-    let kv = match kubevirt {
-        Some(kv) => Some(kv.clone()),
-        None => match intent.keys.target(Kind::KubeVirt) {
-            Some(t) => cluster.get(&t).await.ok().flatten(),
-            None => None,
-        },
-    };
-    let conflicts = kv
-        .as_ref()
-        .map(|kv| fleet_status::conflicts(kv, chart))
-        .unwrap_or_default();
-    for c in &conflicts {
-        let w = Warning {
-            reason: CONFLICT,
-            message: c.to_string(),
-        };
-        run.warned(kubevirt, Some(target.clone()), w).await;
-    }
-    conflicts
-}
-
-/// The wait itself: Fleet's view of the ManagedChart polled until it has applied generation
-/// `after`, reports an error, or `FLEET_WAIT_SECONDS` pass.
+/// The wait itself, until Fleet has applied generation `after`, reports an error, or time is up.
 async fn poll_until_applied(
     run: &mut Run<'_>,
     kubevirt: Option<&Value>,
@@ -102,21 +78,15 @@ async fn poll_until_applied(
     let bound = cfg.fleet_wait.as_secs();
     info!(object = %target, bound_s = bound, "waiting for Fleet to apply the change");
     let start = std::time::Instant::now();
-    let polled = cluster
-        .poll(
-            cfg.fleet_wait,
-            async || {
-                let now = cluster.get(&target).await?;
-                Ok(match fleet_status::poll_view(now.as_ref(), after) {
-                    Ok(verdict) => Poll::Ready(verdict),
-                    Err(said) => Poll::Pending(said),
-                })
-            },
-            |waited, said| {
-                info!(object = %target, waited_s = waited.as_secs(), "waiting for Fleet: {said}");
-            },
-        )
-        .await?;
+    let read = async || {
+        let now = cluster.get(&target).await?;
+        let verdict = fleet_status::poll_view(now.as_ref(), after);
+        Ok(verdict.map_or_else(Poll::Pending, Poll::Ready))
+    };
+    let progress = |waited: std::time::Duration, said: &str| {
+        info!(object = %target, waited_s = waited.as_secs(), "waiting for Fleet: {said}");
+    };
+    let polled = cluster.poll(cfg.fleet_wait, read, progress).await?;
     let took = start.elapsed().as_secs_f64();
     match fleet_status::waited(&target, polled, bound, took, conflicts) {
         Waited::Applied(action) => {

@@ -4,7 +4,7 @@
 //! WARN line and a Warning Event. The decisions are in `plan::leftovers`; the reads in `cluster`.
 
 use serde_json::Value;
-use tracing::{info, warn};
+use tracing::info;
 
 use crate::cluster::{Cluster, EventKind};
 use crate::context::Run;
@@ -12,36 +12,28 @@ use crate::error::Error;
 use crate::model::{Kind, Target};
 use crate::outcome::{Done, Outcome};
 use crate::plan::leftovers;
+use crate::plan::pre_advice::names;
 use crate::vocabulary::{Objects, Phase};
 use crate::warnings::{EVENTS_NOT_RECORDED, MIGRATIONS_UNDER_WAY, SKIPPED_NOT_CHECKED, Warning};
 
 /// The objects the phase skips (a step off, or the ManagedChart without a name: then the
 /// default one), read-only: `plan::leftovers` says what of ours is left there.
-pub async fn read_skipped(run: &mut Run<'_>) -> Skipped {
-    let intent = &run.cfg.intent;
-    let mut read = Skipped::default();
+pub async fn read_skipped(run: &mut Run<'_>) -> Objects {
+    let (cfg, intent) = (run.cfg, &run.cfg.intent);
+    let mut read = Objects::default();
     if !intent.steps.kubevirt {
-        let target = Target::new(Kind::KubeVirt, &intent.keys.kubevirt);
-        read.kubevirt = peek(run, target, true).await;
+        read.kubevirt = peek(run, run.kubevirt(), true).await.map(|(_, kv)| kv);
     }
-    match (&intent.keys.chart, &run.cfg.unnamed_chart) {
-        (Some(key), _) if !intent.steps.writes(Kind::ManagedChart) => {
-            let target = Target::new(Kind::ManagedChart, key);
-            read.chart = peek(run, target, true).await;
-        }
-        (None, Some(key)) => {
-            let target = Target::new(Kind::ManagedChart, key);
-            read.chart = peek(run, target, false).await;
-        }
-        _ => {}
+    let chart = match (&intent.keys.chart, &cfg.unnamed_chart) {
+        (Some(key), _) if !intent.steps.writes(Kind::ManagedChart) => Some((key, true)),
+        (None, Some(key)) => Some((key, false)),
+        _ => None,
+    };
+    if let Some((key, loud)) = chart {
+        let target = Target::new(Kind::ManagedChart, key);
+        read.chart = peek(run, target, loud).await.map(|(_, chart)| chart);
     }
     read
-}
-
-#[derive(Default)]
-pub struct Skipped {
-    kubevirt: Option<(Target, Value)>,
-    chart: Option<(Target, Value)>,
 }
 
 /// A skipped object, read-only. `loud`: a failed read is a warning (an object that is
@@ -60,57 +52,41 @@ pub async fn peek(run: &mut Run<'_>, target: Target, loud: bool) -> Option<(Targ
             let message = format!(
                 "could not read it to check for records of ours left there (its step is off): {e}"
             );
-            warn!(object = %target, reason = SKIPPED_NOT_CHECKED, "{message}");
-            run.push(noted(&target, SKIPPED_NOT_CHECKED, message));
+            let reason = SKIPPED_NOT_CHECKED;
+            let w = Warning { reason, message };
+            run.warned(None, Some(target), w).await;
             None
         }
     }
 }
 
-fn noted(target: &Target, reason: &'static str, message: String) -> Done {
-    Done::warned(target.clone(), Warning { reason, message })
-}
-
-/// After the steps: what of ours is left on what the phase skipped, the migrations `pre` cannot
-/// stop, and the Events of the objects skipped as missing; each a warning in the termination
-/// message, a WARN line and a Warning Event on the KubeVirt CR. Last, the Events that could not
-/// be made, as one warning.
-pub async fn after_steps(run: &mut Run<'_>, objects: &Objects, skipped: Skipped) {
-    let (intent, cluster) = (&run.cfg.intent, run.cluster);
-    let kv_target = Target::new(Kind::KubeVirt, &intent.keys.kubevirt);
-    let kubevirt = match (&objects.kubevirt, &skipped.kubevirt) {
-        (Some(o), _) => Some((&kv_target, o)),
-        (None, Some((t, o))) => Some((t, o)),
-        _ => None,
-    };
-    let chart_target = intent.keys.target(Kind::ManagedChart);
-    let chart = match (&objects.chart, &chart_target, &skipped.chart) {
-        (Some(o), Some(t), _) => Some((t, o)),
-        (_, _, Some((t, o))) => Some((t, o)),
-        _ => None,
-    };
+/// After the steps, each said on the KubeVirt CR (a Warning Event): what of ours is left on what
+/// the phase skipped, the migrations `pre` cannot stop, the objects skipped as missing; last, the
+/// Events that could not be made, as one warning.
+pub async fn after_steps(run: &mut Run<'_>, objects: &Objects, skipped: Objects) {
+    let (cfg, cluster, intent) = (run.cfg, run.cluster, &run.cfg.intent);
+    let kubevirt = objects.kubevirt.as_ref().or(skipped.kubevirt.as_ref());
+    // The ManagedChart the phase works on, or, with no name, the default one (read if skipped).
+    let key = intent.keys.chart.as_ref().or(cfg.unnamed_chart.as_ref());
+    let chart_target = key.map(|key| Target::new(Kind::ManagedChart, key));
+    let chart = objects.chart.as_ref().or(skipped.chart.as_ref());
+    let chart = chart_target.as_ref().zip(chart);
     let mut warnings = leftovers::leftovers(intent, kubevirt, chart);
     if intent.phase == Phase::Pre
         && kubevirt.is_some()
         && let Some(w) = migrations_under_way(cluster).await
     {
-        warnings.push((kv_target.clone(), w));
+        warnings.push((run.kubevirt(), w));
     }
-    let kv_obj = kubevirt.map(|(_, o)| o);
     for (target, w) in warnings {
-        run.warned(kv_obj, Some(target), w).await;
+        run.warned(kubevirt, Some(target), w).await;
     }
     // The objects skipped as missing (logged when found missing) get their Event too.
-    if let Some(kv) = kv_obj {
-        for w in run
-            .done
-            .iter()
-            .filter(|d| d.outcome == Outcome::Missing)
-            .flat_map(|d| &d.warnings)
-        {
-            cluster
-                .event(kv, EventKind::Warning, w.reason, &w.message)
-                .await;
+    if let Some(kv) = kubevirt {
+        let missing = run.done.iter().filter(|d| d.outcome == Outcome::Missing);
+        for w in missing.flat_map(|d| &d.warnings) {
+            let warning = EventKind::Warning;
+            cluster.event(kv, warning, w.reason, &w.message).await;
         }
     }
     // An Event that could not be made (e.g. no `create` on events) is no failure, but said.
@@ -121,7 +97,8 @@ pub async fn after_steps(run: &mut Run<'_>, objects: &Objects, skipped: Skipped)
              warnings and actions are in this message and the log",
             failed.len()
         );
-        run.push(noted(&kv_target, EVENTS_NOT_RECORDED, message));
+        let reason = EVENTS_NOT_RECORDED;
+        run.push(Done::warned(run.kubevirt(), Warning { reason, message }));
     }
 }
 
@@ -130,30 +107,20 @@ pub async fn after_steps(run: &mut Run<'_>, objects: &Objects, skipped: Skipped)
 /// listed them before its writes already: that list is taken, not made again.
 async fn migrations_under_way(cluster: &Cluster) -> Option<Warning> {
     let message = match cluster.migrations_under_way().await {
+        Ok(unfinished) if unfinished.is_empty() => {
+            info!("no workload-update migration is under way");
+            return None;
+        }
         Ok(unfinished) => {
-            if unfinished.is_empty() {
-                info!("no workload-update migration is under way");
-                return None;
-            }
-            let mut names: Vec<String> = unfinished
-                .iter()
-                .take(10)
-                .map(|m| format!("{}/{} ({})", m.namespace, m.name, m.phase))
-                .collect();
-            if unfinished.len() > 10 {
-                names.push(format!("and {} more", unfinished.len() - 10));
-            }
-            let first = &unfinished[0];
+            let (n, first) = (unfinished.len(), &unfinished[0]);
+            let (s, are) = if n == 1 { ("", "is") } else { ("s", "are") };
             format!(
-                "{} workload-update migration{} created before pre {} not finished: {}. Setting \
-                 the methods to [] stops new ones but cancels none of these: they go on moving \
-                 their VMs during the upgrade. To cancel one, delete it (e.g. kubectl -n {} \
-                 delete virtualmachineinstancemigration {}); PHASE=status lists those not \
+                "{n} workload-update migration{s} created before pre {are} not finished: {}. \
+                 Setting the methods to [] stops new ones but cancels none of these: they go on \
+                 moving their VMs during the upgrade. To cancel one, delete it (e.g. kubectl -n \
+                 {} delete virtualmachineinstancemigration {}); PHASE=status lists those not \
                  finished (hack/job.sh run status)",
-                unfinished.len(),
-                if unfinished.len() == 1 { "" } else { "s" },
-                if unfinished.len() == 1 { "is" } else { "are" },
-                names.join(", "),
+                names(&unfinished),
                 first.namespace,
                 first.name,
             )
@@ -163,8 +130,6 @@ async fn migrations_under_way(cluster: &Cluster) -> Option<Warning> {
              but cancels none already created; PHASE=status lists them (hack/job.sh run status)"
         ),
     };
-    Some(Warning {
-        reason: MIGRATIONS_UNDER_WAY,
-        message,
-    })
+    let reason = MIGRATIONS_UNDER_WAY;
+    Some(Warning { reason, message })
 }

@@ -1,6 +1,5 @@
-//! The shared model: the objects the guard works on, where their fields are, and the names the
-//! guard writes (field manager, annotations). `plan`, `cluster`, `report` and the tests all use
-//! these, so each fact is written once.
+//! The shared model: the objects the guard works on, where their fields are, and the names it
+//! writes (field manager, annotations), each written once.
 
 use kube::api::ApiResource;
 use kube::core::GroupVersionKind;
@@ -16,10 +15,9 @@ pub const KUBEVIRT_RECORD: &str =
 /// On the ManagedChart: the original values override of the methods.
 pub const VALUES_RECORD: &str =
     "workload-update-guard.harvesterhci.io/original-values-workload-update-methods";
-/// On the ManagedChart: a copy of the KubeVirt CR's original methods, written by `pre` in the
-/// first write (before the CR is touched) and removed by `post` in the last. If Fleet re-renders
-/// the CR with `[]` between our two writes (say the Job was killed in between), this copy still
-/// holds the true original.
+/// On the ManagedChart: a copy of the KubeVirt CR's original methods, written by `pre` first and
+/// removed by `post` last: if Fleet re-renders the CR with `[]` between our two writes (a Job
+/// killed in between), it still holds the true original.
 pub const KUBEVIRT_COPY: &str =
     "workload-update-guard.harvesterhci.io/kubevirt-original-workload-update-methods";
 /// On the ManagedChart: what the guard added to `spec.diff.comparePatches`.
@@ -50,14 +48,12 @@ pub const COMPARE_PATH: &[&str] = &["spec", "diff", "comparePatches"];
 /// Migrations that KubeVirt's workload updater creates carry this name prefix.
 pub const MIGRATION_PREFIX: &str = "kubevirt-workload-update-";
 
-/// The ManagedChart's default namespace and name, which `plan::leftovers` reads records under;
-/// every variable's default is in `--help`'s table (`config::unset_value`), which agrees.
+/// The ManagedChart's default namespace and name (`--help`'s table agrees).
 pub mod defaults {
     pub const CHART_NAMESPACE: &str = "fleet-local";
     pub const CHART_NAME: &str = "harvester";
 }
 
-/// A namespaced object's name.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjectKey {
     pub namespace: String,
@@ -80,49 +76,46 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub fn api_version(self) -> &'static str {
+    /// Its apiVersion, kind name and plural, one row per kind.
+    fn row(self) -> (&'static str, &'static str, &'static str) {
         match self {
-            Kind::KubeVirt | Kind::Migration => "kubevirt.io/v1",
-            Kind::ManagedChart => "management.cattle.io/v3",
-            Kind::Upgrade | Kind::Version | Kind::Setting => "harvesterhci.io/v1beta1",
-            Kind::UpgradePlan => "management.harvesterhci.io/v1beta1",
+            Kind::KubeVirt => ("kubevirt.io/v1", "KubeVirt", "kubevirts"),
+            Kind::ManagedChart => ("management.cattle.io/v3", "ManagedChart", "managedcharts"),
+            Kind::Migration => (
+                "kubevirt.io/v1",
+                "VirtualMachineInstanceMigration",
+                "virtualmachineinstancemigrations",
+            ),
+            Kind::Upgrade => ("harvesterhci.io/v1beta1", "Upgrade", "upgrades"),
+            Kind::Version => ("harvesterhci.io/v1beta1", "Version", "versions"),
+            Kind::Setting => ("harvesterhci.io/v1beta1", "Setting", "settings"),
+            Kind::UpgradePlan => (
+                "management.harvesterhci.io/v1beta1",
+                "UpgradePlan",
+                "upgradeplans",
+            ),
         }
+    }
+
+    pub fn api_version(self) -> &'static str {
+        self.row().0
     }
 
     pub fn name(self) -> &'static str {
-        match self {
-            Kind::KubeVirt => "KubeVirt",
-            Kind::ManagedChart => "ManagedChart",
-            Kind::Migration => "VirtualMachineInstanceMigration",
-            Kind::Upgrade => "Upgrade",
-            Kind::Version => "Version",
-            Kind::Setting => "Setting",
-            Kind::UpgradePlan => "UpgradePlan",
-        }
+        self.row().1
     }
 
     pub fn plural(self) -> &'static str {
-        match self {
-            Kind::KubeVirt => "kubevirts",
-            Kind::ManagedChart => "managedcharts",
-            Kind::Migration => "virtualmachineinstancemigrations",
-            Kind::Upgrade => "upgrades",
-            Kind::Version => "versions",
-            Kind::Setting => "settings",
-            Kind::UpgradePlan => "upgradeplans",
-        }
+        self.row().2
     }
 
     pub fn resource(self) -> ApiResource {
         let (group, version) = self.api_version().split_once('/').expect("group/version");
-        ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk(group, version, self.name()),
-            self.plural(),
-        )
+        let gvk = GroupVersionKind::gvk(group, version, self.name());
+        ApiResource::from_gvk_with_plural(&gvk, self.plural())
     }
 }
 
-/// One object the guard reads and writes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target {
     pub kind: Kind,
@@ -131,22 +124,15 @@ pub struct Target {
 
 impl Target {
     pub fn new(kind: Kind, key: &ObjectKey) -> Self {
-        Self {
-            kind,
-            key: key.clone(),
-        }
+        let key = key.clone();
+        Self { kind, key }
     }
 }
 
 impl std::fmt::Display for Target {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{} {}/{}",
-            self.kind.name(),
-            self.key.namespace,
-            self.key.name
-        )
+        let (kind, key) = (self.kind.name(), &self.key);
+        write!(f, "{kind} {}/{}", key.namespace, key.name)
     }
 }
 
@@ -163,10 +149,8 @@ pub fn truncate_bytes(s: &mut String, max: usize) {
 
 /// A JSON pointer from path segments (RFC 6901 escaping).
 pub fn pointer(segments: &[&str]) -> String {
-    segments
-        .iter()
-        .map(|s| format!("/{}", s.replace('~', "~0").replace('/', "~1")))
-        .collect()
+    let escape = |s: &&str| format!("/{}", s.replace('~', "~0").replace('/', "~1"));
+    segments.iter().map(escape).collect()
 }
 
 #[cfg(test)]

@@ -131,11 +131,7 @@ impl Report {
         if self.suspended || !self.kubevirt.found || ours.is_empty() {
             return;
         }
-        let parts: Vec<String> = [&ours.values, &ours.compare, &ours.object]
-            .into_iter()
-            .flatten()
-            .cloned()
-            .collect();
+        let parts = ours.all();
         let switches = if named {
             "with the ManagedChart steps on (STEP_CHART_VALUES=true STEP_COMPARE_PATCHES=true)"
                 .to_string()

@@ -2,6 +2,8 @@
 //! by step ([`Cluster::converge`], which plans again on a conflict), and say what each write
 //! did. Nothing is written unless every plan of the phase can be made.
 
+use std::io::Write as Output;
+
 use serde_json::{Value, json};
 use tracing::info;
 
@@ -9,9 +11,9 @@ use crate::cluster::{Cluster, EventKind, Written};
 use crate::config::Config;
 use crate::context::Run;
 use crate::error::Error;
-use crate::harvester_gate;
+use crate::harvester_gate::{before_post, before_pre};
 use crate::leftovers_check;
-use crate::model::{Kind, Target};
+use crate::model::{FIELD_MANAGER, Kind, Target};
 use crate::outcome::{Done, Outcome};
 use crate::plan;
 use crate::plan::kubevirt::HOTPLUG_NOTICE;
@@ -20,54 +22,33 @@ use crate::warnings::{self, CHANGED_WHILE_SUSPENDED};
 
 /// Runs the configured phase; `status` also returns its verdict, for the termination message.
 /// `watch` runs until SIGTERM, running `pre` and `post` by [`run_phase`] itself.
-pub async fn run(
-    run: &mut Run<'_>,
-    out: &mut impl std::io::Write,
-) -> Result<Option<String>, Error> {
-    match run.cfg.intent.phase {
-        Phase::Watch => {
-            let act = async |run: &mut Run<'_>| run_phase(run, out).await.map(|_| ());
-            crate::resident::resident_guard(run.cfg, run.cluster, act)
-                .await
-                .map(|()| None)
-        }
-        _ => run_phase(run, out).await,
+pub async fn run(run: &mut Run<'_>, out: &mut impl Output) -> Result<Option<String>, Error> {
+    if run.cfg.intent.phase != Phase::Watch {
+        return run_phase(run, out).await;
     }
+    let act = async |run: &mut Run<'_>| run_phase(run, out).await.map(|_| ());
+    let guard = crate::resident::resident_guard(run.cfg, run.cluster, act);
+    guard.await.map(|()| None)
 }
 
 /// Runs one phase, `pre`, `post` or `status`, as its Job does.
-pub async fn run_phase(
-    run: &mut Run<'_>,
-    out: &mut impl std::io::Write,
-) -> Result<Option<String>, Error> {
+pub async fn run_phase(run: &mut Run<'_>, out: &mut impl Output) -> Result<Option<String>, Error> {
     match run.cfg.intent.phase {
         Phase::Status => crate::status::status(run, out).await.map(Some),
-        Phase::Pre | Phase::Post => {
-            let (read, left) = change(run, out).await?;
-            crate::fleet_wait::wait(run, read.as_ref(), &left)
-                .await
-                .map(|()| None)
-        }
+        Phase::Pre | Phase::Post => change(run, out).await.map(|()| None),
         Phase::Watch => unreachable!("the resident guard runs pre and post, never itself"),
     }
 }
 
-/// Writes the phase's steps; returns the ManagedChart as read at the start and the objects as
-/// the phase left them.
-async fn change(
-    run: &mut Run<'_>,
-    out: &mut impl std::io::Write,
-) -> Result<(Option<Value>, Objects), Error> {
-    let intent = &run.cfg.intent;
+/// `pre` or `post` in one pass: read the objects (and, read-only, those the phase skips), pass
+/// Harvester's gate, write the steps, say what is left, wait for Fleet.
+async fn change(run: &mut Run<'_>, out: &mut impl Output) -> Result<(), Error> {
+    let (intent, allow_missing) = (&run.cfg.intent, run.cfg.allow_missing);
     let mut objects = Objects::default();
     for target in intent.targets() {
         match run.cluster.get(&target).await? {
             Some(obj) => objects.set(target.kind, Some(obj)),
-            None => run.push(Done::missing(
-                run.cfg.allow_missing,
-                target,
-                "nothing was written",
-            )?),
+            None => run.push(Done::missing(allow_missing, target, "nothing was written")?),
         }
     }
     // What the phase skips is read too, read-only, to say what of ours it leaves there.
@@ -76,34 +57,39 @@ async fn change(
     // cleanup (and reads the objects again after it, so Fleet's generation is taken after it).
     // The armed `post` first waits for the next upgrade to begin and end.
     crate::resident::armed(run, &mut objects).await?;
-    if !harvester_gate::gate(run, &mut objects).await? {
-        leftovers_check::after_steps(run, &objects, skipped).await;
-        return Ok((objects.chart.clone(), objects));
-    }
+    let write = match intent.phase {
+        Phase::Pre => before_pre(run, &mut objects).await?,
+        _ => before_post(run, &mut objects).await.map(|()| true)?,
+    };
     let read = objects.chart.clone();
     // With ALLOW_MISSING, a `pre` without the KubeVirt CR has nothing to guard: it writes
     // nothing at all, not even the ManagedChart.
-    if intent.phase == Phase::Pre
+    if write
+        && intent.phase == Phase::Pre
         && intent.steps.kubevirt
         && objects.kubevirt.is_none()
         && let Some(key) = objects.chart.take().and(intent.keys.chart.as_ref())
     {
-        run.push(nothing_to_guard(key));
+        let left = "left alone: the KubeVirt CR is missing, so there is nothing to guard";
+        let target = Target::new(Kind::ManagedChart, key);
+        run.push(Done::noted(target, vec![left.into()]));
     }
-    // The whole phase is planned first only to refuse a malformed object before any write; each
-    // step is planned again below against the object as the previous write left it.
-    plan::plan_phase(intent, &objects)?;
-    write_steps(run, &mut objects, out).await?;
+    if write {
+        // The whole phase is planned first only to refuse a malformed object before any write;
+        // each step is planned again against the object as the previous write left it.
+        plan::plan_phase(intent, &objects)?;
+        write_steps(run, &mut objects, out).await?;
+    }
     leftovers_check::after_steps(run, &objects, skipped).await;
-    Ok((read, objects))
+    crate::fleet_wait::wait(run, read.as_ref(), &objects).await
 }
 
 /// The phase's writes, step by step, each planned again against the object as the previous write
-/// left it; each step's row, its warnings said (a WARN line, an Event on the KubeVirt CR).
+/// left it; each step's warnings said on the KubeVirt CR as the step left it.
 async fn write_steps(
     run: &mut Run<'_>,
     objects: &mut Objects,
-    out: &mut impl std::io::Write,
+    out: &mut impl Output,
 ) -> Result<(), Error> {
     let (cfg, cluster) = (run.cfg, run.cluster);
     let mut steps = plan::steps(&cfg.intent).into_iter().peekable();
@@ -116,63 +102,44 @@ async fn write_steps(
         if step.write == Write::Release && skip_release() {
             continue;
         }
-        let written = write_step(cfg, cluster, &step, current, objects).await?;
         // A dry run's patch that cannot be printed fails the run (exit 3), once this step is
         // recorded as done.
         let mut printed = Ok(());
-        let (outcome, plan, object) = match written {
-            Written::Missing => {
-                let when = "it was deleted while the phase ran";
-                run.push(Done::missing(cfg.allow_missing, step.target.clone(), when)?);
-                objects.set(kind, None);
-                continue;
-            }
-            Written::Unchanged { plan, object } => (Outcome::Unchanged, plan, object),
-            Written::Changed { plan, object } => {
-                printed = after_write(cfg, cluster, &step, &plan, &object, out).await;
-                let outcome = if cfg.dry_run {
-                    Outcome::WouldChange
-                } else {
-                    Outcome::Changed
-                };
-                (outcome, plan, object)
-            }
-        };
+        let (outcome, plan, object) =
+            match write_step(cfg, cluster, &step, current, objects).await? {
+                Written::Missing => {
+                    let when = "it was deleted while the phase ran";
+                    run.push(Done::missing(cfg.allow_missing, step.target.clone(), when)?);
+                    objects.set(kind, None);
+                    continue;
+                }
+                Written::Unchanged { plan, object } => (Outcome::Unchanged, plan, object),
+                Written::Changed { plan, object } if cfg.dry_run => {
+                    (Outcome::WouldChange, plan, object)
+                }
+                Written::Changed { plan, object } => (Outcome::Changed, plan, object),
+            };
+        if outcome != Outcome::Unchanged {
+            printed = after_write(cfg, cluster, &step, &plan, &object, out).await;
+        }
         // One "already as wanted" line per object, once its last step is done without a write.
         if steps.peek().is_none_or(|next| next.target != step.target) {
             already_as_wanted(&step.target, outcome, &plan, run.done);
         }
         objects.set(kind, Some(object));
-        record_step(run, objects.kubevirt.as_ref(), step.target, outcome, plan).await;
+        for w in &plan.warnings {
+            let kubevirt = objects.kubevirt.as_ref();
+            cluster.warn(kubevirt, Some(&step.target), w).await;
+        }
+        run.push(Done {
+            target: step.target,
+            outcome,
+            actions: plan.actions,
+            warnings: plan.warnings,
+        });
         printed?;
     }
     Ok(())
-}
-
-/// A step's row in the summary; each of its warnings also goes on the KubeVirt CR (as the
-/// step left it), where `kubectl describe` shows it, and in the log.
-async fn record_step(
-    run: &mut Run<'_>,
-    kubevirt: Option<&Value>,
-    target: Target,
-    outcome: Outcome,
-    plan: Plan,
-) {
-    for w in &plan.warnings {
-        run.cluster.warn(kubevirt, Some(&target), w).await;
-    }
-    run.push(Done {
-        target,
-        outcome,
-        actions: plan.actions,
-        warnings: plan.warnings,
-    });
-}
-
-/// A `pre` whose KubeVirt CR is missing (ALLOW_MISSING) leaves the ManagedChart alone.
-fn nothing_to_guard(chart: &crate::model::ObjectKey) -> Done {
-    let left = "left alone: the KubeVirt CR is missing, so there is nothing to guard";
-    Done::noted(Target::new(Kind::ManagedChart, chart), vec![left.into()])
 }
 
 /// One step's write: converged on the server, or, a dry run's release, planned and shown only
@@ -188,15 +155,10 @@ async fn write_step(
     let intent = &cfg.intent;
     if cfg.dry_run && step.write == Write::Release {
         let plan = plan::plan_step(intent, step, objects)?.unwrap_or_default();
+        let object = current;
         return Ok(match plan.patch {
-            Some(_) => Written::Changed {
-                plan,
-                object: current,
-            },
-            None => Written::Unchanged {
-                plan,
-                object: current,
-            },
+            Some(_) => Written::Changed { plan, object },
+            None => Written::Unchanged { plan, object },
         });
     }
     let kind = step.target.kind;
@@ -209,8 +171,7 @@ async fn write_step(
         .await
 }
 
-/// The "already as wanted" line of an object whose steps (this last one and those in `done`)
-/// wrote nothing.
+/// The "already as wanted" line of an object whose steps (this one and those `done`) wrote nothing.
 fn already_as_wanted(target: &Target, outcome: Outcome, plan: &Plan, done: &[Done]) {
     let of_it = || done.iter().filter(|d| d.target == *target);
     if outcome != Outcome::Unchanged || !of_it().all(|d| d.outcome == Outcome::Unchanged) {
@@ -229,84 +190,67 @@ async fn after_write(
     step: &Step,
     plan: &Plan,
     object: &serde_json::Value,
-    out: &mut impl std::io::Write,
+    out: &mut impl Output,
 ) -> Result<(), Error> {
-    let mut printed = Ok(());
-    if cfg.dry_run {
+    let printed = if cfg.dry_run {
         let patch = plan.patch.as_ref().expect("a change has a patch");
         let line = json!({"object": step.target.to_string(), "dryRun": true, "patch": patch});
-        printed = writeln!(out, "{line}")
+        let printed = writeln!(out, "{line}")
             .and_then(|()| out.flush())
             .map_err(|e| Error::Output(e.to_string()));
         info!(object = %step.target, actions = ?plan.actions, "would write (dry run: nothing changed)");
+        printed
     } else {
         info!(object = %step.target, actions = ?plan.actions, "written");
-    }
+        Ok(())
+    };
     // A Normal Event for a change that did something: a `post` that keeps a later choice only
     // drops our record, and its Warning Event says why.
-    let kept = plan
-        .warnings
-        .iter()
-        .any(|w| w.reason == CHANGED_WHILE_SUSPENDED);
+    let kept = |w: &warnings::Warning| w.reason == CHANGED_WHILE_SUSPENDED;
     if step.write == Write::Change
         && step.target.kind == Kind::KubeVirt
         && !plan.actions.is_empty()
-        && !kept
+        && !plan.warnings.iter().any(kept)
     {
-        let (reason, verb) = match cfg.intent.phase {
-            Phase::Pre => (warnings::SUSPENDED, "Suspended automated workload updates"),
-            _ => (
-                warnings::RESTORED,
-                "Restored the workload update methods as they were before pre",
-            ),
+        let note = |verb| format!("{verb} ({FIELD_MANAGER}): {}", plan.actions.join("; "));
+        let (reason, note) = match cfg.intent.phase {
+            Phase::Pre => {
+                info!("{HOTPLUG_NOTICE}");
+                let note = note("Suspended automated workload updates");
+                (warnings::SUSPENDED, format!("{note}. {HOTPLUG_NOTICE}"))
+            }
+            _ => {
+                let restored = "Restored the workload update methods as they were before pre";
+                (warnings::RESTORED, note(restored))
+            }
         };
-        let mut note = format!(
-            "{verb} ({}): {}",
-            crate::model::FIELD_MANAGER,
-            plan.actions.join("; ")
-        );
-        if cfg.intent.phase == Phase::Pre {
-            info!("{HOTPLUG_NOTICE}");
-            note = format!("{note}. {HOTPLUG_NOTICE}");
-        }
-        cluster
-            .event(object, EventKind::Normal, reason, &note)
-            .await;
+        let normal = EventKind::Normal;
+        cluster.event(object, normal, reason, &note).await;
     }
     #[cfg(feature = "failpoints")]
-    {
-        failpoint_after_write(step.target.kind);
-        if let Some(ms) = pause_after_write() {
-            tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
-        }
-    }
+    failpoints_after_write(step.target.kind).await;
     printed
 }
 
-/// Test builds only: `FAILPOINTS=after-write-managedchart=return` kills the process with SIGKILL
-/// right after its first write of that object; `...=1*off->return` after its second (`post`'s
-/// release); `...=sleep(3000)` pauses there (for API server restarts).
+/// Test builds only: `FAILPOINTS=after-write-managedchart=return` (or `-kubevirt`) kills the
+/// process with SIGKILL right after its first write of that object; `...=1*off->return` after its
+/// second (`post`'s release); `...=sleep(3000)` pauses there (for API server restarts).
+/// `pause-after-write=return(6000)` pauses 6 s after every write, on the runtime, so a SIGTERM is
+/// answered at once as in a real run (a failpoint's `sleep(...)` blocks the runtime).
 #[cfg(feature = "failpoints")]
-fn failpoint_after_write(kind: Kind) {
-    let name = match kind {
-        Kind::KubeVirt => "after-write-kubevirt",
-        _ => "after-write-managedchart",
-    };
-    fail::fail_point!(name, |_| {
-        // SAFETY: kill(2) on our own pid; nothing is left to clean up, which is the point.
-        unsafe {
-            libc::kill(libc::getpid(), libc::SIGKILL);
-        }
+async fn failpoints_after_write(kind: Kind) {
+    let name = format!("after-write-{}", kind.name().to_lowercase());
+    // SAFETY: kill(2) on our own pid; nothing is left to clean up, which is the point.
+    fail::fail_point!(&name, |_| unsafe {
+        libc::kill(libc::getpid(), libc::SIGKILL);
     });
-}
-
-/// Test builds only: `FAILPOINTS=pause-after-write=return(6000)` pauses 6 s after every write,
-/// on the runtime, so a SIGTERM is answered at once as in a real run (a failpoint's `sleep(...)`
-/// blocks the runtime, and the signal waits).
-#[cfg(feature = "failpoints")]
-fn pause_after_write() -> Option<u64> {
-    fail::fail_point!("pause-after-write", |ms| ms.and_then(|m| m.parse().ok()));
-    None
+    let pause = || -> Option<u64> {
+        fail::fail_point!("pause-after-write", |ms| ms.and_then(|m| m.parse().ok()));
+        None
+    };
+    if let Some(ms) = pause() {
+        tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+    }
 }
 
 /// Test builds only: `FAILPOINTS=skip-release=return` runs `post` without its release writes,

@@ -44,7 +44,7 @@ pub async fn status(run: &mut Run<'_>, out: &mut impl Write) -> Result<String, E
         read_chart,
         &migrations,
     )
-    .with_harvester(view.upgrade.clone(), view.offered.clone(), view.coming());
+    .with_harvester(view.upgrade.clone(), view.offered(), view.coming());
     if let Some((target, obj)) = &unnamed {
         report = report.with_unnamed_chart(&cfg.intent, target, obj);
     }

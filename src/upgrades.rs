@@ -3,12 +3,10 @@
 //! answers (under way, ended, must `post` wait, still needed) are in [`crate::plan`]; this is
 //! their one read, for the gate around a phase, `status` and the waiting loop alike.
 
-use serde_json::Value;
-
 use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::error::Error;
-use crate::model::{Kind, Target};
+use crate::model::{Kind, ObjectKey, Target};
 use crate::plan::harvester_upgrade::{self, Handling, LATEST_LABEL, Upgrade};
 use crate::plan::pre_advice::Coming;
 use crate::plan::upgrade_progress::{self, PlanView};
@@ -18,8 +16,6 @@ use crate::vocabulary::{Phase, Refusal};
 #[derive(Debug, Clone, Default)]
 pub struct View {
     pub upgrade: Option<Upgrade>,
-    /// The releases on offer that handle the methods themselves, newest first.
-    pub offered: Vec<(String, Handling)>,
     /// `post`: the add-on's UpgradePlans (but the one that runs this post, `UPGRADE_PLAN`).
     pub plans: Vec<PlanView>,
     /// Every release on offer, newest first (`pre`'s "exactly one release on offer").
@@ -40,6 +36,23 @@ impl View {
         let addon = addon.map(|p| (p.name.as_str(), p.version.as_str()));
         Coming::of(self.upgrade.as_ref(), addon, &self.on_offer)
     }
+
+    /// The releases on offer that handle the methods themselves, newest first.
+    pub fn offered(&self) -> Vec<(String, Handling)> {
+        let handled = self.on_offer.iter().filter(|(_, h)| *h != Handling::None);
+        handled.cloned().collect()
+    }
+
+    /// The offered releases that suspend the methods themselves, in one line (`pre`).
+    pub fn offered_line(&self) -> Option<String> {
+        let offered = self.offered();
+        let (version, handling) = offered.first()?;
+        let list: Vec<&str> = offered.iter().map(|(v, _)| v.as_str()).collect();
+        let list = list.join(", ");
+        let handling = handling.describe();
+        let line = format!("the cluster offers upgrades to {list}: Harvester {version} {handling}");
+        Some(line)
+    }
 }
 
 /// Reads the latest Upgrade and (`pre`, `status`: what the coming upgrade does) the Versions on
@@ -56,25 +69,24 @@ pub async fn read(cluster: &Cluster, cfg: &Config) -> Result<View, Error> {
     let upgrades_served = upgrades.is_some();
     let upgrades = upgrades.unwrap_or_default();
     let versions = match cfg.intent.phase {
-        Phase::Post => Vec::new(),
-        _ => cluster
-            .list(Kind::Version, Some(ns), None)
-            .await?
-            .unwrap_or_default(),
+        Phase::Post => None,
+        _ => cluster.list(Kind::Version, Some(ns), None).await?,
     };
-    let upgrade = harvester_upgrade::latest(&upgrades).map_err(|reason| Refusal {
-        target: upgrade_target(cfg, &upgrades),
-        reason,
+    let versions = versions.unwrap_or_default();
+    let upgrade = harvester_upgrade::latest(&upgrades).map_err(|reason| {
+        let first = upgrades.first();
+        let name = first.and_then(|u| u["metadata"]["name"].as_str());
+        let (namespace, name) = (ns.clone(), name.unwrap_or("").to_string());
+        let target = Target::new(Kind::Upgrade, &ObjectKey { namespace, name });
+        Refusal { target, reason }
     })?;
     // `status` says whether the guard is still needed, which the cluster's version decides
     // even with nothing on offer.
-    let current = if !versions.is_empty() || (cfg.intent.phase == Phase::Status && upgrades_served)
-    {
-        cluster.harvester_setting(SERVER_VERSION).await?
-    } else {
-        None
+    let wanted = !versions.is_empty() || (cfg.intent.phase == Phase::Status && upgrades_served);
+    let current = match wanted {
+        true => cluster.harvester_setting(SERVER_VERSION).await?,
+        false => None,
     };
-    let on_offer = harvester_upgrade::on_offer(&versions, current.as_deref());
     // `post` waits for the add-on's upgrade, `pre` asks whether it is needed for it; `status`'s
     // read-only RBAC does not read UpgradePlans, only whether they are served (the add-on is
     // installed).
@@ -88,44 +100,12 @@ pub async fn read(cluster: &Cluster, cfg: &Config) -> Result<View, Error> {
     };
     Ok(View {
         upgrade,
-        offered: on_offer
-            .iter()
-            .filter(|(_, h)| *h != Handling::None)
-            .cloned()
-            .collect(),
-        on_offer,
+        on_offer: harvester_upgrade::on_offer(&versions, current.as_deref()),
         plans: upgrade_progress::plans(&plans, cfg.upgrade_plan.as_deref()),
         upgrades_served,
         plans_served,
         current,
     })
-}
-
-fn upgrade_target(cfg: &Config, upgrades: &[Value]) -> Target {
-    let name = upgrades
-        .first()
-        .and_then(|u| u.pointer("/metadata/name"))
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    Target::new(
-        Kind::Upgrade,
-        &crate::model::ObjectKey {
-            namespace: cfg.intent.keys.kubevirt.namespace.clone(),
-            name: name.to_string(),
-        },
-    )
-}
-
-/// The offered releases that suspend the methods themselves, in one line (`pre`, `status`).
-pub fn offered_line(view: &View) -> Option<String> {
-    let first = view.offered.first()?;
-    let list: Vec<&str> = view.offered.iter().map(|(v, _)| v.as_str()).collect();
-    Some(format!(
-        "the cluster offers upgrades to {}: Harvester {} {}",
-        list.join(", "),
-        first.0,
-        first.1.describe()
-    ))
 }
 
 /// The resident guard's read of what the cluster can upgrade to next (for [`retirement`]): its

@@ -1,25 +1,22 @@
 //! What a phase leaves of ours where it was told not to go: an object whose step is switched off
 //! (`STEP_KUBEVIRT`, `STEP_CHART_VALUES`, `STEP_COMPARE_PATCHES`), or the ManagedChart when
-//! `MANAGEDCHART_NAME` is empty. A `post` that skips such an object leaves a half-restored
-//! state (the ManagedChart keeps pre's values override `[]`, and Fleet's next deploy
-//! suspends the updates again), so it must say so, with the command that finishes the job; a
-//! `pre` that skips one says what an earlier `pre` left there, and what `post` needs to remove it.
-//! Readers only: nothing here plans a write.
+//! `MANAGEDCHART_NAME` is empty. A `post` that skips such an object leaves a half-restored state
+//! (Fleet's next deploy renders pre's `[]` again), so it says so, with the command that finishes
+//! the job; a `pre` says what an earlier `pre` left there. Readers only.
 //!
-//! With `MANAGEDCHART_NAME` empty the name is unknown; `leftovers_check` then reads the ManagedChart of
-//! the default name `harvester` in `MANAGEDCHART_NAMESPACE` (default `fleet-local`) read-only:
-//! the one a `pre` with the defaults writes, and both ServiceAccounts may `get` it already, so
-//! the RBAC stays as it is. The records on the CR name no ManagedChart, and a new field there
-//! would make older binaries refuse the record. A cluster without Fleet does not serve the kind,
-//! and there is nothing to say.
+//! With `MANAGEDCHART_NAME` empty, the default `fleet-local/harvester` is read: the one a `pre`
+//! with the defaults writes, which both ServiceAccounts may `get` already (the records on the CR
+//! name no ManagedChart: a new field there would make older binaries refuse the record).
 
 use serde_json::Value;
 
 use super::chart::{compare_list, find_pointer};
-use super::records::{CompareRecord, annotation, describe, is_suspended, lookup, read_record};
+use super::records::{
+    Added, CompareRecord, annotation, describe, is_suspended, lookup, read_record,
+};
 use crate::model::{
-    COMPARE_RECORD, FIELD_MANAGER, KUBEVIRT_COPY, KUBEVIRT_RECORD, METHODS_PATH, OWNERS_TO_RETURN,
-    ObjectKey, Target, VALUES_PATH, VALUES_RECORD,
+    COMPARE_RECORD, FIELD_MANAGER, KUBEVIRT_COPY, KUBEVIRT_RECORD, Kind, METHODS_PATH,
+    OWNERS_TO_RETURN, ObjectKey, Target, VALUES_PATH, VALUES_RECORD,
 };
 use crate::vocabulary::{Intent, Phase, Steps};
 use crate::warnings::{LEFT_BY_SKIPPED_STEP, Warning};
@@ -54,7 +51,7 @@ pub struct ChartOurs {
 
 impl ChartOurs {
     pub fn is_empty(&self) -> bool {
-        self.values.is_empty() && self.compare.is_empty() && self.object.is_empty()
+        self.all().is_empty()
     }
 
     /// What the switched-off steps leave of ours on a named ManagedChart, with the switches
@@ -80,12 +77,8 @@ impl ChartOurs {
         (parts, switches("false", " and "), switches("true", " "))
     }
 
-    fn all(&self) -> Vec<String> {
-        [&self.values, &self.compare, &self.object]
-            .into_iter()
-            .flatten()
-            .cloned()
-            .collect()
+    pub fn all(&self) -> Vec<String> {
+        [self.values.as_slice(), &self.compare, &self.object].concat()
     }
 }
 
@@ -94,25 +87,19 @@ pub fn chart_ours(chart: &Value, kubevirt: &ObjectKey) -> ChartOurs {
     if annotation(chart, VALUES_RECORD).is_some() {
         let current = lookup(chart, VALUES_PATH).ok().flatten().cloned();
         out.suspends_at_next_deploy = is_suspended(&current);
-        out.values.push(format!(
-            "the values override {} and its record",
-            describe(&current)
-        ));
+        let now = describe(&current);
+        out.values
+            .push(format!("the values override {now} and its record"));
     }
     if annotation(chart, COMPARE_RECORD).is_some() {
-        let added = read_record::<CompareRecord>(chart, COMPARE_RECORD)
-            .ok()
-            .flatten()
-            .map(|r| r.added);
-        let pointer = compare_list(chart)
-            .ok()
-            .and_then(|l| find_pointer(l, kubevirt).ok().flatten())
-            .is_some();
-        let ours = added != Some(super::records::Added::Nothing);
-        out.compare.push(if pointer && ours {
-            "the comparePatches pointer and its record".to_string()
-        } else {
-            "the comparePatches record".to_string()
+        // The pointer is ours unless the record says it was there already.
+        let record: Option<CompareRecord> = read_record(chart, COMPARE_RECORD).ok().flatten();
+        let ours = record.is_none_or(|r| r.added != Added::Nothing);
+        let list = compare_list(chart).ok();
+        let pointer = list.and_then(|l| find_pointer(l, kubevirt).ok().flatten());
+        out.compare.push(match pointer.is_some() && ours {
+            true => "the comparePatches pointer and its record".into(),
+            false => "the comparePatches record".into(),
         });
     }
     if annotation(chart, KUBEVIRT_COPY).is_some() {
@@ -123,96 +110,80 @@ pub fn chart_ours(chart: &Value, kubevirt: &ObjectKey) -> ChartOurs {
     out
 }
 
-/// What either object may carry besides its records: the owners a stopped `post` still has to
-/// give back, and our field manager's claim.
+/// What either object may carry besides its records: owners to give back, our claim.
 fn common_ours(obj: &Value) -> Vec<String> {
     let mut out = Vec::new();
     if annotation(obj, OWNERS_TO_RETURN).is_some() {
         out.push("the owners a stopped post still has to give back".to_string());
     }
-    let claim = obj
-        .pointer("/metadata/managedFields")
-        .and_then(Value::as_array)
-        .is_some_and(|m| m.iter().any(|e| e["manager"] == FIELD_MANAGER));
+    let fields = obj["metadata"]["managedFields"].as_array();
+    let claim = fields.is_some_and(|m| m.iter().any(|e| e["manager"] == FIELD_MANAGER));
     if claim {
         out.push(format!("the managedFields entry of {FIELD_MANAGER}"));
     }
     out
 }
 
-/// What a `pre` or `post` with `STEP_KUBEVIRT=false` leaves of ours on the KubeVirt CR.
-fn left_on_kubevirt(intent: &Intent, target: &Target, kv: &Value) -> Option<(Target, Warning)> {
-    let parts = kubevirt_ours(kv);
-    if parts.is_empty() {
-        return None;
-    }
-    let methods = lookup(kv, METHODS_PATH).ok().flatten().cloned();
-    let effect = match intent.phase {
-        Phase::Post if is_suspended(&methods) => "Automated workload updates stay OFF on the CR. ",
-        _ => "",
-    };
-    let (off, on) = ("STEP_KUBEVIRT=false", "STEP_KUBEVIRT=true");
-    let w = warning(intent, target, &parts, off, effect, on);
-    Some((target.clone(), w))
-}
-
-/// The warnings for what this phase was told to skip but that carries something of ours, from
-/// the objects as the phase leaves them (a skipped one as read). `chart` is the ManagedChart the
-/// phase works on, or, with `MANAGEDCHART_NAME` empty, the default one.
+/// The warnings for what of ours is on what this phase skipped (as the phase leaves the objects);
+/// `chart`: the ManagedChart the phase works on, or, with no name, the default one.
 pub fn leftovers(
     intent: &Intent,
-    kubevirt: Option<(&Target, &Value)>,
+    kubevirt: Option<&Value>,
     chart: Option<(&Target, &Value)>,
 ) -> Vec<(Target, Warning)> {
     if intent.phase == Phase::Status {
         return Vec::new();
     }
-    let mut out: Vec<(Target, Warning)> = kubevirt
-        .filter(|_| !intent.steps.kubevirt)
-        .and_then(|(target, kv)| left_on_kubevirt(intent, target, kv))
-        .into_iter()
-        .collect();
+    let mut out = Vec::new();
+    if let Some(kv) = kubevirt.filter(|_| !intent.steps.kubevirt) {
+        let target = Target::new(Kind::KubeVirt, &intent.keys.kubevirt);
+        let methods = lookup(kv, METHODS_PATH).ok().flatten().cloned();
+        let effect = match is_suspended(&methods) {
+            true => "Automated workload updates stay OFF on the CR. ",
+            false => "",
+        };
+        let parts = kubevirt_ours(kv);
+        let (off, on) = ("STEP_KUBEVIRT=false", "STEP_KUBEVIRT=true");
+        out.extend(warning(intent.phase, &target, &parts, off, effect, on));
+    }
     if let Some((target, obj)) = chart {
         let ours = chart_ours(obj, &intent.keys.kubevirt);
-        let named = intent.keys.chart.is_some();
-        let (parts, why, switches) = if !named {
-            (
-                ours.all(),
-                "MANAGEDCHART_NAME is empty".to_string(),
-                format!(
-                    "MANAGEDCHART_NAMESPACE={} MANAGEDCHART_NAME={}",
-                    target.key.namespace, target.key.name
-                ),
-            )
-        } else {
-            ours.left_by(&intent.steps)
+        let (parts, why, on) = match intent.keys.chart {
+            Some(_) => ours.left_by(&intent.steps),
+            None => {
+                let (ns, name) = (&target.key.namespace, &target.key.name);
+                let switches = format!("MANAGEDCHART_NAMESPACE={ns} MANAGEDCHART_NAME={name}");
+                (ours.all(), "MANAGEDCHART_NAME is empty".into(), switches)
+            }
         };
-        let values_left = !named || !intent.steps.values;
-        if !parts.is_empty() {
-            let effect = match intent.phase {
-                Phase::Post if values_left && ours.suspends_at_next_deploy => {
-                    "Fleet's next deploy of the chart renders that [] on the KubeVirt CR and \
-                     suspends the automated updates again. "
-                }
-                _ => "",
-            };
-            let w = warning(intent, target, &parts, &why, effect, &switches);
-            out.push((target.clone(), w));
-        }
+        let values_left = intent.keys.chart.is_none() || !intent.steps.values;
+        let effect = match values_left && ours.suspends_at_next_deploy {
+            true => {
+                "Fleet's next deploy of the chart renders that [] on the KubeVirt CR and \
+                 suspends the automated updates again. "
+            }
+            false => "",
+        };
+        out.extend(warning(intent.phase, target, &parts, &why, effect, &on));
     }
     out
 }
 
+/// The warning on `target` for what of ours (`parts`) the phase left there, if anything;
+/// `effect` (what that does) is said by `post` only.
 fn warning(
-    intent: &Intent,
+    phase: Phase,
     target: &Target,
     parts: &[String],
     why: &str,
     effect: &str,
     switches: &str,
-) -> Warning {
+) -> Option<(Target, Warning)> {
+    if parts.is_empty() {
+        return None;
+    }
     let parts = parts.join(", ");
-    let message = match intent.phase {
+    let message = match phase {
         Phase::Post => format!(
             "NOT FULLY RESTORED: {target} keeps what pre wrote there: {parts} ({why}: this post \
              did not touch it). {effect}To finish, run post again with {switches} (the \
@@ -224,10 +195,8 @@ fn warning(
              hack/job.sh run post)"
         ),
     };
-    Warning {
-        reason: LEFT_BY_SKIPPED_STEP,
-        message,
-    }
+    let reason = LEFT_BY_SKIPPED_STEP;
+    Some((target.clone(), Warning { reason, message }))
 }
 
 #[cfg(test)]
@@ -286,11 +255,10 @@ mod tests {
     /// The leftover warnings of a run of `intent` over `objects`, as `leftovers_check` computes them.
     fn warnings_of(intent: &Intent, before: &Objects) -> (Objects, Vec<Warning>) {
         let after = run_with(intent, before);
-        let kt = Target::new(Kind::KubeVirt, &kv());
         let ct = Target::new(Kind::ManagedChart, &chart_key());
         let w = leftovers(
             intent,
-            after.kubevirt.as_ref().map(|o| (&kt, o)),
+            after.kubevirt.as_ref(),
             after.chart.as_ref().map(|o| (&ct, o)),
         );
         for (target, w) in &w {

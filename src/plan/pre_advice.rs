@@ -1,23 +1,14 @@
-//! What `pre` says of the coming upgrade before it writes: whether it
-//! is needed at all (Harvester's own handling of the release the cluster upgrades to restores
-//! what is there now), and whether it comes late (KubeVirt is upgraded already, so the wave of
-//! workload updates has begun). `status` gives the same answer. Pure: what was read in, words out.
+//! What `pre` says of the coming upgrade before it writes (`status` too): whether it is needed at
+//! all (the coming release's own handling restores what is there now), and whether it comes late
+//! (KubeVirt is upgraded already: the wave of workload updates has begun). Pure.
 
 use serde::Serialize;
 use serde_json::Value;
 
 use super::harvester_upgrade::{Backup, Handling, Upgrade, blind_value};
-pub use super::migrations::Migration;
+use super::migrations::Migration;
 use super::records::{describe, is_suspended};
-
-/// Harvester's Upgrade states, in order: the one list, `upgrade_progress`'s.
-pub use super::upgrade_progress::UPGRADE_STATES as STATES;
-/// Under way: not ended and not being deleted, as `post`'s wait reads it.
-pub use super::upgrade_progress::upgrade_under_way as under_way;
-
-/// The states of an upgrade under way in which KubeVirt is upgraded already or being upgraded
-/// (the apply-manifests job runs in `UpgradingSystemServices`).
-pub const LATE_STATES: &[&str] = &["UpgradingSystemServices", "UpgradingNodes"];
+use super::upgrade_progress::upgrade_under_way as under_way;
 
 /// The release the cluster upgrades to, as far as it is known.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -34,28 +25,24 @@ pub enum Coming {
 }
 
 impl Coming {
-    /// From the latest Upgrade, the add-on's plan under way (name, version) and every release on
-    /// offer (newer than the cluster's own, with or without handling). An Upgrade under way wins;
-    /// then the add-on's plan; then exactly one release on offer.
+    /// An Upgrade under way wins; then the add-on's plan under way (name, version); then exactly
+    /// one release on offer (newer than the cluster's own).
     pub fn of(
         upgrade: Option<&Upgrade>,
         addon: Option<(&str, &str)>,
         on_offer: &[(String, Handling)],
     ) -> Coming {
-        if let Some(u) = upgrade.filter(|u| under_way(u) && !u.version.is_empty()) {
-            return Coming::Upgrade {
+        let upgrade = upgrade.filter(|u| under_way(u) && !u.version.is_empty());
+        match (upgrade, addon, on_offer) {
+            (Some(u), ..) => Coming::Upgrade {
                 describe: u.describe(),
                 version: u.version.clone(),
-            };
-        }
-        if let Some((plan, version)) = addon {
-            return Coming::AddOn {
+            },
+            (None, Some((plan, version)), _) => Coming::AddOn {
                 plan: plan.into(),
                 version: version.into(),
-            };
-        }
-        match on_offer {
-            [(version, _)] => Coming::Offered {
+            },
+            (None, None, [(version, _)]) => Coming::Offered {
                 version: version.clone(),
             },
             _ => Coming::Unknown {
@@ -63,55 +50,16 @@ impl Coming {
             },
         }
     }
-
-    /// What the coming release's own handling puts back at its end.
-    fn restores(&self) -> Option<Restores> {
-        let version = match self {
-            Coming::Upgrade { version, .. } | Coming::Offered { version } => version,
-            Coming::AddOn { .. } => return Some(Restores::OnlyDefault),
-            Coming::Unknown { .. } => return None,
-        };
-        Some(match Handling::of(version) {
-            Handling::None => Restores::Nothing,
-            Handling::PatchAndHardCodedRestore => Restores::OnlyDefault,
-            Handling::BackupAndRestore => Restores::Any,
-        })
-    }
-
-    fn name(&self) -> String {
-        match self {
-            Coming::Upgrade { describe, .. } => describe.clone(),
-            Coming::Offered { version } => format!("Harvester {version}, the one release on offer"),
-            Coming::AddOn { plan, version } => {
-                format!("the upgrade add-on's UpgradePlan {plan} (to {version})")
-            }
-            Coming::Unknown { .. } => "an unknown release".into(),
-        }
-    }
-}
-
-/// What a release's own handling of the methods restores at its end.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Restores {
-    /// v1.7.1 and before: it suspends nothing, restores nothing.
-    Nothing,
-    /// v1.8.0 and the add-on: a hard-coded `[LiveMigrate]`.
-    OnlyDefault,
-    /// v1.7.2+, v1.8.1+, v1.9: its backup of what was there.
-    Any,
 }
 
 /// `pre`'s answer to "is the guard needed for this upgrade?" (`status` gives it too).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", content = "why", rename_all = "camelCase")]
 pub enum Advice {
-    /// The coming release suspends the methods and restores what is there now: `pre` writes
-    /// nothing (unless `PRE_EVEN_IF_NOT_NEEDED`).
+    /// `pre` writes nothing (unless `PRE_EVEN_IF_NOT_NEEDED`).
     NotNeeded(String),
-    /// The coming release is known and does not restore what is there now: `pre` is needed.
     Needed(String),
-    /// The coming release is not known: `pre` acts, and names the releases that would make it
-    /// unnecessary.
+    /// The coming release is not known: `pre` acts.
     Unknown(String),
 }
 
@@ -123,56 +71,62 @@ impl Advice {
     }
 }
 
-/// Whether `pre` is needed before the upgrade to `coming`, with `methods` the KubeVirt CR's now.
+/// Whether `pre` is needed for `coming`: by what its own handling puts back over `methods`.
 pub fn advise(coming: &Coming, methods: &Option<Value>) -> Advice {
     let now = describe(methods);
     let default = methods.as_ref() == Some(&blind_value());
-    match coming.restores() {
-        None => {
-            let Coming::Unknown { on_offer } = coming else {
-                unreachable!("only an unknown release has no handling")
-            };
-            let offer = match on_offer.as_slice() {
-                [] => "no release on offer".to_string(),
-                list => format!("{} releases on offer ({})", list.len(), list.join(", ")),
-            };
-            let also = if default {
-                ", or to v1.8.0, or by the upgrade add-on (they restore the default [LiveMigrate], \
-                 which is what is there now)"
-            } else {
-                ""
-            };
-            Advice::Unknown(format!(
-                "pre is needed unless the upgrade goes to v1.7.2+, v1.8.1+ or v1.9 (Harvester \
-                 suspends and restores any methods itself){also}: the release the cluster \
-                 upgrades to is not known (no Upgrade under way, {offer}), so pre suspends"
-            ))
+    let (handling, name) = match coming {
+        Coming::Upgrade { describe, version } => (Handling::of(version), describe.clone()),
+        Coming::Offered { version } => {
+            let name = format!("Harvester {version}, the one release on offer");
+            (Handling::of(version), name)
         }
-        Some(Restores::Any) => Advice::NotNeeded(format!(
-            "pre is not needed: {} suspends the methods itself and restores what is there now \
-             ({now}) at its cleanup",
-            coming.name()
+        Coming::AddOn { plan, version } => {
+            let name = format!("the upgrade add-on's UpgradePlan {plan} (to {version})");
+            (Handling::PatchAndHardCodedRestore, name)
+        }
+        Coming::Unknown { on_offer } => return unknown(on_offer, default),
+    };
+    match handling {
+        Handling::BackupAndRestore => Advice::NotNeeded(format!(
+            "pre is not needed: {name} suspends the methods itself and restores what is there \
+             now ({now}) at its cleanup"
         )),
-        Some(Restores::OnlyDefault) if default => Advice::NotNeeded(format!(
-            "pre is not needed: {} suspends the methods itself and at its end writes \
-             [LiveMigrate], which is what is there now",
-            coming.name()
+        Handling::PatchAndHardCodedRestore if default => Advice::NotNeeded(format!(
+            "pre is not needed: {name} suspends the methods itself and at its end writes \
+             [LiveMigrate], which is what is there now"
         )),
-        Some(Restores::OnlyDefault) => Advice::Needed(format!(
-            "pre is needed: {} writes a hard-coded [LiveMigrate] at its end, not what is there \
-             now ({now}); run post after it",
-            coming.name()
+        Handling::PatchAndHardCodedRestore => Advice::Needed(format!(
+            "pre is needed: {name} writes a hard-coded [LiveMigrate] at its end, not what is \
+             there now ({now}); run post after it"
         )),
-        Some(Restores::Nothing) => Advice::Needed(format!(
-            "pre is needed: {} does nothing to the methods itself",
-            coming.name()
+        Handling::None => Advice::Needed(format!(
+            "pre is needed: {name} does nothing to the methods itself"
         )),
     }
 }
 
+/// The coming release is not known: `pre` acts (`default`: the methods are `[LiveMigrate]`).
+fn unknown(on_offer: &[String], default: bool) -> Advice {
+    let offer = match on_offer {
+        [] => "no release on offer".to_string(),
+        list => format!("{} releases on offer ({})", list.len(), list.join(", ")),
+    };
+    let also = if default {
+        ", or to v1.8.0, or by the upgrade add-on (they restore the default [LiveMigrate], which \
+         is what is there now)"
+    } else {
+        ""
+    };
+    Advice::Unknown(format!(
+        "pre is needed unless the upgrade goes to v1.7.2+, v1.8.1+ or v1.9 (Harvester suspends \
+         and restores any methods itself){also}: the release the cluster upgrades to is not \
+         known (no Upgrade under way, {offer}), so pre suspends"
+    ))
+}
+
 /// Why `pre` comes late: the wave of workload updates has begun.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Late {
     /// The Upgrade under way in a state in which KubeVirt is (being) upgraded: its description.
     pub upgrade: Option<String>,
@@ -182,13 +136,13 @@ pub struct Late {
 
 /// Whether `pre` comes late, from the latest Upgrade and the KubeVirt CR.
 pub fn late(upgrade: Option<&Upgrade>, kubevirt: Option<&Value>) -> Option<Late> {
-    let upgrade = upgrade
-        .filter(|u| !u.deleting && LATE_STATES.contains(&u.state.as_str()))
-        .map(Upgrade::describe);
-    let outdated = kubevirt
-        .and_then(|kv| kv.pointer("/status/outdatedVirtualMachineInstanceWorkloads"))
-        .and_then(Value::as_u64)
-        .filter(|n| *n > 0);
+    // KubeVirt is upgraded in these states (the apply-manifests job runs in the first).
+    let late_states = ["UpgradingSystemServices", "UpgradingNodes"];
+    let late = |u: &&Upgrade| !u.deleting && late_states.contains(&u.state.as_str());
+    let upgrade = upgrade.filter(late).map(Upgrade::describe);
+    let field = "/status/outdatedVirtualMachineInstanceWorkloads";
+    let outdated = kubevirt.and_then(|kv| kv.pointer(field)?.as_u64());
+    let outdated = outdated.filter(|n| *n > 0);
     (upgrade.is_some() || outdated.is_some()).then_some(Late { upgrade, outdated })
 }
 
@@ -208,17 +162,7 @@ impl Late {
         }
         let under_way = match migrations {
             Ok([]) => "no workload-update migration is under way".to_string(),
-            Ok(list) => {
-                let mut names: Vec<String> = list
-                    .iter()
-                    .take(10)
-                    .map(|m| format!("{}/{} ({})", m.namespace, m.name, m.phase))
-                    .collect();
-                if list.len() > 10 {
-                    names.push(format!("and {} more", list.len() - 10));
-                }
-                format!("workload-update migrations under way: {}", names.join(", "))
-            }
+            Ok(list) => format!("workload-update migrations under way: {}", names(list)),
             Err(e) => format!("the workload-update migrations under way are not known ({e})"),
         };
         format!(
@@ -227,6 +171,16 @@ impl Late {
             why.join("; ")
         )
     }
+}
+
+/// The first ten migrations, `namespace/name (phase)`, and how many more.
+pub fn names(list: &[Migration]) -> String {
+    let each = |m: &Migration| format!("{}/{} ({})", m.namespace, m.name, m.phase);
+    let mut names: Vec<String> = list.iter().take(10).map(each).collect();
+    if list.len() > 10 {
+        names.push(format!("and {} more", list.len() - 10));
+    }
+    names.join(", ")
 }
 
 /// `pre`'s decision before any write.
@@ -241,9 +195,8 @@ pub enum PreGate {
     LeaveToHarvester(String),
 }
 
-/// `pre`, given the latest Upgrade, whether any record of ours is on the objects (a rerun
-/// keeps its own suspension), and the methods: the CR's, or (`foreign`) the original in place
-/// of another suspender's `[]` (`plan::suspenders`).
+/// `ours`: a record of ours is on the objects (a rerun keeps its own suspension); `methods`: the
+/// CR's, or (`foreign`) the original in place of another suspender's `[]` (`plan::suspenders`).
 pub fn pre_gate(
     upgrade: Option<&Upgrade>,
     ours: bool,
@@ -253,10 +206,10 @@ pub fn pre_gate(
     let Some(u) = upgrade.filter(|u| u.cleanup_pending()) else {
         return PreGate::Proceed(Vec::new());
     };
+    let it = u.describe();
     if ours {
         return PreGate::Proceed(vec![format!(
-            "{} is under way: post waits for its cleanup before it restores",
-            u.describe()
+            "{it} is under way: post waits for its cleanup before it restores"
         )]);
     }
     // v1.8.0 keeps no backup: its `[]` on the CR is its suspension, and its cleanup writes
@@ -267,34 +220,28 @@ pub fn pre_gate(
     if u.handling() == Handling::PatchAndHardCodedRestore && (is_suspended(methods) || restores_it)
     {
         return PreGate::LeaveToHarvester(format!(
-            "{} already suspended the updates (the methods are []); its cleanup writes \
-             [LiveMigrate], so pre writes nothing",
-            u.describe()
+            "{it} already suspended the updates (the methods are []); its cleanup writes \
+             [LiveMigrate], so pre writes nothing"
         ));
     }
     if u.backup != Backup::None {
-        let state = if is_suspended(methods) {
-            "the methods are [] (its suspension)".to_string()
-        } else {
-            format!(
-                "the methods are {} now (its values override [] has not been rendered yet, or \
-                 someone changed them)",
-                describe(methods)
-            )
+        let (now, backup) = (describe(methods), u.backup.describe());
+        let state = match is_suspended(methods) {
+            true => "the methods are [] (its suspension)".to_string(),
+            false => format!(
+                "the methods are {now} now (its values override [] has not been rendered yet, or \
+                 someone changed them)"
+            ),
         };
         return PreGate::LeaveToHarvester(format!(
-            "{} already suspended the updates and holds the original ({}); its cleanup restores \
-             it, so pre writes nothing: {state}",
-            u.describe(),
-            u.backup.describe()
+            "{it} already suspended the updates and holds the original ({backup}); its cleanup \
+             restores it, so pre writes nothing: {state}"
         ));
     }
     PreGate::Proceed(vec![proceed_note(u, foreign)])
 }
 
-/// `pre` goes on during an Upgrade whose cleanup is pending: what that Upgrade has done and
-/// will do, and that `post` waits for it. `foreign`: the methods are the original in place of its
-/// `[]` (`plan::suspenders`).
+/// `pre` goes on during an Upgrade whose cleanup is pending: what that Upgrade does, and `post`.
 fn proceed_note(u: &Upgrade, foreign: bool) -> String {
     let (done, then) = match u.handling() {
         Handling::PatchAndHardCodedRestore if foreign => (
