@@ -19,8 +19,7 @@ use crate::vocabulary::Steps;
 use crate::vocabulary::{Malformed, Plan};
 use crate::warnings::{CHANGED_WHILE_SUSPENDED, COMPARE_PATCH_GONE};
 
-/// `pre` on the ManagedChart: the values override and the comparePatches pointer, each
-/// switchable, and a copy of the KubeVirt CR's `kubevirt_original` (once).
+/// `pre` on the ManagedChart, with a copy of the KubeVirt CR's `kubevirt_original` (once).
 pub fn chart_pre(
     obj: &Value,
     kubevirt: &ObjectKey,
@@ -61,8 +60,7 @@ fn suspend_values(ed: &mut Editor, obj: &Value) -> Result<(), Malformed> {
     Ok(())
 }
 
-/// `pre`'s comparePatches pointer for the KubeVirt CR: on its entry, or a new entry, and the
-/// record of what was added (once).
+/// `pre`'s comparePatches pointer for the KubeVirt CR, and the record of what it added (once).
 fn ignore_methods(ed: &mut Editor, obj: &Value, kubevirt: &ObjectKey) -> Result<(), Malformed> {
     let record: Option<CompareRecord> = read_record(obj, COMPARE_RECORD)?;
     let list = compare_list(obj)?;
@@ -106,7 +104,6 @@ fn ignore_methods(ed: &mut Editor, obj: &Value, kubevirt: &ObjectKey) -> Result<
     Ok(())
 }
 
-/// `pre`'s record of what it added to comparePatches for the KubeVirt CR.
 fn compare_record(
     obj: &Value,
     kubevirt: &ObjectKey,
@@ -271,7 +268,6 @@ fn remove_our_pointer(
     Ok(())
 }
 
-/// A comparePatches entry's string field, empty when absent.
 fn field<'a>(entry: &'a Value, key: &str) -> &'a str {
     entry.get(key).and_then(Value::as_str).unwrap_or("")
 }

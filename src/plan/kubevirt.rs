@@ -95,7 +95,6 @@ pub struct Restore {
     pub source: Source,
     /// The value to restore; `None` with [`Source::Nothing`].
     pub original: Option<ValueRecord>,
-    /// Why, in words.
     pub reason: String,
 }
 
@@ -148,8 +147,7 @@ pub fn restore_source(
     })
 }
 
-/// [`restore_source`] with the CR's record `r`: the values' later choice, the record itself,
-/// nothing (already restored, or a later choice kept), or the record over a blind restore.
+/// [`restore_source`] with the CR's record `r`.
 fn from_record(
     kubevirt: &Value,
     r: ValueRecord,
@@ -201,8 +199,7 @@ fn from_record(
     }
 }
 
-/// [`restore_source`] with no record anywhere: FALLBACK_METHODS for a `[]` of ours, else
-/// nothing, said why.
+/// [`restore_source`] with no record anywhere.
 fn from_fallback(
     kubevirt: &Value,
     current: &Option<Value>,
@@ -352,8 +349,7 @@ pub fn update_notice(kubevirt: &Value, methods: &Option<Value>) -> Option<String
     ))
 }
 
-/// What suspension costs while it lasts (Harvester's docs; kubevirt#17329): `pre`'s Event and
-/// log, and `status`.
+/// What suspension costs while it lasts (Harvester's docs; kubevirt#17329).
 pub const HOTPLUG_NOTICE: &str = "While updates are suspended, CPU and memory hot-plug of running \
      VMs is not applied live (it needs the live migration that the workload updater would start); \
      it is applied after post, or when a VM restarts";

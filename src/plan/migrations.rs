@@ -27,9 +27,7 @@ pub struct Migration {
     pub phase: String,
 }
 
-/// One listed migration, as much of it as is decided on. Deserialized from the list's JSON:
-/// unknown fields (the spec, managedFields, other annotations, the status's conditions) are
-/// skipped by the parser without being kept.
+/// One listed migration, as much of it as is decided on.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 pub struct Listed {
     #[serde(default)]
@@ -62,8 +60,6 @@ impl Listed {
         self.status.as_ref().and_then(|s| s.phase.as_deref())
     }
 
-    /// Made by KubeVirt's workload updater: its annotation, else (an object that lost it) its
-    /// name prefix.
     fn is_workload_update(&self) -> bool {
         let meta = &self.metadata;
         let annotated = |a: &Annotations| a.workload_update.is_some();

@@ -1,6 +1,5 @@
-//! What the resident guard says of itself to its monitoring: the values of its metrics, and the
-//! Warning of an upgrade under way unprotected (held by the chart's admission policy, or not),
-//! both from what the waiting loop read and decided. Pure: `metrics` serves the numbers.
+//! What the resident guard says of itself to its monitoring, from what the waiting loop read and
+//! decided; `metrics` serves the numbers.
 
 use serde_json::Value;
 
@@ -64,7 +63,6 @@ fn unprotected<'a>(seen: &Seen<'a>) -> Option<&'a Upgrade> {
     updates_on_during(seen.kubevirt, seen.upgrade).filter(|u| !u.allow_unprotected)
 }
 
-/// The gauges' values for what the loop saw.
 pub fn gauges(seen: &Seen) -> Gauges {
     let kubevirt = seen.kubevirt;
     let suspension_in_place =
@@ -83,7 +81,6 @@ pub fn gauges(seen: &Seen) -> Gauges {
     }
 }
 
-/// The command that accepts an Upgrade's migrations.
 fn accept(u: &Upgrade) -> String {
     format!(
         "kubectl -n {} annotate upgrade {} {ALLOW_UNPROTECTED}=true",

@@ -1,7 +1,6 @@
 //! Whether an upgrade is under way: `post` never turns updates on while one is, whatever the
 //! release, since every outdated VM would start live-migrating in the middle of the drains. Two
 //! kinds of upgrade: Harvester's latest `Upgrade` and the add-on's cluster-scoped `UpgradePlan`.
-//! Pure: the objects' JSON in, a decision out.
 
 use jiff::Timestamp;
 use serde::Serialize;
@@ -53,7 +52,6 @@ pub const PLAN_PHASES: &[&str] = &[
     "Failed",
 ];
 
-/// The states (and phases) in which an upgrade has ended.
 pub const ENDED: &[&str] = &["Succeeded", "Failed"];
 
 /// Whether a Harvester Upgrade is under way: not in an end state (no state label yet: just
@@ -77,7 +75,7 @@ pub struct PlanView {
     pub phase: String,
     pub deleting: bool,
     pub created: Option<Timestamp>,
-    /// `spec.version`: the release it upgrades to (`pre`'s "not needed" answer).
+    /// The release it upgrades to (`pre`'s "not needed" answer).
     pub version: String,
     /// When it ended (see [`Upgrade::ended`]): in an end phase, the latest of
     /// `status.phaseTransitionTimestamps` (one per phase), or its `deletionTimestamp` if later.
@@ -145,7 +143,6 @@ fn all_under_way<'a>(
         .chain(plans.map(|p| (plan_key(&p.name), p.describe())))
 }
 
-/// What is under way, in words, one entry per upgrade (empty: nothing).
 pub fn under_way(upgrade: Option<&Upgrade>, plans: &[PlanView]) -> Vec<String> {
     all_under_way(upgrade, plans).map(|(_, d)| d).collect()
 }
@@ -182,12 +179,10 @@ pub fn running(upgrade: Option<&Upgrade>, plans: &[PlanView]) -> Option<(String,
     all_under_way(upgrade, plans).next()
 }
 
-/// An Upgrade's key, as [`running`] gives it.
 pub fn key_of(u: &Upgrade) -> String {
     format!("Upgrade {}/{}", u.namespace, u.name)
 }
 
-/// An UpgradePlan's key, as [`running`] gives it.
 pub fn plan_key(name: &str) -> String {
     format!("UpgradePlan {name}")
 }
@@ -223,13 +218,11 @@ fn awaits(
     created.is_some_and(|t| t >= since) || under_way || ended.is_some_and(|t| t > since)
 }
 
-/// [`awaits`], for Harvester's Upgrade.
 pub fn awaited_since(u: &Upgrade, since: Timestamp) -> bool {
     awaits(u.created, upgrade_under_way(u), u.ended, since)
 }
 
-/// The upgrade that a suspension recorded at `since` awaits ([`awaits`]), in words; `None`: none
-/// yet. The armed `post` and the resident guard.
+/// The upgrade, in words, that a suspension recorded at `since` awaits ([`awaits`]).
 pub fn begun(upgrade: Option<&Upgrade>, plans: &[PlanView], since: Timestamp) -> Option<String> {
     let plan = plans
         .iter()

@@ -1,6 +1,5 @@
-//! The waiting loop's decision (the resident guard's, and the armed `post`'s, which stops after
-//! one restore): from the upgrade's objects as read now, whether a suspension of ours is on them,
-//! and what this process remembers, what now. Pure: `resident` reads, acts and waits.
+//! The waiting loop's decision, for the resident guard and the armed `post` (which stops after
+//! one restore); `resident` reads, acts and waits.
 //!
 //! The state lives on the objects, so a new process (a drain, a reboot) decides the same; what a
 //! process remembers only keeps it from saying or doing the same thing twice.
@@ -29,7 +28,6 @@ pub struct Memory {
 }
 
 impl Memory {
-    /// What began and is awaited, forgotten; `held`: the failed Upgrade now held after.
     fn forget(&mut self, held: Option<String>) {
         self.began = None;
         self.awaited = None;
@@ -136,7 +134,6 @@ impl std::fmt::Display for Wait {
 }
 
 impl Decision {
-    /// The line that says it.
     pub fn line(&self) -> String {
         match self {
             Decision::Suspend { describe, .. } => format!("{describe} is under way: suspending"),
@@ -217,7 +214,6 @@ pub fn decide(
         };
     }
     memory.note_begun(upgrade, plans, since);
-    // The awaited Upgrade failed on a release without its own handling: hold until the retry.
     let awaited = awaited(upgrade, plans, since, memory);
     if let Some(why) = held_after_failure(awaited) {
         let name = awaited.map(|u| u.name.clone()).unwrap_or_default();
