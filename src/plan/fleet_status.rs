@@ -3,8 +3,8 @@
 //!
 //! Rancher copies the Bundle's status onto the ManagedChart as it is
 //! (`pkg/controllers/provisioningv2/managedchart/managedchart.go`, `status.BundleStatus =
-//! bundle.Status`), so `observedGeneration` is the **Bundle's** generation, which only a change
-//! of the ManagedChart's spec moves ([`changes_deployed_spec`]). A `Ready: True` whose
+//! bundle.Status`), so `observedGeneration` is the **Bundle's** generation, which only a
+//! change of the ManagedChart's spec moves ([`changes_deployed_spec`]). A `Ready: True` whose
 //! observedGeneration has not moved past the one before the write is the previous generation's
 //! (rancher/fleet#5219: `summary` and `Ready` have been seen not to change during an update).
 
@@ -160,10 +160,9 @@ pub fn fleet_view(chart: &Value, before: Option<i64>) -> Fleet {
     }
 }
 
-/// Whether a write of the ManagedChart changed what Rancher copies into the Bundle (anything
-/// under `spec`: values, diff, paused, version, ...), so that Fleet deploys a new generation.
-/// An annotation-only write (a record) or a `managedFields`-only one (the release) does not, and
-/// is never waited for.
+/// Whether a write changed what Rancher copies into the Bundle (anything under `spec`), so that
+/// Fleet deploys a new generation. An annotation-only write (a record) or a `managedFields`-only
+/// one (the release) does not, and is never waited for.
 pub fn changes_deployed_spec(before: &Value, after: &Value) -> bool {
     before.get("spec") != after.get("spec")
 }

@@ -23,10 +23,9 @@ pub const ALLOW_UNPROTECTED: &str = "workload-update-guard.harvesterhci.io/allow
 pub const STATE_LABEL: &str = "harvesterhci.io/upgradeState";
 
 /// The field managers whose `Update` of the methods is a hard-coded `[LiveMigrate]` at an
-/// upgrade's end, whatever was there before: Harvester's controller (its binary is `harvester`;
-/// v1.8.0's cleanup PUTs the KubeVirt CR, v1.7.2+'s legacy branch the ManagedChart) and the
-/// upgrade-manager add-on (upgrade-toolkit's Finalize merge patch). client-go names an `Update`'s
-/// manager after the binary when the code sets none.
+/// upgrade's end: Harvester's controller (binary `harvester`; v1.8.0's cleanup PUTs the CR,
+/// v1.7.2+'s legacy branch the ManagedChart) and the add-on (upgrade-toolkit's Finalize merge
+/// patch). client-go names an `Update`'s manager after the binary when the code sets none.
 pub const BLIND_RESTORERS: &[&str] = &["harvester", "upgrade-toolkit"];
 
 /// The value those restores write.
@@ -34,8 +33,7 @@ pub fn blind_value() -> Value {
     serde_json::json!(["LiveMigrate"])
 }
 
-/// What Harvester's upgrade does with the methods, by the release it upgrades to (the README's
-/// table of releases).
+/// What Harvester's upgrade does with the methods, by release (the README's table of releases).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub enum Handling {
@@ -50,8 +48,7 @@ pub enum Handling {
 }
 
 impl Handling {
-    /// The release's handling; a version that does not parse (a development build) is taken
-    /// as the newest.
+    /// A version that does not parse (a development build) is taken as the newest.
     pub fn of(version: &str) -> Handling {
         match parse_version(version) {
             Some((0, _, _) | (1, 0..=6, _) | (1, 7, 0..=1)) => Handling::None,
@@ -150,12 +147,9 @@ impl CleanupWrite {
 pub struct Upgrade {
     pub namespace: String,
     pub name: String,
-    /// The release it upgrades to (`spec.version`).
     pub version: String,
-    /// `harvesterhci.io/upgradeState`, or the Completed condition, or `unknown`.
     pub state: String,
     pub backup: Backup,
-    /// Harvester's cleanup has ended (`harvesterhci.io/upgradeCleanup=Succeeded`).
     pub cleaned_up: bool,
     /// Being deleted: its cleanup runs, then it is gone.
     pub deleting: bool,
@@ -287,8 +281,7 @@ impl Upgrade {
     }
 }
 
-/// The latest Upgrade among `upgrades` (those of the KubeVirt CR's namespace): the one labelled
-/// `latestUpgrade=true`, the newest by creation if several are.
+/// The one labelled `latestUpgrade=true`, the newest by creation if several are.
 pub fn latest(upgrades: &[Value]) -> Result<Option<Upgrade>, Malformed> {
     let newest = upgrades
         .iter()

@@ -46,9 +46,8 @@ fn updates_on(kubevirt: &Value) -> bool {
     methods(kubevirt).map_or(true, |m| m.is_some() && !is_suspended(&m))
 }
 
-/// The Upgrade under way that needs the guard (its release does nothing to the methods
-/// itself, v1.7.1 and earlier) while the CR's updates are on, accepted ([`ALLOW_UNPROTECTED`])
-/// or not.
+/// The Upgrade under way that needs the guard (a release up to v1.7.1) while the CR's updates
+/// are on, accepted ([`ALLOW_UNPROTECTED`]) or not.
 fn updates_on_during<'a>(
     kubevirt: Option<&Value>,
     upgrade: Option<&'a Upgrade>,

@@ -224,17 +224,16 @@ fn owned_fields(fields: &Value, prefix: &str, out: &mut Vec<String>) {
 }
 
 /// `post`'s last write on an object: the restored fields given back to the owners they had
-/// before `pre` (as the restore noted them, see [`note_return`]), and our `managedFields` entries
-/// removed, so that no claim of ours outlives the suspension. Every write that changes a field
-/// makes its manager an owner of it, and the restore is such a write; a later Helm-4 apply that
-/// changes the field (a new chart default, an operator's values edit) would then conflict with us
-/// (docs/design.md, "Field ownership"). The server takes a write whose only change is to
-/// `managedFields` as it is, so this must be a write of its own, after the restore. Each removal is
-/// guarded by a `test` of the entry's manager, so an entry that moved is never removed by index.
+/// before `pre` (as [`note_return`] noted them), and our `managedFields` entries removed, so that
+/// no claim of ours outlives the suspension: the restore made us an owner, and a later Helm-4
+/// apply that changes the field would conflict with us (docs/design.md, "Field ownership"). It
+/// is a write of its own, after the restore: the server takes a write whose only change is to
+/// `managedFields` as it is. Each removal is guarded by a `test` of the entry's manager.
 ///
 /// Nothing is released while one of our records is still on the object (that part is still
-/// suspended), nor while the KubeVirt CR stays at our own `[]` without a record: that claim is what
-/// lets a later `post` with a fallback act (docs/configuration.md, "Warnings: nothing is left off in silence").
+/// suspended), nor while the KubeVirt CR stays at our own `[]` without a record: that claim lets
+/// a later `post` with a fallback act (docs/configuration.md, "Warnings: nothing is left off in
+/// silence").
 pub fn release(obj: &Value, kind: Kind) -> Result<Plan, Malformed> {
     let mut ed = Editor::new(obj)?;
     let records = match kind {

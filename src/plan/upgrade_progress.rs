@@ -131,8 +131,7 @@ pub fn plans(plans: &[Value], exempt: Option<&str>) -> Vec<PlanView> {
         .collect()
 }
 
-/// The upgrades under way, each as a stable key (kind and name) and in words: Harvester's latest
-/// Upgrade first, then the add-on's UpgradePlans.
+/// The upgrades under way as (key, words): Harvester's latest Upgrade first, then the plans.
 fn all_under_way<'a>(
     upgrade: Option<&'a Upgrade>,
     plans: &'a [PlanView],
@@ -174,7 +173,6 @@ pub fn cleanup_wait(upgrade: Option<&Upgrade>, ours: bool) -> Option<String> {
     ))
 }
 
-/// The first upgrade under way (see [`all_under_way`]).
 pub fn running(upgrade: Option<&Upgrade>, plans: &[PlanView]) -> Option<(String, String)> {
     all_under_way(upgrade, plans).next()
 }
@@ -203,12 +201,11 @@ pub fn record_time(objects: &[&Value]) -> Option<Timestamp> {
         .min()
 }
 
-/// Whether a suspension recorded at `since` awaits the end of an upgrade created then or later,
-/// under way now (a `pre` that came late), or ended after `since` (under way then: the resident
-/// guard suspends after an upgrade's creation, and a new process may first read once it has
-/// ended). Times are whole seconds: an end in the same second as the record counts as before it
-/// (a `pre` run right after an upgrade is for the next one; the resident guard's own `pre` for an
-/// upgrade that ends within that second is remembered, `watch_decision`'s `ran_pre_for`).
+/// Whether a suspension recorded at `since` awaits an upgrade: created then or later, under way
+/// now (a `pre` that came late), or ended after `since` (under way then: the resident guard
+/// suspends after an upgrade's creation, and a new process may first read once it has ended).
+/// Times are whole seconds: an end in the record's second counts as before it (a `pre` right
+/// after an upgrade is for the next one; the resident guard remembers its own: `ran_pre_for`).
 fn awaits(
     created: Option<Timestamp>,
     under_way: bool,
