@@ -1,6 +1,6 @@
-//! The ManagedChart: the values override and the comparePatches pointer or entry, each
-//! switchable; `post` removes exactly what `pre` added. The comparePatches list belongs to
-//! everyone (docs/design.md, "The objects"): this room must never rewrite or reorder other entries.
+//! The ManagedChart's values override and comparePatches pointer or entry, each switchable;
+//! `post` removes exactly what `pre` added. The comparePatches list belongs to everyone
+//! (docs/design.md, "The objects"): never rewrite or reorder other entries.
 
 use serde_json::{Value, json};
 
@@ -178,8 +178,7 @@ pub fn chart_post(obj: &Value, kubevirt: &ObjectKey, steps: &Steps) -> Result<Pl
     Ok(ed.finish())
 }
 
-/// `post`'s values override: the recorded original back, or a later choice kept (warned),
-/// the record removed either way.
+/// `post`'s values override: the recorded original back, or a later choice kept (warned).
 fn restore_values(
     ed: &mut Editor,
     obj: &Value,
@@ -215,11 +214,10 @@ fn restore_values(
     Ok(())
 }
 
-/// The values override's later choice, if someone changed it while suspended: a record of ours,
-/// a value other than our `[]` and the recorded original, and not one of Harvester's blind
-/// restores. `post` keeps it on both objects (the CR follows what Fleet renders), the same rule
-/// as the CR's own later choice. `None` without a record, or with the key absent (the chart's
-/// default then, which `post` cannot know: the CR's record decides).
+/// The values override's later choice: with a record of ours, a value other than our `[]`, the
+/// recorded original and Harvester's blind restores. `post` keeps it on both objects (the CR
+/// follows what Fleet renders), as it keeps the CR's own later choice. `None` with the key absent
+/// too (the chart's default then, which `post` cannot know: the CR's record decides).
 pub fn values_choice(obj: &Value) -> Result<Option<Value>, Malformed> {
     let Some(record) = read_record::<ValueRecord>(obj, VALUES_RECORD)? else {
         return Ok(None);

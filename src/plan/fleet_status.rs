@@ -1,5 +1,5 @@
 //! Fleet's view of the ManagedChart, and what a phase waits for (docs/design.md, "Waiting for
-//! Fleet").
+//! Fleet"); `fleet_wait` polls.
 //!
 //! Rancher copies the Bundle's status onto the ManagedChart as it is
 //! (`pkg/controllers/provisioningv2/managedchart/managedchart.go`, `status.BundleStatus =

@@ -72,18 +72,17 @@ pub enum Source {
     /// choice is kept, and the record dropped.
     LaterChoice,
     /// A record, but the methods are back at the recorded original already (Harvester's
-    /// cleanup, or Fleet rendering the restored values): nothing to write but the record's removal.
+    /// cleanup, or Fleet rendering the restored values): only the record is removed.
     AlreadyRestored,
     /// A record, and the methods were set to the hard-coded `[LiveMigrate]` by one of Harvester's
-    /// blind restores (`plan::harvester_upgrade::BLIND_RESTORERS`): the recorded original goes back.
+    /// blind restores (`BLIND_RESTORERS`): the recorded original goes back.
     BlindRestore,
     /// A record, methods `[]`, and the ManagedChart's values override was changed while
     /// suspended: that later choice is what Fleet renders, so the CR follows it.
     ValuesChoice,
     /// No record on the CR, methods `[]`: the copy `pre` wrote on the ManagedChart first.
     ChartCopy,
-    /// No record or copy, and the `[]` is ours (our field manager owns it): the configured
-    /// fallback.
+    /// No record or copy, and the `[]` is ours (our field manager owns it): FALLBACK_METHODS.
     Fallback,
     /// Nothing to restore from: the methods are left as they are.
     Nothing,

@@ -10,13 +10,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::MIGRATION_PREFIX;
 
-/// The annotation KubeVirt's workload updater puts on every migration it creates (value `""`),
-/// with `GenerateName: kubevirt-workload-update-`: kubevirt/kubevirt
-/// `pkg/virt-controller/watch/workload-updater/workload-updater.go` (`sync`), the constant
-/// `WorkloadUpdateMigrationAnnotation` in `staging/src/kubevirt.io/api/core/v1/types.go`.
-/// KubeVirt tells its own by this annotation alone (`ListUnfinishedMigrations` in
-/// `pkg/util/migrations`), and so do we; the name prefix is the fallback for an object that
-/// lost it.
+/// KubeVirt's `WorkloadUpdateMigrationAnnotation` (value `""`): its workload updater puts it on
+/// every migration it creates (`pkg/virt-controller/watch/workload-updater/workload-updater.go`,
+/// `sync`), and tells its own by it alone (`ListUnfinishedMigrations` in `pkg/util/migrations`),
+/// as we do; the name prefix is the fallback for an object that lost it.
 pub const WORKLOAD_UPDATE_ANNOTATION: &str = "kubevirt.io/workloadUpdateMigration";
 
 /// A workload-update migration that has not finished.

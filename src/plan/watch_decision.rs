@@ -57,7 +57,7 @@ pub enum Decision {
     Suspend { upgrade: String, describe: String },
     /// Run `post` now.
     Restore(Restore),
-    /// Hold the suspension after a failed path-A upgrade, until the retry.
+    /// Hold the suspension after a failed upgrade to a release up to v1.7.1, until the retry.
     Hold { upgrade: String, why: String },
     /// Nothing to do now.
     Wait(Wait),
