@@ -63,27 +63,21 @@ pub enum Decision {
     Wait(Wait),
 }
 
-/// Why `post` runs now.
+/// Why `post` runs now; its `Display` says each reason.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Restore {
-    /// The armed `post`: nothing of ours is left to wait with (a `post` has run).
     NothingLeft,
-    /// The upgrade that began after the suspension (as it is now) has ended, cleanup included.
+    /// The upgrade that began after the suspension has ended, cleanup included (in words).
     Ended(String),
 }
 
-/// Why nothing is done now.
+/// Why nothing is done now; its `Display` says each reason.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Wait {
-    /// No upgrade under way, nothing of ours.
     Idle,
-    /// An upgrade under way (in words) and nothing of ours: `pre` found nothing to do.
     StandAside(String),
-    /// An upgrade under way (in words) whose migrations the operator accepted.
     Accepted(String),
-    /// Held after a failed Upgrade (its name) that is gone now, no retry begun.
     HeldGone(String),
-    /// No upgrade has begun since the suspension was recorded (then).
     NoneBegun(Timestamp),
     /// The upgrade that began (in words), and why `post` must wait; `named`: that reason names
     /// what is under way, so the beginning is not said again.
