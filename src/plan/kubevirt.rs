@@ -1,7 +1,6 @@
-//! The KubeVirt CR: `pre`'s suspension (methods to `[]`, the original recorded once),
-//! `post`'s restore, the one precedence rule for where the original comes from
-//! ([`restore_source`]), and the notice of what KubeVirt will do once updates are back on.
-//! It must not touch the ManagedChart or `managedFields`: those are `chart` and `ownership`.
+//! The KubeVirt CR's suspension and restore, with the one precedence rule for the original
+//! ([`restore_source`]). It must not touch the ManagedChart or `managedFields`: those are
+//! `chart` and `ownership`.
 
 use serde::Serialize;
 use serde_json::{Value, json};
