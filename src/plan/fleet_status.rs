@@ -287,7 +287,6 @@ pub fn poll_view(now: Option<&Value>, after: Option<i64>) -> Result<Fleet, Strin
     }
 }
 
-/// How the wait ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Waited {
     Applied(String),

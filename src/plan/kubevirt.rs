@@ -145,7 +145,6 @@ pub fn restore_source(
     })
 }
 
-/// [`restore_source`] with the CR's record `r`.
 fn from_record(
     kubevirt: &Value,
     r: ValueRecord,
@@ -197,7 +196,6 @@ fn from_record(
     }
 }
 
-/// [`restore_source`] with no record anywhere.
 fn from_fallback(
     kubevirt: &Value,
     current: &Option<Value>,

@@ -1,10 +1,9 @@
 //! Another suspender's `[]` is never an original. During an upgrade the methods may already be
-//! `[]` when `pre` reads them, written by the upgrade's own suspension: the add-on's PreRun
-//! (`upgrade-toolkit`), Harvester v1.8.0's apply-manifests script (`kubectl-patch`; its
-//! controller is `harvester`), or Harvester v1.7.2+'s values override with its backup on the
-//! Upgrade. Recorded as the original, `post` would put that `[]` back after the suspender's own
-//! restore: updates off for good, silently. So `pre` records the suspender's own record where
-//! there is one (Harvester's backup), else what Fleet renders, and says which and why.
+//! `[]` when `pre` reads them, written by the upgrade's own suspension: the add-on's PreRun,
+//! Harvester v1.8.0's apply-manifests script, or Harvester v1.7.2+'s values override with its
+//! backup on the Upgrade. Recorded as the original, `post` would put that `[]` back after the
+//! suspender's own restore: updates off for good, silently. So `pre` records the suspender's
+//! own record where there is one (Harvester's backup), else what Fleet renders, and says which.
 
 use serde::Serialize;
 use serde_json::{Value, json};
