@@ -31,9 +31,8 @@ pub enum Fleet {
     NoStatus,
 }
 
-/// Fleet's states whose `Ready: False` only means "not yet" (rancher/fleet's docs, "Cluster
-/// and Bundle state"). Any other (`ErrApplied`, `Modified`, or a message naming no state) is an
-/// error.
+/// Fleet's states whose `Ready: False` only means "not yet" (rancher/fleet's docs, "Cluster and
+/// Bundle state"); any other (`ErrApplied`, `Modified`, a message naming no state) is an error.
 const NOT_YET: &[&str] = &[
     "WaitApplied",
     "Pending",

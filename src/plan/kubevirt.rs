@@ -227,9 +227,8 @@ fn from_fallback(
     }
 }
 
-/// `post` on the KubeVirt CR: the original from [`restore_source`] back, exactly, and the
-/// record removed. Loud where updates stay off without a record, or where someone changed the
-/// methods while suspended; and when it turns updates back on, it says what KubeVirt will do.
+/// `post` on the KubeVirt CR: the original from [`restore_source`] back, exactly, and the record
+/// removed; when it turns updates back on, it says what KubeVirt will do.
 pub fn kubevirt_post(
     obj: &Value,
     fallback: Option<&[String]>,
