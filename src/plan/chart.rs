@@ -1,6 +1,6 @@
-//! The ManagedChart: the values override and the comparePatches pointer or entry, each
-//! switchable; `post` removes exactly what `pre` added. The comparePatches list belongs to
-//! everyone (docs/design.md, "The objects"): this room must never rewrite or reorder other entries.
+//! The ManagedChart's values override and comparePatches pointer or entry, each switchable;
+//! `post` removes exactly what `pre` added. The comparePatches list belongs to everyone
+//! (docs/design.md, "The objects"): never rewrite or reorder other entries.
 
 use serde_json::{Value, json};
 
@@ -19,8 +19,7 @@ use crate::vocabulary::Steps;
 use crate::vocabulary::{Malformed, Plan};
 use crate::warnings::{CHANGED_WHILE_SUSPENDED, COMPARE_PATCH_GONE};
 
-/// `pre` on the ManagedChart: the values override and the comparePatches pointer, each
-/// switchable, and a copy of the KubeVirt CR's `kubevirt_original` (once).
+/// `pre` on the ManagedChart, with a copy of the KubeVirt CR's `kubevirt_original` (once).
 pub fn chart_pre(
     obj: &Value,
     kubevirt: &ObjectKey,
@@ -61,8 +60,7 @@ fn suspend_values(ed: &mut Editor, obj: &Value) -> Result<(), Malformed> {
     Ok(())
 }
 
-/// `pre`'s comparePatches pointer for the KubeVirt CR: on its entry, or a new entry, and the
-/// record of what was added (once).
+/// `pre`'s comparePatches pointer for the KubeVirt CR, and the record of what it added (once).
 fn ignore_methods(ed: &mut Editor, obj: &Value, kubevirt: &ObjectKey) -> Result<(), Malformed> {
     let record: Option<CompareRecord> = read_record(obj, COMPARE_RECORD)?;
     let list = compare_list(obj)?;
@@ -106,7 +104,6 @@ fn ignore_methods(ed: &mut Editor, obj: &Value, kubevirt: &ObjectKey) -> Result<
     Ok(())
 }
 
-/// `pre`'s record of what it added to comparePatches for the KubeVirt CR.
 fn compare_record(
     obj: &Value,
     kubevirt: &ObjectKey,
@@ -181,8 +178,7 @@ pub fn chart_post(obj: &Value, kubevirt: &ObjectKey, steps: &Steps) -> Result<Pl
     Ok(ed.finish())
 }
 
-/// `post`'s values override: the recorded original back, or a later choice kept (warned),
-/// the record removed either way.
+/// `post`'s values override: the recorded original back, or a later choice kept (warned).
 fn restore_values(
     ed: &mut Editor,
     obj: &Value,
@@ -218,11 +214,10 @@ fn restore_values(
     Ok(())
 }
 
-/// The values override's later choice, if someone changed it while suspended: a record of ours,
-/// a value other than our `[]` and the recorded original, and not one of Harvester's blind
-/// restores. `post` keeps it on both objects (the CR follows what Fleet renders), the same rule
-/// as the CR's own later choice. `None` without a record, or with the key absent (the chart's
-/// default then, which `post` cannot know: the CR's record decides).
+/// The values override's later choice: with a record of ours, a value other than our `[]`, the
+/// recorded original and Harvester's blind restores. `post` keeps it on both objects (the CR
+/// follows what Fleet renders), as it keeps the CR's own later choice. `None` with the key absent
+/// too (the chart's default then, which `post` cannot know: the CR's record decides).
 pub fn values_choice(obj: &Value) -> Result<Option<Value>, Malformed> {
     let Some(record) = read_record::<ValueRecord>(obj, VALUES_RECORD)? else {
         return Ok(None);
@@ -271,7 +266,6 @@ fn remove_our_pointer(
     Ok(())
 }
 
-/// A comparePatches entry's string field, empty when absent.
 fn field<'a>(entry: &'a Value, key: &str) -> &'a str {
     entry.get(key).and_then(Value::as_str).unwrap_or("")
 }

@@ -1,7 +1,6 @@
-//! The JSON Patch editor and what a plan is: [`Editor`] builds a patch op by op on a working
-//! copy, so later decisions see earlier ops, and every patch starts with a `test` of
-//! `/metadata/resourceVersion` (docs/design.md, "The hazards, and the answer to each"). It knows
-//! JSON, not KubeVirt or Fleet: what to change is decided by the object rooms.
+//! The JSON Patch editor: every patch starts with a `test` of `/metadata/resourceVersion`
+//! (docs/design.md, "The hazards, and the answer to each"). It knows JSON, not KubeVirt or
+//! Fleet: what to change is decided by the object rooms.
 
 use json_patch::{Patch, PatchOperation};
 use serde::Serialize;

@@ -1,16 +1,12 @@
 //! Fleet's view of the ManagedChart, and what a phase waits for (docs/design.md, "Waiting for
-//! Fleet"): the ManagedChart's JSON in, a verdict out; `fleet_wait` polls.
+//! Fleet"); `fleet_wait` polls.
 //!
 //! Rancher copies the Bundle's status onto the ManagedChart as it is
 //! (`pkg/controllers/provisioningv2/managedchart/managedchart.go`, `status.BundleStatus =
-//! bundle.Status`): `conditions` (`Ready`, and wrangler's `Defined`), `summary` (`desiredReady`,
-//! `ready`, `waitApplied`, `errApplied`, `modified`, `notReady`, `outOfSync`, `pending`,
-//! `nonReadyResources[]`), `unavailable`, `display.state`, and `observedGeneration`, which is
-//! the **Bundle's** generation, not the ManagedChart's. Only a change of the ManagedChart's spec
-//! makes a new Bundle generation ([`changes_deployed_spec`]); a `Ready: True` whose
+//! bundle.Status`), so `observedGeneration` is the **Bundle's** generation, which only a
+//! change of the ManagedChart's spec moves ([`changes_deployed_spec`]). A `Ready: True` whose
 //! observedGeneration has not moved past the one before the write is the previous generation's
-//! (rancher/fleet#5219: `summary` and `Ready` have been seen not to change during an update),
-//! and is never taken for the new one.
+//! (rancher/fleet#5219: `summary` and `Ready` have been seen not to change during an update).
 
 use serde::Serialize;
 use serde_json::Value;
@@ -25,12 +21,9 @@ use crate::warnings::{NOT_APPLIED, PAUSED, Warning};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "state", content = "said", rename_all = "camelCase")]
 pub enum Fleet {
-    /// The change is deployed: observedGeneration past the one before the write, `Ready: True`,
-    /// ready equals desired, nothing unavailable. The Bundle's generation, if Fleet gave one.
+    /// Deployed; the Bundle's generation, if Fleet gave one.
     Applied(Option<i64>),
-    /// Not yet: what Fleet says (its state and message).
     Waiting(String),
-    /// Fleet reports an error for the new generation: its message.
     Failed(String),
     /// `spec.paused: true`: Fleet deploys nothing until the chart is unpaused.
     Paused,
@@ -38,9 +31,8 @@ pub enum Fleet {
     NoStatus,
 }
 
-/// Fleet's states whose `Ready: False` only means "not yet" (rancher/fleet's docs, "Cluster
-/// and Bundle state"). Any other (`ErrApplied`, `Modified`, or a message naming no state) is an
-/// error.
+/// Fleet's states whose `Ready: False` only means "not yet" (rancher/fleet's docs, "Cluster and
+/// Bundle state"); any other (`ErrApplied`, `Modified`, a message naming no state) is an error.
 const NOT_YET: &[&str] = &[
     "WaitApplied",
     "Pending",
@@ -63,7 +55,6 @@ pub fn observed_generation(chart: &Value) -> Option<i64> {
     int(chart, "/status/observedGeneration")
 }
 
-/// Whether a controller ever wrote a Fleet status on the ManagedChart.
 pub fn has_status(chart: &Value) -> bool {
     let keys = ["observedGeneration", "conditions", "summary", "display"];
     let status = chart.get("status").and_then(Value::as_object);
@@ -120,9 +111,8 @@ pub fn said(chart: &Value) -> String {
         .join("; ")
 }
 
-/// Fleet's verdict on the ManagedChart's current spec. `before`: the observedGeneration read
-/// before our first write of the deployed spec, which Fleet must move past; `None` when there
-/// was no such write (a rerun), and the current generation is judged as it stands.
+/// `before`: the observedGeneration read before our first write of the deployed spec, which
+/// Fleet must move past; `None` (no such write: a rerun) judges the current generation.
 pub fn fleet_view(chart: &Value, before: Option<i64>) -> Fleet {
     if chart.pointer("/spec/paused").and_then(Value::as_bool) == Some(true) {
         return Fleet::Paused;
@@ -169,10 +159,9 @@ pub fn fleet_view(chart: &Value, before: Option<i64>) -> Fleet {
     }
 }
 
-/// Whether a write of the ManagedChart changed what Rancher copies into the Bundle (anything
-/// under `spec`: values, diff, paused, version, ...), so that Fleet deploys a new generation.
-/// An annotation-only write (a record) or a `managedFields`-only one (the release) does not, and
-/// is never waited for.
+/// Whether a write changed what Rancher copies into the Bundle (anything under `spec`), so that
+/// Fleet deploys a new generation. An annotation-only write (a record) or a `managedFields`-only
+/// one (the release) does not, and is never waited for.
 pub fn changes_deployed_spec(before: &Value, after: &Value) -> bool {
     before.get("spec") != after.get("spec")
 }
@@ -214,11 +203,8 @@ impl std::fmt::Display for Conflict {
     }
 }
 
-/// The claims on the KubeVirt CR's methods (as the phase left it) that Fleet's deploy of the
-/// ManagedChart's values (as the phase left them) will conflict with: an `Update` claim of
-/// another manager (`ownership::update_claims`), on a value other than the one the values
-/// render. No override: any such claim may conflict with the chart's default, and is named,
-/// with that said.
+/// The claims that Fleet's deploy of the ManagedChart's values will conflict with. Without an
+/// override any claim may conflict with the chart's default, and is named, with that said.
 pub fn conflicts(kubevirt: &Value, chart: &Value) -> Vec<Conflict> {
     let Ok(value) = methods(kubevirt) else {
         return Vec::new();
@@ -300,20 +286,16 @@ pub fn poll_view(now: Option<&Value>, after: Option<i64>) -> Result<Fleet, Strin
     }
 }
 
-/// How the wait ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Waited {
-    /// Applied: the action to log and record.
     Applied(String),
-    /// Paused while waiting: the warning.
     Paused(Warning),
     /// Not applied (exit 8): the error's message.
     NotApplied(String),
 }
 
-/// What the wait came to: `polled` the poll's result (`Err`: the bound passed, with what Fleet
-/// last said), `bound` FLEET_WAIT_SECONDS, `took` the seconds since the wait began, and
-/// `conflicts` the claims Fleet's deploy conflicts with (the first is named as the cause).
+/// `polled` is `Err` when FLEET_WAIT_SECONDS (`bound`) passed; the first of `conflicts` is named
+/// as the cause.
 pub fn waited(
     target: &Target,
     polled: Result<Fleet, String>,

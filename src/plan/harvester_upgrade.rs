@@ -1,7 +1,6 @@
 //! Harvester's own upgrade, which since v1.7.2 and v1.8.0 suspends and restores the methods
 //! itself (docs/design.md, "Harvester's own handling"): the readers of its `Upgrade` and
 //! `Version` objects, and a value written by its blind restores told from an operator's choice.
-//! Pure: the objects' JSON in, a decision out.
 
 use jiff::Timestamp;
 use serde::Serialize;
@@ -14,7 +13,6 @@ use crate::vocabulary::Malformed;
 /// Harvester's backup of the ManagedChart's values key, on the `Upgrade` object
 /// (`package/upgrade/upgrade_manifests.sh`, `disable_kubevirt_workload_live_migration`).
 pub const BACKUP_ANNOTATION: &str = "harvesterhci.io/kubevirt-workload-update-methods";
-/// The newest Upgrade carries `harvesterhci.io/latestUpgrade=true`.
 pub const LATEST_LABEL: &str = "harvesterhci.io/latestUpgrade";
 /// The end of the Upgrade's cleanup (`upgrade_controller.go` `cleanup()`).
 pub const CLEANUP_LABEL: &str = "harvesterhci.io/upgradeCleanup";
@@ -25,10 +23,9 @@ pub const ALLOW_UNPROTECTED: &str = "workload-update-guard.harvesterhci.io/allow
 pub const STATE_LABEL: &str = "harvesterhci.io/upgradeState";
 
 /// The field managers whose `Update` of the methods is a hard-coded `[LiveMigrate]` at an
-/// upgrade's end, whatever was there before: Harvester's controller (its binary is `harvester`;
-/// v1.8.0's cleanup PUTs the KubeVirt CR, v1.7.2+'s legacy branch the ManagedChart) and the
-/// upgrade-manager add-on (upgrade-toolkit's Finalize merge patch). client-go names an `Update`'s
-/// manager after the binary when the code sets none.
+/// upgrade's end: Harvester's controller (binary `harvester`; v1.8.0's cleanup PUTs the CR,
+/// v1.7.2+'s legacy branch the ManagedChart) and the add-on (upgrade-toolkit's Finalize merge
+/// patch). client-go names an `Update`'s manager after the binary when the code sets none.
 pub const BLIND_RESTORERS: &[&str] = &["harvester", "upgrade-toolkit"];
 
 /// The value those restores write.
@@ -36,8 +33,7 @@ pub fn blind_value() -> Value {
     serde_json::json!(["LiveMigrate"])
 }
 
-/// What Harvester's upgrade does with the methods, by the release it upgrades to (the README's
-/// table of releases).
+/// What Harvester's upgrade does with the methods, by release (the README's table of releases).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub enum Handling {
@@ -52,8 +48,7 @@ pub enum Handling {
 }
 
 impl Handling {
-    /// The release's handling; a version that does not parse (a development build) is taken
-    /// as the newest.
+    /// A version that does not parse (a development build) is taken as the newest.
     pub fn of(version: &str) -> Handling {
         match parse_version(version) {
             Some((0, _, _) | (1, 0..=6, _) | (1, 7, 0..=1)) => Handling::None,
@@ -62,7 +57,6 @@ impl Handling {
         }
     }
 
-    /// In words, for `pre` and `status`.
     pub fn describe(self) -> &'static str {
         match self {
             Handling::None => "does nothing to the methods itself: the guard is what suspends them",
@@ -153,12 +147,9 @@ impl CleanupWrite {
 pub struct Upgrade {
     pub namespace: String,
     pub name: String,
-    /// The release it upgrades to (`spec.version`).
     pub version: String,
-    /// `harvesterhci.io/upgradeState`, or the Completed condition, or `unknown`.
     pub state: String,
     pub backup: Backup,
-    /// Harvester's cleanup has ended (`harvesterhci.io/upgradeCleanup=Succeeded`).
     pub cleaned_up: bool,
     /// Being deleted: its cleanup runs, then it is gone.
     pub deleting: bool,
@@ -196,33 +187,27 @@ fn condition_time(c: &Value) -> Option<Timestamp> {
         .ok()
 }
 
-/// The time (RFC 3339, as the API server writes it) at `ptr`; `None`: missing or not a time.
 pub fn time_at(obj: &Value, ptr: &str) -> Option<Timestamp> {
     obj.pointer(ptr)?.as_str()?.parse().ok()
 }
 
-/// The text at `ptr`, empty where missing.
 pub(super) fn text_at<'a>(obj: &'a Value, ptr: &str) -> &'a str {
     obj.pointer(ptr).and_then(Value::as_str).unwrap_or("")
 }
 
-/// A label or an annotation (`map`: `labels` or `annotations`) of `obj`, if it is text.
 pub(super) fn meta_text<'a>(obj: &'a Value, map: &str, key: &str) -> Option<&'a str> {
     obj.get("metadata")?.get(map)?.get(key)?.as_str()
 }
 
-/// `text`, or `none` where it is empty.
 pub(super) fn or_if_empty<'a>(text: &'a str, none: &'a str) -> &'a str {
     if text.is_empty() { none } else { text }
 }
 
-/// What an upgrade's words add while it is being deleted.
 pub(super) fn being_deleted(deleting: bool) -> &'static str {
     if deleting { ", being deleted" } else { "" }
 }
 
-/// When an upgrade object ended: the later of `end` (its own end time, if it has ended) and its
-/// `deletionTimestamp` (a deletion ends it too).
+/// The later of `end` and the `deletionTimestamp`: a deletion ends an upgrade too.
 pub(super) fn ended_at(end: Option<Timestamp>, obj: &Value) -> Option<Timestamp> {
     end.into_iter()
         .chain(time_at(obj, "/metadata/deletionTimestamp"))
@@ -262,13 +247,11 @@ impl Upgrade {
         })
     }
 
-    /// What the release it upgrades to does with the methods.
     pub fn handling(&self) -> Handling {
         Handling::of(&self.version)
     }
 
-    /// Whether Harvester's cleanup may still write the methods: its release handles them, and
-    /// the cleanup has not ended.
+    /// Whether Harvester's cleanup may still write the methods.
     pub fn cleanup_pending(&self) -> bool {
         self.handling() != Handling::None && !self.cleaned_up
     }
@@ -298,8 +281,7 @@ impl Upgrade {
     }
 }
 
-/// The latest Upgrade among `upgrades` (those of the KubeVirt CR's namespace): the one labelled
-/// `latestUpgrade=true`, the newest by creation if several are.
+/// The one labelled `latestUpgrade=true`, the newest by creation if several are.
 pub fn latest(upgrades: &[Value]) -> Result<Option<Upgrade>, Malformed> {
     let newest = upgrades
         .iter()
@@ -327,8 +309,7 @@ pub fn on_offer(versions: &[Value], current: Option<&str>) -> Vec<(String, Handl
     out
 }
 
-/// The blind restorer whose `Update` wrote the field at `path` of `obj`, if its value is the
-/// hard-coded `[LiveMigrate]` and one of [`BLIND_RESTORERS`] owns it by an `Update`.
+/// Which of [`BLIND_RESTORERS`] wrote the hard-coded `[LiveMigrate]` at `path` by an `Update`.
 pub fn blind_restorer(obj: &Value, path: &[&str], value: &Option<Value>) -> Option<String> {
     let restorer = |o: &Owner| o.blocks_apply() && BLIND_RESTORERS.contains(&o.manager.as_str());
     let manager = owners(obj, path).into_iter().find(restorer)?.manager;

@@ -1,7 +1,6 @@
-//! The KubeVirt CR: `pre`'s suspension (methods to `[]`, the original recorded once),
-//! `post`'s restore, the one precedence rule for where the original comes from
-//! ([`restore_source`]), and the notice of what KubeVirt will do once updates are back on.
-//! It must not touch the ManagedChart or `managedFields`: those are `chart` and `ownership`.
+//! The KubeVirt CR's suspension and restore, with the one precedence rule for the original
+//! ([`restore_source`]). It must not touch the ManagedChart or `managedFields`: those are
+//! `chart` and `ownership`.
 
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -72,18 +71,17 @@ pub enum Source {
     /// choice is kept, and the record dropped.
     LaterChoice,
     /// A record, but the methods are back at the recorded original already (Harvester's
-    /// cleanup, or Fleet rendering the restored values): nothing to write but the record's removal.
+    /// cleanup, or Fleet rendering the restored values): only the record is removed.
     AlreadyRestored,
     /// A record, and the methods were set to the hard-coded `[LiveMigrate]` by one of Harvester's
-    /// blind restores (`plan::harvester_upgrade::BLIND_RESTORERS`): the recorded original goes back.
+    /// blind restores (`BLIND_RESTORERS`): the recorded original goes back.
     BlindRestore,
     /// A record, methods `[]`, and the ManagedChart's values override was changed while
     /// suspended: that later choice is what Fleet renders, so the CR follows it.
     ValuesChoice,
     /// No record on the CR, methods `[]`: the copy `pre` wrote on the ManagedChart first.
     ChartCopy,
-    /// No record or copy, and the `[]` is ours (our field manager owns it): the configured
-    /// fallback.
+    /// No record or copy, and the `[]` is ours (our field manager owns it): FALLBACK_METHODS.
     Fallback,
     /// Nothing to restore from: the methods are left as they are.
     Nothing,
@@ -95,7 +93,6 @@ pub struct Restore {
     pub source: Source,
     /// The value to restore; `None` with [`Source::Nothing`].
     pub original: Option<ValueRecord>,
-    /// Why, in words.
     pub reason: String,
 }
 
@@ -148,8 +145,6 @@ pub fn restore_source(
     })
 }
 
-/// [`restore_source`] with the CR's record `r`: the values' later choice, the record itself,
-/// nothing (already restored, or a later choice kept), or the record over a blind restore.
 fn from_record(
     kubevirt: &Value,
     r: ValueRecord,
@@ -201,8 +196,6 @@ fn from_record(
     }
 }
 
-/// [`restore_source`] with no record anywhere: FALLBACK_METHODS for a `[]` of ours, else
-/// nothing, said why.
 fn from_fallback(
     kubevirt: &Value,
     current: &Option<Value>,
@@ -234,9 +227,8 @@ fn from_fallback(
     }
 }
 
-/// `post` on the KubeVirt CR: the original from [`restore_source`] back, exactly, and the
-/// record removed. Loud where updates stay off without a record, or where someone changed the
-/// methods while suspended; and when it turns updates back on, it says what KubeVirt will do.
+/// `post` on the KubeVirt CR: the original from [`restore_source`] back, exactly, and the record
+/// removed; when it turns updates back on, it says what KubeVirt will do.
 pub fn kubevirt_post(
     obj: &Value,
     fallback: Option<&[String]>,
@@ -352,8 +344,7 @@ pub fn update_notice(kubevirt: &Value, methods: &Option<Value>) -> Option<String
     ))
 }
 
-/// What suspension costs while it lasts (Harvester's docs; kubevirt#17329): `pre`'s Event and
-/// log, and `status`.
+/// What suspension costs while it lasts (Harvester's docs; kubevirt#17329).
 pub const HOTPLUG_NOTICE: &str = "While updates are suspended, CPU and memory hot-plug of running \
      VMs is not applied live (it needs the live migration that the workload updater would start); \
      it is applied after post, or when a VM restarts";

@@ -10,13 +10,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::MIGRATION_PREFIX;
 
-/// The annotation KubeVirt's workload updater puts on every migration it creates (value `""`),
-/// with `GenerateName: kubevirt-workload-update-`: kubevirt/kubevirt
-/// `pkg/virt-controller/watch/workload-updater/workload-updater.go` (`sync`), the constant
-/// `WorkloadUpdateMigrationAnnotation` in `staging/src/kubevirt.io/api/core/v1/types.go`.
-/// KubeVirt tells its own by this annotation alone (`ListUnfinishedMigrations` in
-/// `pkg/util/migrations`), and so do we; the name prefix is the fallback for an object that
-/// lost it.
+/// KubeVirt's `WorkloadUpdateMigrationAnnotation` (value `""`): its workload updater puts it on
+/// every migration it creates (`pkg/virt-controller/watch/workload-updater/workload-updater.go`,
+/// `sync`), and tells its own by it alone (`ListUnfinishedMigrations` in `pkg/util/migrations`),
+/// as we do; the name prefix is the fallback for an object that lost it.
 pub const WORKLOAD_UPDATE_ANNOTATION: &str = "kubevirt.io/workloadUpdateMigration";
 
 /// A workload-update migration that has not finished.
@@ -27,9 +24,7 @@ pub struct Migration {
     pub phase: String,
 }
 
-/// One listed migration, as much of it as is decided on. Deserialized from the list's JSON:
-/// unknown fields (the spec, managedFields, other annotations, the status's conditions) are
-/// skipped by the parser without being kept.
+/// One listed migration, as much of it as is decided on.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 pub struct Listed {
     #[serde(default)]
@@ -62,8 +57,6 @@ impl Listed {
         self.status.as_ref().and_then(|s| s.phase.as_deref())
     }
 
-    /// Made by KubeVirt's workload updater: its annotation, else (an object that lost it) its
-    /// name prefix.
     fn is_workload_update(&self) -> bool {
         let meta = &self.metadata;
         let annotated = |a: &Annotations| a.workload_update.is_some();

@@ -1,6 +1,5 @@
-//! What the resident guard says of itself to its monitoring: the values of its metrics, and the
-//! Warning of an upgrade under way unprotected (held by the chart's admission policy, or not),
-//! both from what the waiting loop read and decided. Pure: `metrics` serves the numbers.
+//! What the resident guard says of itself to its monitoring, from what the waiting loop read and
+//! decided; `metrics` serves the numbers.
 
 use serde_json::Value;
 
@@ -47,9 +46,8 @@ fn updates_on(kubevirt: &Value) -> bool {
     methods(kubevirt).map_or(true, |m| m.is_some() && !is_suspended(&m))
 }
 
-/// The Upgrade under way that needs the guard (its release does nothing to the methods
-/// itself, v1.7.1 and earlier) while the CR's updates are on, accepted ([`ALLOW_UNPROTECTED`])
-/// or not.
+/// The Upgrade under way that needs the guard (a release up to v1.7.1) while the CR's updates
+/// are on, accepted ([`ALLOW_UNPROTECTED`]) or not.
 fn updates_on_during<'a>(
     kubevirt: Option<&Value>,
     upgrade: Option<&'a Upgrade>,
@@ -64,7 +62,6 @@ fn unprotected<'a>(seen: &Seen<'a>) -> Option<&'a Upgrade> {
     updates_on_during(seen.kubevirt, seen.upgrade).filter(|u| !u.allow_unprotected)
 }
 
-/// The gauges' values for what the loop saw.
 pub fn gauges(seen: &Seen) -> Gauges {
     let kubevirt = seen.kubevirt;
     let suspension_in_place =
@@ -83,7 +80,6 @@ pub fn gauges(seen: &Seen) -> Gauges {
     }
 }
 
-/// The command that accepts an Upgrade's migrations.
 fn accept(u: &Upgrade) -> String {
     format!(
         "kubectl -n {} annotate upgrade {} {ALLOW_UNPROTECTED}=true",

@@ -36,7 +36,6 @@ impl Owner {
         self.operation == "Update"
     }
 
-    /// Whether this is the entry that `pre` recorded: all four match.
     fn is(&self, r: &RecordedOwner) -> bool {
         (
             &self.manager,
@@ -47,7 +46,6 @@ impl Owner {
     }
 }
 
-/// The `managedFields` entries, each with its claim, in order.
 fn entries(obj: &Value) -> Vec<(&Value, Owner)> {
     let entries = obj
         .pointer("/metadata/managedFields")
@@ -67,7 +65,6 @@ fn fields_ptr(path: &[&str]) -> String {
     format!("/fieldsV1{}", pointer(&fields))
 }
 
-/// The managers that own the field at `path`, in `managedFields` order.
 pub fn owners(obj: &Value, path: &[&str]) -> Vec<Owner> {
     let ptr = fields_ptr(path);
     let entries = entries(obj).into_iter();
@@ -77,21 +74,18 @@ pub fn owners(obj: &Value, path: &[&str]) -> Vec<Owner> {
         .collect()
 }
 
-/// Whether our field manager owns `workloadUpdateMethods` according to `managedFields`.
 pub fn methods_owned_by_us(obj: &Value) -> bool {
     owners(obj, METHODS_PATH)
         .iter()
         .any(|o| o.manager == FIELD_MANAGER)
 }
 
-/// The `Update` claims on the methods of `obj` of each manager but ours.
 pub fn update_claims(obj: &Value) -> impl Iterator<Item = Owner> {
     let owners = owners(obj, METHODS_PATH).into_iter();
     owners.filter(|o| o.blocks_apply() && o.manager != FIELD_MANAGER)
 }
 
-/// What another manager's `Update` claim on the methods means, in the words that `status` and
-/// `post` both use.
+/// In the words that `status` and `post` both use.
 pub fn update_claim_warning(manager: &str) -> String {
     format!(
         "{manager} holds an Update claim on {METHODS_FIELD}: a chart (Helm 4) change of the field \
@@ -99,7 +93,6 @@ pub fn update_claim_warning(manager: &str) -> String {
     )
 }
 
-/// [`update_claim_warning`] for each of the [`update_claims`].
 pub fn update_claim_warnings(obj: &Value) -> Vec<String> {
     update_claims(obj)
         .map(|o| update_claim_warning(&o.manager))
@@ -231,17 +224,16 @@ fn owned_fields(fields: &Value, prefix: &str, out: &mut Vec<String>) {
 }
 
 /// `post`'s last write on an object: the restored fields given back to the owners they had
-/// before `pre` (as the restore noted them, see [`note_return`]), and our `managedFields` entries
-/// removed, so that no claim of ours outlives the suspension. Every write that changes a field
-/// makes its manager an owner of it, and the restore is such a write; a later Helm-4 apply that
-/// changes the field (a new chart default, an operator's values edit) would then conflict with us
-/// (docs/design.md, "Field ownership"). The server takes a write whose only change is to
-/// `managedFields` as it is, so this must be a write of its own, after the restore. Each removal is
-/// guarded by a `test` of the entry's manager, so an entry that moved is never removed by index.
+/// before `pre` (as [`note_return`] noted them), and our `managedFields` entries removed, so that
+/// no claim of ours outlives the suspension: the restore made us an owner, and a later Helm-4
+/// apply that changes the field would conflict with us (docs/design.md, "Field ownership"). It
+/// is a write of its own, after the restore: the server takes a write whose only change is to
+/// `managedFields` as it is. Each removal is guarded by a `test` of the entry's manager.
 ///
 /// Nothing is released while one of our records is still on the object (that part is still
-/// suspended), nor while the KubeVirt CR stays at our own `[]` without a record: that claim is what
-/// lets a later `post` with a fallback act (docs/configuration.md, "Warnings: nothing is left off in silence").
+/// suspended), nor while the KubeVirt CR stays at our own `[]` without a record: that claim lets
+/// a later `post` with a fallback act (docs/configuration.md, "Warnings: nothing is left off in
+/// silence").
 pub fn release(obj: &Value, kind: Kind) -> Result<Plan, Malformed> {
     let mut ed = Editor::new(obj)?;
     let records = match kind {
@@ -261,7 +253,6 @@ pub fn release(obj: &Value, kind: Kind) -> Result<Plan, Malformed> {
     Ok(ed.finish())
 }
 
-/// Our `managedFields` entries removed, each guarded by a `test` of its manager.
 fn remove_ours(ed: &mut Editor, obj: &Value) {
     let entries = entries(obj);
     let ours: Vec<usize> = (0..entries.len())

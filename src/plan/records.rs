@@ -1,7 +1,5 @@
-//! The records and readers: the annotation formats `pre` writes (`ValueRecord`,
-//! `CompareRecord`) and the checked readers of records, methods and nested values. Shared with
-//! `report`. A value that does not parse is a corrupted record, never a missing one. Readers
-//! only: nothing here plans a write.
+//! The annotation formats `pre` writes and their checked readers, shared with `report`. A value
+//! that does not parse is a corrupted record, never a missing one. Nothing here plans a write.
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -116,12 +114,10 @@ impl RecordedObject {
     }
 }
 
-/// The KubeVirt CR's record of its original, checked.
 pub fn kubevirt_record(obj: &Value) -> Result<Option<ValueRecord>, Malformed> {
     methods_record(obj, KUBEVIRT_RECORD)
 }
 
-/// The ManagedChart's copy of the KubeVirt CR's original, if `pre` left one.
 pub fn kubevirt_copy(chart: &Value) -> Result<Option<ValueRecord>, Malformed> {
     methods_record(chart, KUBEVIRT_COPY)
 }
@@ -209,7 +205,6 @@ pub(super) fn annotation<'a>(obj: &'a Value, key: &str) -> Option<&'a Value> {
         .and_then(|a| a.get(key))
 }
 
-/// The object's kind, namespace and name, as read (empty where missing).
 pub(super) fn identity(obj: &Value) -> (&str, &str, &str) {
     let text = |p: &str| obj.pointer(p).and_then(Value::as_str).unwrap_or("");
     (

@@ -3,7 +3,6 @@
 //! are its own minor's later patches and the next minor's; of those, [`Handling`] says which
 //! leave the methods alone (the guard is needed) and which write a hard-coded `[LiveMigrate]` at
 //! their end (v1.8.0; the add-on): those need it only where the methods are something else.
-//! Pure: what was read in, the answer and its reason out.
 
 use serde::Serialize;
 use serde_json::Value;
@@ -26,17 +25,13 @@ pub struct Facts<'a> {
     pub current: Option<&'a str>,
     /// The releases on offer newer than it (`Version` objects), with their handling.
     pub on_offer: &'a [(String, Handling)],
-    /// The KubeVirt CR's methods now.
     pub methods: &'a Option<Value>,
     /// The add-on's `UpgradePlan` resource is served.
     pub addon: bool,
-    /// A suspension of ours is on the objects.
     pub ours: bool,
-    /// An upgrade under way, in words.
     pub under_way: Option<&'a str>,
 }
 
-/// The answer, with its reason.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", content = "why", rename_all = "camelCase")]
 pub enum Retirement {
@@ -44,25 +39,16 @@ pub enum Retirement {
     NoLongerNeeded(Covered),
 }
 
-/// Why the guard is still needed.
+/// Why the guard is still needed; its `Display` says each reason.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Need {
-    /// A suspension of ours is in place: `post` restores it first.
     Ours,
-    /// An upgrade is under way (in words).
     UnderWay(String),
-    /// Harvester's own version is not known.
     VersionUnknown,
-    /// Harvester's own version (as read) is not a release.
     NotARelease(String),
-    /// The cluster (its version, and the minors it can reach) can upgrade to a release up to
-    /// v1.7.1.
     EarlyRelease { current: String, next: String },
-    /// A release without handling is on offer.
     OnOffer(String),
-    /// v1.8.0 is next, and the methods now (in words) are not what its end writes.
     V180Next { current: String, methods: String },
-    /// The add-on is installed, and the methods now (in words) are not what its end writes.
     AddOn { methods: String },
 }
 
@@ -73,7 +59,6 @@ pub struct Covered {
     pub current: String,
     /// The minors it can reach (`v1.9.x and v1.10.x`).
     pub next: String,
-    /// The releases on offer, in words.
     pub offer: String,
     /// Whose hard-coded `[LiveMigrate]` is the methods now (v1.8.0, the add-on), in words.
     pub also: &'static str,
@@ -155,7 +140,6 @@ impl Retirement {
     }
 }
 
-/// Whether the guard is still needed, and why.
 pub fn retirement(seen: &Facts) -> Retirement {
     use Retirement::{Needed, NoLongerNeeded};
     if seen.ours {

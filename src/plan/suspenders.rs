@@ -1,11 +1,9 @@
 //! Another suspender's `[]` is never an original. During an upgrade the methods may already be
-//! `[]` when `pre` reads them, written by the upgrade's own suspension: the add-on's PreRun
-//! (`upgrade-toolkit`), Harvester v1.8.0's apply-manifests script (`kubectl-patch`; its
-//! controller is `harvester`), or Harvester v1.7.2+'s values override with its backup on the
-//! Upgrade. Recorded as the original, `post` would put that `[]` back after the suspender's own
-//! restore: updates off for good, silently. So `pre` records the suspender's own record where
-//! there is one (Harvester's backup), else what Fleet renders, and says which and why.
-//! Pure: the objects' JSON in, the original to record (or none) out.
+//! `[]` when `pre` reads them, written by the upgrade's own suspension: the add-on's PreRun,
+//! Harvester v1.8.0's apply-manifests script, or Harvester v1.7.2+'s values override with its
+//! backup on the Upgrade. Recorded as the original, `post` would put that `[]` back after the
+//! suspender's own restore: updates off for good, silently. So `pre` records the suspender's
+//! own record where there is one (Harvester's backup), else what Fleet renders, and says which.
 
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -33,11 +31,8 @@ const V180_MANAGERS: &[&str] = &["kubectl-patch", "harvester"];
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub enum OriginalFrom {
-    /// Harvester v1.7.2+'s backup of the values key on its Upgrade.
     HarvesterBackup,
-    /// The ManagedChart's values override: what Fleet renders.
     ValuesOverride,
-    /// No override: the chart's default, what Fleet renders.
     ChartDefault,
 }
 
@@ -45,7 +40,6 @@ pub enum OriginalFrom {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Foreign {
-    /// Who suspended, in words.
     pub suspender: String,
     pub from: OriginalFrom,
     /// What `pre` records as the original (owners: the appliers only, never the suspender's
@@ -93,11 +87,9 @@ pub fn foreign_suspension(
     let Some((suspender, from, value)) = suspender(kubevirt, values, upgrade, plans) else {
         return Ok(None);
     };
-    // An override of `[]` renders `[]`: then the CR's `[]` is the administrator's choice too.
     if value == json!([]) {
         return Ok(None);
     }
-    // The appliers of the field keep it; the suspender's `Update` is not given back.
     let mut owners = recorded_owners(kubevirt, METHODS_PATH);
     owners.retain(|o| o.operation == "Apply");
     Ok(Some(Foreign {
@@ -161,7 +153,6 @@ fn suspender(
         (None, Some(u)) => u.describe(),
         (None, None) => return None,
     };
-    // What Fleet renders: the values override, else the chart's default.
     Some(match values {
         Some(v) => (who, OriginalFrom::ValuesOverride, v),
         None => (who, OriginalFrom::ChartDefault, chart_default()),

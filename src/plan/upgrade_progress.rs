@@ -1,7 +1,6 @@
 //! Whether an upgrade is under way: `post` never turns updates on while one is, whatever the
 //! release, since every outdated VM would start live-migrating in the middle of the drains. Two
 //! kinds of upgrade: Harvester's latest `Upgrade` and the add-on's cluster-scoped `UpgradePlan`.
-//! Pure: the objects' JSON in, a decision out.
 
 use jiff::Timestamp;
 use serde::Serialize;
@@ -53,7 +52,6 @@ pub const PLAN_PHASES: &[&str] = &[
     "Failed",
 ];
 
-/// The states (and phases) in which an upgrade has ended.
 pub const ENDED: &[&str] = &["Succeeded", "Failed"];
 
 /// Whether a Harvester Upgrade is under way: not in an end state (no state label yet: just
@@ -77,7 +75,7 @@ pub struct PlanView {
     pub phase: String,
     pub deleting: bool,
     pub created: Option<Timestamp>,
-    /// `spec.version`: the release it upgrades to (`pre`'s "not needed" answer).
+    /// The release it upgrades to (`pre`'s "not needed" answer).
     pub version: String,
     /// When it ended (see [`Upgrade::ended`]): in an end phase, the latest of
     /// `status.phaseTransitionTimestamps` (one per phase), or its `deletionTimestamp` if later.
@@ -133,8 +131,7 @@ pub fn plans(plans: &[Value], exempt: Option<&str>) -> Vec<PlanView> {
         .collect()
 }
 
-/// The upgrades under way, each as a stable key (kind and name) and in words: Harvester's latest
-/// Upgrade first, then the add-on's UpgradePlans.
+/// The upgrades under way as (key, words): Harvester's latest Upgrade first, then the plans.
 fn all_under_way<'a>(
     upgrade: Option<&'a Upgrade>,
     plans: &'a [PlanView],
@@ -145,7 +142,6 @@ fn all_under_way<'a>(
         .chain(plans.map(|p| (plan_key(&p.name), p.describe())))
 }
 
-/// What is under way, in words, one entry per upgrade (empty: nothing).
 pub fn under_way(upgrade: Option<&Upgrade>, plans: &[PlanView]) -> Vec<String> {
     all_under_way(upgrade, plans).map(|(_, d)| d).collect()
 }
@@ -177,17 +173,14 @@ pub fn cleanup_wait(upgrade: Option<&Upgrade>, ours: bool) -> Option<String> {
     ))
 }
 
-/// The first upgrade under way (see [`all_under_way`]).
 pub fn running(upgrade: Option<&Upgrade>, plans: &[PlanView]) -> Option<(String, String)> {
     all_under_way(upgrade, plans).next()
 }
 
-/// An Upgrade's key, as [`running`] gives it.
 pub fn key_of(u: &Upgrade) -> String {
     format!("Upgrade {}/{}", u.namespace, u.name)
 }
 
-/// An UpgradePlan's key, as [`running`] gives it.
 pub fn plan_key(name: &str) -> String {
     format!("UpgradePlan {name}")
 }
@@ -208,12 +201,11 @@ pub fn record_time(objects: &[&Value]) -> Option<Timestamp> {
         .min()
 }
 
-/// Whether a suspension recorded at `since` awaits the end of an upgrade created then or later,
-/// under way now (a `pre` that came late), or ended after `since` (under way then: the resident
-/// guard suspends after an upgrade's creation, and a new process may first read once it has
-/// ended). Times are whole seconds: an end in the same second as the record counts as before it
-/// (a `pre` run right after an upgrade is for the next one; the resident guard's own `pre` for an
-/// upgrade that ends within that second is remembered, `watch_decision`'s `ran_pre_for`).
+/// Whether a suspension recorded at `since` awaits an upgrade: created then or later, under way
+/// now (a `pre` that came late), or ended after `since` (under way then: the resident guard
+/// suspends after an upgrade's creation, and a new process may first read once it has ended).
+/// Times are whole seconds: an end in the record's second counts as before it (a `pre` right
+/// after an upgrade is for the next one; the resident guard remembers its own: `ran_pre_for`).
 fn awaits(
     created: Option<Timestamp>,
     under_way: bool,
@@ -223,13 +215,11 @@ fn awaits(
     created.is_some_and(|t| t >= since) || under_way || ended.is_some_and(|t| t > since)
 }
 
-/// [`awaits`], for Harvester's Upgrade.
 pub fn awaited_since(u: &Upgrade, since: Timestamp) -> bool {
     awaits(u.created, upgrade_under_way(u), u.ended, since)
 }
 
-/// The upgrade that a suspension recorded at `since` awaits ([`awaits`]), in words; `None`: none
-/// yet. The armed `post` and the resident guard.
+/// The upgrade, in words, that a suspension recorded at `since` awaits ([`awaits`]).
 pub fn begun(upgrade: Option<&Upgrade>, plans: &[PlanView], since: Timestamp) -> Option<String> {
     let plan = plans
         .iter()

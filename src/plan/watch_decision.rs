@@ -1,6 +1,5 @@
-//! The waiting loop's decision (the resident guard's, and the armed `post`'s, which stops after
-//! one restore): from the upgrade's objects as read now, whether a suspension of ours is on them,
-//! and what this process remembers, what now. Pure: `resident` reads, acts and waits.
+//! The waiting loop's decision, for the resident guard and the armed `post` (which stops after
+//! one restore); `resident` reads, acts and waits.
 //!
 //! The state lives on the objects, so a new process (a drain, a reboot) decides the same; what a
 //! process remembers only keeps it from saying or doing the same thing twice.
@@ -29,7 +28,6 @@ pub struct Memory {
 }
 
 impl Memory {
-    /// What began and is awaited, forgotten; `held`: the failed Upgrade now held after.
     fn forget(&mut self, held: Option<String>) {
         self.began = None;
         self.awaited = None;
@@ -59,33 +57,27 @@ pub enum Decision {
     Suspend { upgrade: String, describe: String },
     /// Run `post` now.
     Restore(Restore),
-    /// Hold the suspension after a failed path-A upgrade, until the retry.
+    /// Hold the suspension after a failed upgrade to a release up to v1.7.1, until the retry.
     Hold { upgrade: String, why: String },
     /// Nothing to do now.
     Wait(Wait),
 }
 
-/// Why `post` runs now.
+/// Why `post` runs now; its `Display` says each reason.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Restore {
-    /// The armed `post`: nothing of ours is left to wait with (a `post` has run).
     NothingLeft,
-    /// The upgrade that began after the suspension (as it is now) has ended, cleanup included.
+    /// The upgrade that began after the suspension has ended, cleanup included (in words).
     Ended(String),
 }
 
-/// Why nothing is done now.
+/// Why nothing is done now; its `Display` says each reason.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Wait {
-    /// No upgrade under way, nothing of ours.
     Idle,
-    /// An upgrade under way (in words) and nothing of ours: `pre` found nothing to do.
     StandAside(String),
-    /// An upgrade under way (in words) whose migrations the operator accepted.
     Accepted(String),
-    /// Held after a failed Upgrade (its name) that is gone now, no retry begun.
     HeldGone(String),
-    /// No upgrade has begun since the suspension was recorded (then).
     NoneBegun(Timestamp),
     /// The upgrade that began (in words), and why `post` must wait; `named`: that reason names
     /// what is under way, so the beginning is not said again.
@@ -136,7 +128,6 @@ impl std::fmt::Display for Wait {
 }
 
 impl Decision {
-    /// The line that says it.
     pub fn line(&self) -> String {
         match self {
             Decision::Suspend { describe, .. } => format!("{describe} is under way: suspending"),
@@ -217,7 +208,6 @@ pub fn decide(
         };
     }
     memory.note_begun(upgrade, plans, since);
-    // The awaited Upgrade failed on a release without its own handling: hold until the retry.
     let awaited = awaited(upgrade, plans, since, memory);
     if let Some(why) = held_after_failure(awaited) {
         let name = awaited.map(|u| u.name.clone()).unwrap_or_default();
