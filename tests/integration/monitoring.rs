@@ -91,12 +91,24 @@ fn monitoring_crds() {
                 "-f",
                 file.to_str().unwrap(),
             ]);
-            kubectl_ok(&[
-                "wait",
-                "--for=condition=Established",
-                "--timeout=60s",
-                &format!("crd/{crd}.monitoring.coreos.com"),
-            ]);
+            // kubectl wait fails at once, not waits, while a new CRD has no conditions yet.
+            let name = format!("crd/{crd}.monitoring.coreos.com");
+            let start = std::time::Instant::now();
+            while !control_plane()
+                .kubectl()
+                .args([
+                    "wait",
+                    "--for=condition=Established",
+                    "--timeout=60s",
+                    &name,
+                ])
+                .status()
+                .unwrap()
+                .success()
+            {
+                assert!(start.elapsed().as_secs() < 60, "{name} not Established");
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            }
         }
     });
 }
