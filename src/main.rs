@@ -109,7 +109,7 @@ fn command(args: &[String]) -> Result<Command, String> {
 /// `kubectl describe` shows it). The path itself may be what is invalid: only the default is
 /// tried then.
 fn config_failure_message(error: &str) {
-    let mut summary = Summary::new(None, false);
+    let mut summary = Summary::default();
     summary.exit_code = exit::CONFIG;
     summary.error = Some(error.to_string());
     let path = std::env::var("TERMINATION_MESSAGE_PATH").ok();
