@@ -3,31 +3,33 @@
 
 use serde_json::Value;
 
-use crate::model::{METHODS_PATH, OWNERS_TO_RETURN, Target, VALUES_PATH};
+use crate::model::{
+    COMPARE_RECORD, METHODS_PATH, OWNERS_TO_RETURN, Target, VALUES_PATH, VALUES_RECORD,
+};
 use crate::plan::chart::{compare_list, find_pointer, values_choice};
 use crate::plan::fleet_status::{self, Fleet};
 use crate::plan::harvester_upgrade::{Backup, CleanupWrite, Handling, Upgrade};
 use crate::plan::kubevirt::{Source, restore_source};
-use crate::plan::leftovers::{ChartOurs, chart_ours};
+use crate::plan::leftovers::chart_ours;
 use crate::plan::migrations::Migration;
 use crate::plan::ownership::{owners, update_claim_warnings};
 use crate::plan::pre_advice::{self, Coming};
 use crate::plan::records::{
-    ValueRecord, describe, kubevirt_copy, kubevirt_record, lookup, methods, read_record,
+    describe, kubevirt_copy, kubevirt_record, lookup, methods, read_record,
 };
 use crate::plan::upgrade_progress;
+use crate::vocabulary::{Intent, Malformed};
+use text::{refusal, verdict};
+
 mod data;
 mod text;
-mod verdict;
 
-use crate::vocabulary::{Intent, Malformed};
 pub use data::*;
-use verdict::{refusal, verdict};
 
-/// Keeps a reader's value, or notes why it is refused.
+/// Keeps a reader's value, or notes why it is refused: once, as two readers of one record fail
+/// alike.
 fn read<T>(problems: &mut Vec<String>, r: Result<Option<T>, Malformed>) -> Option<T> {
     r.unwrap_or_else(|m| {
-        // Two readers of one record fail alike: each problem is said once.
         if !problems.contains(&m.0) {
             problems.push(m.0);
         }
@@ -47,95 +49,73 @@ impl Report {
         chart: Option<(&Target, Result<Option<&Value>, &String>)>,
         unfinished: &[Migration],
     ) -> Self {
-        let chart_read = chart;
-        let chart = chart.map(|(t, read)| match read {
-            Ok(obj) => chart_report(t, obj, intent),
-            Err(e) => {
-                let mut r = chart_report(t, None, intent);
-                r.problems.push(e.clone());
-                r
-            }
-        });
-        let copy = chart.as_ref().and_then(|c| c.kubevirt_copy.clone());
-        let values_choice = chart.as_ref().and_then(|c| c.values_choice.clone());
-        let k = kubevirt_report(kubevirt, kv, copy.as_ref(), values_choice.as_ref(), intent);
+        let managed_chart = chart.map(|(t, read)| chart_report(t, read, intent));
+        let k = kubevirt_report(kubevirt, kv, managed_chart.as_ref(), intent);
         let restore = k.post_will_restore.as_ref();
         let source = restore.map(|r| r.source);
-        let suspended = matches!(
-            source,
-            Some(Source::CrRecord | Source::ChartCopy | Source::Fallback | Source::ValuesChoice)
-        );
+        use Source::*;
+        let suspended = matches!(source, Some(CrRecord | ChartCopy | Fallback | ValuesChoice));
         let will_restore = restore
-            .filter(|_| suspended || source == Some(Source::BlindRestore))
+            .filter(|_| suspended || source == Some(BlindRestore))
             .and_then(|r| r.methods.clone());
-        let warnings = warnings(chart.as_ref(), kv, restore);
-        let refused = refusal(&k, chart.as_ref());
-        let verdict = match &refused {
-            Some(refused) => refused.clone(),
-            None => verdict(&k, source, &will_restore),
-        };
         let mut report = Report {
-            verdict,
+            verdict: refusal(&k, managed_chart.as_ref())
+                .unwrap_or_else(|| verdict(&k, source, &will_restore)),
+            warnings: warnings(managed_chart.as_ref(), kv, restore),
             suspended,
             will_restore,
             restore_source: source,
-            warnings,
             kubevirt: k,
-            managed_chart: chart,
+            managed_chart,
             unfinished_migrations: unfinished.to_vec(),
             harvester: None,
             retirement: None,
         };
-        if let (None, Some((target, Ok(Some(obj))))) = (&refused, chart_read) {
-            report.account_for(target, &chart_ours(obj, &intent.keys.kubevirt), true);
+        if let Some((target, Ok(Some(obj)))) = chart {
+            report.account_for(intent, target, obj, true);
         }
-        if refused.is_none() {
-            report.owners_pending(kubevirt, kv);
+        let annotations = kv.and_then(|o| o.pointer("/metadata/annotations"));
+        if annotations.is_some_and(|a| a.get(OWNERS_TO_RETURN).is_some()) {
+            report.owners_pending(kubevirt);
         }
         report
     }
 
+    fn refused(&self) -> bool {
+        self.verdict.starts_with("REFUSED")
+    }
+
     /// A post stopped between its restore and its release: the fields are restored, but given
     /// back to nobody yet.
-    fn owners_pending(&mut self, kubevirt: &Target, kv: Option<&Value>) {
-        let pending = kv.is_some_and(|o| {
-            o.pointer("/metadata/annotations")
-                .and_then(|a| a.get(OWNERS_TO_RETURN))
-                .is_some()
-        });
-        if pending && !self.suspended {
-            self.warnings.push(format!(
-                "{kubevirt} still has the owners a stopped post has to give back ({OWNERS_TO_RETURN})"
-            ));
-            self.verdict = format!(
-                "{}; but post stopped before giving the methods back to their owners: run post \
-                 again to finish (hack/job.sh run post)",
-                self.verdict
-            );
+    fn owners_pending(&mut self, kubevirt: &Target) {
+        if self.suspended || self.refused() {
+            return;
         }
+        self.warnings.push(format!(
+            "{kubevirt} still has the owners a stopped post has to give back ({OWNERS_TO_RETURN})"
+        ));
+        self.verdict = format!(
+            "{}; but post stopped before giving the methods back to their owners: run post again \
+             to finish (hack/job.sh run post)",
+            self.verdict
+        );
     }
 
     /// With `MANAGEDCHART_NAME` empty: the default ManagedChart as read, for what of ours it
     /// still carries (`post` with that setting leaves it there).
     pub fn with_unnamed_chart(mut self, intent: &Intent, target: &Target, obj: &Value) -> Self {
-        if !self.verdict.starts_with("REFUSED") {
-            self.account_for(target, &chart_ours(obj, &intent.keys.kubevirt), false);
-        }
+        self.account_for(intent, target, obj, false);
         self
     }
 
     /// The verdict accounts for what of ours the ManagedChart still carries while the CR is not
     /// suspended by us: a half-restored state, which Fleet's next deploy suspends again while
     /// pre's values override `[]` is there.
-    fn account_for(&mut self, target: &Target, ours: &ChartOurs, named: bool) {
-        if self.suspended || !self.kubevirt.found || ours.is_empty() {
+    fn account_for(&mut self, intent: &Intent, target: &Target, obj: &Value, named: bool) {
+        let ours = chart_ours(obj, &intent.keys.kubevirt);
+        if self.refused() || self.suspended || !self.kubevirt.found || ours.is_empty() {
             return;
         }
-        let parts: Vec<String> = [&ours.values, &ours.compare, &ours.object]
-            .into_iter()
-            .flatten()
-            .cloned()
-            .collect();
         let switches = if named {
             "with the ManagedChart steps on (STEP_CHART_VALUES=true STEP_COMPARE_PATCHES=true)"
                 .to_string()
@@ -152,6 +132,7 @@ impl Report {
             .as_ref()
             .and_then(Value::as_array)
             .is_some_and(|m| !m.is_empty());
+        let parts = [ours.values, ours.compare, ours.object].concat();
         self.warnings.push(format!(
             "{target} still carries what pre wrote there: {}",
             parts.join(", ")
@@ -163,45 +144,77 @@ impl Report {
                 describe(methods)
             )
         } else {
-            format!(
-                "{}; but {target} still carries records of ours; {finish}",
-                self.verdict
-            )
+            let verdict = &self.verdict;
+            format!("{verdict}; but {target} still carries records of ours; {finish}")
         };
+    }
+
+    /// Adds Harvester's upgrade to the report, with a warning where its cleanup will write our
+    /// `[]` back, or where it holds the suspension itself.
+    pub fn with_harvester(
+        mut self,
+        upgrade: Option<Upgrade>,
+        offered: Vec<(String, Handling)>,
+        coming: Coming,
+    ) -> Self {
+        let chart = self.managed_chart.as_ref();
+        let values = chart.and_then(|c| c.values_override.as_ref());
+        let values_ours = chart.is_some_and(|c| c.values_record.is_some());
+        // What `post` waits for the cleanup with (`harvester_upgrade::ours`, as the report reads it).
+        let ours = values_ours || self.kubevirt.saved_original.is_some();
+        let cleanup_writes = upgrade.as_ref().map(|u| u.cleanup_writes(values));
+        if let Some(u) = upgrade.as_ref().filter(|u| u.cleanup_pending()) {
+            let warning = cleanup_pending_warning(u, values_ours, ours, cleanup_writes.as_ref());
+            self.warnings.extend(warning);
+        }
+        // After a failed path-A Upgrade the waiting post holds (`upgrade_progress`): said here too.
+        if ours && let Some(held) = upgrade_progress::held_after_failure(upgrade.as_ref()) {
+            self.warnings.push(format!(
+                "{held} (the armed post and the resident guard hold; a by-hand post restores now)"
+            ));
+        }
+        // `pre`'s own answer (`pre_advice::advise`), on the methods as they are before it.
+        let pre_needed = if ours {
+            "pre has run (its records are on the objects): post restores".to_string()
+        } else {
+            let methods = &self.kubevirt.workload_update_methods;
+            pre_advice::advise(&coming, methods).line().to_string()
+        };
+        self.harvester = Some(HarvesterReport {
+            latest_upgrade: upgrade,
+            cleanup_writes,
+            offered,
+            pre_needed,
+        });
+        self
     }
 }
 
 fn kubevirt_report(
     target: &Target,
     obj: Option<&Value>,
-    copy: Option<&ValueRecord>,
-    values_choice: Option<&Value>,
+    chart: Option<&ChartReport>,
     intent: &Intent,
 ) -> KubeVirtReport {
+    let object = target.to_string();
+    let Some(o) = obj else {
+        return KubeVirtReport {
+            object,
+            ..Default::default()
+        };
+    };
+    let copy = chart.and_then(|c| c.kubevirt_copy.as_ref());
+    let choice = chart.and_then(|c| c.values_choice.as_ref());
+    let restore = restore_source(o, copy, intent.fallback.as_deref(), choice).map(Some);
     let mut problems = Vec::new();
-    let null = Value::Null;
-    let o = obj.unwrap_or(&null);
-    let methods = obj.and_then(|o| read(&mut problems, methods(o).map(Some)).flatten());
-    let saved_original = obj.and_then(|o| read(&mut problems, kubevirt_record(o)));
-    let post_will_restore = obj.and_then(|o| {
-        let r = read(
-            &mut problems,
-            restore_source(o, copy, intent.fallback.as_deref(), values_choice).map(Some),
-        )?;
-        Some(RestoreReport {
-            source: r.source,
-            methods: r.original.and_then(|v| v.original()),
-            reason: r.reason,
-        })
-    });
     KubeVirtReport {
-        object: target.to_string(),
-        found: obj.is_some(),
+        object,
+        found: true,
         phase: text(o, "/status/phase"),
         observed_kube_virt_version: text(o, "/status/observedKubeVirtVersion"),
         target_kube_virt_version: text(o, "/status/targetKubeVirtVersion"),
-        workload_update_methods: methods,
-        saved_original,
+        workload_update_methods: read(&mut problems, methods(o)),
+        saved_original: read(&mut problems, kubevirt_record(o)),
         outdated_virtual_machine_instance_workloads: o
             .pointer("/status/outdatedVirtualMachineInstanceWorkloads")
             .and_then(Value::as_i64),
@@ -212,88 +225,49 @@ fn kubevirt_report(
                 owner,
             })
             .collect(),
-        post_will_restore,
+        post_will_restore: read(&mut problems, restore).map(|r| RestoreReport {
+            source: r.source,
+            methods: r.original.and_then(|v| v.original()),
+            reason: r.reason,
+        }),
         problems,
     }
 }
 
-fn chart_report(target: &Target, obj: Option<&Value>, intent: &Intent) -> ChartReport {
+fn chart_report(
+    target: &Target,
+    as_read: Result<Option<&Value>, &String>,
+    intent: &Intent,
+) -> ChartReport {
+    let object = target.to_string();
+    let o = match as_read {
+        Ok(Some(o)) => o,
+        r => {
+            let problems = r.err().cloned().into_iter().collect();
+            return ChartReport {
+                object,
+                problems,
+                ..Default::default()
+            };
+        }
+    };
     let mut problems = Vec::new();
-    let null = Value::Null;
-    let o = obj.unwrap_or(&null);
-    let list = obj.and_then(|o| read(&mut problems, compare_list(o)));
-    let pointer = read(
-        &mut problems,
-        find_pointer(list, &intent.keys.kubevirt).map(Some),
-    )
-    .flatten();
+    let list = read(&mut problems, compare_list(o));
+    let pointer = read(&mut problems, find_pointer(list, &intent.keys.kubevirt));
     ChartReport {
-        object: target.to_string(),
-        found: obj.is_some(),
+        object,
+        found: true,
         paused: o.pointer("/spec/paused").and_then(Value::as_bool) == Some(true),
         compare_patches_pointer: pointer.is_some(),
-        values_override: obj
-            .and_then(|o| read(&mut problems, lookup(o, VALUES_PATH).map(|v| v.cloned()))),
-        values_record: obj
-            .and_then(|o| read(&mut problems, read_record(o, crate::model::VALUES_RECORD))),
-        compare_patch_record: obj
-            .and_then(|o| read(&mut problems, read_record(o, crate::model::COMPARE_RECORD))),
-        kubevirt_copy: obj.and_then(|o| read(&mut problems, kubevirt_copy(o))),
-        values_choice: obj
-            .filter(|_| intent.steps.values)
-            .and_then(|o| read(&mut problems, values_choice(o))),
-        fleet: obj
-            .filter(|o| fleet_status::has_status(o))
-            .map(fleet_report),
+        values_override: read(&mut problems, lookup(o, VALUES_PATH).map(|v| v.cloned())),
+        values_record: read(&mut problems, read_record(o, VALUES_RECORD)),
+        compare_patch_record: read(&mut problems, read_record(o, COMPARE_RECORD)),
+        kubevirt_copy: read(&mut problems, kubevirt_copy(o)),
+        values_choice: (intent.steps.values)
+            .then(|| read(&mut problems, values_choice(o)))
+            .flatten(),
+        fleet: fleet_status::has_status(o).then(|| fleet_report(o)),
         problems,
-    }
-}
-
-impl Report {
-    /// Adds Harvester's upgrade to the report, with a warning where its cleanup will write our
-    /// `[]` back, or where it holds the suspension itself.
-    pub fn with_harvester(
-        mut self,
-        upgrade: Option<Upgrade>,
-        offered: Vec<(String, Handling)>,
-        coming: Coming,
-    ) -> Self {
-        let values = self
-            .managed_chart
-            .as_ref()
-            .and_then(|c| c.values_override.clone());
-        let values_ours = self
-            .managed_chart
-            .as_ref()
-            .is_some_and(|c| c.values_record.is_some());
-        // What `post` waits for the cleanup with (`harvester_upgrade::ours`, as the report reads it).
-        let ours = values_ours || self.kubevirt.saved_original.is_some();
-        let cleanup_writes = upgrade.as_ref().map(|u| u.cleanup_writes(values.as_ref()));
-        if let Some(u) = upgrade.as_ref().filter(|u| u.cleanup_pending()) {
-            let writes = cleanup_writes.as_ref();
-            self.warnings
-                .extend(cleanup_pending_warning(u, values_ours, ours, writes));
-        }
-        // After a failed path-A Upgrade the waiting post holds (`upgrade_progress`): said here too.
-        if ours && let Some(held) = upgrade_progress::held_after_failure(upgrade.as_ref()) {
-            self.warnings.push(format!(
-                "{held} (the armed post and the resident guard hold; a by-hand post restores now)"
-            ));
-        }
-        // `pre`'s own answer (`pre_advice::advise`), on the methods as they are before it.
-        let pre_needed = match ours {
-            false => pre_advice::advise(&coming, &self.kubevirt.workload_update_methods)
-                .line()
-                .to_string(),
-            true => "pre has run (its records are on the objects): post restores".to_string(),
-        };
-        self.harvester = Some(HarvesterReport {
-            latest_upgrade: upgrade,
-            cleanup_writes,
-            offered,
-            pre_needed,
-        });
-        self
     }
 }
 
