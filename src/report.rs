@@ -279,28 +279,25 @@ fn warnings(
     kv: Option<&Value>,
     restore: Option<&RestoreReport>,
 ) -> Vec<String> {
-    let mut warnings: Vec<String> = chart
-        .iter()
-        .filter(|c| !c.found)
-        .flat_map(|c| c.problems.iter().cloned())
-        .collect();
+    let unread = chart.filter(|c| !c.found).map(|c| c.problems.clone());
+    let mut warnings = unread.unwrap_or_default();
     warnings.extend(kv.map(update_claim_warnings).unwrap_or_default());
-    if let Some(r) = restore.filter(|r| r.source == Source::LaterChoice) {
-        warnings.push(r.reason.clone());
-    }
-    if let Some(c) = chart.filter(|c| c.found) {
-        if c.paused {
-            warnings.push(format!(
-                "{} is paused: Fleet deploys nothing until it is unpaused",
-                c.object
-            ));
-        } else if let Some(f) = c.fleet.as_ref().filter(|f| !f.current_spec_applied) {
-            warnings.push(format!(
-                "Fleet has not applied {}'s current spec ({}): Harvester refuses to start an \
-                 upgrade until it is Ready",
-                c.object, f.said
-            ));
-        }
+    let later = restore.filter(|r| r.source == Source::LaterChoice);
+    warnings.extend(later.map(|r| r.reason.clone()));
+    let Some(c) = chart.filter(|c| c.found) else {
+        return warnings;
+    };
+    let object = &c.object;
+    if c.paused {
+        warnings.push(format!(
+            "{object} is paused: Fleet deploys nothing until it is unpaused"
+        ));
+    } else if let Some(f) = c.fleet.as_ref().filter(|f| !f.current_spec_applied) {
+        warnings.push(format!(
+            "Fleet has not applied {object}'s current spec ({}): Harvester refuses to start an \
+             upgrade until it is Ready",
+            f.said
+        ));
     }
     warnings
 }
@@ -313,26 +310,20 @@ fn cleanup_pending_warning(
     ours: bool,
     cleanup_writes: Option<&CleanupWrite>,
 ) -> Option<String> {
+    let upgrade = u.describe();
     if values_ours && u.backup == Backup::Value(serde_json::json!([])) {
         Some(format!(
-            "{} backed up pre's [] as the original: its cleanup writes [] back into the values. \
-             Run post after that cleanup (post waits for it), or updates stay off",
-            u.describe()
+            "{upgrade} backed up pre's [] as the original: its cleanup writes [] back into the \
+             values. Run post after that cleanup (post waits for it), or updates stay off"
         ))
     } else if !ours && u.backup != Backup::None {
+        let writes = cleanup_writes.map_or(String::new(), CleanupWrite::describe);
+        let backup = u.backup.describe();
         Some(format!(
-            "{} suspended the updates itself (backup {}); its cleanup {}",
-            u.describe(),
-            u.backup.describe(),
-            cleanup_writes.map_or(String::new(), CleanupWrite::describe)
+            "{upgrade} suspended the updates itself (backup {backup}); its cleanup {writes}"
         ))
     } else {
-        ours.then(|| {
-            format!(
-                "{} has not finished its cleanup: post waits for it",
-                u.describe()
-            )
-        })
+        ours.then(|| format!("{upgrade} has not finished its cleanup: post waits for it"))
     }
 }
 

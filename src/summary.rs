@@ -92,37 +92,32 @@ impl Summary {
         }
     }
 
-    /// One line of JSON under [`MAX_BYTES`]: the step actions go first, then the texts are cut.
+    /// One line of JSON under [`MAX_BYTES`]: the step actions go first, then the texts are cut:
+    /// the error halved first, then the verdict (a corrupted record's can be long), then the
+    /// warnings, which the orchestrator must not miss (at most 500 bytes each from the start);
+    /// each keeps at least its first 64 bytes.
     pub fn to_line(&self) -> String {
-        let line = serde_json::to_string(self).expect("summary serializes");
-        if line.len() < MAX_BYTES {
-            return line;
-        }
-        let mut short = self.clone();
-        short.steps.iter_mut().for_each(|s| s.actions.clear());
-        // Warnings are cut last: they are what the orchestrator must not miss.
-        short
-            .warnings
-            .iter_mut()
-            .for_each(|w| truncate_bytes(w, 500));
+        let (mut short, mut cut) = (self.clone(), false);
         loop {
             let line = serde_json::to_string(&short).expect("summary serializes");
             if line.len() < MAX_BYTES {
                 return line;
             }
-            // Halve the error first, then the verdict (a corrupted record's can be long), then
-            // the warnings; each keeps at least its first 64 bytes.
-            let texts = short.error.iter_mut().chain(short.verdict.iter_mut());
-            match texts
-                .chain(short.warnings.iter_mut())
-                .find(|t| t.len() > 64)
-            {
-                Some(t) => {
-                    let half = t.len() / 2;
-                    truncate_bytes(t, half);
-                }
-                None => return line,
+            if !cut {
+                cut = true;
+                short.steps.iter_mut().for_each(|s| s.actions.clear());
+                short
+                    .warnings
+                    .iter_mut()
+                    .for_each(|w| truncate_bytes(w, 500));
+                continue;
             }
+            let texts = short.error.iter_mut().chain(&mut short.verdict);
+            let Some(t) = texts.chain(&mut short.warnings).find(|t| t.len() > 64) else {
+                return line;
+            };
+            let half = t.len() / 2;
+            truncate_bytes(t, half);
         }
     }
 }

@@ -14,11 +14,9 @@ pub struct Warning {
 pub const STILL_SUSPENDED: &str = "WorkloadUpdatesStillSuspended";
 pub const CHANGED_WHILE_SUSPENDED: &str = "WorkloadUpdateMethodsChangedWhileSuspended";
 pub const COMPARE_PATCH_GONE: &str = "ComparePatchRemovedByOthers";
-/// Another manager's `Update` claim left on restored methods (Harvester v1.8.0's, the add-on's).
 pub const UPDATE_CLAIM_LEFT: &str = "WorkloadUpdateMethodsUpdateClaim";
 pub const HARVESTER_SUSPENDED: &str = "HarvesterUpgradeSuspendedUpdates";
 pub const RESTORED_DURING_UPGRADE: &str = "RestoredDuringUpgrade";
-/// Another manager's `Update` claim holds a value the values do not render: Helm will conflict.
 pub const CONFLICT: &str = "FleetDeployWillConflict";
 pub const PAUSED: &str = "ManagedChartPaused";
 pub const NOT_APPLIED: &str = "ManagedChartNotApplied";
@@ -26,21 +24,14 @@ pub const LEFT_BY_SKIPPED_STEP: &str = "RecordsLeftBySkippedStep";
 pub const SKIPPED_NOT_FOUND: &str = "SkippedNotFound";
 pub const SKIPPED_NOT_CHECKED: &str = "SkippedObjectNotChecked";
 pub const MIGRATIONS_UNDER_WAY: &str = "WorkloadUpdateMigrationsUnderWay";
-/// `pre` came late: KubeVirt is (being) upgraded, or the CR counts outdated workloads.
 pub const PRE_LATE: &str = "PreAfterKubeVirtUpgrade";
-/// `pre` found `[]` by another suspender: what that `[]` stands in for is recorded instead.
 pub const SUSPENDED_BY_ANOTHER: &str = "WorkloadUpdatesSuspendedByAnother";
-/// The waiting `post` holds after a failed upgrade to a release without handling of its own.
 pub const HELD_AFTER_FAILURE: &str = "SuspensionHeldAfterFailedUpgrade";
-/// The resident guard: an upgrade that needs it, updates on, held by the admission policy.
 pub const UPGRADE_HELD_BY_POLICY: &str = "UpgradeHeldByPolicy";
-/// The same, and nothing holds it (policy off, or past `NodesPrepared`).
 pub const UPGRADE_UNPROTECTED: &str = "UpgradeUnprotected";
-/// An Event could not be made (once per run, in the termination message only).
 pub const EVENTS_NOT_RECORDED: &str = "EventsNotRecorded";
 
-// The Normal Events: a `pre` that suspended or stood aside, the resident guard's changed
-// decision or its finding itself no longer needed, a `post` that restored.
+// The Normal Events' reasons.
 pub const SUSPENDED: &str = "WorkloadUpdatesSuspended";
 pub const NOT_NEEDED: &str = "WorkloadUpdateGuardNotNeeded";
 pub const RESIDENT: &str = "ResidentGuardDecided";

@@ -2,7 +2,7 @@
 //! (suspended or not, what `post` will do), then one `Display` per section (the KubeVirt CR, the
 //! migrations under way, the ManagedChart, Harvester's own upgrade), in the order read.
 
-use std::fmt::{Display, Formatter, Result};
+use std::fmt::{Display, Error, Formatter, Result};
 
 use serde_json::Value;
 
@@ -29,28 +29,23 @@ pub fn refusal(k: &KubeVirtReport, chart: Option<&ChartReport>) -> Option<String
         0 => String::new(),
         n => format!(" ({n} more PROBLEM below)"),
     };
-    let says = |r: Option<&ValueRecord>, whose: &str, none: &str| {
-        r.map_or(format!(" {none}."), |r| {
-            format!(
-                " {whose} says the original was {}.",
-                describe(&r.original())
-            )
-        })
-    };
+    let original = |r: &ValueRecord| describe(&r.original());
     let other = if k.problems.iter().any(|p| p.contains(KUBEVIRT_RECORD)) {
-        let copy = chart.and_then(|c| c.kubevirt_copy.as_ref());
-        says(
-            copy,
-            "The ManagedChart's copy",
-            "There is no copy of the original on the ManagedChart",
-        )
+        match chart.and_then(|c| c.kubevirt_copy.as_ref()) {
+            Some(r) => format!(
+                " The ManagedChart's copy says the original was {}.",
+                original(r)
+            ),
+            None => " There is no copy of the original on the ManagedChart.".into(),
+        }
     } else if chart.is_some_and(|c| c.problems.iter().any(|p| p.contains(KUBEVIRT_COPY))) {
-        let record = k.saved_original.as_ref();
-        says(
-            record,
-            "The KubeVirt CR's record",
-            "The KubeVirt CR has no record of the original",
-        )
+        match &k.saved_original {
+            Some(r) => format!(
+                " The KubeVirt CR's record says the original was {}.",
+                original(r)
+            ),
+            None => " The KubeVirt CR has no record of the original.".into(),
+        }
     } else {
         String::new()
     };
@@ -130,152 +125,137 @@ fn or(v: &Option<impl ToString>) -> String {
     v.as_ref().map_or("-".into(), ToString::to_string)
 }
 
-/// An object's section: its name, then its rows and its problems, or "not found".
-fn section(
-    f: &mut Formatter<'_>,
-    (object, found, problems): (&str, bool, &[String]),
-    rows: impl FnOnce(&mut Formatter<'_>) -> Result,
-) -> Result {
+/// An object's section begins with its name, and "not found" where it was not: then it has
+/// nothing more (`Ok(false)`).
+fn found(f: &mut Formatter<'_>, object: &str, found: bool) -> std::result::Result<bool, Error> {
     writeln!(f, "{object}")?;
     if !found {
-        return row(f, "not found", "");
+        row(f, "not found", "")?;
     }
-    rows(f)?;
+    Ok(found)
+}
+
+fn problems(f: &mut Formatter<'_>, problems: &[String]) -> Result {
     problems.iter().try_for_each(|p| row(f, "PROBLEM", p))
 }
 
 impl Display for Report {
     fn fmt(&self, f: &mut Formatter<'_>) -> Result {
         writeln!(f, "{}", self.verdict)?;
-        for w in &self.warnings {
-            writeln!(f, "WARNING: {w}")?;
-        }
+        (self.warnings.iter()).try_for_each(|w| writeln!(f, "WARNING: {w}"))?;
         write!(f, "{}", self.kubevirt)?;
         let migrations = &self.unfinished_migrations;
-        writeln!(
-            f,
-            "workload-update migrations not finished: {}",
-            migrations.len()
-        )?;
+        let n = migrations.len();
+        writeln!(f, "workload-update migrations not finished: {n}")?;
         for m in migrations {
             writeln!(f, "  {}/{} ({})", m.namespace, m.name, m.phase)?;
         }
-        let chart = self.managed_chart.as_ref().map(ToString::to_string);
-        let harvester = self.harvester.as_ref().map(ToString::to_string);
-        write!(
-            f,
-            "{}{}",
-            chart.unwrap_or_default(),
-            harvester.unwrap_or_default()
-        )?;
-        if let Some(r) = &self.retirement {
-            writeln!(f, "{}", r.line())?;
-        }
-        Ok(())
+        (self.managed_chart.iter()).try_for_each(|c| write!(f, "{c}"))?;
+        (self.harvester.iter()).try_for_each(|h| write!(f, "{h}"))?;
+        (self.retirement.iter()).try_for_each(|r| writeln!(f, "{}", r.line()))
     }
 }
 
 impl Display for KubeVirtReport {
     fn fmt(&self, f: &mut Formatter<'_>) -> Result {
         let k = self;
-        section(f, (&k.object, k.found, &k.problems), |f| {
-            let off = k.updates_off();
-            row(f, "phase", or(&k.phase))?;
-            let (observed, target) = (&k.observed_kube_virt_version, &k.target_kube_virt_version);
-            row(
-                f,
-                "observed / target version",
-                format!("{} / {}", or(observed), or(target)),
-            )?;
-            row(
-                f,
-                "workloadUpdateMethods",
-                describe(&k.workload_update_methods),
-            )?;
-            row(f, "automated updates", if off { "off" } else { "on" })?;
-            if off {
-                row(f, "while off", HOTPLUG_NOTICE)?;
-            }
-            row(f, "saved original", record(&k.saved_original))?;
-            if let Some(r) = &k.post_will_restore {
-                let what = match r.source {
-                    Source::Nothing | Source::LaterChoice => {
-                        let why = r.reason.strip_prefix("nothing to restore: ");
-                        format!("nothing: {}", why.unwrap_or(&r.reason))
-                    }
-                    _ => format!("{}, from {}", describe(&r.methods), r.reason),
-                };
-                row(f, "post would restore", what)?;
-            }
-            let held = match k.outdated_virtual_machine_instance_workloads {
-                Some(n) if off && n > 0 => format!(
-                    "{n} (held back while updates are off; the wave after the restore moves them)"
-                ),
-                n => or(&n),
+        if !found(f, &k.object, k.found)? {
+            return Ok(());
+        }
+        let off = k.updates_off();
+        row(f, "phase", or(&k.phase))?;
+        let (observed, target) = (&k.observed_kube_virt_version, &k.target_kube_virt_version);
+        let versions = format!("{} / {}", or(observed), or(target));
+        row(f, "observed / target version", versions)?;
+        let methods = describe(&k.workload_update_methods);
+        row(f, "workloadUpdateMethods", methods)?;
+        row(f, "automated updates", if off { "off" } else { "on" })?;
+        if off {
+            row(f, "while off", HOTPLUG_NOTICE)?;
+        }
+        row(f, "saved original", record(&k.saved_original))?;
+        if let Some(r) = &k.post_will_restore {
+            let what = match r.source {
+                Source::Nothing | Source::LaterChoice => {
+                    let why = r.reason.strip_prefix("nothing to restore: ");
+                    format!("nothing: {}", why.unwrap_or(&r.reason))
+                }
+                _ => format!("{}, from {}", describe(&r.methods), r.reason),
             };
-            row(f, "outdated VMI workloads", held)?;
-            let none = if k.methods_owners.is_empty() {
-                "none"
-            } else {
-                ""
+            row(f, "post would restore", what)?;
+        }
+        let held = match k.outdated_virtual_machine_instance_workloads {
+            Some(n) if off && n > 0 => format!(
+                "{n} (held back while updates are off; the wave after the restore moves them)"
+            ),
+            n => or(&n),
+        };
+        row(f, "outdated VMI workloads", held)?;
+        let owners = &k.methods_owners;
+        let none = if owners.is_empty() { "none" } else { "" };
+        row(f, &format!("owners of {METHODS_FIELD}"), none)?;
+        for o in owners {
+            let claim = match (o.blocks_chart_change, o.owner.manager == FIELD_MANAGER) {
+                (false, _) => "",
+                (true, true) => " <- our claim while suspended: post releases it",
+                (true, false) => {
+                    " <- Update claim: a chart (Helm 4) change of the field will conflict with it; \
+                     a pre/post cycle of this guard releases it"
+                }
             };
-            row(f, &format!("owners of {METHODS_FIELD}"), none)?;
-            k.methods_owners.iter().try_for_each(|o| {
-                let claim = match (o.blocks_chart_change, o.owner.manager == FIELD_MANAGER) {
-                    (false, _) => "",
-                    (true, true) => " <- our claim while suspended: post releases it",
-                    (true, false) => {
-                        " <- Update claim: a chart (Helm 4) change of the field will conflict \
-                         with it; a pre/post cycle of this guard releases it"
-                    }
-                };
-                let (o, time) = (&o.owner, o.owner.time.as_deref().unwrap_or("-"));
-                writeln!(f, "    {} ({}, {time}){claim}", o.manager, o.operation)
-            })
-        })
+            let (o, time) = (&o.owner, o.owner.time.as_deref().unwrap_or("-"));
+            writeln!(f, "    {} ({}, {time}){claim}", o.manager, o.operation)?;
+        }
+        problems(f, &k.problems)
     }
 }
 
 impl Display for ChartReport {
     fn fmt(&self, f: &mut Formatter<'_>) -> Result {
         let c = self;
-        section(f, (&c.object, c.found, &c.problems), |f| {
-            row(f, "paused", c.paused)?;
-            let pointer = ["absent", "present"][usize::from(c.compare_patches_pointer)];
-            row(f, "comparePatches pointer", pointer)?;
-            row(f, "values override", describe(&c.values_override))?;
-            row(f, "values record", record(&c.values_record))?;
-            let compare = c
-                .compare_patch_record
-                .as_ref()
-                .map_or("none", |r| match r.added {
-                    Added::Entry => "pre added our entry (post removes it)",
-                    Added::Pointer => {
-                        "pre appended our pointer to an existing entry (post removes it)"
-                    }
-                    Added::PointerList => {
-                        "pre gave an existing entry jsonPointers with ours (post removes them)"
-                    }
-                    Added::Nothing => "our pointer was there before pre (post leaves it)",
-                });
-            row(f, "compare-patch record", compare)?;
-            row(f, "copy of KubeVirt original", record(&c.kubevirt_copy))?;
-            let Some(fl) = &c.fleet else {
-                return row(f, "Fleet", "no status (no controller reports on it)");
-            };
-            row(f, "Fleet Ready", or(&fl.ready))?;
-            row(f, "Fleet state", or(&fl.state))?;
-            if let Some(m) = &fl.message {
-                row(f, "Fleet message", m)?;
+        if !found(f, &c.object, c.found)? {
+            return Ok(());
+        }
+        row(f, "paused", c.paused)?;
+        let on = c.compare_patches_pointer;
+        row(
+            f,
+            "comparePatches pointer",
+            if on { "present" } else { "absent" },
+        )?;
+        row(f, "values override", describe(&c.values_override))?;
+        row(f, "values record", record(&c.values_record))?;
+        let compare = match c.compare_patch_record.as_ref().map(|r| r.added) {
+            None => "none",
+            Some(Added::Entry) => "pre added our entry (post removes it)",
+            Some(Added::Pointer) => {
+                "pre appended our pointer to an existing entry (post removes it)"
             }
-            row(f, "Fleet observedGeneration", or(&fl.observed_generation))?;
-            let applied = if fl.current_spec_applied {
-                "yes: the current spec, with our last change, is deployed"
-            } else {
-                "no: not deployed yet (or failed), see the message"
-            };
-            row(f, "last change applied", applied)
-        })
+            Some(Added::PointerList) => {
+                "pre gave an existing entry jsonPointers with ours (post removes them)"
+            }
+            Some(Added::Nothing) => "our pointer was there before pre (post leaves it)",
+        };
+        row(f, "compare-patch record", compare)?;
+        row(f, "copy of KubeVirt original", record(&c.kubevirt_copy))?;
+        match &c.fleet {
+            None => row(f, "Fleet", "no status (no controller reports on it)")?,
+            Some(fl) => {
+                row(f, "Fleet Ready", or(&fl.ready))?;
+                row(f, "Fleet state", or(&fl.state))?;
+                if let Some(m) = &fl.message {
+                    row(f, "Fleet message", m)?;
+                }
+                row(f, "Fleet observedGeneration", or(&fl.observed_generation))?;
+                let applied = if fl.current_spec_applied {
+                    "yes: the current spec, with our last change, is deployed"
+                } else {
+                    "no: not deployed yet (or failed), see the message"
+                };
+                row(f, "last change applied", applied)?;
+            }
+        }
+        problems(f, &c.problems)
     }
 }
 
@@ -300,13 +280,11 @@ impl Display for HarvesterReport {
             }
         }
         let versions: Vec<&str> = self.offered.iter().map(|(v, _)| v.as_str()).collect();
-        let offered = if versions.is_empty() {
+        let versions = versions.join(", ");
+        let offered = if self.offered.is_empty() {
             "none that handle the methods themselves".to_string()
         } else {
-            format!(
-                "{} (these suspend the methods themselves)",
-                versions.join(", ")
-            )
+            format!("{versions} (these suspend the methods themselves)")
         };
         row(f, "upgrades on offer", offered)?;
         row(f, "pre", &self.pre_needed)
