@@ -3,9 +3,8 @@
 use crate::model::{Kind, Target};
 use crate::vocabulary::Refusal;
 
-/// Exit codes. `manifests/` names the permanent ones in each Job's `podFailurePolicy`;
-/// `tests/integration/manifests.rs` checks that they agree; docs/configuration.md says what
-/// each means.
+/// Exit codes (docs/configuration.md). Each Job's `podFailurePolicy` names the permanent ones
+/// (`tests/integration/manifests.rs` checks that they agree).
 pub mod exit {
     pub const SUCCESS: u8 = 0;
     /// An invalid environment variable or an unusable kubeconfig. Nothing was sent.
@@ -17,12 +16,10 @@ pub mod exit {
     pub const INTERRUPTED: u8 = 5;
     pub const MISSING: u8 = 6;
     pub const CLEANUP_PENDING: u8 = 7;
-    /// Fleet did not apply the phase's ManagedChart change: the writes stand; a rerun cannot
-    /// fix it.
+    /// Fleet did not apply the ManagedChart change: the writes stand; a rerun cannot fix it.
     pub const FLEET_NOT_APPLIED: u8 = 8;
-    /// The armed `post` saw no upgrade begin and end within `ARM_WAIT_SECONDS`: the suspension
-    /// stays (turning updates on then could start the wave just as the operator starts the
-    /// upgrade).
+    /// The armed `post` saw no upgrade end in time: the suspension stays (turning updates on
+    /// could start the wave just as the operator starts the upgrade).
     pub const ARMED_BOUND: u8 = 9;
 }
 
@@ -96,10 +93,8 @@ pub enum Error {
     Deadline { seconds: u64, last: String },
     #[error("interrupted by {0}")]
     Interrupted(&'static str),
-    /// `post` waited for Harvester's upgrade cleanup past its bound; the message says what to do.
     #[error("{0}")]
     CleanupPending(String),
-    /// The armed `post` waited past `ARM_WAIT_SECONDS`; the message says what it saw.
     #[error("{0}")]
     ArmedBound(String),
     #[error("{target}: written, but Fleet has not applied the change: {message}")]

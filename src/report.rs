@@ -74,31 +74,22 @@ impl Report {
         if let Some((target, Ok(Some(obj)))) = chart {
             report.account_for(intent, target, obj, true);
         }
+        // A post stopped between its restore and its release: the fields are restored, but
+        // given back to nobody yet.
         let annotations = kv.and_then(|o| o.pointer("/metadata/annotations"));
-        if annotations.is_some_and(|a| a.get(OWNERS_TO_RETURN).is_some()) {
-            report.owners_pending(kubevirt);
+        let pending = annotations.is_some_and(|a| a.get(OWNERS_TO_RETURN).is_some());
+        if pending && !report.suspended && !report.refused() {
+            report.warnings.push(format!(
+                "{kubevirt} still has the owners a stopped post has to give back ({OWNERS_TO_RETURN})"
+            ));
+            report.verdict += "; but post stopped before giving the methods back to their owners: \
+                               run post again to finish (hack/job.sh run post)";
         }
         report
     }
 
     fn refused(&self) -> bool {
         self.verdict.starts_with("REFUSED")
-    }
-
-    /// A post stopped between its restore and its release: the fields are restored, but given
-    /// back to nobody yet.
-    fn owners_pending(&mut self, kubevirt: &Target) {
-        if self.suspended || self.refused() {
-            return;
-        }
-        self.warnings.push(format!(
-            "{kubevirt} still has the owners a stopped post has to give back ({OWNERS_TO_RETURN})"
-        ));
-        self.verdict = format!(
-            "{}; but post stopped before giving the methods back to their owners: run post again \
-             to finish (hack/job.sh run post)",
-            self.verdict
-        );
     }
 
     /// With `MANAGEDCHART_NAME` empty: the default ManagedChart as read, for what of ours it
@@ -128,15 +119,10 @@ impl Report {
         };
         let finish = format!("post {switches} removes it (hack/job.sh run post)");
         let methods = &self.kubevirt.workload_update_methods;
-        let on = methods
-            .as_ref()
-            .and_then(Value::as_array)
-            .is_some_and(|m| !m.is_empty());
-        let parts = [ours.values, ours.compare, ours.object].concat();
-        self.warnings.push(format!(
-            "{target} still carries what pre wrote there: {}",
-            parts.join(", ")
-        ));
+        let on = matches!(methods, Some(Value::Array(m)) if !m.is_empty());
+        let parts = [ours.values, ours.compare, ours.object].concat().join(", ");
+        let warning = format!("{target} still carries what pre wrote there: {parts}");
+        self.warnings.push(warning);
         self.verdict = if ours.suspends_at_next_deploy && on {
             format!(
                 "ATTENTION: automated updates on ({}) only until Fleet's next deploy, which \
@@ -169,9 +155,8 @@ impl Report {
         }
         // After a failed path-A Upgrade the waiting post holds (`upgrade_progress`): said here too.
         if ours && let Some(held) = upgrade_progress::held_after_failure(upgrade.as_ref()) {
-            self.warnings.push(format!(
-                "{held} (the armed post and the resident guard hold; a by-hand post restores now)"
-            ));
+            let who = "the armed post and the resident guard hold; a by-hand post restores now";
+            self.warnings.push(format!("{held} ({who})"));
         }
         // `pre`'s own answer (`pre_advice::advise`), on the methods as they are before it.
         let pre_needed = if ours {
@@ -328,21 +313,15 @@ fn cleanup_pending_warning(
 }
 
 fn fleet_report(chart: &Value) -> FleetReport {
-    let ready = chart
+    let conditions = chart
         .pointer("/status/conditions")
-        .and_then(Value::as_array)
-        .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"));
-    let field = |k: &str| {
-        ready
-            .and_then(|c| c.get(k))
-            .and_then(Value::as_str)
-            .filter(|s| !s.is_empty())
-            .map(str::to_string)
-    };
+        .and_then(Value::as_array);
+    let ready = conditions.and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"));
+    let field = |ptr| text(ready?, ptr).filter(|s| !s.is_empty());
     FleetReport {
-        ready: field("status"),
+        ready: field("/status"),
         state: text(chart, "/status/display/state"),
-        message: field("message"),
+        message: field("/message"),
         observed_generation: fleet_status::observed_generation(chart),
         current_spec_applied: matches!(fleet_status::fleet_view(chart, None), Fleet::Applied(_)),
         said: fleet_status::said(chart),

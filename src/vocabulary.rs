@@ -8,9 +8,8 @@ use serde_json::Value;
 use crate::model::{Kind, ObjectKey, Target};
 use crate::warnings::Warning;
 
-/// Which steps run (docs/design.md, "What each phase does"): the KubeVirt CR's methods, the
-/// ManagedChart's values override, its comparePatches pointer. Whether an object is written at
-/// all is decided by [`Steps::writes`] alone.
+/// Which steps run (docs/design.md, "What each phase does"); [`Steps::writes`] alone says
+/// whether an object is written at all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Steps {
     pub kubevirt: bool,
@@ -104,7 +103,6 @@ pub enum Write {
     Release,
 }
 
-/// One write of a phase.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Step {
     pub target: Target,
@@ -159,8 +157,7 @@ pub struct Refusal {
 #[error("{0}")]
 pub struct Malformed(pub String);
 
-/// A conditional patch, or nothing to do; what it does, and what the operator must hear about
-/// (logged, in the termination message, and for the KubeVirt CR a Warning Event).
+/// A conditional patch (or none), what it does, and what the operator must hear about.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Plan {
     pub patch: Option<Patch>,

@@ -1,5 +1,4 @@
-//! `status`'s report as data: the JSON of `LOG_FORMAT=json`, and what the text and the verdict
-//! are made from.
+//! `status`'s report as data: the JSON of `LOG_FORMAT=json`, what the text is made from.
 
 use serde::Serialize;
 use serde_json::Value;
@@ -24,7 +23,6 @@ pub struct Report {
     pub kubevirt: KubeVirtReport,
     pub managed_chart: Option<ChartReport>,
     pub unfinished_migrations: Vec<Migration>,
-    /// `None` where nothing was asked of Harvester.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub harvester: Option<HarvesterReport>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -89,8 +87,7 @@ pub struct ChartReport {
     pub problems: Vec<String>,
 }
 
-/// Fleet's view of the ManagedChart (the Bundle's status as Rancher copies it), as Harvester's
-/// upgrade checks it (`Ready`).
+/// Fleet's view of the ManagedChart (the Bundle's status), as Harvester's upgrade checks it.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct FleetReport {
