@@ -109,9 +109,11 @@ fn command(args: &[String]) -> Result<Command, String> {
 /// `kubectl describe` shows it). The path itself may be what is invalid: only the default is
 /// tried then.
 fn config_failure_message(error: &str) {
-    let mut summary = Summary::default();
-    summary.exit_code = exit::CONFIG;
-    summary.error = Some(error.to_string());
+    let summary = Summary {
+        exit_code: exit::CONFIG,
+        error: Some(error.to_string()),
+        ..Summary::default()
+    };
     let path = std::env::var("TERMINATION_MESSAGE_PATH").ok();
     let default = config::unset_value("TERMINATION_MESSAGE_PATH").unwrap_or_default();
     match path.as_deref() {

@@ -55,16 +55,13 @@ impl Summary {
         let row = |target: Target| {
             let mine: Vec<&Done> = done.iter().filter(|d| d.target == target).collect();
             let changed = mine.iter().find(|d| d.outcome != Outcome::Unchanged);
-            let outcome = if !intent.steps.writes(target.kind) {
-                Outcome::Disabled
-            } else if failed == Some(&target) {
-                Outcome::Failed
-            } else if let Some(d) = changed {
-                d.outcome
-            } else if mine.is_empty() {
-                Outcome::NotReached
-            } else {
-                Outcome::Unchanged
+            let writes = intent.steps.writes(target.kind);
+            let outcome = match (writes, failed == Some(&target), changed) {
+                (false, ..) => Outcome::Disabled,
+                (_, true, _) => Outcome::Failed,
+                (.., Some(d)) => d.outcome,
+                _ if mine.is_empty() => Outcome::NotReached,
+                _ => Outcome::Unchanged,
             };
             let actions = mine.iter().flat_map(|d| d.actions.clone()).collect();
             StepRow {

@@ -2,10 +2,8 @@
 //! table "Warnings: nothing is left off in silence" (checked by the tests), then the Normal
 //! Events' reasons (its table "Events"). The tables say what each means.
 
-use serde::Serialize;
-
 /// A warning, with the reason its Event carries.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Warning {
     pub reason: &'static str,
     pub message: String,

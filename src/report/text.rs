@@ -29,21 +29,18 @@ pub fn refusal(k: &KubeVirtReport, chart: Option<&ChartReport>) -> Option<String
         0 => String::new(),
         n => format!(" ({n} more PROBLEM below)"),
     };
-    let original = |r: &ValueRecord| describe(&r.original());
+    let says = |whose: &str, r: &ValueRecord| {
+        let was = describe(&r.original());
+        format!(" {whose} says the original was {was}.")
+    };
     let other = if k.problems.iter().any(|p| p.contains(KUBEVIRT_RECORD)) {
         match chart.and_then(|c| c.kubevirt_copy.as_ref()) {
-            Some(r) => format!(
-                " The ManagedChart's copy says the original was {}.",
-                original(r)
-            ),
+            Some(r) => says("The ManagedChart's copy", r),
             None => " There is no copy of the original on the ManagedChart.".into(),
         }
     } else if chart.is_some_and(|c| c.problems.iter().any(|p| p.contains(KUBEVIRT_COPY))) {
         match &k.saved_original {
-            Some(r) => format!(
-                " The KubeVirt CR's record says the original was {}.",
-                original(r)
-            ),
+            Some(r) => says("The KubeVirt CR's record", r),
             None => " The KubeVirt CR has no record of the original.".into(),
         }
     } else {
@@ -71,10 +68,8 @@ pub fn verdict(k: &KubeVirtReport, source: Option<Source>, will_restore: &Option
     }
     let methods = describe(&k.workload_update_methods);
     let r = describe(will_restore);
-    let ours = k
-        .methods_owners
-        .iter()
-        .find(|o| o.owner.manager == FIELD_MANAGER);
+    let owners = &k.methods_owners;
+    let ours = owners.iter().find(|o| o.owner.manager == FIELD_MANAGER);
     let since = ours.and_then(|o| o.owner.time.as_deref());
     let since = since.map_or(String::new(), |t| format!(" since {t}"));
     match source {
