@@ -105,7 +105,6 @@ pub struct FleetReport {
 #[serde(rename_all = "camelCase")]
 pub struct HarvesterReport {
     pub latest_upgrade: Option<Upgrade>,
-    /// What its cleanup will still write to the values key.
     pub cleanup_writes: Option<CleanupWrite>,
     /// The releases on offer that suspend the methods themselves, newest first.
     pub offered: Vec<(String, Handling)>,

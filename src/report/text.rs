@@ -18,14 +18,10 @@ use crate::plan::records::{Added, ValueRecord, describe};
 pub fn refusal(k: &KubeVirtReport, chart: Option<&ChartReport>) -> Option<String> {
     // A ManagedChart that could not be read (its CRD not served) refuses nothing by itself.
     let chart = chart.filter(|c| c.found);
-    let sections = [
-        Some((&k.object, &k.problems)),
-        chart.map(|c| (&c.object, &c.problems)),
-    ];
-    let mut problems = (sections.into_iter().flatten())
-        .flat_map(|(object, problems)| problems.iter().map(move |p| (object, p)));
-    let (object, problem) = problems.next()?;
-    let more = match problems.count() {
+    let chart_problems = chart.map_or(&[][..], |c| &c.problems);
+    let first = k.problems.first().map(|p| (&k.object, p));
+    let (object, problem) = first.or_else(|| Some((&chart?.object, chart_problems.first()?)))?;
+    let more = match k.problems.len() + chart_problems.len() - 1 {
         0 => String::new(),
         n => format!(" ({n} more PROBLEM below)"),
     };
