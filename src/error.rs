@@ -3,10 +3,9 @@
 use crate::model::{Kind, Target};
 use crate::vocabulary::Refusal;
 
-/// Exit codes. `manifests/` names the permanent ones in each Job's `podFailurePolicy`;
-/// `tests/integration/manifests.rs` checks that they agree.
+/// Exit codes (docs/configuration.md). Each Job's `podFailurePolicy` names the permanent ones
+/// (`tests/integration/manifests.rs` checks that they agree).
 pub mod exit {
-    /// Done, including "already so" and a skipped missing object.
     pub const SUCCESS: u8 = 0;
     /// An invalid environment variable or an unusable kubeconfig. Nothing was sent.
     pub const CONFIG: u8 = 2;
@@ -14,34 +13,23 @@ pub mod exit {
     pub const PERMANENT: u8 = 3;
     /// Transient failures (unreachable, timeouts, 429, 5xx) still failing at the deadline.
     pub const TRANSIENT: u8 = 4;
-    /// Stopped by SIGTERM or SIGINT.
     pub const INTERRUPTED: u8 = 5;
-    /// An object the phase works on was not found (and `ALLOW_MISSING` is off). Nothing was
-    /// written.
     pub const MISSING: u8 = 6;
-    /// `post`: the latest Harvester Upgrade's cleanup did not end within
-    /// `HARVESTER_CLEANUP_WAIT_SECONDS`. Nothing was written.
     pub const CLEANUP_PENDING: u8 = 7;
-    /// Fleet did not apply the phase's ManagedChart change: it reported an error for the new
-    /// generation, or `FLEET_WAIT_SECONDS` passed. The writes stand; a rerun cannot fix it.
+    /// Fleet did not apply the ManagedChart change: the writes stand; a rerun cannot fix it.
     pub const FLEET_NOT_APPLIED: u8 = 8;
-    /// The armed `post` (`ARM=true`): no upgrade began and ended (cleanup included) within
-    /// `ARM_WAIT_SECONDS`. Nothing was written: the suspension stays (turning updates on with
-    /// no upgrade seen could start the wave just as the operator starts the upgrade).
+    /// The armed `post` saw no upgrade end in time: the suspension stays (turning updates on
+    /// could start the wave just as the operator starts the upgrade).
     pub const ARMED_BOUND: u8 = 9;
 }
 
-/// What a request was about.
+/// What a request was about: an object, the cluster-wide list of workload-update migrations
+/// (`status`), or a list of Harvester's objects of `kind` in a namespace.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Subject {
     Object(Target),
-    /// The cluster-wide list of workload-update migrations (`status`).
     Migrations,
-    /// A list of Harvester's objects of `kind` in a namespace.
-    Listed {
-        kind: Kind,
-        namespace: String,
-    },
+    Listed { kind: Kind, namespace: String },
 }
 
 impl std::fmt::Display for Subject {
@@ -58,8 +46,6 @@ impl std::fmt::Display for Subject {
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("invalid configuration: {0}")]
-    Config(String),
     #[error(transparent)]
     Malformed(#[from] Refusal),
     #[error("{subject}: refused by the API server (HTTP {code}): {message}")]
@@ -67,7 +53,6 @@ pub enum Error {
         subject: Subject,
         code: u16,
         message: String,
-        /// The API server's answer, as kube gave it.
         #[source]
         source: Box<kube::Error>,
     },
@@ -93,8 +78,7 @@ pub enum Error {
         #[source]
         source: Box<kube::Error>,
     },
-    /// The Kubernetes client's configuration (kubeconfig, in-cluster) cannot be used: exit 2,
-    /// with the words of [`Error::Config`].
+    /// The Kubernetes client's configuration (kubeconfig, in-cluster) cannot be used: exit 2.
     #[error("invalid configuration: {message}")]
     Kubeconfig {
         message: String,
@@ -109,14 +93,10 @@ pub enum Error {
     Deadline { seconds: u64, last: String },
     #[error("interrupted by {0}")]
     Interrupted(&'static str),
-    /// `post` waited for Harvester's upgrade cleanup past its bound; the message names the
-    /// Upgrade and what to do.
     #[error("{0}")]
     CleanupPending(String),
-    /// The armed `post` waited past `ARM_WAIT_SECONDS`; the message says what it saw.
     #[error("{0}")]
     ArmedBound(String),
-    /// The writes were made; Fleet has not deployed them (docs/configuration.md, "Exit codes").
     #[error("{target}: written, but Fleet has not applied the change: {message}")]
     FleetNotApplied { target: Target, message: String },
 }
@@ -124,7 +104,8 @@ pub enum Error {
 impl Error {
     pub fn exit_code(&self) -> u8 {
         match self {
-            Error::Config(_) | Error::Kubeconfig { .. } => exit::CONFIG,
+            // Every variant named: a new one must choose its documented exit code.
+            Error::Kubeconfig { .. } => exit::CONFIG,
             Error::Malformed(_)
             | Error::Refused { .. }
             | Error::NotServed { .. }
@@ -149,7 +130,7 @@ impl Error {
             | Error::NotServed { subject, .. }
             | Error::Client { subject, .. } => match subject {
                 Subject::Object(t) => Some(t),
-                Subject::Migrations | Subject::Listed { .. } => None,
+                _ => None,
             },
             _ => None,
         }
@@ -161,14 +142,11 @@ impl Error {
 /// refused, a DNS failure, a timeout, a certificate).
 pub fn with_causes(e: &(dyn std::error::Error + 'static)) -> String {
     let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
+    for cause in std::iter::successors(e.source(), |c| c.source()) {
         let c = cause.to_string();
         if !c.is_empty() && !text.contains(&c) {
-            text.push_str(": ");
-            text.push_str(&c);
+            text = format!("{text}: {c}");
         }
-        source = cause.source();
     }
     text
 }

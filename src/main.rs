@@ -100,9 +100,11 @@ fn config_error(e: impl Display) -> ExitCode {
 /// `kubectl describe` shows it). The path itself may be what is invalid: only the default is
 /// tried then.
 fn config_failure_message(error: &str) {
-    let mut summary = Summary::new(None, false);
-    summary.exit_code = exit::CONFIG;
-    summary.error = Some(error.to_string());
+    let summary = Summary {
+        exit_code: exit::CONFIG,
+        error: Some(error.to_string()),
+        ..Summary::default()
+    };
     let default = config::unset_value("TERMINATION_MESSAGE_PATH").unwrap_or_default();
     let path = match std::env::var("TERMINATION_MESSAGE_PATH") {
         Ok(p) if p.starts_with('/') => p,

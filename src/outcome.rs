@@ -2,7 +2,6 @@
 //! neither of those imports the other.
 
 use serde::Serialize;
-
 use tracing::warn;
 
 use crate::error::Error;
@@ -12,12 +11,9 @@ use crate::warnings::{SKIPPED_NOT_FOUND, Warning};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Outcome {
-    /// Written.
     Changed,
-    /// A dry run: the server accepted the write (or, for a release, it was planned) and kept
-    /// nothing.
+    /// A dry run: the server accepted the write (or a release was planned) and kept nothing.
     WouldChange,
-    /// Already as wanted: nothing written.
     Unchanged,
     /// The object does not exist: step skipped with a warning.
     Missing,
@@ -51,14 +47,13 @@ impl Done {
     /// A warning on `target` that changed nothing, recorded for the termination message.
     pub fn warned(target: Target, warning: Warning) -> Done {
         Done {
-            target,
-            outcome: Outcome::Unchanged,
-            actions: vec![],
             warnings: vec![warning],
+            ..Done::noted(target, vec![])
         }
     }
 
     /// A missing object: an error that names it and what to check, unless `ALLOW_MISSING` is on.
+    /// `when` is empty for `status`, which writes nothing whatever happens.
     pub fn missing(allow_missing: bool, target: Target, when: &str) -> Result<Done, Error> {
         let hint = match target.kind {
             Kind::KubeVirt => {
@@ -69,28 +64,21 @@ impl Done {
                  for KubeVirt without Fleet set MANAGEDCHART_NAME= (empty)"
             }
         };
-        // `status` writes nothing whatever happens: it has no `when` to tell.
-        let when = if when.is_empty() {
-            String::new()
-        } else {
-            format!("; {when}")
-        };
+        let when = Some(when).filter(|w| !w.is_empty());
+        let when = when.map_or(String::new(), |w| format!("; {w}"));
         if !allow_missing {
-            return Err(Error::Missing {
-                target,
-                hint: format!("{hint}, or set ALLOW_MISSING=true to skip it{when}"),
-            });
+            let hint = format!("{hint}, or set ALLOW_MISSING=true to skip it{when}");
+            return Err(Error::Missing { target, hint });
         }
         let message = format!("{target} not found: skipped (ALLOW_MISSING=true){when}; {hint}");
         warn!(object = %target, reason = SKIPPED_NOT_FOUND, "{message}");
+        let warning = Warning {
+            reason: SKIPPED_NOT_FOUND,
+            message,
+        };
         Ok(Done {
-            target,
             outcome: Outcome::Missing,
-            actions: vec![],
-            warnings: vec![Warning {
-                reason: SKIPPED_NOT_FOUND,
-                message,
-            }],
+            ..Done::warned(target, warning)
         })
     }
 }

@@ -3,31 +3,33 @@
 
 use serde_json::Value;
 
-use crate::model::{METHODS_PATH, OWNERS_TO_RETURN, Target, VALUES_PATH};
+use crate::model::{
+    COMPARE_RECORD, METHODS_PATH, OWNERS_TO_RETURN, Target, VALUES_PATH, VALUES_RECORD,
+};
 use crate::plan::chart::{compare_list, find_pointer, values_choice};
 use crate::plan::fleet_status::{self, Fleet};
 use crate::plan::harvester_upgrade::{Backup, CleanupWrite, Handling, Upgrade};
 use crate::plan::kubevirt::{Source, restore_source};
-use crate::plan::leftovers::{ChartOurs, chart_ours};
+use crate::plan::leftovers::chart_ours;
 use crate::plan::migrations::Migration;
 use crate::plan::ownership::{owners, update_claim_warnings};
 use crate::plan::pre_advice::{self, Coming};
 use crate::plan::records::{
-    ValueRecord, describe, kubevirt_copy, kubevirt_record, lookup, methods, read_record,
+    describe, kubevirt_copy, kubevirt_record, lookup, methods, read_record,
 };
 use crate::plan::upgrade_progress;
+use crate::vocabulary::{Intent, Malformed};
+use text::{refusal, verdict};
+
 mod data;
 mod text;
-mod verdict;
 
-use crate::vocabulary::{Intent, Malformed};
 pub use data::*;
-use verdict::{refusal, verdict};
 
-/// Keeps a reader's value, or notes why it is refused.
+/// Keeps a reader's value, or notes why it is refused: once, as two readers of one record fail
+/// alike.
 fn read<T>(problems: &mut Vec<String>, r: Result<Option<T>, Malformed>) -> Option<T> {
     r.unwrap_or_else(|m| {
-        // Two readers of one record fail alike: each problem is said once.
         if !problems.contains(&m.0) {
             problems.push(m.0);
         }
@@ -47,91 +49,64 @@ impl Report {
         chart: Option<(&Target, Result<Option<&Value>, &String>)>,
         unfinished: &[Migration],
     ) -> Self {
-        let chart_read = chart;
-        let chart = chart.map(|(t, read)| match read {
-            Ok(obj) => chart_report(t, obj, intent),
-            Err(e) => {
-                let mut r = chart_report(t, None, intent);
-                r.problems.push(e.clone());
-                r
-            }
-        });
-        let copy = chart.as_ref().and_then(|c| c.kubevirt_copy.clone());
-        let values_choice = chart.as_ref().and_then(|c| c.values_choice.clone());
-        let k = kubevirt_report(kubevirt, kv, copy.as_ref(), values_choice.as_ref(), intent);
+        let managed_chart = chart.map(|(t, read)| chart_report(t, read, intent));
+        let k = kubevirt_report(kubevirt, kv, managed_chart.as_ref(), intent);
         let restore = k.post_will_restore.as_ref();
         let source = restore.map(|r| r.source);
-        let suspended = matches!(
-            source,
-            Some(Source::CrRecord | Source::ChartCopy | Source::Fallback | Source::ValuesChoice)
-        );
+        use Source::*;
+        let suspended = matches!(source, Some(CrRecord | ChartCopy | Fallback | ValuesChoice));
         let will_restore = restore
-            .filter(|_| suspended || source == Some(Source::BlindRestore))
+            .filter(|_| suspended || source == Some(BlindRestore))
             .and_then(|r| r.methods.clone());
-        let warnings = warnings(chart.as_ref(), kv, restore);
-        let refused = refusal(&k, chart.as_ref());
-        let verdict = match &refused {
-            Some(refused) => refused.clone(),
-            None => verdict(&k, source, &will_restore),
-        };
         let mut report = Report {
-            verdict,
+            verdict: refusal(&k, managed_chart.as_ref())
+                .unwrap_or_else(|| verdict(&k, source, &will_restore)),
+            warnings: warnings(managed_chart.as_ref(), kv, restore),
             suspended,
             will_restore,
             restore_source: source,
-            warnings,
             kubevirt: k,
-            managed_chart: chart,
+            managed_chart,
             unfinished_migrations: unfinished.to_vec(),
             harvester: None,
             retirement: None,
         };
-        if let (None, Some((target, Ok(Some(obj))))) = (&refused, chart_read) {
-            report.account_for(target, &chart_ours(obj, &intent.keys.kubevirt), true);
+        if let Some((target, Ok(Some(obj)))) = chart {
+            report.account_for(intent, target, obj, true);
         }
-        if refused.is_none() {
-            report.owners_pending(kubevirt, kv);
+        // A post stopped between its restore and its release: the fields are restored, but
+        // given back to nobody yet.
+        let annotations = kv.and_then(|o| o.pointer("/metadata/annotations"));
+        let pending = annotations.is_some_and(|a| a.get(OWNERS_TO_RETURN).is_some());
+        if pending && !report.suspended && !report.refused() {
+            report.warnings.push(format!(
+                "{kubevirt} still has the owners a stopped post has to give back ({OWNERS_TO_RETURN})"
+            ));
+            report.verdict += "; but post stopped before giving the methods back to their owners: \
+                               run post again to finish (hack/job.sh run post)";
         }
         report
     }
 
-    /// A post stopped between its restore and its release: the fields are restored, but given
-    /// back to nobody yet.
-    fn owners_pending(&mut self, kubevirt: &Target, kv: Option<&Value>) {
-        let pending = kv.is_some_and(|o| {
-            o.pointer("/metadata/annotations")
-                .and_then(|a| a.get(OWNERS_TO_RETURN))
-                .is_some()
-        });
-        if pending && !self.suspended {
-            self.warnings.push(format!(
-                "{kubevirt} still has the owners a stopped post has to give back ({OWNERS_TO_RETURN})"
-            ));
-            self.verdict = format!(
-                "{}; but post stopped before giving the methods back to their owners: run post \
-                 again to finish (hack/job.sh run post)",
-                self.verdict
-            );
-        }
+    fn refused(&self) -> bool {
+        self.verdict.starts_with("REFUSED")
     }
 
     /// With `MANAGEDCHART_NAME` empty: the default ManagedChart as read, for what of ours it
     /// still carries (`post` with that setting leaves it there).
     pub fn with_unnamed_chart(mut self, intent: &Intent, target: &Target, obj: &Value) -> Self {
-        if !self.verdict.starts_with("REFUSED") {
-            self.account_for(target, &chart_ours(obj, &intent.keys.kubevirt), false);
-        }
+        self.account_for(intent, target, obj, false);
         self
     }
 
     /// The verdict accounts for what of ours the ManagedChart still carries while the CR is not
     /// suspended by us: a half-restored state, which Fleet's next deploy suspends again while
     /// pre's values override `[]` is there.
-    fn account_for(&mut self, target: &Target, ours: &ChartOurs, named: bool) {
-        if self.suspended || !self.kubevirt.found || ours.is_empty() {
+    fn account_for(&mut self, intent: &Intent, target: &Target, obj: &Value, named: bool) {
+        let ours = chart_ours(obj, &intent.keys.kubevirt);
+        if self.refused() || self.suspended || !self.kubevirt.found || ours.is_empty() {
             return;
         }
-        let parts = ours.all();
         let switches = if named {
             "with the ManagedChart steps on (STEP_CHART_VALUES=true STEP_COMPARE_PATCHES=true)"
                 .to_string()
@@ -144,14 +119,10 @@ impl Report {
         };
         let finish = format!("post {switches} removes it (hack/job.sh run post)");
         let methods = &self.kubevirt.workload_update_methods;
-        let on = methods
-            .as_ref()
-            .and_then(Value::as_array)
-            .is_some_and(|m| !m.is_empty());
-        self.warnings.push(format!(
-            "{target} still carries what pre wrote there: {}",
-            parts.join(", ")
-        ));
+        let on = matches!(methods, Some(Value::Array(m)) if !m.is_empty());
+        let parts = ours.all().join(", ");
+        let warning = format!("{target} still carries what pre wrote there: {parts}");
+        self.warnings.push(warning);
         self.verdict = if ours.suspends_at_next_deploy && on {
             format!(
                 "ATTENTION: automated updates on ({}) only until Fleet's next deploy, which \
@@ -159,93 +130,11 @@ impl Report {
                 describe(methods)
             )
         } else {
-            format!(
-                "{}; but {target} still carries records of ours; {finish}",
-                self.verdict
-            )
+            let verdict = &self.verdict;
+            format!("{verdict}; but {target} still carries records of ours; {finish}")
         };
     }
-}
 
-fn kubevirt_report(
-    target: &Target,
-    obj: Option<&Value>,
-    copy: Option<&ValueRecord>,
-    values_choice: Option<&Value>,
-    intent: &Intent,
-) -> KubeVirtReport {
-    let mut problems = Vec::new();
-    let null = Value::Null;
-    let o = obj.unwrap_or(&null);
-    let methods = obj.and_then(|o| read(&mut problems, methods(o).map(Some)).flatten());
-    let saved_original = obj.and_then(|o| read(&mut problems, kubevirt_record(o)));
-    let post_will_restore = obj.and_then(|o| {
-        let r = read(
-            &mut problems,
-            restore_source(o, copy, intent.fallback.as_deref(), values_choice).map(Some),
-        )?;
-        Some(RestoreReport {
-            source: r.source,
-            methods: r.original.and_then(|v| v.original()),
-            reason: r.reason,
-        })
-    });
-    KubeVirtReport {
-        object: target.to_string(),
-        found: obj.is_some(),
-        phase: text(o, "/status/phase"),
-        observed_kube_virt_version: text(o, "/status/observedKubeVirtVersion"),
-        target_kube_virt_version: text(o, "/status/targetKubeVirtVersion"),
-        workload_update_methods: methods,
-        saved_original,
-        outdated_virtual_machine_instance_workloads: o
-            .pointer("/status/outdatedVirtualMachineInstanceWorkloads")
-            .and_then(Value::as_i64),
-        methods_owners: owners(o, METHODS_PATH)
-            .into_iter()
-            .map(|owner| OwnerReport {
-                blocks_chart_change: owner.blocks_apply(),
-                owner,
-            })
-            .collect(),
-        post_will_restore,
-        problems,
-    }
-}
-
-fn chart_report(target: &Target, obj: Option<&Value>, intent: &Intent) -> ChartReport {
-    let mut problems = Vec::new();
-    let null = Value::Null;
-    let o = obj.unwrap_or(&null);
-    let list = obj.and_then(|o| read(&mut problems, compare_list(o)));
-    let pointer = read(
-        &mut problems,
-        find_pointer(list, &intent.keys.kubevirt).map(Some),
-    )
-    .flatten();
-    ChartReport {
-        object: target.to_string(),
-        found: obj.is_some(),
-        paused: o.pointer("/spec/paused").and_then(Value::as_bool) == Some(true),
-        compare_patches_pointer: pointer.is_some(),
-        values_override: obj
-            .and_then(|o| read(&mut problems, lookup(o, VALUES_PATH).map(|v| v.cloned()))),
-        values_record: obj
-            .and_then(|o| read(&mut problems, read_record(o, crate::model::VALUES_RECORD))),
-        compare_patch_record: obj
-            .and_then(|o| read(&mut problems, read_record(o, crate::model::COMPARE_RECORD))),
-        kubevirt_copy: obj.and_then(|o| read(&mut problems, kubevirt_copy(o))),
-        values_choice: obj
-            .filter(|_| intent.steps.values)
-            .and_then(|o| read(&mut problems, values_choice(o))),
-        fleet: obj
-            .filter(|o| fleet_status::has_status(o))
-            .map(fleet_report),
-        problems,
-    }
-}
-
-impl Report {
     /// Adds Harvester's upgrade to the report, with a warning where its cleanup will write our
     /// `[]` back, or where it holds the suspension itself.
     pub fn with_harvester(
@@ -254,34 +143,27 @@ impl Report {
         offered: Vec<(String, Handling)>,
         coming: Coming,
     ) -> Self {
-        let values = self
-            .managed_chart
-            .as_ref()
-            .and_then(|c| c.values_override.clone());
-        let values_ours = self
-            .managed_chart
-            .as_ref()
-            .is_some_and(|c| c.values_record.is_some());
+        let chart = self.managed_chart.as_ref();
+        let values = chart.and_then(|c| c.values_override.as_ref());
+        let values_ours = chart.is_some_and(|c| c.values_record.is_some());
         // What `post` waits for the cleanup with (`harvester_upgrade::ours`, as the report reads it).
         let ours = values_ours || self.kubevirt.saved_original.is_some();
-        let cleanup_writes = upgrade.as_ref().map(|u| u.cleanup_writes(values.as_ref()));
+        let cleanup_writes = upgrade.as_ref().map(|u| u.cleanup_writes(values));
         if let Some(u) = upgrade.as_ref().filter(|u| u.cleanup_pending()) {
-            let writes = cleanup_writes.as_ref();
-            self.warnings
-                .extend(cleanup_pending_warning(u, values_ours, ours, writes));
+            let warning = cleanup_pending_warning(u, values_ours, ours, cleanup_writes.as_ref());
+            self.warnings.extend(warning);
         }
         // After a failed path-A Upgrade the waiting post holds (`upgrade_progress`): said here too.
         if ours && let Some(held) = upgrade_progress::held_after_failure(upgrade.as_ref()) {
-            self.warnings.push(format!(
-                "{held} (the armed post and the resident guard hold; a by-hand post restores now)"
-            ));
+            let who = "the armed post and the resident guard hold; a by-hand post restores now";
+            self.warnings.push(format!("{held} ({who})"));
         }
         // `pre`'s own answer (`pre_advice::advise`), on the methods as they are before it.
-        let pre_needed = match ours {
-            false => pre_advice::advise(&coming, &self.kubevirt.workload_update_methods)
-                .line()
-                .to_string(),
-            true => "pre has run (its records are on the objects): post restores".to_string(),
+        let pre_needed = if ours {
+            "pre has run (its records are on the objects): post restores".to_string()
+        } else {
+            let methods = &self.kubevirt.workload_update_methods;
+            pre_advice::advise(&coming, methods).line().to_string()
         };
         self.harvester = Some(HarvesterReport {
             latest_upgrade: upgrade,
@@ -293,6 +175,87 @@ impl Report {
     }
 }
 
+fn kubevirt_report(
+    target: &Target,
+    obj: Option<&Value>,
+    chart: Option<&ChartReport>,
+    intent: &Intent,
+) -> KubeVirtReport {
+    let object = target.to_string();
+    let Some(o) = obj else {
+        return KubeVirtReport {
+            object,
+            ..Default::default()
+        };
+    };
+    let copy = chart.and_then(|c| c.kubevirt_copy.as_ref());
+    let choice = chart.and_then(|c| c.values_choice.as_ref());
+    let restore = restore_source(o, copy, intent.fallback.as_deref(), choice).map(Some);
+    let mut problems = Vec::new();
+    KubeVirtReport {
+        object,
+        found: true,
+        phase: text(o, "/status/phase"),
+        observed_kube_virt_version: text(o, "/status/observedKubeVirtVersion"),
+        target_kube_virt_version: text(o, "/status/targetKubeVirtVersion"),
+        workload_update_methods: read(&mut problems, methods(o)),
+        saved_original: read(&mut problems, kubevirt_record(o)),
+        outdated_virtual_machine_instance_workloads: o
+            .pointer("/status/outdatedVirtualMachineInstanceWorkloads")
+            .and_then(Value::as_i64),
+        methods_owners: owners(o, METHODS_PATH)
+            .into_iter()
+            .map(|owner| OwnerReport {
+                blocks_chart_change: owner.blocks_apply(),
+                owner,
+            })
+            .collect(),
+        post_will_restore: read(&mut problems, restore).map(|r| RestoreReport {
+            source: r.source,
+            methods: r.original.and_then(|v| v.original()),
+            reason: r.reason,
+        }),
+        problems,
+    }
+}
+
+fn chart_report(
+    target: &Target,
+    as_read: Result<Option<&Value>, &String>,
+    intent: &Intent,
+) -> ChartReport {
+    let object = target.to_string();
+    let o = match as_read {
+        Ok(Some(o)) => o,
+        r => {
+            let problems = r.err().cloned().into_iter().collect();
+            return ChartReport {
+                object,
+                problems,
+                ..Default::default()
+            };
+        }
+    };
+    let mut problems = Vec::new();
+    let list = read(&mut problems, compare_list(o));
+    let pointer = read(&mut problems, find_pointer(list, &intent.keys.kubevirt));
+    ChartReport {
+        object,
+        found: true,
+        paused: o.pointer("/spec/paused").and_then(Value::as_bool) == Some(true),
+        compare_patches_pointer: pointer.is_some(),
+        values_override: read(&mut problems, lookup(o, VALUES_PATH).map(|v| v.cloned())),
+        values_record: read(&mut problems, read_record(o, VALUES_RECORD)),
+        compare_patch_record: read(&mut problems, read_record(o, COMPARE_RECORD)),
+        kubevirt_copy: read(&mut problems, kubevirt_copy(o)),
+        values_choice: (intent.steps.values)
+            .then(|| read(&mut problems, values_choice(o)))
+            .flatten(),
+        fleet: fleet_status::has_status(o).then(|| fleet_report(o)),
+        problems,
+    }
+}
+
 /// The report's warnings: problems are shown once, under their object, and the verdict names
 /// the first; a ManagedChart that could not be read, a stale claim, a later choice, a paused or
 /// unapplied ManagedChart are warnings.
@@ -301,28 +264,25 @@ fn warnings(
     kv: Option<&Value>,
     restore: Option<&RestoreReport>,
 ) -> Vec<String> {
-    let mut warnings: Vec<String> = chart
-        .iter()
-        .filter(|c| !c.found)
-        .flat_map(|c| c.problems.iter().cloned())
-        .collect();
+    let unread = chart.filter(|c| !c.found).map(|c| c.problems.clone());
+    let mut warnings = unread.unwrap_or_default();
     warnings.extend(kv.map(update_claim_warnings).unwrap_or_default());
-    if let Some(r) = restore.filter(|r| r.source == Source::LaterChoice) {
-        warnings.push(r.reason.clone());
-    }
-    if let Some(c) = chart.filter(|c| c.found) {
-        if c.paused {
-            warnings.push(format!(
-                "{} is paused: Fleet deploys nothing until it is unpaused",
-                c.object
-            ));
-        } else if let Some(f) = c.fleet.as_ref().filter(|f| !f.current_spec_applied) {
-            warnings.push(format!(
-                "Fleet has not applied {}'s current spec ({}): Harvester refuses to start an \
-                 upgrade until it is Ready",
-                c.object, f.said
-            ));
-        }
+    let later = restore.filter(|r| r.source == Source::LaterChoice);
+    warnings.extend(later.map(|r| r.reason.clone()));
+    let Some(c) = chart.filter(|c| c.found) else {
+        return warnings;
+    };
+    let object = &c.object;
+    if c.paused {
+        warnings.push(format!(
+            "{object} is paused: Fleet deploys nothing until it is unpaused"
+        ));
+    } else if let Some(f) = c.fleet.as_ref().filter(|f| !f.current_spec_applied) {
+        warnings.push(format!(
+            "Fleet has not applied {object}'s current spec ({}): Harvester refuses to start an \
+             upgrade until it is Ready",
+            f.said
+        ));
     }
     warnings
 }
@@ -335,45 +295,33 @@ fn cleanup_pending_warning(
     ours: bool,
     cleanup_writes: Option<&CleanupWrite>,
 ) -> Option<String> {
+    let upgrade = u.describe();
     if values_ours && u.backup == Backup::Value(serde_json::json!([])) {
         Some(format!(
-            "{} backed up pre's [] as the original: its cleanup writes [] back into the values. \
-             Run post after that cleanup (post waits for it), or updates stay off",
-            u.describe()
+            "{upgrade} backed up pre's [] as the original: its cleanup writes [] back into the \
+             values. Run post after that cleanup (post waits for it), or updates stay off"
         ))
     } else if !ours && u.backup != Backup::None {
+        let writes = cleanup_writes.map_or(String::new(), CleanupWrite::describe);
+        let backup = u.backup.describe();
         Some(format!(
-            "{} suspended the updates itself (backup {}); its cleanup {}",
-            u.describe(),
-            u.backup.describe(),
-            cleanup_writes.map_or(String::new(), CleanupWrite::describe)
+            "{upgrade} suspended the updates itself (backup {backup}); its cleanup {writes}"
         ))
     } else {
-        ours.then(|| {
-            format!(
-                "{} has not finished its cleanup: post waits for it",
-                u.describe()
-            )
-        })
+        ours.then(|| format!("{upgrade} has not finished its cleanup: post waits for it"))
     }
 }
 
 fn fleet_report(chart: &Value) -> FleetReport {
-    let ready = chart
+    let conditions = chart
         .pointer("/status/conditions")
-        .and_then(Value::as_array)
-        .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"));
-    let field = |k: &str| {
-        ready
-            .and_then(|c| c.get(k))
-            .and_then(Value::as_str)
-            .filter(|s| !s.is_empty())
-            .map(str::to_string)
-    };
+        .and_then(Value::as_array);
+    let ready = conditions.and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"));
+    let field = |ptr| text(ready?, ptr).filter(|s| !s.is_empty());
     FleetReport {
-        ready: field("status"),
+        ready: field("/status"),
         state: text(chart, "/status/display/state"),
-        message: field("message"),
+        message: field("/message"),
         observed_generation: fleet_status::observed_generation(chart),
         current_spec_applied: matches!(fleet_status::fleet_view(chart, None), Fleet::Applied(_)),
         said: fleet_status::said(chart),

@@ -3,7 +3,7 @@
 use serde::Serialize;
 
 use crate::error::Error;
-use crate::model::truncate_bytes;
+use crate::model::{Target, truncate_bytes};
 use crate::outcome::{Done, Outcome};
 use crate::vocabulary::{Intent, Phase, Steps};
 
@@ -19,19 +19,18 @@ pub struct StepRow {
     pub actions: Vec<String>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Summary {
     pub phase: Option<Phase>,
     pub dry_run: bool,
     pub exit_code: u8,
-    /// `status`: the report's verdict (suspended or not, what `post` would do).
+    /// `status`: the report's verdict.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub verdict: Option<String>,
     /// `pre` and `post`: one row per object (none for `status`, which writes nothing).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub steps: Vec<StepRow>,
-    /// What the operator must hear about, e.g. updates left off without a record.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -39,18 +38,6 @@ pub struct Summary {
 }
 
 impl Summary {
-    pub fn new(phase: Option<Phase>, dry_run: bool) -> Self {
-        Self {
-            phase,
-            dry_run,
-            exit_code: 0,
-            verdict: None,
-            steps: Vec::new(),
-            warnings: Vec::new(),
-            error: None,
-        }
-    }
-
     /// The summary of a run: one row per object the phase works on, in its order, from what
     /// each step came to and the error that stopped the run, if any.
     pub fn of_run(
@@ -59,79 +46,74 @@ impl Summary {
         done: &[Done],
         result: &Result<(), Error>,
     ) -> Self {
-        let mut summary = Self::new(Some(intent.phase), dry_run);
         let all = Intent {
             steps: Steps::ALL,
             ..intent.clone()
         };
-        let failed = result.as_ref().err().and_then(Error::target);
-        for target in all.targets() {
+        let error = result.as_ref().err();
+        let failed = error.and_then(Error::target);
+        let row = |target: Target| {
             let mine: Vec<&Done> = done.iter().filter(|d| d.target == target).collect();
-            let outcome = if !intent.steps.writes(target.kind) {
-                Outcome::Disabled
-            } else if failed == Some(&target) {
-                Outcome::Failed
-            } else if let Some(d) = mine.iter().find(|d| d.outcome != Outcome::Unchanged) {
-                d.outcome
-            } else if mine.is_empty() {
-                Outcome::NotReached
-            } else {
-                Outcome::Unchanged
+            let changed = mine.iter().find(|d| d.outcome != Outcome::Unchanged);
+            let writes = intent.steps.writes(target.kind);
+            let outcome = match (writes, failed == Some(&target), changed) {
+                (false, ..) => Outcome::Disabled,
+                (_, true, _) => Outcome::Failed,
+                (.., Some(d)) => d.outcome,
+                _ if mine.is_empty() => Outcome::NotReached,
+                _ => Outcome::Unchanged,
             };
-            summary.steps.push(StepRow {
+            let actions = mine.iter().flat_map(|d| d.actions.clone()).collect();
+            StepRow {
                 object: target.to_string(),
                 outcome,
-                actions: mine.iter().flat_map(|d| d.actions.clone()).collect(),
-            });
-        }
-        summary.warnings = done
+                actions,
+            }
+        };
+        // `status`'s warnings are the report's lines, without a reason.
+        let warnings = done
             .iter()
-            .flat_map(|d| {
-                // `status`'s warnings are the report's lines, without a reason.
-                d.warnings.iter().map(|w| match w.reason {
-                    "" => w.message.clone(),
-                    reason => format!("{reason}: {}", w.message),
-                })
-            })
-            .collect();
-        if let Err(e) = result {
-            summary.exit_code = e.exit_code();
-            summary.error = Some(e.to_string());
+            .flat_map(|d| &d.warnings)
+            .map(|w| match w.reason {
+                "" => w.message.clone(),
+                reason => format!("{reason}: {}", w.message),
+            });
+        Summary {
+            phase: Some(intent.phase),
+            dry_run,
+            exit_code: error.map_or(0, Error::exit_code),
+            steps: all.targets().into_iter().map(row).collect(),
+            warnings: warnings.collect(),
+            error: error.map(Error::to_string),
+            verdict: None,
         }
-        summary
     }
 
-    /// One line of JSON under [`MAX_BYTES`]: the step actions go first, then the texts are cut.
+    /// One line of JSON under [`MAX_BYTES`]: the step actions go first, then the texts are cut:
+    /// the error halved first, then the verdict (a corrupted record's can be long), then the
+    /// warnings, which the orchestrator must not miss (at most 500 bytes each from the start);
+    /// each keeps at least its first 64 bytes.
     pub fn to_line(&self) -> String {
-        let line = serde_json::to_string(self).expect("summary serializes");
-        if line.len() < MAX_BYTES {
-            return line;
-        }
-        let mut short = self.clone();
-        short.steps.iter_mut().for_each(|s| s.actions.clear());
-        // Warnings are cut last: they are what the orchestrator must not miss.
-        short
-            .warnings
-            .iter_mut()
-            .for_each(|w| truncate_bytes(w, 500));
+        let (mut short, mut cut) = (self.clone(), false);
         loop {
             let line = serde_json::to_string(&short).expect("summary serializes");
             if line.len() < MAX_BYTES {
                 return line;
             }
-            // Halve the error first, then the verdict (a corrupted record's can be long), then
-            // the warnings; each keeps at least its first 64 bytes.
-            let texts = short.error.iter_mut().chain(short.verdict.iter_mut());
-            match texts
-                .chain(short.warnings.iter_mut())
-                .find(|t| t.len() > 64)
-            {
-                Some(t) => {
-                    let half = t.len() / 2;
-                    truncate_bytes(t, half);
+            if !cut {
+                cut = true;
+                short.steps.iter_mut().for_each(|s| s.actions.clear());
+                for w in &mut short.warnings {
+                    truncate_bytes(w, 500);
                 }
-                None => return line,
+                continue;
             }
+            let texts = short.error.iter_mut().chain(&mut short.verdict);
+            let Some(t) = texts.chain(&mut short.warnings).find(|t| t.len() > 64) else {
+                return line;
+            };
+            let half = t.len() / 2;
+            truncate_bytes(t, half);
         }
     }
 }
@@ -142,7 +124,10 @@ mod tests {
 
     #[test]
     fn the_line_stays_under_4096_bytes() {
-        let mut s = Summary::new(Some(Phase::Pre), false);
+        let mut s = Summary {
+            phase: Some(Phase::Pre),
+            ..Summary::default()
+        };
         for (object, action) in [("KubeVirt a/b", "x"), ("ManagedChart c/d", "y")] {
             s.steps.push(StepRow {
                 object: object.into(),
@@ -162,7 +147,10 @@ mod tests {
     /// bytes is never cut.
     #[test]
     fn the_bounds_are_exact() {
-        let mut s = Summary::new(Some(Phase::Status), false);
+        let mut s = Summary {
+            phase: Some(Phase::Status),
+            ..Summary::default()
+        };
         s.error = Some(String::new());
         let base = serde_json::to_string(&s).unwrap().len();
         s.error = Some("e".repeat(MAX_BYTES - base));
@@ -180,7 +168,10 @@ mod tests {
     #[test]
     fn a_long_verdict_and_many_warnings_still_fit() {
         let line = |warnings: usize| {
-            let mut s = Summary::new(Some(Phase::Status), false);
+            let mut s = Summary {
+                phase: Some(Phase::Status),
+                ..Summary::default()
+            };
             s.verdict = Some(format!("REFUSED: {}", "v".repeat(10_000)));
             s.warnings = (0..warnings)
                 .map(|i| format!("w{i} {}", "x".repeat(3000)))

@@ -1,6 +1,5 @@
-//! The run's vocabulary: the phase, what it is told to do ([`Intent`]: steps, names, fallback),
-//! the objects it works on, its writes, and what planning one gives ([`Plan`], [`Refusal`]).
-//! Plain data, shared by every layer above `model`; it decides nothing.
+//! The run's vocabulary: the phase, what it is told to do ([`Intent`]), the objects it works on,
+//! its writes, and what planning gives ([`Plan`], [`Refusal`]). Plain data; it decides nothing.
 
 use json_patch::Patch;
 use serde::{Deserialize, Serialize};
@@ -9,15 +8,12 @@ use serde_json::Value;
 use crate::model::{Kind, ObjectKey, Target};
 use crate::warnings::Warning;
 
-/// Which steps run (docs/design.md, "What each phase does"), each switchable. The one place that
-/// decides whether an object is written at all is [`Steps::writes`].
+/// Which steps run (docs/design.md, "What each phase does"); [`Steps::writes`] alone says
+/// whether an object is written at all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Steps {
-    /// The direct patch of the KubeVirt CR's methods.
     pub kubevirt: bool,
-    /// The ManagedChart's values override.
     pub values: bool,
-    /// The ManagedChart's comparePatches pointer.
     pub compare: bool,
 }
 
@@ -32,9 +28,7 @@ impl Steps {
         match kind {
             Kind::KubeVirt => self.kubevirt,
             Kind::ManagedChart => self.values || self.compare,
-            Kind::Migration | Kind::Upgrade | Kind::Version | Kind::Setting | Kind::UpgradePlan => {
-                false
-            }
+            _ => false,
         }
     }
 }
@@ -47,14 +41,11 @@ pub struct Keys {
 }
 
 impl Keys {
-    /// The named object of `kind` (no ManagedChart without a name).
     pub fn target(&self, kind: Kind) -> Option<Target> {
         match kind {
             Kind::KubeVirt => Some(Target::new(kind, &self.kubevirt)),
             Kind::ManagedChart => self.chart.as_ref().map(|k| Target::new(kind, k)),
-            Kind::Migration | Kind::Upgrade | Kind::Version | Kind::Setting | Kind::UpgradePlan => {
-                None
-            }
+            _ => None,
         }
     }
 }
@@ -70,9 +61,9 @@ pub struct Intent {
 }
 
 impl Intent {
-    /// The objects a phase works on, in its order of writes (docs/design.md, "What each phase does"):
-    /// `pre` the ManagedChart first, so the values Helm would apply agree with the CR before the CR is
-    /// touched; `post` the reverse. Only the objects whose steps are on.
+    /// The objects whose steps are on, in the phase's order of writes: `pre` the ManagedChart
+    /// first, so the values Helm would apply agree with the CR before the CR is touched; `post`
+    /// the reverse.
     pub fn targets(&self) -> Vec<Target> {
         let order = match self.phase {
             Phase::Pre => [Kind::ManagedChart, Kind::KubeVirt],
@@ -98,27 +89,20 @@ pub enum Phase {
 }
 
 impl std::fmt::Display for Phase {
-    /// As the `PHASE` variable spells it.
+    /// As the `PHASE` variable spells it (serde's `lowercase`).
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Phase::Pre => "pre",
-            Phase::Post => "post",
-            Phase::Status => "status",
-            Phase::Watch => "watch",
-        })
+        f.write_str(&format!("{self:?}").to_lowercase())
     }
 }
 
-/// The two kinds of write on an object.
+/// The two kinds of write on an object: `pre`'s suspension or `post`'s restore, with the
+/// records; `post`'s last write, which drops our `managedFields` claim (`plan::ownership`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Write {
-    /// `pre`'s suspension or `post`'s restore, with the records.
     Change,
-    /// `post`'s last write: drop our `managedFields` claim (see `plan::ownership::release`).
     Release,
 }
 
-/// One write of a phase.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Step {
     pub target: Target,
@@ -130,8 +114,7 @@ pub struct Step {
 pub struct Objects {
     pub kubevirt: Option<Value>,
     pub chart: Option<Value>,
-    /// `pre`: the KubeVirt CR's `[]` is another suspender's (`plan::suspenders`), and this is
-    /// the original to record in its place.
+    /// `pre`: the CR's `[]` is another suspender's (`plan::suspenders`); the original to record.
     pub foreign: Option<ForeignOriginal>,
 }
 
@@ -148,9 +131,7 @@ impl Objects {
         match kind {
             Kind::KubeVirt => self.kubevirt.as_ref(),
             Kind::ManagedChart => self.chart.as_ref(),
-            Kind::Migration | Kind::Upgrade | Kind::Version | Kind::Setting | Kind::UpgradePlan => {
-                None
-            }
+            _ => None,
         }
     }
 
@@ -158,8 +139,7 @@ impl Objects {
         match kind {
             Kind::KubeVirt => self.kubevirt = obj,
             Kind::ManagedChart => self.chart = obj,
-            Kind::Migration | Kind::Upgrade | Kind::Version | Kind::Setting | Kind::UpgradePlan => {
-            }
+            _ => {}
         }
     }
 }
@@ -177,12 +157,10 @@ pub struct Refusal {
 #[error("{0}")]
 pub struct Malformed(pub String);
 
-/// The outcome of planning: a conditional patch, or nothing to do; and what it does, in words.
+/// A conditional patch (or none), what it does, and what the operator must hear about.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Plan {
     pub patch: Option<Patch>,
     pub actions: Vec<String>,
-    /// What the operator must hear about: logged as warnings, in the termination message, and
-    /// (for the KubeVirt CR) in a Warning Event.
     pub warnings: Vec<Warning>,
 }

@@ -1,5 +1,4 @@
-//! `status`'s report as data: what the JSON of `LOG_FORMAT=json` and the termination message
-//! carry, and what the text and the verdict are made from.
+//! `status`'s report as data: the JSON of `LOG_FORMAT=json`, what the text is made from.
 
 use serde::Serialize;
 use serde_json::Value;
@@ -24,16 +23,15 @@ pub struct Report {
     pub kubevirt: KubeVirtReport,
     pub managed_chart: Option<ChartReport>,
     pub unfinished_migrations: Vec<Migration>,
-    /// Harvester's own upgrade (its latest Upgrade `None`, and nothing on offer, where
-    /// Harvester's resources are not served).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub harvester: Option<HarvesterReport>,
-    /// Whether the guard is still needed on this cluster (when to retire it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retirement: Option<crate::plan::retirement::Retirement>,
 }
 
-#[derive(Debug, Serialize)]
+/// An object as read (`found: false`: not there, every other field empty), with the content
+/// that `pre` or `post` would refuse (`problems`).
+#[derive(Debug, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct KubeVirtReport {
     pub object: String,
@@ -45,15 +43,13 @@ pub struct KubeVirtReport {
     pub workload_update_methods: Option<Value>,
     pub saved_original: Option<ValueRecord>,
     pub outdated_virtual_machine_instance_workloads: Option<i64>,
-    /// Who owns the methods field; each `Update` owner blocks a chart change of it.
     pub methods_owners: Vec<OwnerReport>,
-    /// What `post` would restore now, and from where.
     pub post_will_restore: Option<RestoreReport>,
-    /// Content that `pre` or `post` would refuse.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub problems: Vec<String>,
 }
 
+/// Who owns the methods field; each `Update` owner blocks a chart change of it.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct OwnerReport {
@@ -66,12 +62,12 @@ pub struct OwnerReport {
 #[serde(rename_all = "camelCase")]
 pub struct RestoreReport {
     pub source: Source,
-    /// The methods `post` would set; `None` with `source: nothing`, or an absent original.
+    /// `None` with `source: nothing`, or an absent original.
     pub methods: Option<Value>,
     pub reason: String,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ChartReport {
     pub object: String,
@@ -85,37 +81,33 @@ pub struct ChartReport {
     /// The values override's later choice, kept by `post` on both objects.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub values_choice: Option<Value>,
-    /// Fleet's view (the Bundle's status as Rancher copies it); `None`: no Fleet status at all.
+    /// `None`: no Fleet status at all.
     pub fleet: Option<FleetReport>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub problems: Vec<String>,
 }
 
-/// Fleet's view of the ManagedChart, as Harvester's upgrade checks it (`Ready`).
+/// Fleet's view of the ManagedChart (the Bundle's status), as Harvester's upgrade checks it.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct FleetReport {
-    /// The `Ready` condition's status (`True`, `False`, ...), if there is one.
     pub ready: Option<String>,
     pub state: Option<String>,
     pub message: Option<String>,
-    /// The Bundle's generation Fleet has seen.
     pub observed_generation: Option<i64>,
     /// The current spec, so our last change to it, is deployed: `Ready` with everything ready.
     pub current_spec_applied: bool,
-    /// What Fleet says, in one line ([`fleet_status::said`]).
     pub said: String,
 }
 
-/// Harvester's own upgrade, as `status` shows it (docs/design.md, "Harvester's own handling").
+/// Harvester's own upgrade (docs/design.md, "Harvester's own handling").
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HarvesterReport {
     pub latest_upgrade: Option<Upgrade>,
-    /// What its cleanup will still write to the values key.
     pub cleanup_writes: Option<CleanupWrite>,
     /// The releases on offer that suspend the methods themselves, newest first.
     pub offered: Vec<(String, Handling)>,
-    /// Whether `pre` is needed for the coming release: `pre`'s own answer, before it runs.
+    /// `pre`'s own answer for the coming release, before it runs.
     pub pre_needed: String,
 }

@@ -1,223 +1,259 @@
-//! `status`'s report as text: one `Display` per section (the KubeVirt CR, the migrations under
-//! way, the ManagedChart, Harvester's own upgrade), in the order the operator reads them.
+//! `status`'s report as text: the verdict, which answers the operator's question first
+//! (suspended or not, what `post` will do), then one `Display` per section (the KubeVirt CR, the
+//! migrations under way, the ManagedChart, Harvester's own upgrade), in the order read.
 
-use std::fmt::{Display, Formatter, Result};
+use std::fmt::{Display, Error, Formatter, Result};
 
 use serde_json::Value;
 
 use super::data::{ChartReport, HarvesterReport, KubeVirtReport, Report};
-use crate::model::{FIELD_MANAGER, METHODS_FIELD};
+use crate::model::{FIELD_MANAGER, KUBEVIRT_COPY, KUBEVIRT_RECORD, METHODS_FIELD};
 use crate::plan::harvester_upgrade::CleanupWrite;
-use crate::plan::kubevirt::Source;
-use crate::plan::migrations::Migration;
+use crate::plan::kubevirt::{HOTPLUG_NOTICE, Source};
 use crate::plan::records::{Added, ValueRecord, describe};
 
-/// One `  label   value` line of the human report.
+/// The verdict while content of ours is corrupted or malformed: `pre` and `post` refuse (exit 3)
+/// and write nothing. It names the first problem (with the commands that recover, which the
+/// reader puts in it) and what the other object's copy of the original says.
+pub fn refusal(k: &KubeVirtReport, chart: Option<&ChartReport>) -> Option<String> {
+    // A ManagedChart that could not be read (its CRD not served) refuses nothing by itself.
+    let chart = chart.filter(|c| c.found);
+    let chart_problems = chart.map_or(&[][..], |c| &c.problems);
+    let first = k.problems.first().map(|p| (&k.object, p));
+    let (object, problem) = first.or_else(|| Some((&chart?.object, chart_problems.first()?)))?;
+    let more = match k.problems.len() + chart_problems.len() - 1 {
+        0 => String::new(),
+        n => format!(" ({n} more PROBLEM below)"),
+    };
+    let says = |whose: &str, r: &ValueRecord| {
+        let was = describe(&r.original());
+        format!(" {whose} says the original was {was}.")
+    };
+    let other = if k.problems.iter().any(|p| p.contains(KUBEVIRT_RECORD)) {
+        match chart.and_then(|c| c.kubevirt_copy.as_ref()) {
+            Some(r) => says("The ManagedChart's copy", r),
+            None => " There is no copy of the original on the ManagedChart.".into(),
+        }
+    } else if chart.is_some_and(|c| c.problems.iter().any(|p| p.contains(KUBEVIRT_COPY))) {
+        match &k.saved_original {
+            Some(r) => says("The KubeVirt CR's record", r),
+            None => " The KubeVirt CR has no record of the original.".into(),
+        }
+    } else {
+        String::new()
+    };
+    Some(format!(
+        "REFUSED: pre and post exit 3 and write nothing until this is fixed: {object}: \
+         {problem}.{other}{more}"
+    ))
+}
+
+impl KubeVirtReport {
+    /// No automated updates: the methods absent or `[]`.
+    fn updates_off(&self) -> bool {
+        let methods = self.workload_update_methods.as_ref();
+        methods.is_none_or(|m| m.as_array().is_some_and(Vec::is_empty))
+    }
+}
+
+/// The operator's question, answered first.
+pub fn verdict(k: &KubeVirtReport, source: Option<Source>, will_restore: &Option<Value>) -> String {
+    if !k.found {
+        let object = &k.object;
+        return format!("NOT FOUND: {object} (check KUBEVIRT_NAMESPACE and KUBEVIRT_NAME)");
+    }
+    let methods = describe(&k.workload_update_methods);
+    let r = describe(will_restore);
+    let owners = &k.methods_owners;
+    let ours = owners.iter().find(|o| o.owner.manager == FIELD_MANAGER);
+    let since = ours.and_then(|o| o.owner.time.as_deref());
+    let since = since.map_or(String::new(), |t| format!(" since {t}"));
+    match source {
+        Some(Source::CrRecord) => {
+            format!("SUSPENDED{since} by pre; post will restore {r} (from the CR's record)")
+        }
+        Some(Source::ChartCopy) => format!(
+            "SUSPENDED{since}, no record on the CR; post will restore {r} (from the ManagedChart's copy)"
+        ),
+        Some(Source::Fallback) => {
+            format!("SUSPENDED{since}, record lost; post will apply the fallback {r}")
+        }
+        Some(Source::ValuesChoice) => format!(
+            "SUSPENDED{since} by pre; the values override was changed while suspended, so post will \
+             set {r} on both (what Fleet renders)"
+        ),
+        Some(Source::BlindRestore) => format!(
+            "ATTENTION: a hard-coded {methods} was written over the recorded original (Harvester's \
+             upgrade cleanup); post will put {r} back"
+        ),
+        Some(Source::AlreadyRestored) => format!(
+            "NOT SUSPENDED: methods back at the recorded original {methods}; post will only drop \
+             its records and claims"
+        ),
+        Some(Source::LaterChoice) => format!(
+            "ATTENTION: methods changed to {methods} while suspended; post will keep them and drop the record"
+        ),
+        _ if k.updates_off() && k.workload_update_methods.is_some() => {
+            "ATTENTION: updates off ([]) with no record; post will not restore them".into()
+        }
+        _ if k.updates_off() => "NOT SUSPENDED: methods absent (no automated updates)".into(),
+        _ => format!("NOT SUSPENDED: automated updates on ({methods})"),
+    }
+}
+
+/// One `  label   value` line; at least one space, so a label longer than the column still
+/// ends before its value.
 fn row(f: &mut Formatter<'_>, label: &str, value: impl Display) -> Result {
-    // At least one space: a label longer than the column still ends before its value.
     writeln!(f, "  {label:<27} {value}")
 }
 
-fn json(v: &Option<Value>) -> String {
-    describe(v)
-}
-
 fn record(r: &Option<ValueRecord>) -> String {
-    r.as_ref().map_or_else(
-        || "none".into(),
-        |r| format!("original was {}", json(&r.original())),
-    )
+    let original = |r: &ValueRecord| format!("original was {}", describe(&r.original()));
+    r.as_ref().map_or("none".into(), original)
 }
 
-fn or(v: &Option<String>) -> String {
-    v.clone().unwrap_or_else(|| "-".into())
+fn or(v: &Option<impl ToString>) -> String {
+    v.as_ref().map_or("-".into(), ToString::to_string)
+}
+
+/// An object's section begins with its name, and "not found" where it was not: then it has
+/// nothing more (`Ok(false)`).
+fn found(f: &mut Formatter<'_>, object: &str, found: bool) -> std::result::Result<bool, Error> {
+    writeln!(f, "{object}")?;
+    if !found {
+        row(f, "not found", "")?;
+    }
+    Ok(found)
+}
+
+fn problems(f: &mut Formatter<'_>, problems: &[String]) -> Result {
+    problems.iter().try_for_each(|p| row(f, "PROBLEM", p))
 }
 
 impl Display for Report {
     fn fmt(&self, f: &mut Formatter<'_>) -> Result {
         writeln!(f, "{}", self.verdict)?;
-        for w in &self.warnings {
-            writeln!(f, "WARNING: {w}")?;
-        }
+        (self.warnings.iter()).try_for_each(|w| writeln!(f, "WARNING: {w}"))?;
         write!(f, "{}", self.kubevirt)?;
-        write!(f, "{}", Migrations(&self.unfinished_migrations))?;
-        if let Some(c) = &self.managed_chart {
-            write!(f, "{c}")?;
+        let migrations = &self.unfinished_migrations;
+        let n = migrations.len();
+        writeln!(f, "workload-update migrations not finished: {n}")?;
+        for m in migrations {
+            writeln!(f, "  {}/{} ({})", m.namespace, m.name, m.phase)?;
         }
-        if let Some(h) = &self.harvester {
-            write!(f, "{h}")?;
-        }
-        if let Some(r) = &self.retirement {
-            writeln!(f, "{}", r.line())?;
-        }
-        Ok(())
-    }
-}
-
-impl KubeVirtReport {
-    /// The owners of the methods field, each with what its claim means for a chart change.
-    fn owners(&self, f: &mut Formatter<'_>) -> Result {
-        let none = if self.methods_owners.is_empty() {
-            "none"
-        } else {
-            ""
-        };
-        row(f, &format!("owners of {METHODS_FIELD}"), none)?;
-        for o in &self.methods_owners {
-            let claim = match (o.blocks_chart_change, o.owner.manager == FIELD_MANAGER) {
-                (false, _) => "",
-                (true, true) => " <- our claim while suspended: post releases it",
-                (true, false) => {
-                    " <- Update claim: a chart (Helm 4) change of the field will conflict with \
-                     it; a pre/post cycle of this guard releases it"
-                }
-            };
-            writeln!(
-                f,
-                "    {} ({}, {}){claim}",
-                o.owner.manager,
-                o.owner.operation,
-                o.owner.time.as_deref().unwrap_or("-")
-            )?;
-        }
-        Ok(())
+        (self.managed_chart.iter()).try_for_each(|c| write!(f, "{c}"))?;
+        (self.harvester.iter()).try_for_each(|h| write!(f, "{h}"))?;
+        (self.retirement.iter()).try_for_each(|r| writeln!(f, "{}", r.line()))
     }
 }
 
 impl Display for KubeVirtReport {
     fn fmt(&self, f: &mut Formatter<'_>) -> Result {
         let k = self;
-        writeln!(f, "{}", k.object)?;
-        if !k.found {
-            row(f, "not found", "")?;
-        } else {
-            let methods = &k.workload_update_methods;
-            let off = methods
-                .as_ref()
-                .is_none_or(|m| m.as_array().is_some_and(Vec::is_empty));
-            row(f, "phase", or(&k.phase))?;
-            let versions = format!(
-                "{} / {}",
-                or(&k.observed_kube_virt_version),
-                or(&k.target_kube_virt_version)
-            );
-            row(f, "observed / target version", versions)?;
-            row(f, "workloadUpdateMethods", json(methods))?;
-            row(f, "automated updates", if off { "off" } else { "on" })?;
-            if off {
-                row(f, "while off", crate::plan::kubevirt::HOTPLUG_NOTICE)?;
-            }
-            row(f, "saved original", record(&k.saved_original))?;
-            if let Some(r) = &k.post_will_restore {
-                let what = match r.source {
-                    Source::Nothing | Source::LaterChoice => {
-                        let why = r.reason.strip_prefix("nothing to restore: ");
-                        format!("nothing: {}", why.unwrap_or(&r.reason))
-                    }
-                    _ => format!("{}, from {}", json(&r.methods), r.reason),
-                };
-                row(f, "post would restore", what)?;
-            }
-            let outdated = k.outdated_virtual_machine_instance_workloads;
-            let held = match outdated {
-                Some(n) if off && n > 0 => format!(
-                    "{n} (held back while updates are off; the wave after the restore moves them)"
-                ),
-                Some(n) => n.to_string(),
-                None => "-".into(),
+        if !found(f, &k.object, k.found)? {
+            return Ok(());
+        }
+        let off = k.updates_off();
+        row(f, "phase", or(&k.phase))?;
+        let (observed, target) = (&k.observed_kube_virt_version, &k.target_kube_virt_version);
+        let versions = format!("{} / {}", or(observed), or(target));
+        row(f, "observed / target version", versions)?;
+        let methods = describe(&k.workload_update_methods);
+        row(f, "workloadUpdateMethods", methods)?;
+        row(f, "automated updates", if off { "off" } else { "on" })?;
+        if off {
+            row(f, "while off", HOTPLUG_NOTICE)?;
+        }
+        row(f, "saved original", record(&k.saved_original))?;
+        if let Some(r) = &k.post_will_restore {
+            let what = match r.source {
+                Source::Nothing | Source::LaterChoice => {
+                    let why = r.reason.strip_prefix("nothing to restore: ");
+                    format!("nothing: {}", why.unwrap_or(&r.reason))
+                }
+                _ => format!("{}, from {}", describe(&r.methods), r.reason),
             };
-            row(f, "outdated VMI workloads", held)?;
-            k.owners(f)?;
-            for p in &k.problems {
-                row(f, "PROBLEM", p)?;
-            }
+            row(f, "post would restore", what)?;
         }
-        Ok(())
-    }
-}
-
-/// The workload-update migrations not finished.
-struct Migrations<'a>(&'a [Migration]);
-
-impl Display for Migrations<'_> {
-    fn fmt(&self, f: &mut Formatter<'_>) -> Result {
-        writeln!(
-            f,
-            "workload-update migrations not finished: {}",
-            self.0.len()
-        )?;
-        for m in self.0 {
-            writeln!(f, "  {}/{} ({})", m.namespace, m.name, m.phase)?;
+        let held = match k.outdated_virtual_machine_instance_workloads {
+            Some(n) if off && n > 0 => format!(
+                "{n} (held back while updates are off; the wave after the restore moves them)"
+            ),
+            n => or(&n),
+        };
+        row(f, "outdated VMI workloads", held)?;
+        let owners = &k.methods_owners;
+        let none = if owners.is_empty() { "none" } else { "" };
+        row(f, &format!("owners of {METHODS_FIELD}"), none)?;
+        for o in owners {
+            let claim = match (o.blocks_chart_change, o.owner.manager == FIELD_MANAGER) {
+                (false, _) => "",
+                (true, true) => " <- our claim while suspended: post releases it",
+                (true, false) => {
+                    " <- Update claim: a chart (Helm 4) change of the field will conflict with it; \
+                     a pre/post cycle of this guard releases it"
+                }
+            };
+            let (o, time) = (&o.owner, o.owner.time.as_deref().unwrap_or("-"));
+            writeln!(f, "    {} ({}, {time}){claim}", o.manager, o.operation)?;
         }
-        Ok(())
+        problems(f, &k.problems)
     }
 }
 
 impl Display for ChartReport {
     fn fmt(&self, f: &mut Formatter<'_>) -> Result {
         let c = self;
-        writeln!(f, "{}", c.object)?;
-        if !c.found {
-            row(f, "not found", "")?;
-        } else {
-            row(f, "paused", c.paused)?;
-            let pointer = if c.compare_patches_pointer {
-                "present"
-            } else {
-                "absent"
-            };
-            row(f, "comparePatches pointer", pointer)?;
-            row(f, "values override", json(&c.values_override))?;
-            row(f, "values record", record(&c.values_record))?;
-            let compare = c
-                .compare_patch_record
-                .as_ref()
-                .map_or("none", |r| match r.added {
-                    Added::Entry => "pre added our entry (post removes it)",
-                    Added::Pointer => {
-                        "pre appended our pointer to an existing entry (post removes it)"
-                    }
-                    Added::PointerList => {
-                        "pre gave an existing entry jsonPointers with ours (post removes them)"
-                    }
-                    Added::Nothing => "our pointer was there before pre (post leaves it)",
-                });
-            row(f, "compare-patch record", compare)?;
-            row(f, "copy of KubeVirt original", record(&c.kubevirt_copy))?;
-            match &c.fleet {
-                None => row(f, "Fleet", "no status (no controller reports on it)")?,
-                Some(fl) => {
-                    row(f, "Fleet Ready", or(&fl.ready))?;
-                    row(f, "Fleet state", or(&fl.state))?;
-                    if let Some(m) = &fl.message {
-                        row(f, "Fleet message", m)?;
-                    }
-                    row(
-                        f,
-                        "Fleet observedGeneration",
-                        fl.observed_generation.map_or("-".into(), |g| g.to_string()),
-                    )?;
-                    let applied = if fl.current_spec_applied {
-                        "yes: the current spec, with our last change, is deployed"
-                    } else {
-                        "no: not deployed yet (or failed), see the message"
-                    };
-                    row(f, "last change applied", applied)?;
-                }
+        if !found(f, &c.object, c.found)? {
+            return Ok(());
+        }
+        row(f, "paused", c.paused)?;
+        let on = c.compare_patches_pointer;
+        row(
+            f,
+            "comparePatches pointer",
+            if on { "present" } else { "absent" },
+        )?;
+        row(f, "values override", describe(&c.values_override))?;
+        row(f, "values record", record(&c.values_record))?;
+        let compare = match c.compare_patch_record.as_ref().map(|r| r.added) {
+            None => "none",
+            Some(Added::Entry) => "pre added our entry (post removes it)",
+            Some(Added::Pointer) => {
+                "pre appended our pointer to an existing entry (post removes it)"
             }
-            for p in &c.problems {
-                row(f, "PROBLEM", p)?;
+            Some(Added::PointerList) => {
+                "pre gave an existing entry jsonPointers with ours (post removes them)"
+            }
+            Some(Added::Nothing) => "our pointer was there before pre (post leaves it)",
+        };
+        row(f, "compare-patch record", compare)?;
+        row(f, "copy of KubeVirt original", record(&c.kubevirt_copy))?;
+        match &c.fleet {
+            None => row(f, "Fleet", "no status (no controller reports on it)")?,
+            Some(fl) => {
+                row(f, "Fleet Ready", or(&fl.ready))?;
+                row(f, "Fleet state", or(&fl.state))?;
+                if let Some(m) = &fl.message {
+                    row(f, "Fleet message", m)?;
+                }
+                row(f, "Fleet observedGeneration", or(&fl.observed_generation))?;
+                let applied = if fl.current_spec_applied {
+                    "yes: the current spec, with our last change, is deployed"
+                } else {
+                    "no: not deployed yet (or failed), see the message"
+                };
+                row(f, "last change applied", applied)?;
             }
         }
-        Ok(())
+        problems(f, &c.problems)
     }
 }
 
 impl Display for HarvesterReport {
     fn fmt(&self, f: &mut Formatter<'_>) -> Result {
-        let h = self;
         writeln!(f, "Harvester's own upgrade")?;
-        match &h.latest_upgrade {
+        match &self.latest_upgrade {
             None => row(f, "latest Upgrade", "none")?,
             Some(u) => {
                 row(f, "latest Upgrade", u.describe())?;
@@ -228,27 +264,20 @@ impl Display for HarvesterReport {
                 } else if !u.cleanup_pending() {
                     "nothing of the methods".to_string()
                 } else {
-                    format!(
-                        "pending: it {}",
-                        h.cleanup_writes
-                            .as_ref()
-                            .map_or("-".into(), CleanupWrite::describe)
-                    )
+                    let writes = self.cleanup_writes.as_ref().map(CleanupWrite::describe);
+                    format!("pending: it {}", or(&writes))
                 };
                 row(f, "its cleanup", cleanup)?;
             }
         }
-        let offered: Vec<&str> = h.offered.iter().map(|(v, _)| v.as_str()).collect();
-        let offered = if offered.is_empty() {
+        let versions: Vec<&str> = self.offered.iter().map(|(v, _)| v.as_str()).collect();
+        let versions = versions.join(", ");
+        let offered = if self.offered.is_empty() {
             "none that handle the methods themselves".to_string()
         } else {
-            format!(
-                "{} (these suspend the methods themselves)",
-                offered.join(", ")
-            )
+            format!("{versions} (these suspend the methods themselves)")
         };
         row(f, "upgrades on offer", offered)?;
-        row(f, "pre", &h.pre_needed)?;
-        Ok(())
+        row(f, "pre", &self.pre_needed)
     }
 }
