@@ -564,27 +564,29 @@ mod tests {
 
     #[test]
     fn phases_and_log_formats_are_taken_as_given() {
-        let c = cfg(&[
-            ("PHASE", "post"),
-            ("TERMINATION_MESSAGE_PATH", "/tmp/summary"),
-            ("LOG_FORMAT", "json"),
-        ])
-        .unwrap();
-        assert_eq!(c.intent.phase, Phase::Post);
-        assert_eq!(
-            c.termination_message.map(|t| t.path),
-            Some(PathBuf::from("/tmp/summary"))
-        );
-        assert_eq!(c.log_format, LogFormat::Json);
-        let c = cfg(&[
-            ("PHASE", "status"),
-            ("TERMINATION_MESSAGE_PATH", ""),
-            ("LOG_FORMAT", "text"),
-        ])
-        .unwrap();
-        assert_eq!(c.intent.phase, Phase::Status);
-        assert_eq!(c.termination_message, None);
-        assert_eq!(c.log_format, LogFormat::Text);
+        let summary = Some(PathBuf::from("/tmp/summary"));
+        for (phase, path, format, expected) in [
+            (
+                "post",
+                "/tmp/summary",
+                "json",
+                (Phase::Post, summary, LogFormat::Json),
+            ),
+            ("status", "", "text", (Phase::Status, None, LogFormat::Text)),
+        ] {
+            let vars = [
+                ("PHASE", phase),
+                ("TERMINATION_MESSAGE_PATH", path),
+                ("LOG_FORMAT", format),
+            ];
+            let c = cfg(&vars).unwrap();
+            let got = (
+                c.intent.phase,
+                c.termination_message.map(|t| t.path),
+                c.log_format,
+            );
+            assert_eq!(got, expected, "{phase}");
+        }
         assert_eq!(
             cfg(&[("PHASE", "pre")]).unwrap().log_format,
             LogFormat::Text

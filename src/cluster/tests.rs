@@ -26,6 +26,18 @@ fn mock_cluster(dry_run: bool) -> (Cluster, Handle) {
     )
 }
 
+/// `get(target)` on a mock cluster that answers with `responses`: its result and the requests
+/// the server saw.
+async fn get_against(
+    target: &Target,
+    responses: Vec<Result<Response<Body>, BoxError>>,
+) -> (Result<Option<Value>, Error>, Vec<Seen>) {
+    let (cluster, handle) = mock_cluster(false);
+    let server = serve(handle, responses);
+    let got = within(cluster.get(target)).await;
+    (got, within(server).await.unwrap())
+}
+
 /// Fails a test whose expected requests never come, instead of hanging it.
 async fn within<T>(f: impl Future<Output = T>) -> T {
     tokio::time::timeout(Duration::from_secs(600), f)
@@ -136,64 +148,47 @@ const PATH: &str = "/apis/kubevirt.io/v1/namespaces/ns/kubevirts/kubevirt";
 
 #[tokio::test(start_paused = true)]
 async fn transient_errors_are_retried_until_success() {
-    let (cluster, handle) = mock_cluster(false);
     // More failures than any small fixed retry count: only the run's deadline stops retries.
     let mut responses: Vec<_> = [503, 429, 500, 502, 504]
         .map(|c| Ok(status(c, json!({}))))
         .into();
     responses.extend([Err(refused()), Err(refused()), Ok(object("1"))]);
-    let server = serve(handle, responses);
-    let obj = within(cluster.get(&target())).await.unwrap().unwrap();
-    assert_eq!(obj["metadata"]["resourceVersion"], "1");
-    assert_eq!(within(server).await.unwrap().len(), 8);
+    let (got, seen) = get_against(&target(), responses).await;
+    assert_eq!(got.unwrap().unwrap()["metadata"]["resourceVersion"], "1");
+    assert_eq!(seen.len(), 8);
 }
 
 #[tokio::test(start_paused = true)]
 async fn permanent_errors_are_not_retried() {
     for code in [400, 401, 403] {
-        let (cluster, handle) = mock_cluster(false);
         // Details that name the object, as a real 403 has: still not "not found".
-        let server = serve(
-            handle,
-            vec![Ok(status(
-                code,
-                json!({"name": "kubevirt", "kind": "kubevirts"}),
-            ))],
-        );
-        let err = within(cluster.get(&target())).await.unwrap_err();
+        let named = json!({"name": "kubevirt", "kind": "kubevirts"});
+        let (got, seen) = get_against(&target(), vec![Ok(status(code, named))]).await;
+        let err = got.unwrap_err();
         assert_eq!(err.exit_code(), exit::PERMANENT, "{code}: {err}");
         assert!(
             matches!(&err, Error::Refused { code: c, .. } if *c == code),
             "{err:?}"
         );
         assert_eq!(err.target(), Some(&target()));
-        assert_eq!(within(server).await.unwrap().len(), 1);
+        assert_eq!(seen.len(), 1);
     }
 }
 
 #[tokio::test(start_paused = true)]
 async fn not_found_tells_a_missing_object_from_a_missing_crd() {
-    let (cluster, handle) = mock_cluster(false);
-    let server = serve(
-        handle,
-        vec![Ok(status(
-            404,
-            json!({"name": "kubevirt", "kind": "kubevirts"}),
-        ))],
-    );
-    assert_eq!(within(cluster.get(&target())).await.unwrap(), None);
-    within(server).await.unwrap();
+    let named = json!({"name": "kubevirt", "kind": "kubevirts"});
+    let (got, _) = get_against(&target(), vec![Ok(status(404, named))]).await;
+    assert_eq!(got.unwrap(), None);
 
-    let (cluster, handle) = mock_cluster(false);
-    let server = serve(handle, vec![Ok(status(404, json!({})))]);
-    let err = within(cluster.get(&target())).await.unwrap_err();
+    let (got, _) = get_against(&target(), vec![Ok(status(404, json!({})))]).await;
+    let err = got.unwrap_err();
     assert!(
         matches!(&err, Error::NotServed { plural: "kubevirts", hint: "", source, .. }
             if matches!(source.as_ref(), kube::Error::Api(s) if s.code == 404)),
         "{err:?}"
     );
     assert!(err.to_string().contains("is its CRD installed"), "{err}");
-    within(server).await.unwrap();
 }
 
 #[tokio::test(start_paused = true)]
@@ -499,16 +494,13 @@ async fn the_last_transient_error_is_kept_for_the_deadline_message() {
 
 #[tokio::test(start_paused = true)]
 async fn a_response_that_does_not_decode_is_permanent() {
-    let (cluster, handle) = mock_cluster(false);
-    let server = serve(
-        handle,
-        vec![Ok(respond(200, json!(["not", "an", "object"])))],
-    );
-    let err = within(cluster.get(&target())).await.unwrap_err();
+    let not_an_object = json!(["not", "an", "object"]);
+    let (got, seen) = get_against(&target(), vec![Ok(respond(200, not_an_object))]).await;
+    let err = got.unwrap_err();
     assert!(matches!(err, Error::Client { .. }), "{err:?}");
     assert_eq!(err.exit_code(), exit::PERMANENT, "{err}");
     assert_eq!(err.target(), Some(&target()));
-    assert_eq!(within(server).await.unwrap().len(), 1);
+    assert_eq!(seen.len(), 1);
 }
 
 #[tokio::test(start_paused = true)]
@@ -635,18 +627,18 @@ async fn a_refused_certificate_is_permanent_and_named() {
 
 #[tokio::test(start_paused = true)]
 async fn refusals_keep_the_status_and_read_as_one_line() {
-    let (cluster, handle) = mock_cluster(false);
     let body = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
                       "message": "  forbidden:\nno rights  ", "reason": "Forbidden", "code": 403});
-    let server = serve(handle, vec![Ok(respond(403, body))]);
-    let err = within(cluster.get(&target())).await.unwrap_err();
+    let err = get_against(&target(), vec![Ok(respond(403, body))])
+        .await
+        .0
+        .unwrap_err();
     assert!(
         matches!(&err, Error::Refused { code: 403, message, source, .. }
             if message == "forbidden: no rights"
                 && matches!(source.as_ref(), kube::Error::Api(s) if s.reason == "Forbidden")),
         "{err:?}"
     );
-    server.await.unwrap();
 }
 
 #[tokio::test(start_paused = true)]
@@ -658,19 +650,15 @@ async fn a_managedchart_crd_not_served_says_what_to_set() {
             name: "harvester".into(),
         },
     );
-    let (cluster, handle) = mock_cluster(false);
-    let server = serve(handle, vec![Ok(status(404, json!({})))]);
-    let err = within(cluster.get(&chart)).await.unwrap_err();
+    let not_served = || vec![Ok(status(404, json!({})))];
+    let err = get_against(&chart, not_served()).await.0.unwrap_err();
     assert!(
         matches!(&err, Error::NotServed { plural: "managedcharts", hint, .. }
             if hint.contains("set MANAGEDCHART_NAME= (empty)")),
         "{err:?}"
     );
-    server.await.unwrap();
     // The KubeVirt CRD missing has no such hint.
-    let (cluster, handle) = mock_cluster(false);
-    let server = serve(handle, vec![Ok(status(404, json!({})))]);
-    let err = within(cluster.get(&target())).await.unwrap_err();
+    let err = get_against(&target(), not_served()).await.0.unwrap_err();
     assert!(
         matches!(
             &err,
@@ -682,7 +670,6 @@ async fn a_managedchart_crd_not_served_says_what_to_set() {
         ),
         "{err:?}"
     );
-    server.await.unwrap();
 }
 
 /// The OS's reason reaches the retry's log line and the deadline's message. DNS is shown here

@@ -78,27 +78,12 @@ fn unprotected_is_a_path_a_upgrade_under_way_with_updates_on() {
 #[test]
 fn the_policy_holds_until_nodes_prepared_and_accepted_migrations_are_neither() {
     let on = kubevirt(Some(json!(["LiveMigrate", "Evict"])), false);
+    let to_v161 = |state, prepared, accepted| upgrade("v1.6.1", state, prepared, accepted);
     for (u, unprotected, held) in [
-        (
-            upgrade("v1.6.1", "PreparingNodes", false, false),
-            true,
-            true,
-        ),
-        (
-            upgrade("v1.6.1", "UpgradingSystemServices", true, false),
-            true,
-            false,
-        ),
-        (
-            upgrade("v1.6.1", "PreparingNodes", false, true),
-            false,
-            false,
-        ),
-        (
-            upgrade("v1.6.1", "UpgradingSystemServices", true, true),
-            false,
-            false,
-        ),
+        (to_v161("PreparingNodes", false, false), true, true),
+        (to_v161("UpgradingSystemServices", true, false), true, false),
+        (to_v161("PreparingNodes", false, true), false, false),
+        (to_v161("UpgradingSystemServices", true, true), false, false),
     ] {
         let g = gauges(&seen(&on, Some(&u), true));
         assert_eq!(g.upgrade_unprotected, unprotected, "{u:?}");

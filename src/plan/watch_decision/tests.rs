@@ -38,6 +38,14 @@ fn plan(phase: &str) -> PlanView {
         "creationTimestamp": "2026-12-01T11:00:00Z"}, "status": {"currentPhase": phase}}))
 }
 
+/// What the resident guard remembers after suspending for `what` (an Upgrade or a plan).
+fn suspended_for(what: &str) -> Memory {
+    Memory {
+        suspended_for: vec![what.into()],
+        ..Memory::default()
+    }
+}
+
 /// The resident guard through a whole upgrade, `ours` as the objects would say after each act.
 #[test]
 fn the_resident_guard_suspends_once_at_creation_and_restores_at_the_end() {
@@ -123,10 +131,7 @@ fn accepted_migrations_mean_no_suspension_for_that_upgrade() {
 
 #[test]
 fn a_release_with_a_cleanup_is_restored_after_it() {
-    let mut m = Memory {
-        suspended_for: vec!["Upgrade harvester-system/u1".into()],
-        ..Memory::default()
-    };
+    let mut m = suspended_for("Upgrade harvester-system/u1");
     for version in ["v1.7.3", "v1.8.0"] {
         let ended = upgrade("u1", version, "Succeeded", false, false);
         assert_eq!(
@@ -144,10 +149,7 @@ fn a_release_with_a_cleanup_is_restored_after_it() {
 
 #[test]
 fn a_failed_path_a_upgrade_holds_until_the_retry_has_succeeded() {
-    let mut m = Memory {
-        suspended_for: vec!["Upgrade harvester-system/u1".into()],
-        ..Memory::default()
-    };
+    let mut m = suspended_for("Upgrade harvester-system/u1");
     let failed = upgrade("u1", "v1.7.1", "Failed", false, false);
     let d = decide(Some(&failed), &[], true, SINCE, false, &mut m);
     assert!(
@@ -344,10 +346,7 @@ fn a_new_pod_after_the_end_restores_what_the_last_one_suspended() {
 /// What `pre` ran for is awaited all the same.
 #[test]
 fn an_upgrade_that_ended_during_our_pre_is_still_awaited() {
-    let mut m = Memory {
-        suspended_for: vec!["UpgradePlan p1".into()],
-        ..Memory::default()
-    };
+    let mut m = suspended_for("UpgradePlan p1");
     let failed = plan_at(
         "p1",
         "Failed",
@@ -358,15 +357,12 @@ fn an_upgrade_that_ended_during_our_pre_is_still_awaited() {
     assert_eq!(d.kind(), "restore", "{d:?}");
 }
 
-/// A failed path-A Upgrade u1 is held; the retry is made with the add-on (an UpgradePlan created
+/// A failed Upgrade u1 to v1.7.1 (a release that restores nothing itself) is held; the retry is made with the add-on (an UpgradePlan created
 /// later), not a new Upgrade, so u1 stays the latest Upgrade. The plan is suspended for, and once
 /// it has succeeded the hold is over: restored.
 #[test]
 fn a_hold_ends_when_the_retry_is_an_upgrade_plan_that_succeeded() {
-    let mut m = Memory {
-        suspended_for: vec!["Upgrade harvester-system/u1".into()],
-        ..Memory::default()
-    };
+    let mut m = suspended_for("Upgrade harvester-system/u1");
     let failed = ended_upgrade("v1.7.1", "Failed", false);
     assert_eq!(
         decide(Some(&failed), &[], true, RECORDED, true, &mut m).kind(),
