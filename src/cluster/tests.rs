@@ -38,6 +38,18 @@ async fn get_against(
     (got, within(server).await.unwrap())
 }
 
+/// `pre`'s suspension of a CR at resourceVersion 1, converged on a mock cluster that answers with
+/// `responses`: what was written and the requests the server saw.
+async fn pre_against(
+    dry_run: bool,
+    responses: Vec<Result<Response<Body>, BoxError>>,
+) -> (Result<Written, Error>, Vec<Seen>) {
+    let (cluster, handle) = mock_cluster(dry_run);
+    let server = serve(handle, responses);
+    let written = within(cluster.converge(&target(), kubevirt("1"), pre)).await;
+    (written, within(server).await.unwrap())
+}
+
 /// Fails a test whose expected requests never come, instead of hanging it.
 async fn within<T>(f: impl Future<Output = T>) -> T {
     tokio::time::timeout(Duration::from_secs(600), f)
@@ -193,16 +205,9 @@ async fn not_found_tells_a_missing_object_from_a_missing_crd() {
 
 #[tokio::test(start_paused = true)]
 async fn a_conflict_reads_again_and_replans_against_the_new_version() {
-    let (cluster, handle) = mock_cluster(false);
-    let server = serve(
-        handle,
-        vec![Ok(status(409, json!({}))), Ok(object("2")), Ok(object("3"))],
-    );
-    let written = within(cluster.converge(&target(), kubevirt("1"), pre))
-        .await
-        .unwrap();
-    assert!(matches!(written, Written::Changed { .. }));
-    let seen = within(server).await.unwrap();
+    let responses = vec![Ok(status(409, json!({}))), Ok(object("2")), Ok(object("3"))];
+    let (written, seen) = pre_against(false, responses).await;
+    assert!(matches!(written.unwrap(), Written::Changed { .. }));
     let lines: Vec<&str> = seen.iter().map(|s| s.line.as_str()).collect();
     assert_eq!(
         lines,
@@ -226,12 +231,8 @@ async fn a_conflict_reads_again_and_replans_against_the_new_version() {
 #[tokio::test(start_paused = true)]
 async fn every_patch_names_our_field_manager_and_a_dry_run_says_so() {
     for dry_run in [false, true] {
-        let (cluster, handle) = mock_cluster(dry_run);
-        let server = serve(handle, vec![Ok(object("2"))]);
-        within(cluster.converge(&target(), kubevirt("1"), pre))
-            .await
-            .unwrap();
-        let seen = within(server).await.unwrap();
+        let (written, seen) = pre_against(dry_run, vec![Ok(object("2"))]).await;
+        written.unwrap();
         assert!(
             seen[0]
                 .query
@@ -250,48 +251,26 @@ async fn every_patch_names_our_field_manager_and_a_dry_run_says_so() {
 
 #[tokio::test(start_paused = true)]
 async fn a_patch_of_a_deleted_object_is_missing() {
-    let (cluster, handle) = mock_cluster(false);
-    let server = serve(
-        handle,
-        vec![Ok(status(
-            404,
-            json!({"name": "kubevirt", "kind": "kubevirts"}),
-        ))],
-    );
-    let written = within(cluster.converge(&target(), kubevirt("1"), pre))
-        .await
-        .unwrap();
-    assert!(matches!(written, Written::Missing), "{written:?}");
-    within(server).await.unwrap();
+    let named = json!({"name": "kubevirt", "kind": "kubevirts"});
+    let (written, _) = pre_against(false, vec![Ok(status(404, named))]).await;
+    assert!(matches!(written, Ok(Written::Missing)), "{written:?}");
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_failed_patch_on_an_unchanged_object_is_permanent() {
-    let (cluster, handle) = mock_cluster(false);
     // 422 without details, as a failed `test` gives, but the object did not change.
-    let server = serve(handle, vec![Ok(status(422, json!({}))), Ok(object("1"))]);
-    let err = within(cluster.converge(&target(), kubevirt("1"), pre))
-        .await
-        .unwrap_err();
+    let responses = vec![Ok(status(422, json!({}))), Ok(object("1"))];
+    let err = pre_against(false, responses).await.0.unwrap_err();
     assert!(matches!(err, Error::Refused { code: 422, .. }), "{err:?}");
-    within(server).await.unwrap();
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_schema_rejection_is_permanent() {
-    let (cluster, handle) = mock_cluster(false);
-    let server = serve(
-        handle,
-        vec![Ok(status(
-            422,
-            json!({"name": "kubevirt", "causes": [{"field": "spec"}]}),
-        ))],
-    );
-    let err = within(cluster.converge(&target(), kubevirt("1"), pre))
-        .await
-        .unwrap_err();
+    let rejected = json!({"name": "kubevirt", "causes": [{"field": "spec"}]});
+    let (written, seen) = pre_against(false, vec![Ok(status(422, rejected))]).await;
+    let err = written.unwrap_err();
     assert_eq!(err.exit_code(), exit::PERMANENT, "{err}");
-    assert_eq!(within(server).await.unwrap().len(), 1);
+    assert_eq!(seen.len(), 1);
 }
 
 /// A page of migrations as the API server sends it: `(name, annotated, phase)` each.
@@ -505,22 +484,11 @@ async fn a_response_that_does_not_decode_is_permanent() {
 
 #[tokio::test(start_paused = true)]
 async fn a_conflict_whose_reread_finds_the_object_gone_is_missing() {
-    let (cluster, handle) = mock_cluster(false);
-    let server = serve(
-        handle,
-        vec![
-            Ok(status(409, json!({}))),
-            Ok(status(
-                404,
-                json!({"name": "kubevirt", "kind": "kubevirts"}),
-            )),
-        ],
-    );
-    let written = within(cluster.converge(&target(), kubevirt("1"), pre))
-        .await
-        .unwrap();
-    assert!(matches!(written, Written::Missing), "{written:?}");
-    assert_eq!(within(server).await.unwrap().len(), 2);
+    let named = json!({"name": "kubevirt", "kind": "kubevirts"});
+    let responses = vec![Ok(status(409, json!({}))), Ok(status(404, named))];
+    let (written, seen) = pre_against(false, responses).await;
+    assert!(matches!(written, Ok(Written::Missing)), "{written:?}");
+    assert_eq!(seen.len(), 2);
 }
 
 #[tokio::test(start_paused = true)]
@@ -868,31 +836,16 @@ async fn a_poll_cut_short_names_only_its_own_failing_reads() {
         std::future::pending::<()>().await;
         unreachable!()
     };
-    let cut = cluster
-        .poll(
-            Duration::from_secs(3),
-            async || hang(Some("E1")).await,
-            |_, _| {},
-        )
-        .await
-        .unwrap();
-    assert_eq!(cut, Err("nothing read yet (reads were failing: E1)".into()));
-    // E1 is from before this poll: not named.
-    let cut = cluster
-        .poll(Duration::from_secs(3), async || hang(None).await, |_, _| {})
-        .await
-        .unwrap();
-    assert_eq!(cut, Err("nothing read yet".into()));
-    // A new error during the poll is named.
-    let cut = cluster
-        .poll(
-            Duration::from_secs(3),
-            async || hang(Some("E2")).await,
-            |_, _| {},
-        )
-        .await
-        .unwrap();
-    assert_eq!(cut, Err("nothing read yet (reads were failing: E2)".into()));
+    let three_s = Duration::from_secs(3);
+    // E1 is from before the second poll: not named there; a new error (E2) is.
+    for (set, said) in [
+        (Some("E1"), "nothing read yet (reads were failing: E1)"),
+        (None, "nothing read yet"),
+        (Some("E2"), "nothing read yet (reads were failing: E2)"),
+    ] {
+        let cut = cluster.poll(three_s, async || hang(set).await, |_, _| {});
+        assert_eq!(cut.await.unwrap(), Err(said.into()));
+    }
     // A read that says something first, then hangs: that is the last thing seen.
     let mut reads = 0;
     let cut = cluster
