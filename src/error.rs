@@ -23,8 +23,7 @@ pub mod exit {
     pub const ARMED_BOUND: u8 = 9;
 }
 
-/// What a request was about: an object, the cluster-wide list of workload-update migrations
-/// (`status`), or a list of Harvester's objects of `kind` in a namespace.
+/// What a request was about, as the error names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Subject {
     Object(Target),
@@ -121,7 +120,6 @@ impl Error {
         }
     }
 
-    /// The object the run failed on, if it failed on one.
     pub fn target(&self) -> Option<&Target> {
         match self {
             Error::Malformed(r) => Some(&r.target),
