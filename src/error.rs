@@ -135,9 +135,8 @@ impl Error {
     }
 }
 
-/// `e` followed by each cause not already in its text, joined by ": ". kube and hyper name only
-/// the layer that failed ("client error (Connect)"); the innermost cause says why (connection
-/// refused, a DNS failure, a timeout, a certificate).
+/// kube and hyper name only the layer that failed ("client error (Connect)"); the innermost
+/// cause says why (connection refused, a DNS failure, a timeout, a certificate).
 pub fn with_causes(e: &(dyn std::error::Error + 'static)) -> String {
     let mut text = e.to_string();
     for cause in std::iter::successors(e.source(), |c| c.source()) {
