@@ -23,8 +23,7 @@ pub mod exit {
     pub const ARMED_BOUND: u8 = 9;
 }
 
-/// What a request was about: an object, the cluster-wide list of workload-update migrations
-/// (`status`), or a list of Harvester's objects of `kind` in a namespace.
+/// What a request was about, as the error names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Subject {
     Object(Target),
@@ -121,7 +120,6 @@ impl Error {
         }
     }
 
-    /// The object the run failed on, if it failed on one.
     pub fn target(&self) -> Option<&Target> {
         match self {
             Error::Malformed(r) => Some(&r.target),
@@ -137,9 +135,8 @@ impl Error {
     }
 }
 
-/// `e` followed by each cause not already in its text, joined by ": ". kube and hyper name only
-/// the layer that failed ("client error (Connect)"); the innermost cause says why (connection
-/// refused, a DNS failure, a timeout, a certificate).
+/// kube and hyper name only the layer that failed ("client error (Connect)"); the innermost
+/// cause says why (connection refused, a DNS failure, a timeout, a certificate).
 pub fn with_causes(e: &(dyn std::error::Error + 'static)) -> String {
     let mut text = e.to_string();
     for cause in std::iter::successors(e.source(), |c| c.source()) {

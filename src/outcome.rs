@@ -1,5 +1,5 @@
-//! What one step of a run came to: written by `runner`, read by `summary` (and `main`), so
-//! neither of those imports the other.
+//! What one step of a run came to: written by the phases, read by `summary`, so that neither
+//! imports the other.
 
 use serde::Serialize;
 use tracing::warn;
@@ -17,14 +17,11 @@ pub enum Outcome {
     Unchanged,
     /// The object does not exist: step skipped with a warning.
     Missing,
-    /// Switched off by configuration.
     Disabled,
-    /// The run stopped before this step.
     NotReached,
     Failed,
 }
 
-/// What one step came to. `main` makes the summary from these and the error, if any.
 #[derive(Debug, Clone)]
 pub struct Done {
     pub target: Target,
@@ -52,7 +49,6 @@ impl Done {
         }
     }
 
-    /// A missing object: an error that names it and what to check, unless `ALLOW_MISSING` is on.
     /// `when` is empty for `status`, which writes nothing whatever happens.
     pub fn missing(allow_missing: bool, target: Target, when: &str) -> Result<Done, Error> {
         let hint = match target.kind {

@@ -26,8 +26,7 @@ mod text;
 
 pub use data::*;
 
-/// Keeps a reader's value, or notes why it is refused: once, as two readers of one record fail
-/// alike.
+/// Each problem is noted once: two readers of one record fail alike.
 fn read<T>(problems: &mut Vec<String>, r: Result<Option<T>, Malformed>) -> Option<T> {
     r.unwrap_or_else(|m| {
         if !problems.contains(&m.0) {
@@ -135,8 +134,6 @@ impl Report {
         };
     }
 
-    /// Adds Harvester's upgrade to the report, with a warning where its cleanup will write our
-    /// `[]` back, or where it holds the suspension itself.
     pub fn with_harvester(
         mut self,
         upgrade: Option<Upgrade>,
@@ -146,19 +143,19 @@ impl Report {
         let chart = self.managed_chart.as_ref();
         let values = chart.and_then(|c| c.values_override.as_ref());
         let values_ours = chart.is_some_and(|c| c.values_record.is_some());
-        // What `post` waits for the cleanup with (`harvester_upgrade::ours`, as the report reads it).
+        // `post` waits only with something of ours on the objects (`ownership::anything_of_ours`).
         let ours = values_ours || self.kubevirt.saved_original.is_some();
         let cleanup_writes = upgrade.as_ref().map(|u| u.cleanup_writes(values));
         if let Some(u) = upgrade.as_ref().filter(|u| u.cleanup_pending()) {
             let warning = cleanup_pending_warning(u, values_ours, ours, cleanup_writes.as_ref());
             self.warnings.extend(warning);
         }
-        // After a failed path-A Upgrade the waiting post holds (`upgrade_progress`): said here too.
+        // After a failed Upgrade to a release that leaves the methods alone (up to v1.7.1), the
+        // waiting post holds (`upgrade_progress::held_after_failure`): said here too.
         if ours && let Some(held) = upgrade_progress::held_after_failure(upgrade.as_ref()) {
             let who = "the armed post and the resident guard hold; a by-hand post restores now";
             self.warnings.push(format!("{held} ({who})"));
         }
-        // `pre`'s own answer (`pre_advice::advise`), on the methods as they are before it.
         let pre_needed = if ours {
             "pre has run (its records are on the objects): post restores".to_string()
         } else {
@@ -256,9 +253,8 @@ fn chart_report(
     }
 }
 
-/// The report's warnings: problems are shown once, under their object, and the verdict names
-/// the first; a ManagedChart that could not be read, a stale claim, a later choice, a paused or
-/// unapplied ManagedChart are warnings.
+/// A found object's problems are no warnings: they are shown under it, and the verdict names
+/// the first.
 fn warnings(
     chart: Option<&ChartReport>,
     kv: Option<&Value>,
@@ -287,8 +283,6 @@ fn warnings(
     warnings
 }
 
-/// What `status` says of an Upgrade whose cleanup is pending: Harvester backed up `pre`'s `[]`
-/// (its cleanup writes it back), it suspended the updates itself, or `post` waits for it.
 fn cleanup_pending_warning(
     u: &Upgrade,
     values_ours: bool,

@@ -10,7 +10,6 @@ use crate::vocabulary::{Intent, Phase, Steps};
 /// The kubelet reads at most 4096 bytes of a termination message.
 pub const MAX_BYTES: usize = 4096;
 
-/// One row of `steps`: what a phase did to one object.
 #[derive(Debug, Clone, Serialize)]
 pub struct StepRow {
     pub object: String,
@@ -38,8 +37,7 @@ pub struct Summary {
 }
 
 impl Summary {
-    /// The summary of a run: one row per object the phase works on, in its order, from what
-    /// each step came to and the error that stopped the run, if any.
+    /// One row per object of the phase in its order of writes, a switched-off one too.
     pub fn of_run(
         intent: &Intent,
         dry_run: bool,

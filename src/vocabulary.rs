@@ -1,5 +1,4 @@
-//! The run's vocabulary: the phase, what it is told to do ([`Intent`]), the objects it works on,
-//! its writes, and what planning gives ([`Plan`], [`Refusal`]). Plain data; it decides nothing.
+//! The run's vocabulary, shared by the planners and the phases: plain data; it decides nothing.
 
 use json_patch::Patch;
 use serde::{Deserialize, Serialize};
@@ -144,7 +143,6 @@ impl Objects {
     }
 }
 
-/// A plan that cannot be made, and the object whose content is at fault.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{target}: malformed object: {reason}")]
 pub struct Refusal {

@@ -1,6 +1,4 @@
-//! `status`'s report as text: the verdict, which answers the operator's question first
-//! (suspended or not, what `post` will do), then one `Display` per section (the KubeVirt CR, the
-//! migrations under way, the ManagedChart, Harvester's own upgrade), in the order read.
+//! `status`'s report as text: the verdict first, as it answers the operator's question.
 
 use std::fmt::{Display, Error, Formatter, Result};
 
@@ -12,9 +10,7 @@ use crate::plan::harvester_upgrade::CleanupWrite;
 use crate::plan::kubevirt::{HOTPLUG_NOTICE, Source};
 use crate::plan::records::{Added, ValueRecord, describe};
 
-/// The verdict while content of ours is corrupted or malformed: `pre` and `post` refuse (exit 3)
-/// and write nothing. It names the first problem (with the commands that recover, which the
-/// reader puts in it) and what the other object's copy of the original says.
+/// The first problem's text carries the commands that recover (its reader puts them in).
 pub fn refusal(k: &KubeVirtReport, chart: Option<&ChartReport>) -> Option<String> {
     // A ManagedChart that could not be read (its CRD not served) refuses nothing by itself.
     let chart = chart.filter(|c| c.found);
@@ -49,14 +45,12 @@ pub fn refusal(k: &KubeVirtReport, chart: Option<&ChartReport>) -> Option<String
 }
 
 impl KubeVirtReport {
-    /// No automated updates: the methods absent or `[]`.
     fn updates_off(&self) -> bool {
         let methods = self.workload_update_methods.as_ref();
         methods.is_none_or(|m| m.as_array().is_some_and(Vec::is_empty))
     }
 }
 
-/// The operator's question, answered first.
 pub fn verdict(k: &KubeVirtReport, source: Option<Source>, will_restore: &Option<Value>) -> String {
     if !k.found {
         let object = &k.object;
@@ -101,8 +95,7 @@ pub fn verdict(k: &KubeVirtReport, source: Option<Source>, will_restore: &Option
     }
 }
 
-/// One `  label   value` line; at least one space, so a label longer than the column still
-/// ends before its value.
+/// At least one space: a label longer than the column still ends before its value.
 fn row(f: &mut Formatter<'_>, label: &str, value: impl Display) -> Result {
     writeln!(f, "  {label:<27} {value}")
 }
@@ -116,8 +109,7 @@ fn or(v: &Option<impl ToString>) -> String {
     v.as_ref().map_or("-".into(), ToString::to_string)
 }
 
-/// An object's section begins with its name, and "not found" where it was not: then it has
-/// nothing more (`Ok(false)`).
+/// `Ok(false)`: not found, the section has nothing more.
 fn found(f: &mut Formatter<'_>, object: &str, found: bool) -> std::result::Result<bool, Error> {
     writeln!(f, "{object}")?;
     if !found {
