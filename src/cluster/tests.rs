@@ -26,16 +26,24 @@ fn mock_cluster(dry_run: bool) -> (Cluster, Handle) {
     )
 }
 
-/// `get(target)` on a mock cluster that answers with `responses`: its result and the requests
-/// the server saw.
+/// `call` on a mock cluster that answers with `responses`: its result and the requests the
+/// server saw.
+async fn against<T>(
+    responses: Vec<Result<Response<Body>, BoxError>>,
+    call: impl AsyncFnOnce(&Cluster) -> T,
+) -> (T, Vec<Seen>) {
+    let (cluster, handle) = mock_cluster(false);
+    let server = serve(handle, responses);
+    let got = within(call(&cluster)).await;
+    (got, within(server).await.unwrap())
+}
+
+/// `get(target)` against `responses`.
 async fn get_against(
     target: &Target,
     responses: Vec<Result<Response<Body>, BoxError>>,
 ) -> (Result<Option<Value>, Error>, Vec<Seen>) {
-    let (cluster, handle) = mock_cluster(false);
-    let server = serve(handle, responses);
-    let got = within(cluster.get(target)).await;
-    (got, within(server).await.unwrap())
+    against(responses, async |c| c.get(target).await).await
 }
 
 /// `pre`'s suspension of a CR at resourceVersion 1, converged on a mock cluster that answers with
@@ -48,6 +56,14 @@ async fn pre_against(
     let server = serve(handle, responses);
     let written = within(cluster.converge(&target(), kubevirt("1"), pre)).await;
     (written, within(server).await.unwrap())
+}
+
+fn names_our_field_manager(request: &Seen) {
+    let query = &request.query;
+    assert!(
+        query.contains(&format!("fieldManager={FIELD_MANAGER}")),
+        "{query}"
+    );
 }
 
 /// Fails a test whose expected requests never come, instead of hanging it.
@@ -233,13 +249,7 @@ async fn every_patch_names_our_field_manager_and_a_dry_run_says_so() {
     for dry_run in [false, true] {
         let (written, seen) = pre_against(dry_run, vec![Ok(object("2"))]).await;
         written.unwrap();
-        assert!(
-            seen[0]
-                .query
-                .contains(&format!("fieldManager={FIELD_MANAGER}")),
-            "{}",
-            seen[0].query
-        );
+        names_our_field_manager(&seen[0]);
         assert_eq!(
             seen[0].query.contains("dryRun=All"),
             dry_run,
@@ -299,29 +309,22 @@ fn migrations_page(items: &[(&str, bool, Option<&str>)], next: &str) -> Response
 
 #[tokio::test(start_paused = true)]
 async fn the_migration_list_follows_pages_and_keeps_only_the_updater_s_unfinished() {
-    let (cluster, handle) = mock_cluster(false);
-    let server = serve(
-        handle,
-        vec![
-            Ok(migrations_page(
-                &[
-                    ("kubevirt-workload-update-a", true, Some("Running")),
-                    ("mine", false, Some("Running")),
-                    ("kubevirt-workload-update-done", true, Some("Succeeded")),
-                ],
-                "t1",
-            )),
-            Ok(migrations_page(
-                &[
-                    ("kubevirt-workload-update-b", false, None),
-                    ("renamed", true, Some("Scheduling")),
-                ],
-                "",
-            )),
-        ],
-    );
-    let list = within(cluster.list_migrations()).await.unwrap();
+    let first = [
+        ("kubevirt-workload-update-a", true, Some("Running")),
+        ("mine", false, Some("Running")),
+        ("kubevirt-workload-update-done", true, Some("Succeeded")),
+    ];
+    let second = [
+        ("kubevirt-workload-update-b", false, None),
+        ("renamed", true, Some("Scheduling")),
+    ];
+    let pages = vec![
+        Ok(migrations_page(&first, "t1")),
+        Ok(migrations_page(&second, "")),
+    ];
+    let (list, seen) = against(pages, async |c| c.list_migrations().await).await;
     let names: Vec<String> = list
+        .unwrap()
         .iter()
         .map(|m| format!("{} {}", m.name, m.phase))
         .collect();
@@ -333,7 +336,6 @@ async fn the_migration_list_follows_pages_and_keeps_only_the_updater_s_unfinishe
             "renamed Scheduling"
         ]
     );
-    let seen = within(server).await.unwrap();
     // Paged and consistent: a limit, no resourceVersion (the watch cache's `0` ignores a limit).
     assert!(seen[0].query.contains("limit=500"), "{}", seen[0].query);
     assert!(
@@ -347,9 +349,11 @@ async fn the_migration_list_follows_pages_and_keeps_only_the_updater_s_unfinishe
         seen[1].query
     );
 
-    let (cluster, handle) = mock_cluster(false);
-    let server = serve(handle, vec![Ok(status(403, json!({})))]);
-    let err = within(cluster.list_migrations()).await.unwrap_err();
+    let refused = vec![Ok(status(403, json!({})))];
+    let err = against(refused, async |c| c.list_migrations().await)
+        .await
+        .0
+        .unwrap_err();
     assert!(
         matches!(
             &err,
@@ -361,32 +365,27 @@ async fn the_migration_list_follows_pages_and_keeps_only_the_updater_s_unfinishe
         ),
         "{err:?}"
     );
-    within(server).await.unwrap();
 }
 
 /// An expired continue token (410) starts the list over: the pages before it are dropped, as
 /// they are of another snapshot.
 #[tokio::test(start_paused = true)]
 async fn an_expired_continue_token_starts_the_list_over() {
-    let (cluster, handle) = mock_cluster(false);
-    let server = serve(
-        handle,
-        vec![
-            Ok(migrations_page(
-                &[("kubevirt-workload-update-old", true, None)],
-                "t1",
-            )),
-            Ok(status(410, json!({}))),
-            Ok(migrations_page(
-                &[("kubevirt-workload-update-new", true, None)],
-                "",
-            )),
-        ],
-    );
-    let list = within(cluster.list_migrations_by(1)).await.unwrap();
+    let responses = vec![
+        Ok(migrations_page(
+            &[("kubevirt-workload-update-old", true, None)],
+            "t1",
+        )),
+        Ok(status(410, json!({}))),
+        Ok(migrations_page(
+            &[("kubevirt-workload-update-new", true, None)],
+            "",
+        )),
+    ];
+    let (list, seen) = against(responses, async |c| c.list_migrations_by(1).await).await;
+    let list = list.unwrap();
     let names: Vec<&str> = list.iter().map(|m| m.name.as_str()).collect();
     assert_eq!(names, ["kubevirt-workload-update-new"]);
-    let seen = within(server).await.unwrap();
     assert!(!seen[2].query.contains("continue"), "{}", seen[2].query);
 }
 
@@ -529,13 +528,7 @@ async fn an_event_about_the_kubevirt_cr_is_posted_once() {
             seen[0].line,
             "POST /apis/events.k8s.io/v1/namespaces/ns/events"
         );
-        assert!(
-            seen[0]
-                .query
-                .contains(&format!("fieldManager={FIELD_MANAGER}")),
-            "{}",
-            seen[0].query
-        );
+        names_our_field_manager(&seen[0]);
         let e = &seen[0].body;
         assert_eq!(e["type"], type_);
         assert_eq!(

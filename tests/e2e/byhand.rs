@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use crate::node::*;
+use crate::support::assert_contains_all;
 
 const STATUS: &str = "workload-update-guard-status";
 
@@ -68,17 +69,10 @@ fn a_failing_phase_is_reported_as_soon_as_it_fails() {
     k(&["-n", NS, "delete", "kubevirt", "kubevirt", "--wait"]);
     let run = job_sh(&["run", "pre", "--timeout", "300"]);
     assert_eq!(run.code, 1, "Failed is exit 1: {run:?}");
-    assert!(
-        run.stderr.contains("job: Failed (PodFailurePolicy)"),
-        "{run:?}"
-    );
-    assert!(
-        run.stderr.contains(": exit 6 "),
-        "the pod's exit code: {run:?}"
-    );
-    assert!(
-        run.stderr.contains("not found"),
-        "the termination message: {run:?}"
+    // The Job's condition, the pod's exit code, the termination message.
+    assert_contains_all(
+        &run.stderr,
+        &["job: Failed (PodFailurePolicy)", ": exit 6 ", "not found"],
     );
     assert!(
         run.took < Duration::from_secs(60),

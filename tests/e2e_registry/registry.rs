@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::node::*;
-use crate::support::{output_ok, repo_root};
+use crate::support::{assert_contains_all, output_ok, repo_root};
 
 const STATUS: &str = "workload-update-guard-status";
 
@@ -147,6 +147,16 @@ fn image_id(job: &str) -> String {
         .to_string()
 }
 
+/// `hack/job.sh images --image IMAGE`: exit 1, the node cannot pull it, for the reason that
+/// starts with `reason` and names `naming`.
+fn cannot_pull(image: &str, reason: &str, naming: &str) {
+    let run = job_sh(&["images", "--image", image]);
+    assert_eq!(run.code, 1, "{run:?}");
+    let said = format!("wug-node false (not present, cannot pull: {reason}");
+    assert!(run.stdout.starts_with(&said), "{run:?}");
+    assert!(run.stdout.contains(naming), "{run:?}");
+}
+
 #[test]
 fn the_image_through_a_registry_mirror() {
     let _turn = turn();
@@ -198,32 +208,13 @@ fn the_image_through_a_registry_mirror() {
     );
     // A tag the registry lacks: after the mirror's 404, containerd (1.6) goes on to the name's
     // own server and reports that error (here: no route, as on an air-gapped site).
-    let wrong_tag = job_sh(&["images", "--image", &format!("{repo}:0.0.0-absent")]);
-    assert_eq!(wrong_tag.code, 1, "{wrong_tag:?}");
-    assert!(
-        wrong_tag
-            .stdout
-            .starts_with("wug-node false (not present, cannot pull: "),
-        "{wrong_tag:?}"
-    );
-    assert!(wrong_tag.stdout.contains("0.0.0-absent"), "{wrong_tag:?}");
+    cannot_pull(&format!("{repo}:0.0.0-absent"), "", "0.0.0-absent");
     // The mirror without its CA: TLS.
-    let no_ca = job_sh(&[
-        "images",
-        "--image",
-        &format!(
-            "{}/wug/workload-update-guard:{version}",
-            reg.0["MIRROR_NO_CA"]
-        ),
-    ]);
-    assert_eq!(no_ca.code, 1, "{no_ca:?}");
-    assert!(
-        no_ca
-            .stdout
-            .starts_with("wug-node false (not present, cannot pull: TLS: ErrImagePull: "),
-        "{no_ca:?}"
+    let no_ca = format!(
+        "{}/wug/workload-update-guard:{version}",
+        reg.0["MIRROR_NO_CA"]
     );
-    assert!(no_ca.stdout.contains("x509"), "{no_ca:?}");
+    cannot_pull(&no_ca, "TLS: ErrImagePull: ", "x509");
     // By the registry's own address (its hosts.toml gives the CA): pulled.
     let direct = job_sh(&[
         "images",
@@ -261,19 +252,15 @@ fn the_image_through_a_registry_mirror() {
         "180",
     ]);
     assert_eq!(failed.code, 1, "{failed:?}");
-    assert!(
-        failed.stderr.contains(&format!(
-            "the image {image} cannot be pulled on node wug-node: "
-        )),
-        "{failed:?}"
-    );
-    assert!(
-        failed.stderr.contains("job: Failed (PodFailurePolicy)"),
-        "{failed:?}"
-    );
-    assert!(
-        failed.stderr.contains("connection refused"),
-        "containerd's error: {failed:?}"
+    // The guard's words, the Job's condition, containerd's error.
+    let cannot = format!("the image {image} cannot be pulled on node wug-node: ");
+    assert_contains_all(
+        &failed.stderr,
+        &[
+            &cannot,
+            "job: Failed (PodFailurePolicy)",
+            "connection refused",
+        ],
     );
     let job: Value = get_json(&["-n", NS, "job", STATUS]);
     let note = job["metadata"]["annotations"]["workload-update-guard.harvesterhci.io/failure"]

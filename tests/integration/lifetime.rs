@@ -83,34 +83,27 @@ async fn cycle(
 #[tokio::test]
 async fn three_upgrade_cycles_never_conflict_with_the_guard() {
     let client = admin().await;
-    let (ns, chart) = helm_installed(&client, "lifetime").await;
-    let chart = cycle(
-        &client,
-        &ns,
-        chart,
-        true,
-        Change::ChartDefault(json!(["LiveMigrate", "Evict"])),
-        json!(["LiveMigrate", "Evict"]),
-    )
-    .await;
-    let chart = cycle(
-        &client,
-        &ns,
-        chart,
-        false,
-        Change::OperatorValues(json!(["Evict"])),
-        json!(["Evict"]),
-    )
-    .await;
-    cycle(
-        &client,
-        &ns,
-        chart,
-        true,
-        Change::ChartDefault(json!(["LiveMigrate"])),
-        json!(["Evict"]),
-    )
-    .await;
+    let (ns, mut chart) = helm_installed(&client, "lifetime").await;
+    // (redeployed while suspended, the change, the methods after the cycle)
+    for (redeploy, change, after) in [
+        (
+            true,
+            Change::ChartDefault(json!(["LiveMigrate", "Evict"])),
+            json!(["LiveMigrate", "Evict"]),
+        ),
+        (
+            false,
+            Change::OperatorValues(json!(["Evict"])),
+            json!(["Evict"]),
+        ),
+        (
+            true,
+            Change::ChartDefault(json!(["LiveMigrate"])),
+            json!(["Evict"]),
+        ),
+    ] {
+        chart = cycle(&client, &ns, chart, redeploy, change, after).await;
+    }
     // The operator's override survived the third cycle's restore of the values.
     let mc = get(&client, "ManagedChart", &ns, "harvester").await;
     assert_eq!(

@@ -48,11 +48,7 @@ async fn without_the_guard_a_kubevirt_upgrade_migrates_every_vm() {
     kv.upgrade_kubevirt().await;
     let upgraded = Instant::now();
     let first = kv
-        .wait_migrations(
-            "the first workload-update migration",
-            Duration::from_secs(60),
-            |m| !m.is_empty(),
-        )
+        .first_migration("the first workload-update migration")
         .await;
     let first_pass = kv.workload_update_migrations().await.len();
     let all = kv
@@ -259,13 +255,7 @@ async fn the_resident_guard_holds_the_real_updater_through_a_path_a_upgrade() {
     );
     up.finish(&kv.client, true).await;
     let ended = Instant::now();
-    let first = kv
-        .wait_migrations(
-            "the wave after the upgrade's end",
-            Duration::from_secs(60),
-            |m| !m.is_empty(),
-        )
-        .await;
+    let first = kv.first_migration("the wave after the upgrade's end").await;
     assert_eq!(
         kubevirt_methods(&kv.client, NS).await,
         json!(["LiveMigrate"]),

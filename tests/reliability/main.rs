@@ -1069,23 +1069,48 @@ async fn a_resident_guard_killed_between_its_writes_goes_on_where_it_stopped() {
     drop(guard);
 }
 
+/// A resident guard (with `extra` settings) suspended for an Upgrade to v1.7.1 named `upgrade`;
+/// then the API server stopped.
+async fn suspended_then_the_server_stopped(
+    label: &str,
+    upgrade: &str,
+    extra: &[(&str, &str)],
+) -> (
+    String,
+    (Resident, std::path::PathBuf),
+    support::harvester::Upgrade,
+) {
+    let (client, ns) = new_harvester(label, json!(["LiveMigrate"])).await;
+    let guard = resident(&ns, extra);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let up = support::harvester::Upgrade::start(&client, &ns, upgrade, "v1.7.1").await;
+    methods_become(&client, &ns, &json!([]), Duration::from_secs(10)).await;
+    stop_apiserver();
+    (ns, guard, up)
+}
+
+/// The API server started again; the Upgrade's end: `[LiveMigrate]` restored within 40 s.
+async fn the_server_back_then_restored(
+    ns: &str,
+    up: &support::harvester::Upgrade,
+    log: &std::path::Path,
+) {
+    start_apiserver();
+    let client = admin().await;
+    let within = Duration::from_secs(40);
+    ends_and_is_restored((&client, ns), up, log, &live_migrate(), within).await;
+}
+
 /// The API server restarted while the resident guard waits for the upgrade's end: its watch
 /// resumes (kube's watcher backs off and watches again) and it restores at the end.
 #[tokio::test]
 async fn a_resident_guard_waits_through_an_api_server_restart() {
     let _serial = SERIAL.lock().await;
-    let (client, ns) = new_harvester("resident-restart", json!(["LiveMigrate"])).await;
-    let (guard, log) = resident(&ns, &[]);
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let up = support::harvester::Upgrade::start(&client, &ns, "hvst-upgrade-rs", "v1.7.1").await;
-    methods_become(&client, &ns, &json!([]), Duration::from_secs(10)).await;
-    stop_apiserver();
+    let (ns, (guard, log), up) =
+        suspended_then_the_server_stopped("resident-restart", "hvst-upgrade-rs", &[]).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    start_apiserver();
-    let client = admin().await;
     // The watch is back within its backoff, or the 30 s read finds the end.
-    let within = Duration::from_secs(40);
-    ends_and_is_restored((&client, &ns), &up, &log, &live_migrate(), within).await;
+    the_server_back_then_restored(&ns, &up, &log).await;
     drop(guard);
 }
 
@@ -1096,12 +1121,9 @@ async fn a_resident_guard_waits_through_an_api_server_restart() {
 #[tokio::test]
 async fn a_resident_guard_outlives_an_outage_longer_than_its_deadline() {
     let _serial = SERIAL.lock().await;
-    let (client, ns) = new_harvester("resident-outage", json!(["LiveMigrate"])).await;
-    let (mut guard, log) = resident(&ns, &[("DEADLINE_SECONDS", "3")]);
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let up = support::harvester::Upgrade::start(&client, &ns, "hvst-upgrade-out", "v1.7.1").await;
-    methods_become(&client, &ns, &json!([]), Duration::from_secs(10)).await;
-    stop_apiserver();
+    let deadline = [("DEADLINE_SECONDS", "3")];
+    let (ns, (mut guard, log), up) =
+        suspended_then_the_server_stopped("resident-outage", "hvst-upgrade-out", &deadline).await;
     // The next read (30 s at the most) fails after its 3 s.
     said_within(&log, "read failed", Duration::from_secs(45)).await;
     assert!(
@@ -1109,10 +1131,7 @@ async fn a_resident_guard_outlives_an_outage_longer_than_its_deadline() {
         "still running: {}",
         std::fs::read_to_string(&log).unwrap()
     );
-    start_apiserver();
-    let client = admin().await;
-    let within = Duration::from_secs(40);
-    ends_and_is_restored((&client, &ns), &up, &log, &live_migrate(), within).await;
+    the_server_back_then_restored(&ns, &up, &log).await;
     drop(guard);
 }
 
@@ -1123,12 +1142,9 @@ async fn a_resident_guard_outlives_an_outage_longer_than_its_deadline() {
 #[tokio::test]
 async fn after_a_20_s_outage_the_end_is_restored_within_5_s() {
     let _serial = SERIAL.lock().await;
-    let (client, ns) = new_harvester("resident-outage-20s", json!(["LiveMigrate"])).await;
-    let (guard, log) = resident(&ns, &[("WATCH_RESYNC_SECONDS", "300")]);
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let up = support::harvester::Upgrade::start(&client, &ns, "hvst-upgrade-20s", "v1.7.1").await;
-    methods_become(&client, &ns, &json!([]), Duration::from_secs(10)).await;
-    stop_apiserver();
+    let resync = [("WATCH_RESYNC_SECONDS", "300")];
+    let (ns, (guard, log), up) =
+        suspended_then_the_server_stopped("resident-outage-20s", "hvst-upgrade-20s", &resync).await;
     tokio::time::sleep(Duration::from_secs(20)).await;
     start_apiserver();
     let client = admin().await;

@@ -447,6 +447,12 @@ impl KubeVirtCluster {
         self.poll(what, within, read, |m| check(m)).await
     }
 
+    /// Waits up to 60 s for the first workload-update migration (`what`); how long after the call.
+    pub async fn first_migration(&self, what: &str) -> Duration {
+        let within = Duration::from_secs(60);
+        self.wait_migrations(what, within, |m| !m.is_empty()).await
+    }
+
     /// Waits until at least `n` launcher pods are evicted, for at most `within`; how long after
     /// the call.
     pub async fn wait_evicted(&self, n: usize, within: Duration) -> Duration {
