@@ -82,6 +82,12 @@ async fn a_late_pre_in_the_addons_plan_records_what_fleet_renders_not_its_empty_
         "{}",
         pre.stderr
     );
+    // Standing aside, its summary still names the other suspender it saw (its log says it too).
+    let warned = pre
+        .warnings()
+        .iter()
+        .any(|w| w.starts_with(SUSPENDED_BY_ANOTHER));
+    assert!(warned, "{pre:?}");
     let after =
         get(&client, "KubeVirt", &default, "kubevirt").await["metadata"]["resourceVersion"].clone();
     assert_eq!(before, after, "nothing written");
