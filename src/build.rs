@@ -1,10 +1,8 @@
-//! The build's identity: its version and git commit (`--version`, the log's first line,
-//! `build_info`, `status`'s last line), and whether it is the version of the chart that runs it.
+//! The build's identity, and whether it is the version of the chart that runs it.
 
 /// The git commit the binary was built from (build.rs), or `unknown`.
 pub const COMMIT: &str = env!("WUG_GIT_COMMIT");
 
-/// The `--version` line.
 pub fn version() -> String {
     format!(
         "workload-update-guard {} (commit {COMMIT})\n",

@@ -49,11 +49,9 @@ fn main() -> ExitCode {
     ExitCode::from(runtime.block_on(run(&cfg)))
 }
 
-/// What the command line asks for: `--help`, `--version`, `--probe live|ready`, or a run. A run
-/// names its phase (`status`, `pre`, `post`) when it is by hand in the resident guard's own pod
-/// (`kubectl exec deploy/... -- workload-update-guard status`), whose environment says
-/// `PHASE=watch`: the word wins over that (`Config::from_vars`), and such a run is not the
-/// container's own process, so it leaves the container's termination message alone.
+/// A phase named on the command line is a run by hand, as in the resident guard's own pod
+/// (`kubectl exec deploy/... -- workload-update-guard status`): it wins over `PHASE=watch`, and
+/// leaves the container's termination message alone.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Command {
     Help,
@@ -64,7 +62,7 @@ enum Command {
     Run(Option<Phase>),
 }
 
-/// The command from the arguments (the program's name left out).
+/// `args`: the program's name left out.
 fn command(args: &[String]) -> Result<Command, String> {
     let phase = match args.first().map(String::as_str) {
         None => return Ok(Command::Run(None)),
@@ -90,15 +88,13 @@ fn command(args: &[String]) -> Result<Command, String> {
     }
 }
 
-/// A bad setting or argument: said on stderr, exit 2.
 fn config_error(e: impl Display) -> ExitCode {
     to_stderr(&format!("error: {e}"));
     ExitCode::from(exit::CONFIG)
 }
 
-/// A bad setting's summary in the termination message (a Job's, or the resident guard's pod's:
-/// `kubectl describe` shows it). The path itself may be what is invalid: only the default is
-/// tried then.
+/// `kubectl describe` shows the termination message. The path itself may be what is invalid:
+/// only the default is tried then.
 fn config_failure_message(error: &str) {
     let mut summary = Summary::new(None, false);
     summary.exit_code = exit::CONFIG;
@@ -193,8 +189,6 @@ async fn run(cfg: &Config) -> u8 {
     finish(cfg, &done, result)
 }
 
-/// The run's end: its summary logged and in the termination message (`status`'s verdict with
-/// it); its exit code.
 fn finish(cfg: &Config, done: &[Done], result: Result<Option<String>, Error>) -> u8 {
     let verdict = result.as_ref().ok().cloned().flatten();
     let result = result.map(|_| ());

@@ -1,9 +1,5 @@
-//! What the waiting loop tells: its decisions (in the log, and Events when they change), whether
-//! the resident guard is still needed (the offer read again when it is due and the cluster is
-//! quiet; "no longer needed" said once), the metrics' values after a pass (and a failed act), and
-//! an unprotected upgrade's Warning, said once per change. The answers are decided in
-//! [`crate::plan::watch_decision`], [`crate::plan::retirement::still_needed`] and
-//! [`crate::plan::monitoring`]; this is their I/O.
+//! What the waiting loop tells (log lines, Events, metrics): the I/O of the answers decided in
+//! [`crate::plan::watch_decision`], [`crate::plan::retirement`] and [`crate::plan::monitoring`].
 
 use tokio::time::Instant;
 use tracing::info;
@@ -52,9 +48,8 @@ impl Loop<'_> {
         }
     }
 
-    /// The resident guard: whether it is still needed, the offer read again when it is due and
-    /// the cluster is quiet (no upgrade under way, nothing of ours: otherwise the answer is
-    /// "needed" whatever the offer says).
+    /// The offer is read again only when due and the cluster is quiet: otherwise (an upgrade
+    /// under way, something of ours) the guard is needed whatever the offer says.
     pub(super) async fn retirement(
         &mut self,
         view: &View,
@@ -103,9 +98,8 @@ impl Loop<'_> {
         }
     }
 
-    /// What a pass (and the act after it, if it failed) leaves the metrics saying; an upgrade
-    /// under way unprotected is said once (a WARN line, Warning Events on the Upgrade and on
-    /// the KubeVirt CR) and again only when it changes (another Upgrade, the hold on or off).
+    /// The metrics after a pass (and a failed act); an upgrade under way unprotected is warned
+    /// of once, and again only when that changes (another Upgrade, the hold on or off).
     pub(super) async fn report(&mut self, pass: &Pass) {
         let Some(metrics) = &self.metrics else {
             return;
