@@ -10,8 +10,7 @@ pub fn version() -> String {
     )
 }
 
-/// `status`'s last line: the build that says all this (in the guard's pod, the one that runs)
-/// and the chart that runs it, last so that `status | tail -1` shows them (docs/upgrading.md).
+/// `status`'s last line, so that `status | tail -1` shows the build and chart (docs/upgrading.md).
 pub fn line(chart: Option<&str>) -> String {
     let chart = chart.map(|c| format!(", chart {c}")).unwrap_or_default();
     format!("build: {}{chart}\n", version().trim_end())

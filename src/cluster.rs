@@ -40,7 +40,6 @@ pub struct Cluster {
     client: Client,
     /// The client of the watches (`watches`): no read timeout.
     watch_client: Client,
-    /// For messages.
     server: String,
     dry_run: bool,
     last_error: LastError,
@@ -54,7 +53,6 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// A client from KUBECONFIG (or ~/.kube/config), else the in-cluster config.
     pub async fn connect(
         dry_run: bool,
         last_error: LastError,

@@ -1,5 +1,4 @@
-//! Configuration from environment variables, parsed by envy into [`Env`] and checked by
-//! [`Env::config`] before anything is sent.
+//! Configuration from environment variables, parsed by envy, checked before anything is sent.
 
 use std::cell::RefCell;
 use std::path::PathBuf;

@@ -39,7 +39,6 @@ impl<'a> Run<'a> {
         self.push(Done::noted(target, actions));
     }
 
-    /// A line: an INFO line, and an action on the KubeVirt CR's step.
     pub fn said(&mut self, line: String) {
         info!("{line}");
         self.noted(vec![line]);

@@ -49,16 +49,14 @@ fn main() -> ExitCode {
     ExitCode::from(runtime.block_on(run(&cfg)))
 }
 
-/// A phase named on the command line is a run by hand, as in the resident guard's own pod
-/// (`kubectl exec deploy/... -- workload-update-guard status`): it wins over `PHASE=watch`, and
-/// leaves the container's termination message alone.
+/// A phase named here is a run by hand, as `kubectl exec` into the guard's pod makes one (see
+/// [`Config::from_vars`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Command {
     Help,
     Version,
     /// `--probe` and its word (checked by the probe itself).
     Probe(Option<String>),
-    /// Run a phase: the one named on the command line, else `PHASE`'s.
     Run(Option<Phase>),
 }
 
@@ -108,10 +106,8 @@ fn config_failure_message(error: &str) {
     let _ = std::fs::write(path, summary.to_line());
 }
 
-/// `--probe live|ready`: the resident guard's exec probes. `live`: its loop touched `alive`
-/// within 90 s (every 30 s, no request: the runtime is not stuck); `ready`: its last read of the
-/// objects succeeded within two resync periods and a minute. Exit 0, else 1 with the reason;
-/// a bad setting or word, exit 2.
+/// The resident guard's exec probes: `live`, the runtime is not stuck (`alive` is touched with no
+/// request); `ready`, its last read succeeded. Exit 0, else 1 with the reason; a bad word, exit 2.
 fn probe(which: Option<&str>) -> ExitCode {
     let settings = match config::probe_settings() {
         Ok(s) => s,

@@ -63,7 +63,6 @@ type Labels<const N: usize> = [(&'static str, String); N];
 
 pub struct Metrics {
     registry: Registry,
-    /// [`GAUGES`], in order.
     gauges: [Gauge; 7],
     acts: Family<Labels<2>, Counter>,
 }

@@ -124,7 +124,6 @@ impl<'a> Loop<'a> {
         cfg
     }
 
-    /// Each pass gets the whole request deadline.
     async fn pass(&mut self) -> Result<Pass, Error> {
         self.cluster.restart_deadline();
         let post = self.as_phase(Phase::Post);
@@ -156,8 +155,7 @@ impl<'a> Loop<'a> {
         })
     }
 
-    /// The resident guard's only: the armed `post` reads at its own pace (`ARM_POLL_SECONDS`), as
-    /// its Job's contract and RBAC say. The add-on's UpgradePlans are watched once served, too.
+    /// The resident guard's only: the armed `post` reads at its own pace, as its Job's RBAC says.
     fn keep_watching(&mut self, view: &View) {
         if !self.suspends {
             return;

@@ -1,5 +1,4 @@
-//! `PHASE=status`: read-only; the [`Report`], then the armed `post`'s Job and the resident
-//! guard's last word.
+//! `PHASE=status`: read-only; the [`Report`], the armed `post`'s Job, the guard's last word.
 
 use std::io::Write;
 

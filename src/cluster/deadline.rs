@@ -101,25 +101,22 @@ impl Cluster {
         }
     }
 
-    /// The armed `post` reads for days: each of its reads (and the restore after them) gets the
-    /// whole `DEADLINE_SECONDS` for its retries (an API server restarted during the control
-    /// plane's upgrade), not what the reads before it left.
+    /// The armed `post` reads for days: each read (and the restore) gets the whole deadline for its
+    /// retries (an API server restarted by the upgrade), not what the reads before it left.
     pub fn restart_deadline(&self) {
         self.deadline.restart();
     }
 
-    /// A new run of a phase in a long-lived process (the resident guard's acts, weeks apart):
-    /// its deadline from now, and none of the last run's per-run state (the migrations listed,
-    /// the Events that could not be made), which described another upgrade.
+    /// The resident guard's acts are weeks apart: none keeps the last one's per-run state (the
+    /// migrations listed, the Events not made), which described another upgrade.
     pub fn begin_run(&self) {
         self.restart_deadline();
         self.event_failures.lock().expect("not poisoned").clear();
         *self.under_way.lock().expect("not poisoned") = None;
     }
 
-    /// When the request deadline has passed, the error that says so. A run's `main` bounds the
-    /// whole run with it; the resident guard, which must outlive an API server's outage, bounds
-    /// each read and each act with it, and reads again later.
+    /// `main` bounds a whole run with it; the resident guard, which must outlive an API server's
+    /// outage, bounds each read and each act with it, and reads again later.
     pub async fn deadline_passed(&self) -> Error {
         self.deadline.passed().await;
         Error::Deadline {

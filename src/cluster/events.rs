@@ -20,8 +20,7 @@ pub enum EventKind {
 }
 
 impl Cluster {
-    /// A WARN line and a Warning Event; the caller records it in the termination message (e.g.
-    /// [`crate::context::Run::warned`]).
+    /// A WARN line and a Warning Event; the caller records it ([`crate::context::Run::warned`]).
     pub async fn warn(&self, kubevirt: Option<&Value>, target: Option<&Target>, w: &Warning) {
         match target {
             Some(target) => warn!(object = %target, reason = w.reason, "{}", w.message),
@@ -39,8 +38,7 @@ impl Cluster {
             .await;
     }
 
-    /// On an Upgrade, `kubectl describe upgrade` then says why it waits. Best effort, as
-    /// [`Self::event`].
+    /// On an Upgrade, `kubectl describe upgrade` then says why it waits.
     pub async fn event_about(
         &self,
         about: Kind,

@@ -74,8 +74,7 @@ impl Cluster {
         }
     }
 
-    /// Plans against `current` and writes the plan conditionally; on a conflict, reads again and
-    /// plans again, until the plan applies or there is nothing to do.
+    /// On a conflict, reads and plans again, until the plan applies or there is nothing to do.
     pub async fn converge(
         &self,
         target: &Target,

@@ -1,5 +1,4 @@
-//! The one retry layer: transient errors ([`classify`]) retried with `backon` until the run's
-//! deadline drops the request.
+//! The one retry layer: transient errors ([`classify`]) retried until the run's deadline.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -97,7 +96,6 @@ fn jitter_seed() -> u64 {
     std::hash::RandomState::new().hash_one((std::process::id(), now))
 }
 
-/// The first retry's WARN message: what bounds the retries, and what happens then.
 pub fn first_retry(deadline: Option<Duration>) -> String {
     let value = deadline.map(|d| format!("={}", d.as_secs()));
     let bound = format!("DEADLINE_SECONDS{}", value.unwrap_or_default());

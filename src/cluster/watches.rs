@@ -6,8 +6,7 @@
 //! default backoff (0.8 s doubling to 30 s) would resume tens of seconds after the server is
 //! back: the watcher backs off with the one retry layer's policy instead (at most 2 s between
 //! attempts). A list or watch sent to a server still starting can hang, though, which no backoff
-//! sees: so a watch that errs says so (`failing`, and one wake-up); the loop then reads again
-//! within a second, and replaces the failing watch by a new one as soon as a read succeeds.
+//! sees: so a watch that errs says so (`failing`, one wake-up), and the loop replaces it.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -48,8 +47,7 @@ impl Drop for Watcher {
 }
 
 impl Cluster {
-    /// Sends `()` on `wake` for every change: a full channel already holds a wake-up, nothing is
-    /// lost.
+    /// A full `wake` channel already holds a wake-up: nothing is lost.
     pub fn watch(
         &self,
         kind: Kind,
@@ -95,8 +93,7 @@ async fn wake_on_events(
                 }
             }
             Err(e) => {
-                // The first error after a success wakes the loop once, which then reads often
-                // until this watch is replaced (see the module's comment).
+                // Once per failing spell: the loop then reads often until it replaces this watch.
                 if !erring.swap(true, Relaxed) {
                     wake_up();
                 }

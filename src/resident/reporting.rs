@@ -1,5 +1,4 @@
-//! What the waiting loop tells (log lines, Events, metrics): the I/O of the answers decided in
-//! [`crate::plan::watch_decision`], [`crate::plan::retirement`] and [`crate::plan::monitoring`].
+//! The waiting loop's I/O for what `plan::watch_decision`, `retirement` and `monitoring` decide.
 
 use tokio::time::Instant;
 use tracing::info;
@@ -74,8 +73,7 @@ impl Loop<'_> {
         Ok(Some(needed))
     }
 
-    /// Says "no longer needed" once (a log line and a Normal Event on the KubeVirt CR), and
-    /// "needed again" in the log if that changes.
+    /// "No longer needed" is said once, with a Normal Event; "needed again" in the log only.
     pub(super) async fn say_retirement(&mut self, pass: &Pass) {
         let Some(r) = &pass.retirement else {
             return;
