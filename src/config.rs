@@ -224,8 +224,7 @@ pub struct Config {
     pub chart_version: Option<String>,
     pub arm: Option<Arm>,
     pub watch: Option<Watch>,
-    /// With `MANAGEDCHART_NAME` empty: the ManagedChart read for what of ours an earlier `pre`
-    /// left there (in `MANAGEDCHART_NAMESPACE`, with the default name a `pre` would write).
+    /// With `MANAGEDCHART_NAME` empty: the default one, read for what an earlier `pre` left there.
     pub unnamed_chart: Option<ObjectKey>,
 }
 

@@ -1,5 +1,4 @@
-//! The types of the variables' values. Each reads its text and, when it refuses it, says what it
-//! accepts; `config::read_env` names the variable and the value before that.
+//! The variables' types: a text refused says what it accepts, `config::read_env` which variable.
 
 use std::path::PathBuf;
 use std::time::Duration;
