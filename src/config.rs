@@ -264,7 +264,7 @@ impl Watch {
 pub struct ConfigError(pub String);
 
 impl Config {
-    /// `argument`: the phase named on the command line, if any (see [`phase`]).
+    /// `argument`: the phase named on the command line, if any (see `phase`).
     pub fn from_vars(
         vars: impl IntoIterator<Item = (String, String)>,
         argument: Option<Phase>,

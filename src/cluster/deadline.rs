@@ -126,7 +126,7 @@ impl Cluster {
     }
 
     /// The one polling helper, for at most `bound`; `progress` is told at the first "not yet"
-    /// and every [`PROGRESS_EVERY`]. The run's deadline counts the reads, not the sleeps.
+    /// and every `PROGRESS_EVERY`. The run's deadline counts the reads, not the sleeps.
     /// `Ok(Err(last))`: the bound passed, with what was last seen.
     pub async fn poll<T>(
         &self,
