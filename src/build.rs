@@ -1,10 +1,8 @@
-//! The build's identity: its version and git commit (`--version`, the log's first line,
-//! `build_info`, `status`'s last line), and whether it is the version of the chart that runs it.
+//! The build's identity, and whether it is the version of the chart that runs it.
 
 /// The git commit the binary was built from (build.rs), or `unknown`.
 pub const COMMIT: &str = env!("WUG_GIT_COMMIT");
 
-/// The `--version` line.
 pub fn version() -> String {
     format!(
         "workload-update-guard {} (commit {COMMIT})\n",
@@ -12,8 +10,7 @@ pub fn version() -> String {
     )
 }
 
-/// `status`'s last line: the build that says all this (in the guard's pod, the one that runs)
-/// and the chart that runs it, last so that `status | tail -1` shows them (docs/upgrading.md).
+/// `status`'s last line, so that `status | tail -1` shows the build and chart (docs/upgrading.md).
 pub fn line(chart: Option<&str>) -> String {
     let chart = chart.map(|c| format!(", chart {c}")).unwrap_or_default();
     format!("build: {}{chart}\n", version().trim_end())

@@ -1,11 +1,6 @@
-//! All I/O with the API server, one `impl Cluster` per concern (docs/design.md, "Layers").
-//!
-//! kube's own 429/503/504 retry is switched off (`default_retry = false`) and transient errors
-//! are retried here with `backon`, bounded only by the run's deadline for requests
-//! ([`Deadline`]), which `main` enforces around the whole run; its clock stops while
-//! [`Cluster::poll`] sleeps between two reads, and a wait has a bound of its own. Conflicts
-//! (409, or 422 from the failed resourceVersion `test`) are answered by one fresh read and a new
-//! plan.
+//! All I/O with the API server, one `impl Cluster` per concern. kube's own 429/503/504 retry is
+//! off: `retry` is the one layer, bounded by the run's [`Deadline`]. Conflicts (409, or 422 from
+//! the failed resourceVersion `test`) are answered by one fresh read and a new plan.
 
 mod deadline;
 mod events;
@@ -45,12 +40,11 @@ pub struct Cluster {
     client: Client,
     /// The client of the watches (`watches`): no read timeout.
     watch_client: Client,
-    /// The API server's URL, for messages.
     server: String,
     dry_run: bool,
     last_error: LastError,
     deadline: Deadline,
-    /// Whether a retry was logged yet.
+    /// Only the first retry's WARN line says what bounds the retries.
     retried: AtomicBool,
     /// The Events that could not be made, for the termination message's warnings.
     event_failures: Mutex<Vec<String>>,
@@ -59,8 +53,6 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// A client from KUBECONFIG (or ~/.kube/config), else the in-cluster config, with kube's own
-    /// retry layer off.
     pub async fn connect(
         dry_run: bool,
         last_error: LastError,

@@ -1,7 +1,4 @@
-//! Configuration from environment variables: envy deserializes them into [`Env`]'s typed fields,
-//! each unset one at its default from `--help`'s table of variables (`config/help.txt`), and
-//! [`Env::config`] applies the rules between them. Every invalid value is one line naming the
-//! variable and what it accepts; nothing is sent before this succeeds.
+//! Configuration from environment variables, parsed by envy, checked before anything is sent.
 
 use std::cell::RefCell;
 use std::path::PathBuf;
@@ -18,13 +15,12 @@ use values::{AbsolutePath, Flag, Methods, Name, Namespace, Port, Seconds, empty_
 /// `--help`'s text after the version line, with the variables table (its comment says how).
 const HELP: &str = include_str!("config/help.txt");
 
-/// The `--help` text.
 pub fn help() -> String {
     let text = HELP.lines().filter(|l| !l.starts_with('#'));
     crate::build::version() + &text.map(|l| format!("{l}\n")).collect::<String>()
 }
 
-/// The variables table, a row a variable: name, default, meaning.
+/// A row a variable: name, default, meaning.
 pub fn variables() -> impl Iterator<Item = (&'static str, &'static str, &'static str)> {
     let mut rows = HELP.lines().skip_while(|l| !l.starts_with("  VARIABLE "));
     let header = rows.next().expect("the variables table");
@@ -83,8 +79,7 @@ struct Env {
     termination_message_path: Option<AbsolutePath>,
 }
 
-/// The environment `given`, each variable of the table it does not set at its default. A value
-/// refused is said with its variable and what that accepts.
+/// A value refused is said with its variable and what that accepts.
 fn read_env(given: &[(String, String)]) -> Result<Env, ConfigError> {
     let set = |name: &str| given.iter().any(|(k, _)| k.eq_ignore_ascii_case(name));
     let unset = variables().filter(|(name, ..)| !set(name));
@@ -117,10 +112,9 @@ fn phase(argument: Option<Phase>, var: Option<Phase>) -> Result<Phase, ConfigErr
 }
 
 impl Env {
-    /// The rules between the variables: the phase ([`phase`]); `ARM` for `post`, the guard's
-    /// settings for `watch`; the ManagedChart's steps need its name. A run by hand writes no
-    /// termination message unless `TERMINATION_MESSAGE_PATH` is set (`path_set`), and reports in
-    /// text, whatever the guard's pod's `LOG_FORMAT` (the chart's `json`, for its log collector).
+    /// The rules between the variables. A run by hand writes no termination message unless
+    /// `TERMINATION_MESSAGE_PATH` is set, and reports in text whatever the guard's pod's
+    /// `LOG_FORMAT` (the chart's `json`, for its log collector).
     fn config(self, argument: Option<Phase>, path_set: bool) -> Result<Config, ConfigError> {
         let phase = phase(argument, self.phase)?;
         if self.arm.0 && phase != Phase::Post {
@@ -222,22 +216,15 @@ pub struct Config {
     pub fleet_wait: Duration,
     pub log_format: LogFormat,
     pub termination_message: Option<TerminationMessage>,
-    /// Skip a missing object with a warning instead of failing.
     pub allow_missing: bool,
-    /// `pre` suspends even where the coming release makes it unneeded (`PRE_EVEN_IF_NOT_NEEDED`).
     pub even_if_not_needed: bool,
-    /// `post` restores even while an upgrade is under way (`RESTORE_DURING_UPGRADE`).
     pub restore_during_upgrade: bool,
     /// The UpgradePlan that runs this `post` (`UPGRADE_PLAN`): not waited for.
     pub upgrade_plan: Option<String>,
-    /// The chart's version (`CHART_VERSION`), where the chart runs this build.
     pub chart_version: Option<String>,
-    /// The armed `post` (`ARM`): its bound and its pace; `None`: not armed.
     pub arm: Option<Arm>,
-    /// The resident guard (`PHASE=watch`): its pace and its probe files.
     pub watch: Option<Watch>,
-    /// With `MANAGEDCHART_NAME` empty: the ManagedChart read for what of ours an earlier `pre`
-    /// left there (in `MANAGEDCHART_NAMESPACE`, with the default name a `pre` would write).
+    /// With `MANAGEDCHART_NAME` empty: the default one, read for what an earlier `pre` left there.
     pub unnamed_chart: Option<ObjectKey>,
 }
 
@@ -256,8 +243,7 @@ pub struct Arm {
     pub every: Duration,
 }
 
-/// The resident guard's settings (`PHASE=watch`: `WATCH_RESYNC_SECONDS`, `WATCH_STATE_DIR`,
-/// `METRICS_PORT`, `ADMISSION_HOLD`: what its metrics and Warnings say about a hold).
+/// The resident guard's settings (`PHASE=watch`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Watch {
     pub resync: Duration,
@@ -278,8 +264,7 @@ impl Watch {
 pub struct ConfigError(pub String);
 
 impl Config {
-    /// The configuration from the environment's variables, with the phase named on the command
-    /// line (`argument`), if any: see [`phase`].
+    /// `argument`: the phase named on the command line, if any (see `phase`).
     pub fn from_vars(
         vars: impl IntoIterator<Item = (String, String)>,
         argument: Option<Phase>,

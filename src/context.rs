@@ -1,6 +1,5 @@
-//! One run's context: its configuration, the client, and what was done (the termination
-//! message's steps and warnings). A fact is told by one call, which logs it, sends its Event
-//! where it has one, and adds it to what was done: [`Run::said`], [`Run::warned`].
+//! One run's context. A fact is told by one call, which logs it, sends its Event where it has
+//! one, and adds it to what was done: [`Run::said`], [`Run::warned`].
 
 use serde_json::Value;
 use tracing::info;
@@ -30,7 +29,6 @@ impl<'a> Run<'a> {
         Target::new(Kind::KubeVirt, &self.cfg.intent.keys.kubevirt)
     }
 
-    /// Adds what a step came to.
     pub fn push(&mut self, done: Done) {
         self.done.push(done);
     }
@@ -41,15 +39,12 @@ impl<'a> Run<'a> {
         self.push(Done::noted(target, actions));
     }
 
-    /// A line: an INFO line, and an action on the KubeVirt CR's step.
     pub fn said(&mut self, line: String) {
         info!("{line}");
         self.noted(vec![line]);
     }
 
-    /// A warning: a WARN line (naming `target`, if given), its Warning Event on `kubevirt` (if
-    /// there is one), and the termination message's warning on `target` (else the KubeVirt
-    /// CR's step).
+    /// Recorded on `target`, else on the KubeVirt CR's step.
     pub async fn warned(&mut self, kubevirt: Option<&Value>, target: Option<Target>, w: Warning) {
         self.cluster.warn(kubevirt, target.as_ref(), &w).await;
         let target = target.unwrap_or_else(|| self.kubevirt());

@@ -49,22 +49,18 @@ fn main() -> ExitCode {
     ExitCode::from(runtime.block_on(run(&cfg)))
 }
 
-/// What the command line asks for: `--help`, `--version`, `--probe live|ready`, or a run. A run
-/// names its phase (`status`, `pre`, `post`) when it is by hand in the resident guard's own pod
-/// (`kubectl exec deploy/... -- workload-update-guard status`), whose environment says
-/// `PHASE=watch`: the word wins over that (`Config::from_vars`), and such a run is not the
-/// container's own process, so it leaves the container's termination message alone.
+/// A phase named here is a run by hand, as `kubectl exec` into the guard's pod makes one (see
+/// [`Config::from_vars`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Command {
     Help,
     Version,
     /// `--probe` and its word (checked by the probe itself).
     Probe(Option<String>),
-    /// Run a phase: the one named on the command line, else `PHASE`'s.
     Run(Option<Phase>),
 }
 
-/// The command from the arguments (the program's name left out).
+/// `args`: the program's name left out.
 fn command(args: &[String]) -> Result<Command, String> {
     let phase = match args.first().map(String::as_str) {
         None => return Ok(Command::Run(None)),
@@ -90,15 +86,13 @@ fn command(args: &[String]) -> Result<Command, String> {
     }
 }
 
-/// A bad setting or argument: said on stderr, exit 2.
 fn config_error(e: impl Display) -> ExitCode {
     to_stderr(&format!("error: {e}"));
     ExitCode::from(exit::CONFIG)
 }
 
-/// A bad setting's summary in the termination message (a Job's, or the resident guard's pod's:
-/// `kubectl describe` shows it). The path itself may be what is invalid: only the default is
-/// tried then.
+/// `kubectl describe` shows the termination message. The path itself may be what is invalid:
+/// only the default is tried then.
 fn config_failure_message(error: &str) {
     let summary = Summary {
         exit_code: exit::CONFIG,
@@ -114,10 +108,8 @@ fn config_failure_message(error: &str) {
     let _ = std::fs::write(path, summary.to_line());
 }
 
-/// `--probe live|ready`: the resident guard's exec probes. `live`: its loop touched `alive`
-/// within 90 s (every 30 s, no request: the runtime is not stuck); `ready`: its last read of the
-/// objects succeeded within two resync periods and a minute. Exit 0, else 1 with the reason;
-/// a bad setting or word, exit 2.
+/// The resident guard's exec probes: `live`, the runtime is not stuck (`alive` is touched with no
+/// request); `ready`, its last read succeeded. Exit 0, else 1 with the reason; a bad word, exit 2.
 fn probe(which: Option<&str>) -> ExitCode {
     let settings = match config::probe_settings() {
         Ok(s) => s,
@@ -195,8 +187,6 @@ async fn run(cfg: &Config) -> u8 {
     finish(cfg, &done, result)
 }
 
-/// The run's end: its summary logged and in the termination message (`status`'s verdict with
-/// it); its exit code.
 fn finish(cfg: &Config, done: &[Done], result: Result<Option<String>, Error>) -> u8 {
     let verdict = result.as_ref().ok().cloned().flatten();
     let result = result.map(|_| ());

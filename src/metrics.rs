@@ -1,8 +1,5 @@
-//! The resident guard's Prometheus metrics: OpenMetrics text on `GET /metrics` at
-//! `METRICS_PORT` (docs/monitoring.md). The values are what the one waiting loop last read and
-//! decided ([`crate::plan::monitoring::gauges`]), set by the loop after each pass and act: a
-//! scrape never sends a request to the API server, so scraping adds nothing to the guard's load
-//! on it.
+//! The resident guard's Prometheus metrics (docs/monitoring.md). The waiting loop sets them after
+//! each pass and act: a scrape sends no request to the API server.
 
 use std::convert::Infallible;
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -25,11 +22,9 @@ use crate::vocabulary::Phase;
 
 pub const PREFIX: &str = "workload_update_guard";
 
-/// OpenMetrics text, as Prometheus asks for it.
 const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// How long a connection may take to send its request's headers: a client that never does
-/// holds nothing for long.
+/// A client that never sends its request's headers holds a connection this long at most.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The gauges (name, help), in [`Gauges`]' order, then the time of the last full read.
@@ -68,15 +63,13 @@ type Labels<const N: usize> = [(&'static str, String); N];
 
 pub struct Metrics {
     registry: Registry,
-    /// [`GAUGES`], in order.
     gauges: [Gauge; 7],
     acts: Family<Labels<2>, Counter>,
 }
 
 impl Metrics {
-    /// Every metric registered, the gauges at 0, each `acts_total` series at 0 (a series that
-    /// appears only at its first act makes `increase()` miss that act). `version` and `revision`
-    /// name the running build, `chart` the chart's version (`build_info`, always 1).
+    /// Each `acts_total` series starts at 0: a series that appears only at its first act makes
+    /// `increase()` miss that act.
     pub fn new(version: &str, revision: &str, chart: &str) -> Metrics {
         let mut registry = Registry::with_prefix(PREFIX);
         let gauges = GAUGES.map(|(name, help)| {
@@ -125,13 +118,12 @@ impl Metrics {
         }
     }
 
-    /// A pass read everything, at `unix_seconds`.
     pub fn read_everything(&self, unix_seconds: i64) {
         let [.., last_read] = &self.gauges;
         last_read.set(unix_seconds);
     }
 
-    /// A run of `pre` or `post` ended, well or not (another phase has no series).
+    /// Another phase than `pre` and `post` has no series.
     pub fn acted(&self, phase: Phase, ok: bool) {
         if let Some(count) = self.acts.get(&act_labels(phase, ok)) {
             count.inc();
@@ -151,10 +143,9 @@ fn act_labels(phase: Phase, ok: bool) -> Labels<2> {
     [("phase", phase.to_string()), ("result", result.to_string())]
 }
 
-/// The resident guard's metrics, served on `port` (if set) from now on, every address: IPv6
-/// (which takes IPv4 too where the node allows it), else IPv4 alone (a pod without IPv6). A port
-/// that cannot be bound is an ERROR line, and the guard goes on guarding without metrics: its
-/// alerts then say the target is down.
+/// Every address: IPv6 (which takes IPv4 too where the node allows it), else IPv4 alone (a pod
+/// without IPv6). A port that cannot be bound is an ERROR line, and the guard goes on without
+/// metrics: its alerts then say the target is down.
 pub async fn start(port: Option<u16>, chart: &str) -> Arc<Metrics> {
     let (version, revision) = (env!("CARGO_PKG_VERSION"), crate::build::COMMIT);
     let metrics = Arc::new(Metrics::new(version, revision, chart));
@@ -177,7 +168,6 @@ pub async fn start(port: Option<u16>, chart: &str) -> Arc<Metrics> {
     metrics
 }
 
-/// Each connection on a task of its own, HTTP/1.1; a failed accept or connection is logged.
 async fn serve(listener: TcpListener, metrics: Arc<Metrics>) {
     loop {
         let stream = match listener.accept().await {
@@ -207,7 +197,6 @@ async fn serve(listener: TcpListener, metrics: Arc<Metrics>) {
     }
 }
 
-/// `GET` (or `HEAD`) `/metrics`: the text; another method there: 405; any other path: 404.
 fn respond(metrics: &Metrics, method: &Method, path: &str) -> Response<Full<Bytes>> {
     let plain = |status, body: &str| (status, "text/plain; charset=utf-8", body.to_string());
     let (status, content_type, body) = match (path, method) {

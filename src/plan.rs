@@ -1,8 +1,6 @@
 //! What to change: pure functions from the objects' current JSON to conditional JSON Patches
 //! (or nothing to do). No I/O here: `cluster` reads and writes, `runner` runs the steps.
 //!
-//! Its rooms, by subject, are listed in docs/design.md, "Layers".
-//!
 //! Every patch starts with a `test` of `/metadata/resourceVersion`, so it applies only to the exact
 //! state it was planned from (docs/design.md, "The hazards, and the answer to each"). The original
 //! value is recorded in an annotation in the same patch as the change (docs/design.md, "Record

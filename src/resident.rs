@@ -1,10 +1,6 @@
-//! The one waiting loop: the resident guard (`PHASE=watch`) and the armed `post` (`ARM=true`,
-//! stopped after one restore). Each pass reads the two objects and the upgrades (Harvester's
-//! latest Upgrade, the add-on's UpgradePlans), asks [`decide`] what now, and acts by running `pre`
-//! or `post` exactly as their Jobs do. Between passes it sleeps until a watch wakes it or the
-//! resync period passes, the request deadline's clock stopped; each pass gets the whole deadline.
-//! Nothing is kept between upgrades but what the objects say: a new pod goes on where the last
-//! one stopped.
+//! The one waiting loop, of the resident guard and of the armed `post`: read, [`decide`], act as
+//! the phases' Jobs do. Nothing is kept between upgrades but what the objects say: a new pod goes
+//! on where the last one stopped.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,13 +38,11 @@ const SAY_EVERY: Duration = Duration::from_secs(600);
 /// watches come back within about this of the API server's return.
 const WATCH_FAILING_PAUSE: Duration = Duration::from_secs(1);
 
-/// How soon a failed act is tried again (not at the resync): the cause (Fleet not ready, RBAC,
-/// the API server) is often gone within a minute, and an upgrade may be held by the policy until
-/// the suspension is in place. A `pre` that fails again costs a few requests.
+/// A failed act's cause (Fleet not ready, RBAC, the API server) is often gone within a minute,
+/// and an upgrade may be held by the policy until the suspension is in place.
 const ACT_RETRY_PAUSE: Duration = Duration::from_secs(20);
 
-/// How often the resident guard reads again what the cluster can upgrade to next, for whether it
-/// is still needed: that changes only with an upgrade or a release.
+/// What the cluster can upgrade to next changes only with an upgrade or a release.
 const OFFER_EVERY: Duration = Duration::from_secs(1800);
 
 /// How the loop runs a phase (`runner::run_phase`, which runs the armed `post` by this loop:
@@ -56,11 +50,10 @@ const OFFER_EVERY: Duration = Duration::from_secs(1800);
 pub trait RunPhase: AsyncFnMut(&mut Run<'_>) -> Result<(), Error> {}
 impl<F: AsyncFnMut(&mut Run<'_>) -> Result<(), Error>> RunPhase for F {}
 
-/// What one pass read and decided.
 struct Pass {
     decision: Decision,
     objects: Objects,
-    /// Whether the guard is still needed (the resident guard only).
+    /// `None` for the armed `post`, and where Upgrades are not served.
     retirement: Option<Retirement>,
     /// Harvester's latest Upgrade, as read (for what the guard says of its protection).
     upgrade: Option<Upgrade>,
@@ -71,7 +64,6 @@ struct Pass {
 /// The cluster's version and the releases on offer, as last read, and when.
 type Offer = (Option<String>, Vec<(String, Handling)>, Instant);
 
-/// One waiting loop: its settings, its watches and what it remembers.
 struct Loop<'a> {
     cfg: &'a Config,
     cluster: &'a Cluster,
@@ -83,15 +75,12 @@ struct Loop<'a> {
     wake: mpsc::Receiver<()>,
     /// Of Harvester's latest Upgrade and of the add-on's UpgradePlans.
     watches: [Option<Watcher>; 2],
-    /// The kind of the last decision said, and when.
     said: Option<(&'static str, Instant)>,
-    /// The resident guard's last read of the offer ([`OFFER_EVERY`]).
     offer: Option<Offer>,
     /// "No longer needed" has been said (once, until it is needed again).
     retirement_said: bool,
-    /// What the last `pre` for the upgrade under way ended with, in words.
+    /// How the last `pre` for the upgrade under way ended.
     last_pre: Option<String>,
-    /// The last act failed: tried again sooner than the resync ([`ACT_RETRY_PAUSE`]).
     act_failed: bool,
     /// The unprotected upgrade said last (once per upgrade and hold, until it is protected).
     unprotected_said: Option<UnprotectedKey>,
@@ -135,7 +124,6 @@ impl<'a> Loop<'a> {
         cfg
     }
 
-    /// One pass: the objects and the upgrade's, read with a fresh deadline, and the decision.
     async fn pass(&mut self) -> Result<Pass, Error> {
         self.cluster.restart_deadline();
         let post = self.as_phase(Phase::Post);
@@ -167,10 +155,7 @@ impl<'a> Loop<'a> {
         })
     }
 
-    /// Starts (again) the watches of what is served: Harvester's Upgrades in the KubeVirt CR's
-    /// namespace (the latest only), and the add-on's UpgradePlans (installed later, too). The
-    /// resident guard only: the armed `post` reads at its own pace (`ARM_POLL_SECONDS`), as its
-    /// Job's contract and RBAC say.
+    /// The resident guard's only: the armed `post` reads at its own pace, as its Job's RBAC says.
     fn keep_watching(&mut self, view: &View) {
         if !self.suspends {
             return;
@@ -190,9 +175,6 @@ impl<'a> Loop<'a> {
         }
     }
 
-    /// How long to wait for a wake-up before reading again: the resync; a second while a watch
-    /// fails (the server down, or back and the watch not yet replaced); [`ACT_RETRY_PAUSE`]
-    /// after a failed act.
     fn pause_for(&self, resync: Duration) -> Duration {
         if self.watches.iter().flatten().any(Watcher::failing) {
             resync.min(WATCH_FAILING_PAUSE)
@@ -203,9 +185,7 @@ impl<'a> Loop<'a> {
         }
     }
 
-    /// Acts on a decision as the phase's Job does, its summary logged: `pre` for a suspend (the
-    /// upgrade remembered once it succeeded), `post` for a restore. `true`: an act ran and
-    /// succeeded.
+    /// `true`: an act ran and succeeded.
     async fn act_on(&mut self, decision: &Decision, run: &mut impl RunPhase) -> bool {
         let (phase, why) = match decision {
             Decision::Suspend { describe, .. } => (Phase::Pre, format!("{describe} is under way")),
@@ -262,16 +242,14 @@ fn this_second() -> jiff::Timestamp {
     jiff::Timestamp::from_second(jiff::Timestamp::now().as_second()).expect("now is a time")
 }
 
-/// Touches a probe file (its mtime is what `--probe` reads). A failure is logged: the probe then
-/// fails, which is what it should say.
+/// A failure is only logged: the probe (which reads the mtime) then fails, as it should.
 fn touch(path: &std::path::Path) {
     if let Err(e) = std::fs::write(path, this_second().to_string()) {
         error!(path = %path.display(), error = %e, "cannot write the probe file");
     }
 }
 
-/// The resident guard's probe file `alive`, touched every [`ALIVE_EVERY`] by a task of its own,
-/// and its metrics (served on `METRICS_PORT`, if set).
+/// `alive` is touched by a task of its own: it says the runtime runs, whatever the reads do.
 async fn start_probes_and_metrics(cfg: &Config, settings: &crate::config::Watch) -> Arc<Metrics> {
     let alive = settings.state_dir.join("alive");
     touch(&alive);
@@ -291,7 +269,7 @@ async fn start_probes_and_metrics(cfg: &Config, settings: &crate::config::Watch)
 
 /// `PHASE=watch`: the resident guard, until SIGTERM. At an upgrade's creation it runs `pre`
 /// (which decides whether it is needed, or late); at its end (cleanup included) `post`; after a
-/// failed path-A upgrade it holds until the retry. A failed pass or act is logged and tried again.
+/// failed path-A upgrade it holds until the retry.
 pub async fn resident_guard(
     cfg: &Config,
     cluster: &Cluster,

@@ -1,6 +1,4 @@
-//! `PHASE=status`: read-only, through the planner's readers: reads the objects, Harvester's
-//! upgrades and the migrations, builds the [`Report`], prints it, and adds the armed `post`'s Job
-//! and the resident guard's last decision.
+//! `PHASE=status`: read-only; the [`Report`], the armed `post`'s Job, the guard's last word.
 
 use std::io::Write;
 
@@ -22,7 +20,7 @@ use crate::warnings::{self, Warning};
 /// The name of the armed `post`'s Job (manifests/post-armed): one at a time.
 const ARMED_JOB: &str = "workload-update-guard-post-armed";
 
-/// Runs `status`; returns its verdict, for the termination message.
+/// Returns the verdict, for the termination message.
 pub async fn status(run: &mut Run<'_>, out: &mut impl Write) -> Result<String, Error> {
     let (cfg, cluster) = (run.cfg, run.cluster);
     let kubevirt = run.kubevirt();
@@ -80,7 +78,6 @@ pub async fn status(run: &mut Run<'_>, out: &mut impl Write) -> Result<String, E
     Ok(report.verdict)
 }
 
-/// The report on stdout: its JSON, or its text and the sections after it (the build last).
 fn print(
     out: &mut impl Write,
     format: LogFormat,
@@ -95,8 +92,7 @@ fn print(
     written.map_err(|e| Error::Output(e.to_string()))
 }
 
-/// The ManagedChart as `status` read it, as far as it can be: the object, none, or why its kind
-/// is not served (without Fleet its CRD is missing).
+/// The ManagedChart, none, or why its kind is not served (without Fleet its CRD is missing).
 async fn read_chart(
     run: &Run<'_>,
 ) -> Result<Option<(Target, Result<Option<Value>, String>)>, Error> {
@@ -112,9 +108,8 @@ async fn read_chart(
     Ok(Some((target, read)))
 }
 
-/// What the upgrades say in the report: an upgrade under way unprotected comes first in the
-/// verdict; whether the guard is still needed, where Harvester's upgrades are served
-/// (elsewhere there is no release to go by).
+/// An upgrade under way unprotected comes first in the verdict. Whether the guard is still
+/// needed only where Harvester's upgrades are served: elsewhere there is no release to go by.
 fn judge_upgrades(report: &mut Report, view: &upgrades::View, objects: &Objects) {
     let kv = objects.kubevirt.as_ref();
     if let Some(v) = plan::monitoring::unprotected_verdict(kv, view.upgrade.as_ref()) {
@@ -127,8 +122,7 @@ fn judge_upgrades(report: &mut Report, view: &upgrades::View, objects: &Objects)
     });
 }
 
-/// `status`'s lines after the report, each also a step of the termination message: the armed
-/// `post`'s Job (one step) and the resident guard's last word (a step a line); the build last.
+/// Each line after the report is a step of the termination message too.
 async fn sections(run: &mut Run<'_>) -> String {
     let ns = &run.cfg.intent.keys.kubevirt.namespace;
     let armed = armed_lines(run.cluster.job(ns, ARMED_JOB).await.as_ref()).unwrap_or_default();
@@ -147,11 +141,8 @@ async fn sections(run: &mut Run<'_>) -> String {
     lines + &crate::build::line(run.cfg.chart_version.as_deref())
 }
 
-/// The resident guard's last decision, from its newest `ResidentGuardDecided` Event on the
-/// KubeVirt CR's namespace (the guard keeps nothing else): what, when, which pod. And its Warning
-/// of an upgrade under way unprotected, or of a hold after a failed upgrade, while that is its
-/// last word: newer than its last decision (a suspension that succeeds, or the upgrade's end, is
-/// a new decision).
+/// The resident guard keeps nothing but its Events: its last decision, and its last Warning
+/// while that is newer (a suspension that succeeds, or the upgrade's end, is a new decision).
 async fn resident_lines(run: &Run<'_>) -> Vec<String> {
     let (ns, cluster) = (&run.cfg.intent.keys.kubevirt.namespace, run.cluster);
     let Some((time, pod, note)) = cluster.latest_event(ns, warnings::RESIDENT).await else {
@@ -181,8 +172,7 @@ async fn resident_lines(run: &Run<'_>) -> Vec<String> {
     lines
 }
 
-/// `status`'s lines on the armed `post`'s Job: running (what it waits for, since when), ended at
-/// its bound (the suspension stays), or ended; `None`: no such Job.
+/// `None`: no such Job.
 fn armed_lines(job: Option<&Value>) -> Option<Vec<String>> {
     let job = job?;
     let text = |ptr: &str| job.pointer(ptr).and_then(Value::as_str).unwrap_or("");

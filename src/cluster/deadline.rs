@@ -1,5 +1,4 @@
-//! The run's deadline for requests ([`Deadline`]) and the one polling helper
-//! ([`Cluster::poll`]), whose sleeps between reads the deadline does not count.
+//! The run's deadline for requests, and the one polling helper.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -13,8 +12,7 @@ const POLL_INTERVAL: Duration = Duration::from_millis(250);
 const PROGRESS_EVERY: Duration = Duration::from_secs(10);
 
 /// `DEADLINE_SECONDS`: the bound of the run's requests and their retries. Its clock stops while a
-/// [`Cluster::poll`] sleeps between reads: a wait's time is bounded by the wait's own bound.
-/// `Default`: a test client's, which never passes.
+/// [`Cluster::poll`] sleeps: a wait has its own bound. `Default`: never passes (a test client's).
 #[derive(Debug, Clone, Default)]
 pub struct Deadline(Arc<Mutex<Option<Clock>>>);
 
@@ -23,7 +21,6 @@ struct Clock {
     /// `DEADLINE_SECONDS`, named by the first retry's WARN line.
     bound: Duration,
     at: Instant,
-    /// Since when its clock is stopped.
     stopped: Option<Instant>,
 }
 
@@ -61,7 +58,6 @@ impl Deadline {
         }
     }
 
-    /// Starts its clock again from now, with its whole bound.
     pub(super) fn restart(&self) {
         if let Some(c) = self.clock().as_mut() {
             c.at = Instant::now() + c.bound;
@@ -91,15 +87,13 @@ impl Deadline {
 /// What one read of a [`Cluster::poll`] came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Poll<T> {
-    /// Done: the poll returns this.
     Ready(T),
     /// Not yet: what is seen, for the progress lines and the message when the bound passes.
     Pending(String),
 }
 
 impl Cluster {
-    /// The waiting loop's pause: `d`, or until a watch wakes it (`resident`), with the request
-    /// deadline's clock stopped as in [`Cluster::poll`]. `true`: woken by a watch.
+    /// The waiting loop's pause, the deadline's clock stopped. `true`: woken by a watch.
     pub async fn pause(&self, d: Duration, wake: &mut tokio::sync::mpsc::Receiver<()>) -> bool {
         tokio::select! {
             _ = self.deadline.sleep_apart(d) => false,
@@ -107,26 +101,22 @@ impl Cluster {
         }
     }
 
-    /// Gives the run's request deadline its whole bound again, from now: the armed `post` reads
-    /// for days, and each of its reads (and the restore after them) gets `DEADLINE_SECONDS` for
-    /// its retries (an API server restarted during the control plane's upgrade), not what the
-    /// reads before it left.
+    /// The armed `post` reads for days: each read (and the restore) gets the whole deadline for its
+    /// retries (an API server restarted by the upgrade), not what the reads before it left.
     pub fn restart_deadline(&self) {
         self.deadline.restart();
     }
 
-    /// A new run of a phase in a long-lived process (the resident guard's acts, weeks apart):
-    /// its deadline from now, and none of the last run's per-run state (the migrations listed,
-    /// the Events that could not be made), which described another upgrade.
+    /// The resident guard's acts are weeks apart: none keeps the last one's per-run state (the
+    /// migrations listed, the Events not made), which described another upgrade.
     pub fn begin_run(&self) {
         self.restart_deadline();
         self.event_failures.lock().expect("not poisoned").clear();
         *self.under_way.lock().expect("not poisoned") = None;
     }
 
-    /// When the request deadline has passed, the error that says so. A run's `main` bounds the
-    /// whole run with it; the resident guard, which must outlive an API server's outage, bounds
-    /// each read and each act with it, and reads again later.
+    /// `main` bounds a whole run with it; the resident guard, which must outlive an API server's
+    /// outage, bounds each read and each act with it, and reads again later.
     pub async fn deadline_passed(&self) -> Error {
         self.deadline.passed().await;
         Error::Deadline {
@@ -135,11 +125,9 @@ impl Cluster {
         }
     }
 
-    /// The one polling helper: `read` every [`POLL_INTERVAL`] until [`Poll::Ready`], for at most
-    /// `bound`, telling `progress` the time waited and what was seen at the first "not yet" and
-    /// every [`PROGRESS_EVERY`]. The run's deadline counts the reads, not the sleeps between them.
-    /// `Ok(Err(last))`: the bound passed, with what was last seen (and a read in flight then,
-    /// cut short, says so).
+    /// The one polling helper, for at most `bound`; `progress` is told at the first "not yet"
+    /// and every `PROGRESS_EVERY`. The run's deadline counts the reads, not the sleeps.
+    /// `Ok(Err(last))`: the bound passed, with what was last seen.
     pub async fn poll<T>(
         &self,
         bound: Duration,

@@ -20,9 +20,7 @@ pub enum EventKind {
 }
 
 impl Cluster {
-    /// A warning of a phase, said where it is looked for: a WARN line (naming `target`, if
-    /// given) and a Warning Event on the KubeVirt CR (if there is one). The caller records it
-    /// in the termination message (e.g. [`crate::outcome::Done::warned`]).
+    /// A WARN line and a Warning Event; the caller records it ([`crate::context::Run::warned`]).
     pub async fn warn(&self, kubevirt: Option<&Value>, target: Option<&Target>, w: &Warning) {
         match target {
             Some(target) => warn!(object = %target, reason = w.reason, "{}", w.message),
@@ -34,15 +32,13 @@ impl Cluster {
         }
     }
 
-    /// An Event (events.k8s.io/v1) about the KubeVirt CR. Best effort: a failure is logged,
-    /// never fatal.
+    /// Best effort: a failure is logged, never fatal.
     pub async fn event(&self, kubevirt: &Value, kind: EventKind, reason: &str, note: &str) {
         self.event_about(Kind::KubeVirt, kubevirt, kind, reason, note)
             .await;
     }
 
-    /// An Event about `object` (of `about`, in its namespace): the KubeVirt CR's, or an
-    /// Upgrade's (`kubectl describe upgrade` then says why it waits). Best effort, as [`Self::event`].
+    /// On an Upgrade, `kubectl describe upgrade` then says why it waits.
     pub async fn event_about(
         &self,
         about: Kind,
@@ -102,9 +98,8 @@ impl Cluster {
         }
     }
 
-    /// The newest Event of `reason` in `namespace` (`status`: the resident guard's last decision),
-    /// as (its time, its reporting instance, its note); `None` when there is none or it may not
-    /// be read (a 403 says nothing about the guard: the report just leaves it out).
+    /// The newest Event of `reason`: its time, reporting instance and note. `None` also when it
+    /// may not be read: a 403 says nothing of the guard, `status` leaves it out.
     pub async fn latest_event(
         &self,
         namespace: &str,
@@ -123,7 +118,7 @@ impl Cluster {
         events.max_by_key(|(time, ..)| *time)
     }
 
-    /// The Events that could not be made so far (`REASON: error`), in order.
+    /// `REASON: error`, in order.
     pub fn event_failures(&self) -> Vec<String> {
         self.event_failures.lock().expect("not poisoned").clone()
     }

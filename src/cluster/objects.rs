@@ -1,5 +1,4 @@
-//! Reads, the conditional write, and lists (the migrations' page by page): the object I/O, each
-//! request through the retry layer.
+//! Reads, the conditional write, and lists: each request through the retry layer.
 
 use std::time::Duration;
 
@@ -18,7 +17,6 @@ use crate::model::{FIELD_MANAGER, Kind, Target};
 use crate::plan::migrations::{Listed, Migration};
 use crate::vocabulary::{Plan, Refusal};
 
-/// The objects of `resource` in `namespace`, or cluster-wide.
 pub(super) fn api(client: &Client, resource: &ApiResource, ns: Option<&str>) -> Api<DynamicObject> {
     match ns {
         Some(ns) => Api::namespaced_with(client.clone(), ns, resource),
@@ -26,7 +24,6 @@ pub(super) fn api(client: &Client, resource: &ApiResource, ns: Option<&str>) -> 
     }
 }
 
-/// What a list names: `kind` in `namespace`, or cluster-wide.
 fn listed(kind: Kind, namespace: Option<&str>) -> Subject {
     let namespace = namespace.unwrap_or("(cluster)").to_string();
     Subject::Listed { kind, namespace }
@@ -45,8 +42,7 @@ impl Cluster {
         )
     }
 
-    /// The object's JSON, or `None` if it does not exist. A 404 for the resource itself (no CRD)
-    /// is a permanent error.
+    /// `None`: no such object. A 404 for the resource itself (no CRD) is an error.
     pub async fn get(&self, target: &Target) -> Result<Option<Value>, Error> {
         let api = self.api(target);
         match self
@@ -78,8 +74,7 @@ impl Cluster {
         }
     }
 
-    /// Plans against `current` and writes the plan conditionally; on a conflict, reads again and
-    /// plans again, until the plan applies or there is nothing to do.
+    /// On a conflict, reads and plans again, until the plan applies or there is nothing to do.
     pub async fn converge(
         &self,
         target: &Target,
@@ -133,8 +128,7 @@ impl Cluster {
         }
     }
 
-    /// A request whose 404 says "not there" (`None`: not served, no such object); any other
-    /// failure is permanent.
+    /// A request whose 404 is `None` (not served, or no such object).
     async fn optional<T, Fut: Future<Output = Result<T, kube::Error>>>(
         &self,
         what: String,
@@ -148,9 +142,8 @@ impl Cluster {
         }
     }
 
-    /// The objects of `kind` in `namespace`, or of the cluster-scoped `kind` (`None`), with a
-    /// label selector, if any; `None` when the resource is not served (not a Harvester cluster,
-    /// no add-on). One page: there are a handful.
+    /// `None` when the resource is not served (not a Harvester cluster, no add-on). One page:
+    /// there are a handful.
     pub async fn list(
         &self,
         kind: Kind,
@@ -170,8 +163,7 @@ impl Cluster {
             .map(|list| list.items.into_iter().map(json).collect()))
     }
 
-    /// The Job `namespace/name` (`status`: the armed post's), or `None` when it is not there or
-    /// may not be read (a 403 says nothing about it: the report just leaves it out).
+    /// `None` also when it may not be read: a 403 says nothing of it, `status` leaves it out.
     pub async fn job(&self, namespace: &str, name: &str) -> Option<Value> {
         let api = api(
             &self.client,
@@ -198,8 +190,7 @@ impl Cluster {
             .is_some_and(|l| l.resources.iter().any(|r| r.name == kind.plural())))
     }
 
-    /// The `value` of Harvester's cluster-scoped `Setting` `name`; `None` when it, or the
-    /// resource, is not there (not a Harvester cluster).
+    /// `None` when it, or the resource, is not there (not a Harvester cluster).
     pub async fn harvester_setting(&self, name: &str) -> Result<Option<String>, Error> {
         let api = api(&self.client, &Kind::Setting.resource(), None);
         let subject = listed(Kind::Setting, None);
@@ -209,11 +200,9 @@ impl Cluster {
     }
 }
 
-// The workload-update migrations, read page by page in memory flat in their number (so that
-// the Jobs' 64 MiB limit holds): a large cluster holds tens of thousands of migrations (KubeVirt
-// keeps five finished ones per VMI), of which a handful are reported. Each page is parsed
-// straight into [`Listed`], which keeps four fields of an object, and only the unfinished
-// workload-update ones outlive their page. What counts as one is decided in `plan::migrations`.
+// The migrations, page by page in memory flat in their number (the Jobs' 64 MiB limit): a large
+// cluster holds tens of thousands (KubeVirt keeps five finished ones per VMI). Each page is parsed
+// straight into [`Listed`], and only the unfinished workload-update ones outlive it.
 
 /// Objects per page, as `kubectl get`'s default chunk size: a page of 2 KiB migrations is about
 /// 1 MiB of JSON, held twice at most while it is parsed (kube reads the body, then copies it
@@ -228,13 +217,11 @@ pub const UNDER_WAY_WITHIN: Duration = Duration::from_secs(10);
 const RESTARTS: usize = 3;
 
 impl Cluster {
-    /// The unfinished workload-update migrations in all namespaces (`status`, and `pre`'s
-    /// warnings through [`Cluster::migrations_under_way`]), [`MIGRATIONS_PAGE`] at a time.
+    /// The unfinished workload-update migrations in all namespaces.
     pub async fn list_migrations(&self) -> Result<Vec<Migration>, Error> {
         self.list_migrations_by(MIGRATIONS_PAGE).await
     }
 
-    /// As [`Cluster::list_migrations`], `limit` objects a page, each parsed as it is read.
     pub async fn list_migrations_by(&self, limit: u32) -> Result<Vec<Migration>, Error> {
         let url = DynamicObject::url_path(&Kind::Migration.resource(), None);
         let mut out = Vec::new();
@@ -274,9 +261,7 @@ impl Cluster {
         }
     }
 
-    /// `pre`'s list of the unfinished workload-update migrations, at most [`UNDER_WAY_WITHIN`],
-    /// made once per run: a late `pre` names them before its writes (its late warning) and
-    /// after them (the migrations' own warning), and the second takes the first's answer, as a
+    /// Listed once per run: a late `pre` names them before its writes and after them, and a
     /// second list of a large cluster would cost as much again to say the same.
     pub async fn migrations_under_way(&self) -> Result<Vec<Migration>, String> {
         if let Some(known) = self.under_way.lock().expect("not poisoned").clone() {

@@ -1,6 +1,4 @@
-//! The one retry layer: transient errors retried with `backon` (jittered, at most
-//! [`MAX_BACKOFF`] apart) until the run's deadline drops the request; what an error is
-//! ([`classify`]); and the error for a request that failed for good.
+//! The one retry layer: transient errors ([`classify`]) retried until the run's deadline.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -12,7 +10,6 @@ use tracing::warn;
 use super::{Cluster, one_line};
 use crate::error::{Error, Subject, with_causes};
 
-/// How an API error is handled.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Class {
     Transient,
@@ -66,7 +63,6 @@ impl LastError {
     pub fn set(&self, e: String) {
         *self.0.lock().expect("not poisoned") = Some(e);
     }
-    /// The last transient error, if any was seen.
     pub fn peek(&self) -> Option<String> {
         self.0.lock().expect("not poisoned").clone()
     }
@@ -100,7 +96,6 @@ fn jitter_seed() -> u64 {
     std::hash::RandomState::new().hash_one((std::process::id(), now))
 }
 
-/// The first retry's WARN message: what bounds the retries, and what happens then.
 pub fn first_retry(deadline: Option<Duration>) -> String {
     let value = deadline.map(|d| format!("={}", d.as_secs()));
     let bound = format!("DEADLINE_SECONDS{}", value.unwrap_or_default());
@@ -111,7 +106,6 @@ pub fn first_retry(deadline: Option<Duration>) -> String {
 }
 
 impl Cluster {
-    /// Runs one request, retrying transient failures until the run's deadline drops it.
     pub(super) async fn call<T, F, Fut>(&self, what: &str, f: F) -> Result<T, kube::Error>
     where
         F: FnMut() -> Fut,
@@ -134,7 +128,6 @@ impl Cluster {
             .await
     }
 
-    /// The error for a request that failed for good.
     pub(super) fn permanent(&self, subject: Subject, e: kube::Error) -> Error {
         if let Some(tls) = tls_failure(&e) {
             return Error::Client {

@@ -1,15 +1,12 @@
-//! The watches of the waiting loop (`resident`): kube's watcher on Harvester's latest Upgrade and
-//! on the add-on's UpgradePlans. It keeps no objects: each change only wakes the loop, which reads
-//! what it decides on, so memory does not grow with the cluster. A watch the server refuses for
-//! good (403, or the resource no longer served) ends and says so once; the loop's periodic read
-//! takes over and starts it again when the resource is served.
+//! The waiting loop's watches keep no objects: each change only wakes the loop, which reads what
+//! it decides on, so memory does not grow with the cluster. A watch refused for good (403, or the
+//! resource no longer served) ends; the loop's periodic read starts it again once served.
 //!
 //! After an API server's outage (every Harvester upgrade restarts it on each server node), kube's
 //! default backoff (0.8 s doubling to 30 s) would resume tens of seconds after the server is
 //! back: the watcher backs off with the one retry layer's policy instead (at most 2 s between
 //! attempts). A list or watch sent to a server still starting can hang, though, which no backoff
-//! sees: so a watch that errs says so (`failing`, and one wake-up); the loop then reads again
-//! within a second, and replaces the failing watch by a new one as soon as a read succeeds.
+//! sees: so a watch that errs says so (`failing`, one wake-up), and the loop replaces it.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -33,7 +30,7 @@ pub struct Watcher {
 }
 
 impl Watcher {
-    /// Whether it still runs (not refused for good).
+    /// Not refused for good.
     pub fn alive(&self) -> bool {
         !self.task.is_finished()
     }
@@ -50,9 +47,7 @@ impl Drop for Watcher {
 }
 
 impl Cluster {
-    /// Watches `kind` (in `namespace`, or cluster-wide; with a label selector), sending `()` on
-    /// `wake` for every change (a full channel already holds a wake-up: nothing is lost). Ends
-    /// when the watch is refused for good (403, 404: the loop then reads periodically).
+    /// A full `wake` channel already holds a wake-up: nothing is lost.
     pub fn watch(
         &self,
         kind: Kind,
@@ -71,8 +66,6 @@ impl Cluster {
     }
 }
 
-/// Wakes the loop on what a watch says (see the module's comment); ends when the watch is
-/// refused for good.
 async fn wake_on_events(
     mut events: BoxStream<'static, watcher::Result<Event<DynamicObject>>>,
     kind: Kind,
@@ -100,8 +93,7 @@ async fn wake_on_events(
                 }
             }
             Err(e) => {
-                // The first error after a success wakes the loop once, which then reads often
-                // until this watch is replaced (see the module's comment).
+                // Once per failing spell: the loop then reads often until it replaces this watch.
                 if !erring.swap(true, Relaxed) {
                     wake_up();
                 }

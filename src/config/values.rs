@@ -1,5 +1,4 @@
-//! The types of the variables' values. Each reads its text and, when it refuses it, says what it
-//! accepts; `config::read_env` names the variable and the value before that.
+//! The variables' types: a text refused says what it accepts, `config::read_env` which variable.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -7,8 +6,7 @@ use std::time::Duration;
 use serde::de::IntoDeserializer;
 use serde::{Deserialize, Deserializer};
 
-/// A whole number of seconds from `MIN` to `MAX`: every `*_SECONDS` variable, its range
-/// declared with its field.
+/// Every `*_SECONDS` variable, its range declared with its field.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(try_from = "String")]
 pub struct Seconds<const MIN: u64, const MAX: u64>(pub Duration);
@@ -24,8 +22,7 @@ impl<const MIN: u64, const MAX: u64> TryFrom<String> for Seconds<MIN, MAX> {
     }
 }
 
-/// Value types, each `$name($inner)` read from the text by `$read` (`None`: refused, with
-/// `$accepts`).
+/// `$read` returns `None` for a text refused, which is then said with `$accepts`.
 macro_rules! read_from_text {
     ($($(#[$doc:meta])* $name:ident($inner:ty), $accepts:literal, $read:expr;)*) => {$(
         $(#[$doc])*
@@ -45,20 +42,17 @@ macro_rules! read_from_text {
 }
 
 read_from_text! {
-    /// A boolean: true or false, 1 or 0, yes or no, in any case.
     Flag(bool), "true or false (also 1/0, yes/no)",
     |text| match text.to_ascii_lowercase().as_str() {
         "true" | "1" | "yes" => Some(true),
         "false" | "0" | "no" => Some(false),
         _ => None,
     };
-    /// A namespace's name: an RFC 1123 label.
     Namespace(String), "a namespace name (RFC 1123 label: a-z, 0-9, '-', at most 63)",
     |text| is_label(&text).then_some(text);
-    /// An object's name: an RFC 1123 subdomain, labels joined by '.', at most 253 characters.
     Name(String), "an object name (RFC 1123 subdomain: a-z, 0-9, '-', '.')",
     |text| (text.len() <= 253 && text.split('.').all(is_label)).then_some(text);
-    /// `FALLBACK_METHODS`: distinct LiveMigrate and Evict, in the order given; blank: none.
+    /// In the order given.
     Methods(Option<Vec<String>>), "a comma-separated list of distinct LiveMigrate and Evict, or empty",
     |text| {
         let list: Vec<String> = text.split(',').map(|m| m.trim().into()).collect();
@@ -66,15 +60,13 @@ read_from_text! {
         let valid = unique && list.iter().all(|m| m == "LiveMigrate" || m == "Evict");
         if text.trim().is_empty() { Some(None) } else { valid.then_some(Some(list)) }
     };
-    /// An absolute path.
     AbsolutePath(PathBuf), "an absolute path",
     |text| text.starts_with('/').then(|| text.into());
-    /// The metrics' TCP port; 0: none.
     Port(Option<u16>), "a TCP port from 1 to 65535, or 0 (no metrics)",
     |text| text.parse().ok().map(|port| (port != 0).then_some(port));
 }
 
-/// RFC 1123 label: a-z, 0-9 and '-', not at either end, at most 63 characters.
+/// An RFC 1123 label.
 fn is_label(s: &str) -> bool {
     (1..=63).contains(&s.len())
         && s.bytes()
@@ -83,7 +75,6 @@ fn is_label(s: &str) -> bool {
         && !s.ends_with('-')
 }
 
-/// An optional value: the empty text is `None`, any other is read as `T`.
 pub fn empty_is_none<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
     d: D,
 ) -> Result<Option<T>, D::Error> {

@@ -1,5 +1,4 @@
-//! The armed `post` (`ARM=true`): the waiting loop run before `post`'s gate, stopped after one
-//! restore. It reads at its own pace (`ARM_POLL_SECONDS`), watches nothing, and never suspends.
+//! The armed `post` reads at its own pace (`ARM_POLL_SECONDS`), watches nothing, never suspends.
 
 use tokio::time::Instant;
 use tracing::info;
@@ -12,10 +11,9 @@ use crate::plan::ownership::anything_of_ours;
 use crate::plan::watch_decision::Decision;
 use crate::vocabulary::Objects;
 
-/// The armed `post` (`ARM=true`): before its gate, waits for the next upgrade to begin and end
-/// (cleanup included; held after a failed path-A upgrade), then returns with the objects read
-/// again, for `post` to restore; at once when nothing of ours is left. Past `ARM_WAIT_SECONDS`:
-/// exit 9, nothing written. Not armed: nothing.
+/// Before `post`'s gate: waits for the next upgrade to begin and end (cleanup included; held
+/// after a failed path-A upgrade), then returns with the objects read again, for `post` to
+/// restore. Past `ARM_WAIT_SECONDS`: exit 9, nothing written.
 pub async fn armed(run: &mut Run<'_>, objects: &mut Objects) -> Result<(), Error> {
     let (cfg, cluster) = (run.cfg, run.cluster);
     let Some(arm) = cfg.arm else {

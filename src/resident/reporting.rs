@@ -1,9 +1,4 @@
-//! What the waiting loop tells: its decisions (in the log, and Events when they change), whether
-//! the resident guard is still needed (the offer read again when it is due and the cluster is
-//! quiet; "no longer needed" said once), the metrics' values after a pass (and a failed act), and
-//! an unprotected upgrade's Warning, said once per change. The answers are decided in
-//! [`crate::plan::watch_decision`], [`crate::plan::retirement::still_needed`] and
-//! [`crate::plan::monitoring`]; this is their I/O.
+//! The waiting loop's I/O for what `plan::watch_decision`, `retirement` and `monitoring` decide.
 
 use tokio::time::Instant;
 use tracing::info;
@@ -52,9 +47,8 @@ impl Loop<'_> {
         }
     }
 
-    /// The resident guard: whether it is still needed, the offer read again when it is due and
-    /// the cluster is quiet (no upgrade under way, nothing of ours: otherwise the answer is
-    /// "needed" whatever the offer says).
+    /// The offer is read again only when due and the cluster is quiet: otherwise (an upgrade
+    /// under way, something of ours) the guard is needed whatever the offer says.
     pub(super) async fn retirement(
         &mut self,
         view: &View,
@@ -79,8 +73,7 @@ impl Loop<'_> {
         Ok(Some(needed))
     }
 
-    /// Says "no longer needed" once (a log line and a Normal Event on the KubeVirt CR), and
-    /// "needed again" in the log if that changes.
+    /// "No longer needed" is said once, with a Normal Event; "needed again" in the log only.
     pub(super) async fn say_retirement(&mut self, pass: &Pass) {
         let Some(r) = &pass.retirement else {
             return;
@@ -103,9 +96,8 @@ impl Loop<'_> {
         }
     }
 
-    /// What a pass (and the act after it, if it failed) leaves the metrics saying; an upgrade
-    /// under way unprotected is said once (a WARN line, Warning Events on the Upgrade and on
-    /// the KubeVirt CR) and again only when it changes (another Upgrade, the hold on or off).
+    /// The metrics after a pass (and a failed act); an upgrade under way unprotected is warned
+    /// of once, and again only when that changes (another Upgrade, the hold on or off).
     pub(super) async fn report(&mut self, pass: &Pass) {
         let Some(metrics) = &self.metrics else {
             return;
