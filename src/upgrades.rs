@@ -108,7 +108,7 @@ pub async fn read(cluster: &Cluster, cfg: &Config) -> Result<View, Error> {
     })
 }
 
-/// The resident guard's read of what the cluster can upgrade to next (for [`retirement`]): its
+/// The resident guard's read of what the cluster can upgrade to next (for [`crate::plan::retirement`]): its
 /// own version and the releases on offer; nothing where Harvester's resources are not served.
 pub async fn read_offer(
     cluster: &Cluster,

@@ -157,7 +157,7 @@ pub struct Upgrade {
     #[serde(skip)]
     pub created: Option<Timestamp>,
     /// When it ended: the later of its `Completed` condition's time (set True or False at the
-    /// end: [`condition_time`]) and its `deletionTimestamp`. An upgrade that ended after a
+    /// end: `condition_time`) and its `deletionTimestamp`. An upgrade that ended after a
     /// suspension was recorded was under way then: the one to await.
     #[serde(skip)]
     pub ended: Option<Timestamp>,

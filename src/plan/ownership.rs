@@ -224,7 +224,7 @@ fn owned_fields(fields: &Value, prefix: &str, out: &mut Vec<String>) {
 }
 
 /// `post`'s last write on an object: the restored fields given back to the owners they had
-/// before `pre` (as [`note_return`] noted them), and our `managedFields` entries removed, so that
+/// before `pre` (as `note_return` noted them), and our `managedFields` entries removed, so that
 /// no claim of ours outlives the suspension: the restore made us an owner, and a later Helm-4
 /// apply that changes the field would conflict with us (docs/design.md, "Field ownership"). It
 /// is a write of its own, after the restore: the server takes a write whose only change is to

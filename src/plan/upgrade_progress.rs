@@ -219,7 +219,7 @@ pub fn awaited_since(u: &Upgrade, since: Timestamp) -> bool {
     awaits(u.created, upgrade_under_way(u), u.ended, since)
 }
 
-/// The upgrade, in words, that a suspension recorded at `since` awaits ([`awaits`]).
+/// The upgrade, in words, that a suspension recorded at `since` awaits (`awaits`).
 pub fn begun(upgrade: Option<&Upgrade>, plans: &[PlanView], since: Timestamp) -> Option<String> {
     let plan = plans
         .iter()
