@@ -184,6 +184,7 @@ check "building the previous release" step "building the previous release's imag
 times+=("the previous release's image and chart: $((SECONDS - start)) s")
 check "cargo fmt --check" step "cargo fmt --check" cargo fmt --check
 check "cargo clippy" step "cargo clippy (builds the tests too)" cargo clippy --all-targets --all-features -- -D warnings
+check "cargo doc" step "cargo doc (no broken or private links)" env RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --lib
 # The end-to-end suites (the node, the registry) run beside all the others: they wait mostly on
 # the kubelet and containerd, the others on their own API servers, so that the two share the 2
 # cores instead of taking turns (the run is their sum otherwise).
