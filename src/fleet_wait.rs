@@ -13,9 +13,8 @@ use crate::plan::fleet_status::{self, Wait, Waited};
 use crate::vocabulary::Objects;
 use crate::warnings::{CONFLICT, Warning};
 
-/// `read`: the ManagedChart before our first write of its spec. A rerun `pre` that wrote nothing
-/// waits too while our records are on the chart: a Complete `pre` means "Fleet has applied the
-/// suspension".
+/// `read`: the ManagedChart before our first write of its spec. A rerun `pre` waits too while our
+/// records are on the chart: a Complete `pre` means "Fleet has applied the suspension".
 pub async fn wait(run: &mut Run<'_>, read: Option<&Value>, left: &Objects) -> Result<(), Error> {
     let (cfg, intent) = (run.cfg, &run.cfg.intent);
     let target = intent.keys.target(Kind::ManagedChart);
@@ -42,8 +41,7 @@ pub async fn wait(run: &mut Run<'_>, read: Option<&Value>, left: &Objects) -> Re
         }
         Wait::For { after } => after,
     };
-    // A claim that Fleet's deploy will conflict with is said at once, with how to release it (a
-    // wait that runs out names it again).
+    // A claim Fleet's deploy will conflict with is said at once (a wait that runs out repeats it).
     let kv = match (kubevirt, intent.keys.target(Kind::KubeVirt)) {
         (Some(kv), _) => Some(kv.clone()),
         (None, Some(t)) => run.cluster.get(&t).await.ok().flatten(),

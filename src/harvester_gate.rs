@@ -48,8 +48,7 @@ pub async fn before_pre(run: &mut Run<'_>, objects: &mut Objects) -> Result<bool
         note(&mut notes, line);
     }
     let ours = anything_of_ours(objects);
-    // Another suspender's `[]` is never an original: what it stands in for is (else `post`
-    // would put that `[]` back: updates off for good).
+    // Another suspender's `[]` is no original (`post` would put it back: updates off for good).
     let foreign = match kv {
         Some(kv) if !ours => {
             let chart = objects.chart.as_ref();
@@ -135,9 +134,8 @@ fn nothing_written(run: &mut Run<'_>, objects: &Objects, actions: Vec<String>) {
     }
 }
 
-/// Waits while an upgrade is under way (any release: updates turned on mid-upgrade start the wave
-/// the guard exists to prevent) or its cleanup may still write the methods; one bound for the
-/// whole wait (`HARVESTER_CLEANUP_WAIT_SECONDS`), past it exit 7, nothing written.
+/// Waits while an upgrade is under way (updates turned on mid-upgrade start the wave the guard
+/// exists to prevent) or its cleanup may still write the methods; one bound for all, then exit 7.
 pub async fn before_post(run: &mut Run<'_>, objects: &mut Objects) -> Result<(), Error> {
     let (cfg, cluster) = (run.cfg, run.cluster);
     let ours = anything_of_ours(objects);

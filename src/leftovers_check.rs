@@ -1,5 +1,4 @@
-//! What a phase leaves, said after its steps (docs/design.md, "What a phase skips"), each as a
-//! warning in the termination message, a WARN line and a Warning Event on the KubeVirt CR.
+//! What a phase leaves, said after its steps (docs/design.md, "What a phase skips").
 
 use serde_json::Value;
 use tracing::info;
@@ -14,7 +13,6 @@ use crate::plan::pre_advice::names;
 use crate::vocabulary::{Objects, Phase};
 use crate::warnings::{EVENTS_NOT_RECORDED, MIGRATIONS_UNDER_WAY, SKIPPED_NOT_CHECKED, Warning};
 
-/// The objects the phase skips: a step off, or, with no ManagedChart name, the default one.
 pub async fn read_skipped(run: &mut Run<'_>) -> Objects {
     let (cfg, intent) = (run.cfg, &run.cfg.intent);
     let mut read = Objects::default();

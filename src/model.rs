@@ -70,7 +70,6 @@ pub enum Kind {
 }
 
 impl Kind {
-    /// Its apiVersion, kind name and plural, one row per kind.
     fn row(self) -> (&'static str, &'static str, &'static str) {
         match self {
             Kind::KubeVirt => ("kubevirt.io/v1", "KubeVirt", "kubevirts"),

@@ -1,5 +1,4 @@
-//! Runs a phase: read, plan the whole phase, write step by step ([`Cluster::converge`] plans again
-//! on a conflict). Nothing is written unless every plan of the phase can be made.
+//! Runs a phase: read, plan the whole phase, write step by step ([`Cluster::converge`]).
 
 use std::io::Write as Output;
 
@@ -93,8 +92,7 @@ async fn write_steps(
         if step.write == Write::Release && skip_release() {
             continue;
         }
-        // A dry run's patch that cannot be printed fails the run (exit 3), once this step is
-        // recorded as done.
+        // A dry run's patch that cannot be printed fails the run (exit 3), the step recorded.
         let mut printed = Ok(());
         let (outcome, plan, object) =
             match write_step(cfg, cluster, &step, current, objects).await? {
@@ -171,7 +169,6 @@ fn already_as_wanted(target: &Target, outcome: Outcome, plan: &Plan, done: &[Don
     info!(object = %target, actions = ?actions, "already as wanted: nothing to write");
 }
 
-/// The error: a dry-run patch that stdout did not take.
 async fn after_write(
     cfg: &Config,
     cluster: &Cluster,
@@ -220,10 +217,8 @@ async fn after_write(
     printed
 }
 
-/// `FAILPOINTS=after-write-managedchart=return` (or `-kubevirt`): SIGKILL right after the first
-/// write of that object; `...=1*off->return` after the second (`post`'s release); `...=sleep(3000)`
-/// pauses there. `pause-after-write=return(6000)` pauses on the runtime after every write, so a
-/// SIGTERM is answered at once as in a real run (a failpoint's `sleep(...)` blocks the runtime).
+/// `FAILPOINTS` (docs/testing.md): `after-write-<kind>` kills or pauses after that write;
+/// `pause-after-write` sleeps on the runtime, as a failpoint's `sleep(...)` would block SIGTERM.
 #[cfg(feature = "failpoints")]
 async fn failpoints_after_write(kind: Kind) {
     let name = format!("after-write-{}", kind.name().to_lowercase());
@@ -240,8 +235,7 @@ async fn failpoints_after_write(kind: Kind) {
     }
 }
 
-/// `FAILPOINTS=skip-release=return` runs `post` without its release writes,
-/// the control case of the lifetime tests (a claim left behind must make them fail).
+/// `FAILPOINTS=skip-release=return`: `post` without its release, the lifetime tests' control case.
 #[cfg(feature = "failpoints")]
 fn skip_release() -> bool {
     fail::fail_point!("skip-release", |_| true);

@@ -1,5 +1,4 @@
-//! The one read of the cluster's upgrades, for the gate around a phase, `status` and the waiting
-//! loop alike; the answers (under way, must `post` wait, still needed) are in [`crate::plan`].
+//! The one read of the cluster's upgrades, for the gate, `status` and the waiting loop alike.
 
 use crate::cluster::Cluster;
 use crate::config::Config;
@@ -79,8 +78,7 @@ pub async fn read(cluster: &Cluster, cfg: &Config) -> Result<View, Error> {
         true => cluster.harvester_setting(SERVER_VERSION).await?,
         false => None,
     };
-    // `status`'s read-only RBAC does not read UpgradePlans, only whether they are served (the
-    // add-on is installed).
+    // `status`'s read-only RBAC reads no UpgradePlan, only whether they are served (installed).
     let (plans, plans_served) = match cfg.intent.phase {
         Phase::Pre | Phase::Post => {
             let plans = cluster.list(Kind::UpgradePlan, None, None).await?;

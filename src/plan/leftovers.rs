@@ -1,6 +1,5 @@
 //! What a phase leaves of ours where it was told not to go: a `post` that skips an object leaves
-//! a half-restored state (Fleet's next deploy renders pre's `[]` again), so it says so, with the
-//! command that finishes the job.
+//! it half-restored (Fleet's next deploy renders pre's `[]` again), so it says how to finish.
 //!
 //! With `MANAGEDCHART_NAME` empty, the default `fleet-local/harvester` is read: the one a `pre`
 //! with the defaults writes, which both ServiceAccounts may `get` already (the records on the CR

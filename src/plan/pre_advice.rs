@@ -1,5 +1,4 @@
-//! What `pre` says of the coming upgrade before it writes (`status` too): whether it is needed at
-//! all, and whether it comes late.
+//! What `pre` says of the coming upgrade before it writes (`status` too): is it needed, is it late.
 
 use serde::Serialize;
 use serde_json::Value;
@@ -13,13 +12,9 @@ use super::upgrade_progress::upgrade_under_way as under_way;
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "kind", rename_all = "camelCase")]
 pub enum Coming {
-    /// The latest Harvester Upgrade, under way, and its `spec.version`.
     Upgrade { describe: String, version: String },
-    /// The one release on offer (a `Version` newer than the cluster's own).
     Offered { version: String },
-    /// An upgrade by the upgrade-manager add-on (an `UpgradePlan` under way).
     AddOn { plan: String, version: String },
-    /// Not known: no upgrade under way, and none or several releases on offer.
     Unknown { on_offer: Vec<String> },
 }
 
@@ -181,15 +176,13 @@ pub fn names(list: &[Migration]) -> String {
 /// `pre`'s decision before any write.
 #[derive(Debug, Clone, PartialEq)]
 pub enum PreGate {
-    /// Go on; with notes on the Upgrade, if there is one.
     Proceed(Vec<String>),
     /// Harvester's upgrade suspended the updates and will restore them itself: recording its `[]`
     /// as the original would turn them off for good (`post` would put `[]` back after its cleanup).
     LeaveToHarvester(String),
 }
 
-/// `ours`: a rerun keeps its own suspension. `methods`: with `foreign`, the original in place of
-/// another suspender's `[]`.
+/// `ours`: a rerun keeps its suspension; `methods`, with `foreign`: another suspender's original.
 pub fn pre_gate(
     upgrade: Option<&Upgrade>,
     ours: bool,
