@@ -1,5 +1,4 @@
-//! Waiting for Fleet after a phase (docs/design.md, "Waiting for Fleet"): a phase that changed the
-//! ManagedChart's deployed spec fails (exit 8) when Fleet reports an error or the bound passes.
+//! The wait for Fleet after a phase (docs/design.md, "Waiting for Fleet"); exit 8 if not applied.
 
 use serde_json::Value;
 use tracing::info;

@@ -1,5 +1,4 @@
-//! Harvester's own upgrade around a phase (docs/design.md, "Harvester's own handling"): one read
-//! ([`crate::upgrades`]), one decision ([`crate::plan::pre_advice`], [`post_must_wait`]), acted on.
+//! Harvester's own upgrade around a phase (docs/design.md, "Harvester's own handling").
 
 use serde_json::Value;
 use tracing::info;

@@ -54,8 +54,7 @@ async fn change(run: &mut Run<'_>, out: &mut impl Output) -> Result<(), Error> {
         _ => before_post(run, &mut objects).await.map(|()| true)?,
     };
     let read = objects.chart.clone();
-    // With ALLOW_MISSING, a `pre` without the KubeVirt CR has nothing to guard: it writes
-    // nothing at all, not even the ManagedChart.
+    // ALLOW_MISSING: a `pre` without the KubeVirt CR writes nothing, not even the ManagedChart.
     if write
         && intent.phase == Phase::Pre
         && intent.steps.kubevirt
@@ -67,8 +66,7 @@ async fn change(run: &mut Run<'_>, out: &mut impl Output) -> Result<(), Error> {
         run.push(Done::noted(target, vec![left.into()]));
     }
     if write {
-        // The whole phase is planned first only to refuse a malformed object before any write;
-        // each step is planned again against the object as the previous write left it.
+        // The whole phase is planned first only to refuse a malformed object before any write.
         plan::plan_phase(intent, &objects)?;
         write_steps(run, &mut objects, out).await?;
     }
@@ -92,7 +90,7 @@ async fn write_steps(
         if step.write == Write::Release && skip_release() {
             continue;
         }
-        // A dry run's patch that cannot be printed fails the run (exit 3), the step recorded.
+        // A dry run's patch that cannot be printed fails the run (exit 3) after the step's record.
         let mut printed = Ok(());
         let (outcome, plan, object) =
             match write_step(cfg, cluster, &step, current, objects).await? {

@@ -48,8 +48,7 @@ impl View {
     }
 }
 
-/// In the KubeVirt CR's namespace, where Harvester keeps its Upgrades and Versions. A resource
-/// that is not served is no Harvester: an empty view.
+/// Upgrades and Versions sit in the KubeVirt CR's namespace; a kind not served means no Harvester.
 pub async fn read(cluster: &Cluster, cfg: &Config) -> Result<View, Error> {
     let ns = &cfg.intent.keys.kubevirt.namespace;
     let selector = format!("{LATEST_LABEL}=true");
@@ -111,5 +110,4 @@ pub async fn read_offer(
     Ok((current, on_offer))
 }
 
-/// Harvester's own version, a cluster-scoped `Setting`.
 const SERVER_VERSION: &str = "server-version";

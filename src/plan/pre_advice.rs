@@ -99,7 +99,6 @@ pub fn advise(coming: &Coming, methods: &Option<Value>) -> Advice {
     }
 }
 
-/// `default`: the methods are `[LiveMigrate]`.
 fn unknown(on_offer: &[String], default: bool) -> Advice {
     let offer = match on_offer {
         [] => "no release on offer".to_string(),
@@ -198,9 +197,9 @@ pub fn pre_gate(
             "{it} is under way: post waits for its cleanup before it restores"
         )]);
     }
-    // v1.8.0 keeps no backup: its `[]` is its suspension and its cleanup writes `[LiveMigrate]`
-    // (recorded, that `[]` would be put back over the restore), which restores a `foreign`
-    // original itself when that is `[LiveMigrate]`.
+    // v1.8.0 keeps no backup: its `[]` is its suspension (recorded, `post` would put it back over
+    // its cleanup's `[LiveMigrate]`), and that cleanup restores a `foreign` original itself when
+    // the original is `[LiveMigrate]`.
     let restores_it = foreign && methods.as_ref() == Some(&blind_value());
     if u.handling() == Handling::PatchAndHardCodedRestore && (is_suspended(methods) || restores_it)
     {
