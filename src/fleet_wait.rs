@@ -1,7 +1,4 @@
-//! Waiting for Fleet after a phase (docs/design.md, "Waiting for Fleet"): once `pre` or `post`
-//! has changed the ManagedChart's deployed spec, it ends only when Fleet reports that change
-//! applied, and fails (exit 8) when Fleet reports an error or the bound passes. The decisions
-//! are in `plan::fleet_status`.
+//! The wait for Fleet after a phase (docs/design.md, "Waiting for Fleet"); exit 8 if not applied.
 
 use serde_json::Value;
 use tracing::info;
@@ -15,10 +12,8 @@ use crate::plan::fleet_status::{self, Wait, Waited};
 use crate::vocabulary::Objects;
 use crate::warnings::{CONFLICT, Warning};
 
-/// `read`: the ManagedChart as read at the start of the phase (the observedGeneration before our
-/// first write of the spec); `left`: the objects as the phase left them. A `pre` that wrote
-/// nothing to the spec (a rerun) waits the same way for the current generation when our records
-/// are on the chart, so that a Complete `pre` always means "Fleet has applied the suspension".
+/// `read`: the ManagedChart before our first write of its spec. A rerun `pre` waits too while our
+/// records are on the chart: a Complete `pre` means "Fleet has applied the suspension".
 pub async fn wait(run: &mut Run<'_>, read: Option<&Value>, left: &Objects) -> Result<(), Error> {
     let (cfg, intent) = (run.cfg, &run.cfg.intent);
     let target = intent.keys.target(Kind::ManagedChart);
@@ -45,8 +40,7 @@ pub async fn wait(run: &mut Run<'_>, read: Option<&Value>, left: &Objects) -> Re
         }
         Wait::For { after } => after,
     };
-    // A claim that Fleet's deploy will conflict with is said at once, with how to release it (a
-    // wait that runs out names it again).
+    // A claim Fleet's deploy will conflict with is said at once (a wait that runs out repeats it).
     let kv = match (kubevirt, intent.keys.target(Kind::KubeVirt)) {
         (Some(kv), _) => Some(kv.clone()),
         (None, Some(t)) => run.cluster.get(&t).await.ok().flatten(),
@@ -66,7 +60,6 @@ pub async fn wait(run: &mut Run<'_>, read: Option<&Value>, left: &Objects) -> Re
     poll_until_applied(run, kubevirt, target, after, &conflicts).await
 }
 
-/// The wait itself, until Fleet has applied generation `after`, reports an error, or time is up.
 async fn poll_until_applied(
     run: &mut Run<'_>,
     kubevirt: Option<&Value>,

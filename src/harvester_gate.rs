@@ -1,8 +1,4 @@
-//! Harvester's own upgrade around a phase (docs/design.md, "Harvester's own handling"): before
-//! the phase writes, `pre` leaves a suspension that Harvester holds a backup of to Harvester (or
-//! stands aside where it is not needed), and `post` waits while an upgrade is under way or its
-//! cleanup pending. Each reads ([`crate::upgrades`]), decides ([`crate::plan::pre_advice`],
-//! [`crate::plan::upgrade_progress`]) and acts, once.
+//! Harvester's own upgrade around a phase (docs/design.md, "Harvester's own handling").
 
 use serde_json::Value;
 use tracing::info;
@@ -26,20 +22,17 @@ use crate::warnings::{
     Warning,
 };
 
-/// A warning on the KubeVirt CR's row: a WARN line and its Event on the CR.
 async fn warn(run: &mut Run<'_>, kubevirt: Option<&Value>, reason: &'static str, message: String) {
     run.warned(kubevirt, None, Warning { reason, message })
         .await;
 }
 
-/// A line said (INFO) and kept for the KubeVirt CR's row.
 fn note(notes: &mut Vec<String>, line: String) {
     info!("{line}");
     notes.push(line);
 }
 
-/// `pre`, before its writes: `false` when Harvester's upgrade already holds the suspension, or
-/// `pre` is not needed: nothing is written (each read object's row says why).
+/// `false`: `pre` writes nothing (Harvester's upgrade holds the suspension, or it is not needed).
 pub async fn before_pre(run: &mut Run<'_>, objects: &mut Objects) -> Result<bool, Error> {
     let view = upgrades::read(run.cluster, run.cfg).await?;
     let (kv, upgrade) = (objects.kubevirt.as_ref(), view.upgrade.as_ref());
@@ -54,8 +47,7 @@ pub async fn before_pre(run: &mut Run<'_>, objects: &mut Objects) -> Result<bool
         note(&mut notes, line);
     }
     let ours = anything_of_ours(objects);
-    // Another suspender's `[]` is never an original: what it stands in for is (else `post`
-    // would put that `[]` back: updates off for good).
+    // Another suspender's `[]` is no original (`post` would put it back: updates off for good).
     let foreign = match kv {
         Some(kv) if !ours => {
             let chart = objects.chart.as_ref();
@@ -85,8 +77,7 @@ pub async fn before_pre(run: &mut Run<'_>, objects: &mut Objects) -> Result<bool
     }
 }
 
-/// `pre` past Harvester's gate: whether it is needed for the coming release (else it stands
-/// aside: `false`, with a Normal Event), and whether it comes late.
+/// `false`: not needed for the coming release (a Normal Event says so).
 async fn proceed(
     run: &mut Run<'_>,
     objects: &Objects,
@@ -134,7 +125,6 @@ async fn proceed(
     true
 }
 
-/// `pre` writes nothing: each object it read gets a row with `actions`.
 fn nothing_written(run: &mut Run<'_>, objects: &Objects, actions: Vec<String>) {
     let (keys, kinds) = (&run.cfg.intent.keys, [Kind::ManagedChart, Kind::KubeVirt]);
     let read = kinds.map(|kind| objects.get(kind).and(keys.target(kind)));
@@ -143,12 +133,8 @@ fn nothing_written(run: &mut Run<'_>, objects: &Objects, actions: Vec<String>) {
     }
 }
 
-/// `post`, before its writes: while an upgrade is under way (any release: turning updates on
-/// mid-upgrade starts the wave the guard exists to prevent), or the latest Upgrade's cleanup may
-/// still write the methods, and something of ours is on the objects, wait (`Cluster::poll`,
-/// one bound for the whole wait: `HARVESTER_CLEANUP_WAIT_SECONDS`); then the objects are read
-/// again, as the cleanup may have written them. Past the bound: exit 7, nothing written.
-/// `RESTORE_DURING_UPGRADE=true`: no wait, a warning naming what is under way.
+/// Waits while an upgrade is under way (updates turned on mid-upgrade start the wave the guard
+/// exists to prevent) or its cleanup may still write the methods; one bound for all, then exit 7.
 pub async fn before_post(run: &mut Run<'_>, objects: &mut Objects) -> Result<(), Error> {
     let (cfg, cluster) = (run.cfg, run.cluster);
     let ours = anything_of_ours(objects);
@@ -204,8 +190,7 @@ pub async fn before_post(run: &mut Run<'_>, objects: &mut Objects) -> Result<(),
     Ok(())
 }
 
-/// Exit 7's one line: what was last seen (naming the Upgrade or UpgradePlan and its state),
-/// that nothing was written, and what to do.
+/// Exit 7's one line: what was last seen, that nothing was written, and what to do.
 fn pending_message(cfg: &Config, view: &View, bound: std::time::Duration, last: &str) -> String {
     let ns = &cfg.intent.keys.kubevirt.namespace;
     let check = match (&view.upgrade, view.plans.iter().find(|p| p.under_way())) {

@@ -1,7 +1,4 @@
-//! What a phase leaves, said after its steps (docs/design.md, "What a phase skips"): what of ours
-//! stays on an object the phase was told to skip, the workload-update migrations `pre` cannot
-//! stop, and the Events that could not be made; each a warning in the termination message, a
-//! WARN line and a Warning Event. The decisions are in `plan::leftovers`; the reads in `cluster`.
+//! What a phase leaves, said after its steps (docs/design.md, "What a phase skips").
 
 use serde_json::Value;
 use tracing::info;
@@ -16,8 +13,6 @@ use crate::plan::pre_advice::names;
 use crate::vocabulary::{Objects, Phase};
 use crate::warnings::{EVENTS_NOT_RECORDED, MIGRATIONS_UNDER_WAY, SKIPPED_NOT_CHECKED, Warning};
 
-/// The objects the phase skips (a step off, or the ManagedChart without a name: then the
-/// default one), read-only: `plan::leftovers` says what of ours is left there.
 pub async fn read_skipped(run: &mut Run<'_>) -> Objects {
     let (cfg, intent) = (run.cfg, &run.cfg.intent);
     let mut read = Objects::default();
@@ -36,9 +31,8 @@ pub async fn read_skipped(run: &mut Run<'_>) -> Objects {
     read
 }
 
-/// A skipped object, read-only. `loud`: a failed read is a warning (an object that is
-/// configured); otherwise (the unnamed ManagedChart, which KubeVirt without Fleet may not let
-/// us read) an INFO line.
+/// `loud`: a failed read is a warning; otherwise (the unnamed ManagedChart, which KubeVirt without
+/// Fleet may not let us read) an INFO line.
 pub async fn peek(run: &mut Run<'_>, target: Target, loud: bool) -> Option<(Target, Value)> {
     match run.cluster.get(&target).await {
         Ok(Some(obj)) => Some((target, obj)),
@@ -60,13 +54,9 @@ pub async fn peek(run: &mut Run<'_>, target: Target, loud: bool) -> Option<(Targ
     }
 }
 
-/// After the steps, each said on the KubeVirt CR (a Warning Event): what of ours is left on what
-/// the phase skipped, the migrations `pre` cannot stop, the objects skipped as missing; last, the
-/// Events that could not be made, as one warning.
 pub async fn after_steps(run: &mut Run<'_>, objects: &Objects, skipped: Objects) {
     let (cfg, cluster, intent) = (run.cfg, run.cluster, &run.cfg.intent);
     let kubevirt = objects.kubevirt.as_ref().or(skipped.kubevirt.as_ref());
-    // The ManagedChart the phase works on, or, with no name, the default one (read if skipped).
     let key = intent.keys.chart.as_ref().or(cfg.unnamed_chart.as_ref());
     let chart_target = key.map(|key| Target::new(Kind::ManagedChart, key));
     let chart = objects.chart.as_ref().or(skipped.chart.as_ref());
@@ -102,9 +92,8 @@ pub async fn after_steps(run: &mut Run<'_>, objects: &Objects, skipped: Objects)
     }
 }
 
-/// `pre`: the workload-update migrations created before it that have not finished, which `[]`
-/// does not stop. Best effort, at most 10 s: the suspension is written already. A late `pre`
-/// listed them before its writes already: that list is taken, not made again.
+/// `pre`: the migrations `[]` does not stop. Best effort, at most 10 s: the suspension is written
+/// already. A late `pre` listed them before its writes: that list is taken, not made again.
 async fn migrations_under_way(cluster: &Cluster) -> Option<Warning> {
     let message = match cluster.migrations_under_way().await {
         Ok(unfinished) if unfinished.is_empty() => {

@@ -1,5 +1,4 @@
-//! The shared model: the objects the guard works on, where their fields are, and the names it
-//! writes (field manager, annotations), each written once.
+//! The objects the guard works on, where their fields are, and the names it writes, each once.
 
 use kube::api::ApiResource;
 use kube::core::GroupVersionKind;
@@ -15,9 +14,8 @@ pub const KUBEVIRT_RECORD: &str =
 /// On the ManagedChart: the original values override of the methods.
 pub const VALUES_RECORD: &str =
     "workload-update-guard.harvesterhci.io/original-values-workload-update-methods";
-/// On the ManagedChart: a copy of the KubeVirt CR's original methods, written by `pre` first and
-/// removed by `post` last: if Fleet re-renders the CR with `[]` between our two writes (a Job
-/// killed in between), it still holds the true original.
+/// On the ManagedChart: a copy of the KubeVirt CR's original methods, written first and removed
+/// last, so a Job killed while Fleet re-renders the CR with `[]` still leaves the true original.
 pub const KUBEVIRT_COPY: &str =
     "workload-update-guard.harvesterhci.io/kubevirt-original-workload-update-methods";
 /// On the ManagedChart: what the guard added to `spec.diff.comparePatches`.
@@ -29,8 +27,7 @@ pub const OWNERS_TO_RETURN: &str = "workload-update-guard.harvesterhci.io/owners
 pub const KUBEVIRT_RECORDS: &[&str] = &[KUBEVIRT_RECORD];
 pub const CHART_RECORDS: &[&str] = &[VALUES_RECORD, COMPARE_RECORD, KUBEVIRT_COPY];
 
-/// The KubeVirt CR's methods, as path segments; [`METHODS_POINTER`] and [`METHODS_FIELD`] are
-/// the same path as a JSON pointer and as `managedFields`/kubectl write it.
+/// The KubeVirt CR's methods: path segments, JSON pointer, as `managedFields`/kubectl write it.
 pub const METHODS_PATH: &[&str] = &["spec", "workloadUpdateStrategy", "workloadUpdateMethods"];
 pub const METHODS_POINTER: &str = "/spec/workloadUpdateStrategy/workloadUpdateMethods";
 pub const METHODS_FIELD: &str = ".spec.workloadUpdateStrategy.workloadUpdateMethods";
@@ -60,23 +57,19 @@ pub struct ObjectKey {
     pub name: String,
 }
 
+/// Only KubeVirt and ManagedChart are written; Setting and UpgradePlan are cluster-scoped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     KubeVirt,
     ManagedChart,
     Migration,
-    /// Harvester's `Upgrade` (read only).
     Upgrade,
-    /// Harvester's `Version`: a release the cluster can upgrade to (read only).
     Version,
-    /// Harvester's `Setting` (cluster-scoped; the guard reads `server-version` only).
     Setting,
-    /// The upgrade-manager add-on's `UpgradePlan` (cluster-scoped, read only).
     UpgradePlan,
 }
 
 impl Kind {
-    /// Its apiVersion, kind name and plural, one row per kind.
     fn row(self) -> (&'static str, &'static str, &'static str) {
         match self {
             Kind::KubeVirt => ("kubevirt.io/v1", "KubeVirt", "kubevirts"),

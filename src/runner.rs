@@ -1,6 +1,4 @@
-//! Runs a phase: read the objects, plan the whole phase ([`plan::plan_phase`]), then write step
-//! by step ([`Cluster::converge`], which plans again on a conflict), and say what each write
-//! did. Nothing is written unless every plan of the phase can be made.
+//! Runs a phase: read, plan the whole phase, write step by step ([`Cluster::converge`]).
 
 use std::io::Write as Output;
 
@@ -20,8 +18,7 @@ use crate::plan::kubevirt::HOTPLUG_NOTICE;
 use crate::vocabulary::{Objects, Phase, Plan, Step, Write};
 use crate::warnings::{self, CHANGED_WHILE_SUSPENDED};
 
-/// Runs the configured phase; `status` also returns its verdict, for the termination message.
-/// `watch` runs until SIGTERM, running `pre` and `post` by [`run_phase`] itself.
+/// `Some`: `status`'s verdict, for the termination message. `watch` runs until SIGTERM.
 pub async fn run(run: &mut Run<'_>, out: &mut impl Output) -> Result<Option<String>, Error> {
     if run.cfg.intent.phase != Phase::Watch {
         return run_phase(run, out).await;
@@ -31,7 +28,6 @@ pub async fn run(run: &mut Run<'_>, out: &mut impl Output) -> Result<Option<Stri
     guard.await.map(|()| None)
 }
 
-/// Runs one phase, `pre`, `post` or `status`, as its Job does.
 pub async fn run_phase(run: &mut Run<'_>, out: &mut impl Output) -> Result<Option<String>, Error> {
     match run.cfg.intent.phase {
         Phase::Status => crate::status::status(run, out).await.map(Some),
@@ -40,8 +36,6 @@ pub async fn run_phase(run: &mut Run<'_>, out: &mut impl Output) -> Result<Optio
     }
 }
 
-/// `pre` or `post` in one pass: read the objects (and, read-only, those the phase skips), pass
-/// Harvester's gate, write the steps, say what is left, wait for Fleet.
 async fn change(run: &mut Run<'_>, out: &mut impl Output) -> Result<(), Error> {
     let (intent, allow_missing) = (&run.cfg.intent, run.cfg.allow_missing);
     let mut objects = Objects::default();
@@ -51,19 +45,16 @@ async fn change(run: &mut Run<'_>, out: &mut impl Output) -> Result<(), Error> {
             None => run.push(Done::missing(allow_missing, target, "nothing was written")?),
         }
     }
-    // What the phase skips is read too, read-only, to say what of ours it leaves there.
     let skipped = leftovers_check::read_skipped(run).await;
-    // Harvester's own upgrade first: `pre` may leave the suspension to it, `post` waits for its
-    // cleanup (and reads the objects again after it, so Fleet's generation is taken after it).
-    // The armed `post` first waits for the next upgrade to begin and end.
+    // The armed `post` first waits for the next upgrade to begin and end; `post`'s gate reads the
+    // objects again after Harvester's cleanup, so Fleet's generation is taken after it.
     crate::resident::armed(run, &mut objects).await?;
     let write = match intent.phase {
         Phase::Pre => before_pre(run, &mut objects).await?,
         _ => before_post(run, &mut objects).await.map(|()| true)?,
     };
     let read = objects.chart.clone();
-    // With ALLOW_MISSING, a `pre` without the KubeVirt CR has nothing to guard: it writes
-    // nothing at all, not even the ManagedChart.
+    // ALLOW_MISSING: a `pre` without the KubeVirt CR writes nothing, not even the ManagedChart.
     if write
         && intent.phase == Phase::Pre
         && intent.steps.kubevirt
@@ -75,8 +66,7 @@ async fn change(run: &mut Run<'_>, out: &mut impl Output) -> Result<(), Error> {
         run.push(Done::noted(target, vec![left.into()]));
     }
     if write {
-        // The whole phase is planned first only to refuse a malformed object before any write;
-        // each step is planned again against the object as the previous write left it.
+        // The whole phase is planned first only to refuse a malformed object before any write.
         plan::plan_phase(intent, &objects)?;
         write_steps(run, &mut objects, out).await?;
     }
@@ -84,8 +74,6 @@ async fn change(run: &mut Run<'_>, out: &mut impl Output) -> Result<(), Error> {
     crate::fleet_wait::wait(run, read.as_ref(), &objects).await
 }
 
-/// The phase's writes, step by step, each planned again against the object as the previous write
-/// left it; each step's warnings said on the KubeVirt CR as the step left it.
 async fn write_steps(
     run: &mut Run<'_>,
     objects: &mut Objects,
@@ -102,8 +90,7 @@ async fn write_steps(
         if step.write == Write::Release && skip_release() {
             continue;
         }
-        // A dry run's patch that cannot be printed fails the run (exit 3), once this step is
-        // recorded as done.
+        // A dry run's patch that cannot be printed fails the run (exit 3) after the step's record.
         let mut printed = Ok(());
         let (outcome, plan, object) =
             match write_step(cfg, cluster, &step, current, objects).await? {
@@ -142,9 +129,8 @@ async fn write_steps(
     Ok(())
 }
 
-/// One step's write: converged on the server, or, a dry run's release, planned and shown only
-/// (it is planned against the restore's dry-run result, which the server did not keep, so it
-/// could not apply there).
+/// A dry run's release is planned and shown only: against the restore's dry-run result, which
+/// the server did not keep, it could not apply there.
 async fn write_step(
     cfg: &Config,
     cluster: &Cluster,
@@ -171,7 +157,6 @@ async fn write_step(
         .await
 }
 
-/// The "already as wanted" line of an object whose steps (this one and those `done`) wrote nothing.
 fn already_as_wanted(target: &Target, outcome: Outcome, plan: &Plan, done: &[Done]) {
     let of_it = || done.iter().filter(|d| d.target == *target);
     if outcome != Outcome::Unchanged || !of_it().all(|d| d.outcome == Outcome::Unchanged) {
@@ -182,8 +167,6 @@ fn already_as_wanted(target: &Target, outcome: Outcome, plan: &Plan, done: &[Don
     info!(object = %target, actions = ?actions, "already as wanted: nothing to write");
 }
 
-/// After a write: the dry-run patch on stdout, the log line, the Event, and (test builds) the
-/// failpoint. The error is a dry-run patch that stdout did not take.
 async fn after_write(
     cfg: &Config,
     cluster: &Cluster,
@@ -232,11 +215,8 @@ async fn after_write(
     printed
 }
 
-/// Test builds only: `FAILPOINTS=after-write-managedchart=return` (or `-kubevirt`) kills the
-/// process with SIGKILL right after its first write of that object; `...=1*off->return` after its
-/// second (`post`'s release); `...=sleep(3000)` pauses there (for API server restarts).
-/// `pause-after-write=return(6000)` pauses 6 s after every write, on the runtime, so a SIGTERM is
-/// answered at once as in a real run (a failpoint's `sleep(...)` blocks the runtime).
+/// `FAILPOINTS` (docs/testing.md): `after-write-<kind>` kills or pauses after that write;
+/// `pause-after-write` sleeps on the runtime, as a failpoint's `sleep(...)` would block SIGTERM.
 #[cfg(feature = "failpoints")]
 async fn failpoints_after_write(kind: Kind) {
     let name = format!("after-write-{}", kind.name().to_lowercase());
@@ -253,8 +233,7 @@ async fn failpoints_after_write(kind: Kind) {
     }
 }
 
-/// Test builds only: `FAILPOINTS=skip-release=return` runs `post` without its release writes,
-/// the control case of the lifetime tests (a claim left behind must make them fail).
+/// `FAILPOINTS=skip-release=return`: `post` without its release, the lifetime tests' control case.
 #[cfg(feature = "failpoints")]
 fn skip_release() -> bool {
     fail::fail_point!("skip-release", |_| true);

@@ -1,7 +1,4 @@
-//! What the cluster says of its upgrades, read: Harvester's latest `Upgrade`, the `Version`s on
-//! offer and its own version, the add-on's `UpgradePlan`s, and which of them are served. The
-//! answers (under way, ended, must `post` wait, still needed) are in [`crate::plan`]; this is
-//! their one read, for the gate around a phase, `status` and the waiting loop alike.
+//! The one read of the cluster's upgrades, for the gate, `status` and the waiting loop alike.
 
 use crate::cluster::Cluster;
 use crate::config::Config;
@@ -20,8 +17,7 @@ pub struct View {
     pub plans: Vec<PlanView>,
     /// Every release on offer, newest first (`pre`'s "exactly one release on offer").
     pub on_offer: Vec<(String, Handling)>,
-    /// Whether Harvester's Upgrades, and the add-on's UpgradePlans, are served (the waiting
-    /// loop watches only what is).
+    /// Whether Upgrades and UpgradePlans are served (the waiting loop watches only what is).
     pub upgrades_served: bool,
     pub plans_served: bool,
     /// Harvester's own version (the `server-version` Setting), where it was read.
@@ -29,8 +25,6 @@ pub struct View {
 }
 
 impl View {
-    /// The release the cluster upgrades to, as far as this view knows it: an Upgrade under way,
-    /// else an add-on UpgradePlan under way, else the one release on offer.
     pub fn coming(&self) -> Coming {
         let addon = self.plans.iter().find(|p| p.under_way());
         let addon = addon.map(|p| (p.name.as_str(), p.version.as_str()));
@@ -43,7 +37,6 @@ impl View {
         handled.cloned().collect()
     }
 
-    /// The offered releases that suspend the methods themselves, in one line (`pre`).
     pub fn offered_line(&self) -> Option<String> {
         let offered = self.offered();
         let (version, handling) = offered.first()?;
@@ -55,9 +48,7 @@ impl View {
     }
 }
 
-/// Reads the latest Upgrade and (`pre`, `status`: what the coming upgrade does) the Versions on
-/// offer, in the KubeVirt CR's namespace, where Harvester keeps them. A
-/// resource that is not served is no Harvester: an empty view.
+/// Upgrades and Versions sit in the KubeVirt CR's namespace; a kind not served means no Harvester.
 pub async fn read(cluster: &Cluster, cfg: &Config) -> Result<View, Error> {
     let ns = &cfg.intent.keys.kubevirt.namespace;
     let selector = format!("{LATEST_LABEL}=true");
@@ -80,16 +71,13 @@ pub async fn read(cluster: &Cluster, cfg: &Config) -> Result<View, Error> {
         let target = Target::new(Kind::Upgrade, &ObjectKey { namespace, name });
         Refusal { target, reason }
     })?;
-    // `status` says whether the guard is still needed, which the cluster's version decides
-    // even with nothing on offer.
+    // `status` says whether the guard is still needed: the version decides, even with no offer.
     let wanted = !versions.is_empty() || (cfg.intent.phase == Phase::Status && upgrades_served);
     let current = match wanted {
         true => cluster.harvester_setting(SERVER_VERSION).await?,
         false => None,
     };
-    // `post` waits for the add-on's upgrade, `pre` asks whether it is needed for it; `status`'s
-    // read-only RBAC does not read UpgradePlans, only whether they are served (the add-on is
-    // installed).
+    // `status`'s read-only RBAC reads no UpgradePlan, only whether they are served (installed).
     let (plans, plans_served) = match cfg.intent.phase {
         Phase::Pre | Phase::Post => {
             let plans = cluster.list(Kind::UpgradePlan, None, None).await?;
@@ -108,8 +96,8 @@ pub async fn read(cluster: &Cluster, cfg: &Config) -> Result<View, Error> {
     })
 }
 
-/// The resident guard's read of what the cluster can upgrade to next (for [`crate::plan::retirement`]): its
-/// own version and the releases on offer; nothing where Harvester's resources are not served.
+/// The resident guard's: the cluster's own version and the releases on offer (what "still
+/// needed" is decided on); nothing where Harvester's resources are not served.
 pub async fn read_offer(
     cluster: &Cluster,
     cfg: &Config,
@@ -123,5 +111,4 @@ pub async fn read_offer(
     Ok((current, on_offer))
 }
 
-/// Harvester's own version, a cluster-scoped `Setting`.
 const SERVER_VERSION: &str = "server-version";

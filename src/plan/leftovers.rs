@@ -1,8 +1,5 @@
-//! What a phase leaves of ours where it was told not to go: an object whose step is switched off
-//! (`STEP_KUBEVIRT`, `STEP_CHART_VALUES`, `STEP_COMPARE_PATCHES`), or the ManagedChart when
-//! `MANAGEDCHART_NAME` is empty. A `post` that skips such an object leaves a half-restored state
-//! (Fleet's next deploy renders pre's `[]` again), so it says so, with the command that finishes
-//! the job; a `pre` says what an earlier `pre` left there. Readers only.
+//! What a phase leaves of ours where it was told not to go: a `post` that skips an object leaves
+//! it half-restored (Fleet's next deploy renders pre's `[]` again), so it says how to finish.
 //!
 //! With `MANAGEDCHART_NAME` empty, the default `fleet-local/harvester` is read: the one a `pre`
 //! with the defaults writes, which both ServiceAccounts may `get` already (the records on the CR
@@ -21,8 +18,7 @@ use crate::model::{
 use crate::vocabulary::{Intent, Phase, Steps};
 use crate::warnings::{LEFT_BY_SKIPPED_STEP, Warning};
 
-/// What of ours is on the KubeVirt CR (all of it `STEP_KUBEVIRT`'s), in words. A record that
-/// does not parse counts: it is ours all the same.
+/// A record that does not parse counts: it is ours all the same.
 pub fn kubevirt_ours(kv: &Value) -> Vec<String> {
     let mut out = Vec::new();
     let methods = lookup(kv, METHODS_PATH).ok().flatten().cloned();
@@ -39,9 +35,7 @@ pub fn kubevirt_ours(kv: &Value) -> Vec<String> {
 /// What of ours is on the ManagedChart, by the step that removes it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ChartOurs {
-    /// `STEP_CHART_VALUES`: the values override and its record.
     pub values: Vec<String>,
-    /// `STEP_COMPARE_PATCHES`: the comparePatches pointer and its record.
     pub compare: Vec<String>,
     /// Either step: the copy of the CR's original, the owners to give back, our claim.
     pub object: Vec<String>,
@@ -110,7 +104,6 @@ pub fn chart_ours(chart: &Value, kubevirt: &ObjectKey) -> ChartOurs {
     out
 }
 
-/// What either object may carry besides its records: owners to give back, our claim.
 fn common_ours(obj: &Value) -> Vec<String> {
     let mut out = Vec::new();
     if annotation(obj, OWNERS_TO_RETURN).is_some() {
@@ -124,7 +117,6 @@ fn common_ours(obj: &Value) -> Vec<String> {
     out
 }
 
-/// The warnings for what of ours is on what this phase skipped (as the phase leaves the objects);
 /// `chart`: the ManagedChart the phase works on, or, with no name, the default one.
 pub fn leftovers(
     intent: &Intent,
@@ -169,8 +161,7 @@ pub fn leftovers(
     out
 }
 
-/// The warning on `target` for what of ours (`parts`) the phase left there, if anything;
-/// `effect` (what that does) is said by `post` only.
+/// `effect` (what the leftovers do) is said by `post` only.
 fn warning(
     phase: Phase,
     target: &Target,

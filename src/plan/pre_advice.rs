@@ -1,6 +1,4 @@
-//! What `pre` says of the coming upgrade before it writes (`status` too): whether it is needed at
-//! all (the coming release's own handling restores what is there now), and whether it comes late
-//! (KubeVirt is upgraded already: the wave of workload updates has begun). Pure.
+//! What `pre` says of the coming upgrade before it writes (`status` too): is it needed, is it late.
 
 use serde::Serialize;
 use serde_json::Value;
@@ -14,19 +12,14 @@ use super::upgrade_progress::upgrade_under_way as under_way;
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "kind", rename_all = "camelCase")]
 pub enum Coming {
-    /// The latest Harvester Upgrade, under way, and its `spec.version`.
     Upgrade { describe: String, version: String },
-    /// The one release on offer (a `Version` newer than the cluster's own).
     Offered { version: String },
-    /// An upgrade by the upgrade-manager add-on (an `UpgradePlan` under way).
     AddOn { plan: String, version: String },
-    /// Not known: no upgrade under way, and none or several releases on offer.
     Unknown { on_offer: Vec<String> },
 }
 
 impl Coming {
-    /// An Upgrade under way wins; then the add-on's plan under way (name, version); then exactly
-    /// one release on offer (newer than the cluster's own).
+    /// An Upgrade under way wins, then the add-on's plan under way, then the one release on offer.
     pub fn of(
         upgrade: Option<&Upgrade>,
         addon: Option<(&str, &str)>,
@@ -106,7 +99,6 @@ pub fn advise(coming: &Coming, methods: &Option<Value>) -> Advice {
     }
 }
 
-/// The coming release is not known: `pre` acts (`default`: the methods are `[LiveMigrate]`).
 fn unknown(on_offer: &[String], default: bool) -> Advice {
     let offer = match on_offer {
         [] => "no release on offer".to_string(),
@@ -134,7 +126,6 @@ pub struct Late {
     pub outdated: Option<u64>,
 }
 
-/// Whether `pre` comes late, from the latest Upgrade and the KubeVirt CR.
 pub fn late(upgrade: Option<&Upgrade>, kubevirt: Option<&Value>) -> Option<Late> {
     // KubeVirt is upgraded in these states (the apply-manifests job runs in the first).
     let late_states = ["UpgradingSystemServices", "UpgradingNodes"];
@@ -147,7 +138,6 @@ pub fn late(upgrade: Option<&Upgrade>, kubevirt: Option<&Value>) -> Option<Late>
 }
 
 impl Late {
-    /// The warning, with the workload-update migrations under way (or why they are not known).
     pub fn message(&self, migrations: Result<&[Migration], &str>) -> String {
         let mut why = Vec::new();
         if let Some(u) = &self.upgrade {
@@ -173,7 +163,6 @@ impl Late {
     }
 }
 
-/// The first ten migrations, `namespace/name (phase)`, and how many more.
 pub fn names(list: &[Migration]) -> String {
     let each = |m: &Migration| format!("{}/{} ({})", m.namespace, m.name, m.phase);
     let mut names: Vec<String> = list.iter().take(10).map(each).collect();
@@ -186,17 +175,13 @@ pub fn names(list: &[Migration]) -> String {
 /// `pre`'s decision before any write.
 #[derive(Debug, Clone, PartialEq)]
 pub enum PreGate {
-    /// Go on; with notes on the Upgrade, if there is one.
     Proceed(Vec<String>),
-    /// Harvester's upgrade holds a backup of the values and has not cleaned up: it suspended
-    /// the updates and will restore them itself. Recording its `[]` as the original would turn
-    /// the updates off for good (its cleanup restores first, then `post` would put `[]` back),
-    /// so nothing is written.
+    /// Harvester's upgrade suspended the updates and will restore them itself: recording its `[]`
+    /// as the original would turn them off for good (`post` would put `[]` back after its cleanup).
     LeaveToHarvester(String),
 }
 
-/// `ours`: a record of ours is on the objects (a rerun keeps its own suspension); `methods`: the
-/// CR's, or (`foreign`) the original in place of another suspender's `[]` (`plan::suspenders`).
+/// `ours`: a rerun keeps its suspension; `methods`, with `foreign`: another suspender's original.
 pub fn pre_gate(
     upgrade: Option<&Upgrade>,
     ours: bool,
@@ -212,10 +197,9 @@ pub fn pre_gate(
             "{it} is under way: post waits for its cleanup before it restores"
         )]);
     }
-    // v1.8.0 keeps no backup: its `[]` on the CR is its suspension, and its cleanup writes
-    // `[LiveMigrate]`. Recording that `[]` would make post put it back over the restore.
-    // With `foreign`, `methods` is the original in place of its `[]`: its cleanup restores that
-    // original itself when it is `[LiveMigrate]`.
+    // v1.8.0 keeps no backup: its `[]` is its suspension (recorded, `post` would put it back over
+    // its cleanup's `[LiveMigrate]`), and that cleanup restores a `foreign` original itself when
+    // the original is `[LiveMigrate]`.
     let restores_it = foreign && methods.as_ref() == Some(&blind_value());
     if u.handling() == Handling::PatchAndHardCodedRestore && (is_suspended(methods) || restores_it)
     {
@@ -241,7 +225,6 @@ pub fn pre_gate(
     PreGate::Proceed(vec![proceed_note(u, foreign)])
 }
 
-/// `pre` goes on during an Upgrade whose cleanup is pending: what that Upgrade does, and `post`.
 fn proceed_note(u: &Upgrade, foreign: bool) -> String {
     let (done, then) = match u.handling() {
         Handling::PatchAndHardCodedRestore if foreign => (
