@@ -112,13 +112,24 @@ run() {
   # loaded machine meets (1.5 s was lost once while three versions' suites ran side by side).
   local port
   port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+  # It exits when it loses its Lease (application.go's OnStoppedLeading: golog.Fatal), as a
+  # loaded machine can make it; the kubelet restarts its container then, and so does this loop
+  # (one process, the PID file's, that stops it on SIGTERM and itself with it).
   # shellcheck disable=SC2016 # expanded by the inner shell
   setsid unshare -m --propagation private sh -c '
     mount -t tmpfs -o size=1m tmpfs /run || exit 1
     mkdir -p /run/secrets/kubernetes.io/serviceaccount
     echo "$1" > /run/secrets/kubernetes.io/serviceaccount/namespace
     shift
-    exec "$@"' sh "$ns" "$bin" --kubeconfig "$kubeconfig" --launcher-image "$image" \
+    child=""
+    stop() { [ -z "$child" ] || { kill "$child" 2>/dev/null; wait "$child"; }; exit 0; }
+    trap stop TERM INT
+    while :; do
+      "$@" & child=$!
+      wait "$child"
+      echo "hack/kubevirt.sh: virt-controller exited ($?): restarting it, as the kubelet would" >&2
+      sleep 1
+    done' sh "$ns" "$bin" --kubeconfig "$kubeconfig" --launcher-image "$image" \
     --listen 127.0.0.1 --port "$port" \
     --prom-cert-file "$dir/tls.crt" --prom-key-file "$dir/tls.key" \
     --leader-elect-lease-duration 6s --leader-elect-renew-deadline 5s --leader-elect-retry-period 1s \
