@@ -54,18 +54,17 @@ async fn change(run: &mut Run<'_>, out: &mut impl Output) -> Result<(), Error> {
         _ => before_post(run, &mut objects).await.map(|()| true)?,
     };
     let read = objects.chart.clone();
-    // ALLOW_MISSING: a `pre` without the KubeVirt CR writes nothing, not even the ManagedChart.
-    if write
-        && intent.phase == Phase::Pre
-        && intent.steps.kubevirt
-        && objects.kubevirt.is_none()
-        && let Some(key) = objects.chart.take().and(intent.keys.chart.as_ref())
-    {
-        let left = "left alone: the KubeVirt CR is missing, so there is nothing to guard";
-        let target = Target::new(Kind::ManagedChart, key);
-        run.push(Done::noted(target, vec![left.into()]));
-    }
     if write {
+        // ALLOW_MISSING: a `pre` without the KubeVirt CR writes nothing, not even the chart.
+        if intent.phase == Phase::Pre
+            && intent.steps.kubevirt
+            && objects.kubevirt.is_none()
+            && let Some(key) = objects.chart.take().and(intent.keys.chart.as_ref())
+        {
+            let left = "left alone: the KubeVirt CR is missing, so there is nothing to guard";
+            let target = Target::new(Kind::ManagedChart, key);
+            run.push(Done::noted(target, vec![left.into()]));
+        }
         // The whole phase is planned first only to refuse a malformed object before any write.
         plan::plan_phase(intent, &objects)?;
         write_steps(run, &mut objects, out).await?;

@@ -63,7 +63,7 @@ impl Loop<'_> {
             self.offer = None;
         } else if (self.offer.as_ref()).is_none_or(|(.., at)| at.elapsed() >= OFFER_EVERY) {
             let (current, on_offer) = upgrades::read_offer(self.cluster, self.cfg).await?;
-            self.offer = Some((current, on_offer, tokio::time::Instant::now()));
+            self.offer = Some((current, on_offer, Instant::now()));
         }
         let current = self.offer.as_ref().and_then(|(c, ..)| c.as_deref());
         let on_offer = self.offer.as_ref().map_or(&[][..], |(_, o, _)| o);
