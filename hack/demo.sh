@@ -2,12 +2,15 @@
 # The main job with a Harvester-like cluster state (hack/demo/harvester.yaml):
 #
 #   bash hack/demo.sh          the installed guard: the chart installed with Helm 4 on a real node
-#                              (hack/node.sh; the guard's image from hack/image.sh), then a
-#                              modelled Harvester upgrade to v1.7.1 through its stages: the
-#                              suspension at the Upgrade's creation, `status` by `kubectl exec`, a
-#                              drain moving the guard's pod, the restore at the end; and the same
-#                              upgrade with the guard scaled to 0: the hold, then the guard back
-#                              (hack/demo/chart-story.sh); then `helm uninstall`
+#                              (hack/node.sh; the guard's image from hack/image.sh), beside
+#                              KubeVirt's own virt-controller (hack/kubevirt.sh, the workload
+#                              updater) with 4 running VMs, then a modelled Harvester upgrade to
+#                              v1.7.1 through its stages: the suspension at the Upgrade's
+#                              creation, `status` by `kubectl exec`, KubeVirt upgraded and 0
+#                              migrations, a drain moving the guard's pod, the restore at the end
+#                              and the updater's wave; and the same upgrade with the guard scaled
+#                              to 0: the hold, then the guard back (hack/demo/chart-story.sh);
+#                              then `helm uninstall`
 #   bash hack/demo.sh --jobs   the Jobs by hand (docs/jobs.md) on the real node, with
 #                              `hack/job.sh run PHASE` for
 #                              status -> pre -> status -> pre -> post -> post -> status: each
@@ -35,7 +38,8 @@
 # On a bare Debian or Ubuntu machine it installs the packages it needs first (hack/setup.sh,
 # hack/packages.txt) and checks the Rust and Go versions. It builds only what it runs: the
 # control plane (and the node's binaries) of the default Kubernetes version, and one release build
-# of the guard (its image, for the node), and Helm 4 for the chart; each build is cached for the next run. Each build is one
+# of the guard (its image, for the node), Helm 4 and KubeVirt's virt-controller for the chart;
+# each build is cached for the next run. Each build is one
 # line ("==> building ... done in N s"); its output goes to target/demo-build.log, and is shown
 # if it fails.
 set -euo pipefail
@@ -97,19 +101,23 @@ build() {
   exit 1
 }
 
+# KubeVirt's own virt-controller (the workload updater) and its CRDs, for the chart's story and
+# --kubevirt.
+build_kubevirt() {
+  export KUBEVIRT_VERSION="${KUBEVIRT_VERSION:-v1.6.0}"
+  build "building KubeVirt $KUBEVIRT_VERSION's virt-controller and CRDs (hack/kubevirt.sh)" "takes about 5 minutes on 2 cores" \
+    bash hack/kubevirt.sh build "$KUBEVIRT_VERSION"
+  # virt-controller needs every KubeVirt CRD.
+  export KUBEVIRT_CRDS=all
+}
+
 section "build (each cached after the first run; output in target/demo-build.log)"
 KUBECTL="$(bash hack/control-plane.sh bin-dir)/kubectl"
 if (( fast )); then
   build "building kube-apiserver, etcd and kubectl $kube" "takes about 9 minutes on 2 cores" bash hack/control-plane.sh build
   build "building the guard (cargo build --release)" "takes about 4 minutes" cargo build --release --locked
   BIN="$REPO_ROOT/target/release/workload-update-guard"
-  if (( kv )); then
-    export KUBEVIRT_VERSION="${KUBEVIRT_VERSION:-v1.6.0}"
-    build "building KubeVirt $KUBEVIRT_VERSION's virt-controller and CRDs (hack/kubevirt.sh)" "takes about 5 minutes on 2 cores" \
-      bash hack/kubevirt.sh build "$KUBEVIRT_VERSION"
-    # virt-controller needs every KubeVirt CRD.
-    export KUBEVIRT_CRDS=all
-  fi
+  (( ! kv )) || build_kubevirt
   builds_done=$SECONDS
   section "control plane"
   dir="$(step "starting kube-apiserver and etcd" bash hack/control-plane.sh up)"
@@ -120,18 +128,19 @@ else
   if (( ! jobs )); then
     build "building Helm 4 (hack/helm.sh)" "takes about 2 to 3 minutes" bash hack/helm.sh build
     HELM="$(bash hack/helm.sh path)"
+    build_kubevirt
   fi
   builds_done=$SECONDS
   section "node: kubelet on containerd + runc, bridge CNI, kube-proxy, controller-manager, scheduler"
   # The node imports the images built; the e2e tests' own images are not needed here.
   dir="$(IMAGE_IMPORT_QUIET=1 NODE_OWNER_PID=$$ step "starting the node" bash hack/node.sh up)"
-  trap 'bash "$REPO_ROOT/hack/node.sh" down "$dir"' EXIT
+  trap 'bash "$REPO_ROOT/hack/kubevirt.sh" stop "$dir/virt-controller"; [[ -z "${heartbeat:-}" ]] || kill "$heartbeat"; bash "$REPO_ROOT/hack/node.sh" down "$dir"' EXIT
 fi
 k() { "$KUBECTL" --kubeconfig "$dir/kubeconfig" "$@"; }
 (( fast )) || k get node -o wide
 
 section "Harvester-like state: KubeVirt harvester-system/kubevirt, ManagedChart fleet-local/harvester"
-if (( kv )); then
+if (( kv || ! jobs )); then
   # shellcheck source=hack/demo/kubevirt.sh
   source hack/demo/kubevirt.sh
   # The same, without the state's two fixture migrations: the real updater's are counted, and
@@ -251,8 +260,8 @@ method_owners() {
      | select(.fieldsV1["f:spec"]["f:workloadUpdateStrategy"]["f:workloadUpdateMethods"] != null)
      | {manager, operation}] | sort'
 }
-# The chart's story moves KubeVirt's own status with the modelled upgrade (KubeVirt upgraded, its
-# VMs outdated), which the guard never writes: compared without it there.
+# KubeVirt's status is virt-controller's and the modelled virt-operator's, which the guard never
+# writes: compared without it, but for the Jobs by hand (no KubeVirt runs there).
 kubevirt_filter=.
 (( jobs && ! kv )) || kubevirt_filter='del(.status)'
 snapshot() { # snapshot FILE: both objects without what the server manages
@@ -327,7 +336,7 @@ image="target/image/workload-update-guard_$(bash hack/version.sh).tar"
   echo "- machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%d GiB", $2 / 1048576}' /proc/meminfo), load average at the end $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "- Kubernetes $kube; the whole run: $SECONDS s, of which the builds $builds_done s and the rest (the node, the story, the checks) $((SECONDS - builds_done)) s"
   for b in "${build_times[@]}"; do echo "- $b"; done
-  if (( kv )); then for f in "${kv_figures[@]}"; do echo "- KubeVirt $KUBEVIRT_VERSION's workload updater, $KV_VMIS VMs: $f"; done; fi
+  for f in ${kv_figures[@]+"${kv_figures[@]}"}; do echo "- KubeVirt $KUBEVIRT_VERSION's workload updater, $KV_VMIS VMs: $f"; done
   echo "- (a build of seconds reused the caches: ~/.cache/workload-update-guard/, target/)"
   [[ -z "$image" ]] || echo "- the image: $(du -b "$image" | awk '{printf "%.1f MiB (%d bytes", $1 / 1048576, $1}'), ${image#target/image/}, a docker-archive)"
   echo "- the closing check: $closing"

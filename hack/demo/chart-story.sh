@@ -1,11 +1,15 @@
 # shellcheck shell=bash disable=SC2154,SC2016
 # The main job, for hack/demo.sh (sourced by it, which defines k, section, dir, REPO_ROOT and
-# HELM): the chart installed with Helm 4 on the real node, then a modelled Harvester upgrade to
-# v1.7.1 through its stages, twice:
+# HELM, and sources hack/demo/kubevirt.sh): the chart installed with Helm 4 on the real node,
+# beside KubeVirt's own virt-controller with KV_VMIS running VMs on two nodes of its own (no
+# kubelet there: the demo plays virt-handler), then a modelled Harvester upgrade to v1.7.1
+# through its stages, twice:
 #
 #   1. the guard running: the suspension within seconds of the Upgrade's creation, `status` by
-#      `kubectl exec`, NodesPrepared passing, the node drained (the guard's pod evicted, Pending
-#      on the cordoned single node, back after the uncordon), the restore at the end;
+#      `kubectl exec`, NodesPrepared passing, KubeVirt upgraded (every VM outdated, and no
+#      workload-update migration for KV_HOLD seconds), the node drained (the guard's pod
+#      evicted, Pending on the cordoned single node, back after the uncordon), the restore at the
+#      end and the updater's wave;
 #   2. the same upgrade with the guard made unable to act (scaled to 0): the hold (the chart's
 #      ValidatingAdmissionPolicy refuses Harvester's NodesPrepared=True, the upgrade waits at
 #      PreparingNodes), the guard back: it suspends, Harvester's next retry passes, the restore.
@@ -59,11 +63,12 @@ wait_methods() {
   echo "KubeVirt workloadUpdateMethods: $want, $(( $(date +%s%3N) - start )) ms later"
 }
 
-# KubeVirt's own status, as its operator reports it: VERSION, and how many VMs run an outdated
-# virt-launcher (no KubeVirt runs here: the modelled upgrade sets it).
-kubevirt_reports() {
-  k -n "$NS" patch kubevirt kubevirt --subresource=status --type=merge -p \
-    '{"status":{"observedKubeVirtVersion":"'"$1"'","targetKubeVirtVersion":"'"$1"'","outdatedVirtualMachineInstanceWorkloads":'"$2"'}}' >/dev/null
+# kubevirt_running: KubeVirt's own virt-controller (hack/demo/kubevirt.sh) with KV_VMIS VMs
+# running, all up to date: a cluster between upgrades.
+kubevirt_running() {
+  kv_cluster "$dir" "$dir/kubeconfig"
+  echo "KubeVirt $KV_VERSION's own virt-controller (its workload updater) runs $KV_VMIS VMs on $KV_NODES nodes (no kubelet: the demo plays virt-handler);" \
+    "$(kv_outdated "$dir/kubeconfig") outdated, $(kv_migrations "$dir/kubeconfig") workload-update migrations"
 }
 
 # Harvester's writes (jq on the Upgrade as read), wrangler's condition setters among them.
@@ -142,10 +147,14 @@ nodes_prepared() {
 # to_the_end NAME DRAIN: KubeVirt's upgrade, the node's (drained if DRAIN is 1), the end, the
 # cleanup.
 to_the_end() {
+  local upgraded
   hv "$1" "UpgradingSystemServices (the apply-manifests Job upgrades KubeVirt)" \
     'state("UpgradingSystemServices") | ensure("SystemServicesUpgraded")'
-  kubevirt_reports v1.6.1 2
-  echo "  KubeVirt upgraded to v1.6.1 (modelled): 2 VMs outdated; KubeVirt workloadUpdateMethods: $(methods_now), so no wave"
+  kv_upgrade "$dir" "$dir/kubeconfig"
+  kv_wait_outdated "$dir/kubeconfig" "$KV_VMIS"
+  upgraded=$SECONDS
+  echo "  KubeVirt upgraded (virt-operator's rollout modelled: virt-controller restarted with $KV_LAUNCHER_AFTER):" \
+    "$(kv_outdated "$dir/kubeconfig") VMs outdated (virt-controller's count); KubeVirt workloadUpdateMethods: $(methods_now), so no wave"
   hv "$1" "" 'cond("SystemServicesUpgraded"; "True")'
   hv "$1" "UpgradingNodes" 'state("UpgradingNodes") | ensure("NodesUpgraded")'
   hv "$1" "" 'node("Pre-draining")'
@@ -163,8 +172,22 @@ to_the_end() {
     echo "after the uncordon, a new pod, Ready:"; guard_pods
   fi
   hv "$1" "" 'node("Post-draining")'
+  no_wave_since "$upgraded" "$1"
   hv "$1" "Succeeded" 'node("Succeeded") | cond("NodesUpgraded"; "True") | cond("Completed"; "True")
     | state("Succeeded") | .metadata.labels["harvesterhci.io/upgradeCleanup"] = "Pending"'
+}
+# no_wave_since SECONDS NAME: 0 workload-update migrations from then (KubeVirt's upgrade) until
+# KV_HOLD seconds have passed (the updater also requeues every 30 s), checked every 2 s.
+no_wave_since() {
+  local n
+  while :; do
+    n="$(kv_migrations "$dir/kubeconfig")"
+    (( n == 0 )) || { echo "demo: $n workload-update migrations while suspended" >&2; exit 1; }
+    (( SECONDS - $1 < KV_HOLD )) || break
+    sleep 2
+  done
+  echo "  $((SECONDS - $1)) s since KubeVirt's upgrade, $(kv_outdated "$dir/kubeconfig") VMs outdated: 0 workload-update migrations"
+  kv_figures+=("Upgrade $2: KubeVirt upgraded during it, $(kv_outdated "$dir/kubeconfig") of $KV_VMIS VMs outdated: 0 workload-update migrations in $((SECONDS - $1)) s")
 }
 cleaned_up() {
   hv "$1" "cleaned up" '.metadata.annotations["harvesterhci.io/longhorn-settings-restored"] = "true"
@@ -195,9 +218,10 @@ PROBE
 }
 
 chart_story() {
-  # A cluster between upgrades: KubeVirt up to date, no workload-update migration.
-  kubevirt_reports v1.6.0 0
-  k -n default delete vmim --all >/dev/null
+  kv_heartbeat "$dir/kubeconfig" &
+  # shellcheck disable=SC2034 # hack/demo.sh's exit trap stops it
+  heartbeat=$!
+  kubevirt_running
   section "helm install (Helm $("$HELM" version --short)): the chart, between upgrades"
   echo "\$ helm install $RELEASE manifests/chart -n $NS --set image.repository=workload-update-guard --wait"
   helm_ install "$RELEASE" "$REPO_ROOT/manifests/chart" -n "$NS" \
@@ -216,11 +240,15 @@ chart_story() {
   nodes_prepared hvst-upgrade-demo 10 || { echo "demo: NodesPrepared refused while suspended" >&2; exit 1; }
   to_the_end hvst-upgrade-demo 1
   wait_methods '["LiveMigrate"]' 10
+  kv_count_wave "$dir/kubeconfig" "Upgrade hvst-upgrade-demo: after the restore"
   cleaned_up hvst-upgrade-demo
   guard_status
 
   section "2. the same upgrade with the guard unable to act (scaled to 0): the hold"
-  kubevirt_reports v1.6.0 0   # modelled: the same cluster as before the first
+  # The same cluster as before the first: the VMs up to date again (the demo has no virt-handler
+  # to finish the wave's migrations: VMs and migrations made anew).
+  kv_reset "$dir" "$dir/kubeconfig"
+  kubevirt_running
   k -n "$NS" scale deploy "$DEPLOY" --replicas=0 >/dev/null
   k -n "$NS" wait --for=delete pod -l "$SELECTOR" --timeout=60s >/dev/null 2>&1 || true
   echo "\$ kubectl -n $NS scale deploy $DEPLOY --replicas=0; the guard's pods: $(k -n "$NS" get pods -l "$SELECTOR" -o name | wc -l)"
@@ -231,7 +259,7 @@ chart_story() {
     exit 1
   fi
   echo "  Upgrade hvst-upgrade-demo-2: still $(k -n "$NS" get upgrades.harvesterhci.io hvst-upgrade-demo-2 \
-    -o jsonpath='{.metadata.labels.harvesterhci\.io/upgradeState}'), KubeVirt not upgraded;" \
+    -o jsonpath='{.metadata.labels.harvesterhci\.io/upgradeState}'), KubeVirt not upgraded ($(kv_outdated "$dir/kubeconfig") VMs outdated);" \
     "KubeVirt workloadUpdateMethods: $(methods_now)"
   echo "\$ kubectl -n $NS scale deploy $DEPLOY --replicas=1   # the guard back"
   k -n "$NS" scale deploy "$DEPLOY" --replicas=1 >/dev/null
@@ -241,6 +269,7 @@ chart_story() {
   guard_status
   to_the_end hvst-upgrade-demo-2 0
   wait_methods '["LiveMigrate"]' 10
+  kv_count_wave "$dir/kubeconfig" "Upgrade hvst-upgrade-demo-2: after the restore"
   cleaned_up hvst-upgrade-demo-2
   guard_status
 }

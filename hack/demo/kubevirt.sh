@@ -39,7 +39,9 @@ kv_ms() { date +%s%3N; }
 kv_s() { awk -v m="$1" 'BEGIN { printf "%.1f", m / 1000 }'; } # kv_s MS: seconds, one decimal
 
 # kv_state KUBECONFIG: the demo's Harvester-like state without its two fixture migrations (the
-# real updater's own are counted here), the VMs' namespace and KV_NODES Ready nodes.
+# real updater's own are counted here), the VMs' namespace and KV_NODES Ready nodes. The nodes
+# have no kubelet: tainted, so that the scheduler places nothing there (the guard's pod, on the
+# chart's node); the demo binds each VM's launcher pod itself.
 kv_state() {
   local kc="$1" i now
   awk 'BEGIN { RS = "\n---\n"; ORS = "\n---\n" } !/\nkind: VirtualMachineInstanceMigration\n/' \
@@ -50,7 +52,8 @@ kv_state() {
   for i in $(seq 0 $((KV_NODES - 1))); do
     "$KUBECTL" --kubeconfig "$kc" create -f - >/dev/null <<JSON
 {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-$i",
- "labels": {"kubevirt.io/schedulable": "true", "kubernetes.io/hostname": "node-$i"}}}
+ "labels": {"kubevirt.io/schedulable": "true", "kubernetes.io/hostname": "node-$i"}},
+ "spec": {"taints": [{"key": "demo.workload-update-guard/no-kubelet", "effect": "NoSchedule"}]}}
 JSON
     "$KUBECTL" --kubeconfig "$kc" patch node "node-$i" --subresource=status --type=merge -p '{"status": {
       "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "modelled",
@@ -58,6 +61,36 @@ JSON
       "allocatable": {"cpu": "64", "memory": "256Gi", "pods": "110"},
       "capacity": {"cpu": "64", "memory": "256Gi", "pods": "110"}}}' >/dev/null
   done
+}
+
+# kv_heartbeat KUBECONFIG: the kubelet's heartbeat for the KV_NODES nodes (their Leases renewed
+# every 5 s), where a controller-manager would otherwise find them NotReady after its grace period
+# and taint them; in the background, until killed.
+kv_heartbeat() {
+  local i
+  while :; do
+    for i in $(seq 0 $((KV_NODES - 1))); do
+      "$KUBECTL" --kubeconfig "$1" apply --server-side --field-manager kubelet -f - >/dev/null <<JSON || true
+{"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "node-$i", "namespace": "kube-node-lease"},
+ "spec": {"holderIdentity": "node-$i", "leaseDurationSeconds": 40, "renewTime": "$(date -u +%Y-%m-%dT%H:%M:%S.%6NZ)"}}
+JSON
+    done
+    sleep 5
+  done
+}
+
+# kv_reset DIR KUBECONFIG: virt-controller stopped, the VMs, their launcher pods and their
+# migrations removed (no virt-handler or kubelet finishes them: finalizers dropped, pods forced).
+kv_reset() {
+  local kind o
+  bash "$REPO_ROOT/hack/kubevirt.sh" stop "$1/virt-controller"
+  for kind in virtualmachineinstancemigrations virtualmachineinstances; do
+    for o in $("$KUBECTL" --kubeconfig "$2" -n "$KV_VM_NS" get "$kind" -o name); do
+      "$KUBECTL" --kubeconfig "$2" -n "$KV_VM_NS" patch "$o" --type merge -p '{"metadata": {"finalizers": null}}' >/dev/null
+    done
+    "$KUBECTL" --kubeconfig "$2" -n "$KV_VM_NS" delete "$kind" --all --wait >/dev/null
+  done
+  "$KUBECTL" --kubeconfig "$2" -n "$KV_VM_NS" delete pods --all --force --grace-period=0 >/dev/null 2>&1
 }
 
 # kv_status KUBECONFIG JSON: virt-operator's status of the CR.
