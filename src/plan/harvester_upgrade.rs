@@ -28,7 +28,9 @@ pub const STATE_LABEL: &str = "harvesterhci.io/upgradeState";
 /// patch). client-go names an `Update`'s manager after the binary when the code sets none.
 pub const BLIND_RESTORERS: &[&str] = &["harvester", "upgrade-toolkit"];
 
-/// The value those restores write.
+/// The value those restores write: what Harvester's chart renders without a values override
+/// since v1.6 (for CPU and memory hot-plug; harvester/charts `charts/harvester/values.yaml`,
+/// `kubevirt.spec`), the chart's default.
 pub fn blind_value() -> Value {
     serde_json::json!(["LiveMigrate"])
 }

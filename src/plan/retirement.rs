@@ -35,8 +35,15 @@ pub struct Facts<'a> {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", content = "why", rename_all = "camelCase")]
 pub enum Retirement {
+    #[serde(serialize_with = "as_text")]
     Needed(Need),
+    #[serde(serialize_with = "as_text")]
     NoLongerNeeded(Covered),
+}
+
+/// The reasons, in the report's JSON, as the words they say.
+fn as_text<S: serde::Serializer>(why: &impl std::fmt::Display, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(why)
 }
 
 /// Why the guard is still needed; its `Display` says each reason.
@@ -110,18 +117,6 @@ impl std::fmt::Display for Covered {
         )
     }
 }
-
-/// The reasons, in the report's JSON, as the words they say.
-macro_rules! serialize_as_text {
-    ($($t:ty),*) => {$(
-        impl Serialize for $t {
-            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                s.collect_str(self)
-            }
-        }
-    )*};
-}
-serialize_as_text!(Need, Covered);
 
 impl Retirement {
     pub fn no_longer_needed(&self) -> bool {

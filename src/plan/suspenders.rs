@@ -8,18 +8,12 @@
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::harvester_upgrade::{Backup, Handling, Upgrade};
+use super::harvester_upgrade::{Backup, Handling, Upgrade, blind_value};
 use super::ownership::{owners, recorded_owners};
 use super::records::{ValueRecord, describe, is_suspended, kubevirt_record, lookup, methods};
 use super::upgrade_progress::{PLAN_PHASES, PlanView};
 use crate::model::{METHODS_PATH, VALUES_PATH};
 use crate::vocabulary::Malformed;
-
-/// What Harvester's chart renders without a values override: `[LiveMigrate]` since v1.6 (for
-/// CPU and memory hot-plug; harvester/charts `charts/harvester/values.yaml`, `kubevirt.spec`).
-pub fn chart_default() -> Value {
-    json!(["LiveMigrate"])
-}
 
 /// The add-on's suspender (upgrade-toolkit's PreRun of ClusterUpgrade merge-patches the CR;
 /// client-go names the manager after the binary).
@@ -137,7 +131,7 @@ fn suspender(
     if let Some(u) = backup {
         let value = match &u.backup {
             Backup::Value(v) => v.clone(),
-            _ => chart_default(),
+            _ => blind_value(),
         };
         return Some((u.describe(), OriginalFrom::HarvesterBackup, value));
     }
@@ -155,19 +149,13 @@ fn suspender(
     };
     Some(match values {
         Some(v) => (who, OriginalFrom::ValuesOverride, v),
-        None => (who, OriginalFrom::ChartDefault, chart_default()),
+        None => (who, OriginalFrom::ChartDefault, blind_value()),
     })
 }
 
 /// The add-on suspends in its ClusterUpgrade PreRun; before `Initialized` ends nothing of it
 /// has run yet.
 fn past_initialized(phase: &str) -> bool {
-    let mut after = PLAN_PHASES
-        .iter()
-        .skip_while(|p| **p != "Initialized")
-        .skip(1);
-    after.any(|p| *p == phase)
+    let at = |name: &str| PLAN_PHASES.iter().position(|p| *p == name);
+    at(phase) > at("Initialized")
 }
-
-#[cfg(test)]
-mod tests;
