@@ -220,11 +220,8 @@ impl Upgrade {
     pub fn from_json(obj: &Value) -> Result<Upgrade, Malformed> {
         let name = text_at(obj, "/metadata/name").to_string();
         let backup = Backup::read(obj, &name)?;
-        let condition = |kind: &str| {
-            obj.pointer("/status/conditions")
-                .and_then(Value::as_array)
-                .and_then(|c| c.iter().find(|c| c["type"] == kind))
-        };
+        let conditions = obj["status"]["conditions"].as_array();
+        let condition = |kind: &str| conditions?.iter().find(|c| c["type"] == kind);
         let completed =
             condition("Completed").filter(|c| c["status"] == "True" || c["status"] == "False");
         let state = match (meta_text(obj, "labels", STATE_LABEL), completed) {
@@ -274,7 +271,6 @@ impl Upgrade {
         }
     }
 
-    /// `Upgrade ns/name (to v1.8.1, state X)`.
     pub fn describe(&self) -> String {
         let (ns, name, state) = (&self.namespace, &self.name, &self.state);
         let to = or_if_empty(&self.version, "an unknown version");

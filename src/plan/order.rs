@@ -86,12 +86,9 @@ pub fn plan_step(intent: &Intent, step: &Step, objects: &Objects) -> Result<Opti
 
 /// The original that stands in for another suspender's `[]`, if `pre` found one.
 fn foreign(objects: &Objects) -> Result<Option<ValueRecord>, Malformed> {
-    objects
-        .foreign
-        .as_ref()
-        .map(|f| serde_json::from_value(f.record.clone()))
-        .transpose()
-        .map_err(|e| Malformed(format!("the original in place of a foreign []: {e}")))
+    let record = objects.foreign.as_ref().map(|f| f.record.clone());
+    let record = record.map(serde_json::from_value).transpose();
+    record.map_err(|e| Malformed(format!("the original in place of a foreign []: {e}")))
 }
 
 /// The line that says where that original came from, first among a plan's actions that writes

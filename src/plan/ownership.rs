@@ -47,15 +47,9 @@ impl Owner {
 }
 
 fn entries(obj: &Value) -> Vec<(&Value, Owner)> {
-    let entries = obj
-        .pointer("/metadata/managedFields")
-        .and_then(Value::as_array);
-    let claim = |e| Owner::deserialize(e).unwrap_or_default();
-    entries
-        .into_iter()
-        .flatten()
-        .map(|e| (e, claim(e)))
-        .collect()
+    let entries = obj["metadata"]["managedFields"].as_array();
+    let claim = |e| (e, Owner::deserialize(e).unwrap_or_default());
+    entries.into_iter().flatten().map(claim).collect()
 }
 
 /// The pointer to the field at `path` in a `managedFields` entry (`/fieldsV1/f:spec/...`).
@@ -256,11 +250,9 @@ pub fn release(obj: &Value, kind: Kind) -> Result<Plan, Malformed> {
 fn remove_ours(ed: &mut Editor, obj: &Value) {
     let entries = entries(obj);
     let ours: Vec<usize> = (0..entries.len())
-        .filter(|&i| entries[i].1.manager == FIELD_MANAGER)
         .filter(|&i| {
-            entries[i].0["fieldsV1"]
-                .as_object()
-                .is_some_and(|f| !f.is_empty())
+            let (e, o) = &entries[i];
+            o.manager == FIELD_MANAGER && e["fieldsV1"].as_object().is_some_and(|f| !f.is_empty())
         })
         .collect();
     if ours.is_empty() {
@@ -295,10 +287,7 @@ pub fn ours(obj: &Value) -> bool {
 
 /// Whether anything of ours is on either object: `post` has something to restore.
 pub fn anything_of_ours(objects: &Objects) -> bool {
-    [&objects.kubevirt, &objects.chart]
-        .into_iter()
-        .flatten()
-        .any(ours)
+    objects.kubevirt.iter().chain(&objects.chart).any(ours)
 }
 
 #[cfg(test)]

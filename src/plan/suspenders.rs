@@ -115,10 +115,7 @@ fn suspender(
     // patch`, an earlier plan's) is nobody's suspension of this upgrade.
     let wrote = |names: &[&str], since: Option<jiff::Timestamp>| {
         updaters.iter().any(|o| {
-            let at = o
-                .time
-                .as_deref()
-                .and_then(|t| t.parse::<jiff::Timestamp>().ok());
+            let at: Option<jiff::Timestamp> = o.time.as_deref().and_then(|t| t.parse().ok());
             names.contains(&o.manager.as_str()) && at.zip(since).is_none_or(|(t, s)| t >= s)
         })
     };

@@ -68,13 +68,9 @@ pub struct PlanView {
 
 impl PlanView {
     pub fn from_json(obj: &Value) -> PlanView {
-        let phase = match text_at(obj, "/status/currentPhase") {
-            "" => text_at(obj, "/status/phase"),
-            p => p,
-        };
-        let stamps = obj
-            .pointer("/status/phaseTransitionTimestamps")
-            .and_then(Value::as_array);
+        let current = text_at(obj, "/status/currentPhase");
+        let phase = or_if_empty(current, text_at(obj, "/status/phase"));
+        let stamps = obj["status"]["phaseTransitionTimestamps"].as_array();
         let phase_ended = stamps.filter(|_| ENDED.contains(&phase)).and_then(|s| {
             s.iter()
                 .filter_map(|t| time_at(t, "/phaseTransitionTimestamp"))
@@ -96,7 +92,6 @@ impl PlanView {
         !self.deleting && !ENDED.contains(&self.phase.as_str())
     }
 
-    /// `UpgradePlan NAME (phase X)`.
     pub fn describe(&self) -> String {
         let phase = or_if_empty(&self.phase, "no phase yet");
         let deleting = being_deleted(self.deleting);
