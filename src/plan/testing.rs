@@ -403,20 +403,3 @@ pub(crate) fn merge_sets(into: &mut Value, from: &Value) {
         }
     }
 }
-
-/// Harvester's states of an Upgrade (label `harvesterhci.io/upgradeState`), in the order its
-/// controller sets them (harvester/harvester `pkg/controller/master/upgrade/common.go` and
-/// `upgrade_controller.go`, `initStatus` and the job controller), the end states last.
-/// KubeVirt is upgraded in `UpgradingSystemServices`.
-pub const UPGRADE_STATES: &[&str] = &[
-    "PreparingLoggingInfra",
-    "LoggingInfraPrepared",
-    "CreatingUpgradeImage",
-    "PreparingRepo",
-    "RepoPrepared",
-    "PreparingNodes",
-    "UpgradingSystemServices",
-    "UpgradingNodes",
-    "Succeeded",
-    "Failed",
-];

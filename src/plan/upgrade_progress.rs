@@ -12,6 +12,23 @@ use super::harvester_upgrade::{
 };
 use crate::model::FIELD_MANAGER;
 
+/// Harvester's states of an Upgrade (label `harvesterhci.io/upgradeState`), in the order its
+/// controller sets them (harvester/harvester `pkg/controller/master/upgrade/common.go` and
+/// `upgrade_controller.go`, `initStatus` and the job controller), the end states last.
+/// KubeVirt is upgraded in `UpgradingSystemServices`.
+pub const UPGRADE_STATES: &[&str] = &[
+    "PreparingLoggingInfra",
+    "LoggingInfraPrepared",
+    "CreatingUpgradeImage",
+    "PreparingRepo",
+    "RepoPrepared",
+    "PreparingNodes",
+    "UpgradingSystemServices",
+    "UpgradingNodes",
+    "Succeeded",
+    "Failed",
+];
+
 /// The add-on's phases of an UpgradePlan (harvester/upgrade-toolkit
 /// `api/v1beta1/upgradeplan_types.go`), in order, the end phases last.
 pub const PLAN_PHASES: &[&str] = &[

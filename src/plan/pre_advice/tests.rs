@@ -1,5 +1,5 @@
 use super::*;
-use crate::plan::testing::UPGRADE_STATES as STATES;
+use crate::plan::upgrade_progress::UPGRADE_STATES as STATES;
 use crate::plan::upgrade_progress::state_ended as ended;
 use proptest::prelude::*;
 use serde_json::json;

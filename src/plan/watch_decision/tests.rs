@@ -1,7 +1,6 @@
 use super::*;
 use crate::plan::harvester_upgrade::{CLEANUP_DONE, CLEANUP_LABEL, LATEST_LABEL, STATE_LABEL};
-use crate::plan::testing::UPGRADE_STATES;
-use crate::plan::upgrade_progress::PLAN_PHASES;
+use crate::plan::upgrade_progress::{PLAN_PHASES, UPGRADE_STATES};
 use proptest::prelude::*;
 use serde_json::json;
 
