@@ -85,7 +85,6 @@ pub(crate) fn parse_version(v: &str) -> Option<(u64, u64, u64)> {
     parts.next().is_none().then_some(version)
 }
 
-/// Harvester's backup of the values key on an Upgrade.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "kind", content = "value", rename_all = "camelCase")]
 pub enum Backup {
@@ -294,13 +293,11 @@ pub fn latest(upgrades: &[Value]) -> Result<Option<Upgrade>, Malformed> {
 /// Every release on offer (newer than `current`, when known), newest first, with its handling.
 pub fn on_offer(versions: &[Value], current: Option<&str>) -> Vec<(String, Handling)> {
     let current = current.and_then(parse_version);
+    let newer = |v: Option<_>| current.zip(v).is_none_or(|(now, v)| v > now);
     let mut out: Vec<(String, Handling)> = versions
         .iter()
         .filter_map(|v| v.pointer("/metadata/name").and_then(Value::as_str))
-        .filter(|name| match (current, parse_version(name)) {
-            (Some(now), Some(v)) => v > now,
-            _ => true,
-        })
+        .filter(|name| newer(parse_version(name)))
         .map(|name| (name.to_string(), Handling::of(name)))
         .collect();
     out.sort_by_key(|(name, _)| std::cmp::Reverse(parse_version(name)));

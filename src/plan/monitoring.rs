@@ -24,7 +24,7 @@ pub struct Seen<'a> {
     pub retirement: Option<&'a Retirement>,
 }
 
-/// The gauges, each 0 or 1.
+/// The gauges, each 0 or 1 but the count.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Gauges {
     /// Our `[]` is on the KubeVirt CR.

@@ -61,17 +61,13 @@ fn fields_ptr(path: &[&str]) -> String {
 
 pub fn owners(obj: &Value, path: &[&str]) -> Vec<Owner> {
     let ptr = fields_ptr(path);
-    let entries = entries(obj).into_iter();
-    entries
-        .filter(|(e, _)| e.pointer(&ptr).is_some())
-        .map(|(_, o)| o)
-        .collect()
+    let owns = |(e, o): (&Value, Owner)| e.pointer(&ptr).map(|_| o);
+    entries(obj).into_iter().filter_map(owns).collect()
 }
 
 pub fn methods_owned_by_us(obj: &Value) -> bool {
-    owners(obj, METHODS_PATH)
-        .iter()
-        .any(|o| o.manager == FIELD_MANAGER)
+    let owners = owners(obj, METHODS_PATH);
+    owners.iter().any(|o| o.manager == FIELD_MANAGER)
 }
 
 pub fn update_claims(obj: &Value) -> impl Iterator<Item = Owner> {
@@ -278,10 +274,8 @@ fn remove_ours(ed: &mut Editor, obj: &Value) {
 /// Whether anything of ours is on `obj`: a record annotation, or our claim on the methods
 /// (`post` has something to restore or release).
 pub fn ours(obj: &Value) -> bool {
-    let annotated = obj
-        .pointer("/metadata/annotations")
-        .and_then(Value::as_object)
-        .is_some_and(|a| a.keys().any(|k| k.starts_with(ANNOTATION_PREFIX)));
+    let annotations = obj["metadata"]["annotations"].as_object();
+    let annotated = annotations.is_some_and(|a| a.keys().any(|k| k.starts_with(ANNOTATION_PREFIX)));
     annotated || methods_owned_by_us(obj)
 }
 

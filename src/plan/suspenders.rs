@@ -9,7 +9,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::harvester_upgrade::{Backup, Handling, Upgrade, blind_value};
-use super::ownership::{owners, recorded_owners};
+use super::ownership::{recorded_owners, update_claims};
 use super::records::{ValueRecord, describe, is_suspended, kubevirt_record, lookup, methods};
 use super::upgrade_progress::{PLAN_PHASES, PlanView};
 use crate::model::{METHODS_PATH, VALUES_PATH};
@@ -106,10 +106,7 @@ fn suspender(
     upgrade: Option<&Upgrade>,
     plans: &[PlanView],
 ) -> Option<(String, OriginalFrom, Value)> {
-    let updaters: Vec<_> = owners(kubevirt, METHODS_PATH)
-        .into_iter()
-        .filter(|o| o.blocks_apply())
-        .collect();
+    let updaters: Vec<_> = update_claims(kubevirt).collect();
     // A suspender's write is one made since its upgrade was created (the managedFields entry's
     // time is its last write): the same manager's `[]` from before (an administrator's `kubectl
     // patch`, an earlier plan's) is nobody's suspension of this upgrade.
