@@ -201,10 +201,8 @@ pub fn still_needed(
     addon: bool,
     objects: &Objects,
 ) -> Retirement {
-    let methods = objects
-        .kubevirt
-        .as_ref()
-        .and_then(|kv| methods(kv).ok().flatten());
+    let kubevirt = objects.kubevirt.as_ref();
+    let methods = kubevirt.and_then(|kv| methods(kv).ok().flatten());
     let under_way = running(upgrade, plans).map(|(_, d)| d);
     retirement(&Facts {
         current,
