@@ -28,7 +28,9 @@ pub const STATE_LABEL: &str = "harvesterhci.io/upgradeState";
 /// patch). client-go names an `Update`'s manager after the binary when the code sets none.
 pub const BLIND_RESTORERS: &[&str] = &["harvester", "upgrade-toolkit"];
 
-/// The value those restores write.
+/// The value those restores write: what Harvester's chart renders without a values override
+/// since v1.6 (for CPU and memory hot-plug; harvester/charts `charts/harvester/values.yaml`,
+/// `kubevirt.spec`), the chart's default.
 pub fn blind_value() -> Value {
     serde_json::json!(["LiveMigrate"])
 }
@@ -83,7 +85,6 @@ pub(crate) fn parse_version(v: &str) -> Option<(u64, u64, u64)> {
     parts.next().is_none().then_some(version)
 }
 
-/// Harvester's backup of the values key on an Upgrade.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "kind", content = "value", rename_all = "camelCase")]
 pub enum Backup {
@@ -218,11 +219,8 @@ impl Upgrade {
     pub fn from_json(obj: &Value) -> Result<Upgrade, Malformed> {
         let name = text_at(obj, "/metadata/name").to_string();
         let backup = Backup::read(obj, &name)?;
-        let condition = |kind: &str| {
-            obj.pointer("/status/conditions")
-                .and_then(Value::as_array)
-                .and_then(|c| c.iter().find(|c| c["type"] == kind))
-        };
+        let conditions = obj["status"]["conditions"].as_array();
+        let condition = |kind: &str| conditions?.iter().find(|c| c["type"] == kind);
         let completed =
             condition("Completed").filter(|c| c["status"] == "True" || c["status"] == "False");
         let state = match (meta_text(obj, "labels", STATE_LABEL), completed) {
@@ -272,7 +270,6 @@ impl Upgrade {
         }
     }
 
-    /// `Upgrade ns/name (to v1.8.1, state X)`.
     pub fn describe(&self) -> String {
         let (ns, name, state) = (&self.namespace, &self.name, &self.state);
         let to = or_if_empty(&self.version, "an unknown version");
@@ -296,13 +293,11 @@ pub fn latest(upgrades: &[Value]) -> Result<Option<Upgrade>, Malformed> {
 /// Every release on offer (newer than `current`, when known), newest first, with its handling.
 pub fn on_offer(versions: &[Value], current: Option<&str>) -> Vec<(String, Handling)> {
     let current = current.and_then(parse_version);
+    let newer = |v: Option<_>| current.zip(v).is_none_or(|(now, v)| v > now);
     let mut out: Vec<(String, Handling)> = versions
         .iter()
         .filter_map(|v| v.pointer("/metadata/name").and_then(Value::as_str))
-        .filter(|name| match (current, parse_version(name)) {
-            (Some(now), Some(v)) => v > now,
-            _ => true,
-        })
+        .filter(|name| newer(parse_version(name)))
         .map(|name| (name.to_string(), Handling::of(name)))
         .collect();
     out.sort_by_key(|(name, _)| std::cmp::Reverse(parse_version(name)));

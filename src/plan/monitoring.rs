@@ -24,7 +24,7 @@ pub struct Seen<'a> {
     pub retirement: Option<&'a Retirement>,
 }
 
-/// The gauges, each 0 or 1.
+/// The gauges, each 0 or 1 but the count.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Gauges {
     /// Our `[]` is on the KubeVirt CR.
@@ -40,21 +40,16 @@ pub struct Gauges {
     pub outdated_vmis: i64,
 }
 
-/// The KubeVirt CR has automated workload updates on: its methods are a list that is not
-/// empty (absent and `[]` both mean none). A malformed list counts as on: nothing says it is off.
-fn updates_on(kubevirt: &Value) -> bool {
-    methods(kubevirt).map_or(true, |m| m.is_some() && !is_suspended(&m))
-}
-
 /// The Upgrade under way that needs the guard (a release up to v1.7.1) while the CR's updates
-/// are on, accepted ([`ALLOW_UNPROTECTED`]) or not.
+/// are on, accepted ([`ALLOW_UNPROTECTED`]) or not. Updates are on when the methods are a list
+/// that is not empty (absent and `[]` both mean none); a malformed list counts as on: nothing
+/// says it is off.
 fn updates_on_during<'a>(
     kubevirt: Option<&Value>,
     upgrade: Option<&'a Upgrade>,
 ) -> Option<&'a Upgrade> {
-    let kubevirt = kubevirt?;
-    upgrade
-        .filter(|u| upgrade_under_way(u) && u.handling() == Handling::None && updates_on(kubevirt))
+    let on = methods(kubevirt?).map_or(true, |m| m.is_some() && !is_suspended(&m));
+    upgrade.filter(|u| on && upgrade_under_way(u) && u.handling() == Handling::None)
 }
 
 /// That Upgrade, unless its migrations are accepted: what the guard warns of.
@@ -136,30 +131,27 @@ pub fn unprotected_warning(seen: &Seen, last_pre: &str) -> Option<(UnprotectedKe
          workloadUpdateMethods {now}: the guard's last pre {last_pre}",
         u.version
     );
-    let message = if held {
-        format!(
+    let (reason, message) = if held {
+        let message = format!(
             "{head}. The admission policy holds the upgrade before NodesPrepared (the next step \
              upgrades KubeVirt) until they are suspended; the guard tries again at the next read. \
              To accept the migrations instead (the policy lets it pass, the guard stops trying): \
              {annotate}"
-        )
+        );
+        (UPGRADE_HELD_BY_POLICY, message)
     } else {
         let why = if seen.admission_hold {
             "it is past NodesPrepared"
         } else {
             "the chart's admission policy is off (admissionPolicy.enabled=false)"
         };
-        format!(
+        let message = format!(
             "{head}. Nothing holds the upgrade ({why}): once KubeVirt is upgraded, its workload \
              updater migrates the VMs while the nodes drain; the guard tries again at the next \
              read, or run pre by hand (hack/job.sh run pre). To accept the migrations instead \
              (the guard stops trying): {annotate}"
-        )
-    };
-    let reason = if held {
-        UPGRADE_HELD_BY_POLICY
-    } else {
-        UPGRADE_UNPROTECTED
+        );
+        (UPGRADE_UNPROTECTED, message)
     };
     Some((
         UnprotectedKey { upgrade, held },

@@ -53,7 +53,13 @@ pub fn plan_step(intent: &Intent, step: &Step, objects: &Objects) -> Result<Opti
         (Phase::Pre, Kind::KubeVirt, Write::Change) => {
             // Another suspender's `[]`: its original stands in for a copy that is not there yet.
             let copy = copy()?.or(foreign(objects).map_err(own.clone())?);
-            kubevirt_pre(obj, copy.as_ref()).map(|p| said_foreign(p, objects))
+            kubevirt_pre(obj, copy.as_ref()).map(|mut plan| {
+                // Where that original came from, first among the actions the Event carries.
+                if let (Some(f), Some(_)) = (&objects.foreign, &plan.patch) {
+                    plan.actions.insert(0, f.line.clone());
+                }
+                plan
+            })
         }
         (Phase::Pre, Kind::ManagedChart, Write::Change) => {
             let original = match (&objects.kubevirt, foreign(objects).map_err(own.clone())?) {
@@ -86,21 +92,9 @@ pub fn plan_step(intent: &Intent, step: &Step, objects: &Objects) -> Result<Opti
 
 /// The original that stands in for another suspender's `[]`, if `pre` found one.
 fn foreign(objects: &Objects) -> Result<Option<ValueRecord>, Malformed> {
-    objects
-        .foreign
-        .as_ref()
-        .map(|f| serde_json::from_value(f.record.clone()))
-        .transpose()
-        .map_err(|e| Malformed(format!("the original in place of a foreign []: {e}")))
-}
-
-/// The line that says where that original came from, first among a plan's actions that writes
-/// (the Suspended Event carries the actions).
-fn said_foreign(mut plan: Plan, objects: &Objects) -> Plan {
-    if let (Some(f), Some(_)) = (&objects.foreign, &plan.patch) {
-        plan.actions.insert(0, f.line.clone());
-    }
-    plan
+    let record = objects.foreign.as_ref().map(|f| f.record.clone());
+    let record = record.map(serde_json::from_value).transpose();
+    record.map_err(|e| Malformed(format!("the original in place of a foreign []: {e}")))
 }
 
 /// Plans the whole phase against the objects as read, each write against the result of the

@@ -47,15 +47,9 @@ impl Owner {
 }
 
 fn entries(obj: &Value) -> Vec<(&Value, Owner)> {
-    let entries = obj
-        .pointer("/metadata/managedFields")
-        .and_then(Value::as_array);
-    let claim = |e| Owner::deserialize(e).unwrap_or_default();
-    entries
-        .into_iter()
-        .flatten()
-        .map(|e| (e, claim(e)))
-        .collect()
+    let entries = obj["metadata"]["managedFields"].as_array();
+    let claim = |e| (e, Owner::deserialize(e).unwrap_or_default());
+    entries.into_iter().flatten().map(claim).collect()
 }
 
 /// The pointer to the field at `path` in a `managedFields` entry (`/fieldsV1/f:spec/...`).
@@ -67,17 +61,13 @@ fn fields_ptr(path: &[&str]) -> String {
 
 pub fn owners(obj: &Value, path: &[&str]) -> Vec<Owner> {
     let ptr = fields_ptr(path);
-    let entries = entries(obj).into_iter();
-    entries
-        .filter(|(e, _)| e.pointer(&ptr).is_some())
-        .map(|(_, o)| o)
-        .collect()
+    let owns = |(e, o): (&Value, Owner)| e.pointer(&ptr).map(|_| o);
+    entries(obj).into_iter().filter_map(owns).collect()
 }
 
 pub fn methods_owned_by_us(obj: &Value) -> bool {
-    owners(obj, METHODS_PATH)
-        .iter()
-        .any(|o| o.manager == FIELD_MANAGER)
+    let owners = owners(obj, METHODS_PATH);
+    owners.iter().any(|o| o.manager == FIELD_MANAGER)
 }
 
 pub fn update_claims(obj: &Value) -> impl Iterator<Item = Owner> {
@@ -256,11 +246,9 @@ pub fn release(obj: &Value, kind: Kind) -> Result<Plan, Malformed> {
 fn remove_ours(ed: &mut Editor, obj: &Value) {
     let entries = entries(obj);
     let ours: Vec<usize> = (0..entries.len())
-        .filter(|&i| entries[i].1.manager == FIELD_MANAGER)
         .filter(|&i| {
-            entries[i].0["fieldsV1"]
-                .as_object()
-                .is_some_and(|f| !f.is_empty())
+            let (e, o) = &entries[i];
+            o.manager == FIELD_MANAGER && e["fieldsV1"].as_object().is_some_and(|f| !f.is_empty())
         })
         .collect();
     if ours.is_empty() {
@@ -286,19 +274,14 @@ fn remove_ours(ed: &mut Editor, obj: &Value) {
 /// Whether anything of ours is on `obj`: a record annotation, or our claim on the methods
 /// (`post` has something to restore or release).
 pub fn ours(obj: &Value) -> bool {
-    let annotated = obj
-        .pointer("/metadata/annotations")
-        .and_then(Value::as_object)
-        .is_some_and(|a| a.keys().any(|k| k.starts_with(ANNOTATION_PREFIX)));
+    let annotations = obj["metadata"]["annotations"].as_object();
+    let annotated = annotations.is_some_and(|a| a.keys().any(|k| k.starts_with(ANNOTATION_PREFIX)));
     annotated || methods_owned_by_us(obj)
 }
 
 /// Whether anything of ours is on either object: `post` has something to restore.
 pub fn anything_of_ours(objects: &Objects) -> bool {
-    [&objects.kubevirt, &objects.chart]
-        .into_iter()
-        .flatten()
-        .any(ours)
+    objects.kubevirt.iter().chain(&objects.chart).any(ours)
 }
 
 #[cfg(test)]

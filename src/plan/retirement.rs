@@ -35,8 +35,15 @@ pub struct Facts<'a> {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", content = "why", rename_all = "camelCase")]
 pub enum Retirement {
+    #[serde(serialize_with = "as_text")]
     Needed(Need),
+    #[serde(serialize_with = "as_text")]
     NoLongerNeeded(Covered),
+}
+
+/// The reasons, in the report's JSON, as the words they say.
+fn as_text<S: serde::Serializer>(why: &impl std::fmt::Display, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(why)
 }
 
 /// Why the guard is still needed; its `Display` says each reason.
@@ -110,18 +117,6 @@ impl std::fmt::Display for Covered {
         )
     }
 }
-
-/// The reasons, in the report's JSON, as the words they say.
-macro_rules! serialize_as_text {
-    ($($t:ty),*) => {$(
-        impl Serialize for $t {
-            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                s.collect_str(self)
-            }
-        }
-    )*};
-}
-serialize_as_text!(Need, Covered);
 
 impl Retirement {
     pub fn no_longer_needed(&self) -> bool {
@@ -206,10 +201,8 @@ pub fn still_needed(
     addon: bool,
     objects: &Objects,
 ) -> Retirement {
-    let methods = objects
-        .kubevirt
-        .as_ref()
-        .and_then(|kv| methods(kv).ok().flatten());
+    let kubevirt = objects.kubevirt.as_ref();
+    let methods = kubevirt.and_then(|kv| methods(kv).ok().flatten());
     let under_way = running(upgrade, plans).map(|(_, d)| d);
     retirement(&Facts {
         current,

@@ -8,18 +8,12 @@
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::harvester_upgrade::{Backup, Handling, Upgrade};
-use super::ownership::{owners, recorded_owners};
+use super::harvester_upgrade::{Backup, Handling, Upgrade, blind_value};
+use super::ownership::{recorded_owners, update_claims};
 use super::records::{ValueRecord, describe, is_suspended, kubevirt_record, lookup, methods};
 use super::upgrade_progress::{PLAN_PHASES, PlanView};
 use crate::model::{METHODS_PATH, VALUES_PATH};
 use crate::vocabulary::Malformed;
-
-/// What Harvester's chart renders without a values override: `[LiveMigrate]` since v1.6 (for
-/// CPU and memory hot-plug; harvester/charts `charts/harvester/values.yaml`, `kubevirt.spec`).
-pub fn chart_default() -> Value {
-    json!(["LiveMigrate"])
-}
 
 /// The add-on's suspender (upgrade-toolkit's PreRun of ClusterUpgrade merge-patches the CR;
 /// client-go names the manager after the binary).
@@ -112,19 +106,13 @@ fn suspender(
     upgrade: Option<&Upgrade>,
     plans: &[PlanView],
 ) -> Option<(String, OriginalFrom, Value)> {
-    let updaters: Vec<_> = owners(kubevirt, METHODS_PATH)
-        .into_iter()
-        .filter(|o| o.blocks_apply())
-        .collect();
+    let updaters: Vec<_> = update_claims(kubevirt).collect();
     // A suspender's write is one made since its upgrade was created (the managedFields entry's
     // time is its last write): the same manager's `[]` from before (an administrator's `kubectl
     // patch`, an earlier plan's) is nobody's suspension of this upgrade.
     let wrote = |names: &[&str], since: Option<jiff::Timestamp>| {
         updaters.iter().any(|o| {
-            let at = o
-                .time
-                .as_deref()
-                .and_then(|t| t.parse::<jiff::Timestamp>().ok());
+            let at: Option<jiff::Timestamp> = o.time.as_deref().and_then(|t| t.parse().ok());
             names.contains(&o.manager.as_str()) && at.zip(since).is_none_or(|(t, s)| t >= s)
         })
     };
@@ -137,7 +125,7 @@ fn suspender(
     if let Some(u) = backup {
         let value = match &u.backup {
             Backup::Value(v) => v.clone(),
-            _ => chart_default(),
+            _ => blind_value(),
         };
         return Some((u.describe(), OriginalFrom::HarvesterBackup, value));
     }
@@ -155,19 +143,13 @@ fn suspender(
     };
     Some(match values {
         Some(v) => (who, OriginalFrom::ValuesOverride, v),
-        None => (who, OriginalFrom::ChartDefault, chart_default()),
+        None => (who, OriginalFrom::ChartDefault, blind_value()),
     })
 }
 
 /// The add-on suspends in its ClusterUpgrade PreRun; before `Initialized` ends nothing of it
 /// has run yet.
 fn past_initialized(phase: &str) -> bool {
-    let mut after = PLAN_PHASES
-        .iter()
-        .skip_while(|p| **p != "Initialized")
-        .skip(1);
-    after.any(|p| *p == phase)
+    let at = |name: &str| PLAN_PHASES.iter().position(|p| *p == name);
+    at(phase) > at("Initialized")
 }
-
-#[cfg(test)]
-mod tests;

@@ -85,13 +85,9 @@ pub struct PlanView {
 
 impl PlanView {
     pub fn from_json(obj: &Value) -> PlanView {
-        let phase = match text_at(obj, "/status/currentPhase") {
-            "" => text_at(obj, "/status/phase"),
-            p => p,
-        };
-        let stamps = obj
-            .pointer("/status/phaseTransitionTimestamps")
-            .and_then(Value::as_array);
+        let current = text_at(obj, "/status/currentPhase");
+        let phase = or_if_empty(current, text_at(obj, "/status/phase"));
+        let stamps = obj["status"]["phaseTransitionTimestamps"].as_array();
         let phase_ended = stamps.filter(|_| ENDED.contains(&phase)).and_then(|s| {
             s.iter()
                 .filter_map(|t| time_at(t, "/phaseTransitionTimestamp"))
@@ -113,7 +109,6 @@ impl PlanView {
         !self.deleting && !ENDED.contains(&self.phase.as_str())
     }
 
-    /// `UpgradePlan NAME (phase X)`.
     pub fn describe(&self) -> String {
         let phase = or_if_empty(&self.phase, "no phase yet");
         let deleting = being_deleted(self.deleting);
@@ -131,19 +126,23 @@ pub fn plans(plans: &[Value], exempt: Option<&str>) -> Vec<PlanView> {
         .collect()
 }
 
-/// The upgrades under way as (key, words): Harvester's latest Upgrade first, then the plans.
-fn all_under_way<'a>(
+/// Harvester's latest Upgrade first, then the plans, as (key, words): those that `upgrade_if`
+/// and `plan_if` take.
+pub fn each<'a>(
     upgrade: Option<&'a Upgrade>,
     plans: &'a [PlanView],
+    upgrade_if: impl Fn(&Upgrade) -> bool,
+    plan_if: impl Fn(&PlanView) -> bool + 'a,
 ) -> impl Iterator<Item = (String, String)> + 'a {
-    let upgrade = upgrade.filter(|u| upgrade_under_way(u));
-    let plans = plans.iter().filter(|p| p.under_way());
+    let upgrade = upgrade.filter(|u| upgrade_if(u));
+    let plans = plans.iter().filter(move |p| plan_if(p));
     (upgrade.map(|u| (key_of(u), u.describe())).into_iter())
         .chain(plans.map(|p| (plan_key(&p.name), p.describe())))
 }
 
 pub fn under_way(upgrade: Option<&Upgrade>, plans: &[PlanView]) -> Vec<String> {
-    all_under_way(upgrade, plans).map(|(_, d)| d).collect()
+    let running = each(upgrade, plans, upgrade_under_way, PlanView::under_way);
+    running.map(|(_, d)| d).collect()
 }
 
 /// Whether `post` must wait before it restores, and for what: while an upgrade is under way
@@ -174,7 +173,7 @@ pub fn cleanup_wait(upgrade: Option<&Upgrade>, ours: bool) -> Option<String> {
 }
 
 pub fn running(upgrade: Option<&Upgrade>, plans: &[PlanView]) -> Option<(String, String)> {
-    all_under_way(upgrade, plans).next()
+    each(upgrade, plans, upgrade_under_way, PlanView::under_way).next()
 }
 
 pub fn key_of(u: &Upgrade) -> String {
@@ -221,13 +220,9 @@ pub fn awaited_since(u: &Upgrade, since: Timestamp) -> bool {
 
 /// The upgrade, in words, that a suspension recorded at `since` awaits (`awaits`).
 pub fn begun(upgrade: Option<&Upgrade>, plans: &[PlanView], since: Timestamp) -> Option<String> {
-    let plan = plans
-        .iter()
-        .find(|p| awaits(p.created, p.under_way(), p.ended, since));
-    let upgrade = upgrade.filter(|u| awaited_since(u, since));
-    upgrade
-        .map(Upgrade::describe)
-        .or(plan.map(PlanView::describe))
+    let plan_awaits = move |p: &PlanView| awaits(p.created, p.under_way(), p.ended, since);
+    let mut begun = each(upgrade, plans, |u| awaited_since(u, since), plan_awaits);
+    begun.next().map(|(_, d)| d)
 }
 
 /// After a failed upgrade (or one deleted without having succeeded) to a release that does

@@ -8,7 +8,7 @@ use jiff::Timestamp;
 
 use super::harvester_upgrade::{ALLOW_UNPROTECTED, Upgrade};
 use super::upgrade_progress::{
-    PlanView, awaited_since, begun, held_after_failure, key_of, plan_key, post_must_wait, running,
+    PlanView, awaited_since, begun, each, held_after_failure, key_of, post_must_wait, running,
     upgrade_under_way,
 };
 
@@ -167,12 +167,9 @@ impl Decision {
 /// The upgrade this process ran `pre` for, ended before a pass saw it run (it failed, or
 /// succeeded, while `pre` still waited for Fleet): begun all the same, in words.
 fn ran_pre_for(upgrade: Option<&Upgrade>, plans: &[PlanView], memory: &Memory) -> Option<String> {
-    let ran = |key: String| memory.suspended_for.contains(&key);
-    let plan = plans.iter().find(|p| ran(plan_key(&p.name)));
-    let upgrade = upgrade.filter(|u| ran(key_of(u)));
-    upgrade
-        .map(Upgrade::describe)
-        .or(plan.map(PlanView::describe))
+    let mut all = each(upgrade, plans, |_| true, |_| true);
+    all.find(|(key, _)| memory.suspended_for.contains(key))
+        .map(|(_, d)| d)
 }
 
 /// The decision. `suspends`: the resident guard (the armed `post` only restores); `ours`: a
