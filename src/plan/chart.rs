@@ -96,20 +96,10 @@ fn ignore_methods(ed: &mut Editor, obj: &Value, kubevirt: &ObjectKey) -> Result<
         ed.note(format!("created comparePatches with an entry for {ours}"));
         Added::Entry
     };
-    if record.is_none() {
-        let record = compare_record(obj, kubevirt, added, created);
-        ed.write_record(COMPARE_RECORD, &record)?;
+    if record.is_some() {
+        return Ok(());
     }
-    Ok(())
-}
-
-fn compare_record(
-    obj: &Value,
-    kubevirt: &ObjectKey,
-    added: Added,
-    created: Vec<String>,
-) -> CompareRecord {
-    CompareRecord {
+    let record = CompareRecord {
         added,
         object: Some(RecordedObject {
             api_version: Kind::KubeVirt.api_version().into(),
@@ -123,7 +113,8 @@ fn compare_record(
             Added::Nothing => Vec::new(),
             _ => recorded_owners(obj, COMPARE_PATH),
         },
-    }
+    };
+    ed.write_record(COMPARE_RECORD, &record)
 }
 
 /// `post` on the ManagedChart: the values as recorded, and only the pointer or entry we added.
