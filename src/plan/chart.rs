@@ -5,7 +5,7 @@
 use serde_json::{Value, json};
 
 use super::editor::Editor;
-use super::harvester_upgrade::blind_restorer;
+use super::harvester_upgrade::{blind_restorer, text_at};
 use super::ownership::{note_return, recorded_owners};
 use super::records::{
     Added, CompareRecord, RecordedObject, ValueRecord, describe, kubevirt_copy, lookup,
@@ -53,8 +53,7 @@ fn suspend_values(ed: &mut Editor, obj: &Value) -> Result<(), Malformed> {
     if record.is_none() {
         let original = describe(&current);
         ed.note(format!("recorded original values override {original}"));
-        let mut record = value_record(current, created);
-        record.owners = recorded_owners(obj, VALUES_PATH);
+        let record = value_record(current, created, recorded_owners(obj, VALUES_PATH));
         ed.write_record(VALUES_RECORD, &record)?;
     }
     Ok(())
@@ -97,20 +96,10 @@ fn ignore_methods(ed: &mut Editor, obj: &Value, kubevirt: &ObjectKey) -> Result<
         ed.note(format!("created comparePatches with an entry for {ours}"));
         Added::Entry
     };
-    if record.is_none() {
-        let record = compare_record(obj, kubevirt, added, created);
-        ed.write_record(COMPARE_RECORD, &record)?;
+    if record.is_some() {
+        return Ok(());
     }
-    Ok(())
-}
-
-fn compare_record(
-    obj: &Value,
-    kubevirt: &ObjectKey,
-    added: Added,
-    created: Vec<String>,
-) -> CompareRecord {
-    CompareRecord {
+    let record = CompareRecord {
         added,
         object: Some(RecordedObject {
             api_version: Kind::KubeVirt.api_version().into(),
@@ -124,7 +113,8 @@ fn compare_record(
             Added::Nothing => Vec::new(),
             _ => recorded_owners(obj, COMPARE_PATH),
         },
-    }
+    };
+    ed.write_record(COMPARE_RECORD, &record)
 }
 
 /// `post` on the ManagedChart: the values as recorded, and only the pointer or entry we added.
@@ -143,11 +133,8 @@ pub fn chart_post(obj: &Value, kubevirt: &ObjectKey, steps: &Steps) -> Result<Pl
         note_return(&mut ed, VALUES_PATH, r.owners.clone());
     }
     let compare = read_record::<CompareRecord>(obj, COMPARE_RECORD)?.filter(|_| steps.compare);
-    let list = if steps.compare {
-        compare_list(obj)?
-    } else {
-        None
-    };
+    let list = steps.compare.then(|| compare_list(obj)).transpose()?;
+    let list = list.flatten();
     let key = |r: &CompareRecord| {
         r.object
             .as_ref()
@@ -266,14 +253,10 @@ fn remove_our_pointer(
     Ok(())
 }
 
-fn field<'a>(entry: &'a Value, key: &str) -> &'a str {
-    entry.get(key).and_then(Value::as_str).unwrap_or("")
-}
-
 /// `KubeVirt ns/name` of a comparePatches entry (`*` for an empty namespace, which matches any).
 fn entry_name(entry: &Value) -> String {
-    let ns = Some(field(entry, "namespace")).filter(|ns| !ns.is_empty());
-    let (kind, name) = (field(entry, "kind"), field(entry, "name"));
+    let ns = Some(text_at(entry, "/namespace")).filter(|ns| !ns.is_empty());
+    let (kind, name) = (text_at(entry, "/kind"), text_at(entry, "/name"));
     format!("{kind} {}/{name}", ns.unwrap_or("*"))
 }
 
@@ -290,10 +273,10 @@ fn our_entry(kubevirt: &ObjectKey) -> Value {
 /// Fleet matches an entry to an object by apiVersion, kind, name and namespace; an empty
 /// namespace matches any. An entry for the same name that covers our namespace covers our object.
 pub fn entry_covers(entry: &Value, kubevirt: &ObjectKey) -> bool {
-    let namespace = field(entry, "namespace");
-    field(entry, "apiVersion") == Kind::KubeVirt.api_version()
-        && field(entry, "kind") == Kind::KubeVirt.name()
-        && field(entry, "name") == kubevirt.name
+    let namespace = text_at(entry, "/namespace");
+    text_at(entry, "/apiVersion") == Kind::KubeVirt.api_version()
+        && text_at(entry, "/kind") == Kind::KubeVirt.name()
+        && text_at(entry, "/name") == kubevirt.name
         && (namespace.is_empty() || namespace == kubevirt.namespace)
 }
 

@@ -120,12 +120,10 @@ impl Editor {
         let mut created: Vec<&String> = created.iter().collect();
         created.sort_by_key(|p| std::cmp::Reverse(p.matches('/').count()));
         for p in created {
-            let empty = match self.doc.pointer(p) {
-                Some(Value::Object(m)) => m.is_empty(),
-                Some(Value::Array(a)) => a.is_empty(),
-                _ => false,
-            };
-            if empty {
+            if [json!({}), json!([])]
+                .iter()
+                .any(|e| self.doc.pointer(p) == Some(e))
+            {
                 self.remove(p);
             }
         }
@@ -145,12 +143,7 @@ impl Editor {
         if annotation(&self.doc, key).is_some() {
             self.remove(&pointer(&["metadata", "annotations", key]));
         }
-        if self
-            .doc
-            .pointer("/metadata/annotations")
-            .and_then(Value::as_object)
-            .is_some_and(Map::is_empty)
-        {
+        if self.doc.pointer("/metadata/annotations") == Some(&json!({})) {
             self.remove("/metadata/annotations");
         }
     }

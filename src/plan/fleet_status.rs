@@ -11,7 +11,8 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use super::ownership::update_claims;
+use super::harvester_upgrade::text_at;
+use super::ownership::{Owner, update_claims};
 use super::records::{annotation, describe, lookup, methods};
 use crate::model::{CHART_RECORDS, METHODS_FIELD, Target, VALUES_PATH};
 use crate::vocabulary::Phase;
@@ -46,8 +47,7 @@ fn int(v: &Value, ptr: &str) -> Option<i64> {
 }
 
 fn text<'a>(v: &'a Value, ptr: &str) -> Option<&'a str> {
-    let text = v.pointer(ptr).and_then(Value::as_str);
-    text.filter(|s| !s.is_empty())
+    Some(text_at(v, ptr)).filter(|s| !s.is_empty())
 }
 
 /// The Bundle's generation Fleet has seen, as copied onto the ManagedChart.
@@ -63,15 +63,9 @@ pub fn has_status(chart: &Value) -> bool {
 
 /// A condition's `(status, message)`.
 fn condition<'a>(chart: &'a Value, kind: &str) -> Option<(&'a str, &'a str)> {
-    let conditions = chart
-        .pointer("/status/conditions")
-        .and_then(Value::as_array)?;
-    let field = |c: &'a Value, k| c.get(k).and_then(Value::as_str);
-    let c = conditions.iter().find(|c| field(c, "type") == Some(kind))?;
-    Some((
-        field(c, "status").unwrap_or(""),
-        field(c, "message").unwrap_or(""),
-    ))
+    let conditions = chart.pointer("/status/conditions")?.as_array()?;
+    let c = conditions.iter().find(|c| text_at(c, "/type") == kind)?;
+    Some((text_at(c, "/status"), text_at(c, "/message")))
 }
 
 /// The state a Fleet message starts with (`WaitApplied(1) [Cluster fleet-local/local]`).
@@ -99,16 +93,12 @@ pub fn said(chart: &Value) -> String {
         let m = text(r, "/message").filter(|m| !message.contains(m))?;
         Some(format!("{}: {m}", text(r, "/name").unwrap_or("a resource")))
     });
-    let generation = match observed_generation(chart) {
+    let mut parts: Vec<String> = state.into_iter().chain(ready).chain(resources).collect();
+    parts.push(match observed_generation(chart) {
         Some(g) => format!("observedGeneration {g}"),
         None => "no observedGeneration".into(),
-    };
-    let parts: Vec<String> = state.into_iter().chain(ready).chain(resources).collect();
-    parts
-        .into_iter()
-        .chain([generation])
-        .collect::<Vec<_>>()
-        .join("; ")
+    });
+    parts.join("; ")
 }
 
 /// `before`: the observedGeneration read before our first write of the deployed spec, which
@@ -213,14 +203,12 @@ pub fn conflicts(kubevirt: &Value, chart: &Value) -> Vec<Conflict> {
     if rendered.is_some() && rendered == value {
         return Vec::new();
     }
-    let conflict = |manager| Conflict {
-        manager,
+    let conflict = |o: Owner| Conflict {
+        manager: o.manager,
         value: value.clone(),
         rendered: rendered.clone(),
     };
-    update_claims(kubevirt)
-        .map(|o| conflict(o.manager))
-        .collect()
+    update_claims(kubevirt).map(conflict).collect()
 }
 
 /// Whether the wait for Fleet waits, decided from the ManagedChart as read at the start of the
@@ -303,10 +291,8 @@ pub fn waited(
     took: f64,
     conflicts: &[Conflict],
 ) -> Waited {
-    let cause = conflicts.first();
-    let cause = cause.map_or(String::new(), |c| {
-        format!("; the cause the guard sees: {c}")
-    });
+    let cause = |c: &Conflict| format!("; the cause the guard sees: {c}");
+    let cause = conflicts.first().map_or(String::new(), cause);
     match polled {
         Ok(Fleet::Applied(generation)) => {
             let generation =

@@ -6,7 +6,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::editor::Editor;
-use super::harvester_upgrade::blind_restorer;
+use super::harvester_upgrade::{blind_restorer, text_at};
 use super::ownership::{methods_owned_by_us, note_return, recorded_owners, update_claim_warnings};
 use super::records::{ValueRecord, describe, is_suspended, kubevirt_record, methods, value_record};
 use crate::model::{KUBEVIRT_RECORD, METHODS_PATH};
@@ -40,24 +40,20 @@ pub fn kubevirt_pre(obj: &Value, copy: Option<&ValueRecord>) -> Result<Plan, Mal
     ed.note(format!(
         "recorded original workloadUpdateMethods {recorded}"
     ));
-    let mut record = value_record(original, created);
-    record.owners = owners;
-    ed.write_record(KUBEVIRT_RECORD, &record)?;
+    ed.write_record(KUBEVIRT_RECORD, &value_record(original, created, owners))?;
     Ok(ed.finish())
 }
 
 /// What `pre` records as the KubeVirt CR's original: its record if it has one, else its
 /// current methods. `pre` copies this to the ManagedChart.
 pub fn kubevirt_original(obj: &Value) -> Result<ValueRecord, Malformed> {
+    let owners = recorded_owners(obj, METHODS_PATH);
     Ok(match kubevirt_record(obj)? {
         Some(r) => ValueRecord {
             created_parents: Vec::new(),
             ..r
         },
-        None => ValueRecord {
-            owners: recorded_owners(obj, METHODS_PATH),
-            ..value_record(methods(obj)?, Vec::new())
-        },
+        None => value_record(methods(obj)?, Vec::new(), owners),
     })
 }
 
@@ -97,20 +93,11 @@ pub struct Restore {
 }
 
 impl Restore {
-    fn to(source: Source, original: ValueRecord, reason: impl Into<String>) -> Self {
-        let (original, reason) = (Some(original), reason.into());
-        Self {
-            source,
-            original,
-            reason,
-        }
-    }
-
-    fn none(source: Source, reason: impl Into<String>) -> Self {
+    fn new(source: Source, original: Option<ValueRecord>, reason: impl Into<String>) -> Self {
         let reason = reason.into();
         Self {
             source,
-            original: None,
+            original,
             reason,
         }
     }
@@ -129,13 +116,14 @@ pub fn restore_source(
     let current = methods(kubevirt)?;
     Ok(match (kubevirt_record(kubevirt)?, copy) {
         (Some(r), _) => from_record(kubevirt, r, &current, values_choice),
-        (None, Some(c)) if is_suspended(&current) => Restore::to(
+        (None, Some(c)) if is_suspended(&current) => Restore::new(
             Source::ChartCopy,
-            c.clone(),
+            Some(c.clone()),
             "the ManagedChart's copy of the original, as the CR has no record",
         ),
-        (None, Some(_)) => Restore::none(
+        (None, Some(_)) => Restore::new(
             Source::Nothing,
+            None,
             format!(
                 "already restored on the CR: no record there, and its methods are {}",
                 describe(&current)
@@ -156,37 +144,36 @@ fn from_record(
         values_choice,
         blind_restorer(kubevirt, METHODS_PATH, current),
     ) {
-        (Some(v), _) if is_suspended(current) => Restore::to(
+        (Some(v), _) if is_suspended(current) => Restore::new(
             Source::ValuesChoice,
-            ValueRecord {
-                owners: r.owners,
-                ..value_record(Some(v.clone()), Vec::new())
-            },
+            Some(value_record(Some(v.clone()), Vec::new(), r.owners)),
             format!(
                 "the ManagedChart's values override, changed to {v} while suspended (the \
                  recorded original was {recorded}): the CR follows what Fleet renders"
             ),
         ),
-        _ if is_suspended(current) => Restore::to(Source::CrRecord, r, "the CR's record"),
-        _ if r.original() == *current => Restore::none(
+        _ if is_suspended(current) => Restore::new(Source::CrRecord, Some(r), "the CR's record"),
+        _ if r.original() == *current => Restore::new(
             Source::AlreadyRestored,
+            None,
             format!(
                 "already back at the recorded original {} (restored by someone else, e.g. \
                  Harvester's upgrade cleanup)",
                 describe(current)
             ),
         ),
-        (_, Some(blind)) => Restore::to(
+        (_, Some(blind)) => Restore::new(
             Source::BlindRestore,
-            r,
+            Some(r),
             format!(
                 "the CR's record: {blind} wrote a hard-coded {} over the recorded original \
                  {recorded} (Harvester's upgrade cleanup), which goes back",
                 describe(current),
             ),
         ),
-        (_, None) => Restore::none(
+        (_, None) => Restore::new(
             Source::LaterChoice,
+            None,
             format!(
                 "workloadUpdateMethods was changed to {} while suspended; that later choice is kept \
                  (the recorded original was {recorded})",
@@ -202,29 +189,24 @@ fn from_fallback(
     fallback: Option<&[String]>,
 ) -> Restore {
     let (suspended, ours) = (is_suspended(current), methods_owned_by_us(kubevirt));
-    match fallback {
-        Some(list) if suspended && ours => Restore::to(
-            Source::Fallback,
-            value_record(Some(json!(list)), Vec::new()),
-            "FALLBACK_METHODS, as no record of the original is left and the [] is ours",
+    let nothing = match fallback {
+        Some(list) if suspended && ours => {
+            let original = value_record(Some(json!(list)), Vec::new(), Vec::new());
+            let reason =
+                "FALLBACK_METHODS, as no record of the original is left and the [] is ours";
+            return Restore::new(Source::Fallback, Some(original), reason);
+        }
+        _ if !suspended => format!(
+            "nothing to restore: no record of ours, and the methods are {} (already restored, or \
+             never suspended)",
+            describe(current)
         ),
-        _ if !suspended => Restore::none(
-            Source::Nothing,
-            format!(
-                "nothing to restore: no record of ours, and the methods are {} (already restored, \
-                 or never suspended)",
-                describe(current)
-            ),
-        ),
-        _ if ours => Restore::none(
-            Source::Nothing,
-            "no record of the original and no FALLBACK_METHODS: the [] that pre wrote stays",
-        ),
-        _ => Restore::none(
-            Source::Nothing,
-            "no record of ours, and this [] was not written by the guard: it stays",
-        ),
-    }
+        _ if ours => {
+            "no record of the original and no FALLBACK_METHODS: the [] that pre wrote stays".into()
+        }
+        _ => "no record of ours, and this [] was not written by the guard: it stays".into(),
+    };
+    Restore::new(Source::Nothing, None, nothing)
 }
 
 /// `post` on the KubeVirt CR: the original from [`restore_source`] back, exactly, and the record
@@ -286,10 +268,6 @@ pub fn kubevirt_post(
     }
     ed.remove_annotation(KUBEVIRT_RECORD);
     Ok(ed.finish())
-}
-
-fn text_at<'a>(obj: &'a Value, ptr: &str) -> &'a str {
-    obj.pointer(ptr).and_then(Value::as_str).unwrap_or("")
 }
 
 /// What KubeVirt's workload updater will do once `methods` turn updates back on, from its
@@ -416,7 +394,7 @@ mod tests {
     /// (Fleet rendered a killed `pre`'s override) the copy is the original.
     #[test]
     fn pre_takes_the_copy_only_over_an_empty_list() {
-        let stale = value_record(Some(json!(["LiveMigrate"])), Vec::new());
+        let stale = value_record(Some(json!(["LiveMigrate"])), Vec::new(), Vec::new());
         for (current, recorded) in [
             (Some(json!(["Evict"])), Some(json!(["Evict"]))),
             (None, None),
@@ -575,7 +553,7 @@ mod tests {
     #[test]
     fn restore_source_precedence() {
         let live = json!(["LiveMigrate"]);
-        let copy = value_record(Some(json!(["Evict"])), Vec::new());
+        let copy = value_record(Some(json!(["Evict"])), Vec::new(), Vec::new());
         let fallback = ["LiveMigrate".to_string(), "Evict".to_string()];
         let mut ours = kubevirt(Some(json!([])));
         ours["metadata"]["managedFields"] = json!([

@@ -230,7 +230,7 @@ mod tests {
     #[test]
     fn pre_records_the_original_in_place_of_a_foreign_empty_list_on_both_objects() {
         let both = json!(["LiveMigrate", "Evict"]);
-        let record = value_record(Some(both.clone()), Vec::new());
+        let record = value_record(Some(both.clone()), Vec::new(), Vec::new());
         let start = Objects {
             kubevirt: Some(kubevirt(Some(json!([])))),
             chart: Some(chart(json!({}), None)),
@@ -279,8 +279,8 @@ mod tests {
         let live = json!(["LiveMigrate"]);
         let on = kubevirt(Some(live.clone()));
         let suspended = pre_kv(&on);
-        let as_is = value_record(Some(live.clone()), Vec::new());
-        let other = value_record(Some(json!(["Evict"])), Vec::new());
+        let as_is = value_record(Some(live.clone()), Vec::new(), Vec::new());
+        let other = value_record(Some(json!(["Evict"])), Vec::new(), Vec::new());
         let mut changed = suspended.clone();
         changed["spec"]["workloadUpdateStrategy"]["workloadUpdateMethods"] = json!(["Evict"]);
         let count = |plan: Result<Plan, Malformed>| plan.unwrap().actions.len();

@@ -124,28 +124,18 @@ pub fn kubevirt_copy(chart: &Value) -> Result<Option<ValueRecord>, Malformed> {
 
 /// A record of the methods: absent, or present with a list of strings.
 fn methods_record(obj: &Value, key: &str) -> Result<Option<ValueRecord>, Malformed> {
-    let record: Option<ValueRecord> = read_record(obj, key)?;
-    match &record {
-        Some(r)
-            if r.present != r.value.is_some()
-                || r.value.as_ref().is_some_and(|v| !is_string_list(v)) =>
-        {
-            Err(corrupted(
-                obj,
-                key,
-                &serde_json::to_string(r).unwrap_or_default(),
-            ))
+    match read_record::<ValueRecord>(obj, key)? {
+        Some(r) if r.present != r.value.is_some() || !r.value.iter().all(is_string_list) => {
+            let text = serde_json::to_string(&r).unwrap_or_default();
+            Err(corrupted(obj, key, &text))
         }
-        _ => Ok(record),
+        record => Ok(record),
     }
 }
 
 /// Whether methods are `[]`: what `pre` sets, and what Fleet renders from its values override.
 pub fn is_suspended(methods: &Option<Value>) -> bool {
-    methods
-        .as_ref()
-        .and_then(Value::as_array)
-        .is_some_and(Vec::is_empty)
+    matches!(methods, Some(Value::Array(list)) if list.is_empty())
 }
 
 /// The KubeVirt CR's methods: absent, or a list of strings.
@@ -163,10 +153,8 @@ pub fn lookup<'a>(obj: &'a Value, path: &[&str]) -> Result<Option<&'a Value>, Ma
     let mut node = obj;
     for (depth, seg) in path.iter().enumerate() {
         let Value::Object(map) = node else {
-            return Err(Malformed(format!(
-                "{} is not a map",
-                path[..depth].join(".")
-            )));
+            let parent = path[..depth].join(".");
+            return Err(Malformed(format!("{parent} is not a map")));
         };
         match map.get(*seg) {
             Some(next) => node = next,
@@ -201,8 +189,7 @@ pub fn read_record<T: DeserializeOwned>(obj: &Value, key: &str) -> Result<Option
 }
 
 pub(super) fn annotation<'a>(obj: &'a Value, key: &str) -> Option<&'a Value> {
-    obj.pointer("/metadata/annotations")
-        .and_then(|a| a.get(key))
+    obj.pointer("/metadata/annotations")?.get(key)
 }
 
 pub(super) fn identity(obj: &Value) -> (&str, &str, &str) {
@@ -270,9 +257,13 @@ fn is_string_list(v: &Value) -> bool {
     v.as_array().is_some_and(|l| l.iter().all(Value::is_string))
 }
 
-pub(super) fn value_record(current: Option<Value>, created_parents: Vec<String>) -> ValueRecord {
+pub(super) fn value_record(
+    current: Option<Value>,
+    created_parents: Vec<String>,
+    owners: Vec<RecordedOwner>,
+) -> ValueRecord {
     ValueRecord {
-        owners: Vec::new(),
+        owners,
         present: current.is_some(),
         value: current,
         created_parents,
@@ -281,8 +272,7 @@ pub(super) fn value_record(current: Option<Value>, created_parents: Vec<String>)
 
 /// A value for logs: `absent`, or its compact JSON.
 pub fn describe(v: &Option<Value>) -> String {
-    v.as_ref()
-        .map_or_else(|| "absent".to_string(), Value::to_string)
+    v.as_ref().map_or("absent".into(), Value::to_string)
 }
 
 #[cfg(test)]
