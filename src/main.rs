@@ -125,23 +125,20 @@ fn probe(which: Option<&str>) -> ExitCode {
         .and_then(|m| m.modified())
         .map(|t| t.elapsed().unwrap_or_default());
     let at = path.display();
-    let (said, code) = match age {
-        Ok(age) if age <= within => (
-            format!("{file}: {at} touched {}s ago", age.as_secs()),
-            ExitCode::SUCCESS,
+    let not = match age {
+        Ok(age) if age <= within => {
+            to_stderr(&format!("{file}: {at} touched {}s ago", age.as_secs()));
+            return ExitCode::SUCCESS;
+        }
+        Ok(age) => format!(
+            "not {file}: {at} last touched {}s ago (at most {}s)",
+            age.as_secs(),
+            within.as_secs()
         ),
-        Ok(age) => (
-            format!(
-                "not {file}: {at} last touched {}s ago (at most {}s)",
-                age.as_secs(),
-                within.as_secs()
-            ),
-            ExitCode::FAILURE,
-        ),
-        Err(e) => (format!("not {file}: {at}: {e}"), ExitCode::FAILURE),
+        Err(e) => format!("not {file}: {at}: {e}"),
     };
-    to_stderr(&said);
-    code
+    to_stderr(&not);
+    ExitCode::FAILURE
 }
 
 fn init_logging(format: LogFormat) {

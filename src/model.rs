@@ -132,11 +132,7 @@ impl std::fmt::Display for Target {
 /// `s` cut to at most `max` bytes, at a character boundary (API limits count bytes).
 pub fn truncate_bytes(s: &mut String, max: usize) {
     if s.len() > max {
-        let mut cut = max;
-        while !s.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        s.truncate(cut);
+        s.truncate((0..=max).rfind(|&cut| s.is_char_boundary(cut)).unwrap_or(0));
     }
 }
 
