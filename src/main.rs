@@ -4,6 +4,7 @@
 use std::fmt::Display;
 use std::io::Write;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use tokio::signal::unix::{SignalKind, signal};
 use tracing::{error, info};
@@ -117,7 +118,8 @@ fn probe(which: Option<&str>) -> ExitCode {
     };
     let (file, within) = match which {
         Some("live") => ("alive", config::ALIVE_WITHIN),
-        Some("ready") => ("ready", settings.ready_within()),
+        // How old `ready` may be: two missed reads and a minute's slack.
+        Some("ready") => ("ready", settings.resync * 2 + Duration::from_secs(60)),
         other => return config_error(format!("--probe takes live or ready, not {other:?}")),
     };
     let path = settings.state_dir.join(file);

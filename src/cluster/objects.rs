@@ -246,8 +246,7 @@ impl Cluster {
             return known;
         }
         let listed = match tokio::time::timeout(UNDER_WAY_WITHIN, self.list_migrations()).await {
-            Ok(Ok(list)) => Ok(list),
-            Ok(Err(e)) => Err(e.to_string()),
+            Ok(listed) => listed.map_err(|e| e.to_string()),
             Err(_) => Err(format!(
                 "not listed within {} s",
                 UNDER_WAY_WITHIN.as_secs()
