@@ -112,50 +112,6 @@ fn phase(argument: Option<Phase>, var: Option<Phase>) -> Result<Phase, ConfigErr
 }
 
 impl Env {
-    /// The rules between the variables. A run by hand writes no termination message unless
-    /// `TERMINATION_MESSAGE_PATH` is set, and reports in text whatever the guard's pod's
-    /// `LOG_FORMAT` (the chart's `json`, for its log collector).
-    fn config(self, argument: Option<Phase>, path_set: bool) -> Result<Config, ConfigError> {
-        let phase = phase(argument, self.phase)?;
-        if self.arm.0 && phase != Phase::Post {
-            return Err(ConfigError(format!(
-                "ARM=true is for PHASE=post (the armed post), not PHASE={phase}"
-            )));
-        }
-        let intent = self.intent(phase)?;
-        let unnamed = intent.keys.chart.is_none();
-        Ok(Config {
-            intent,
-            dry_run: self.dry_run.0,
-            deadline: self.deadline_seconds.0,
-            cleanup_wait: self.harvester_cleanup_wait_seconds.0,
-            fleet_wait: self.fleet_wait_seconds.0,
-            log_format: match argument.is_some() && self.phase == Some(Phase::Watch) {
-                true => LogFormat::Text,
-                false => self.log_format,
-            },
-            termination_message: (self.termination_message_path.clone())
-                .filter(|_| argument.is_none() || path_set)
-                .map(|p| TerminationMessage {
-                    path: p.0,
-                    explicit: path_set,
-                }),
-            allow_missing: self.allow_missing.0,
-            even_if_not_needed: self.pre_even_if_not_needed.0,
-            restore_during_upgrade: self.restore_during_upgrade.0,
-            upgrade_plan: self.upgrade_plan.clone().map(|n| n.0),
-            chart_version: self.chart_version.clone(),
-            arm: self.arm.0.then_some(Arm {
-                wait: self.arm_wait_seconds.0,
-                every: self.arm_poll_seconds.0,
-            }),
-            watch: (phase == Phase::Watch).then(|| self.watch()),
-            unnamed_chart: unset_value("MANAGEDCHART_NAME")
-                .filter(|_| unnamed)
-                .map(|name| self.chart_key(name)),
-        })
-    }
-
     fn intent(&self, phase: Phase) -> Result<Intent, ConfigError> {
         let chart = (self.managedchart_name.as_ref()).map(|n| self.chart_key(&n.0));
         let steps = Steps {
@@ -252,26 +208,58 @@ pub struct Watch {
     pub admission_hold: bool,
 }
 
-impl Watch {
-    /// How old the `ready` file may be: two missed reads and a minute's slack.
-    pub fn ready_within(&self) -> Duration {
-        self.resync * 2 + Duration::from_secs(60)
-    }
-}
-
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct ConfigError(pub String);
 
 impl Config {
-    /// `argument`: the phase named on the command line, if any (see `phase`).
+    /// `argument`: the phase named on the command line, if any (see `phase`). A run by hand
+    /// writes no termination message unless `TERMINATION_MESSAGE_PATH` is set, and reports in
+    /// text whatever the guard's pod's `LOG_FORMAT` (the chart's `json`, for its log collector).
     pub fn from_vars(
         vars: impl IntoIterator<Item = (String, String)>,
         argument: Option<Phase>,
     ) -> Result<Config, ConfigError> {
         let given: Vec<(String, String)> = vars.into_iter().collect();
         let path_set = given.iter().any(|(k, _)| k == "TERMINATION_MESSAGE_PATH");
-        read_env(&given)?.config(argument, path_set)
+        let env = read_env(&given)?;
+        let phase = phase(argument, env.phase)?;
+        if env.arm.0 && phase != Phase::Post {
+            return Err(ConfigError(format!(
+                "ARM=true is for PHASE=post (the armed post), not PHASE={phase}"
+            )));
+        }
+        let intent = env.intent(phase)?;
+        Ok(Config {
+            dry_run: env.dry_run.0,
+            deadline: env.deadline_seconds.0,
+            cleanup_wait: env.harvester_cleanup_wait_seconds.0,
+            fleet_wait: env.fleet_wait_seconds.0,
+            log_format: match argument.is_some() && env.phase == Some(Phase::Watch) {
+                true => LogFormat::Text,
+                false => env.log_format,
+            },
+            termination_message: (env.termination_message_path.clone())
+                .filter(|_| argument.is_none() || path_set)
+                .map(|p| TerminationMessage {
+                    path: p.0,
+                    explicit: path_set,
+                }),
+            allow_missing: env.allow_missing.0,
+            even_if_not_needed: env.pre_even_if_not_needed.0,
+            restore_during_upgrade: env.restore_during_upgrade.0,
+            upgrade_plan: env.upgrade_plan.clone().map(|n| n.0),
+            chart_version: env.chart_version.clone(),
+            arm: env.arm.0.then_some(Arm {
+                wait: env.arm_wait_seconds.0,
+                every: env.arm_poll_seconds.0,
+            }),
+            watch: (phase == Phase::Watch).then(|| env.watch()),
+            unnamed_chart: unset_value("MANAGEDCHART_NAME")
+                .filter(|_| intent.keys.chart.is_none())
+                .map(|name| env.chart_key(name)),
+            intent,
+        })
     }
 }
 
@@ -300,16 +288,6 @@ mod tests {
         assert_eq!(
             (w.resync, w.state_dir),
             (Duration::from_secs(300), PathBuf::from("/tmp"))
-        );
-        assert_eq!(
-            w.resync * 2 + Duration::from_secs(60),
-            Watch {
-                resync: Duration::from_secs(300),
-                state_dir: "/tmp".into(),
-                metrics_port: None,
-                admission_hold: false,
-            }
-            .ready_within()
         );
         // The metrics on 9090 by default, 0 turns them off; no hold unless the chart says so.
         assert_eq!((w.metrics_port, w.admission_hold), (Some(9090), false));

@@ -23,24 +23,15 @@ pub mod exit {
     pub const ARMED_BOUND: u8 = 9;
 }
 
-/// What a request was about, as the error names it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What a request was about, as the error names it (thiserror writes its `Display`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Subject {
+    #[error("{0}")]
     Object(Target),
+    #[error("{} (all namespaces)", Kind::Migration.plural())]
     Migrations,
+    #[error("{}.{} in {namespace}", kind.plural(), kind.api_version())]
     Listed { kind: Kind, namespace: String },
-}
-
-impl std::fmt::Display for Subject {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Subject::Object(t) => t.fmt(f),
-            Subject::Migrations => write!(f, "{} (all namespaces)", Kind::Migration.plural()),
-            Subject::Listed { kind, namespace } => {
-                write!(f, "{}.{} in {namespace}", kind.plural(), kind.api_version())
-            }
-        }
-    }
 }
 
 #[derive(Debug, thiserror::Error)]

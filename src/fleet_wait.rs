@@ -41,13 +41,11 @@ pub async fn wait(run: &mut Run<'_>, read: Option<&Value>, left: &Objects) -> Re
         Wait::For { after } => after,
     };
     // A claim Fleet's deploy will conflict with is said at once (a wait that runs out repeats it).
-    let kv = match (kubevirt, intent.keys.target(Kind::KubeVirt)) {
-        (Some(kv), _) => Some(kv.clone()),
-        (None, Some(t)) => run.cluster.get(&t).await.ok().flatten(),
-        (None, None) => None,
+    let kv = match kubevirt {
+        Some(kv) => Some(kv.clone()),
+        None => run.cluster.get(&run.kubevirt()).await.ok().flatten(),
     };
-    let conflicts = kv.map(|kv| fleet_status::conflicts(&kv, chart));
-    let conflicts = conflicts.unwrap_or_default();
+    let conflicts = kv.map_or_else(Vec::new, |kv| fleet_status::conflicts(&kv, chart));
     for c in &conflicts {
         let (reason, message) = (CONFLICT, c.to_string());
         run.warned(kubevirt, Some(target.clone()), Warning { reason, message })

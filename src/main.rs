@@ -4,6 +4,7 @@
 use std::fmt::Display;
 use std::io::Write;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use tokio::signal::unix::{SignalKind, signal};
 use tracing::{error, info};
@@ -117,7 +118,8 @@ fn probe(which: Option<&str>) -> ExitCode {
     };
     let (file, within) = match which {
         Some("live") => ("alive", config::ALIVE_WITHIN),
-        Some("ready") => ("ready", settings.ready_within()),
+        // How old `ready` may be: two missed reads and a minute's slack.
+        Some("ready") => ("ready", settings.resync * 2 + Duration::from_secs(60)),
         other => return config_error(format!("--probe takes live or ready, not {other:?}")),
     };
     let path = settings.state_dir.join(file);
@@ -125,23 +127,20 @@ fn probe(which: Option<&str>) -> ExitCode {
         .and_then(|m| m.modified())
         .map(|t| t.elapsed().unwrap_or_default());
     let at = path.display();
-    let (said, code) = match age {
-        Ok(age) if age <= within => (
-            format!("{file}: {at} touched {}s ago", age.as_secs()),
-            ExitCode::SUCCESS,
+    let not = match age {
+        Ok(age) if age <= within => {
+            to_stderr(&format!("{file}: {at} touched {}s ago", age.as_secs()));
+            return ExitCode::SUCCESS;
+        }
+        Ok(age) => format!(
+            "not {file}: {at} last touched {}s ago (at most {}s)",
+            age.as_secs(),
+            within.as_secs()
         ),
-        Ok(age) => (
-            format!(
-                "not {file}: {at} last touched {}s ago (at most {}s)",
-                age.as_secs(),
-                within.as_secs()
-            ),
-            ExitCode::FAILURE,
-        ),
-        Err(e) => (format!("not {file}: {at}: {e}"), ExitCode::FAILURE),
+        Err(e) => format!("not {file}: {at}: {e}"),
     };
-    to_stderr(&said);
-    code
+    to_stderr(&not);
+    ExitCode::FAILURE
 }
 
 fn init_logging(format: LogFormat) {

@@ -45,12 +45,6 @@ pub const COMPARE_PATH: &[&str] = &["spec", "diff", "comparePatches"];
 /// Migrations that KubeVirt's workload updater creates carry this name prefix.
 pub const MIGRATION_PREFIX: &str = "kubevirt-workload-update-";
 
-/// The ManagedChart's default namespace and name (`--help`'s table agrees).
-pub mod defaults {
-    pub const CHART_NAMESPACE: &str = "fleet-local";
-    pub const CHART_NAME: &str = "harvester";
-}
-
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjectKey {
     pub namespace: String,
@@ -132,11 +126,7 @@ impl std::fmt::Display for Target {
 /// `s` cut to at most `max` bytes, at a character boundary (API limits count bytes).
 pub fn truncate_bytes(s: &mut String, max: usize) {
     if s.len() > max {
-        let mut cut = max;
-        while !s.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        s.truncate(cut);
+        s.truncate((0..=max).rfind(|&cut| s.is_char_boundary(cut)).unwrap_or(0));
     }
 }
 
@@ -144,6 +134,14 @@ pub fn truncate_bytes(s: &mut String, max: usize) {
 pub fn pointer(segments: &[&str]) -> String {
     let escape = |s: &&str| format!("/{}", s.replace('~', "~0").replace('/', "~1"));
     segments.iter().map(escape).collect()
+}
+
+#[cfg(test)]
+/// The ManagedChart's default namespace and name, for the tests: the code reads them from
+/// `--help`'s table (`config::unset_value`), which a test checks against these.
+pub mod defaults {
+    pub const CHART_NAMESPACE: &str = "fleet-local";
+    pub const CHART_NAME: &str = "harvester";
 }
 
 #[cfg(test)]

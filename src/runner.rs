@@ -20,23 +20,20 @@ use crate::warnings::{self, CHANGED_WHILE_SUSPENDED};
 
 /// `Some`: `status`'s verdict, for the termination message. `watch` runs until SIGTERM.
 pub async fn run(run: &mut Run<'_>, out: &mut impl Output) -> Result<Option<String>, Error> {
-    if run.cfg.intent.phase != Phase::Watch {
-        return run_phase(run, out).await;
-    }
-    let act = async |run: &mut Run<'_>| run_phase(run, out).await.map(|_| ());
-    let guard = crate::resident::resident_guard(run.cfg, run.cluster, act);
-    guard.await.map(|()| None)
-}
-
-pub async fn run_phase(run: &mut Run<'_>, out: &mut impl Output) -> Result<Option<String>, Error> {
     match run.cfg.intent.phase {
         Phase::Status => crate::status::status(run, out).await.map(Some),
-        Phase::Pre | Phase::Post => change(run, out).await.map(|()| None),
-        Phase::Watch => unreachable!("the resident guard runs pre and post, never itself"),
+        Phase::Pre | Phase::Post => run_phase(run, out).await.map(|()| None),
+        // The resident guard runs `pre` and `post`, never itself.
+        Phase::Watch => {
+            let act = async |run: &mut Run<'_>| run_phase(run, out).await;
+            let guard = crate::resident::resident_guard(run.cfg, run.cluster, act);
+            guard.await.map(|()| None)
+        }
     }
 }
 
-async fn change(run: &mut Run<'_>, out: &mut impl Output) -> Result<(), Error> {
+/// `pre` or `post`.
+async fn run_phase(run: &mut Run<'_>, out: &mut impl Output) -> Result<(), Error> {
     let (intent, allow_missing) = (&run.cfg.intent, run.cfg.allow_missing);
     let mut objects = Objects::default();
     for target in intent.targets() {
@@ -134,13 +131,12 @@ async fn write_step(
     cfg: &Config,
     cluster: &Cluster,
     step: &Step,
-    current: Value,
+    object: Value,
     objects: &Objects,
 ) -> Result<Written, Error> {
     let intent = &cfg.intent;
     if cfg.dry_run && step.write == Write::Release {
         let plan = plan::plan_step(intent, step, objects)?.unwrap_or_default();
-        let object = current;
         return Ok(match plan.patch {
             Some(_) => Written::Changed { plan, object },
             None => Written::Unchanged { plan, object },
@@ -148,7 +144,7 @@ async fn write_step(
     }
     let kind = step.target.kind;
     cluster
-        .converge(&step.target, current, |obj| {
+        .converge(&step.target, object, |obj| {
             let mut now = objects.clone();
             now.set(kind, Some(obj.clone()));
             plan::plan_step(intent, step, &now).map(Option::unwrap_or_default)

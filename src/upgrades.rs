@@ -41,8 +41,7 @@ impl View {
         let offered = self.offered();
         let (version, handling) = offered.first()?;
         let list: Vec<&str> = offered.iter().map(|(v, _)| v.as_str()).collect();
-        let list = list.join(", ");
-        let handling = handling.describe();
+        let (list, handling) = (list.join(", "), handling.describe());
         let line = format!("the cluster offers upgrades to {list}: Harvester {version} {handling}");
         Some(line)
     }
@@ -62,8 +61,8 @@ pub async fn read(cluster: &Cluster, cfg: &Config) -> Result<View, Error> {
     let versions = match cfg.intent.phase {
         Phase::Post => None,
         _ => cluster.list(Kind::Version, Some(ns), None).await?,
-    };
-    let versions = versions.unwrap_or_default();
+    }
+    .unwrap_or_default();
     let upgrade = harvester_upgrade::latest(&upgrades).map_err(|reason| {
         let first = upgrades.first();
         let name = first.and_then(|u| u["metadata"]["name"].as_str());

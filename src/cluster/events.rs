@@ -22,10 +22,9 @@ pub enum EventKind {
 impl Cluster {
     /// A WARN line and a Warning Event; the caller records it ([`crate::context::Run::warned`]).
     pub async fn warn(&self, kubevirt: Option<&Value>, target: Option<&Target>, w: &Warning) {
-        match target {
-            Some(target) => warn!(object = %target, reason = w.reason, "{}", w.message),
-            None => warn!(reason = w.reason, "{}", w.message),
-        }
+        // An `Option` field is left out of the line when `None`.
+        let object = target.map(tracing::field::display);
+        warn!(object, reason = w.reason, "{}", w.message);
         if let Some(kv) = kubevirt {
             self.event(kv, EventKind::Warning, w.reason, &w.message)
                 .await;
@@ -51,8 +50,7 @@ impl Cluster {
             return;
         }
         let text = |k: &str| object["metadata"][k].as_str().map(str::to_string);
-        let (name, namespace) = (text("name").unwrap_or_default(), text("namespace"));
-        let namespace = namespace.unwrap_or_default();
+        let [name, namespace] = ["name", "namespace"].map(|k| text(k).unwrap_or_default());
         let now = jiff::Timestamp::now();
         // The API server takes at most 1 kB of note.
         let mut note = note.to_string();

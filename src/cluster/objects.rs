@@ -17,10 +17,10 @@ use crate::model::{FIELD_MANAGER, Kind, Target};
 use crate::plan::migrations::{Listed, Migration};
 use crate::vocabulary::{Plan, Refusal};
 
-pub(super) fn api(client: &Client, resource: &ApiResource, ns: Option<&str>) -> Api<DynamicObject> {
+pub(super) fn api(client: &Client, kind: Kind, ns: Option<&str>) -> Api<DynamicObject> {
     match ns {
-        Some(ns) => Api::namespaced_with(client.clone(), ns, resource),
-        None => Api::all_with(client.clone(), resource),
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &kind.resource()),
+        None => Api::all_with(client.clone(), &kind.resource()),
     }
 }
 
@@ -34,54 +34,40 @@ fn json(object: DynamicObject) -> Value {
 }
 
 impl Cluster {
-    fn api(&self, target: &Target) -> Api<DynamicObject> {
-        api(
-            &self.client,
-            &target.kind.resource(),
-            Some(&target.key.namespace),
-        )
-    }
-
     /// `None`: no such object. A 404 for the resource itself (no CRD) is an error.
     pub async fn get(&self, target: &Target) -> Result<Option<Value>, Error> {
-        let api = self.api(target);
-        match self
-            .call(&format!("get {target}"), || api.get(&target.key.name))
-            .await
-        {
-            Ok(obj) => Ok(Some(json(obj))),
-            Err(kube::Error::Api(s))
-                if s.code == 404
-                    && s.details
-                        .as_ref()
-                        .is_some_and(|d| d.name == target.key.name) =>
-            {
-                Ok(None)
-            }
-            Err(kube::Error::Api(s)) if s.code == 404 => Err(Error::NotServed {
-                subject: Subject::Object(target.clone()),
-                plural: target.kind.plural(),
-                hint: match target.kind {
-                    Kind::ManagedChart => {
-                        "; for KubeVirt without Rancher/Fleet, set MANAGEDCHART_NAME= (empty)"
-                    }
-                    _ => "",
-                },
-                message: s.message.trim().to_string(),
-                source: Box::new(kube::Error::Api(s)),
-            }),
-            Err(e) => Err(self.permanent(Subject::Object(target.clone()), e)),
+        let api = api(&self.client, target.kind, Some(&target.key.namespace));
+        let name = &target.key.name;
+        let s = match self.call(&format!("get {target}"), || api.get(name)).await {
+            Ok(obj) => return Ok(Some(json(obj))),
+            Err(kube::Error::Api(s)) if s.code == 404 => s,
+            Err(e) => return Err(self.permanent(Subject::Object(target.clone()), e)),
+        };
+        if s.details.as_ref().is_some_and(|d| d.name == *name) {
+            return Ok(None);
         }
+        Err(Error::NotServed {
+            subject: Subject::Object(target.clone()),
+            plural: target.kind.plural(),
+            hint: match target.kind {
+                Kind::ManagedChart => {
+                    "; for KubeVirt without Rancher/Fleet, set MANAGEDCHART_NAME= (empty)"
+                }
+                _ => "",
+            },
+            message: s.message.trim().to_string(),
+            source: Box::new(kube::Error::Api(s)),
+        })
     }
 
     /// On a conflict, reads and plans again, until the plan applies or there is nothing to do.
     pub async fn converge(
         &self,
         target: &Target,
-        mut current: Value,
+        mut object: Value,
         decide: impl Fn(&Value) -> Result<Plan, Refusal>,
     ) -> Result<Written, Error> {
-        let api = self.api(target);
+        let api = api(&self.client, target.kind, Some(&target.key.namespace));
         let params = PatchParams {
             field_manager: Some(FIELD_MANAGER.into()),
             dry_run: self.dry_run,
@@ -89,12 +75,9 @@ impl Cluster {
         };
         let mut conflicts = backoff().with_min_delay(Duration::from_millis(10)).build();
         loop {
-            let plan = decide(&current)?;
+            let plan = decide(&object)?;
             let Some(patch) = plan.patch.clone() else {
-                return Ok(Written::Unchanged {
-                    plan,
-                    object: current,
-                });
+                return Ok(Written::Unchanged { plan, object });
             };
             let patch = Patch::<()>::Json(patch);
             let what = format!("patch {target}");
@@ -102,11 +85,9 @@ impl Cluster {
                 .call(&what, || api.patch(&target.key.name, &params, &patch))
                 .await
             {
-                Ok(object) => {
-                    return Ok(Written::Changed {
-                        plan,
-                        object: json(object),
-                    });
+                Ok(written) => {
+                    let object = json(written);
+                    return Ok(Written::Changed { plan, object });
                 }
                 Err(e) if classify(&e) == Class::NotFound => return Ok(Written::Missing),
                 Err(e) if classify(&e) == Class::Conflict => e,
@@ -115,16 +96,16 @@ impl Cluster {
             // Back off before the fresh read, never between read and write: the plan must go
             // out while its resourceVersion is still current.
             tokio::time::sleep(conflicts.next().unwrap_or_default()).await;
-            let before = rv(&current).map(str::to_string);
+            let before = rv(&object).map(str::to_string);
             let Some(now) = self.get(target).await? else {
                 return Ok(Written::Missing);
             };
-            current = now;
+            object = now;
             // A failed patch on an unchanged object is not a conflict: it would fail forever.
-            if rv(&current) == before.as_deref() {
+            if rv(&object) == before.as_deref() {
                 return Err(self.permanent(Subject::Object(target.clone()), e));
             }
-            debug!(object = %target, resource_version = rv(&current), "conflict: read again");
+            debug!(object = %target, resource_version = rv(&object), "conflict: read again");
         }
     }
 
@@ -150,7 +131,7 @@ impl Cluster {
         namespace: Option<&str>,
         selector: Option<&str>,
     ) -> Result<Option<Vec<Value>>, Error> {
-        let api = api(&self.client, &kind.resource(), namespace);
+        let api = api(&self.client, kind, namespace);
         // From the API server's watch cache (resourceVersion 0): a consistent list waits up to
         // ~100 ms for the cache to catch up with etcd; a few ms of staleness mean nothing here
         // (the wait reads again, and Harvester's steps are minutes apart).
@@ -165,11 +146,8 @@ impl Cluster {
 
     /// `None` also when it may not be read: a 403 says nothing of it, `status` leaves it out.
     pub async fn job(&self, namespace: &str, name: &str) -> Option<Value> {
-        let api = api(
-            &self.client,
-            &ApiResource::erase::<Job>(&()),
-            Some(namespace),
-        );
+        let resource = ApiResource::erase::<Job>(&());
+        let api = Api::namespaced_with(self.client.clone(), namespace, &resource);
         let what = format!("get job {namespace}/{name}");
         let job = self.call(&what, || api.get(name)).await;
         job.inspect_err(|e| debug!(error = %e, "the armed post's Job not read"))
@@ -192,7 +170,7 @@ impl Cluster {
 
     /// `None` when it, or the resource, is not there (not a Harvester cluster).
     pub async fn harvester_setting(&self, name: &str) -> Result<Option<String>, Error> {
-        let api = api(&self.client, &Kind::Setting.resource(), None);
+        let api = api(&self.client, Kind::Setting, None);
         let subject = listed(Kind::Setting, None);
         let what = format!("get {subject} {name}");
         let setting = self.optional(what, subject, || api.get(name)).await?;
@@ -268,8 +246,7 @@ impl Cluster {
             return known;
         }
         let listed = match tokio::time::timeout(UNDER_WAY_WITHIN, self.list_migrations()).await {
-            Ok(Ok(list)) => Ok(list),
-            Ok(Err(e)) => Err(e.to_string()),
+            Ok(listed) => listed.map_err(|e| e.to_string()),
             Err(_) => Err(format!(
                 "not listed within {} s",
                 UNDER_WAY_WITHIN.as_secs()

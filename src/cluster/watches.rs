@@ -55,7 +55,7 @@ impl Cluster {
         labels: Option<&str>,
         wake: mpsc::Sender<()>,
     ) -> Watcher {
-        let api = super::objects::api(&self.watch_client, &kind.resource(), namespace);
+        let api = super::objects::api(&self.watch_client, kind, namespace);
         let mut config = watcher::Config::default().any_semantic();
         config.label_selector = labels.map(str::to_string);
         let backoff = watcher::ExponentialBackoff::from(super::retry::backoff());
