@@ -44,10 +44,8 @@ impl Summary {
         done: &[Done],
         result: &Result<(), Error>,
     ) -> Self {
-        let all = Intent {
-            steps: Steps::ALL,
-            ..intent.clone()
-        };
+        let mut all = intent.clone();
+        all.steps = Steps::ALL;
         let error = result.as_ref().err();
         let failed = error.and_then(Error::target);
         let row = |target: Target| {
