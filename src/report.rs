@@ -291,9 +291,7 @@ fn warnings(
 }
 
 fn fleet_report(chart: &Value) -> FleetReport {
-    let conditions = chart
-        .pointer("/status/conditions")
-        .and_then(Value::as_array);
+    let conditions = chart["status"]["conditions"].as_array();
     let ready = conditions.and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"));
     let field = |ptr| text(ready?, ptr).filter(|s| !s.is_empty());
     FleetReport {

@@ -160,10 +160,8 @@ fn armed_lines(job: Option<&Value>) -> Option<Vec<String>> {
     let ns = text("/metadata/namespace");
     let since = text("/metadata/creationTimestamp");
     let head = format!("armed post    Job {ns}/{ARMED_JOB}, since {since}");
-    let conditions = job.pointer("/status/conditions").and_then(Value::as_array);
+    let mut conditions = job["status"]["conditions"].as_array().into_iter().flatten();
     let ended = conditions
-        .into_iter()
-        .flatten()
         .find(|c| c["status"] == "True" && (c["type"] == "Complete" || c["type"] == "Failed"));
     Some(match ended {
         None => vec![

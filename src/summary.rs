@@ -99,9 +99,7 @@ impl Summary {
             if !cut {
                 cut = true;
                 short.steps.iter_mut().for_each(|s| s.actions.clear());
-                for w in &mut short.warnings {
-                    truncate_bytes(w, 500);
-                }
+                (short.warnings.iter_mut()).for_each(|w| truncate_bytes(w, 500));
                 continue;
             }
             let texts = short.error.iter_mut().chain(&mut short.verdict);
