@@ -94,9 +94,8 @@ impl Metrics {
             ("revision", revision),
             ("chart", chart),
         ];
-        build
-            .get_or_create(&labels.map(|(k, v)| (k, v.to_string())))
-            .set(1);
+        let labels = labels.map(|(k, v)| (k, v.to_string()));
+        build.get_or_create(&labels).set(1);
         Metrics {
             registry,
             gauges,

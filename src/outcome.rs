@@ -51,14 +51,11 @@ impl Done {
 
     /// `when` is empty for `status`, which writes nothing whatever happens.
     pub fn missing(allow_missing: bool, target: Target, when: &str) -> Result<Done, Error> {
-        let hint = match target.kind {
-            Kind::KubeVirt => {
-                "check KUBEVIRT_NAMESPACE and KUBEVIRT_NAME (kubectl get kubevirts -A)"
-            }
-            _ => {
-                "check MANAGEDCHART_NAMESPACE and MANAGEDCHART_NAME (kubectl get managedcharts -A); \
-                 for KubeVirt without Fleet set MANAGEDCHART_NAME= (empty)"
-            }
+        let hint = if target.kind == Kind::KubeVirt {
+            "check KUBEVIRT_NAMESPACE and KUBEVIRT_NAME (kubectl get kubevirts -A)"
+        } else {
+            "check MANAGEDCHART_NAMESPACE and MANAGEDCHART_NAME (kubectl get managedcharts -A); \
+             for KubeVirt without Fleet set MANAGEDCHART_NAME= (empty)"
         };
         let when = Some(when).filter(|w| !w.is_empty());
         let when = when.map_or(String::new(), |w| format!("; {w}"));

@@ -91,17 +91,11 @@ impl Report {
         self.verdict.starts_with("REFUSED")
     }
 
-    /// With `MANAGEDCHART_NAME` empty: the default ManagedChart as read, for what of ours it
-    /// still carries (`post` with that setting leaves it there).
-    pub fn with_unnamed_chart(mut self, intent: &Intent, target: &Target, obj: &Value) -> Self {
-        self.account_for(intent, target, obj, false);
-        self
-    }
-
     /// The verdict accounts for what of ours the ManagedChart still carries while the CR is not
     /// suspended by us: a half-restored state, which Fleet's next deploy suspends again while
-    /// pre's values override `[]` is there.
-    fn account_for(&mut self, intent: &Intent, target: &Target, obj: &Value, named: bool) {
+    /// pre's values override `[]` is there. `named: false`: `MANAGEDCHART_NAME` is empty and the
+    /// default ManagedChart was read (`post` with that setting leaves it there).
+    pub fn account_for(&mut self, intent: &Intent, target: &Target, obj: &Value, named: bool) {
         let ours = chart_ours(obj, &intent.keys.kubevirt);
         if self.refused() || self.suspended || !self.kubevirt.found || ours.is_empty() {
             return;
@@ -147,7 +141,23 @@ impl Report {
         let ours = values_ours || self.kubevirt.saved_original.is_some();
         let cleanup_writes = upgrade.as_ref().map(|u| u.cleanup_writes(values));
         if let Some(u) = upgrade.as_ref().filter(|u| u.cleanup_pending()) {
-            let warning = cleanup_pending_warning(u, values_ours, ours, cleanup_writes.as_ref());
+            let upgrade = u.describe();
+            let warning = if values_ours && u.backup == Backup::Value(serde_json::json!([])) {
+                Some(format!(
+                    "{upgrade} backed up pre's [] as the original: its cleanup writes [] back \
+                     into the values. Run post after that cleanup (post waits for it), or updates \
+                     stay off"
+                ))
+            } else if !ours && u.backup != Backup::None {
+                let writes = cleanup_writes.as_ref();
+                let writes = writes.map_or(String::new(), CleanupWrite::describe);
+                let backup = u.backup.describe();
+                Some(format!(
+                    "{upgrade} suspended the updates itself (backup {backup}); its cleanup {writes}"
+                ))
+            } else {
+                ours.then(|| format!("{upgrade} has not finished its cleanup: post waits for it"))
+            };
             self.warnings.extend(warning);
         }
         // After a failed Upgrade to a release that leaves the methods alone (up to v1.7.1), the
@@ -222,16 +232,13 @@ fn chart_report(
     intent: &Intent,
 ) -> ChartReport {
     let object = target.to_string();
-    let o = match as_read {
-        Ok(Some(o)) => o,
-        r => {
-            let problems = r.err().cloned().into_iter().collect();
-            return ChartReport {
-                object,
-                problems,
-                ..Default::default()
-            };
-        }
+    let Ok(Some(o)) = as_read else {
+        let problems = as_read.err().cloned().into_iter().collect();
+        return ChartReport {
+            object,
+            problems,
+            ..Default::default()
+        };
     };
     let mut problems = Vec::new();
     let list = read(&mut problems, compare_list(o));
@@ -283,33 +290,8 @@ fn warnings(
     warnings
 }
 
-fn cleanup_pending_warning(
-    u: &Upgrade,
-    values_ours: bool,
-    ours: bool,
-    cleanup_writes: Option<&CleanupWrite>,
-) -> Option<String> {
-    let upgrade = u.describe();
-    if values_ours && u.backup == Backup::Value(serde_json::json!([])) {
-        Some(format!(
-            "{upgrade} backed up pre's [] as the original: its cleanup writes [] back into the \
-             values. Run post after that cleanup (post waits for it), or updates stay off"
-        ))
-    } else if !ours && u.backup != Backup::None {
-        let writes = cleanup_writes.map_or(String::new(), CleanupWrite::describe);
-        let backup = u.backup.describe();
-        Some(format!(
-            "{upgrade} suspended the updates itself (backup {backup}); its cleanup {writes}"
-        ))
-    } else {
-        ours.then(|| format!("{upgrade} has not finished its cleanup: post waits for it"))
-    }
-}
-
 fn fleet_report(chart: &Value) -> FleetReport {
-    let conditions = chart
-        .pointer("/status/conditions")
-        .and_then(Value::as_array);
+    let conditions = chart["status"]["conditions"].as_array();
     let ready = conditions.and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"));
     let field = |ptr| text(ready?, ptr).filter(|s| !s.is_empty());
     FleetReport {
@@ -504,8 +486,8 @@ mod tests {
         );
         let mut unnamed = named.clone();
         unnamed.keys.chart = None;
-        let r = Report::new(&unnamed, (&kt, Some(&kv_only)), None, &[])
-            .with_unnamed_chart(&unnamed, &ct, &ch1);
+        let mut r = Report::new(&unnamed, (&kt, Some(&kv_only)), None, &[]);
+        r.account_for(&unnamed, &ct, &ch1, false);
         assert!(
             r.verdict.starts_with("ATTENTION: automated updates on"),
             "{}",

@@ -145,12 +145,11 @@ impl<'a> Loop<'a> {
         if let Some(m) = &self.metrics {
             m.read_everything(jiff::Timestamp::now().as_second());
         }
-        let upgrade = view.upgrade;
         Ok(Pass {
             decision,
             objects,
             retirement,
-            upgrade,
+            upgrade: view.upgrade,
             held_changed,
         })
     }

@@ -44,7 +44,7 @@ pub async fn status(run: &mut Run<'_>, out: &mut impl Write) -> Result<String, E
     )
     .with_harvester(view.upgrade.clone(), view.offered(), view.coming());
     if let Some((target, obj)) = &unnamed {
-        report = report.with_unnamed_chart(&cfg.intent, target, obj);
+        report.account_for(&cfg.intent, target, obj, false);
     }
     let mut objects = Objects::default();
     objects.set(Kind::KubeVirt, kv.clone());
@@ -52,22 +52,24 @@ pub async fn status(run: &mut Run<'_>, out: &mut impl Write) -> Result<String, E
         objects.set(Kind::ManagedChart, obj.clone());
     }
     judge_upgrades(&mut report, &view, &objects);
-    let chart_version = cfg.chart_version.as_deref();
-    report
-        .warnings
-        .extend(crate::build::mismatch(chart_version));
+    let mismatch = crate::build::mismatch(cfg.chart_version.as_deref());
+    report.warnings.extend(mismatch);
     // The report's warnings are the termination message's too.
     let mut warned = Done::noted(kubevirt.clone(), vec![]);
-    for message in &report.warnings {
-        let message = message.clone();
-        warned.warnings.push(Warning {
+    warned.warnings = (report.warnings.iter())
+        .map(|message| Warning {
             reason: "",
-            message,
-        });
-    }
+            message: message.clone(),
+        })
+        .collect();
     run.push(warned);
     let sections = sections(run).await;
-    print(out, cfg.log_format, &report, &sections)?;
+    let text = match cfg.log_format {
+        LogFormat::Json => serde_json::to_string(&report).expect("report serializes") + "\n",
+        LogFormat::Text => format!("{report}{sections}"),
+    };
+    let written = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+    written.map_err(|e| Error::Output(e.to_string()))?;
     if kv.is_none() {
         run.push(Done::missing(cfg.allow_missing, kubevirt, "")?);
     }
@@ -76,20 +78,6 @@ pub async fn status(run: &mut Run<'_>, out: &mut impl Write) -> Result<String, E
         run.push(Done::missing(cfg.allow_missing, target, "")?);
     }
     Ok(report.verdict)
-}
-
-fn print(
-    out: &mut impl Write,
-    format: LogFormat,
-    report: &Report,
-    sections: &str,
-) -> Result<(), Error> {
-    let text = match format {
-        LogFormat::Json => serde_json::to_string(report).expect("report serializes") + "\n",
-        LogFormat::Text => format!("{report}{sections}"),
-    };
-    let written = out.write_all(text.as_bytes()).and_then(|()| out.flush());
-    written.map_err(|e| Error::Output(e.to_string()))
 }
 
 /// The ManagedChart, none, or why its kind is not served (without Fleet its CRD is missing).
@@ -133,12 +121,8 @@ async fn sections(run: &mut Run<'_>) -> String {
     if !resident.is_empty() {
         run.noted(resident.clone());
     }
-    let lines: String = armed
-        .iter()
-        .chain(&resident)
-        .map(|l| format!("{l}\n"))
-        .collect();
-    lines + &crate::build::line(run.cfg.chart_version.as_deref())
+    let lines = armed.iter().chain(&resident).map(|l| format!("{l}\n"));
+    lines.collect::<String>() + &crate::build::line(run.cfg.chart_version.as_deref())
 }
 
 /// The resident guard keeps nothing but its Events: its last decision, and its last Warning
@@ -148,9 +132,7 @@ async fn resident_lines(run: &Run<'_>) -> Vec<String> {
     let Some((time, pod, note)) = cluster.latest_event(ns, warnings::RESIDENT).await else {
         return Vec::new();
     };
-    let mut lines = vec![format!(
-        "resident guard  {pod} last decided at {time}: {note}"
-    )];
+    let decided = format!("resident guard  {pod} last decided at {time}: {note}");
     // A suspension made since (its `Suspended` Event) is a later word too: what was unprotected
     // is protected now.
     let suspended = cluster.latest_event(ns, warnings::SUSPENDED).await;
@@ -168,23 +150,18 @@ async fn resident_lines(run: &Run<'_>) -> Vec<String> {
             newer = Some(format!("resident guard  {reason} at {t}: {note}"));
         }
     }
-    lines.extend(newer);
-    lines
+    [decided].into_iter().chain(newer).collect()
 }
 
 /// `None`: no such Job.
 fn armed_lines(job: Option<&Value>) -> Option<Vec<String>> {
     let job = job?;
     let text = |ptr: &str| job.pointer(ptr).and_then(Value::as_str).unwrap_or("");
-    let (ns, since) = (
-        text("/metadata/namespace"),
-        text("/metadata/creationTimestamp"),
-    );
+    let ns = text("/metadata/namespace");
+    let since = text("/metadata/creationTimestamp");
     let head = format!("armed post    Job {ns}/{ARMED_JOB}, since {since}");
-    let conditions = job.pointer("/status/conditions").and_then(Value::as_array);
+    let mut conditions = job["status"]["conditions"].as_array().into_iter().flatten();
     let ended = conditions
-        .into_iter()
-        .flatten()
         .find(|c| c["status"] == "True" && (c["type"] == "Complete" || c["type"] == "Failed"));
     Some(match ended {
         None => vec![

@@ -44,10 +44,8 @@ impl Summary {
         done: &[Done],
         result: &Result<(), Error>,
     ) -> Self {
-        let all = Intent {
-            steps: Steps::ALL,
-            ..intent.clone()
-        };
+        let mut all = intent.clone();
+        all.steps = Steps::ALL;
         let error = result.as_ref().err();
         let failed = error.and_then(Error::target);
         let row = |target: Target| {
@@ -101,9 +99,7 @@ impl Summary {
             if !cut {
                 cut = true;
                 short.steps.iter_mut().for_each(|s| s.actions.clear());
-                for w in &mut short.warnings {
-                    truncate_bytes(w, 500);
-                }
+                (short.warnings.iter_mut()).for_each(|w| truncate_bytes(w, 500));
                 continue;
             }
             let texts = short.error.iter_mut().chain(&mut short.verdict);

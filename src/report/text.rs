@@ -1,6 +1,6 @@
 //! `status`'s report as text: the verdict first, as it answers the operator's question.
 
-use std::fmt::{Display, Error, Formatter, Result};
+use std::fmt::{Display, Formatter, Result};
 
 use serde_json::Value;
 
@@ -58,8 +58,7 @@ pub fn verdict(k: &KubeVirtReport, source: Option<Source>, will_restore: &Option
     }
     let methods = describe(&k.workload_update_methods);
     let r = describe(will_restore);
-    let owners = &k.methods_owners;
-    let ours = owners.iter().find(|o| o.owner.manager == FIELD_MANAGER);
+    let ours = (k.methods_owners.iter()).find(|o| o.owner.manager == FIELD_MANAGER);
     let since = ours.and_then(|o| o.owner.time.as_deref());
     let since = since.map_or(String::new(), |t| format!(" since {t}"));
     match source {
@@ -109,15 +108,6 @@ fn or(v: &Option<impl ToString>) -> String {
     v.as_ref().map_or("-".into(), ToString::to_string)
 }
 
-/// `Ok(false)`: not found, the section has nothing more.
-fn found(f: &mut Formatter<'_>, object: &str, found: bool) -> std::result::Result<bool, Error> {
-    writeln!(f, "{object}")?;
-    if !found {
-        row(f, "not found", "")?;
-    }
-    Ok(found)
-}
-
 fn problems(f: &mut Formatter<'_>, problems: &[String]) -> Result {
     problems.iter().try_for_each(|p| row(f, "PROBLEM", p))
 }
@@ -142,8 +132,9 @@ impl Display for Report {
 impl Display for KubeVirtReport {
     fn fmt(&self, f: &mut Formatter<'_>) -> Result {
         let k = self;
-        if !found(f, &k.object, k.found)? {
-            return Ok(());
+        writeln!(f, "{}", k.object)?;
+        if !k.found {
+            return row(f, "not found", "");
         }
         let off = k.updates_off();
         row(f, "phase", or(&k.phase))?;
@@ -196,16 +187,14 @@ impl Display for KubeVirtReport {
 impl Display for ChartReport {
     fn fmt(&self, f: &mut Formatter<'_>) -> Result {
         let c = self;
-        if !found(f, &c.object, c.found)? {
-            return Ok(());
+        writeln!(f, "{}", c.object)?;
+        if !c.found {
+            return row(f, "not found", "");
         }
         row(f, "paused", c.paused)?;
         let on = c.compare_patches_pointer;
-        row(
-            f,
-            "comparePatches pointer",
-            if on { "present" } else { "absent" },
-        )?;
+        let pointer = if on { "present" } else { "absent" };
+        row(f, "comparePatches pointer", pointer)?;
         row(f, "values override", describe(&c.values_override))?;
         row(f, "values record", record(&c.values_record))?;
         let compare = match c.compare_patch_record.as_ref().map(|r| r.added) {
