@@ -14,7 +14,6 @@ import sys
 MAX_FILE_LINES = 400
 MAX_FN_LINES = 60
 MAX_PRODUCTION_LINES = 8500  # src/ before its tests, tests.rs and testing.rs apart: a tool that edits two objects
-ENFORCE_PRODUCTION_LINES = False
 SRC = pathlib.Path(__file__).resolve().parent.parent / "src"
 
 
@@ -163,13 +162,13 @@ def main():
         problems.append(f"docs/design.md's layers table does not name {', '.join(unnamed)}")
     if stale:
         problems.append(f"docs/design.md's layers table names {', '.join(stale)}, not in src/")
-    if production > MAX_PRODUCTION_LINES and ENFORCE_PRODUCTION_LINES:
+    if production > MAX_PRODUCTION_LINES:
         problems.append(f"src/ has {production} production lines (at most {MAX_PRODUCTION_LINES})")
     for line in problems:
         print(f"house: {line}", file=sys.stderr)
     if problems:
         sys.exit(1)
-    print(f"house: ok ({len(modules)} files, no cycle, no twin name, none over {MAX_FILE_LINES} lines, no fn over {MAX_FN_LINES} lines, each in design.md's layers table; {production} production lines, goal {MAX_PRODUCTION_LINES})")
+    print(f"house: ok ({len(modules)} files, no cycle, no twin name, none over {MAX_FILE_LINES} lines, no fn over {MAX_FN_LINES} lines, each in design.md's layers table; {production} production lines, at most {MAX_PRODUCTION_LINES})")
 
 
 if __name__ == "__main__":
