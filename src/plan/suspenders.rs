@@ -153,3 +153,6 @@ fn past_initialized(phase: &str) -> bool {
     let at = |name: &str| PLAN_PHASES.iter().position(|p| *p == name);
     at(phase) > at("Initialized")
 }
+
+#[cfg(test)]
+mod tests;
