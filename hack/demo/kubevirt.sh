@@ -160,13 +160,16 @@ kv_migrations() {
   "$KUBECTL" --kubeconfig "$1" get virtualmachineinstancemigrations -A -o json \
     | jq --arg a "$KV_WORKLOAD_UPDATE" '[.items[] | select(.metadata.annotations[$a] != null)] | length'
 }
-kv_wait_outdated() { # kv_wait_outdated KUBECONFIG N: until the updater counts N (at most 90 s)
+# kv_until READ KUBECONFIG WANT: until READ (kv_outdated, kv_methods) reads WANT, polled every
+# 0.2 s for at most 90 s.
+kv_until() {
   local start=$SECONDS
-  until [[ "$(kv_outdated "$1")" == "$2" ]]; do
-    (( SECONDS - start < 90 )) || { echo "demo: the updater counted $(kv_outdated "$1") outdated VMIs, not $2, in 90 s" >&2; return 1; }
-    sleep 0.5
+  until [[ "$("$1" "$2")" == "$3" ]]; do
+    (( SECONDS - start < 90 )) || { echo "demo: $1 reads $("$1" "$2"), not $3, after 90 s" >&2; return 1; }
+    sleep 0.2
   done
 }
+kv_wait_outdated() { kv_until kv_outdated "$@"; } # kv_wait_outdated KUBECONFIG N: the updater counts N
 # kv_count_wave KUBECONFIG WHAT: polls the migrations (every 0.5 s, at most 90 s) until every VM
 # has one; prints when the first came and when all had, after this call.
 kv_count_wave() {
@@ -186,13 +189,7 @@ kv_count_wave() {
 kv_counts() { echo "  outdated VMs (the CR's status, virt-controller's count): $(kv_outdated "$1"); workload-update migrations: $(kv_migrations "$1")"; }
 
 kv_methods() { "$KUBECTL" --kubeconfig "$1" -n "$KV_NS" get kubevirt kubevirt -o jsonpath='{.spec.workloadUpdateStrategy.workloadUpdateMethods}'; }
-kv_wait_methods() { # kv_wait_methods KUBECONFIG WANT: until the methods are WANT (at most 60 s)
-  local start=$SECONDS
-  until [[ "$(kv_methods "$1")" == "$2" ]]; do
-    (( SECONDS - start < 60 )) || { echo "demo: the methods are $(kv_methods "$1"), not $2, after 60 s" >&2; return 1; }
-    sleep 0.2
-  done
-}
+kv_wait_methods() { kv_until kv_methods "$@"; } # kv_wait_methods KUBECONFIG WANT: the methods are WANT
 
 # kv_upgrade DIR KUBECONFIG: virt-operator's rollout of KubeVirt's new launcher image.
 kv_upgrade() {
