@@ -26,7 +26,7 @@
 # proxy, so 1.6.0, 1.7.0 and 1.4.0 are the newest patches buildable here.
 set -euo pipefail
 
-SUPPORTED="v1.6.0 v1.7.0 v1.8.3 v1.4.0"
+SUPPORTED="v1.6.0 v1.7.0 v1.8.4 v1.9.0 v1.4.0"
 KUBEVIRT_VERSION="${KUBEVIRT_VERSION:-v1.6.0}"
 # shellcheck source=hack/lib/cache.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/cache.sh"
