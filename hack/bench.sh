@@ -37,6 +37,10 @@
 #   hack/bench.sh resident   the resident guard alone (BENCH_RESIDENT_SECONDS, default 300)
 #   hack/bench.sh kubevirt   the real updater's timings alone (BENCH_KUBEVIRT), its figures to
 #                             docs/figures/bench-updater.md
+#   hack/bench.sh upgrade    the whole upgrade, drains included (hack/bench/upgrade.sh): what the
+#                             guard saves, with and without it, for BENCH_UPGRADE_VMS (default
+#                             "12 60") on 3 nodes and each of BENCH_KUBEVIRT; its figures to
+#                             docs/figures/bench-upgrade.md
 set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 QUICK=0
@@ -49,9 +53,9 @@ if [[ "${1:-}" == --quick ]]; then
   export BENCH_CYCLES BENCH_RESIDENT_SECONDS BENCH_FLEET_RUNS BENCH_SCALE_RUNS
 fi
 MODE="${1:-all}"
-[[ "$MODE" == all || "$MODE" == scale || "$MODE" == resident || "$MODE" == kubevirt ]] \
-  || { echo "usage: hack/bench.sh [--quick] [scale|resident|kubevirt]" >&2; exit 2; }
-(( ! QUICK )) || [[ "$MODE" != kubevirt ]] || { echo "bench: kubevirt has no --quick (CI runs those tests: hack/test.sh)" >&2; exit 2; }
+[[ "$MODE" == all || "$MODE" == scale || "$MODE" == resident || "$MODE" == kubevirt || "$MODE" == upgrade ]] \
+  || { echo "usage: hack/bench.sh [--quick] [scale|resident|kubevirt|upgrade]" >&2; exit 2; }
+(( ! QUICK )) || [[ "$MODE" != kubevirt && "$MODE" != upgrade ]] || { echo "bench: $MODE has no --quick (CI runs those tests: hack/test.sh)" >&2; exit 2; }
 N="${BENCH_CYCLES:-20}"
 (( N >= 20 || (QUICK && N >= 10) )) || { echo "bench: BENCH_CYCLES must be at least 20 (10 with --quick)" >&2; exit 2; }
 # Where the figures go: docs/figures/ (cited by the docs) only from a full run.
@@ -66,6 +70,8 @@ source "$REPO_ROOT/hack/bench/scale.sh"
 source "$REPO_ROOT/hack/bench/resident.sh"
 # shellcheck source=hack/bench/updater.sh
 source "$REPO_ROOT/hack/bench/updater.sh"
+# shellcheck source=hack/bench/upgrade.sh
+source "$REPO_ROOT/hack/bench/upgrade.sh"
 for tool in jq /usr/bin/time python3; do
   command -v "$tool" >/dev/null || { echo "bench: $tool is required (apt-get install jq time python3)" >&2; exit 1; }
 done
@@ -94,6 +100,13 @@ if [[ "$MODE" == kubevirt ]]; then
   trap 'rm -rf "$work"' EXIT
   updater_run
   updater_figures
+  exit
+fi
+if [[ "$MODE" == upgrade ]]; then
+  work="$(mktemp -d)"
+  trap 'rm -rf "$work"' EXIT
+  upgrade_run
+  upgrade_figures
   exit
 fi
 cargo build --release --quiet

@@ -8,6 +8,8 @@
 //! `hack/test.sh` runs them once per KubeVirt version (`KUBEVIRT_VERSION`, `updater::`); the
 //! integration suite's other runs skip them.
 
+mod whole_upgrade;
+
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};

@@ -10,6 +10,7 @@
 //! each CR it syncs, and refuses to act with two), so each test has its own control plane. If
 //! virt-controller cannot be built or started, the test FAILS with the script's message.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -33,6 +34,11 @@ pub const LAUNCHER_BEFORE: &str = "localhost/virt-launcher:before";
 pub const LAUNCHER_AFTER: &str = "localhost/virt-launcher:after";
 /// virt-controller's annotation on the migrations its workload updater creates.
 pub const WORKLOAD_UPDATE: &str = "kubevirt.io/workloadUpdateMigration";
+/// virt-controller's annotation on the migrations its evacuation controller creates.
+pub const EVACUATION: &str = "kubevirt.io/evacuationMigration";
+/// The taint Harvester's pre-drain puts on a node (`kubevirt.io/drain=draining:NoSchedule`), the
+/// evacuation controller's default `migrations.nodeDrainTaintKey`.
+pub const DRAIN_TAINT: &str = "kubevirt.io/drain";
 
 /// The KubeVirt version under test (`$KUBEVIRT_VERSION`, else `hack/kubevirt.sh`'s default).
 pub fn version() -> String {
@@ -53,7 +59,7 @@ fn api(kind: &str, plural: &str, group: &str, version: &str) -> ApiResource {
     }
 }
 
-fn vmi_api() -> ApiResource {
+pub fn vmi_api() -> ApiResource {
     api(
         "VirtualMachineInstance",
         "virtualmachineinstances",
@@ -62,7 +68,7 @@ fn vmi_api() -> ApiResource {
     )
 }
 
-fn migration_api() -> ApiResource {
+pub fn migration_api() -> ApiResource {
     api(
         "VirtualMachineInstanceMigration",
         "virtualmachineinstancemigrations",
@@ -78,6 +84,9 @@ pub struct VmiSpec {
     pub not_migratable: bool,
     /// A CPU hot-plug pending (`VCPUChange`): it needs a migration even when up to date.
     pub hotplug: bool,
+    /// Its own `evictionStrategy: LiveMigrateIfPossible`, as Harvester's VMs carry it (else the
+    /// CR's, if any).
+    pub migrate_if_possible: bool,
 }
 
 /// A control plane with KubeVirt's CRDs and its live virt-controller; stopped when dropped.
@@ -96,6 +105,12 @@ impl KubeVirtCluster {
     /// its `workloadUpdateStrategy`), the `harvester` ManagedChart, and virt-controller with
     /// the launcher image `LAUNCHER_BEFORE`, leading.
     pub async fn up(nodes: usize, strategy: Value) -> KubeVirtCluster {
+        Self::up_with(nodes, strategy, json!({})).await
+    }
+
+    /// `up`, the CR's `spec.configuration` merged with `configuration` (e.g. an
+    /// `evictionStrategy`, which makes the evacuation controller move a drained node's VMIs).
+    pub async fn up_with(nodes: usize, strategy: Value, configuration: Value) -> KubeVirtCluster {
         let v = version();
         let cp = ControlPlane::up(&[("KUBEVIRT_CRDS", "all"), ("KUBEVIRT_VERSION", &v)])
             .unwrap_or_else(|e| panic!("{e}"));
@@ -134,7 +149,7 @@ impl KubeVirtCluster {
             NS,
             json!({"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt",
                    "metadata": {"name": "kubevirt", "namespace": NS},
-                   "spec": {"configuration": {"developerConfiguration": {"featureGates": []}},
+                   "spec": {"configuration": kubevirt_configuration(configuration),
                             "workloadUpdateStrategy": strategy}}),
         )
         .await;
@@ -202,6 +217,11 @@ impl KubeVirtCluster {
             .output();
     }
 
+    /// The last `n` lines of virt-controller's log.
+    pub fn controller_log_tail(&self, n: usize) -> String {
+        tail(&self.controller_log(), n)
+    }
+
     /// virt-controller's log so far.
     pub fn controller_log(&self) -> String {
         std::fs::read_to_string(self.controller_dir.join("virt-controller.log")).unwrap_or_default()
@@ -212,14 +232,17 @@ impl KubeVirtCluster {
     pub async fn start_vmis(&self, specs: &[VmiSpec]) -> Vec<String> {
         let vmis: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), VM_NS, &vmi_api());
         let mut names = vec![];
-        for (i, _) in specs.iter().enumerate() {
+        for (i, spec) in specs.iter().enumerate() {
             let name = format!("vm-{i}");
-            let obj = serde_json::from_value(json!({"apiVersion": "kubevirt.io/v1",
+            let mut obj = json!({"apiVersion": "kubevirt.io/v1",
                 "kind": "VirtualMachineInstance", "metadata": {"name": name, "namespace": VM_NS,
                     "labels": {VMI_LABEL: name}},
                 "spec": {"domain": {"devices": {}, "resources": {"requests": {"memory": "64Mi"}}},
-                         "terminationGracePeriodSeconds": 0}}))
-            .unwrap();
+                         "terminationGracePeriodSeconds": 0}});
+            if spec.migrate_if_possible {
+                obj["spec"]["evictionStrategy"] = json!("LiveMigrateIfPossible");
+            }
+            let obj = serde_json::from_value(obj).unwrap();
             vmis.create(&PostParams::default(), &obj)
                 .await
                 .expect("create a VMI");
@@ -228,7 +251,9 @@ impl KubeVirtCluster {
         for (i, (name, spec)) in names.iter().zip(specs).enumerate() {
             let node = format!("node-{}", i % self.nodes);
             let pod = self.launcher_pod(name).await;
-            self.run_pod(&pod, &node).await;
+            run_pod(&self.client, &pod, &node)
+                .await
+                .expect("the launcher pod Running");
             self.run_vmi(name, &pod, &node, spec).await;
         }
         names
@@ -256,46 +281,6 @@ impl KubeVirtCluster {
         }
     }
 
-    /// The scheduler's binding and the kubelet's status: the pod Running on `node`.
-    async fn run_pod(&self, pod: &Value, node: &str) {
-        let name = pod["metadata"]["name"].as_str().unwrap();
-        let binding = json!({"apiVersion": "v1", "kind": "Binding",
-            "metadata": {"name": name, "namespace": VM_NS},
-            "target": {"apiVersion": "v1", "kind": "Node", "name": node}});
-        let req = http::Request::post(format!("/api/v1/namespaces/{VM_NS}/pods/{name}/binding"))
-            .header("content-type", "application/json")
-            .body(serde_json::to_vec(&binding).unwrap())
-            .unwrap();
-        self.client
-            .request_text(req)
-            .await
-            .expect("bind the launcher pod");
-        let now = super::harvester::now_rfc3339();
-        let statuses: Vec<Value> = pod["spec"]["containers"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|c| {
-                json!({"name": c["name"], "image": c["image"], "imageID": c["image"], "ready": true,
-                       "started": true, "restartCount": 0, "containerID": format!("containerd://{}", c["name"].as_str().unwrap()),
-                       "state": {"running": {"startedAt": now}}})
-            })
-            .collect();
-        let pods: Api<k8s_openapi::api::core::v1::Pod> =
-            Api::namespaced(self.client.clone(), VM_NS);
-        pods.patch_status(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"phase": "Running", "podIP": "10.0.0.1",
-                "podIPs": [{"ip": "10.0.0.1"}], "startTime": now,
-                "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": now},
-                               {"type": "PodScheduled", "status": "True", "lastTransitionTime": now}],
-                "containerStatuses": statuses}})),
-        )
-        .await
-        .expect("the launcher pod Running");
-    }
-
     /// virt-handler's status: the VMI Running on `node` in `pod`, with the pod's launcher image
     /// and its conditions (the VMI CRD has no status subresource: a patch of the object).
     async fn run_vmi(&self, name: &str, pod: &Value, node: &str, spec: &VmiSpec) {
@@ -321,10 +306,13 @@ impl KubeVirtCluster {
         vmis.patch(
             name,
             &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"phase": "Running", "nodeName": node,
+            &Patch::Merge(
+                json!({"metadata": {"labels": {"kubevirt.io/nodeName": node}},
+                "status": {"phase": "Running", "nodeName": node, "selinuxContext": "none",
                 "launcherContainerImageVersion": image, "conditions": conditions,
                 "activePods": {pod_uid: node}, "migrationMethod": "BlockMigration",
-                "interfaces": [{"ipAddress": "10.0.0.1", "name": "default"}]}})),
+                "interfaces": [{"ipAddress": "10.0.0.1", "name": "default"}]}}),
+            ),
         )
         .await
         .expect("the VMI Running");
@@ -377,6 +365,49 @@ impl KubeVirtCluster {
             .collect();
         vmis.sort();
         vmis
+    }
+
+    /// The migrations so far, as (workload-update, evacuation) counts: each kind by the
+    /// annotation virt-controller puts on it.
+    pub async fn migration_counts(&self) -> (usize, usize) {
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), VM_NS, &migration_api());
+        let all = api.list(&ListParams::default()).await.unwrap().items;
+        let of = |key: &str| {
+            all.iter()
+                .filter(|m| {
+                    m.metadata
+                        .annotations
+                        .as_ref()
+                        .is_some_and(|a| a.contains_key(key))
+                })
+                .count()
+        };
+        (of(WORKLOAD_UPDATE), of(EVACUATION))
+    }
+
+    /// Each running VMI's launcher image, as the VMI controller records it, and its node.
+    pub async fn launchers(&self) -> BTreeMap<String, (String, String)> {
+        let vmis: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), VM_NS, &vmi_api());
+        vmis.list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|v| v.data["status"]["phase"] == "Running")
+            .map(|v| {
+                let text = |field: &str| {
+                    v.data["status"][field]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string()
+                };
+                (
+                    v.metadata.name.clone().unwrap_or_default(),
+                    (text("launcherContainerImageVersion"), text("nodeName")),
+                )
+            })
+            .collect()
     }
 
     /// The VMIs whose launcher pod the workload updater evicted (`Evict`), so far. Each call
@@ -499,6 +530,54 @@ impl KubeVirtCluster {
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
     }
+}
+
+/// The scheduler's binding (unless bound already) and the kubelet's status: the pod Running and
+/// Ready on `node`.
+pub async fn run_pod(client: &Client, pod: &Value, node: &str) -> Result<(), kube::Error> {
+    let name = pod["metadata"]["name"].as_str().unwrap_or_default();
+    if pod["spec"]["nodeName"].as_str().is_none_or(str::is_empty) {
+        let binding = json!({"apiVersion": "v1", "kind": "Binding",
+            "metadata": {"name": name, "namespace": VM_NS},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node}});
+        let req = http::Request::post(format!("/api/v1/namespaces/{VM_NS}/pods/{name}/binding"))
+            .header("content-type", "application/json")
+            .body(serde_json::to_vec(&binding).unwrap())
+            .unwrap();
+        client.request_text(req).await?;
+    }
+    let now = super::harvester::now_rfc3339();
+    let statuses: Vec<Value> = pod["spec"]["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            json!({"name": c["name"], "image": c["image"], "imageID": c["image"], "ready": true,
+                   "started": true, "restartCount": 0, "containerID": format!("containerd://{}", c["name"].as_str().unwrap_or_default()),
+                   "state": {"running": {"startedAt": now}}})
+        })
+        .collect();
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), VM_NS);
+    pods.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"phase": "Running", "podIP": "10.0.0.1",
+            "podIPs": [{"ip": "10.0.0.1"}], "startTime": now,
+            "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": now},
+                           {"type": "PodScheduled", "status": "True", "lastTransitionTime": now}],
+            "containerStatuses": statuses}})),
+    )
+    .await?;
+    Ok(())
+}
+
+/// The CR's `spec.configuration`: no feature gates, and `extra` merged in.
+fn kubevirt_configuration(extra: Value) -> Value {
+    let mut configuration = json!({"developerConfiguration": {"featureGates": []}});
+    for (k, v) in extra.as_object().into_iter().flatten() {
+        configuration[k] = v.clone();
+    }
+    configuration
 }
 
 /// The last `n` lines of virt-controller's log, without its certificate reloads.

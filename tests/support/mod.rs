@@ -10,7 +10,9 @@ pub mod fleet;
 pub mod harvester;
 pub mod harvester_controller;
 pub mod kubevirt;
+pub mod node_upgrades;
 pub mod upgrade;
+pub mod virt_handler;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
