@@ -20,10 +20,11 @@
 #   KV_OWNER_PID       if set, virt-controller is stopped when that process exits (the tests)
 #
 # The versions: the newest patch of each KubeVirt minor that Harvester ships and whose three
-# modules the Go module proxy serves (docs/testing.md, "The real KubeVirt"): 1.6 is the target of
-# the upgrade path where the guard acts (Harvester v1.6 -> v1.7), 1.7 ships in v1.8, 1.8 in v1.9,
-# 1.4 in v1.5 and v1.6. kubevirt v1.6.3, v1.7.4 and kubevirt.io/api v1.4.1 were refused by the
-# proxy, so 1.6.0, 1.7.0 and 1.4.0 are the newest patches buildable here.
+# modules the Go module proxy serves (docs/testing.md, "The real KubeVirt" has the table): 1.6 is
+# the target of the upgrade path where the guard acts (Harvester v1.6 -> v1.7), 1.7 ships in
+# v1.8, 1.8.4 in v1.9, 1.9 in the next release, 1.4 in v1.5 (v1.6 ships 1.5.2, whose client-go
+# the proxy refuses). kubevirt v1.6.3, v1.6.6, v1.7.4 and kubevirt.io/api v1.4.1 were refused, so
+# 1.6.0, 1.7.0 and 1.4.0 are the newest patches buildable here.
 set -euo pipefail
 
 SUPPORTED="v1.6.0 v1.7.0 v1.8.4 v1.9.0 v1.4.0"

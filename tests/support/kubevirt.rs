@@ -386,6 +386,44 @@ impl KubeVirtCluster {
         (of(WORKLOAD_UPDATE), of(EVACUATION))
     }
 
+    /// The migrations, VMIs and launcher pods as they stand, for a failure's message.
+    pub async fn migration_report(&self) -> String {
+        let migrations: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), VM_NS, &migration_api());
+        let vmis: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), VM_NS, &vmi_api());
+        let pods: Api<k8s_openapi::api::core::v1::Pod> =
+            Api::namespaced(self.client.clone(), VM_NS);
+        let mut out = vec![];
+        for m in migrations.list(&ListParams::default()).await.unwrap().items {
+            out.push(format!(
+                "migration {} of {}: {} {}",
+                m.metadata.name.unwrap_or_default(),
+                m.data["spec"]["vmiName"],
+                m.data["status"]["phase"],
+                m.data["status"]["conditions"]
+            ));
+        }
+        for v in vmis.list(&ListParams::default()).await.unwrap().items {
+            out.push(format!(
+                "vmi {}: {} on {} launcher {} migrationState {}",
+                v.metadata.name.unwrap_or_default(),
+                v.data["status"]["phase"],
+                v.data["status"]["nodeName"],
+                v.data["status"]["launcherContainerImageVersion"],
+                v.data["status"]["migrationState"]
+            ));
+        }
+        for p in pods.list(&ListParams::default()).await.unwrap().items {
+            out.push(format!(
+                "pod {}: {:?} on {:?}",
+                p.metadata.name.unwrap_or_default(),
+                p.status.and_then(|s| s.phase),
+                p.spec.and_then(|s| s.node_name)
+            ));
+        }
+        out.join("\n")
+    }
+
     /// Each running VMI's launcher image, as the VMI controller records it, and its node.
     pub async fn launchers(&self) -> BTreeMap<String, (String, String)> {
         let vmis: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), VM_NS, &vmi_api());

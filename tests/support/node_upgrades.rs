@@ -118,12 +118,14 @@ pub async fn pre_drain(
         if left.is_empty() {
             break;
         }
-        assert!(
-            tainted.elapsed() < within,
-            "{node}: VMIs {left:?} still there {within:?} after its drain taint; virt-controller's \
-             log (tail):\n{}",
-            kv.controller_log_tail(30)
-        );
+        if tainted.elapsed() > within {
+            panic!(
+                "{node}: VMIs {left:?} still there {within:?} after its drain taint; virt-controller's \
+                 log (tail):\n{}\n{}",
+                kv.controller_log_tail(30),
+                kv.migration_report().await
+            );
+        }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let drain = tainted.elapsed();

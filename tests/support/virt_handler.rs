@@ -135,7 +135,7 @@ async fn pass(
             }
         }
         let state = &vmi.data["status"]["migrationState"];
-        if state["migrationUID"].as_str() != Some(uid.as_str()) || state["targetNode"].is_null() {
+        if state["migrationUid"].as_str() != Some(uid.as_str()) || state["targetNode"].is_null() {
             continue; // not handed off yet
         }
         let target_node = state["targetNode"].as_str().unwrap_or_default().to_string();

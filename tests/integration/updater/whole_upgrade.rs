@@ -27,7 +27,7 @@ use crate::support::*;
 /// How long one live migration takes, from its start to its completion, on the stand-in nodes.
 const MIGRATION: Duration = Duration::from_secs(1);
 /// A node's pre-drain must end within this (its VMIs migrated away).
-const DRAIN_WITHIN: Duration = Duration::from_secs(300);
+const DRAIN_WITHIN: Duration = Duration::from_secs(120);
 
 /// How many VMIs (`WHOLE_UPGRADE_VMS`, default 6; `hack/bench.sh upgrade` runs 12 and 60).
 fn vm_count() -> usize {
