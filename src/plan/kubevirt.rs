@@ -275,7 +275,8 @@ pub fn kubevirt_post(
 /// each pass creates up to `parallelMigrationsPerCluster` (default 5) migrations minus the
 /// active ones, so Pending objects can outnumber that; the migration controller runs at most that
 /// many in the cluster and `parallelOutboundMigrationsPerNode` (default 2) from any one node;
-/// only live-migratable VMIs migrate; `Evict` goes in batches; `[]` cancels nothing created.
+/// only live-migratable VMIs migrate; `Evict` goes in batches; `[]` cancels nothing created. The
+/// count is what the node drains left (docs/design.md, "What KubeVirt does next").
 pub fn update_notice(kubevirt: &Value, methods: &Option<Value>) -> Option<String> {
     let list = methods.as_ref().and_then(Value::as_array);
     let has = |m: &str| list.is_some_and(|l| l.iter().any(|v| v == m));
@@ -316,9 +317,15 @@ pub fn update_notice(kubevirt: &Value, methods: &Option<Value>) -> Option<String
         }
         _ => format!("{outdated} will be {evicted}, migratable or not"),
     };
+    // The count is what is left: each node's drain has moved its VMs to the new virt-launcher
+    // (KubeVirt's evacuation, whatever the methods say), so after a complete upgrade it is not
+    // every VM, and a reader who expects a wave of all of them should not wait for one.
     Some(format!(
         "KubeVirt's workload updater acts within about 5 s: {what}. Setting the methods to [] \
-         again stops new ones but cancels none already created"
+         again stops new ones but cancels none already created. The count is KubeVirt's \
+         (status.outdatedVirtualMachineInstanceWorkloads): after a complete upgrade, only what \
+         the node drains did not move (each drain moves its VMs to the new virt-launcher), such \
+         as VMs waiting on a CPU or memory hot-plug"
     ))
 }
 
@@ -757,6 +764,9 @@ mod tests {
             "they wait Pending for a slot",
             "those that cannot live-migrate stay outdated until restarted",
             "cancels none already created",
+            // Not a wave of every VM: the drains moved the rest.
+            "only what the node drains did not move",
+            "such as VMs waiting on a CPU or memory hot-plug",
         ] {
             assert!(said.contains(fact), "{fact:?} not in {said}");
         }

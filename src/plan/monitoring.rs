@@ -36,7 +36,8 @@ pub struct Gauges {
     pub hold_after_failed_upgrade: bool,
     pub no_longer_needed: bool,
     /// KubeVirt's own count of the VMIs its updater would move (outdated launchers, pending
-    /// hot-plug or volume changes): what a suspension holds back, the wave after the restore.
+    /// hot-plug or volume changes). During an upgrade it falls node by node (each drain moves its
+    /// VMs to the new virt-launcher); at the restore it is what the drains did not move.
     pub outdated_vmis: i64,
 }
 

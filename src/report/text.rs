@@ -160,7 +160,8 @@ impl Display for KubeVirtReport {
         }
         let held = match k.outdated_virtual_machine_instance_workloads {
             Some(n) if off && n > 0 => format!(
-                "{n} (held back while updates are off; the wave after the restore moves them)"
+                "{n} (updates off: each node's drain moves its VMs to the new virt-launcher; what the \
+                 drains leave is migrated at the restore)"
             ),
             n => or(&n),
         };
