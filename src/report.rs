@@ -8,6 +8,7 @@ use crate::model::{
 };
 use crate::plan::chart::{compare_list, find_pointer, values_choice};
 use crate::plan::fleet_status::{self, Fleet};
+use crate::plan::forecast::Forecast;
 use crate::plan::harvester_upgrade::{Backup, CleanupWrite, Handling, Upgrade};
 use crate::plan::kubevirt::{Source, restore_source};
 use crate::plan::leftovers::chart_ours;
@@ -67,6 +68,8 @@ impl Report {
             kubevirt: k,
             managed_chart,
             unfinished_migrations: unfinished.to_vec(),
+            vmi_forecast: None,
+            vmis_unread: None,
             harvester: None,
             retirement: None,
         };
@@ -126,6 +129,15 @@ impl Report {
             let verdict = &self.verdict;
             format!("{verdict}; but {target} still carries records of ours; {finish}")
         };
+    }
+
+    /// The running VMIs as read, or why they were not: best effort, as a forecast.
+    pub fn with_forecast(mut self, read: Result<Forecast, String>) -> Self {
+        (self.vmi_forecast, self.vmis_unread) = match read {
+            Ok(f) => (Some(f), None),
+            Err(e) => (None, Some(e)),
+        };
+        self
     }
 
     pub fn with_harvester(
@@ -345,6 +357,54 @@ mod tests {
         // Once in the verdict, once as the CR's PROBLEM.
         assert_eq!(text.matches("is corrupted").count(), 2, "{text}");
         assert!(!text.contains("Entry"), "{text}");
+    }
+
+    /// The forecast of the drains: the running VMIs, those that cannot live-migrate, the
+    /// hot-plugs by name; in the JSON too. VMIs not read leave the rest of the report standing.
+    #[test]
+    fn status_forecasts_the_drains() {
+        use crate::model::Kind;
+        use crate::plan::testing::*;
+        let intent = intent(Phase::Status);
+        let kt = Target::new(Kind::KubeVirt, &kv());
+        let kv_obj = kubevirt(Some(json!(["LiveMigrate"])));
+        let forecast = Forecast {
+            running: 14,
+            not_live_migratable: 2,
+            hotplug_pending: 12,
+            hotplug_named: (0..10).map(|i| format!("vms/v{i}")).collect(),
+        };
+        let report = Report::new(&intent, (&kt, Some(&kv_obj)), None, &[]);
+        let r = report.with_forecast(Ok(forecast));
+        let text = r.to_string();
+        for line in [
+            "running VMIs: 14 (each node's drain live-migrates its VMs to the new virt-launcher)",
+            "  cannot live-migrate: 2 (LiveMigratable not True: Harvester shuts them down at their \
+             node's drain)",
+            "  waiting on a CPU or memory hot-plug: 12 (migrated once updates are on): vms/v0, \
+             vms/v1, vms/v2, vms/v3, vms/v4, vms/v5, vms/v6, vms/v7, vms/v8, vms/v9 and 2 more",
+        ] {
+            assert!(
+                text.contains(&format!("{line}\n")),
+                "{line:?} not in {text}"
+            );
+        }
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["vmiForecast"]["notLiveMigratable"], 2);
+        assert_eq!(json["vmiForecast"]["hotplugNamed"][9], "vms/v9");
+        assert!(json.get("vmisUnread").is_none(), "{json}");
+
+        let report = Report::new(&intent, (&kt, Some(&kv_obj)), None, &[]);
+        let r = report.with_forecast(Err("refused (HTTP 403)".into()));
+        let text = r.to_string();
+        assert!(
+            text.contains("running VMIs: not read (refused (HTTP 403))\n"),
+            "{text}"
+        );
+        assert!(text.starts_with("NOT SUSPENDED"), "{text}");
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["vmiForecast"], Value::Null);
+        assert_eq!(json["vmisUnread"], "refused (HTTP 403)");
     }
 
     /// Fleet's view: Ready or not, the state and message, and whether the current spec is

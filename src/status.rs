@@ -27,6 +27,9 @@ pub async fn status(run: &mut Run<'_>, out: &mut impl Write) -> Result<String, E
     let kv = cluster.get(&kubevirt).await?;
     let chart = read_chart(run).await?;
     let migrations = cluster.list_migrations().await?;
+    // Best effort: the forecast adds to the report, and a cluster without KubeVirt's VMI CRD, or
+    // an RBAC from before this list, still gets the rest.
+    let forecast = cluster.vmi_forecast().await.map_err(|e| e.to_string());
     let view = upgrades::read(cluster, cfg).await?;
     // Without a name, the default ManagedChart is read too, for what of ours it still carries.
     let unnamed = match &cfg.unnamed_chart {
@@ -42,7 +45,8 @@ pub async fn status(run: &mut Run<'_>, out: &mut impl Write) -> Result<String, E
         read_chart,
         &migrations,
     )
-    .with_harvester(view.upgrade.clone(), view.offered(), view.coming());
+    .with_harvester(view.upgrade.clone(), view.offered(), view.coming())
+    .with_forecast(forecast);
     if let Some((target, obj)) = &unnamed {
         report.account_for(&cfg.intent, target, obj, false);
     }

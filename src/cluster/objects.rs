@@ -7,6 +7,7 @@ use k8s_openapi::api::batch::v1::Job;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::{ObjectList, Request};
 use kube::{Client, Resource};
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tracing::debug;
 
@@ -14,6 +15,7 @@ use super::retry::{Class, backoff, classify};
 use super::{Cluster, Written, rv};
 use crate::error::{Error, Subject};
 use crate::model::{FIELD_MANAGER, Kind, Target};
+use crate::plan::forecast::Forecast;
 use crate::plan::migrations::{Listed, Migration};
 use crate::vocabulary::{Plan, Refusal};
 
@@ -178,14 +180,21 @@ impl Cluster {
     }
 }
 
-// The migrations, page by page in memory flat in their number (the Jobs' 64 MiB limit): a large
-// cluster holds tens of thousands (KubeVirt keeps five finished ones per VMI). Each page is parsed
-// straight into [`Listed`], and only the unfinished workload-update ones outlive it.
+// The migrations and the VMIs, page by page in memory flat in their number (the Jobs' 64 MiB
+// limit): a large cluster holds tens of thousands of migrations (KubeVirt keeps five finished ones
+// per VMI) and thousands of VMIs. Each page is parsed straight into the few fields decided on
+// ([`Listed`], [`crate::plan::forecast::ListedVmi`]), and only the unfinished workload-update
+// migrations, or the forecast's counts, outlive it.
 
 /// Objects per page, as `kubectl get`'s default chunk size: a page of 2 KiB migrations is about
 /// 1 MiB of JSON, held twice at most while it is parsed (kube reads the body, then copies it
 /// into a string), and 20 requests cover 10,000 migrations.
 pub const MIGRATIONS_PAGE: u32 = 500;
+
+/// VMIs per page: a VMI is larger than a migration (its spec, and a status with every interface
+/// and volume; 10 to 20 KiB), so a page of 100 stays near the migrations' 1 MiB, and 2,000 VMs
+/// take 20 requests.
+pub const VMIS_PAGE: u32 = 100;
 
 /// How long `pre` lets the list take: best effort, its writes do not wait for it.
 pub const UNDER_WAY_WITHIN: Duration = Duration::from_secs(10);
@@ -201,8 +210,38 @@ impl Cluster {
     }
 
     pub async fn list_migrations_by(&self, limit: u32) -> Result<Vec<Migration>, Error> {
-        let url = DynamicObject::url_path(&Kind::Migration.resource(), None);
-        let mut out = Vec::new();
+        let keep = |out: &mut Vec<Migration>, m: Listed| out.extend(m.unfinished());
+        self.list_paged(Kind::Migration, Subject::Migrations, limit, keep)
+            .await
+    }
+
+    /// `status`'s forecast of the drains, from the VMIs in all namespaces.
+    pub async fn vmi_forecast(&self) -> Result<Forecast, Error> {
+        self.vmi_forecast_by(VMIS_PAGE).await
+    }
+
+    pub async fn vmi_forecast_by(&self, limit: u32) -> Result<Forecast, Error> {
+        let subject = listed(Kind::Vmi, None);
+        self.list_paged(Kind::Vmi, subject, limit, Forecast::add)
+            .await
+    }
+
+    /// Every object of `kind` in all namespaces, page by page, each folded into `S` as its page
+    /// is parsed: only what `fold` keeps outlives the page.
+    async fn list_paged<T, S>(
+        &self,
+        kind: Kind,
+        subject: Subject,
+        limit: u32,
+        fold: impl Fn(&mut S, T),
+    ) -> Result<S, Error>
+    where
+        T: DeserializeOwned + Clone,
+        S: Default,
+    {
+        let url = DynamicObject::url_path(&kind.resource(), None);
+        let what = format!("list {}", kind.plural());
+        let mut out = S::default();
         let mut restarts = 0;
         // A consistent list (no resourceVersion), paged: the watch cache's resourceVersion=0
         // list ignores the limit and answers with every object in one page, which is what
@@ -210,14 +249,14 @@ impl Cluster {
         // compared build). `kubectl get` lists the same way.
         let mut params = ListParams::default().limit(limit);
         loop {
-            let page = self.call("list virtualmachineinstancemigrations", || {
+            let page = self.call(&what, || {
                 let request = Request::new(&url).list(&params);
                 let request = request.map_err(kube::Error::BuildRequest);
-                async move { self.client.request::<ObjectList<Listed>>(request?).await }
+                async move { self.client.request::<ObjectList<T>>(request?).await }
             });
             match page.await {
                 Ok(page) => {
-                    out.extend(page.items.into_iter().filter_map(Listed::unfinished));
+                    page.items.into_iter().for_each(|item| fold(&mut out, item));
                     match page.metadata.continue_ {
                         Some(c) if !c.is_empty() => params.continue_token = Some(c),
                         _ => return Ok(out),
@@ -229,12 +268,13 @@ impl Cluster {
                     restarts += 1;
                     debug!(
                         restarts,
-                        "continue token expired: the migrations listed again"
+                        kind = kind.plural(),
+                        "continue token expired: listed again"
                     );
-                    out.clear();
+                    out = S::default();
                     params.continue_token = None;
                 }
-                Err(e) => return Err(self.permanent(Subject::Migrations, e)),
+                Err(e) => return Err(self.permanent(subject, e)),
             }
         }
     }

@@ -6,6 +6,7 @@ use serde_json::Value;
 
 use super::data::{ChartReport, HarvesterReport, KubeVirtReport, Report};
 use crate::model::{FIELD_MANAGER, KUBEVIRT_COPY, KUBEVIRT_RECORD, METHODS_FIELD};
+use crate::plan::forecast::Forecast;
 use crate::plan::harvester_upgrade::CleanupWrite;
 use crate::plan::kubevirt::{HOTPLUG_NOTICE, Source};
 use crate::plan::records::{Added, ValueRecord, describe};
@@ -123,10 +124,45 @@ impl Display for Report {
         for m in migrations {
             writeln!(f, "  {}/{} ({})", m.namespace, m.name, m.phase)?;
         }
+        forecast(f, self.vmi_forecast.as_ref(), self.vmis_unread.as_deref())?;
         (self.managed_chart.iter()).try_for_each(|c| write!(f, "{c}"))?;
         (self.harvester.iter()).try_for_each(|h| write!(f, "{h}"))?;
         (self.retirement.iter()).try_for_each(|r| writeln!(f, "{}", r.line()))
     }
+}
+
+/// What the node drains will meet: each drain live-migrates its node's VMs onto the new
+/// virt-launcher, so the restore finds only what they cannot move (docs/design.md, "The
+/// forecast").
+fn forecast(f: &mut Formatter<'_>, read: Option<&Forecast>, unread: Option<&str>) -> Result {
+    let Some(v) = read else {
+        return writeln!(
+            f,
+            "running VMIs: not read ({})",
+            unread.unwrap_or("unknown")
+        );
+    };
+    writeln!(
+        f,
+        "running VMIs: {} (each node's drain live-migrates its VMs to the new virt-launcher)",
+        v.running
+    )?;
+    writeln!(
+        f,
+        "  cannot live-migrate: {} (LiveMigratable not True: Harvester shuts them down at their \
+         node's drain)",
+        v.not_live_migratable
+    )?;
+    let n = v.hotplug_pending;
+    let names = if n > 0 {
+        format!(": {}", v.hotplug_said())
+    } else {
+        String::new()
+    };
+    writeln!(
+        f,
+        "  waiting on a CPU or memory hot-plug: {n} (migrated once updates are on){names}"
+    )
 }
 
 impl Display for KubeVirtReport {
