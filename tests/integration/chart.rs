@@ -322,6 +322,7 @@ fn the_rbac_is_the_writers_and_the_watch_and_nothing_more() {
         rules("ClusterRole", None),
         [
             json!({"apiGroups": ["kubevirt.io"], "resources": ["virtualmachineinstancemigrations"], "verbs": ["list"]}),
+            json!({"apiGroups": ["kubevirt.io"], "resources": ["virtualmachineinstances"], "verbs": ["list"]}),
             json!({"apiGroups": ["harvesterhci.io"], "resources": ["settings"], "resourceNames": ["server-version"], "verbs": ["get"]}),
             json!({"apiGroups": ["management.harvesterhci.io"], "resources": ["upgradeplans"], "verbs": ["list", "watch"]}),
         ]
@@ -404,6 +405,7 @@ async fn the_service_account_may_watch_and_write_only_its_two_objects() {
         &["list", "upgradeplans.management.harvesterhci.io"],
         &["watch", "upgradeplans.management.harvesterhci.io"],
         &["-A", "list", "virtualmachineinstancemigrations.kubevirt.io"],
+        &["-A", "list", "virtualmachineinstances.kubevirt.io"],
     ];
     let refused: &[&[&str]] = &[
         &["-n", NS, "get", "kubevirts.kubevirt.io/other"],
@@ -434,6 +436,20 @@ async fn the_service_account_may_watch_and_write_only_its_two_objects() {
             "default",
             "delete",
             "virtualmachineinstancemigrations.kubevirt.io/x",
+        ],
+        // The forecast's VMIs: listed, never read one by one, watched or changed.
+        &[
+            "-n",
+            "default",
+            "get",
+            "virtualmachineinstances.kubevirt.io/x",
+        ],
+        &["-A", "watch", "virtualmachineinstances.kubevirt.io"],
+        &[
+            "-n",
+            "default",
+            "patch",
+            "virtualmachineinstances.kubevirt.io/x",
         ],
         &["-n", NS, "get", "deployments"],
         &["-n", NS, "get", "jobs.batch/other"],
