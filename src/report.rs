@@ -131,12 +131,10 @@ impl Report {
         };
     }
 
-    /// The running VMIs as read, or why they were not: best effort, as a forecast.
-    pub fn with_forecast(mut self, read: Result<Forecast, String>) -> Self {
-        (self.vmi_forecast, self.vmis_unread) = match read {
-            Ok(f) => (Some(f), None),
-            Err(e) => (None, Some(e)),
-        };
+    /// Best effort: without the VMI CRD, or with an RBAC from before, the rest of the report.
+    pub fn with_forecast(mut self, read: Result<Forecast, impl ToString>) -> Self {
+        let unread = read.as_ref().err().map(ToString::to_string);
+        (self.vmi_forecast, self.vmis_unread) = (read.ok(), unread);
         self
     }
 
@@ -375,7 +373,7 @@ mod tests {
             hotplug_named: (0..10).map(|i| format!("vms/v{i}")).collect(),
         };
         let report = Report::new(&intent, (&kt, Some(&kv_obj)), None, &[]);
-        let r = report.with_forecast(Ok(forecast));
+        let r = report.with_forecast(Ok::<_, String>(forecast));
         let text = r.to_string();
         for line in [
             "running VMIs: 14 (each node's drain live-migrates its VMs to the new virt-launcher)",
@@ -395,7 +393,7 @@ mod tests {
         assert!(json.get("vmisUnread").is_none(), "{json}");
 
         let report = Report::new(&intent, (&kt, Some(&kv_obj)), None, &[]);
-        let r = report.with_forecast(Err("refused (HTTP 403)".into()));
+        let r = report.with_forecast(Err("refused (HTTP 403)"));
         let text = r.to_string();
         assert!(
             text.contains("running VMIs: not read (refused (HTTP 403))\n"),

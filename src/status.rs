@@ -4,6 +4,7 @@ use std::io::Write;
 
 use serde_json::Value;
 
+use crate::cluster::{MIGRATIONS_PAGE, VMIS_PAGE};
 use crate::config::LogFormat;
 use crate::context::Run;
 use crate::error::Error;
@@ -26,10 +27,7 @@ pub async fn status(run: &mut Run<'_>, out: &mut impl Write) -> Result<String, E
     let kubevirt = run.kubevirt();
     let kv = cluster.get(&kubevirt).await?;
     let chart = read_chart(run).await?;
-    let migrations = cluster.list_migrations().await?;
-    // Best effort: the forecast adds to the report, and a cluster without KubeVirt's VMI CRD, or
-    // an RBAC from before this list, still gets the rest.
-    let forecast = cluster.vmi_forecast().await.map_err(|e| e.to_string());
+    let migrations = cluster.list_migrations(MIGRATIONS_PAGE).await?;
     let view = upgrades::read(cluster, cfg).await?;
     // Without a name, the default ManagedChart is read too, for what of ours it still carries.
     let unnamed = match &cfg.unnamed_chart {
@@ -46,7 +44,7 @@ pub async fn status(run: &mut Run<'_>, out: &mut impl Write) -> Result<String, E
         &migrations,
     )
     .with_harvester(view.upgrade.clone(), view.offered(), view.coming())
-    .with_forecast(forecast);
+    .with_forecast(cluster.vmi_forecast(VMIS_PAGE).await);
     if let Some((target, obj)) = &unnamed {
         report.account_for(&cfg.intent, target, obj, false);
     }

@@ -180,20 +180,15 @@ impl Cluster {
     }
 }
 
-// The migrations and the VMIs, page by page in memory flat in their number (the Jobs' 64 MiB
-// limit): a large cluster holds tens of thousands of migrations (KubeVirt keeps five finished ones
-// per VMI) and thousands of VMIs. Each page is parsed straight into the few fields decided on
-// ([`Listed`], [`crate::plan::forecast::ListedVmi`]), and only the unfinished workload-update
-// migrations, or the forecast's counts, outlive it.
+// Migrations and VMIs, page by page, each page folded at once: memory flat in their number (the
+// Jobs' 64 MiB), as a cluster holds tens of thousands of migrations (five finished ones per VMI).
 
 /// Objects per page, as `kubectl get`'s default chunk size: a page of 2 KiB migrations is about
 /// 1 MiB of JSON, held twice at most while it is parsed (kube reads the body, then copies it
 /// into a string), and 20 requests cover 10,000 migrations.
 pub const MIGRATIONS_PAGE: u32 = 500;
 
-/// VMIs per page: a VMI is larger than a migration (its spec, and a status with every interface
-/// and volume; 10 to 20 KiB), so a page of 100 stays near the migrations' 1 MiB, and 2,000 VMs
-/// take 20 requests.
+/// VMIs per page: a VMI (10 to 20 KiB) is larger than a migration; 100 stay near 1 MiB a page.
 pub const VMIS_PAGE: u32 = 100;
 
 /// How long `pre` lets the list take: best effort, its writes do not wait for it.
@@ -204,41 +199,25 @@ pub const UNDER_WAY_WITHIN: Duration = Duration::from_secs(10);
 const RESTARTS: usize = 3;
 
 impl Cluster {
-    /// The unfinished workload-update migrations in all namespaces.
-    pub async fn list_migrations(&self) -> Result<Vec<Migration>, Error> {
-        self.list_migrations_by(MIGRATIONS_PAGE).await
-    }
-
-    pub async fn list_migrations_by(&self, limit: u32) -> Result<Vec<Migration>, Error> {
+    /// The unfinished workload-update migrations in all namespaces ([`MIGRATIONS_PAGE`]).
+    pub async fn list_migrations(&self, limit: u32) -> Result<Vec<Migration>, Error> {
         let keep = |out: &mut Vec<Migration>, m: Listed| out.extend(m.unfinished());
-        self.list_paged(Kind::Migration, Subject::Migrations, limit, keep)
-            .await
+        (self.list_paged((Kind::Migration, Subject::Migrations), limit, keep)).await
     }
 
-    /// `status`'s forecast of the drains, from the VMIs in all namespaces.
-    pub async fn vmi_forecast(&self) -> Result<Forecast, Error> {
-        self.vmi_forecast_by(VMIS_PAGE).await
+    /// `status`'s forecast of the drains, from the VMIs in all namespaces ([`VMIS_PAGE`]).
+    pub async fn vmi_forecast(&self, limit: u32) -> Result<Forecast, Error> {
+        let vmis = (Kind::Vmi, listed(Kind::Vmi, None));
+        self.list_paged(vmis, limit, Forecast::add).await
     }
 
-    pub async fn vmi_forecast_by(&self, limit: u32) -> Result<Forecast, Error> {
-        let subject = listed(Kind::Vmi, None);
-        self.list_paged(Kind::Vmi, subject, limit, Forecast::add)
-            .await
-    }
-
-    /// Every object of `kind` in all namespaces, page by page, each folded into `S` as its page
-    /// is parsed: only what `fold` keeps outlives the page.
-    async fn list_paged<T, S>(
+    /// Every object of `kind` in all namespaces, each page folded into `S` as it is parsed.
+    async fn list_paged<T: DeserializeOwned + Clone, S: Default>(
         &self,
-        kind: Kind,
-        subject: Subject,
+        (kind, subject): (Kind, Subject),
         limit: u32,
         fold: impl Fn(&mut S, T),
-    ) -> Result<S, Error>
-    where
-        T: DeserializeOwned + Clone,
-        S: Default,
-    {
+    ) -> Result<S, Error> {
         let url = DynamicObject::url_path(&kind.resource(), None);
         let what = format!("list {}", kind.plural());
         let mut out = S::default();
@@ -266,11 +245,7 @@ impl Cluster {
                     // The continue token expired (a list slowed down by retries past etcd's
                     // compaction): the pages read so far are of another snapshot, so start over.
                     restarts += 1;
-                    debug!(
-                        restarts,
-                        kind = kind.plural(),
-                        "continue token expired: listed again"
-                    );
+                    debug!(restarts, "continue token expired: {what} again");
                     out = S::default();
                     params.continue_token = None;
                 }
@@ -285,12 +260,13 @@ impl Cluster {
         if let Some(known) = self.under_way.lock().expect("not poisoned").clone() {
             return known;
         }
-        let listed = match tokio::time::timeout(UNDER_WAY_WITHIN, self.list_migrations()).await {
+        let (list, secs) = (
+            self.list_migrations(MIGRATIONS_PAGE),
+            UNDER_WAY_WITHIN.as_secs(),
+        );
+        let listed = match tokio::time::timeout(UNDER_WAY_WITHIN, list).await {
             Ok(listed) => listed.map_err(|e| e.to_string()),
-            Err(_) => Err(format!(
-                "not listed within {} s",
-                UNDER_WAY_WITHIN.as_secs()
-            )),
+            Err(_) => Err(format!("not listed within {secs} s")),
         };
         *self.under_way.lock().expect("not poisoned") = Some(listed.clone());
         listed

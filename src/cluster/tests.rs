@@ -322,7 +322,7 @@ async fn the_migration_list_follows_pages_and_keeps_only_the_updater_s_unfinishe
         Ok(migrations_page(&first, "t1")),
         Ok(migrations_page(&second, "")),
     ];
-    let (list, seen) = against(pages, async |c| c.list_migrations().await).await;
+    let (list, seen) = against(pages, async |c| c.list_migrations(MIGRATIONS_PAGE).await).await;
     let names: Vec<String> = list
         .unwrap()
         .iter()
@@ -350,7 +350,7 @@ async fn the_migration_list_follows_pages_and_keeps_only_the_updater_s_unfinishe
     );
 
     let refused = vec![Ok(status(403, json!({})))];
-    let err = against(refused, async |c| c.list_migrations().await)
+    let err = against(refused, async |c| c.list_migrations(MIGRATIONS_PAGE).await)
         .await
         .0
         .unwrap_err();
@@ -382,7 +382,7 @@ async fn an_expired_continue_token_starts_the_list_over() {
             "",
         )),
     ];
-    let (list, seen) = against(responses, async |c| c.list_migrations_by(1).await).await;
+    let (list, seen) = against(responses, async |c| c.list_migrations(1).await).await;
     let list = list.unwrap();
     let names: Vec<&str> = list.iter().map(|m| m.name.as_str()).collect();
     assert_eq!(names, ["kubevirt-workload-update-new"]);
@@ -422,7 +422,7 @@ async fn the_vmi_forecast_follows_pages() {
             "",
         )),
     ];
-    let (forecast, seen) = against(pages, async |c| c.vmi_forecast().await).await;
+    let (forecast, seen) = against(pages, async |c| c.vmi_forecast(VMIS_PAGE).await).await;
     let f = forecast.unwrap();
     assert_eq!(
         (f.running, f.not_live_migratable, f.hotplug_pending),
@@ -446,12 +446,15 @@ async fn the_vmi_forecast_follows_pages() {
         Ok(status(410, json!({}))),
         Ok(vmis_page(&[("new", "Running", json!([]))], "")),
     ];
-    let (forecast, _) = against(expired, async |c| c.vmi_forecast_by(1).await).await;
+    let (forecast, _) = against(expired, async |c| c.vmi_forecast(1).await).await;
     let f = forecast.unwrap();
     assert_eq!((f.running, f.not_live_migratable), (1, 1));
 
     let refused = vec![Ok(status(403, json!({})))];
-    let err = (against(refused, async |c| c.vmi_forecast().await).await.0).unwrap_err();
+    let err = (against(refused, async |c| c.vmi_forecast(VMIS_PAGE).await)
+        .await
+        .0)
+        .unwrap_err();
     assert!(matches!(&err, Error::Refused { code: 403, .. }), "{err:?}");
     assert!(err.to_string().contains("virtualmachineinstances"), "{err}");
 }

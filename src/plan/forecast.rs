@@ -1,131 +1,60 @@
-//! `status`'s forecast of an upgrade's node drains, from the running VMIs: each drain
-//! live-migrates its node's VMs onto the new virt-launcher, so what the workload updater finds at
-//! the restore is what the drains cannot move. Two kinds are known before the upgrade:
-//!
-//! - a VMI that cannot live-migrate (KubeVirt's `LiveMigratable` condition not `True`): Harvester
-//!   shuts it down at its node's pre-drain (`upgrade_node.sh`, `vm-live-migrate-detector
-//!   --shutdown`);
-//! - a VMI waiting on a CPU or memory hot-plug: it needs a migration even on the new launcher, so
-//!   the updater counts it until one runs, and a suspension holds it back.
-//!
-//! A cluster holds thousands of VMIs, each many kilobytes: a listed VMI is read into
-//! [`ListedVmi`] (name, phase, conditions) straight from each page and folded into the
-//! [`Forecast`] at once, so the memory is flat in their number (the Jobs' 64 MiB).
+//! `status`'s forecast of the drains (docs/design.md, "The forecast"): each drain moves its node's
+//! VMs to the new virt-launcher, so the restore finds what they cannot move.
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
+use serde_json::Value;
 
 /// How many VMIs waiting on a hot-plug are named; the rest are counted.
 pub const NAMED: usize = 10;
-
-/// KubeVirt's condition types (`kubevirt.io/api` `core/v1/types.go`): `LiveMigratable`
-/// (`VirtualMachineInstanceIsMigratable`), `HotVCPUChange` (`VirtualMachineInstanceVCPUChange`),
-/// `HotMemoryChange` (`VirtualMachineInstanceMemoryChange`), `MigrationRequired`.
-const LIVE_MIGRATABLE: &str = "LiveMigratable";
-const HOT_VCPU: &str = "HotVCPUChange";
-const HOT_MEMORY: &str = "HotMemoryChange";
-const MIGRATION_REQUIRED: &str = "MigrationRequired";
 
 /// What the running VMIs say of the coming drains.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Forecast {
-    /// VMIs in phase `Running`; the two counts below are of these.
+    /// Phase `Running`; the counts below are of these, as the updater counts only those.
     pub running: usize,
-    /// `LiveMigratable` not `True` (absent or `False`).
+    /// `LiveMigratable` not `True`: Harvester shuts them down at their node's pre-drain.
     pub not_live_migratable: usize,
-    /// Waiting on a CPU or memory hot-plug.
+    /// Waiting on a CPU or memory hot-plug; the first [`NAMED`] as `namespace/name`.
     pub hotplug_pending: usize,
-    /// The first [`NAMED`] of those, `namespace/name`, in the order listed.
     pub hotplug_named: Vec<String>,
 }
 
-/// One listed VMI, as much of it as is decided on: the rest (its spec, kilobytes) is skipped as
-/// it is parsed.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-pub struct ListedVmi {
-    #[serde(default)]
-    metadata: Meta,
-    status: Option<Status>,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-struct Meta {
-    namespace: Option<String>,
-    name: Option<String>,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-struct Status {
-    phase: Option<String>,
-    #[serde(default)]
-    conditions: Vec<Condition>,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-struct Condition {
-    #[serde(rename = "type")]
-    kind: Option<String>,
-    status: Option<String>,
-}
-
-impl ListedVmi {
-    fn condition(&self, kind: &str) -> Option<&str> {
-        let status = self.status.as_ref()?;
-        let c = status
-            .conditions
-            .iter()
-            .find(|c| c.kind.as_deref() == Some(kind))?;
-        Some(c.status.as_deref().unwrap_or(""))
-    }
-
-    fn running(&self) -> bool {
-        self.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
-    }
-
-    /// KubeVirt's `IsMigratable`: the condition `True`, nothing else.
-    fn live_migratable(&self) -> bool {
-        self.condition(LIVE_MIGRATABLE) == Some("True")
-    }
-
-    /// The workload updater's `isHotplugInProgress` (`workload-updater.go`, v1.6.0 to v1.9.0):
-    /// `HotVCPUChange` counts whatever its status, the other two only when `True`.
-    fn hotplug_pending(&self) -> bool {
-        self.condition(HOT_VCPU).is_some()
-            || self.condition(HOT_MEMORY) == Some("True")
-            || self.condition(MIGRATION_REQUIRED) == Some("True")
-    }
-}
-
 impl Forecast {
-    /// Counts one listed VMI in: only a running one counts, as only those are migrated.
-    pub fn add(&mut self, vmi: ListedVmi) {
-        if !vmi.running() {
+    /// Counts one listed VMI in, then drops it: only a page of them is ever held.
+    pub fn add(&mut self, vmi: Value) {
+        let status = &vmi["status"];
+        if status["phase"] != "Running" {
             return;
         }
-        self.running += 1;
-        if !vmi.live_migratable() {
-            self.not_live_migratable += 1;
+        let conditions = status["conditions"].as_array().into_iter().flatten();
+        let conditions = conditions.map(|c| (&c["type"], &c["status"]));
+        // KubeVirt's `core/v1/types.go`; hot-plug as its updater's `isHotplugInProgress` (v1.6.0 to
+        // v1.9.0): `HotVCPUChange` whatever its status, the others only when `True`.
+        let (mut migratable, mut hotplug) = (false, false);
+        for (kind, s) in conditions {
+            migratable |= kind == "LiveMigratable" && s == "True";
+            hotplug |= kind == "HotVCPUChange"
+                || ((kind == "HotMemoryChange" || kind == "MigrationRequired") && s == "True");
         }
-        if vmi.hotplug_pending() {
-            self.hotplug_pending += 1;
-            if self.hotplug_named.len() < NAMED {
-                let meta = vmi.metadata;
-                let (ns, name) = (
-                    meta.namespace.unwrap_or_default(),
-                    meta.name.unwrap_or_default(),
-                );
-                self.hotplug_named.push(format!("{ns}/{name}"));
-            }
+        self.running += 1;
+        self.not_live_migratable += usize::from(!migratable);
+        self.hotplug_pending += usize::from(hotplug);
+        if hotplug && self.hotplug_named.len() < NAMED {
+            let meta = |k: &str| vmi["metadata"][k].as_str().unwrap_or("").to_string();
+            let name = format!("{}/{}", meta("namespace"), meta("name"));
+            self.hotplug_named.push(name);
         }
     }
 
-    /// The hot-plug VMIs as said: the names, then how many more.
+    /// The hot-plug VMIs as said after a colon: the names, then how many more; "" for none.
     pub fn hotplug_said(&self) -> String {
-        let names = self.hotplug_named.join(", ");
-        match self.hotplug_pending - self.hotplug_named.len() {
-            0 => names,
-            more => format!("{names} and {more} more"),
-        }
+        let more = self.hotplug_pending - self.hotplug_named.len();
+        let more = (more > 0).then(|| format!(" and {more} more"));
+        let names = self.hotplug_named.join(", ") + &more.unwrap_or_default();
+        (self.hotplug_pending > 0)
+            .then(|| format!(": {names}"))
+            .unwrap_or_default()
     }
 }
 
@@ -135,13 +64,12 @@ mod tests {
     use proptest::prelude::*;
     use serde_json::{Value, json};
 
-    fn vmi(name: &str, phase: &str, conditions: Value) -> ListedVmi {
-        let item = json!({"metadata": {"namespace": "vms", "name": name},
-            "status": {"phase": phase, "conditions": conditions}});
-        serde_json::from_value(item).unwrap()
+    fn vmi(name: &str, phase: &str, conditions: Value) -> Value {
+        json!({"metadata": {"namespace": "vms", "name": name},
+            "status": {"phase": phase, "conditions": conditions}})
     }
 
-    fn forecast(vmis: impl IntoIterator<Item = ListedVmi>) -> Forecast {
+    fn forecast(vmis: impl IntoIterator<Item = Value>) -> Forecast {
         let mut f = Forecast::default();
         vmis.into_iter().for_each(|v| f.add(v));
         f
@@ -201,35 +129,37 @@ mod tests {
                 hotplug_named: vec!["vms/d".into(), "vms/e".into(), "vms/f".into()],
             }
         );
-        assert_eq!(f.hotplug_said(), "vms/d, vms/e, vms/f");
+        assert_eq!(f.hotplug_said(), ": vms/d, vms/e, vms/f");
     }
 
-    /// As the API server sends one: the spec and every other field skipped, a missing status or
-    /// condition list is a VMI that is not running, or carries no condition.
+    /// As the API server sends one, fields not decided on around; a VMI without status or
+    /// conditions is not running, or carries no condition; a malformed one counts as nothing.
     #[test]
-    fn deserialized_from_a_list_item() {
+    fn a_list_item_as_sent() {
         let item = json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
             "metadata": {"name": "vm1", "namespace": "vms", "uid": "u",
                 "labels": {"kubevirt.io/outdatedLauncherImage": ""}},
             "spec": {"domain": {"cpu": {"sockets": 4}, "devices": {}}},
             "status": {"phase": "Running", "nodeName": "n1",
                 "conditions": [{"type": "LiveMigratable", "status": "True", "reason": ""},
-                               {"type": "Ready", "status": "True"}]}});
-        let v: ListedVmi = serde_json::from_value(item).unwrap();
+                               {"type": "HotVCPUChange", "status": "True"}]}});
+        let f = forecast([
+            item,
+            json!({"metadata": {"name": "x"}}),
+            json!(null),
+            json!([1]),
+        ]);
         assert_eq!(
-            v,
-            vmi(
-                "vm1",
-                "Running",
-                json!([{"type": "LiveMigratable", "status": "True"},
-                                                    {"type": "Ready", "status": "True"}])
-            )
+            (f.running, f.not_live_migratable, f.hotplug_named.len()),
+            (1, 0, 1)
         );
-        let bare: ListedVmi = serde_json::from_value(json!({"metadata": {"name": "x"}})).unwrap();
-        assert_eq!(forecast([bare]), Forecast::default());
-        let no_conditions: ListedVmi =
-            serde_json::from_value(json!({"status": {"phase": "Running"}})).unwrap();
-        let f = forecast([no_conditions]);
+        assert_eq!(f.hotplug_said(), ": vms/vm1");
+        let f = forecast([json!({"status": {"phase": "Running", "conditions": "x"}})]);
+        assert_eq!(
+            (f.running, f.not_live_migratable, f.hotplug_pending),
+            (1, 1, 0)
+        );
+        let f = forecast([json!({"status": {"phase": "Running"}})]);
         assert_eq!(
             (f.running, f.not_live_migratable, f.hotplug_pending),
             (1, 1, 0)
@@ -264,7 +194,8 @@ mod tests {
                 let more = format!(" and {} more", hot.len() - NAMED);
                 prop_assert!(said.ends_with(&more), "{}", said);
             } else {
-                prop_assert_eq!(said, hot.join(", "));
+                let want = if hot.is_empty() { String::new() } else { format!(": {}", hot.join(", ")) };
+                prop_assert_eq!(said, want);
             }
         }
     }

@@ -275,8 +275,7 @@ pub fn kubevirt_post(
 /// each pass creates up to `parallelMigrationsPerCluster` (default 5) migrations minus the
 /// active ones, so Pending objects can outnumber that; the migration controller runs at most that
 /// many in the cluster and `parallelOutboundMigrationsPerNode` (default 2) from any one node;
-/// only live-migratable VMIs migrate; `Evict` goes in batches; `[]` cancels nothing created. The
-/// count is what the node drains left (docs/design.md, "What KubeVirt does next").
+/// only live-migratable VMIs migrate; `Evict` goes in batches; `[]` cancels nothing created.
 pub fn update_notice(kubevirt: &Value, methods: &Option<Value>) -> Option<String> {
     let list = methods.as_ref().and_then(Value::as_array);
     let has = |m: &str| list.is_some_and(|l| l.iter().any(|v| v == m));
@@ -317,9 +316,6 @@ pub fn update_notice(kubevirt: &Value, methods: &Option<Value>) -> Option<String
         }
         _ => format!("{outdated} will be {evicted}, migratable or not"),
     };
-    // The count is what is left: each node's drain has moved its VMs to the new virt-launcher
-    // (KubeVirt's evacuation, whatever the methods say), so after a complete upgrade it is not
-    // every VM, and a reader who expects a wave of all of them should not wait for one.
     Some(format!(
         "KubeVirt's workload updater acts within about 5 s: {what}. Setting the methods to [] \
          again stops new ones but cancels none already created. The count is KubeVirt's \

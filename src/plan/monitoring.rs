@@ -36,8 +36,7 @@ pub struct Gauges {
     pub hold_after_failed_upgrade: bool,
     pub no_longer_needed: bool,
     /// KubeVirt's own count of the VMIs its updater would move (outdated launchers, pending
-    /// hot-plug or volume changes). During an upgrade it falls node by node (each drain moves its
-    /// VMs to the new virt-launcher); at the restore it is what the drains did not move.
+    /// hot-plug or volume changes): fewer after each drain; at the restore, what the drains left.
     pub outdated_vmis: i64,
 }
 

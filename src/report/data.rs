@@ -24,9 +24,8 @@ pub struct Report {
     pub kubevirt: KubeVirtReport,
     pub managed_chart: Option<ChartReport>,
     pub unfinished_migrations: Vec<Migration>,
-    /// The running VMIs, for the coming drains; `None` with `vmisUnread`.
+    /// The running VMIs, for the coming drains; else why they were not read.
     pub vmi_forecast: Option<Forecast>,
-    /// Why the VMIs were not read (not served, refused): the rest of the report stands.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub vmis_unread: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -131,37 +131,19 @@ impl Display for Report {
     }
 }
 
-/// What the node drains will meet: each drain live-migrates its node's VMs onto the new
-/// virt-launcher, so the restore finds only what they cannot move (docs/design.md, "The
-/// forecast").
+/// What the node drains will meet (docs/design.md, "The forecast").
 fn forecast(f: &mut Formatter<'_>, read: Option<&Forecast>, unread: Option<&str>) -> Result {
     let Some(v) = read else {
-        return writeln!(
-            f,
-            "running VMIs: not read ({})",
-            unread.unwrap_or("unknown")
-        );
+        return writeln!(f, "running VMIs: not read ({})", unread.unwrap_or(""));
     };
+    let (n, names) = (v.hotplug_pending, v.hotplug_said());
     writeln!(
         f,
-        "running VMIs: {} (each node's drain live-migrates its VMs to the new virt-launcher)",
-        v.running
-    )?;
-    writeln!(
-        f,
-        "  cannot live-migrate: {} (LiveMigratable not True: Harvester shuts them down at their \
-         node's drain)",
-        v.not_live_migratable
-    )?;
-    let n = v.hotplug_pending;
-    let names = if n > 0 {
-        format!(": {}", v.hotplug_said())
-    } else {
-        String::new()
-    };
-    writeln!(
-        f,
-        "  waiting on a CPU or memory hot-plug: {n} (migrated once updates are on){names}"
+        "running VMIs: {} (each node's drain live-migrates its VMs to the new virt-launcher)\n  \
+         cannot live-migrate: {} (LiveMigratable not True: Harvester shuts them down at their \
+         node's drain)\n  waiting on a CPU or memory hot-plug: {n} (migrated once updates are \
+         on){names}",
+        v.running, v.not_live_migratable
     )
 }
 
