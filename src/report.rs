@@ -48,6 +48,7 @@ impl Report {
         (kubevirt, kv): (&Target, Option<&Value>),
         chart: Option<(&Target, Result<Option<&Value>, &String>)>,
         unfinished: &[Migration],
+        vmi_forecast: Option<Forecast>,
     ) -> Self {
         let managed_chart = chart.map(|(t, read)| chart_report(t, read, intent));
         let k = kubevirt_report(kubevirt, kv, managed_chart.as_ref(), intent);
@@ -68,8 +69,7 @@ impl Report {
             kubevirt: k,
             managed_chart,
             unfinished_migrations: unfinished.to_vec(),
-            vmi_forecast: None,
-            vmis_unread: None,
+            vmi_forecast,
             harvester: None,
             retirement: None,
         };
@@ -129,13 +129,6 @@ impl Report {
             let verdict = &self.verdict;
             format!("{verdict}; but {target} still carries records of ours; {finish}")
         };
-    }
-
-    /// Best effort: without the VMI CRD, or with an RBAC from before, the rest of the report.
-    pub fn with_forecast(mut self, read: Result<Forecast, impl ToString>) -> Self {
-        let unread = read.as_ref().err().map(ToString::to_string);
-        (self.vmi_forecast, self.vmis_unread) = (read.ok(), unread);
-        self
     }
 
     pub fn with_harvester(
@@ -341,7 +334,13 @@ mod tests {
             Target::new(Kind::KubeVirt, &kv()),
             Target::new(Kind::ManagedChart, &key),
         );
-        let r = Report::new(&intent, (&kt, Some(&kv1)), Some((&ct, Ok(Some(&ch1)))), &[]);
+        let r = Report::new(
+            &intent,
+            (&kt, Some(&kv1)),
+            Some((&ct, Ok(Some(&ch1)))),
+            &[],
+            None,
+        );
         for part in [
             "REFUSED: pre and post exit 3",
             KUBEVIRT_RECORD,
@@ -358,7 +357,7 @@ mod tests {
     }
 
     /// The forecast of the drains: the running VMIs, those that cannot live-migrate, the
-    /// hot-plugs by name; in the JSON too. VMIs not read leave the rest of the report standing.
+    /// hot-plugs by name; in the JSON too.
     #[test]
     fn status_forecasts_the_drains() {
         use crate::model::Kind;
@@ -372,15 +371,14 @@ mod tests {
             hotplug_pending: 12,
             hotplug_named: (0..10).map(|i| format!("vms/v{i}")).collect(),
         };
-        let report = Report::new(&intent, (&kt, Some(&kv_obj)), None, &[]);
-        let r = report.with_forecast(Ok::<_, String>(forecast));
+        let r = Report::new(&intent, (&kt, Some(&kv_obj)), None, &[], Some(forecast));
         let text = r.to_string();
         for line in [
             "running VMIs: 14 (each node's drain live-migrates its VMs to the new virt-launcher)",
             "  cannot live-migrate: 2 (LiveMigratable not True: Harvester shuts them down at their \
              node's drain)",
             "  waiting on a CPU or memory hot-plug: 12 (migrated once updates are on): vms/v0, \
-             vms/v1, vms/v2, vms/v3, vms/v4, vms/v5, vms/v6, vms/v7, vms/v8, vms/v9 and 2 more",
+             vms/v1, vms/v2, vms/v3, vms/v4, vms/v5, vms/v6, vms/v7, vms/v8, vms/v9, and 2 more",
         ] {
             assert!(
                 text.contains(&format!("{line}\n")),
@@ -390,19 +388,14 @@ mod tests {
         let json = serde_json::to_value(&r).unwrap();
         assert_eq!(json["vmiForecast"]["notLiveMigratable"], 2);
         assert_eq!(json["vmiForecast"]["hotplugNamed"][9], "vms/v9");
-        assert!(json.get("vmisUnread").is_none(), "{json}");
-
-        let report = Report::new(&intent, (&kt, Some(&kv_obj)), None, &[]);
-        let r = report.with_forecast(Err("refused (HTTP 403)"));
-        let text = r.to_string();
-        assert!(
-            text.contains("running VMIs: not read (refused (HTTP 403))\n"),
-            "{text}"
+        // Not served (no VMI CRD): no line, and the rest of the report.
+        let r = Report::new(&intent, (&kt, Some(&kv_obj)), None, &[], None);
+        assert!(!r.to_string().contains("running VMIs"), "{r}");
+        assert!(r.to_string().starts_with("NOT SUSPENDED"), "{r}");
+        assert_eq!(
+            serde_json::to_value(&r).unwrap()["vmiForecast"],
+            Value::Null
         );
-        assert!(text.starts_with("NOT SUSPENDED"), "{text}");
-        let json = serde_json::to_value(&r).unwrap();
-        assert_eq!(json["vmiForecast"], Value::Null);
-        assert_eq!(json["vmisUnread"], "refused (HTTP 403)");
     }
 
     /// Fleet's view: Ready or not, the state and message, and whether the current spec is
@@ -424,6 +417,7 @@ mod tests {
             (&kt, Some(&kv_obj)),
             Some((&ct, Ok(Some(&ch)))),
             &[],
+            None,
         )
         .to_string();
         assert!(text.contains("no status"), "{text}");
@@ -436,6 +430,7 @@ mod tests {
             (&kt, Some(&kv_obj)),
             Some((&ct, Ok(Some(&ch)))),
             &[],
+            None,
         );
         let f = r.managed_chart.as_ref().unwrap().fleet.as_ref().unwrap();
         assert_eq!(
@@ -461,6 +456,7 @@ mod tests {
             (&kt, Some(&kv_obj)),
             Some((&ct, Ok(Some(&ch)))),
             &[],
+            None,
         );
         assert!(
             r.managed_chart
@@ -482,7 +478,7 @@ mod tests {
         let intent = intent(Phase::Status);
         let kt = Target::new(Kind::KubeVirt, &kv());
         let obj = kubevirt(Some(json!(["LiveMigrate"])));
-        let text = Report::new(&intent, (&kt, Some(&obj)), None, &[]).to_string();
+        let text = Report::new(&intent, (&kt, Some(&obj)), None, &[], None).to_string();
         // The label is longer than its column: a space still parts it from the value.
         assert!(
             text.contains(&format!("owners of {METHODS_FIELD} none\n")),
@@ -526,6 +522,7 @@ mod tests {
             (&kt, Some(&kv_only)),
             Some((&ct, Ok(Some(&ch1)))),
             &[],
+            None,
         );
         assert_eq!(
             r.verdict,
@@ -544,7 +541,7 @@ mod tests {
         );
         let mut unnamed = named.clone();
         unnamed.keys.chart = None;
-        let mut r = Report::new(&unnamed, (&kt, Some(&kv_only)), None, &[]);
+        let mut r = Report::new(&unnamed, (&kt, Some(&kv_only)), None, &[], None);
         r.account_for(&unnamed, &ct, &ch1, false);
         assert!(
             r.verdict.starts_with("ATTENTION: automated updates on"),
@@ -573,6 +570,7 @@ mod tests {
             (&kt, Some(&kv_only)),
             Some((&ct, Ok(Some(&compare_only)))),
             &[],
+            None,
         );
         assert!(
             r.verdict.starts_with(
@@ -583,7 +581,13 @@ mod tests {
             r.verdict
         );
         // All suspended, or all restored: the verdicts as before, no warning.
-        let r = Report::new(&named, (&kt, Some(&kv1)), Some((&ct, Ok(Some(&ch1)))), &[]);
+        let r = Report::new(
+            &named,
+            (&kt, Some(&kv1)),
+            Some((&ct, Ok(Some(&ch1)))),
+            &[],
+            None,
+        );
         assert!(r.verdict.starts_with("SUSPENDED"), "{}", r.verdict);
         assert!(r.warnings.is_empty(), "{:?}", r.warnings);
         let end = run_phase(
@@ -599,6 +603,7 @@ mod tests {
             (&kt, end.kubevirt.as_ref()),
             Some((&ct, Ok(end.chart.as_ref()))),
             &[],
+            None,
         );
         assert_eq!(
             r.verdict,
@@ -613,6 +618,7 @@ mod tests {
             (&kt, Some(&stopped)),
             Some((&ct, Ok(end.chart.as_ref()))),
             &[],
+            None,
         );
         assert_eq!(
             r.verdict,
@@ -646,13 +652,13 @@ mod tests {
             ),
         ] {
             let coming = Coming::of(None, None, &[(offer.into(), Handling::of(offer))]);
-            let text = Report::new(&intent, (&kt, Some(&kv0)), None, &[])
+            let text = Report::new(&intent, (&kt, Some(&kv0)), None, &[], None)
                 .with_harvester(None, vec![], coming)
                 .to_string();
             assert!(text.contains(want), "{text}");
         }
         let unknown = Coming::of(None, None, &[]);
-        let text = Report::new(&intent, (&kt, Some(&pre_kv(&kv0))), None, &[])
+        let text = Report::new(&intent, (&kt, Some(&pre_kv(&kv0))), None, &[], None)
             .with_harvester(None, vec![], unknown)
             .to_string();
         assert!(text.contains("pre has run"), "{text}");

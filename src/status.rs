@@ -42,9 +42,9 @@ pub async fn status(run: &mut Run<'_>, out: &mut impl Write) -> Result<String, E
         (&kubevirt, kv.as_ref()),
         read_chart,
         &migrations,
+        cluster.vmi_forecast(VMIS_PAGE).await?,
     )
-    .with_harvester(view.upgrade.clone(), view.offered(), view.coming())
-    .with_forecast(cluster.vmi_forecast(VMIS_PAGE).await);
+    .with_harvester(view.upgrade.clone(), view.offered(), view.coming());
     if let Some((target, obj)) = &unnamed {
         report.account_for(&cfg.intent, target, obj, false);
     }

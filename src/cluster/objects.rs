@@ -205,10 +205,14 @@ impl Cluster {
         (self.list_paged((Kind::Migration, Subject::Migrations), limit, keep)).await
     }
 
-    /// `status`'s forecast of the drains, from the VMIs in all namespaces ([`VMIS_PAGE`]).
-    pub async fn vmi_forecast(&self, limit: u32) -> Result<Forecast, Error> {
+    /// `status`'s forecast of the drains, from the VMIs in all namespaces ([`VMIS_PAGE`]); `None`
+    /// where they are not served (KubeVirt without its VMI CRD: a list of a served one never 404s).
+    pub async fn vmi_forecast(&self, limit: u32) -> Result<Option<Forecast>, Error> {
         let vmis = (Kind::Vmi, listed(Kind::Vmi, None));
-        self.list_paged(vmis, limit, Forecast::add).await
+        match self.list_paged(vmis, limit, Forecast::add).await {
+            Err(Error::Refused { code: 404, .. }) => Ok(None),
+            read => read.map(Some),
+        }
     }
 
     /// Every object of `kind` in all namespaces, each page folded into `S` as it is parsed.

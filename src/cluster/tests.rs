@@ -423,7 +423,7 @@ async fn the_vmi_forecast_follows_pages() {
         )),
     ];
     let (forecast, seen) = against(pages, async |c| c.vmi_forecast(VMIS_PAGE).await).await;
-    let f = forecast.unwrap();
+    let f = forecast.unwrap().unwrap();
     assert_eq!(
         (f.running, f.not_live_migratable, f.hotplug_pending),
         (3, 1, 1)
@@ -447,9 +447,15 @@ async fn the_vmi_forecast_follows_pages() {
         Ok(vmis_page(&[("new", "Running", json!([]))], "")),
     ];
     let (forecast, _) = against(expired, async |c| c.vmi_forecast(1).await).await;
-    let f = forecast.unwrap();
+    let f = forecast.unwrap().unwrap();
     assert_eq!((f.running, f.not_live_migratable), (1, 1));
 
+    // Not served: no forecast; any other refusal is an error, as for the migrations.
+    let not_served = vec![Ok(status(404, json!({})))];
+    let none = against(not_served, async |c| c.vmi_forecast(VMIS_PAGE).await)
+        .await
+        .0;
+    assert_eq!(none.unwrap(), None);
     let refused = vec![Ok(status(403, json!({})))];
     let err = (against(refused, async |c| c.vmi_forecast(VMIS_PAGE).await)
         .await

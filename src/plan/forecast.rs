@@ -46,16 +46,6 @@ impl Forecast {
             self.hotplug_named.push(name);
         }
     }
-
-    /// The hot-plug VMIs as said after a colon: the names, then how many more; "" for none.
-    pub fn hotplug_said(&self) -> String {
-        let more = self.hotplug_pending - self.hotplug_named.len();
-        let more = (more > 0).then(|| format!(" and {more} more"));
-        let names = self.hotplug_named.join(", ") + &more.unwrap_or_default();
-        (self.hotplug_pending > 0)
-            .then(|| format!(": {names}"))
-            .unwrap_or_default()
-    }
 }
 
 #[cfg(test)]
@@ -129,7 +119,6 @@ mod tests {
                 hotplug_named: vec!["vms/d".into(), "vms/e".into(), "vms/f".into()],
             }
         );
-        assert_eq!(f.hotplug_said(), ": vms/d, vms/e, vms/f");
     }
 
     /// As the API server sends one, fields not decided on around; a VMI without status or
@@ -153,7 +142,7 @@ mod tests {
             (f.running, f.not_live_migratable, f.hotplug_named.len()),
             (1, 0, 1)
         );
-        assert_eq!(f.hotplug_said(), ": vms/vm1");
+        assert_eq!(f.hotplug_named, ["vms/vm1"]);
         let f = forecast([json!({"status": {"phase": "Running", "conditions": "x"}})]);
         assert_eq!(
             (f.running, f.not_live_migratable, f.hotplug_pending),
@@ -168,7 +157,7 @@ mod tests {
 
     proptest! {
         /// The counts are exact whatever the number; the first [`NAMED`] hot-plugs are named in
-        /// the listed order and the rest counted.
+        /// the listed order and the rest counted, in the data and in `status`'s text.
         #[test]
         fn the_first_ten_hotplugs_are_named_the_rest_counted(
             vmis in proptest::collection::vec((any::<bool>(), any::<bool>(), any::<bool>()), 0..40)
@@ -189,14 +178,13 @@ mod tests {
                 .map(|(i, _)| format!("vms/v{i}")).collect();
             prop_assert_eq!(f.hotplug_pending, hot.len());
             prop_assert_eq!(&f.hotplug_named[..], &hot[..hot.len().min(NAMED)]);
-            let said = f.hotplug_said();
-            if hot.len() > NAMED {
-                let more = format!(" and {} more", hot.len() - NAMED);
-                prop_assert!(said.ends_with(&more), "{}", said);
-            } else {
-                let want = if hot.is_empty() { String::new() } else { format!(": {}", hot.join(", ")) };
-                prop_assert_eq!(said, want);
-            }
+            let said = f.to_string();
+            let more = hot.len().saturating_sub(NAMED);
+            let mut named = hot[..hot.len().min(NAMED)].to_vec();
+            named.extend((more > 0).then(|| format!("and {more} more")));
+            let colon = if hot.is_empty() { "" } else { ": " };
+            let want = format!("on a CPU or memory hot-plug: {} (migrated once updates are on){colon}{}\n", hot.len(), named.join(", "));
+            prop_assert!(said.ends_with(&want), "{} / {}", said, want);
         }
     }
 }

@@ -24,10 +24,8 @@ pub struct Report {
     pub kubevirt: KubeVirtReport,
     pub managed_chart: Option<ChartReport>,
     pub unfinished_migrations: Vec<Migration>,
-    /// The running VMIs, for the coming drains; else why they were not read.
+    /// The running VMIs, for the coming drains (`None`: not served).
     pub vmi_forecast: Option<Forecast>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub vmis_unread: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub harvester: Option<HarvesterReport>,
     #[serde(skip_serializing_if = "Option::is_none")]

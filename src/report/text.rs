@@ -124,7 +124,7 @@ impl Display for Report {
         for m in migrations {
             writeln!(f, "  {}/{} ({})", m.namespace, m.name, m.phase)?;
         }
-        forecast(f, self.vmi_forecast.as_ref(), self.vmis_unread.as_deref())?;
+        (self.vmi_forecast.iter()).try_for_each(|v| write!(f, "{v}"))?;
         (self.managed_chart.iter()).try_for_each(|c| write!(f, "{c}"))?;
         (self.harvester.iter()).try_for_each(|h| write!(f, "{h}"))?;
         (self.retirement.iter()).try_for_each(|r| writeln!(f, "{}", r.line()))
@@ -132,19 +132,20 @@ impl Display for Report {
 }
 
 /// What the node drains will meet (docs/design.md, "The forecast").
-fn forecast(f: &mut Formatter<'_>, read: Option<&Forecast>, unread: Option<&str>) -> Result {
-    let Some(v) = read else {
-        return writeln!(f, "running VMIs: not read ({})", unread.unwrap_or(""));
-    };
-    let (n, names) = (v.hotplug_pending, v.hotplug_said());
-    writeln!(
-        f,
-        "running VMIs: {} (each node's drain live-migrates its VMs to the new virt-launcher)\n  \
-         cannot live-migrate: {} (LiveMigratable not True: Harvester shuts them down at their \
-         node's drain)\n  waiting on a CPU or memory hot-plug: {n} (migrated once updates are \
-         on){names}",
-        v.running, v.not_live_migratable
-    )
+impl Display for Forecast {
+    fn fmt(&self, f: &mut Formatter<'_>) -> Result {
+        let (running, stuck, n) = (self.running, self.not_live_migratable, self.hotplug_pending);
+        let (mut names, more) = (self.hotplug_named.clone(), n - self.hotplug_named.len());
+        names.extend((more > 0).then(|| format!("and {more} more")));
+        let (colon, names) = (if n > 0 { ": " } else { "" }, names.join(", "));
+        writeln!(
+            f,
+            "running VMIs: {running} (each node's drain live-migrates its VMs to the new \
+             virt-launcher)\n  cannot live-migrate: {stuck} (LiveMigratable not True: Harvester \
+             shuts them down at their node's drain)\n  waiting on a CPU or memory hot-plug: {n} \
+             (migrated once updates are on){colon}{names}"
+        )
+    }
 }
 
 impl Display for KubeVirtReport {
