@@ -21,7 +21,7 @@ use crate::vocabulary::Plan;
 
 pub use deadline::{Deadline, Poll};
 pub use events::EventKind;
-pub use objects::MIGRATIONS_PAGE;
+pub use objects::{MIGRATIONS_PAGE, VMIS_PAGE};
 pub use retry::{Class, LastError, classify};
 pub use watches::Watcher;
 

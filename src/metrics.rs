@@ -51,7 +51,7 @@ const GAUGES: [(&str, &str); 7] = [
     ),
     (
         "outdated_vmis",
-        "KubeVirt's count of VMIs its workload updater would move (the KubeVirt CR's status.outdatedVirtualMachineInstanceWorkloads): held back while suspended, the wave after the restore",
+        "KubeVirt's count of VMIs its workload updater would move (the KubeVirt CR's status.outdatedVirtualMachineInstanceWorkloads): during an upgrade it falls node by node as the drains move VMs to the new virt-launcher; at the restore, what the drains did not move",
     ),
     (
         "last_successful_read_timestamp_seconds",

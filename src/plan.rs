@@ -9,6 +9,7 @@
 pub mod chart;
 pub mod editor;
 pub mod fleet_status;
+pub mod forecast;
 pub mod harvester_upgrade;
 pub mod kubevirt;
 pub mod leftovers;

@@ -8,6 +8,7 @@ use crate::model::{
 };
 use crate::plan::chart::{compare_list, find_pointer, values_choice};
 use crate::plan::fleet_status::{self, Fleet};
+use crate::plan::forecast::Forecast;
 use crate::plan::harvester_upgrade::{Backup, CleanupWrite, Handling, Upgrade};
 use crate::plan::kubevirt::{Source, restore_source};
 use crate::plan::leftovers::chart_ours;
@@ -47,6 +48,7 @@ impl Report {
         (kubevirt, kv): (&Target, Option<&Value>),
         chart: Option<(&Target, Result<Option<&Value>, &String>)>,
         unfinished: &[Migration],
+        vmi_forecast: Option<Forecast>,
     ) -> Self {
         let managed_chart = chart.map(|(t, read)| chart_report(t, read, intent));
         let k = kubevirt_report(kubevirt, kv, managed_chart.as_ref(), intent);
@@ -67,6 +69,7 @@ impl Report {
             kubevirt: k,
             managed_chart,
             unfinished_migrations: unfinished.to_vec(),
+            vmi_forecast,
             harvester: None,
             retirement: None,
         };
@@ -331,7 +334,13 @@ mod tests {
             Target::new(Kind::KubeVirt, &kv()),
             Target::new(Kind::ManagedChart, &key),
         );
-        let r = Report::new(&intent, (&kt, Some(&kv1)), Some((&ct, Ok(Some(&ch1)))), &[]);
+        let r = Report::new(
+            &intent,
+            (&kt, Some(&kv1)),
+            Some((&ct, Ok(Some(&ch1)))),
+            &[],
+            None,
+        );
         for part in [
             "REFUSED: pre and post exit 3",
             KUBEVIRT_RECORD,
@@ -345,6 +354,48 @@ mod tests {
         // Once in the verdict, once as the CR's PROBLEM.
         assert_eq!(text.matches("is corrupted").count(), 2, "{text}");
         assert!(!text.contains("Entry"), "{text}");
+    }
+
+    /// The forecast of the drains: the running VMIs, those that cannot live-migrate, the
+    /// hot-plugs by name; in the JSON too.
+    #[test]
+    fn status_forecasts_the_drains() {
+        use crate::model::Kind;
+        use crate::plan::testing::*;
+        let intent = intent(Phase::Status);
+        let kt = Target::new(Kind::KubeVirt, &kv());
+        let kv_obj = kubevirt(Some(json!(["LiveMigrate"])));
+        let forecast = Forecast {
+            running: 14,
+            not_live_migratable: 2,
+            hotplug_pending: 12,
+            hotplug_named: (0..10).map(|i| format!("vms/v{i}")).collect(),
+        };
+        let r = Report::new(&intent, (&kt, Some(&kv_obj)), None, &[], Some(forecast));
+        let text = r.to_string();
+        for line in [
+            "running VMIs: 14 (each node's drain live-migrates its VMs to the new virt-launcher)",
+            "  cannot live-migrate: 2 (LiveMigratable not True: Harvester shuts them down at their \
+             node's drain)",
+            "  waiting on a CPU or memory hot-plug: 12 (migrated once updates are on): vms/v0, \
+             vms/v1, vms/v2, vms/v3, vms/v4, vms/v5, vms/v6, vms/v7, vms/v8, vms/v9, and 2 more",
+        ] {
+            assert!(
+                text.contains(&format!("{line}\n")),
+                "{line:?} not in {text}"
+            );
+        }
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["vmiForecast"]["notLiveMigratable"], 2);
+        assert_eq!(json["vmiForecast"]["hotplugNamed"][9], "vms/v9");
+        // Not served (no VMI CRD): no line, and the rest of the report.
+        let r = Report::new(&intent, (&kt, Some(&kv_obj)), None, &[], None);
+        assert!(!r.to_string().contains("running VMIs"), "{r}");
+        assert!(r.to_string().starts_with("NOT SUSPENDED"), "{r}");
+        assert_eq!(
+            serde_json::to_value(&r).unwrap()["vmiForecast"],
+            Value::Null
+        );
     }
 
     /// Fleet's view: Ready or not, the state and message, and whether the current spec is
@@ -366,6 +417,7 @@ mod tests {
             (&kt, Some(&kv_obj)),
             Some((&ct, Ok(Some(&ch)))),
             &[],
+            None,
         )
         .to_string();
         assert!(text.contains("no status"), "{text}");
@@ -378,6 +430,7 @@ mod tests {
             (&kt, Some(&kv_obj)),
             Some((&ct, Ok(Some(&ch)))),
             &[],
+            None,
         );
         let f = r.managed_chart.as_ref().unwrap().fleet.as_ref().unwrap();
         assert_eq!(
@@ -403,6 +456,7 @@ mod tests {
             (&kt, Some(&kv_obj)),
             Some((&ct, Ok(Some(&ch)))),
             &[],
+            None,
         );
         assert!(
             r.managed_chart
@@ -424,7 +478,7 @@ mod tests {
         let intent = intent(Phase::Status);
         let kt = Target::new(Kind::KubeVirt, &kv());
         let obj = kubevirt(Some(json!(["LiveMigrate"])));
-        let text = Report::new(&intent, (&kt, Some(&obj)), None, &[]).to_string();
+        let text = Report::new(&intent, (&kt, Some(&obj)), None, &[], None).to_string();
         // The label is longer than its column: a space still parts it from the value.
         assert!(
             text.contains(&format!("owners of {METHODS_FIELD} none\n")),
@@ -468,6 +522,7 @@ mod tests {
             (&kt, Some(&kv_only)),
             Some((&ct, Ok(Some(&ch1)))),
             &[],
+            None,
         );
         assert_eq!(
             r.verdict,
@@ -486,7 +541,7 @@ mod tests {
         );
         let mut unnamed = named.clone();
         unnamed.keys.chart = None;
-        let mut r = Report::new(&unnamed, (&kt, Some(&kv_only)), None, &[]);
+        let mut r = Report::new(&unnamed, (&kt, Some(&kv_only)), None, &[], None);
         r.account_for(&unnamed, &ct, &ch1, false);
         assert!(
             r.verdict.starts_with("ATTENTION: automated updates on"),
@@ -515,6 +570,7 @@ mod tests {
             (&kt, Some(&kv_only)),
             Some((&ct, Ok(Some(&compare_only)))),
             &[],
+            None,
         );
         assert!(
             r.verdict.starts_with(
@@ -525,7 +581,13 @@ mod tests {
             r.verdict
         );
         // All suspended, or all restored: the verdicts as before, no warning.
-        let r = Report::new(&named, (&kt, Some(&kv1)), Some((&ct, Ok(Some(&ch1)))), &[]);
+        let r = Report::new(
+            &named,
+            (&kt, Some(&kv1)),
+            Some((&ct, Ok(Some(&ch1)))),
+            &[],
+            None,
+        );
         assert!(r.verdict.starts_with("SUSPENDED"), "{}", r.verdict);
         assert!(r.warnings.is_empty(), "{:?}", r.warnings);
         let end = run_phase(
@@ -541,6 +603,7 @@ mod tests {
             (&kt, end.kubevirt.as_ref()),
             Some((&ct, Ok(end.chart.as_ref()))),
             &[],
+            None,
         );
         assert_eq!(
             r.verdict,
@@ -555,6 +618,7 @@ mod tests {
             (&kt, Some(&stopped)),
             Some((&ct, Ok(end.chart.as_ref()))),
             &[],
+            None,
         );
         assert_eq!(
             r.verdict,
@@ -588,13 +652,13 @@ mod tests {
             ),
         ] {
             let coming = Coming::of(None, None, &[(offer.into(), Handling::of(offer))]);
-            let text = Report::new(&intent, (&kt, Some(&kv0)), None, &[])
+            let text = Report::new(&intent, (&kt, Some(&kv0)), None, &[], None)
                 .with_harvester(None, vec![], coming)
                 .to_string();
             assert!(text.contains(want), "{text}");
         }
         let unknown = Coming::of(None, None, &[]);
-        let text = Report::new(&intent, (&kt, Some(&pre_kv(&kv0))), None, &[])
+        let text = Report::new(&intent, (&kt, Some(&pre_kv(&kv0))), None, &[], None)
             .with_harvester(None, vec![], unknown)
             .to_string();
         assert!(text.contains("pre has run"), "{text}");

@@ -4,6 +4,7 @@ use std::io::Write;
 
 use serde_json::Value;
 
+use crate::cluster::{MIGRATIONS_PAGE, VMIS_PAGE};
 use crate::config::LogFormat;
 use crate::context::Run;
 use crate::error::Error;
@@ -26,7 +27,7 @@ pub async fn status(run: &mut Run<'_>, out: &mut impl Write) -> Result<String, E
     let kubevirt = run.kubevirt();
     let kv = cluster.get(&kubevirt).await?;
     let chart = read_chart(run).await?;
-    let migrations = cluster.list_migrations().await?;
+    let migrations = cluster.list_migrations(MIGRATIONS_PAGE).await?;
     let view = upgrades::read(cluster, cfg).await?;
     // Without a name, the default ManagedChart is read too, for what of ours it still carries.
     let unnamed = match &cfg.unnamed_chart {
@@ -41,6 +42,7 @@ pub async fn status(run: &mut Run<'_>, out: &mut impl Write) -> Result<String, E
         (&kubevirt, kv.as_ref()),
         read_chart,
         &migrations,
+        cluster.vmi_forecast(VMIS_PAGE).await?,
     )
     .with_harvester(view.upgrade.clone(), view.offered(), view.coming());
     if let Some((target, obj)) = &unnamed {

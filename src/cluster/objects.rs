@@ -7,6 +7,7 @@ use k8s_openapi::api::batch::v1::Job;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::{ObjectList, Request};
 use kube::{Client, Resource};
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tracing::debug;
 
@@ -14,6 +15,7 @@ use super::retry::{Class, backoff, classify};
 use super::{Cluster, Written, rv};
 use crate::error::{Error, Subject};
 use crate::model::{FIELD_MANAGER, Kind, Target};
+use crate::plan::forecast::Forecast;
 use crate::plan::migrations::{Listed, Migration};
 use crate::vocabulary::{Plan, Refusal};
 
@@ -178,14 +180,16 @@ impl Cluster {
     }
 }
 
-// The migrations, page by page in memory flat in their number (the Jobs' 64 MiB limit): a large
-// cluster holds tens of thousands (KubeVirt keeps five finished ones per VMI). Each page is parsed
-// straight into [`Listed`], and only the unfinished workload-update ones outlive it.
+// Migrations and VMIs, page by page, each page folded at once: memory flat in their number (the
+// Jobs' 64 MiB), as a cluster holds tens of thousands of migrations (five finished ones per VMI).
 
 /// Objects per page, as `kubectl get`'s default chunk size: a page of 2 KiB migrations is about
 /// 1 MiB of JSON, held twice at most while it is parsed (kube reads the body, then copies it
 /// into a string), and 20 requests cover 10,000 migrations.
 pub const MIGRATIONS_PAGE: u32 = 500;
+
+/// VMIs per page: a VMI (10 to 20 KiB) is larger than a migration; 100 stay near 1 MiB a page.
+pub const VMIS_PAGE: u32 = 100;
 
 /// How long `pre` lets the list take: best effort, its writes do not wait for it.
 pub const UNDER_WAY_WITHIN: Duration = Duration::from_secs(10);
@@ -195,14 +199,32 @@ pub const UNDER_WAY_WITHIN: Duration = Duration::from_secs(10);
 const RESTARTS: usize = 3;
 
 impl Cluster {
-    /// The unfinished workload-update migrations in all namespaces.
-    pub async fn list_migrations(&self) -> Result<Vec<Migration>, Error> {
-        self.list_migrations_by(MIGRATIONS_PAGE).await
+    /// The unfinished workload-update migrations in all namespaces ([`MIGRATIONS_PAGE`]).
+    pub async fn list_migrations(&self, limit: u32) -> Result<Vec<Migration>, Error> {
+        let keep = |out: &mut Vec<Migration>, m: Listed| out.extend(m.unfinished());
+        (self.list_paged((Kind::Migration, Subject::Migrations), limit, keep)).await
     }
 
-    pub async fn list_migrations_by(&self, limit: u32) -> Result<Vec<Migration>, Error> {
-        let url = DynamicObject::url_path(&Kind::Migration.resource(), None);
-        let mut out = Vec::new();
+    /// `status`'s forecast of the drains, from the VMIs in all namespaces ([`VMIS_PAGE`]); `None`
+    /// where they are not served (KubeVirt without its VMI CRD: a list of a served one never 404s).
+    pub async fn vmi_forecast(&self, limit: u32) -> Result<Option<Forecast>, Error> {
+        let vmis = (Kind::Vmi, listed(Kind::Vmi, None));
+        match self.list_paged(vmis, limit, Forecast::add).await {
+            Err(Error::Refused { code: 404, .. }) => Ok(None),
+            read => read.map(Some),
+        }
+    }
+
+    /// Every object of `kind` in all namespaces, each page folded into `S` as it is parsed.
+    async fn list_paged<T: DeserializeOwned + Clone, S: Default>(
+        &self,
+        (kind, subject): (Kind, Subject),
+        limit: u32,
+        fold: impl Fn(&mut S, T),
+    ) -> Result<S, Error> {
+        let url = DynamicObject::url_path(&kind.resource(), None);
+        let what = format!("list {}", kind.plural());
+        let mut out = S::default();
         let mut restarts = 0;
         // A consistent list (no resourceVersion), paged: the watch cache's resourceVersion=0
         // list ignores the limit and answers with every object in one page, which is what
@@ -210,14 +232,14 @@ impl Cluster {
         // compared build). `kubectl get` lists the same way.
         let mut params = ListParams::default().limit(limit);
         loop {
-            let page = self.call("list virtualmachineinstancemigrations", || {
+            let page = self.call(&what, || {
                 let request = Request::new(&url).list(&params);
                 let request = request.map_err(kube::Error::BuildRequest);
-                async move { self.client.request::<ObjectList<Listed>>(request?).await }
+                async move { self.client.request::<ObjectList<T>>(request?).await }
             });
             match page.await {
                 Ok(page) => {
-                    out.extend(page.items.into_iter().filter_map(Listed::unfinished));
+                    page.items.into_iter().for_each(|item| fold(&mut out, item));
                     match page.metadata.continue_ {
                         Some(c) if !c.is_empty() => params.continue_token = Some(c),
                         _ => return Ok(out),
@@ -227,14 +249,11 @@ impl Cluster {
                     // The continue token expired (a list slowed down by retries past etcd's
                     // compaction): the pages read so far are of another snapshot, so start over.
                     restarts += 1;
-                    debug!(
-                        restarts,
-                        "continue token expired: the migrations listed again"
-                    );
-                    out.clear();
+                    debug!(restarts, "continue token expired: {what} again");
+                    out = S::default();
                     params.continue_token = None;
                 }
-                Err(e) => return Err(self.permanent(Subject::Migrations, e)),
+                Err(e) => return Err(self.permanent(subject, e)),
             }
         }
     }
@@ -245,12 +264,13 @@ impl Cluster {
         if let Some(known) = self.under_way.lock().expect("not poisoned").clone() {
             return known;
         }
-        let listed = match tokio::time::timeout(UNDER_WAY_WITHIN, self.list_migrations()).await {
+        let (list, secs) = (
+            self.list_migrations(MIGRATIONS_PAGE),
+            UNDER_WAY_WITHIN.as_secs(),
+        );
+        let listed = match tokio::time::timeout(UNDER_WAY_WITHIN, list).await {
             Ok(listed) => listed.map_err(|e| e.to_string()),
-            Err(_) => Err(format!(
-                "not listed within {} s",
-                UNDER_WAY_WITHIN.as_secs()
-            )),
+            Err(_) => Err(format!("not listed within {secs} s")),
         };
         *self.under_way.lock().expect("not poisoned") = Some(listed.clone());
         listed

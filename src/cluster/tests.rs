@@ -322,7 +322,7 @@ async fn the_migration_list_follows_pages_and_keeps_only_the_updater_s_unfinishe
         Ok(migrations_page(&first, "t1")),
         Ok(migrations_page(&second, "")),
     ];
-    let (list, seen) = against(pages, async |c| c.list_migrations().await).await;
+    let (list, seen) = against(pages, async |c| c.list_migrations(MIGRATIONS_PAGE).await).await;
     let names: Vec<String> = list
         .unwrap()
         .iter()
@@ -350,7 +350,7 @@ async fn the_migration_list_follows_pages_and_keeps_only_the_updater_s_unfinishe
     );
 
     let refused = vec![Ok(status(403, json!({})))];
-    let err = against(refused, async |c| c.list_migrations().await)
+    let err = against(refused, async |c| c.list_migrations(MIGRATIONS_PAGE).await)
         .await
         .0
         .unwrap_err();
@@ -382,11 +382,87 @@ async fn an_expired_continue_token_starts_the_list_over() {
             "",
         )),
     ];
-    let (list, seen) = against(responses, async |c| c.list_migrations_by(1).await).await;
+    let (list, seen) = against(responses, async |c| c.list_migrations(1).await).await;
     let list = list.unwrap();
     let names: Vec<&str> = list.iter().map(|m| m.name.as_str()).collect();
     assert_eq!(names, ["kubevirt-workload-update-new"]);
     assert!(!seen[2].query.contains("continue"), "{}", seen[2].query);
+}
+
+/// A page of VMIs: `(name, phase, conditions)` each.
+fn vmis_page(items: &[(&str, &str, Value)], next: &str) -> Response<Body> {
+    let items: Vec<Value> = (items.iter())
+        .map(|(name, phase, conditions)| {
+            json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+                "metadata": {"name": name, "namespace": "vms"}, "spec": {"domain": {}},
+                "status": {"phase": phase, "conditions": conditions}})
+        })
+        .collect();
+    respond(
+        200,
+        json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceList",
+               "metadata": {"continue": next, "resourceVersion": "7"}, "items": items}),
+    )
+}
+
+/// The forecast's VMIs: every page folded in (100 a page: a VMI is larger than a migration),
+/// consistent, all namespaces; a 410 starts over; a refusal names the VMIs.
+#[tokio::test(start_paused = true)]
+async fn the_vmi_forecast_follows_pages() {
+    let ok = json!([{"type": "LiveMigratable", "status": "True"}]);
+    let hot = json!([{"type": "LiveMigratable", "status": "True"},
+                     {"type": "HotMemoryChange", "status": "True"}]);
+    let pages = vec![
+        Ok(vmis_page(
+            &[("a", "Running", ok.clone()), ("b", "Running", json!([]))],
+            "t1",
+        )),
+        Ok(vmis_page(
+            &[("c", "Running", hot), ("d", "Pending", json!([]))],
+            "",
+        )),
+    ];
+    let (forecast, seen) = against(pages, async |c| c.vmi_forecast(VMIS_PAGE).await).await;
+    let f = forecast.unwrap().unwrap();
+    assert_eq!(
+        (f.running, f.not_live_migratable, f.hotplug_pending),
+        (3, 1, 1)
+    );
+    assert_eq!(f.hotplug_named, ["vms/c"]);
+    assert_eq!(
+        seen[0].line,
+        "GET /apis/kubevirt.io/v1/virtualmachineinstances"
+    );
+    assert!(seen[0].query.contains("limit=100"), "{}", seen[0].query);
+    assert!(
+        !seen[0].query.contains("resourceVersion"),
+        "{}",
+        seen[0].query
+    );
+    assert!(seen[1].query.contains("continue=t1"), "{}", seen[1].query);
+
+    let expired = vec![
+        Ok(vmis_page(&[("old", "Running", ok.clone())], "t1")),
+        Ok(status(410, json!({}))),
+        Ok(vmis_page(&[("new", "Running", json!([]))], "")),
+    ];
+    let (forecast, _) = against(expired, async |c| c.vmi_forecast(1).await).await;
+    let f = forecast.unwrap().unwrap();
+    assert_eq!((f.running, f.not_live_migratable), (1, 1));
+
+    // Not served: no forecast; any other refusal is an error, as for the migrations.
+    let not_served = vec![Ok(status(404, json!({})))];
+    let none = against(not_served, async |c| c.vmi_forecast(VMIS_PAGE).await)
+        .await
+        .0;
+    assert_eq!(none.unwrap(), None);
+    let refused = vec![Ok(status(403, json!({})))];
+    let err = (against(refused, async |c| c.vmi_forecast(VMIS_PAGE).await)
+        .await
+        .0)
+        .unwrap_err();
+    assert!(matches!(&err, Error::Refused { code: 403, .. }), "{err:?}");
+    assert!(err.to_string().contains("virtualmachineinstances"), "{err}");
 }
 
 /// A late `pre` asks twice (its late warning, the migrations' own): one list answers both, a

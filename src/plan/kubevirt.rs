@@ -318,7 +318,10 @@ pub fn update_notice(kubevirt: &Value, methods: &Option<Value>) -> Option<String
     };
     Some(format!(
         "KubeVirt's workload updater acts within about 5 s: {what}. Setting the methods to [] \
-         again stops new ones but cancels none already created"
+         again stops new ones but cancels none already created. The count is KubeVirt's \
+         (status.outdatedVirtualMachineInstanceWorkloads): after a complete upgrade, only what \
+         the node drains did not move (each drain moves its VMs to the new virt-launcher), such \
+         as VMs waiting on a CPU or memory hot-plug"
     ))
 }
 
@@ -757,6 +760,9 @@ mod tests {
             "they wait Pending for a slot",
             "those that cannot live-migrate stay outdated until restarted",
             "cancels none already created",
+            // Not a wave of every VM: the drains moved the rest.
+            "only what the node drains did not move",
+            "such as VMs waiting on a CPU or memory hot-plug",
         ] {
             assert!(said.contains(fact), "{fact:?} not in {said}");
         }

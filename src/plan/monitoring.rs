@@ -36,7 +36,7 @@ pub struct Gauges {
     pub hold_after_failed_upgrade: bool,
     pub no_longer_needed: bool,
     /// KubeVirt's own count of the VMIs its updater would move (outdated launchers, pending
-    /// hot-plug or volume changes): what a suspension holds back, the wave after the restore.
+    /// hot-plug or volume changes): fewer after each drain; at the restore, what the drains left.
     pub outdated_vmis: i64,
 }
 

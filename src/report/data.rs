@@ -3,6 +3,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::plan::forecast::Forecast;
 use crate::plan::harvester_upgrade::{CleanupWrite, Handling, Upgrade};
 use crate::plan::kubevirt::Source;
 use crate::plan::migrations::Migration;
@@ -23,6 +24,8 @@ pub struct Report {
     pub kubevirt: KubeVirtReport,
     pub managed_chart: Option<ChartReport>,
     pub unfinished_migrations: Vec<Migration>,
+    /// The running VMIs, for the coming drains (`None`: not served).
+    pub vmi_forecast: Option<Forecast>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub harvester: Option<HarvesterReport>,
     #[serde(skip_serializing_if = "Option::is_none")]

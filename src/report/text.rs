@@ -6,6 +6,7 @@ use serde_json::Value;
 
 use super::data::{ChartReport, HarvesterReport, KubeVirtReport, Report};
 use crate::model::{FIELD_MANAGER, KUBEVIRT_COPY, KUBEVIRT_RECORD, METHODS_FIELD};
+use crate::plan::forecast::Forecast;
 use crate::plan::harvester_upgrade::CleanupWrite;
 use crate::plan::kubevirt::{HOTPLUG_NOTICE, Source};
 use crate::plan::records::{Added, ValueRecord, describe};
@@ -123,9 +124,27 @@ impl Display for Report {
         for m in migrations {
             writeln!(f, "  {}/{} ({})", m.namespace, m.name, m.phase)?;
         }
+        (self.vmi_forecast.iter()).try_for_each(|v| write!(f, "{v}"))?;
         (self.managed_chart.iter()).try_for_each(|c| write!(f, "{c}"))?;
         (self.harvester.iter()).try_for_each(|h| write!(f, "{h}"))?;
         (self.retirement.iter()).try_for_each(|r| writeln!(f, "{}", r.line()))
+    }
+}
+
+/// What the node drains will meet (docs/design.md, "The forecast").
+impl Display for Forecast {
+    fn fmt(&self, f: &mut Formatter<'_>) -> Result {
+        let (running, stuck, n) = (self.running, self.not_live_migratable, self.hotplug_pending);
+        let (mut names, more) = (self.hotplug_named.clone(), n - self.hotplug_named.len());
+        names.extend((more > 0).then(|| format!("and {more} more")));
+        let (colon, names) = (if n > 0 { ": " } else { "" }, names.join(", "));
+        writeln!(
+            f,
+            "running VMIs: {running} (each node's drain live-migrates its VMs to the new \
+             virt-launcher)\n  cannot live-migrate: {stuck} (LiveMigratable not True: Harvester \
+             shuts them down at their node's drain)\n  waiting on a CPU or memory hot-plug: {n} \
+             (migrated once updates are on){colon}{names}"
+        )
     }
 }
 
@@ -160,7 +179,8 @@ impl Display for KubeVirtReport {
         }
         let held = match k.outdated_virtual_machine_instance_workloads {
             Some(n) if off && n > 0 => format!(
-                "{n} (held back while updates are off; the wave after the restore moves them)"
+                "{n} (updates off: each node's drain moves its VMs to the new virt-launcher; what the \
+                 drains leave is migrated at the restore)"
             ),
             n => or(&n),
         };

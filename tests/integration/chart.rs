@@ -322,6 +322,7 @@ fn the_rbac_is_the_writers_and_the_watch_and_nothing_more() {
         rules("ClusterRole", None),
         [
             json!({"apiGroups": ["kubevirt.io"], "resources": ["virtualmachineinstancemigrations"], "verbs": ["list"]}),
+            json!({"apiGroups": ["kubevirt.io"], "resources": ["virtualmachineinstances"], "verbs": ["list"]}),
             json!({"apiGroups": ["harvesterhci.io"], "resources": ["settings"], "resourceNames": ["server-version"], "verbs": ["get"]}),
             json!({"apiGroups": ["management.harvesterhci.io"], "resources": ["upgradeplans"], "verbs": ["list", "watch"]}),
         ]
@@ -446,6 +447,35 @@ async fn the_service_account_may_watch_and_write_only_its_two_objects() {
     for args in refused {
         assert!(!can(args), "refused: {args:?}");
     }
+    // The forecast's VMIs: listed, never read one by one, watched or changed. Their CRD is not on
+    // this control plane, so kubectl cannot map the name: the authorizer is asked directly.
+    let may = |verb: &str, namespace: &str| -> bool {
+        let review = json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+            "spec": {"user": sa, "resourceAttributes": {"group": "kubevirt.io",
+                "resource": "virtualmachineinstances", "verb": verb, "namespace": namespace}}});
+        let mut cmd = control_plane().kubectl();
+        cmd.args(["create", "-f", "-", "-o", "jsonpath={.status.allowed}"]);
+        let out = with_stdin(cmd, &review.to_string());
+        String::from_utf8_lossy(&out.stdout).trim() == "true"
+    };
+    assert!(may("list", ""), "list VMIs in all namespaces");
+    for verb in ["get", "watch", "patch", "delete"] {
+        assert!(!may(verb, "default"), "{verb} VMIs");
+    }
+}
+
+fn with_stdin(mut cmd: Command, input: &str) -> std::process::Output {
+    use std::io::Write;
+    use std::process::Stdio;
+    cmd.stdin(Stdio::piped()).stdout(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
 }
 
 /// The chart's ServiceAccount and RBAC rendered with `args`, applied (not the Deployment, not

@@ -131,7 +131,7 @@ async fn the_migrations_are_listed_page_by_page_and_only_the_unfinished_updater_
 
     let cluster = Cluster::from_client(client.clone(), false);
     for limit in [MIGRATIONS_PAGE, 100, 7] {
-        let listed = cluster.list_migrations_by(limit).await.unwrap();
+        let listed = cluster.list_migrations(limit).await.unwrap();
         let got: Vec<String> = listed
             .iter()
             .map(|m| format!("{} {}", m.name, m.phase))

@@ -93,7 +93,7 @@ async fn pre_holds_every_migration_through_the_upgrade_and_post_lets_the_wave_go
     let status = run_bin(&kv.cp.kubeconfig(), env_for(NS, "status")).await;
     assert!(
         status.stdout.contains(&format!(
-            "{} (held back while updates are off; the wave after the restore moves them)",
+            "{} (updates off: each node's drain moves its VMs to the new virt-launcher; what the drains leave is migrated at the restore)",
             vmis.len()
         )),
         "status says what the suspension holds back: {}",
