@@ -87,6 +87,8 @@ updater_figures() {
     echo "# The last run of the real updater's timings (\`bash hack/bench.sh\` or \`bash hack/bench.sh kubevirt\`)"
     echo
     echo "Written by \`hack/bench.sh\` after its updater run; do not edit by hand."
+    echo "KubeVirt upgraded with no node drained, then \`post\`: how fast the updater reacts to the restore,"
+    echo "not what a complete upgrade leaves (its drains move every VM first: [bench-upgrade.md](bench-upgrade.md))."
     echo "When: $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown); load average at the end $(cut -d' ' -f1-3 /proc/loadavg); exit status $rc."
     echo
     echo '```'

@@ -124,6 +124,16 @@ fn said(
 async fn the_resident_guard_through_a_whole_upgrade_leaves_each_vm_to_its_drain() {
     let (mut kv, _nodes, vmis) = cluster(vm_count()).await;
     let migratable = vmis.len() - 1;
+    // The operator's forecast before the upgrade, from the real VMIs.
+    let status = run_bin(&kv.cp.kubeconfig(), env_for(NS, "status")).await;
+    assert_contains_all(
+        &status.stdout,
+        &[
+            &format!("running VMIs: {}", vmis.len()),
+            "cannot live-migrate: 1 ",
+            "waiting on a CPU or memory hot-plug: 0 ",
+        ],
+    );
     let guard = Guard::start(&kv.cp.kubeconfig(), NS, 0);
     let up = Upgrade::start(&kv.client, NS, "hvst-upgrade-whole", "v1.7.1").await;
     let mut hv = up.controller(&kv.client);
