@@ -1,19 +1,18 @@
 #!/usr/bin/env python3
 """The shape of src/ (docs/design.md, "Layers"), checked: no import cycle between files, no file
-name used twice, no source file over 400 lines before its tests, no function over 60 lines, and
-design.md's layers table naming exactly the files of src/.
+name used twice, no source file over 400 lines before its tests, and design.md's layers
+table naming exactly the files of src/. It prints the production lines (src/ before its tests) as
+a figure, not a limit: a cap made the code compressed rather than simple (issue 55).
 
 A file's imports are the `crate::a::b` and `super::` paths in its code before its tests (the
-first `#[cfg(test)]` line); a path names the deepest file it reaches. Functions are counted from
-their `fn` line to the closing brace at the same indent. Run by hack/lint.sh; exit 1 on a finding.
+first `#[cfg(test)]` line); a path names the deepest file it reaches. Run by hack/lint.sh; exit 1
+on a finding.
 """
 import pathlib
 import re
 import sys
 
 MAX_FILE_LINES = 400
-MAX_FN_LINES = 60
-MAX_PRODUCTION_LINES = 8500  # src/ before its tests, tests.rs and testing.rs apart: a tool that edits two objects
 SRC = pathlib.Path(__file__).resolve().parent.parent / "src"
 
 
@@ -114,22 +113,6 @@ def layers_table_mismatch(files):
 FN = re.compile(r"^(\s*)(pub(\([\w:]+\))?\s+)?(const\s+)?(async\s+)?fn\s+(\w+)")
 
 
-def long_functions(path, lines):
-    found = []
-    for i, line in enumerate(lines):
-        m = FN.match(line)
-        if not m:
-            continue
-        indent = m.group(1)
-        for j in range(i, len(lines)):
-            if lines[j].rstrip().endswith(";") and j == i:
-                break  # a declaration without a body
-            if lines[j] == indent + "}":
-                if j - i + 1 > MAX_FN_LINES:
-                    found.append(f"{path.relative_to(SRC.parent)}:{i + 1}: fn {m.group(6)} is {j - i + 1} lines (at most {MAX_FN_LINES})")
-                break
-    return found
-
 
 def main():
     files = sorted(p for p in SRC.rglob("*.rs") if p.name != "tests.rs" and p.name != "testing.rs")
@@ -149,7 +132,6 @@ def main():
         lines = body(p)
         if len(lines) > MAX_FILE_LINES:
             problems.append(f"{p.relative_to(SRC.parent)}: {len(lines)} lines before its tests (at most {MAX_FILE_LINES})")
-        problems += long_functions(p, lines)
         if mod == ():
             continue
         text = "\n".join(l for l in lines if not l.lstrip().startswith("//"))
@@ -162,13 +144,11 @@ def main():
         problems.append(f"docs/design.md's layers table does not name {', '.join(unnamed)}")
     if stale:
         problems.append(f"docs/design.md's layers table names {', '.join(stale)}, not in src/")
-    if production > MAX_PRODUCTION_LINES:
-        problems.append(f"src/ has {production} production lines (at most {MAX_PRODUCTION_LINES})")
     for line in problems:
         print(f"house: {line}", file=sys.stderr)
     if problems:
         sys.exit(1)
-    print(f"house: ok ({len(modules)} files, no cycle, no twin name, none over {MAX_FILE_LINES} lines, no fn over {MAX_FN_LINES} lines, each in design.md's layers table; {production} production lines, at most {MAX_PRODUCTION_LINES})")
+    print(f"house: ok ({len(modules)} files, no cycle, no twin name, none over {MAX_FILE_LINES} lines, each in design.md's layers table; {production} production lines)")
 
 
 if __name__ == "__main__":

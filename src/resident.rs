@@ -21,7 +21,7 @@ use crate::plan::monitoring::UnprotectedKey;
 use crate::plan::ownership::anything_of_ours;
 use crate::plan::retirement::Retirement;
 use crate::plan::upgrade_progress::record_time;
-use crate::plan::watch_decision::{Decision, Memory, decide};
+use crate::plan::watch_decision::{Decision, Memory, answer_turned_on, decide};
 use crate::summary::Summary;
 use crate::upgrades::{self, View};
 use crate::vocabulary::{Objects, Phase};
@@ -73,8 +73,8 @@ struct Loop<'a> {
     memory: Memory,
     wake_tx: mpsc::Sender<()>,
     wake: mpsc::Receiver<()>,
-    /// Of Harvester's latest Upgrade and of the add-on's UpgradePlans.
-    watches: [Option<Watcher>; 2],
+    /// Of Harvester's latest Upgrade, the add-on's UpgradePlans, and the KubeVirt CR.
+    watches: [Option<Watcher>; 3],
     said: Option<(&'static str, Instant)>,
     offer: Option<Offer>,
     /// "No longer needed" has been said (once, until it is needed again).
@@ -97,7 +97,7 @@ impl<'a> Loop<'a> {
             memory: Memory::default(),
             wake_tx,
             wake,
-            watches: [None, None],
+            watches: [None, None, None],
             said: None,
             offer: None,
             retirement_said: false,
@@ -137,6 +137,8 @@ impl<'a> Loop<'a> {
         let (upgrade, plans) = (view.upgrade.as_ref(), &view.plans);
         let memory = &mut self.memory;
         let decision = decide(upgrade, plans, ours, since(&objects), self.suspends, memory);
+        let kv = objects.kubevirt.as_ref();
+        let decision = answer_turned_on(decision, kv, upgrade, plans, ours, self.suspends);
         let held_changed = self.memory.held != held_before;
         let retirement = self.retirement(&view, &objects).await?;
         if let Some(w) = &self.cfg.watch {
@@ -165,12 +167,19 @@ impl<'a> Loop<'a> {
         // Called after a successful read: the server answers, so a failing watch is replaced now
         // rather than at the end of its backoff (src/cluster/watches.rs).
         let stale = |w: &Option<Watcher>| !w.as_ref().is_some_and(|w| w.alive() && !w.failing());
-        let [upgrades, plans] = &mut self.watches;
+        let [upgrades, plans, kubevirt] = &mut self.watches;
         if view.upgrades_served && stale(upgrades) {
-            *upgrades = Some(cluster.watch(Kind::Upgrade, ns, Some(&latest), wake.clone()));
+            *upgrades = Some(cluster.watch(Kind::Upgrade, ns, Some(&latest), None, wake.clone()));
         }
         if view.plans_served && stale(plans) {
-            *plans = Some(cluster.watch(Kind::UpgradePlan, None, None, wake.clone()));
+            *plans = Some(cluster.watch(Kind::UpgradePlan, None, None, None, wake.clone()));
+        }
+        // The CR itself: a write that turns updates on mid-upgrade is answered in seconds, not
+        // at the resync after KubeVirt's updater (about 5 s) has acted on it; and the outdated
+        // count (the metric) follows KubeVirt's status as it changes.
+        if stale(kubevirt) {
+            let name = Some(self.cfg.intent.keys.kubevirt.name.as_str());
+            *kubevirt = Some(cluster.watch(Kind::KubeVirt, ns, None, name, wake.clone()));
         }
     }
 
@@ -188,6 +197,7 @@ impl<'a> Loop<'a> {
     async fn act_on(&mut self, decision: &Decision, run: &mut impl RunPhase) -> bool {
         let (phase, why) = match decision {
             Decision::Suspend { describe, .. } => (Phase::Pre, format!("{describe} is under way")),
+            Decision::Resuspend { .. } => (Phase::Pre, decision.line()),
             Decision::Restore(why) => (Phase::Post, why.to_string()),
             Decision::Hold { .. } | Decision::Wait(_) => return false,
         };
@@ -222,7 +232,10 @@ impl<'a> Loop<'a> {
         if phase == Phase::Pre {
             self.last_pre = Some(ended);
         }
-        if let (Ok(()), Decision::Suspend { upgrade, .. }) = (&result, decision) {
+        if let (Ok(()), Decision::Suspend { upgrade, .. } | Decision::Resuspend { upgrade, .. }) =
+            (&result, decision)
+            && !self.memory.suspended_for.contains(upgrade)
+        {
             self.memory.suspended_for.push(upgrade.clone());
         }
         self.act_failed = result.is_err();
@@ -260,7 +273,7 @@ async fn start_probes_and_metrics(cfg: &Config, settings: &crate::config::Watch)
     });
     info!(
         resync_s = settings.resync.as_secs(),
-        "resident guard: watching Harvester's Upgrades and the add-on's UpgradePlans"
+        "resident guard: watching Harvester's Upgrades, the add-on's UpgradePlans and the KubeVirt CR"
     );
     let chart = cfg.chart_version.as_deref().unwrap_or_default();
     metrics::start(settings.metrics_port, chart).await

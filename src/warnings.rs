@@ -27,6 +27,7 @@ pub const SUSPENDED_BY_ANOTHER: &str = "WorkloadUpdatesSuspendedByAnother";
 pub const HELD_AFTER_FAILURE: &str = "SuspensionHeldAfterFailedUpgrade";
 pub const UPGRADE_HELD_BY_POLICY: &str = "UpgradeHeldByPolicy";
 pub const UPGRADE_UNPROTECTED: &str = "UpgradeUnprotected";
+pub const TURNED_ON_DURING_UPGRADE: &str = "WorkloadUpdatesTurnedOnDuringUpgrade";
 pub const EVENTS_NOT_RECORDED: &str = "EventsNotRecorded";
 
 // The Normal Events' reasons.
@@ -60,6 +61,7 @@ mod tests {
         HELD_AFTER_FAILURE,
         UPGRADE_HELD_BY_POLICY,
         UPGRADE_UNPROTECTED,
+        TURNED_ON_DURING_UPGRADE,
         EVENTS_NOT_RECORDED,
     ];
 

@@ -53,11 +53,15 @@ impl Cluster {
         kind: Kind,
         namespace: Option<&str>,
         labels: Option<&str>,
+        name: Option<&str>,
         wake: mpsc::Sender<()>,
     ) -> Watcher {
-        let api = super::objects::api(&self.watch_client, kind, namespace);
         let mut config = watcher::Config::default().any_semantic();
         config.label_selector = labels.map(str::to_string);
+        // One named object (`metadata.name=`, as kube's `watch_object`): RBAC grants its `list`
+        // and `watch` by that name only.
+        config.field_selector = name.map(|n| format!("metadata.name={n}"));
+        let api = super::objects::api(&self.watch_client, kind, namespace);
         let backoff = watcher::ExponentialBackoff::from(super::retry::backoff());
         let events = watcher::watcher(api, config).backoff(backoff).boxed();
         let failing = Arc::default();

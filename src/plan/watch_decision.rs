@@ -5,12 +5,17 @@
 //! process remembers only keeps it from saying or doing the same thing twice.
 
 use jiff::Timestamp;
+use serde_json::Value;
 
-use super::harvester_upgrade::{ALLOW_UNPROTECTED, Upgrade};
+use super::harvester_upgrade::Upgrade;
+use super::harvester_upgrade::{ALLOW_UNPROTECTED, blind_restorer};
+use super::ownership::owners;
+use super::records::{describe, is_suspended, methods};
 use super::upgrade_progress::{
     PlanView, awaited_since, begun, each, held_after_failure, key_of, post_must_wait, running,
     upgrade_under_way,
 };
+use crate::model::{FIELD_MANAGER, METHODS_PATH};
 
 /// What this process remembers between two reads.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -55,6 +60,10 @@ impl Memory {
 pub enum Decision {
     /// Run `pre` now, for the upgrade under way with this key (`pre` decides whether it is needed).
     Suspend { upgrade: String, describe: String },
+    /// Run `pre` again now: a write turned updates on while the upgrade with this key, which a
+    /// suspension of ours is for, is under way ([`answer_turned_on`]).
+    /// `why`: what was written, by whom, during which upgrade.
+    Resuspend { upgrade: String, why: String },
     /// Run `post` now.
     Restore(Restore),
     /// Hold the suspension after a failed upgrade to a release up to v1.7.1, until the retry.
@@ -131,6 +140,7 @@ impl Decision {
     pub fn line(&self) -> String {
         match self {
             Decision::Suspend { describe, .. } => format!("{describe} is under way: suspending"),
+            Decision::Resuspend { why, .. } => format!("{why}: suspending again"),
             Decision::Restore(why) => format!("restoring: {why}"),
             Decision::Hold { why, .. } => why.clone(),
             Decision::Wait(why) => why.to_string(),
@@ -141,6 +151,7 @@ impl Decision {
     pub fn kind(&self) -> &'static str {
         match self {
             Decision::Suspend { .. } => "suspend",
+            Decision::Resuspend { .. } => "suspend again",
             Decision::Restore(_) => "restore",
             Decision::Hold { .. } => "hold",
             Decision::Wait(Wait::StandAside(_)) => "stand aside",
@@ -153,7 +164,9 @@ impl Decision {
     /// only the log says; a hold, which its own Warning says): suspend, restore, stand aside.
     pub fn event(&self) -> Option<String> {
         match self {
-            Decision::Suspend { .. } | Decision::Restore(_) => Some(self.line()),
+            Decision::Suspend { .. } | Decision::Resuspend { .. } | Decision::Restore(_) => {
+                Some(self.line())
+            }
             Decision::Wait(Wait::StandAside(upgrade)) => Some(format!(
                 "standing aside: {upgrade} is under way and pre suspended nothing (the guard is \
                  not needed for it, or Harvester holds the suspension)"
@@ -161,6 +174,61 @@ impl Decision {
             Decision::Wait(w @ Wait::Accepted(_)) => Some(format!("standing aside: {w}")),
             Decision::Hold { .. } | Decision::Wait(_) => None,
         }
+    }
+}
+
+/// Whether the CR's methods turn updates on, and who wrote them (the field's owners but ours,
+/// newest first). Not a blind restorer's hard-coded `[LiveMigrate]` (`harvester`,
+/// `upgrade-toolkit`): their cleanup ends the suspension they made, and `post` answers it.
+pub fn turned_on(kubevirt: &Value) -> Option<String> {
+    let now = methods(kubevirt).ok()?;
+    // An absent field turns nothing on either (KubeVirt takes it as `[]`).
+    if now.is_none() || is_suspended(&now) || blind_restorer(kubevirt, METHODS_PATH, &now).is_some()
+    {
+        return None;
+    }
+    let mut by = owners(kubevirt, METHODS_PATH);
+    by.retain(|o| o.manager != FIELD_MANAGER);
+    // RFC 3339 times of one server, in whole seconds: the newest sorts last as text.
+    by.sort_by(|a, b| b.time.cmp(&a.time));
+    let by: Vec<String> = by
+        .iter()
+        .map(|o| format!("{} ({})", o.manager, o.operation))
+        .collect();
+    let by = match by.split_first() {
+        None => "a writer that managedFields does not name".to_string(),
+        Some((first, [])) => first.clone(),
+        Some((first, rest)) => format!("{first} (field owners also: {})", rest.join(", ")),
+    };
+    Some(format!(
+        "workloadUpdateMethods set to {} by {by}",
+        describe(&now)
+    ))
+}
+
+/// A write that turned updates on (an operator's `kubectl patch` from a runbook written before
+/// the guard) while an upgrade is under way and a suspension of ours is on the objects: `pre`
+/// again at once (it keeps its first record), not at the next resync, after KubeVirt's updater
+/// (about 5 s) has started migrating. Not by the armed `post` (it never suspends), not for an
+/// Upgrade that carries the accept annotation; a restore or a hold stands (nothing under way).
+pub fn answer_turned_on(
+    decision: Decision,
+    kubevirt: Option<&Value>,
+    upgrade: Option<&Upgrade>,
+    plans: &[PlanView],
+    ours: bool,
+    suspends: bool,
+) -> Decision {
+    let accepted = upgrade.is_some_and(|u| upgrade_under_way(u) && u.allow_unprotected);
+    let on = kubevirt
+        .filter(|_| ours && suspends && !accepted)
+        .and_then(turned_on);
+    match (on, &decision, running(upgrade, plans)) {
+        (Some(on), Decision::Wait(_) | Decision::Suspend { .. }, Some((upgrade, d))) => {
+            let why = format!("{on} while {d} is under way");
+            Decision::Resuspend { upgrade, why }
+        }
+        _ => decision,
     }
 }
 

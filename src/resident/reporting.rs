@@ -7,6 +7,7 @@ use super::{Loop, OFFER_EVERY, Pass, SAY_EVERY};
 use crate::cluster::EventKind;
 use crate::error::Error;
 use crate::model::Kind;
+use crate::plan::harvester_upgrade::ALLOW_UNPROTECTED;
 use crate::plan::monitoring;
 use crate::plan::ownership::anything_of_ours;
 use crate::plan::retirement::{self, Retirement};
@@ -14,7 +15,9 @@ use crate::plan::upgrade_progress::running;
 use crate::plan::watch_decision::Decision;
 use crate::upgrades::{self, View};
 use crate::vocabulary::Objects;
-use crate::warnings::{HELD_AFTER_FAILURE, NO_LONGER_NEEDED, RESIDENT, Warning};
+use crate::warnings::{
+    HELD_AFTER_FAILURE, NO_LONGER_NEEDED, RESIDENT, TURNED_ON_DURING_UPGRADE, Warning,
+};
 
 impl Loop<'_> {
     /// Says a decision: its line when its kind changes, and again every [`SAY_EVERY`]; a Normal
@@ -44,6 +47,21 @@ impl Loop<'_> {
                 message: why.clone(),
             };
             cluster.warn(kubevirt, None, &said).await;
+        }
+        // Each write that turned updates on is said, with its writer: who wrote it may look for
+        // why their change did not last, and how to let this upgrade's migrations happen.
+        if let Decision::Resuspend { .. } = decision {
+            let message = format!(
+                "{}: KubeVirt's updater would migrate the outdated VMs mid-upgrade; pre runs again \
+                 (the original recorded before the upgrade is kept for post). To accept this \
+                 upgrade's migrations: kubectl -n NAMESPACE annotate upgrade NAME \
+                 {ALLOW_UNPROTECTED}=true",
+                decision.line()
+            );
+            let reason = TURNED_ON_DURING_UPGRADE;
+            cluster
+                .warn(kubevirt, None, &Warning { reason, message })
+                .await;
         }
     }
 

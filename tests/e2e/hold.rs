@@ -145,7 +145,8 @@ async fn held_while_the_guard_is_down() {
     let mut broken = role.clone();
     for rule in broken["rules"].as_array_mut().unwrap() {
         if rule["resources"] == json!(["kubevirts"]) {
-            rule["verbs"] = json!(["get"]);
+            // Its watch of the CR stays: only the patch is taken away.
+            rule["verbs"] = json!(["get", "list", "watch"]);
         }
     }
     k_stdin(&["replace", "-f", "-"], &broken.to_string());

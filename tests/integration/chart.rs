@@ -305,7 +305,7 @@ fn the_rbac_is_the_writers_and_the_watch_and_nothing_more() {
     assert_eq!(
         rules("Role", Some(NS)),
         [
-            json!({"apiGroups": ["kubevirt.io"], "resources": ["kubevirts"], "resourceNames": ["kubevirt"], "verbs": ["get", "patch"]}),
+            json!({"apiGroups": ["kubevirt.io"], "resources": ["kubevirts"], "resourceNames": ["kubevirt"], "verbs": ["get", "list", "watch", "patch"]}),
             json!({"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "list"]}),
             json!({"apiGroups": ["batch"], "resources": ["jobs"], "resourceNames": ["workload-update-guard-post-armed"], "verbs": ["get"]}),
             json!({"apiGroups": ["harvesterhci.io"], "resources": ["upgrades"], "verbs": ["list", "watch"]}),
@@ -377,6 +377,9 @@ async fn the_service_account_may_watch_and_write_only_its_two_objects() {
     let allowed: &[&[&str]] = &[
         &["-n", NS, "get", "kubevirts.kubevirt.io/kubevirt"],
         &["-n", NS, "patch", "kubevirts.kubevirt.io/kubevirt"],
+        // The watch of the one CR (`metadata.name=kubevirt`): authorized by its name.
+        &["-n", NS, "list", "kubevirts.kubevirt.io/kubevirt"],
+        &["-n", NS, "watch", "kubevirts.kubevirt.io/kubevirt"],
         &["-n", NS, "create", "events.events.k8s.io"],
         &["-n", NS, "list", "events.events.k8s.io"],
         &[
@@ -409,6 +412,8 @@ async fn the_service_account_may_watch_and_write_only_its_two_objects() {
     let refused: &[&[&str]] = &[
         &["-n", NS, "get", "kubevirts.kubevirt.io/other"],
         &["-n", NS, "list", "kubevirts.kubevirt.io"],
+        &["-n", NS, "watch", "kubevirts.kubevirt.io"],
+        &["-n", NS, "watch", "kubevirts.kubevirt.io/other"],
         &["-n", NS, "update", "kubevirts.kubevirt.io/kubevirt"],
         &["-n", NS, "delete", "kubevirts.kubevirt.io/kubevirt"],
         &["-n", NS, "patch", "upgrades.harvesterhci.io/x"],

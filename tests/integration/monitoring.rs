@@ -470,6 +470,7 @@ fn metric_becomes(guard: &Guard, port: u16, series: &str, want: f64, within: Dur
 const IN_PLACE: &str = "workload_update_guard_suspension_in_place";
 const UNPROTECTED: &str = "workload_update_guard_upgrade_unprotected";
 const HELD: &str = "workload_update_guard_upgrade_held";
+const OUTDATED: &str = "workload_update_guard_outdated_vmis";
 
 /// `promtool check metrics` on a scrape: the format and Prometheus's naming rules. promtool
 /// parses the Prometheus text format, where a counter's HELP and TYPE name its sample
@@ -590,6 +591,44 @@ async fn the_metrics_follow_a_modelled_upgrade() {
         "workload_update_guard_last_successful_read_timestamp_seconds",
     );
     assert!(later >= read, "{after}");
+}
+
+/// KubeVirt's outdated count changes with no Upgrade or UpgradePlan event (its updater, its
+/// evacuations, a node's launchers refreshed): the gauge follows it through the CR's watch, well
+/// within the resync (30 s here), and `status` (a read of the CR) says the same.
+#[tokio::test]
+async fn the_outdated_gauge_follows_kubevirts_count_with_no_upgrade_event() {
+    let (client, ns) = new_harvester("metrics-outdated", json!(["LiveMigrate"])).await;
+    let port = free_port();
+    let port_text = port.to_string();
+    let guard = Guard::spawn_with(
+        &control_plane().kubeconfig(),
+        &ns,
+        0,
+        &[("METRICS_PORT", &port_text)],
+    );
+    guard.wait_for("watching for the next one", Duration::from_secs(20));
+    // The fixture's count.
+    metric_becomes(&guard, port, OUTDATED, 3.0, Duration::from_secs(10));
+    for count in [7, 0, 5] {
+        let changed = Instant::now();
+        let status = json!({"outdatedVirtualMachineInstanceWorkloads": count});
+        set_status(&client, "KubeVirt", &ns, "kubevirt", status).await;
+        metric_becomes(&guard, port, OUTDATED, count as f64, Duration::from_secs(5));
+        eprintln!(
+            "metrics: outdated {count} shown after {:?}",
+            changed.elapsed()
+        );
+        let mut env = env_for(&ns, "status");
+        env.insert("LOG_FORMAT".into(), "json".into());
+        let report = run_bin(&control_plane().kubeconfig(), env).await;
+        let report: Value = serde_json::from_str(&report.stdout).unwrap();
+        assert_eq!(
+            report["kubevirt"]["outdatedVirtualMachineInstanceWorkloads"],
+            json!(count)
+        );
+    }
+    assert!(!guard.log().contains("running pre"), "{}", guard.log());
 }
 
 /// A guard whose ServiceAccount may read everything but patch nothing: its `pre` fails with a

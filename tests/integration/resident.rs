@@ -9,11 +9,14 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use workload_update_guard::model::{KUBEVIRT_COPY, KUBEVIRT_RECORD};
+use workload_update_guard::plan::harvester_upgrade::ALLOW_UNPROTECTED;
 use workload_update_guard::plan::harvester_upgrade::{
     CLEANUP_DONE, CLEANUP_LABEL, LATEST_LABEL, STATE_LABEL,
 };
 use workload_update_guard::plan::upgrade_progress::{ENDED, UPGRADE_STATES};
-use workload_update_guard::warnings::{HELD_AFTER_FAILURE, NO_LONGER_NEEDED, RESIDENT, SUSPENDED};
+use workload_update_guard::warnings::{
+    HELD_AFTER_FAILURE, NO_LONGER_NEEDED, RESIDENT, SUSPENDED, TURNED_ON_DURING_UPGRADE,
+};
 
 use crate::support::harvester::*;
 use crate::support::*;
@@ -354,6 +357,81 @@ async fn the_resident_guard_follows_the_addons_upgrade_plan() {
     );
     guard.wait_for("post done", Duration::from_secs(5));
     plan.delete(&client).await;
+}
+
+/// Waits until the Events with `reason` in `ns` are `n`; their notes.
+async fn notes_become(ns: &str, reason: &str, n: usize, within: Duration) -> Vec<String> {
+    let start = Instant::now();
+    loop {
+        let notes: Vec<String> = events_in(ns)
+            .iter()
+            .filter(|e| e["reason"] == reason)
+            .map(|e| e["note"].as_str().unwrap_or_default().to_string())
+            .collect();
+        if notes.len() == n {
+            return notes;
+        }
+        assert!(start.elapsed() < within, "{reason}: {notes:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A path-A upgrade at `PreparingNodes`, suspended by the resident guard: an operator's `kubectl
+/// patch` of the CR to `[LiveMigrate]` (a runbook from before the guard) is answered through the
+/// CR's watch, not at the resync (30 s here): the methods are `[]` again within 10 s, a Warning
+/// names the field manager that wrote them, and the original recorded before the upgrade is what
+/// the restore puts back. With the accept annotation on the Upgrade, the operator's write stands.
+#[tokio::test]
+async fn an_operators_patch_mid_upgrade_is_suspended_again_within_seconds() {
+    let original = json!(["LiveMigrate", "Evict"]);
+    let (client, ns) = new_harvester("resident-turned-on", original.clone()).await;
+    let kubeconfig = control_plane().kubeconfig();
+    let guard = Guard::start(&kubeconfig, &ns, 0);
+    let up = Upgrade::start(&client, &ns, "hvst-upgrade-on", "v1.7.1").await;
+    methods_become(&client, &ns, &json!([]), Duration::from_secs(10)).await;
+    up.set_state(&client, "PreparingNodes").await;
+    guard.wait_for("post does not turn updates on", Duration::from_secs(10));
+
+    let patched = Instant::now();
+    set_methods(&client, &ns, "kubectl-patch", live_migrate()).await;
+    let took = methods_become(&client, &ns, &json!([]), Duration::from_secs(10)).await;
+    assert!(patched.elapsed() < Duration::from_secs(10), "{took:?}");
+    eprintln!("resident: the operator's patch answered in {took:?}");
+    let notes = notes_become(&ns, TURNED_ON_DURING_UPGRADE, 1, Duration::from_secs(5)).await;
+    assert_contains_all(
+        &notes[0],
+        &[
+            "workloadUpdateMethods set to [\"LiveMigrate\"] by kubectl-patch (Update)",
+            "Upgrade",
+            "hvst-upgrade-on",
+            "suspending again",
+            ALLOW_UNPROTECTED,
+        ],
+    );
+
+    // Accepted: the operator's next write is theirs to make.
+    let annotation = format!("{ALLOW_UNPROTECTED}=true");
+    kubectl_ok(&[
+        "-n",
+        &ns,
+        "annotate",
+        "upgrade/hvst-upgrade-on",
+        &annotation,
+    ]);
+    set_methods(&client, &ns, "kubectl-patch", live_migrate()).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(kubevirt_methods(&client, &ns).await, live_migrate());
+    assert_eq!(events(&ns, TURNED_ON_DURING_UPGRADE).await, 1);
+    set_methods(&client, &ns, "kubectl-patch", json!([])).await;
+    let removed = format!("{ALLOW_UNPROTECTED}-");
+    kubectl_ok(&["-n", &ns, "annotate", "upgrade/hvst-upgrade-on", &removed]);
+
+    // The record of the original is the first one: the restore puts it back.
+    up.finish(&client, true).await;
+    guard
+        .restored(&client, &ns, &original, Duration::from_secs(10))
+        .await;
+    assert!(!guard.log().contains("failed ("), "{}", guard.log());
 }
 
 /// Harvester v1.7.3 (the `server-version` other tests set too): it can upgrade next to later

@@ -402,3 +402,113 @@ fn a_hold_ends_when_the_retry_is_an_upgrade_plan_that_succeeded() {
     );
     assert_eq!(d.kind(), "hold", "{d:?}");
 }
+
+/// A KubeVirt CR whose methods are `methods`, the field owned by each `(manager, operation,
+/// time)`.
+fn kubevirt_owned(methods: Value, owners: &[(&str, &str, &str)]) -> Value {
+    let field = json!({"f:spec": {"f:workloadUpdateStrategy": {"f:workloadUpdateMethods": {}}}});
+    let entries: Vec<Value> = owners
+        .iter()
+        .map(|(m, op, t)| {
+            json!({"manager": m, "operation": op, "apiVersion": "kubevirt.io/v1", "time": t,
+                "fieldsType": "FieldsV1", "fieldsV1": field})
+        })
+        .collect();
+    json!({"metadata": {"name": "kubevirt", "managedFields": entries},
+        "spec": {"workloadUpdateStrategy": {"workloadUpdateMethods": methods}}})
+}
+
+/// An operator's `kubectl patch` to `[LiveMigrate]` turns updates on, named by its manager
+/// (newest owner first); `[]`, an absent field and a blind restorer's `[LiveMigrate]` do not.
+#[test]
+fn a_write_that_turns_updates_on_is_named_by_its_field_manager() {
+    let owners = [
+        ("helm", "Apply", "2026-12-01T09:00:00Z"),
+        ("kubectl-patch", "Update", "2026-12-01T11:30:00Z"),
+        (crate::model::FIELD_MANAGER, "Update", SINCE),
+    ];
+    let on = turned_on(&kubevirt_owned(json!(["LiveMigrate"]), &owners));
+    assert_eq!(
+        on.as_deref(),
+        Some(
+            r#"workloadUpdateMethods set to ["LiveMigrate"] by kubectl-patch (Update) (field owners also: helm (Apply))"#
+        )
+    );
+    let suspended = kubevirt_owned(json!([]), &[("kubectl-patch", "Update", SINCE)]);
+    assert_eq!(turned_on(&suspended), None);
+    let absent = json!({"metadata": {"name": "kubevirt"}, "spec": {}});
+    assert_eq!(turned_on(&absent), None);
+    for restorer in crate::plan::harvester_upgrade::BLIND_RESTORERS {
+        let blind = kubevirt_owned(json!(["LiveMigrate"]), &[(restorer, "Update", SINCE)]);
+        assert_eq!(turned_on(&blind), None, "{restorer}");
+        // Another list by the same manager is no blind restore.
+        let other = kubevirt_owned(json!(["Evict"]), &[(restorer, "Update", SINCE)]);
+        assert!(turned_on(&other).is_some(), "{restorer}");
+    }
+    let nobody = json!({"spec": {"workloadUpdateStrategy": {"workloadUpdateMethods": ["Evict"]}}});
+    let nobody = turned_on(&nobody).unwrap();
+    assert!(nobody.ends_with("by a writer that managedFields does not name"));
+}
+
+/// Mid-upgrade, with a suspension of ours on the objects, a write that turned updates on makes
+/// the resident guard suspend again; not the armed `post`, not without ours (the guard stood
+/// aside), not for an accepted Upgrade, and not once no upgrade is under way (the restore).
+#[test]
+fn a_write_that_turns_updates_on_mid_upgrade_is_answered_by_pre_again() {
+    let on = kubevirt_owned(
+        json!(["LiveMigrate"]),
+        &[("kubectl-patch", "Update", SINCE)],
+    );
+    let off = kubevirt_owned(json!([]), &[(crate::model::FIELD_MANAGER, "Update", SINCE)]);
+    let under_way = upgrade("u1", "v1.7.1", "PreparingNodes", false, false);
+    let mut m = suspended_for("Upgrade harvester-system/u1");
+    let waiting = decide(Some(&under_way), &[], true, SINCE, true, &mut m);
+    assert_eq!(waiting.kind(), "wait");
+    let answer =
+        |d: &Decision, kv: &Value, u: Option<&Upgrade>, plans: &[PlanView], ours, suspends| {
+            answer_turned_on(d.clone(), Some(kv), u, plans, ours, suspends)
+        };
+    let d = answer(&waiting, &on, Some(&under_way), &[], true, true);
+    let Decision::Resuspend { upgrade: key, .. } = &d else {
+        panic!("{d:?}")
+    };
+    assert_eq!(key, "Upgrade harvester-system/u1");
+    assert_eq!(d.kind(), "suspend again");
+    assert_eq!(
+        d.line(),
+        r#"workloadUpdateMethods set to ["LiveMigrate"] by kubectl-patch (Update) while Harvester Upgrade harvester-system/u1 (to v1.7.1, state PreparingNodes) is under way: suspending again"#
+    );
+    assert!(d.event().is_some());
+    // The add-on's plan in the middle of its phases, the same; a new pod's first suspend too.
+    let mid = [plan("ClusterUpgrading")];
+    let d = answer(&waiting, &on, None, &mid, true, true);
+    assert!(matches!(&d, Decision::Resuspend { upgrade: k, .. } if k == "UpgradePlan plan-1"));
+    let first = decide(
+        Some(&under_way),
+        &[],
+        true,
+        SINCE,
+        true,
+        &mut Memory::default(),
+    );
+    assert_eq!(first.kind(), "suspend");
+    let d = answer(&first, &on, Some(&under_way), &[], true, true);
+    assert_eq!(d.kind(), "suspend again");
+    // Not the armed post, not without ours, not without a write, not once no upgrade runs.
+    for (kv, ours, suspends) in [(&on, true, false), (&on, false, true), (&off, true, true)] {
+        let d = answer(&waiting, kv, Some(&under_way), &[], ours, suspends);
+        assert_eq!(d, waiting, "{ours} {suspends}");
+    }
+    let ended = upgrade("u1", "v1.7.1", "Succeeded", false, false);
+    let restore = decide(Some(&ended), &[], true, SINCE, true, &mut m);
+    assert_eq!(restore.kind(), "restore");
+    assert_eq!(
+        answer(&restore, &on, Some(&ended), &[], true, true),
+        restore
+    );
+    // The operator accepted this upgrade's migrations: their write stands.
+    let mut accepted = under_way.clone();
+    accepted.allow_unprotected = true;
+    let d = answer(&waiting, &on, Some(&accepted), &[], true, true);
+    assert_eq!(d, waiting);
+}
