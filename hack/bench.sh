@@ -15,7 +15,7 @@
 # a 5 s deploy by the real Helm 4); per phase, how long the model's deploy took and how long after
 # its Ready the phase exited (target: under 1 s).
 # Then the real workload updater (hack/bench/updater.sh, not in --quick): KubeVirt's own
-# virt-controller of each version of BENCH_KUBEVIRT (default "v1.6.0 v1.7.0 v1.8.4 v1.9.0"), timed by the
+# virt-controller of each version of BENCH_KUBEVIRT (default "v1.6.0 v1.7.0 v1.8.4"), timed by the
 # integration tests: from the restore (post) to the first workload-update migration (goal <= 35 s:
 # KubeVirt requeues every 30 s) and, the control, from KubeVirt's upgrade to the first migration
 # without the guard (there must be migrations) (hack/bench/updater_report.py).

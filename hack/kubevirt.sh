@@ -22,12 +22,13 @@
 # The versions: the newest patch of each KubeVirt minor that Harvester ships and whose three
 # modules the Go module proxy serves (docs/testing.md, "The real KubeVirt" has the table): 1.6 is
 # the target of the upgrade path where the guard acts (Harvester v1.6 -> v1.7), 1.7 ships in
-# v1.8, 1.8.4 in v1.9, 1.9 in the next release, 1.4 in v1.5 (v1.6 ships 1.5.2, whose client-go
-# the proxy refuses). kubevirt v1.6.3, v1.6.6, v1.7.4 and kubevirt.io/api v1.4.1 were refused, so
-# 1.6.0, 1.7.0 and 1.4.0 are the newest patches buildable here.
+# v1.8, 1.8.4 in v1.9, 1.4 in v1.5 (v1.6 ships 1.5.2, whose client-go the proxy refuses).
+# kubevirt v1.6.3, v1.6.6, v1.7.4 and kubevirt.io/api v1.4.1 were refused, so 1.6.0, 1.7.0 and
+# 1.4.0 are the newest patches buildable here; v1.9.0 is served but needs
+# kubevirt.io/virt-template-{api,client-go} v0.2.0, which the proxy refuses (403, 2026-12-05).
 set -euo pipefail
 
-SUPPORTED="v1.6.0 v1.7.0 v1.8.4 v1.9.0 v1.4.0"
+SUPPORTED="v1.6.0 v1.7.0 v1.8.4 v1.4.0"
 KUBEVIRT_VERSION="${KUBEVIRT_VERSION:-v1.6.0}"
 # shellcheck source=hack/lib/cache.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/cache.sh"

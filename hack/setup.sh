@@ -123,7 +123,6 @@ go_for() {
     registry) [[ "${REGISTRY_VERSION:-v3.1.2}" != v3.1.2 ]] || echo 1.26.0 ;;
     actionlint) [[ "${ACTIONLINT_VERSION:-v1.7.12}" != v1.7.12 ]] || echo 1.25.0 ;; # its go.mod
     promtool) [[ "${PROMETHEUS_VERSION:-v0.316.0}" != v0.316.0 ]] || echo 1.26.7 ;; # its go.mod
-    kubevirt:v1.9.0) echo 1.26.0 ;; # kubevirt.io/kubevirt v1.9.0's go.mod
     kubevirt:*) echo 1.24.0 ;; # kubevirt.io/kubevirt v1.7.0's and v1.8.4's go.mod (v1.6.0: 1.23.0)
   esac
 }

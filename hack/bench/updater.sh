@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # The real workload updater's timings (KubeVirt's own virt-controller, hack/kubevirt.sh), sourced
 # by hack/bench.sh: for each version of BENCH_KUBEVIRT (default: every version the updater tests
-# pass on, "v1.6.0 v1.7.0 v1.8.4 v1.9.0"), the two integration tests that time it
+# pass on, "v1.6.0 v1.7.0 v1.8.4"), the two integration tests that time it
 # (tests/integration/updater.rs, on a control plane of their own each, one at a time so that
 # neither slows the other):
 #   - the control, without the guard: from KubeVirt's upgrade (virt-controller restarted with a
@@ -18,7 +18,7 @@ UPDATER_TESTS=(updater::without_the_guard updater::pre_holds)
 updater_run() {
   local v log
   : > "$work/updater.txt"
-  for v in ${BENCH_KUBEVIRT-v1.6.0 v1.7.0 v1.8.4 v1.9.0}; do
+  for v in ${BENCH_KUBEVIRT-v1.6.0 v1.7.0 v1.8.4}; do
     # Cached after the first build (about 5 minutes on 2 cores), in the real HOME's cache (the
     # bench points HOME elsewhere for kubectl's discovery cache).
     HOME="${real_home:-$HOME}" bash "$REPO_ROOT/hack/kubevirt.sh" build "$v"

@@ -18,7 +18,7 @@ UPGRADE_TESTS=(updater::whole_upgrade::)
 upgrade_run() {
   local v n log
   : > "$work/upgrade.txt"
-  for v in ${BENCH_KUBEVIRT-v1.6.0 v1.7.0 v1.8.4 v1.9.0 v1.4.0}; do
+  for v in ${BENCH_KUBEVIRT-v1.6.0 v1.7.0 v1.8.4 v1.4.0}; do
     HOME="${real_home:-$HOME}" bash "$REPO_ROOT/hack/kubevirt.sh" build "$v"
     for n in ${BENCH_UPGRADE_VMS-12 60}; do
       log="$work/upgrade-$v-$n.log"
