@@ -25,7 +25,9 @@ upgrade_run() {
       echo "bench: the whole upgrade with KubeVirt $v, $n VMIs on 3 nodes: guarded, control, wave-and-drains" >&2
       HOME="${real_home:-$HOME}" KUBEVIRT_VERSION="$v" WHOLE_UPGRADE_VMS="$n" cargo test --quiet --test integration -- \
         "${UPGRADE_TESTS[@]}" --nocapture --test-threads=1 > "$log" 2>&1 \
-        || { echo "bench: the whole-upgrade tests on KubeVirt $v with $n VMIs failed:" >&2; tail -40 "$log" >&2; exit 1; }
+        || { mkdir -p "$REPO_ROOT/target/bench"; cp "$log" "$REPO_ROOT/target/bench/"
+             echo "bench: the whole-upgrade tests on KubeVirt $v with $n VMIs failed (whole log: target/bench/$(basename "$log")):" >&2
+             grep -v '"component"' "$log" | grep -A12 'panicked' | head -60 >&2; exit 1; }
       grep -E '^whole upgrade v' "$log" >> "$work/upgrade.txt" || true
     done
   done
