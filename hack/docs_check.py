@@ -29,7 +29,10 @@
   its own usage line (`hack/job.sh uninstall [--force] ...`), only the options that line names;
 - every `helm install` and `helm upgrade` command the same files give names its release and its
   chart (a `--set` alone does not say which release, nor from which chart);
-- `--self-test` (run first by every run): each of the last two checks finds a planted example.
+- `status`'s verdicts (VERDICTS, each the start of a string of src/) are all named in
+  docs/configuration.md's "`status`'s report"; a paragraph of another page that names four or
+  more names them all (else two pages disagree on what `status` may say: point there instead);
+- `--self-test` (run first by every run): each of the last three checks finds a planted example.
 
 Usage: hack/docs_check.py [KUBECTL]   (default: $KUBECTL, else the pinned kubectl of
 hack/control-plane.sh). Run by hack/lint.sh, so by hack/test.sh; exit 1 on a finding.
@@ -71,6 +74,10 @@ ALERTS = ["WorkloadUpdateGuardUpgradeUnprotected", "WorkloadUpdateGuardUpgradeHe
           "WorkloadUpdateGuardDown"]
 # --help's text, whose table is the variables' names, defaults and meanings (src/config.rs reads it).
 HELP_TABLE = "src/config/help.txt"
+# `status`'s verdicts: the first words of its first line.
+VERDICTS = ["NOT SUSPENDED", "SUSPENDED", "HELD BY THE POLICY", "UNPROTECTED", "MIGRATIONS ACCEPTED",
+            "ATTENTION", "REFUSED", "NOT FOUND"]
+VERDICT = re.compile(r"`(" + "|".join(map(re.escape, VERDICTS)) + r")\b")
 ISSUE_NUMBER = re.compile(r"[Ii]ssues? ?#?[0-9]+")
 
 
@@ -471,6 +478,38 @@ def check_helm_commands():
     return n
 
 
+def verdict_problems(text):
+    """The paragraphs of `text` that name four or more of VERDICTS but not all: (line, named)."""
+    found, para, start = [], set(), 1
+    for n, line in enumerate(text.splitlines() + [""], 1):
+        if not line.strip():
+            if 4 <= len(para) < len(VERDICTS):
+                found.append((start, sorted(para)))
+            para, start = set(), n + 1
+            continue
+        para |= set(VERDICT.findall(line))
+    return found
+
+
+def check_verdicts():
+    """Each verdict is the code's and named in configuration.md's report; a page that lists them
+    lists them all. The number of verdicts."""
+    src = "".join(p.read_text() for p in sorted((ROOT / "src").rglob("*.rs")))
+    for v in VERDICTS:
+        if f'"{v}' not in src:
+            problems.append(f"the verdict {v!r} begins no string of src/: update VERDICTS")
+    report = (ROOT / "docs/configuration.md").read_text().partition("## `status`'s report")[2]
+    missing = [v for v in VERDICTS if v not in VERDICT.findall(report)]
+    if missing:
+        problems.append(f"docs/configuration.md: `status`'s report does not name the verdicts {missing}")
+    pages = [p for p in operator_pages() if p != "docs/configuration.md"]
+    for page in pages + ["manifests/chart/templates/NOTES.txt"]:
+        for lineno, named in verdict_problems((ROOT / page).read_text()):
+            problems.append(f"{page}:{lineno}: names the verdicts {named}, not all {len(VERDICTS)}: name "
+                            f"them all or point to docs/configuration.md#statuss-report")
+    return len(VERDICTS)
+
+
 def self_test():
     """The checks of the helm commands and of hack/job.sh's per-command options, each on a
     planted example it must find, and on one it must pass."""
@@ -484,6 +523,10 @@ def self_test():
     usage = ("usage: hack/job.sh COMMAND PHASE [OPTIONS]     PHASE: pre, post or status\n"
              "       hack/job.sh uninstall [--force]\n\n  run PHASE     run\n  uninstall     remove\n"
              "\noptions:\n  --image IMAGE       the image\n")
+    lists = "`SUSPENDED …`, `NOT SUSPENDED …`, `UNPROTECTED: …`\nor `ATTENTION: …`.\n\n`SUSPENDED`\n"
+    if [n for n, _ in verdict_problems(lists)] != [1]:
+        problems.append(f"self-test: the verdicts check found {verdict_problems(lists)} in its planted "
+                        f"example, not the paragraph of line 1")
     commands, phases, opts = job_grammar(usage)
     why = [job_words(w.split(), commands, phases, opts, None)
            for w in ("uninstall --image REF", "uninstall --force", "run pre --image REF")]
@@ -630,6 +673,7 @@ def main():
     check_no_issue_numbers()
     commands = check_script_commands()
     helm = check_helm_commands()
+    verdicts = check_verdicts()
 
     for p in problems:
         print(f"docs_check: {p}", file=sys.stderr)
@@ -640,7 +684,7 @@ def main():
           f"{len(contract)} Job manifests agree with the docs; {helped}; {links} links resolve; "
           f"{runbooks} README rows link to runbooks; {chart_anchors} runbook anchors in the chart; "
           f"{commands} hack/job.sh and hack/chart.sh commands parse; {helm} helm install/upgrade commands name "
-          f"release and chart; no issue numbers)")
+          f"release and chart; {verdicts} verdicts named alike; no issue numbers)")
 
 
 if __name__ == "__main__":
