@@ -25,7 +25,14 @@
 - every `hack/job.sh ...` and `hack/chart.sh ...` command the docs give (README.md, docs/*.md but
   testing.md, the chart's NOTES.txt, the Addon's comments) parses with that script's own usage
   (`hack/job.sh --help`, `hack/chart.sh`'s usage line): a known command, a PHASE where it takes
-  one, known options with their values, the right number of arguments.
+  one, known options with their values, the right number of arguments; and for a command with
+  its own usage line (`hack/job.sh uninstall [--force] ...`), only the options that line names;
+- every `helm install` and `helm upgrade` command the same files give names its release and its
+  chart (a `--set` alone does not say which release, nor from which chart);
+- `status`'s verdicts (VERDICTS, each the start of a string of src/) are all named in
+  docs/configuration.md's "`status`'s report"; a paragraph of another page that names four or
+  more names them all (else two pages disagree on what `status` may say: point there instead);
+- `--self-test` (run first by every run): each of the last three checks finds a planted example.
 
 Usage: hack/docs_check.py [KUBECTL]   (default: $KUBECTL, else the pinned kubectl of
 hack/control-plane.sh). Run by hack/lint.sh, so by hack/test.sh; exit 1 on a finding.
@@ -67,6 +74,10 @@ ALERTS = ["WorkloadUpdateGuardUpgradeUnprotected", "WorkloadUpdateGuardUpgradeHe
           "WorkloadUpdateGuardDown"]
 # --help's text, whose table is the variables' names, defaults and meanings (src/config.rs reads it).
 HELP_TABLE = "src/config/help.txt"
+# `status`'s verdicts: the first words of its first line.
+VERDICTS = ["NOT SUSPENDED", "SUSPENDED", "HELD BY THE POLICY", "UNPROTECTED", "MIGRATIONS ACCEPTED",
+            "ATTENTION", "REFUSED", "NOT FOUND"]
+VERDICT = re.compile(r"`(" + "|".join(map(re.escape, VERDICTS)) + r")\b")
 ISSUE_NUMBER = re.compile(r"[Ii]ssues? ?#?[0-9]+")
 
 
@@ -359,16 +370,20 @@ def script_usage(script):
     return out.stderr + out.stdout
 
 
-def job_grammar():
+def job_grammar(text=None):
     """hack/job.sh's commands (and whether each takes a PHASE), phases and options (and whether
-    each takes a value), read from its --help."""
-    text = script_usage("job")
+    each takes a value), read from its --help; opts["@COMMAND"] is the set of options of a
+    command whose usage line lists its own (not `[OPTIONS]`)."""
+    text = script_usage("job") if text is None else text
     head, _, options = text.partition("\noptions:")
     phases = re.search(r"PHASE: ([a-z, -]+)", text).group(1).replace(" or ", ", ").split(", ")
     commands = {m.group(1): bool(m.group(2)) for m in re.finditer(r"^  ([a-z]+)( PHASE)?\s", head, re.M)}
     opts = {m.group(1): bool(m.group(2)) for m in re.finditer(r"^  (--[a-z-]+)( [A-Z]\S*)?", options, re.M)}
     for m in re.finditer(r"\[(--[a-z-]+)( [A-Z]+)?\]", head):
         opts.setdefault(m.group(1), bool(m.group(2)))
+    for m in re.finditer(r"^(?:usage:)?\s+hack/job\.sh ([a-z]+) (.*)$", head, re.M):
+        if "[OPTIONS]" not in m.group(2):
+            opts["@" + m.group(1)] = set(re.findall(r"\[(--[a-z-]+)", m.group(2)))
     for flag in ("-h", "--help", "help"):
         commands[flag] = False
     return commands, phases, opts
@@ -408,6 +423,118 @@ def check_script_commands():
     return n
 
 
+# `helm install` or `helm upgrade` and its words, up to the end of the code span or line, a
+# comment, a parenthesis or a table cell (a line ending in `\\` goes on on the next).
+HELM_COMMAND = re.compile(r"\bhelm (install|upgrade)((?:[ \t]+[^\s`|#)(;]+)*)")
+# Helm's flags that take the next word as their value.
+HELM_VALUED = {"-n", "--namespace", "--set", "--set-string", "--set-file", "--set-json",
+               "--set-literal", "-f", "--values", "--version", "--timeout", "--kube-context",
+               "--kubeconfig", "--repo", "--post-renderer", "--description", "--username",
+               "--password", "--ca-file", "--cert-file", "--key-file"}
+
+
+def helm_problems(text):
+    """Each `helm install`/`helm upgrade` command of `text` that does not name a release and a
+    chart (two words that are no flag nor a flag's value), as (line number, command)."""
+    found = []
+    lines = text.splitlines()
+    n = 0
+    while n < len(lines):
+        start, line = n + 1, lines[n]
+        while line.rstrip().endswith("\\") and n + 1 < len(lines):
+            n += 1
+            line = line.rstrip()[:-1] + " " + lines[n].lstrip("# ")
+        n += 1
+        for m in HELM_COMMAND.finditer(line):
+            words = m.group(2).split()
+            if not words:
+                continue  # `helm upgrade` named, not a command
+            positional, i = [], 0
+            while i < len(words):
+                w = words[i]
+                if w.startswith("-"):
+                    i += 2 if w in HELM_VALUED else 1
+                    continue
+                positional.append(w)
+                i += 1
+            if len(positional) < 2:
+                found.append((start, f"helm {m.group(1)} {' '.join(words)}"))
+    return found
+
+
+def check_helm_commands():
+    """Each helm install/upgrade command of the docs names its release and chart; the number
+    checked."""
+    files = [ROOT / "README.md"] + [p for p in sorted((ROOT / "docs").glob("*.md")) if p.name != "testing.md"]
+    files += [ROOT / "manifests/chart/templates/NOTES.txt", ROOT / "manifests/addon/workload-update-guard.yaml",
+              ROOT / "manifests/chart/values.yaml"]
+    n = 0
+    for f in files:
+        text = f.read_text()
+        n += sum(1 for m in HELM_COMMAND.finditer(text) if m.group(2).split())
+        for lineno, cmd in helm_problems(text):
+            problems.append(f"{f.relative_to(ROOT)}:{lineno}: `{cmd}`: name the release and the chart "
+                            f"(`helm upgrade workload-update-guard CHART -n NAMESPACE ...`)")
+    return n
+
+
+def verdict_problems(text):
+    """The paragraphs of `text` that name four or more of VERDICTS but not all: (line, named)."""
+    found, para, start = [], set(), 1
+    for n, line in enumerate(text.splitlines() + [""], 1):
+        if not line.strip():
+            if 4 <= len(para) < len(VERDICTS):
+                found.append((start, sorted(para)))
+            para, start = set(), n + 1
+            continue
+        para |= set(VERDICT.findall(line))
+    return found
+
+
+def check_verdicts():
+    """Each verdict is the code's and named in configuration.md's report; a page that lists them
+    lists them all. The number of verdicts."""
+    src = "".join(p.read_text() for p in sorted((ROOT / "src").rglob("*.rs")))
+    for v in VERDICTS:
+        if f'"{v}' not in src:
+            problems.append(f"the verdict {v!r} begins no string of src/: update VERDICTS")
+    report = (ROOT / "docs/configuration.md").read_text().partition("## `status`'s report")[2]
+    missing = [v for v in VERDICTS if v not in VERDICT.findall(report)]
+    if missing:
+        problems.append(f"docs/configuration.md: `status`'s report does not name the verdicts {missing}")
+    pages = [p for p in operator_pages() if p != "docs/configuration.md"]
+    for page in pages + ["manifests/chart/templates/NOTES.txt"]:
+        for lineno, named in verdict_problems((ROOT / page).read_text()):
+            problems.append(f"{page}:{lineno}: names the verdicts {named}, not all {len(VERDICTS)}: name "
+                            f"them all or point to docs/configuration.md#statuss-report")
+    return len(VERDICTS)
+
+
+def self_test():
+    """The checks of the helm commands and of hack/job.sh's per-command options, each on a
+    planted example it must find, and on one it must pass."""
+    planted = ("fix it: `helm upgrade --reuse-values --set guard.x=1`\n"
+               "```\nhelm upgrade -n harvester-system workload-update-guard \\\n  --set a=b\n```\n"
+               "`helm install workload-update-guard manifests/chart -n harvester-system --set a=b`, "
+               "a `helm upgrade` renders them\n")
+    found = [n for n, _ in helm_problems(planted)]
+    if found != [1, 3]:
+        problems.append(f"self-test: the helm check found lines {found} of its planted example, not [1, 3]")
+    usage = ("usage: hack/job.sh COMMAND PHASE [OPTIONS]     PHASE: pre, post or status\n"
+             "       hack/job.sh uninstall [--force]\n\n  run PHASE     run\n  uninstall     remove\n"
+             "\noptions:\n  --image IMAGE       the image\n")
+    lists = "`SUSPENDED …`, `NOT SUSPENDED …`, `UNPROTECTED: …`\nor `ATTENTION: …`.\n\n`SUSPENDED`\n"
+    if [n for n, _ in verdict_problems(lists)] != [1]:
+        problems.append(f"self-test: the verdicts check found {verdict_problems(lists)} in its planted "
+                        f"example, not the paragraph of line 1")
+    commands, phases, opts = job_grammar(usage)
+    why = [job_words(w.split(), commands, phases, opts, None)
+           for w in ("uninstall --image REF", "uninstall --force", "run pre --image REF")]
+    if not (why[0] and "usage line" in why[0]) or why[1:] != [None, None]:
+        problems.append(f"self-test: the hack/job.sh check said {why} of its planted usage, not "
+                        f"[a missing option, None, None]")
+
+
 def job_words(words, commands, phases, opts, _chart):
     """Why `hack/job.sh WORDS` does not parse, or None."""
     cmd, rest = words[0], words[1:]
@@ -425,6 +552,9 @@ def job_words(words, commands, phases, opts, _chart):
             continue
         if word not in opts:
             return f"{word!r}: not an option of hack/job.sh --help"
+        own = opts.get("@" + cmd)
+        if own is not None and word not in own:
+            return f"{word!r}: not in the usage line of `hack/job.sh {cmd}` ({' '.join(sorted(own))})"
         if opts[word]:
             if not rest:
                 return f"{word} needs a value"
@@ -444,6 +574,12 @@ def chart_words(words, _commands, _phases, _opts, chart):
 
 
 def main():
+    self_test()
+    if problems or sys.argv[1:] == ["--self-test"]:
+        for p in problems:
+            print(f"docs_check: {p}", file=sys.stderr)
+        print(f"docs_check: self-test {'failed' if problems else 'ok'}", file=sys.stderr)
+        sys.exit(1 if problems else 0)
     configuration = (ROOT / "docs/configuration.md").read_text()
     jobs_md = (ROOT / "docs/jobs.md").read_text()
 
@@ -536,6 +672,8 @@ def main():
     words = check_budget()
     check_no_issue_numbers()
     commands = check_script_commands()
+    helm = check_helm_commands()
+    verdicts = check_verdicts()
 
     for p in problems:
         print(f"docs_check: {p}", file=sys.stderr)
@@ -545,7 +683,8 @@ def main():
           f"{'; '.join(d for d in defined if d)}; {len(codes)} exit codes and "
           f"{len(contract)} Job manifests agree with the docs; {helped}; {links} links resolve; "
           f"{runbooks} README rows link to runbooks; {chart_anchors} runbook anchors in the chart; "
-          f"{commands} hack/job.sh and hack/chart.sh commands parse; no issue numbers)")
+          f"{commands} hack/job.sh and hack/chart.sh commands parse; {helm} helm install/upgrade commands name "
+          f"release and chart; {verdicts} verdicts named alike; no issue numbers)")
 
 
 if __name__ == "__main__":

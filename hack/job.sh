@@ -10,7 +10,7 @@ usage() {
 usage: hack/job.sh COMMAND PHASE [OPTIONS]     PHASE: pre, post, status or post-armed
        hack/job.sh arm [OPTIONS]
        hack/job.sh images [--image IMAGE] [--no-pull] [--pull-secret NAME]...
-       hack/job.sh uninstall [--force]
+       hack/job.sh uninstall [--force] [--image IMAGE] [--pull-secret NAME]... [--timeout SECONDS]
 
   arm           right after pre: create the armed post Job (manifests/post-armed,
                 workload-update-guard-post-armed), which waits for the next upgrade to begin and
@@ -41,10 +41,11 @@ usage: hack/job.sh COMMAND PHASE [OPTIONS]     PHASE: pre, post, status or post-
                 has it or pulled it. --no-pull: only the first check. --pull-secret NAME
                 (repeatable): the pull pods pull with that kubernetes.io/dockerconfigjson Secret
                 of harvester-system, as the chart's imagePullSecrets make its pods do (give the
-                same to run, arm and render).
+                same to run, arm, render and uninstall).
   uninstall     remove what the manifests installed (the Jobs of every phase, then the
                 ServiceAccount, RBAC and NetworkPolicy of manifests/base). Refused while a
-                suspension of ours is in place: it runs `status` first and goes on only if the
+                suspension of ours is in place: it runs `status` first (a Job: --image,
+                --pull-secret and --timeout as for run) and goes on only if the
                 verdict is NOT SUSPENDED or NOT FOUND (run post first); refused while an armed
                 post waits. --force: remove them anyway (the suspension and its record stay).
 
@@ -141,7 +142,7 @@ while (( $# )); do
     --env) add_env "${2:?--env needs NAME=VALUE}"; shift 2 ;;
     --no-pull) [[ "$cmd" == images ]] || bad "--no-pull is for images"; no_pull=1; shift ;;
     --pull-secret)
-      [[ "$cmd" =~ ^(images|run|arm|render)$ ]] || bad "--pull-secret is for images, run, arm and render (the pod's imagePullSecrets)"
+      [[ "$cmd" =~ ^(images|run|arm|render|uninstall)$ ]] || bad "--pull-secret is for images, run, arm, render and uninstall (the pod's imagePullSecrets)"
       pull_secrets="$(jq -c --arg n "${2:?--pull-secret needs the name of a Secret}" '. + [{name: $n}] | unique' <<<"$pull_secrets")"; shift 2 ;;
     --force) [[ "$cmd" == uninstall ]] || bad "--force is for uninstall"; force=1; shift ;;
     --image) image="${2:?--image needs a value}"; shift 2 ;;

@@ -131,7 +131,8 @@ fn prometheus_rule() -> Value {
 
 /// `promtool check rules` on the rendered rule groups, and `test rules` on them with
 /// tests/promtool/alerts.test.yaml: each alert firing and not firing. The test compares of the
-/// annotations only `runbook_url` (the rest is prose, checked for being there).
+/// annotations `runbook_url` and `description` (its commands, with the labels expanded);
+/// `summary` is checked for being there.
 #[test]
 fn the_alerts_pass_promtool_check_and_their_unit_tests() {
     let rule = prometheus_rule();
@@ -142,8 +143,8 @@ fn the_alerts_pass_promtool_check_and_their_unit_tests() {
     assert!(ok, "promtool check rules: {out}");
     assert!(out.contains("SUCCESS: 5 rules found"), "{out}");
 
-    let mut only_runbooks = groups.clone();
-    for r in only_runbooks["groups"][0]["rules"].as_array_mut().unwrap() {
+    let mut compared = groups.clone();
+    for r in compared["groups"][0]["rules"].as_array_mut().unwrap() {
         let a = &r["annotations"];
         for key in ["summary", "description", "runbook_url"] {
             assert!(a[key].as_str().is_some_and(|s| !s.is_empty()), "{key}: {r}");
@@ -155,9 +156,11 @@ fn the_alerts_pass_promtool_check_and_their_unit_tests() {
             head.contains("First: ") || head.starts_with("Usually nothing"),
             "{description}"
         );
-        r["annotations"] = json!({"runbook_url": a["runbook_url"]});
+        // Each names the namespace in the command it gives.
+        assert!(description.contains("kubectl -n harvester-system "), "{description}");
+        r["annotations"] = json!({"runbook_url": a["runbook_url"], "description": description});
     }
-    std::fs::write(dir.join("alerts.rules.yaml"), only_runbooks.to_string()).unwrap();
+    std::fs::write(dir.join("alerts.rules.yaml"), compared.to_string()).unwrap();
     std::fs::copy(
         repo_root().join("tests/promtool/alerts.test.yaml"),
         dir.join("alerts.test.yaml"),
@@ -332,7 +335,7 @@ fn the_metrics_values_render_the_port_the_service_and_the_ingress() {
         BOTH_ON[0],
         BOTH_ON[1],
         "--set",
-        "metrics.port=9464,metrics.scrapeNamespace=monitoring,guard.watchResyncSeconds=60",
+        "metrics.port=9464,metrics.scrapeNamespace=monitoring,guard.watchResyncSeconds=60,guard.kubevirtNamespace=kv",
         "--set",
         "metrics.prometheusRule.runbookBase=https://example.test/runbook",
     ]);
@@ -357,6 +360,19 @@ fn the_metrics_values_render_the_port_the_service_and_the_ingress() {
             .unwrap()
             .clone()
     };
+    // The accept command: the latest Upgrade, where the Upgrades are (the KubeVirt CR's namespace).
+    let accept = "`kubectl -n kv annotate upgrades.harvesterhci.io -l harvesterhci.io/latestUpgrade=true \
+                  workload-update-guard.harvesterhci.io/allow-unprotected=true`";
+    for alert in [
+        "WorkloadUpdateGuardUpgradeUnprotected",
+        "WorkloadUpdateGuardUpgradeHeld",
+    ] {
+        let description = by_name(alert)["annotations"]["description"].clone();
+        assert!(
+            description.as_str().unwrap().contains(accept),
+            "{alert}: {description}"
+        );
+    }
     assert_eq!(
         by_name("WorkloadUpdateGuardReadsFailing")["expr"],
         "time() - workload_update_guard_last_successful_read_timestamp_seconds > 120"
