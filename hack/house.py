@@ -2,7 +2,7 @@
 """The shape of src/ (docs/design.md, "Layers"), checked: no import cycle between files, no file
 name used twice, no source file over 400 lines before its tests, and design.md's layers
 table naming exactly the files of src/. It prints the production lines (src/ before its tests) as
-a figure, not a limit: a cap made the code compressed rather than simple (issue 55).
+a figure, not a limit: a cap made the code compressed rather than simple.
 
 A file's imports are the `crate::a::b` and `super::` paths in its code before its tests (the
 first `#[cfg(test)]` line); a path names the deepest file it reaches. Run by hack/lint.sh; exit 1

@@ -3,7 +3,8 @@
 //! `$KUBEVIRT_VERSION` (`hack/kubevirt.sh run`), nodes, and running VMIs with their
 //! virt-launcher pods. The test plays what is missing: the scheduler and the kubelet (it binds
 //! each launcher pod and sets it Running), virt-handler (the VMI Running on its node, its
-//! launcher image, its conditions), and virt-operator's rollout (the CR `Deploying` with a new
+//! launcher image, its conditions; each migration's part on the nodes, `support::virt_handler`),
+//! and virt-operator's rollout (the CR `Deploying` with a new
 //! target deployment, virt-controller restarted with the new launcher image, then `Deployed`).
 //!
 //! KubeVirt takes one KubeVirt CR per cluster (its updater acts on every VMI of the cluster for
@@ -32,6 +33,8 @@ pub const VM_NS: &str = "vms";
 /// them).
 pub const LAUNCHER_BEFORE: &str = "localhost/virt-launcher:before";
 pub const LAUNCHER_AFTER: &str = "localhost/virt-launcher:after";
+/// How long one live migration takes on the modelled nodes, from its start to its completion.
+pub const MIGRATION_TIME: Duration = Duration::from_secs(1);
 /// virt-controller's annotation on the migrations its workload updater creates.
 pub const WORKLOAD_UPDATE: &str = "kubevirt.io/workloadUpdateMigration";
 /// virt-controller's annotation on the migrations its evacuation controller creates.
@@ -98,6 +101,10 @@ pub struct KubeVirtCluster {
     launcher: String,
     deployment: u32,
     evictions: std::sync::Mutex<std::collections::BTreeSet<String>>,
+    /// The nodes' part of each migration (`support::virt_handler`): without it a migration
+    /// stays under way, and KubeVirt counts it against `parallelMigrationsPerCluster` (v1.8 on
+    /// counts a scheduled one too), so that a wave would stop at its first pass.
+    _nodes: super::virt_handler::VirtHandler,
 }
 
 impl KubeVirtCluster {
@@ -155,6 +162,7 @@ impl KubeVirtCluster {
         .await;
         create(&client, "ManagedChart", NS, harvester_chart(NS)).await;
         let controller_dir = cp.dir.join("virt-controller");
+        let node_part = super::virt_handler::VirtHandler::start(&client, MIGRATION_TIME);
         let mut cluster = KubeVirtCluster {
             cp,
             client,
@@ -163,6 +171,7 @@ impl KubeVirtCluster {
             launcher: LAUNCHER_BEFORE.into(),
             deployment: 1,
             evictions: Default::default(),
+            _nodes: node_part,
         };
         cluster.deployed().await;
         cluster.start_controller();

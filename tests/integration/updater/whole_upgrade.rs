@@ -1,6 +1,6 @@
 //! The whole upgrade, drains included, against KubeVirt's own controllers: virt-controller of
 //! `$KUBEVIRT_VERSION` (its evacuation, migration, VMI and workload-update controllers decide
-//! every migration), the nodes' part played by `support::virt_handler`, Harvester's node
+//! every migration), the nodes' part played by `support::virt_handler` (1 s a migration), Harvester's node
 //! upgrades by `support::node_upgrades` (`upgrade_node.sh`'s pre-drain, one node at a time).
 //!
 //! What the guard saves in a real upgrade: every VM that lives through the node upgrades reaches
@@ -21,11 +21,7 @@ use crate::resident::Guard;
 use crate::support::harvester::Upgrade;
 use crate::support::kubevirt::{KubeVirtCluster, LAUNCHER_AFTER, NS, VmiSpec, version};
 use crate::support::node_upgrades::{NodeUpgrade, upgrade_nodes};
-use crate::support::virt_handler::VirtHandler;
 use crate::support::*;
-
-/// How long one live migration takes, from its start to its completion, on the stand-in nodes.
-const MIGRATION: Duration = Duration::from_secs(1);
 
 /// How many VMIs (`WHOLE_UPGRADE_VMS`, default 6; `hack/bench.sh upgrade` runs 12 and 60).
 fn vm_count() -> usize {
@@ -58,15 +54,14 @@ fn harvester_vms(n: usize) -> Vec<VmiSpec> {
         .collect()
 }
 
-/// Three nodes, the CR's `evictionStrategy: LiveMigrate`, `n` VMIs running on the old launcher
-/// (none outdated), and the nodes' stand-in.
-async fn cluster(n: usize) -> (KubeVirtCluster, VirtHandler, Vec<String>) {
+/// Three nodes, the CR's `evictionStrategy: LiveMigrate`, and `n` VMIs running on the old
+/// launcher (none outdated).
+async fn cluster(n: usize) -> (KubeVirtCluster, Vec<String>) {
     let kv =
         KubeVirtCluster::up_with(3, strategy(), json!({"evictionStrategy": "LiveMigrate"})).await;
     let vmis = kv.start_vmis(&harvester_vms(n)).await;
     kv.wait_outdated(0, Duration::from_secs(60)).await;
-    let nodes = VirtHandler::start(&kv.client, MIGRATION);
-    (kv, nodes, vmis)
+    (kv, vmis)
 }
 
 /// Every running VMI on the new launcher, as the VMI controller records it.
@@ -127,7 +122,7 @@ fn said(
 /// nothing is outdated and the updater creates nothing.
 #[tokio::test]
 async fn the_resident_guard_through_a_whole_upgrade_leaves_each_vm_to_its_drain() {
-    let (mut kv, _nodes, vmis) = cluster(vm_count()).await;
+    let (mut kv, vmis) = cluster(vm_count()).await;
     let migratable = vmis.len() - 1;
     // The operator's forecast before the upgrade, from the real VMIs.
     let status = run_bin(&kv.cp.kubeconfig(), env_for(NS, "status")).await;
@@ -211,7 +206,7 @@ async fn the_resident_guard_through_a_whole_upgrade_leaves_each_vm_to_its_drain(
 /// migration per migratable VM.
 #[tokio::test]
 async fn without_the_guard_a_whole_upgrade_migrates_each_vm_once_more() {
-    let (mut kv, _nodes, vmis) = cluster(vm_count()).await;
+    let (mut kv, vmis) = cluster(vm_count()).await;
     let migratable = vmis.len() - 1;
     kv.upgrade_kubevirt().await;
     let within = pace(vmis.len());
@@ -242,7 +237,7 @@ async fn without_the_guard_a_whole_upgrade_migrates_each_vm_once_more() {
 /// drain time is printed against the guarded run's by `hack/bench.sh upgrade`.
 #[tokio::test]
 async fn without_the_guard_the_wave_holds_the_first_drain() {
-    let (mut kv, _nodes, vmis) = cluster(vm_count()).await;
+    let (mut kv, vmis) = cluster(vm_count()).await;
     let migratable = vmis.len() - 1;
     kv.upgrade_kubevirt().await;
     kv.first_migration("the wave after KubeVirt's upgrade")
