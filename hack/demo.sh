@@ -121,7 +121,7 @@ if (( fast )); then
   builds_done=$SECONDS
   section "control plane"
   dir="$(step "starting kube-apiserver and etcd" bash hack/control-plane.sh up)"
-  trap 'bash "$REPO_ROOT/hack/kubevirt.sh" stop "$dir/virt-controller"; bash "$REPO_ROOT/hack/control-plane.sh" down "$dir"' EXIT
+  trap '! declare -F kv_cleanup >/dev/null || kv_cleanup; bash "$REPO_ROOT/hack/kubevirt.sh" stop "$dir/virt-controller"; bash "$REPO_ROOT/hack/control-plane.sh" down "$dir"' EXIT
 else
   build "building kube-apiserver, etcd, kubectl and the node's binaries $kube" "takes 9 to 12 minutes on 2 cores" bash hack/node.sh build
   build "building the guard's image (cargo build --release, then buildah)" "takes about 4 to 5 minutes" bash hack/image.sh build guard
@@ -134,7 +134,7 @@ else
   section "node: kubelet on containerd + runc, bridge CNI, kube-proxy, controller-manager, scheduler"
   # The node imports the images built; the e2e tests' own images are not needed here.
   dir="$(IMAGE_IMPORT_QUIET=1 NODE_OWNER_PID=$$ step "starting the node" bash hack/node.sh up)"
-  trap 'bash "$REPO_ROOT/hack/kubevirt.sh" stop "$dir/virt-controller"; [[ -z "${heartbeat:-}" ]] || kill "$heartbeat"; bash "$REPO_ROOT/hack/node.sh" down "$dir"' EXIT
+  trap '! declare -F kv_cleanup >/dev/null || kv_cleanup; bash "$REPO_ROOT/hack/kubevirt.sh" stop "$dir/virt-controller"; [[ -z "${heartbeat:-}" ]] || kill "$heartbeat"; bash "$REPO_ROOT/hack/node.sh" down "$dir"' EXIT
 fi
 k() { "$KUBECTL" --kubeconfig "$dir/kubeconfig" "$@"; }
 (( fast )) || k get node -o wide
