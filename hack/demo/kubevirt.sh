@@ -132,12 +132,12 @@ kv_controller() {
 kv_vmis() {
   local kc="$1" i name pod node uid image start now
   for i in $(seq 0 $((KV_VMIS - 1))); do
-    jq -n --arg name "vm-$i" --arg ns "$KV_VM_NS" --arg label "$KV_LABEL" --argjson own "$(( i % 2 == 0 ))" \
+    jq -n --arg name "vm-$i" --arg ns "$KV_VM_NS" --arg key "$KV_LABEL" --argjson own "$(( i % 2 == 0 ))" \
       '{apiVersion: "kubevirt.io/v1", kind: "VirtualMachineInstance",
-        metadata: {name: $name, namespace: $ns, labels: {($label): $name}},
+        metadata: {name: $name, namespace: $ns, labels: {($key): $name}},
         spec: {domain: {devices: {}, resources: {requests: {memory: "64Mi"}}}, terminationGracePeriodSeconds: 0}}
        | if $own == 1 then .spec.evictionStrategy = "LiveMigrateIfPossible" else . end' \
-      | "$KUBECTL" --kubeconfig "$kc" create -f - >/dev/null
+      | "$KUBECTL" --kubeconfig "$kc" create -f - >/dev/null || return 1
   done
   for i in $(seq 0 $((KV_VMIS - 1))); do
     name="vm-$i" node="node-$((i % KV_NODES))" start=$SECONDS
@@ -147,7 +147,7 @@ kv_vmis() {
       sleep 0.5
     done
     # The scheduler's part: the binding; the kubelet's: the pod Running.
-    kv_run_pod "$kc" "$pod" "$node"
+    kv_run_pod "$kc" "$pod" "$node" || return 1
     # virt-handler's part: the VMI Running there, with its launcher's image (no status subresource).
     now="$(kv_now)"
     uid="$(jq -r .metadata.uid <<<"$pod")"
@@ -159,7 +159,7 @@ kv_vmis() {
         conditions: [{type: "Ready", status: "True", lastTransitionTime: $now, lastProbeTime: null},
                      {type: "LiveMigratable", status: "True", lastTransitionTime: $now, lastProbeTime: null}],
         activePods: {($uid): $node}, migrationMethod: "BlockMigration",
-        interfaces: [{ipAddress: "10.0.0.1", name: "default"}]}}')"
+        interfaces: [{ipAddress: "10.0.0.1", name: "default"}]}}')" || return 1
   done
 }
 
@@ -312,10 +312,7 @@ kv_upgrade_label() { # kv_upgrade_label KUBECONFIG STATE
 
 # kv_cluster DIR KUBECONFIG: on the state (kv_state), virt-controller before the upgrade, the VMs running.
 kv_cluster() {
-  kv_deployed "$2" 1
-  kv_controller "$1" "$2" "$KV_LAUNCHER_BEFORE"
-  kv_vmis "$2"
-  kv_wait_outdated "$2" 0
+  kv_deployed "$2" 1 && kv_controller "$1" "$2" "$KV_LAUNCHER_BEFORE" && kv_vmis "$2" && kv_wait_outdated "$2" 0
 }
 
 kubevirt_story() {

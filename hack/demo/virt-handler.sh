@@ -59,17 +59,6 @@ kv_vmi_patch() { # kv_vmi_patch KUBECONFIG VMI JSON: a merge patch of the VMI, a
   "$KUBECTL" --kubeconfig "$1" -n "$KV_VM_NS" patch vmi "$2" --type=merge -p "$3" >/dev/null
 }
 
-# kv_least_loaded NODES_JSON PODS_JSON SOURCE: the scheduler's choice for a target pod: a node
-# other than the source, without the drain taint, with the fewest running pods (spreading, as the
-# default scheduler's scoring does for equal nodes; the first by name among equals).
-kv_least_loaded() {
-  jq -rn --argjson nodes "$1" --argjson pods "$2" --arg source "$3" --arg taint "$KV_DRAIN_TAINT" '
-    [$nodes.items[] | select(.metadata.name != $source)
-      | select(any(.spec.taints[]?; .key == $taint) | not) | .metadata.name] as $names
-    | [$names[] as $n | {n: $n, load: ([$pods.items[] | select(.status.phase == "Running" and .spec.nodeName == $n)] | length)}]
-    | sort_by(.load, .n) | first | .n // empty'
-}
-
 # kv_complete KUBECONFIG VMI_JSON TARGET_NODE: the end of a migration, in the nodes' order: the
 # target has the running domain, the source reports completion, the target acknowledges and
 # takes the VMI, the source pod exits.
@@ -101,50 +90,75 @@ kv_complete() {
             state: {terminated: {exitCode: 0, reason: "Completed", startedAt: $now, finishedAt: $now}}}]}}' <<<"$pod")" >/dev/null
 }
 
+# KV_PASS_JQ: what kv_handler_pass reads from the migrations under way, the VMIs, the pods and
+# the nodes (one jq a pass: the machine may be busy): for each migration of a VMI that exists,
+# shell assignments (@sh) of
+#   uid, name        the migration's UID, its VMI;
+#   target_json      its target pod if not Running yet (else empty), and target_node: the node
+#                    it is bound to, else the scheduler's choice: a node other than the source,
+#                    without the drain taint, with the fewest running pods (spreading, as the
+#                    default scheduler's scoring does for equal nodes; the first by name among
+#                    equals), empty if none;
+#   handed           1 once the migration controller handed off (migrationState.migrationUid is
+#                    this migration's, targetNode set);
+#   step             the node's next answer: address, start, complete, or empty;
+#   state_target     migrationState.targetNode; vmi_json the VMI.
+# shellcheck disable=SC2016 # jq's own variables
+KV_PASS_JQ='
+  .[0] as $ms | .[1] as $vmis | .[2] as $pods | .[3] as $nodes
+  | def least_loaded($source):
+      [$nodes.items[] | select(.metadata.name != $source)
+        | select(any(.spec.taints[]?; .key == $taint) | not) | .metadata.name] as $names
+      | [$names[] as $n | {n: $n, load: ([$pods.items[] | select(.status.phase == "Running" and .spec.nodeName == $n)] | length)}]
+      | sort_by(.load, .n) | first | .n // "";
+    $ms[] | .metadata.uid as $uid | (.spec.vmiName // "") as $name | select($name != "")
+  | (first($vmis.items[] | select(.metadata.name == $name)) // null) as $vmi | select($vmi != null)
+  | ($vmi.status.nodeName // "") as $source
+  | (first($pods.items[] | select(.metadata.labels[$uid_label] == $uid)) // null) as $target
+  | ($vmi.status.migrationState // {}) as $st
+  | {uid: $uid, name: $name,
+     target_json: (if $target != null and $target.status.phase != "Running" then $target | tojson else "" end),
+     target_node: (if $target == null then "" else ($target.spec.nodeName // least_loaded($source)) end),
+     handed: (if $st.migrationUid == $uid and ($st.targetNode // "") != "" then "1" else "" end),
+     step: (if $st.targetNodeAddress == null then "address" elif $st.startTimestamp == null then "start"
+            elif $st.completed != true then "complete" else "" end),
+     state_target: ($st.targetNode // ""), vmi_json: ($vmi | tojson)}
+  | @sh "uid=\(.uid) name=\(.name) target_json=\(.target_json) target_node=\(.target_node) handed=\(.handed) step=\(.step) state_target=\(.state_target) vmi_json=\(.vmi_json)"'
+
 # kv_handler_pass KUBECONFIG: one look at the migrations under way, and the node's next answer to
 # each (`started`, the start of each migration by its UID, is kv_virt_handler's).
 kv_handler_pass() {
-  local kc="$1" migrations vmis pods nodes m uid name vmi source target node state began
+  local kc="$1" migrations vmis pods nodes line uid name target_json target_node handed step state_target vmi_json began
   migrations="$("$KUBECTL" --kubeconfig "$kc" -n "$KV_VM_NS" get virtualmachineinstancemigrations -o json \
     | jq -c '[.items[] | select(.status.phase != "Succeeded" and .status.phase != "Failed")]')" || return 1
   [[ "$migrations" != "[]" ]] || return 0
   vmis="$("$KUBECTL" --kubeconfig "$kc" -n "$KV_VM_NS" get virtualmachineinstances -o json)" || return 1
   pods="$("$KUBECTL" --kubeconfig "$kc" -n "$KV_VM_NS" get pods -o json)" || return 1
   nodes="$("$KUBECTL" --kubeconfig "$kc" get nodes -o json)" || return 1
-  while read -r m; do
-    uid="$(jq -r .metadata.uid <<<"$m")"
-    name="$(jq -r '.spec.vmiName // empty' <<<"$m")"
-    [[ -n "$name" ]] || continue
-    vmi="$(jq -c --arg n "$name" 'first(.items[] | select(.metadata.name == $n)) // empty' <<<"$vmis")"
-    [[ -n "$vmi" ]] || continue
-    source="$(jq -r '.status.nodeName // ""' <<<"$vmi")"
+  while IFS= read -r line; do
+    eval "$line"
     # The scheduler and the kubelet: the target pod placed and running.
-    target="$(jq -c --arg l "$KV_MIGRATION_UID_LABEL" --arg uid "$uid" \
-      'first(.items[] | select(.metadata.labels[$l] == $uid)) // empty' <<<"$pods")"
-    if [[ -n "$target" && "$(jq -r .status.phase <<<"$target")" != Running ]]; then
-      node="$(jq -r '.spec.nodeName // ""' <<<"$target")"
-      [[ -n "$node" ]] || node="$(kv_least_loaded "$nodes" "$pods" "$source")"
-      [[ -n "$node" ]] || continue # no node to go to: the pod stays Pending
-      kv_run_pod "$kc" "$target" "$node" || return 1
+    if [[ -n "$target_json" ]]; then
+      [[ -n "$target_node" ]] || continue # no node to go to: the pod stays Pending
+      kv_run_pod "$kc" "$target_json" "$target_node" || return 1
     fi
-    state="$(jq -c '.status.migrationState // {}' <<<"$vmi")"
-    # Not handed off yet.
-    [[ "$(jq -r '.migrationUid // ""' <<<"$state")" == "$uid" && "$(jq -r '.targetNode // ""' <<<"$state")" != "" ]] || continue
-    if [[ "$(jq -r '.targetNodeAddress // ""' <<<"$state")" == "" ]]; then
-      kv_vmi_patch "$kc" "$name" '{"status": {"migrationState": {
-        "targetNodeAddress": "10.0.0.2", "targetDirectMigrationNodePorts": {"49152": 0}}}}' || return 1
-    elif [[ "$(jq -r '.startTimestamp // ""' <<<"$state")" == "" ]]; then
-      kv_vmi_patch "$kc" "$name" "$(jq -nc --arg now "$(kv_now)" \
-        '{status: {migrationState: {startTimestamp: $now, mode: "PreCopy"}}}')" || return 1
-      started[$uid]=$(kv_ms)
-    elif [[ "$(jq -r '.completed' <<<"$state")" != true ]]; then
-      began="${started[$uid]:-}"
-      [[ -n "$began" ]] || { began=$(kv_ms); started[$uid]=$began; }
-      (( $(kv_ms) - began >= KV_MIGRATION_TIME * 1000 )) || continue
-      kv_complete "$kc" "$vmi" "$(jq -r .targetNode <<<"$state")" || return 1
-      unset "started[$uid]"
-    fi
-  done < <(jq -c '.[]' <<<"$migrations")
+    [[ -n "$handed" ]] || continue # not handed off yet
+    case "$step" in
+      address)
+        kv_vmi_patch "$kc" "$name" '{"status": {"migrationState": {
+          "targetNodeAddress": "10.0.0.2", "targetDirectMigrationNodePorts": {"49152": 0}}}}' || return 1 ;;
+      start)
+        kv_vmi_patch "$kc" "$name" '{"status": {"migrationState": {"startTimestamp": "'"$(kv_now)"'", "mode": "PreCopy"}}}' || return 1
+        started[$uid]=$(kv_ms) ;;
+      complete)
+        began="${started[$uid]:-}"
+        [[ -n "$began" ]] || { began=$(kv_ms); started[$uid]=$began; }
+        (( $(kv_ms) - began >= KV_MIGRATION_TIME * 1000 )) || continue
+        kv_complete "$kc" "$vmi_json" "$state_target" || return 1
+        unset "started[$uid]" ;;
+    esac
+  done < <(printf '%s\n' "$migrations" "$vmis" "$pods" "$nodes" \
+             | jq -rs --arg uid_label "$KV_MIGRATION_UID_LABEL" --arg taint "$KV_DRAIN_TAINT" "$KV_PASS_JQ")
 }
 
 # kv_virt_handler KUBECONFIG: every node's virt-handler and kubelet, until killed (or the demo
