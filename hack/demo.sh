@@ -3,13 +3,18 @@
 #
 #   bash hack/demo.sh          the installed guard: the chart installed with Helm 4 on a real node
 #                              (hack/node.sh; the guard's image from hack/image.sh), beside
-#                              KubeVirt's own virt-controller (hack/kubevirt.sh, the workload
-#                              updater) with 4 running VMs, then a modelled Harvester upgrade to
-#                              v1.7.1 through its stages: the suspension at the Upgrade's
+#                              KubeVirt's own virt-controller (hack/kubevirt.sh, its workload
+#                              updater, evacuation and migration controllers) with 6 running VMs
+#                              on 3 nodes without a kubelet (hack/demo/virt-handler.sh plays the
+#                              nodes' part of each migration), then a modelled Harvester upgrade
+#                              to v1.7.1 through its stages: the suspension at the Upgrade's
 #                              creation, `status` by `kubectl exec`, KubeVirt upgraded and 0
-#                              migrations, a drain moving the guard's pod, the restore at the end
-#                              and the updater's wave; and the same upgrade with the guard scaled
-#                              to 0: the hold, then the guard back (hack/demo/chart-story.sh);
+#                              migrations, a drain moving the guard's pod, the VMs' nodes drained
+#                              one at a time as Harvester's pre-drain does (every VM onto the new
+#                              launcher), the restore at the end and no wave after it; the same
+#                              upgrade with the guard scaled to 0: the hold, then the guard back
+#                              (hack/demo/chart-story.sh); the same upgrade without the guard on
+#                              a control plane of its own: the wave, then the drains, counted;
 #                              then `helm uninstall`
 #   bash hack/demo.sh --jobs   the Jobs by hand (docs/jobs.md) on the real node, with
 #                              `hack/job.sh run PHASE` for
@@ -22,12 +27,13 @@
 #   bash hack/demo.sh --kubevirt
 #                              the real workload updater (no node; root for virt-controller's
 #                              private mount namespace): KubeVirt's own virt-controller
-#                              (hack/kubevirt.sh, $KUBEVIRT_VERSION, default v1.6.0) with 4 running
-#                              VMs beside the resident guard (the release binary, PHASE=watch): the
-#                              Upgrade suspends, KubeVirt upgraded, every VM outdated and 0
-#                              migrations, the restore and the wave counted; then, for contrast,
-#                              the same KubeVirt upgrade without the guard and the migrations it
-#                              starts (hack/demo/kubevirt.sh)
+#                              (hack/kubevirt.sh, $KUBEVIRT_VERSION, default v1.6.0) with 6 running
+#                              VMs on 3 nodes beside the resident guard (the release binary,
+#                              PHASE=watch): the Upgrade suspends, KubeVirt upgraded, every VM
+#                              outdated and 0 migrations, the nodes drained one at a time (the
+#                              outdated count down to 0), the restore and no wave; then, for
+#                              contrast, the same upgrade without the guard: the wave and the
+#                              drains, counted (hack/demo/kubevirt.sh)
 #
 # Each ends by checking that the KubeVirt CR and the ManagedChart are exactly as before (the
 # install, or pre), that the same managers own the methods field, and that no claim of ours is
