@@ -128,18 +128,14 @@ kv_controller() {
 
 # kv_vmis KUBECONFIG: KV_VMIS VMIs, each Running on its node with its launcher pod Running (as
 # tests/support/kubevirt.rs start_vmis and run_vmi leave them); the even ones carry Harvester's
-# evictionStrategy LiveMigrateIfPossible, the others take the CR's. Each VMI's nodeSelector (copied
-# to its launcher pods, the migrations' targets too) names the KV_NODES nodes only: with the chart,
-# the node's real scheduler would otherwise place a migration's target pod on the real node (seen:
-# its kubelet failed them, and the drain never ended); the stand-in binds each pod itself.
+# evictionStrategy LiveMigrateIfPossible, the others take the CR's.
 kv_vmis() {
   local kc="$1" i name pod node uid image start now
   for i in $(seq 0 $((KV_VMIS - 1))); do
     jq -n --arg name "vm-$i" --arg ns "$KV_VM_NS" --arg key "$KV_LABEL" --argjson own "$(( i % 2 == 0 ))" \
       '{apiVersion: "kubevirt.io/v1", kind: "VirtualMachineInstance",
         metadata: {name: $name, namespace: $ns, labels: {($key): $name}},
-        spec: {domain: {devices: {}, resources: {requests: {memory: "64Mi"}}}, terminationGracePeriodSeconds: 0,
-               nodeSelector: {"kubevirt.io/schedulable": "true"}}}
+        spec: {domain: {devices: {}, resources: {requests: {memory: "64Mi"}}}, terminationGracePeriodSeconds: 0}}
        | if $own == 1 then .spec.evictionStrategy = "LiveMigrateIfPossible" else . end' \
       | "$KUBECTL" --kubeconfig "$kc" create -f - >/dev/null || return 1
   done
