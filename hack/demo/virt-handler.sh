@@ -96,7 +96,8 @@ kv_complete() {
 #   uid, name        the migration's UID, its VMI;
 #   target_json      its target pod if not Running yet (else empty), and target_node: the node
 #                    it is bound to, else the scheduler's choice: a node other than the source,
-#                    without the drain taint, with the fewest running pods (spreading, as the
+#                    matching the pod's nodeSelector (kubevirt.io/schedulable=true: not the
+#                    chart's real node), without the drain taint, with the fewest running pods (spreading, as the
 #                    default scheduler's scoring does for equal nodes; the first by name among
 #                    equals), empty if none;
 #   handed           1 once the migration controller handed off (migrationState.migrationUid is
@@ -106,8 +107,9 @@ kv_complete() {
 # shellcheck disable=SC2016 # jq's own variables
 KV_PASS_JQ='
   .[0] as $ms | .[1] as $vmis | .[2] as $pods | .[3] as $nodes
-  | def least_loaded($source):
+  | def least_loaded($source; $selector):
       [$nodes.items[] | select(.metadata.name != $source)
+        | select(.metadata.labels as $l | $selector | to_entries | all(.value == $l[.key]))
         | select(any(.spec.taints[]?; .key == $taint) | not) | .metadata.name] as $names
       | [$names[] as $n | {n: $n, load: ([$pods.items[] | select(.status.phase == "Running" and .spec.nodeName == $n)] | length)}]
       | sort_by(.load, .n) | first | .n // "";
@@ -118,7 +120,7 @@ KV_PASS_JQ='
   | ($vmi.status.migrationState // {}) as $st
   | {uid: $uid, name: $name,
      target_json: (if $target != null and $target.status.phase != "Running" then $target | tojson else "" end),
-     target_node: (if $target == null then "" else ($target.spec.nodeName // least_loaded($source)) end),
+     target_node: (if $target == null then "" else ($target.spec.nodeName // least_loaded($source; $target.spec.nodeSelector // {})) end),
      handed: (if $st.migrationUid == $uid and ($st.targetNode // "") != "" then "1" else "" end),
      step: (if $st.targetNodeAddress == null then "address" elif $st.startTimestamp == null then "start"
             elif $st.completed != true then "complete" else "" end),
