@@ -3,13 +3,18 @@
 #
 #   bash hack/demo.sh          the installed guard: the chart installed with Helm 4 on a real node
 #                              (hack/node.sh; the guard's image from hack/image.sh), beside
-#                              KubeVirt's own virt-controller (hack/kubevirt.sh, the workload
-#                              updater) with 4 running VMs, then a modelled Harvester upgrade to
-#                              v1.7.1 through its stages: the suspension at the Upgrade's
+#                              KubeVirt's own virt-controller (hack/kubevirt.sh, its workload
+#                              updater, evacuation and migration controllers) with 6 running VMs
+#                              on 3 nodes without a kubelet (hack/demo/virt-handler.sh plays the
+#                              nodes' part of each migration), then a modelled Harvester upgrade
+#                              to v1.7.1 through its stages: the suspension at the Upgrade's
 #                              creation, `status` by `kubectl exec`, KubeVirt upgraded and 0
-#                              migrations, a drain moving the guard's pod, the restore at the end
-#                              and the updater's wave; and the same upgrade with the guard scaled
-#                              to 0: the hold, then the guard back (hack/demo/chart-story.sh);
+#                              migrations, a drain moving the guard's pod, the VMs' nodes drained
+#                              one at a time as Harvester's pre-drain does (every VM onto the new
+#                              launcher), the restore at the end and no wave after it; the same
+#                              upgrade with the guard scaled to 0: the hold, then the guard back
+#                              (hack/demo/chart-story.sh); the same upgrade without the guard on
+#                              a control plane of its own: the wave, then the drains, counted;
 #                              then `helm uninstall`
 #   bash hack/demo.sh --jobs   the Jobs by hand (docs/jobs.md) on the real node, with
 #                              `hack/job.sh run PHASE` for
@@ -22,12 +27,13 @@
 #   bash hack/demo.sh --kubevirt
 #                              the real workload updater (no node; root for virt-controller's
 #                              private mount namespace): KubeVirt's own virt-controller
-#                              (hack/kubevirt.sh, $KUBEVIRT_VERSION, default v1.6.0) with 4 running
-#                              VMs beside the resident guard (the release binary, PHASE=watch): the
-#                              Upgrade suspends, KubeVirt upgraded, every VM outdated and 0
-#                              migrations, the restore and the wave counted; then, for contrast,
-#                              the same KubeVirt upgrade without the guard and the migrations it
-#                              starts (hack/demo/kubevirt.sh)
+#                              (hack/kubevirt.sh, $KUBEVIRT_VERSION, default v1.6.0) with 6 running
+#                              VMs on 3 nodes beside the resident guard (the release binary,
+#                              PHASE=watch): the Upgrade suspends, KubeVirt upgraded, every VM
+#                              outdated and 0 migrations, the nodes drained one at a time (the
+#                              outdated count down to 0), the restore and no wave; then, for
+#                              contrast, the same upgrade without the guard: the wave and the
+#                              drains, counted (hack/demo/kubevirt.sh)
 #
 # Each ends by checking that the KubeVirt CR and the ManagedChart are exactly as before (the
 # install, or pre), that the same managers own the methods field, and that no claim of ours is
@@ -121,7 +127,7 @@ if (( fast )); then
   builds_done=$SECONDS
   section "control plane"
   dir="$(step "starting kube-apiserver and etcd" bash hack/control-plane.sh up)"
-  trap 'bash "$REPO_ROOT/hack/kubevirt.sh" stop "$dir/virt-controller"; bash "$REPO_ROOT/hack/control-plane.sh" down "$dir"' EXIT
+  trap '! declare -F kv_cleanup >/dev/null || kv_cleanup; bash "$REPO_ROOT/hack/kubevirt.sh" stop "$dir/virt-controller"; bash "$REPO_ROOT/hack/control-plane.sh" down "$dir"' EXIT
 else
   build "building kube-apiserver, etcd, kubectl and the node's binaries $kube" "takes 9 to 12 minutes on 2 cores" bash hack/node.sh build
   build "building the guard's image (cargo build --release, then buildah)" "takes about 4 to 5 minutes" bash hack/image.sh build guard
@@ -134,7 +140,7 @@ else
   section "node: kubelet on containerd + runc, bridge CNI, kube-proxy, controller-manager, scheduler"
   # The node imports the images built; the e2e tests' own images are not needed here.
   dir="$(IMAGE_IMPORT_QUIET=1 NODE_OWNER_PID=$$ step "starting the node" bash hack/node.sh up)"
-  trap 'bash "$REPO_ROOT/hack/kubevirt.sh" stop "$dir/virt-controller"; [[ -z "${heartbeat:-}" ]] || kill "$heartbeat"; bash "$REPO_ROOT/hack/node.sh" down "$dir"' EXIT
+  trap '! declare -F kv_cleanup >/dev/null || kv_cleanup; bash "$REPO_ROOT/hack/kubevirt.sh" stop "$dir/virt-controller"; [[ -z "${heartbeat:-}" ]] || kill "$heartbeat"; bash "$REPO_ROOT/hack/node.sh" down "$dir"' EXIT
 fi
 k() { "$KUBECTL" --kubeconfig "$dir/kubeconfig" "$@"; }
 (( fast )) || k get node -o wide

@@ -1,18 +1,23 @@
 # shellcheck shell=bash disable=SC2154,SC2016
 # The main job, for hack/demo.sh (sourced by it, which defines k, section, dir, REPO_ROOT and
 # HELM, and sources hack/demo/kubevirt.sh): the chart installed with Helm 4 on the real node,
-# beside KubeVirt's own virt-controller with KV_VMIS running VMs on two nodes of its own (no
-# kubelet there: the demo plays virt-handler), then a modelled Harvester upgrade to v1.7.1
-# through its stages, twice:
+# beside KubeVirt's own virt-controller with KV_VMIS running VMs on KV_NODES nodes of their own
+# (no kubelet there: the demo plays the nodes' part of each migration, hack/demo/virt-handler.sh),
+# then a modelled Harvester upgrade to v1.7.1 through its stages, twice, then the contrast:
 #
 #   1. the guard running: the suspension within seconds of the Upgrade's creation, `status` by
-#      `kubectl exec`, NodesPrepared passing, KubeVirt upgraded (every VM outdated, and no
-#      workload-update migration for KV_HOLD seconds), the node drained (the guard's pod
-#      evicted, Pending on the cordoned single node, back after the uncordon), the restore at the
-#      end and the updater's wave;
+#      `kubectl exec`, NodesPrepared passing, KubeVirt upgraded at UpgradingSystemServices (every
+#      VM outdated, and no workload-update migration for KV_HOLD seconds), UpgradingNodes: this
+#      node drained (the guard's pod evicted, Pending on the cordoned node, back after the
+#      uncordon), then the VMs' nodes drained one at a time as upgrade_node.sh's pre-drain does
+#      (KubeVirt's evacuation moves every VM onto the new launcher, the outdated count falls to
+#      0), the restore at the end and no wave after it;
 #   2. the same upgrade with the guard made unable to act (scaled to 0): the hold (the chart's
 #      ValidatingAdmissionPolicy refuses Harvester's NodesPrepared=True, the upgrade waits at
-#      PreparingNodes), the guard back: it suspends, Harvester's next retry passes, the restore.
+#      PreparingNodes), the guard back: it suspends, Harvester's next retry passes, the drains,
+#      the restore, no wave;
+#   3. the same upgrade without the guard, on a control plane of its own (kubevirt_contrast): the
+#      wave after KubeVirt's upgrade, then the drains move every VM again, each counted.
 #
 # Harvester's controller is modelled as tests/support/harvester_controller.rs models it: every
 # write a whole-object Update (PUT) of the Upgrade as `harvester` (the real CRD has no status
@@ -78,7 +83,8 @@ def ensure($t): .status //= {} | .status.conditions //= []
 def cond($t; $s): stamp as $ts | ensure($t)
   | .status.conditions |= map(if .type == $t and .status != $s then .status = $s | .lastUpdateTime = $ts else . end);
 def state($s): .metadata.labels["harvesterhci.io/upgradeState"] = $s;
-def node($s): .status.nodeStatuses["'"$NODE"'"] = {state: $s};'
+def node($n; $s): .status.nodeStatuses[$n] = {state: $s};
+def nodes($s): reduce ("'"$NODE"'", "node-" + (range('"$KV_NODES"') | tostring)) as $n (.; node($n; $s));'
 # hv_try NAME FILTER: one Update of Upgrade NAME as Harvester makes it (conflicts redone); the
 # API server's refusal in $refusal.
 hv_try() {
@@ -120,9 +126,9 @@ to_preparing_nodes() {
   hv "$1" "" '.status.imageID = "'"$NS/$1"'" | cond("ImageReady"; "True")'
   hv "$1" "PreparingRepo" 'state("PreparingRepo") | ensure("RepoReady")'
   hv "$1" "RepoPrepared" 'state("RepoPrepared") | cond("RepoReady"; "True")'
-  hv "$1" "PreparingNodes (images preloading)" '.status.singleNode = "'"$NODE"'" | state("PreparingNodes")
-    | ensure("NodesPrepared") | node("Images preloading")'
-  hv "$1" "" 'node("Images preloaded")'
+  hv "$1" "PreparingNodes (images preloading on $NODE and the VMs' nodes)" 'state("PreparingNodes")
+    | ensure("NodesPrepared") | nodes("Images preloading")'
+  hv "$1" "" 'nodes("Images preloaded")'
 }
 # nodes_prepared NAME SECONDS: NodesPrepared=True, retried as Harvester retries a refused Update
 # (here every second); exit 0 once it passed, 1 if still refused after SECONDS.
@@ -144,10 +150,16 @@ nodes_prepared() {
   done
   echo "  Upgrade $1: NodesPrepared=True passed${said:+ (after $refused refusals)}"
 }
-# to_the_end NAME DRAIN: KubeVirt's upgrade, the node's (drained if DRAIN is 1), the end, the
-# cleanup.
+# hv_node_state NODE STATE: Harvester's job controller writes the node's state on the Upgrade
+# HV_UPGRADE (kv_upgrade_nodes' STATE_FN).
+hv_node_state() { hv "$HV_UPGRADE" "" 'node("'"$1"'"; "'"$2"'")'; }
+# to_the_end NAME DRAIN: KubeVirt's upgrade at UpgradingSystemServices (every VM outdated, no
+# workload-update migration for KV_HOLD seconds), then UpgradingNodes: this node (drained, the
+# guard's pod on it, if DRAIN is 1), then the VMs' nodes one at a time, each drained as
+# upgrade_node.sh's pre-drain does (kv_upgrade_nodes: KubeVirt's evacuation moves their VMs onto
+# the new launcher); the end.
 to_the_end() {
-  local upgraded
+  local upgraded n
   hv "$1" "UpgradingSystemServices (the apply-manifests Job upgrades KubeVirt)" \
     'state("UpgradingSystemServices") | ensure("SystemServicesUpgraded")'
   kv_upgrade "$dir" "$dir/kubeconfig"
@@ -155,25 +167,35 @@ to_the_end() {
   upgraded=$SECONDS
   echo "  KubeVirt upgraded (virt-operator's rollout modelled: virt-controller restarted with $KV_LAUNCHER_AFTER):" \
     "$(kv_outdated "$dir/kubeconfig") VMs outdated (virt-controller's count); KubeVirt workloadUpdateMethods: $(methods_now), so no wave"
+  no_wave_since "$upgraded" "$1"
   hv "$1" "" 'cond("SystemServicesUpgraded"; "True")'
   hv "$1" "UpgradingNodes" 'state("UpgradingNodes") | ensure("NodesUpgraded")'
-  hv "$1" "" 'node("Pre-draining")'
-  hv "$1" "$NODE pre-drained" 'node("Pre-drained")'
+  HV_UPGRADE="$1"
+  hv_node_state "$NODE" Pre-draining
+  hv_node_state "$NODE" Pre-drained
+  echo "  $NODE pre-drained"
   if [[ "$2" == 1 ]]; then
     echo "the guard's pod before the drain:"; guard_pods
     echo "\$ kubectl drain $NODE --ignore-daemonsets --delete-emptydir-data --force"
     k drain "$NODE" --ignore-daemonsets --delete-emptydir-data --force --timeout=120s 2>&1 \
       | { grep -E "evicting|evicted|drained" || true; } | sed 's/^/  /'
     sleep 3
-    echo "the guard's pod while the node is cordoned (a single node: Pending, as expected):"; guard_pods
+    echo "the guard's pod while the node is cordoned (the only node with a kubelet: Pending, as expected):"; guard_pods
     echo "KubeVirt workloadUpdateMethods meanwhile: $(methods_now) (the suspension is on the objects)"
     k uncordon "$NODE" >/dev/null
     k -n "$NS" rollout status "deploy/$DEPLOY" --timeout=120s >/dev/null
     echo "after the uncordon, a new pod, Ready:"; guard_pods
   fi
-  hv "$1" "" 'node("Post-draining")'
-  no_wave_since "$upgraded" "$1"
-  hv "$1" "Succeeded" 'node("Succeeded") | cond("NodesUpgraded"; "True") | cond("Completed"; "True")
+  hv_node_state "$NODE" Post-draining
+  hv_node_state "$NODE" Succeeded
+  echo "  $NODE upgraded; then the VMs' nodes, one at a time (upgrade_node.sh's pre-drain: the drain taint, KubeVirt's evacuation):"
+  kv_upgrade_nodes "$dir/kubeconfig" "Upgrade $1" hv_node_state
+  echo "  every VM on the new launcher (the VMI controller's record):"
+  kv_all_new "$dir/kubeconfig"
+  n="$(kv_migrations "$dir/kubeconfig")"
+  (( n == 0 )) || { echo "demo: $n workload-update migrations during the upgrade" >&2; exit 1; }
+  kv_figures+=("Upgrade $1: $kv_drained; $(kv_evacuations "$dir/kubeconfig") evacuation migrations, 0 workload-update; every VM on the new launcher")
+  hv "$1" "Succeeded" 'cond("NodesUpgraded"; "True") | cond("Completed"; "True")
     | state("Succeeded") | .metadata.labels["harvesterhci.io/upgradeCleanup"] = "Pending"'
 }
 # no_wave_since SECONDS NAME: 0 workload-update migrations from then (KubeVirt's upgrade) until
@@ -221,6 +243,7 @@ chart_story() {
   kv_heartbeat "$dir/kubeconfig" &
   # shellcheck disable=SC2034 # hack/demo.sh's exit trap stops it
   heartbeat=$!
+  kv_nodes_start "$dir/kubeconfig" "$dir/virt-handler.log"
   kubevirt_running
   section "helm install (Helm $("$HELM" version --short)): the chart, between upgrades"
   echo "\$ helm install $RELEASE manifests/chart -n $NS --set image.repository=workload-update-guard --wait"
@@ -240,13 +263,13 @@ chart_story() {
   nodes_prepared hvst-upgrade-demo 10 || { echo "demo: NodesPrepared refused while suspended" >&2; exit 1; }
   to_the_end hvst-upgrade-demo 1
   wait_methods '["LiveMigrate"]' 10
-  kv_count_wave "$dir/kubeconfig" "Upgrade hvst-upgrade-demo: after the restore"
+  kv_no_wave "$dir/kubeconfig" "Upgrade hvst-upgrade-demo: after the restore"
   cleaned_up hvst-upgrade-demo
   guard_status
 
   section "2. the same upgrade with the guard unable to act (scaled to 0): the hold"
-  # The same cluster as before the first: the VMs up to date again (the demo has no virt-handler
-  # to finish the wave's migrations: VMs and migrations made anew).
+  # The same cluster as before the first: VMs on the old launcher again (made anew, with
+  # virt-controller restarted with the old launcher image).
   kv_reset "$dir" "$dir/kubeconfig"
   kubevirt_running
   k -n "$NS" scale deploy "$DEPLOY" --replicas=0 >/dev/null
@@ -269,9 +292,11 @@ chart_story() {
   guard_status
   to_the_end hvst-upgrade-demo-2 0
   wait_methods '["LiveMigrate"]' 10
-  kv_count_wave "$dir/kubeconfig" "Upgrade hvst-upgrade-demo-2: after the restore"
+  kv_no_wave "$dir/kubeconfig" "Upgrade hvst-upgrade-demo-2: after the restore"
   cleaned_up hvst-upgrade-demo-2
   guard_status
+
+  kubevirt_contrast 3
 }
 
 # After the check of the exact restore: the uninstall, whose hook has nothing to restore.
