@@ -157,7 +157,10 @@ fn the_alerts_pass_promtool_check_and_their_unit_tests() {
             "{description}"
         );
         // Each names the namespace in the command it gives.
-        assert!(description.contains("kubectl -n harvester-system "), "{description}");
+        assert!(
+            description.contains("kubectl -n harvester-system "),
+            "{description}"
+        );
         r["annotations"] = json!({"runbook_url": a["runbook_url"], "description": description});
     }
     std::fs::write(dir.join("alerts.rules.yaml"), compared.to_string()).unwrap();
