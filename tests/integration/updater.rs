@@ -23,8 +23,6 @@ use crate::support::*;
 /// How long a suspension is watched for migrations and evictions: a whole 30 s requeue of the
 /// updater, and its sync on every change of the CR.
 const HELD: Duration = Duration::from_secs(30);
-/// KubeVirt's default `parallelMigrationsPerCluster`.
-const PARALLEL: usize = 5;
 
 fn strategy(methods: Value) -> Value {
     json!({"workloadUpdateMethods": methods, "batchEvictionSize": 2, "batchEvictionInterval": "10s"})
@@ -65,10 +63,9 @@ async fn without_the_guard_a_kubevirt_upgrade_migrates_every_vm() {
         vmis.len(),
         upgraded.elapsed().max(all)
     );
-    assert!(
-        first_pass <= PARALLEL || first_pass == vmis.len(),
-        "{first_pass}"
-    );
+    // No bound on the first look: the nodes' part completes each migration in 1 s, so a loaded
+    // machine can read the updater's second pass with its first (7 of 8 were seen). Each VM
+    // migrated once is what holds.
     assert_eq!(kv.workload_update_migrations().await, sorted(vmis));
 }
 
