@@ -460,27 +460,12 @@ async fn the_service_account_may_watch_and_write_only_its_two_objects() {
                 "resource": "virtualmachineinstances", "verb": verb, "namespace": namespace}}});
         let mut cmd = control_plane().kubectl();
         cmd.args(["create", "-f", "-", "-o", "jsonpath={.status.allowed}"]);
-        let out = with_stdin(cmd, &review.to_string());
-        String::from_utf8_lossy(&out.stdout).trim() == "true"
+        pipe(cmd, &review.to_string()).trim() == "true"
     };
     assert!(may("list", ""), "list VMIs in all namespaces");
     for verb in ["get", "watch", "patch", "delete"] {
         assert!(!may(verb, "default"), "{verb} VMIs");
     }
-}
-
-fn with_stdin(mut cmd: Command, input: &str) -> std::process::Output {
-    use std::io::Write;
-    use std::process::Stdio;
-    cmd.stdin(Stdio::piped()).stdout(Stdio::piped());
-    let mut child = cmd.spawn().unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
 }
 
 /// The chart's ServiceAccount and RBAC rendered with `args`, applied (not the Deployment, not

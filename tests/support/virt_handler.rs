@@ -100,13 +100,18 @@ async fn pass(
         return Ok(());
     }
     let pod_list = pods.list(&ListParams::default()).await?.items;
+    // One list of the VMIs a pass, as virt-handler's informer holds them, not a read per migration.
+    let vmi_list = vmis.list(&ListParams::default()).await?.items;
     let node_list = nodes.list(&ListParams::default()).await?.items;
     for m in under_way {
         let uid = m.metadata.uid.clone().unwrap_or_default();
         let Some(vmi_name) = m.data["spec"]["vmiName"].as_str() else {
             continue;
         };
-        let Some(vmi) = vmis.get_opt(vmi_name).await? else {
+        let Some(vmi) = vmi_list
+            .iter()
+            .find(|v| v.metadata.name.as_deref() == Some(vmi_name))
+        else {
             continue;
         };
         let source_node = vmi.data["status"]["nodeName"].as_str().unwrap_or_default();
@@ -161,7 +166,7 @@ async fn pass(
             if began.elapsed() < migration_time {
                 continue;
             }
-            complete(&vmis, &pods, &vmi, &target_node).await?;
+            complete(&vmis, &pods, vmi, &target_node).await?;
             started.remove(&uid);
         }
     }
