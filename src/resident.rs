@@ -234,7 +234,7 @@ impl<'a> Loop<'a> {
         }
         if let (Ok(()), Decision::Suspend { upgrade, .. } | Decision::Resuspend { upgrade, .. }) =
             (&result, decision)
-            && !self.memory.suspended_for.contains(upgrade)
+            && !self.memory.ran_pre(upgrade)
         {
             self.memory.suspended_for.push(upgrade.clone());
         }

@@ -22,6 +22,10 @@ use crate::model::{FIELD_MANAGER, METHODS_PATH};
 pub struct Memory {
     /// The upgrades (their keys) that `pre` has run for: once per upgrade.
     pub suspended_for: Vec<String>,
+    /// Upgrades moved out of `suspended_for` once a pass found nothing of ours and they were no
+    /// longer under way: still never suspended for again, but no later suspension (a by-hand
+    /// `pre` for the next upgrade) is theirs.
+    pub done_with: Vec<String>,
     /// The upgrade that began after the suspension, in words: once seen, its end is awaited
     /// even if it is then deleted.
     pub began: Option<String>,
@@ -37,6 +41,26 @@ impl Memory {
         self.began = None;
         self.awaited = None;
         self.held = held;
+    }
+
+    /// Whether `pre` has run for this upgrade (its key), in this process.
+    pub fn ran_pre(&self, key: &String) -> bool {
+        self.suspended_for.contains(key) || self.done_with.contains(key)
+    }
+
+    /// Nothing of ours is left (a `post` ran, or `pre` stood aside): the upgrades `pre` ran for
+    /// that are no longer under way are done with. One still under way stays: a suspension by
+    /// hand during it awaits its end.
+    fn set_aside_ended(&mut self, upgrade: Option<&Upgrade>, plans: &[PlanView]) {
+        let now_under_way: Vec<String> = each(upgrade, plans, upgrade_under_way, PlanView::under_way)
+            .map(|(key, _)| key)
+            .collect();
+        let (still, ended) = self
+            .suspended_for
+            .drain(..)
+            .partition(|key| now_under_way.contains(key));
+        self.suspended_for = still;
+        self.done_with.extend::<Vec<String>>(ended);
     }
 
     /// Once per suspension: the upgrade seen to begin since it was recorded (`since`), or the one
@@ -256,7 +280,7 @@ pub fn decide(
     if suspends
         && !accepted
         && let Some((key, describe)) = &under_way
-        && !memory.suspended_for.contains(key)
+        && !memory.ran_pre(key)
     {
         return Decision::Suspend {
             upgrade: key.clone(),
@@ -265,6 +289,7 @@ pub fn decide(
     }
     if !ours {
         memory.forget(None);
+        memory.set_aside_ended(upgrade, plans);
         return match (&under_way, suspends) {
             (_, false) => Decision::Restore(Restore::NothingLeft),
             (Some((_, d)), true) if accepted => Decision::Wait(Wait::Accepted(d.clone())),

@@ -341,6 +341,26 @@ fn a_new_pod_after_the_end_restores_what_the_last_one_suspended() {
     assert_eq!(d.kind(), "restore", "{d:?}");
 }
 
+/// The resident guard restored after the upgrade it suspended for; then an operator suspends by
+/// hand for the next one (`pre` as a Job) before it is created. The ended upgrade is not the one
+/// that suspension awaits: it waits, and is not restored at once.
+#[test]
+fn a_suspension_by_hand_after_a_restore_waits_for_the_next_upgrade() {
+    let mut m = suspended_for("Upgrade harvester-system/u1");
+    let ended = ended_upgrade("v1.7.1", "Succeeded", false);
+    let d = decide(Some(&ended), &[], true, RECORDED, true, &mut m);
+    assert_eq!(d.kind(), "restore", "{d:?}");
+    // The pass after the restore: nothing of ours left.
+    let d = decide(Some(&ended), &[], false, RECORDED, true, &mut m);
+    assert_eq!(d, Decision::Wait(Wait::Idle));
+    let by_hand = "2026-12-03T09:00:00Z";
+    let d = decide(Some(&ended), &[], true, by_hand, true, &mut m);
+    assert!(
+        matches!(d, Decision::Wait(Wait::NoneBegun(_))),
+        "the suspension by hand stands: {d:?}"
+    );
+}
+
 /// The add-on's plan failed while the resident guard's own `pre` still ran (a quick pre-check
 /// failure, its Finalize already done): no pass saw it under way, and it ended before the record.
 /// What `pre` ran for is awaited all the same.
