@@ -138,7 +138,7 @@ impl<'a> Loop<'a> {
         let memory = &mut self.memory;
         let decision = decide(upgrade, plans, ours, since(&objects), self.suspends, memory);
         let kv = objects.kubevirt.as_ref();
-        let decision = answer_turned_on(decision, kv, upgrade, plans, ours, self.suspends);
+        let decision = answer_turned_on(decision, kv, upgrade, plans, self.suspends);
         let held_changed = self.memory.held != held_before;
         let retirement = self.retirement(&view, &objects).await?;
         if let Some(w) = &self.cfg.watch {

@@ -10,7 +10,7 @@ use serde_json::Value;
 use super::harvester_upgrade::Upgrade;
 use super::harvester_upgrade::{ALLOW_UNPROTECTED, blind_restorer};
 use super::ownership::owners;
-use super::records::{describe, is_suspended, methods};
+use super::records::{describe, is_suspended, kubevirt_record, methods};
 use super::upgrade_progress::{
     PlanView, awaited_since, begun, each, held_after_failure, key_of, post_must_wait, running,
     upgrade_under_way,
@@ -231,21 +231,24 @@ pub fn turned_on(kubevirt: &Value) -> Option<String> {
 }
 
 /// A write that turned updates on (an operator's `kubectl patch` from a runbook written before
-/// the guard) while an upgrade is under way and a suspension of ours is on the objects: `pre`
-/// again at once (it keeps its first record), not at the next resync, after KubeVirt's updater
-/// (about 5 s) has started migrating. Not by the armed `post` (it never suspends), not for an
-/// Upgrade that carries the accept annotation; a restore or a hold stands (nothing under way).
+/// the guard) while an upgrade is under way, on a CR that our `pre` suspended (its record is
+/// there): `pre` again at once (it keeps its first record), not at the next resync, after
+/// KubeVirt's updater (about 5 s) has started migrating. Not on a CR `pre` never got to suspend
+/// (it failed before, say on a 403): that is no one's write, and the unprotected upgrade's
+/// Warning says it. Not by the armed `post` (it never suspends), not for an Upgrade that carries
+/// the accept annotation; a restore or a hold stands (nothing under way).
 pub fn answer_turned_on(
     decision: Decision,
     kubevirt: Option<&Value>,
     upgrade: Option<&Upgrade>,
     plans: &[PlanView],
-    ours: bool,
     suspends: bool,
 ) -> Decision {
     let accepted = upgrade.is_some_and(|u| upgrade_under_way(u) && u.allow_unprotected);
+    let suspended_by_us = |kv: &&Value| matches!(kubevirt_record(kv), Ok(Some(_)));
     let on = kubevirt
-        .filter(|_| ours && suspends && !accepted)
+        .filter(|_| suspends && !accepted)
+        .filter(suspended_by_us)
         .and_then(turned_on);
     match (on, &decision, running(upgrade, plans)) {
         (Some(on), Decision::Wait(_) | Decision::Suspend { .. }, Some((upgrade, d))) => {

@@ -475,20 +475,30 @@ fn a_write_that_turns_updates_on_is_named_by_its_field_manager() {
 /// aside), not for an accepted Upgrade, and not once no upgrade is under way (the restore).
 #[test]
 fn a_write_that_turns_updates_on_mid_upgrade_is_answered_by_pre_again() {
-    let on = kubevirt_owned(
+    // Our record on the CR: `pre` suspended it.
+    let recorded = |mut kv: Value| {
+        let record = json!({"present": true, "value": ["LiveMigrate"]}).to_string();
+        kv["metadata"]["annotations"] = json!({crate::model::KUBEVIRT_RECORD: record});
+        kv
+    };
+    let never_suspended = kubevirt_owned(
         json!(["LiveMigrate"]),
         &[("kubectl-patch", "Update", SINCE)],
     );
-    let off = kubevirt_owned(json!([]), &[(crate::model::FIELD_MANAGER, "Update", SINCE)]);
+    let on = recorded(never_suspended.clone());
+    let off = recorded(kubevirt_owned(
+        json!([]),
+        &[(crate::model::FIELD_MANAGER, "Update", SINCE)],
+    ));
     let under_way = upgrade("u1", "v1.7.1", "PreparingNodes", false, false);
     let mut m = suspended_for("Upgrade harvester-system/u1");
     let waiting = decide(Some(&under_way), &[], true, SINCE, true, &mut m);
     assert_eq!(waiting.kind(), "wait");
     let answer =
-        |d: &Decision, kv: &Value, u: Option<&Upgrade>, plans: &[PlanView], ours, suspends| {
-            answer_turned_on(d.clone(), Some(kv), u, plans, ours, suspends)
+        |d: &Decision, kv: &Value, u: Option<&Upgrade>, plans: &[PlanView], suspends| {
+            answer_turned_on(d.clone(), Some(kv), u, plans, suspends)
         };
-    let d = answer(&waiting, &on, Some(&under_way), &[], true, true);
+    let d = answer(&waiting, &on, Some(&under_way), &[], true);
     let Decision::Resuspend { upgrade: key, .. } = &d else {
         panic!("{d:?}")
     };
@@ -501,7 +511,7 @@ fn a_write_that_turns_updates_on_mid_upgrade_is_answered_by_pre_again() {
     assert!(d.event().is_some());
     // The add-on's plan in the middle of its phases, the same; a new pod's first suspend too.
     let mid = [plan("ClusterUpgrading")];
-    let d = answer(&waiting, &on, None, &mid, true, true);
+    let d = answer(&waiting, &on, None, &mid, true);
     assert!(matches!(&d, Decision::Resuspend { upgrade: k, .. } if k == "UpgradePlan plan-1"));
     let first = decide(
         Some(&under_way),
@@ -512,23 +522,27 @@ fn a_write_that_turns_updates_on_mid_upgrade_is_answered_by_pre_again() {
         &mut Memory::default(),
     );
     assert_eq!(first.kind(), "suspend");
-    let d = answer(&first, &on, Some(&under_way), &[], true, true);
+    let d = answer(&first, &on, Some(&under_way), &[], true);
     assert_eq!(d.kind(), "suspend again");
-    // Not the armed post, not without ours, not without a write, not once no upgrade runs.
-    for (kv, ours, suspends) in [(&on, true, false), (&on, false, true), (&off, true, true)] {
-        let d = answer(&waiting, kv, Some(&under_way), &[], ours, suspends);
-        assert_eq!(d, waiting, "{ours} {suspends}");
+    // Not the armed post, not on a CR our pre never suspended (it failed before its write: a
+    // new suspend, whose failure the unprotected Warning says), not without a write, not once no
+    // upgrade runs.
+    for (kv, suspends) in [(&on, false), (&never_suspended, true), (&off, true)] {
+        let d = answer(&waiting, kv, Some(&under_way), &[], suspends);
+        assert_eq!(d, waiting, "{suspends}");
+        let d = answer(&first, kv, Some(&under_way), &[], suspends);
+        assert_eq!(d, first, "{suspends}");
     }
     let ended = upgrade("u1", "v1.7.1", "Succeeded", false, false);
     let restore = decide(Some(&ended), &[], true, SINCE, true, &mut m);
     assert_eq!(restore.kind(), "restore");
     assert_eq!(
-        answer(&restore, &on, Some(&ended), &[], true, true),
+        answer(&restore, &on, Some(&ended), &[], true),
         restore
     );
     // The operator accepted this upgrade's migrations: their write stands.
     let mut accepted = under_way.clone();
     accepted.allow_unprotected = true;
-    let d = answer(&waiting, &on, Some(&accepted), &[], true, true);
+    let d = answer(&waiting, &on, Some(&accepted), &[], true);
     assert_eq!(d, waiting);
 }
