@@ -11,7 +11,11 @@
 #                                         start virt-controller in DIR (its log DIR/virt-controller.log,
 #                                         its PID DIR/virt-controller.pid) for the KubeVirt CR's
 #                                         namespace; it runs until `stop DIR`
-#   hack/kubevirt.sh stop DIR             stop exactly the virt-controller started in DIR
+#   hack/kubevirt.sh disruption DIR KUBECONFIG
+#                                         start Kubernetes' own disruption controller in DIR
+#                                         (kube-controller-manager --controllers=disruption, the
+#                                         binary of hack/node.sh build; log DIR/disruption.log)
+#   hack/kubevirt.sh stop DIR             stop exactly the processes started in DIR
 #   hack/kubevirt.sh versions             the supported versions, one a line (the default first)
 #
 # Environment:
@@ -103,9 +107,13 @@ run() {
   supported "$KUBEVIRT_VERSION"
   built "$KUBEVIRT_VERSION" || die "KubeVirt $KUBEVIRT_VERSION is not built: run hack/kubevirt.sh build $KUBEVIRT_VERSION"
   bin="$(dir_of "$KUBEVIRT_VERSION")/bin/virt-controller"
-  mkdir -p "$dir"
-  [[ -s "$dir/tls.crt" ]] || openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=virt-controller \
-    -keyout "$dir/tls.key" -out "$dir/tls.crt" 2>/dev/null || die "openssl could not make the metrics certificate"
+  # The metrics certificate in a directory of its own: virt-controller watches the certificate's
+  # directory (pkg/certificates/bootstrap/cert-manager.go, fsnotify on filepath.Dir) and logs each
+  # reload, so beside its own log every line it wrote reloaded the certificate and wrote another:
+  # a loop that took a core per virt-controller.
+  mkdir -p "$dir/tls"
+  [[ -s "$dir/tls/tls.crt" ]] || openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=virt-controller \
+    -keyout "$dir/tls/tls.key" -out "$dir/tls/tls.crt" 2>/dev/null || die "openssl could not make the metrics certificate"
   # Its namespace comes from the ServiceAccount file only (client-go util.GetNamespace, else
   # "kubevirt"): a private mount namespace with a tmpfs on /run gives it one, the host untouched.
   # Loopback only: it talks to the API server of KUBECONFIG, serves its metrics and health on
@@ -133,7 +141,7 @@ run() {
       sleep 1
     done' sh "$ns" "$bin" --kubeconfig "$kubeconfig" --launcher-image "$image" \
     --listen 127.0.0.1 --port "$port" \
-    --prom-cert-file "$dir/tls.crt" --prom-key-file "$dir/tls.key" \
+    --prom-cert-file "$dir/tls/tls.crt" --prom-key-file "$dir/tls/tls.key" \
     --leader-elect-lease-duration 6s --leader-elect-renew-deadline 5s --leader-elect-retry-period 1s \
     > "$dir/virt-controller.log" 2>&1 < /dev/null &
   echo $! > "$dir/virt-controller.pid"
@@ -145,7 +153,28 @@ run() {
   fi
 }
 
-stop() { stop_pid "$1/virt-controller.pid"; }
+# disruption DIR KUBECONFIG: the PodDisruptionBudgets' status, which KubeVirt's migration
+# controller reads: v1.4.0 creates no target pod until the evacuation's PDB, expanded to
+# minAvailable 2, says so (pkg/virt-controller/watch/migration/migration.go
+# `isMigrationProtected`: status.desiredHealthy 2 at the PDB's generation). A cluster has it in
+# kube-controller-manager; here it is that binary with that one controller, on loopback.
+disruption() {
+  local dir="$1" kubeconfig="$2" bin
+  bin="$(KUBE_VERSION="${KUBE_VERSION:-}" bash "$REPO_ROOT/hack/node.sh" bin-dir)/kube-controller-manager"
+  [[ -x "$bin" ]] || die "kube-controller-manager is not built: run hack/node.sh build"
+  mkdir -p "$dir"
+  setsid "$bin" --kubeconfig "$kubeconfig" --controllers disruption --leader-elect=false \
+    --use-service-account-credentials=false --bind-address 127.0.0.1 --secure-port 0 \
+    > "$dir/disruption.log" 2>&1 < /dev/null &
+  echo $! > "$dir/disruption.pid"
+  if [[ -n "${KV_OWNER_PID:-}" ]]; then
+    local pid=$!
+    (while kill -0 "$KV_OWNER_PID" 2>/dev/null && kill -0 "$pid" 2>/dev/null; do sleep 1; done
+     kill "$pid" 2>/dev/null || true) > /dev/null 2>&1 &
+  fi
+}
+
+stop() { stop_pid "$1/virt-controller.pid"; stop_pid "$1/disruption.pid"; }
 
 case "${1:-}" in
   build)
@@ -155,7 +184,8 @@ case "${1:-}" in
   crds) supported "$KUBEVIRT_VERSION"; echo "$(dir_of "$KUBEVIRT_VERSION")/crds.json" ;;
   bin) supported "$KUBEVIRT_VERSION"; echo "$(dir_of "$KUBEVIRT_VERSION")/bin/virt-controller" ;;
   run) [[ $# -eq 5 ]] || die "usage: hack/kubevirt.sh run DIR KUBECONFIG NAMESPACE LAUNCHER_IMAGE"; shift; run "$@" ;;
+  disruption) [[ $# -eq 3 ]] || die "usage: hack/kubevirt.sh disruption DIR KUBECONFIG"; shift; disruption "$@" ;;
   stop) [[ $# -eq 2 ]] || die "usage: hack/kubevirt.sh stop DIR"; stop "$2" ;;
   versions) tr ' ' '\n' <<<"$SUPPORTED" ;;
-  *) sed -n '2,19s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2; exit 2 ;;
+  *) sed -n '2,23s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2; exit 2 ;;
 esac

@@ -174,8 +174,33 @@ impl KubeVirtCluster {
             _nodes: node_part,
         };
         cluster.deployed().await;
+        cluster.start_disruption_controller();
         cluster.start_controller();
         cluster
+    }
+
+    /// Kubernetes' own disruption controller, which a cluster runs in kube-controller-manager:
+    /// the status of KubeVirt's evacuation PDBs, which v1.4.0's migration controller waits for.
+    fn start_disruption_controller(&self) {
+        let out = Command::new("bash")
+            .arg(repo_root().join("hack/kubevirt.sh"))
+            .arg("disruption")
+            .arg(self.disruption_dir())
+            .arg(self.cp.kubeconfig())
+            .env("KV_OWNER_PID", std::process::id().to_string())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "the tests with KubeVirt's controllers need Kubernetes' disruption controller (the \
+             node's kube-controller-manager, hack/node.sh build), and `hack/kubevirt.sh \
+             disruption` failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    fn disruption_dir(&self) -> PathBuf {
+        self.cp.dir.join("disruption")
     }
 
     /// virt-operator's status of a finished rollout: `Deployed`, observed = target.
@@ -639,6 +664,11 @@ fn tail(s: &str, n: usize) -> String {
 impl Drop for KubeVirtCluster {
     fn drop(&mut self) {
         self.stop_controller();
+        let _ = Command::new("bash")
+            .arg(repo_root().join("hack/kubevirt.sh"))
+            .arg("stop")
+            .arg(self.disruption_dir())
+            .output();
         let _ = Command::new("bash")
             .arg(repo_root().join("hack/control-plane.sh"))
             .arg("down")
