@@ -644,7 +644,8 @@ mod tests {
             ),
             (
                 "v1.8.0",
-                "pre is not needed: Harvester v1.8.0, the one release on offer",
+                "pre is needed: Harvester v1.8.0, the one release on offer patches the KubeVirt CR \
+                 to [] itself",
             ),
             (
                 "v1.7.1",

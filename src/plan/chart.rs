@@ -130,7 +130,7 @@ pub fn chart_post(obj: &Value, kubevirt: &ObjectKey, steps: &Steps) -> Result<Pl
     if let Some(r) = &values
         && later.is_none()
     {
-        note_return(&mut ed, VALUES_PATH, r.owners.clone());
+        note_return(&mut ed, VALUES_PATH, r.owners.clone(), Vec::new());
     }
     let compare = read_record::<CompareRecord>(obj, COMPARE_RECORD)?.filter(|_| steps.compare);
     let list = steps.compare.then(|| compare_list(obj)).transpose()?;
@@ -143,7 +143,7 @@ pub fn chart_post(obj: &Value, kubevirt: &ObjectKey, steps: &Steps) -> Result<Pl
     if let Some(r) = &compare
         && (r.added == Added::Nothing || find_pointer(list, &key(r))?.is_some())
     {
-        note_return(&mut ed, COMPARE_PATH, r.owners.clone());
+        note_return(&mut ed, COMPARE_PATH, r.owners.clone(), Vec::new());
     }
     ed.remove_annotation(KUBEVIRT_COPY);
     if steps.values {

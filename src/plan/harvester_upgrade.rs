@@ -63,9 +63,10 @@ impl Handling {
         match self {
             Handling::None => "does nothing to the methods itself: the guard is what suspends them",
             Handling::PatchAndHardCodedRestore => {
-                "suspends the methods itself (CR patched to [], comparePatches pointer added) and \
-                 at its cleanup writes a hard-coded [LiveMigrate]: run post after that cleanup so \
-                 that an original other than [LiveMigrate] is put back"
+                "suspends the methods itself (CR patched to [], comparePatches pointer added), a \
+                 claim that Fleet's deploy of the new chart stops on unless the chart renders [] \
+                 too (harvester#10677), and at its cleanup writes a hard-coded [LiveMigrate]: the \
+                 guard suspends through the values, and post restores after that cleanup"
             }
             Handling::BackupAndRestore => {
                 "suspends the methods itself (values override [], backed up on the Upgrade) and \

@@ -7,7 +7,10 @@ use serde_json::{Value, json};
 
 use super::editor::Editor;
 use super::harvester_upgrade::{blind_restorer, text_at};
-use super::ownership::{methods_owned_by_us, note_return, recorded_owners, update_claim_warnings};
+use super::ownership::{
+    methods_owned_by_us, note_return, recorded_owners, update_claim_warning, update_claim_warnings,
+    update_claims,
+};
 use super::records::{ValueRecord, describe, is_suspended, kubevirt_record, methods, value_record};
 use crate::model::{KUBEVIRT_RECORD, METHODS_PATH};
 use crate::vocabulary::{Malformed, Plan};
@@ -229,7 +232,7 @@ pub fn kubevirt_post(
             // chart change conflict), which one cycle of the guard heals.
             let appliers = original.owners.iter();
             let appliers = appliers.filter(|o| o.operation == "Apply").cloned().collect();
-            note_return(&mut ed, METHODS_PATH, appliers);
+            note_return(&mut ed, METHODS_PATH, appliers, Vec::new());
             if (is_suspended(&current) || restore.source == Source::BlindRestore)
                 && let Some(notice) = update_notice(obj, &original.original())
             {
@@ -245,12 +248,20 @@ pub fn kubevirt_post(
             text.extend(update_claim_warnings(obj));
             ed.warn(CHANGED_WHILE_SUSPENDED, text.join("; "))
         }
-        // Back at the original already: a blind restore's `Update` claim stays (as it would
-        // without the guard), and is named, as `status` names it.
+        // Back at the original already. An upgrade's hard-coded restore (the add-on's Finalize,
+        // v1.8.0's cleanup) left its `Update` claim, which the next chart change would conflict
+        // with (harvester#10899): the field goes back to the owners it had before the upgrade,
+        // the claim with it. Anyone else's claim stays, and is named, as `status` names it.
         (None, Source::AlreadyRestored) => {
             ed.note(restore.reason);
-            for w in update_claim_warnings(obj) {
-                ed.warn(UPDATE_CLAIM_LEFT, w);
+            let blind = blind_restorer(obj, METHODS_PATH, &current);
+            if let (Some(blind), Some(record)) = (&blind, kubevirt_record(obj)?) {
+                let appliers = record.owners.into_iter();
+                let appliers = appliers.filter(|o| o.operation == "Apply").collect();
+                note_return(&mut ed, METHODS_PATH, appliers, vec![blind.clone()]);
+            }
+            for other in update_claims(obj).filter(|o| Some(&o.manager) != blind.as_ref()) {
+                ed.warn(UPDATE_CLAIM_LEFT, update_claim_warning(&other.manager));
             }
         }
         (None, _) if is_suspended(&current) => ed.warn(

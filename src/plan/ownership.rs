@@ -118,9 +118,15 @@ fn who(o: &RecordedOwner) -> String {
 }
 
 /// Notes, in the restore's own write, the owners that the release after it gives `path` back
-/// to (merged with a note already there). Nothing when there is no one to give it to.
-pub(super) fn note_return(ed: &mut Editor, path: &[&str], owners: Vec<RecordedOwner>) {
-    if owners.is_empty() {
+/// to, and the managers whose `Update` claim on it it drops (merged with a note already there).
+/// Nothing when there is no one to give it to or take it from.
+pub(super) fn note_return(
+    ed: &mut Editor,
+    path: &[&str],
+    owners: Vec<RecordedOwner>,
+    taken_from: Vec<String>,
+) {
+    if owners.is_empty() && taken_from.is_empty() {
         return;
     }
     let mut returns: Vec<Return> = read_record(&ed.doc, OWNERS_TO_RETURN)
@@ -130,12 +136,25 @@ pub(super) fn note_return(ed: &mut Editor, path: &[&str], owners: Vec<RecordedOw
     let path: Vec<String> = path.iter().map(|s| s.to_string()).collect();
     returns.retain(|r| r.path != path);
     let who: Vec<String> = owners.iter().map(who).collect();
-    ed.note(format!(
-        "{} goes back to {} in the release that follows",
-        path.join("."),
-        who.join(", ")
-    ));
-    returns.push(Return { path, owners });
+    if !who.is_empty() {
+        ed.note(format!(
+            "{} goes back to {} in the release that follows",
+            path.join("."),
+            who.join(", ")
+        ));
+    }
+    if !taken_from.is_empty() {
+        ed.note(format!(
+            "the Update claim of {} on {} goes in the release that follows",
+            taken_from.join(", "),
+            path.join(".")
+        ));
+    }
+    returns.push(Return {
+        path,
+        owners,
+        taken_from,
+    });
     ed.write_record(OWNERS_TO_RETURN, &returns)
         .expect("annotations are a map: the object was planned from");
 }
@@ -176,8 +195,65 @@ fn give_back(ed: &mut Editor, obj: &Value, returns: &[Return]) -> Result<(), Mal
             ed.push(json!({"op": "replace", "path": format!("{base}/fieldsV1"), "value": merged}));
             ed.note(format!("gave {field} back to {who}"));
         }
+        take_claims(ed, &entries, &path, &r.taken_from);
     }
     Ok(())
+}
+
+/// Drops the `Update` claims of `managers` on the field at `path`: the field out of each such
+/// entry's `fieldsV1` (the maps left empty with it), or the whole entry where it owned nothing
+/// else; each guarded by `test`s of the entry's manager and operation.
+fn take_claims(ed: &mut Editor, entries: &[(&Value, Owner)], path: &[&str], managers: &[String]) {
+    let field = path.join(".");
+    let ptr = fields_ptr(path);
+    // From the last, so that a removed entry leaves the earlier indexes as they were.
+    for (i, (entry, owner)) in entries.iter().enumerate().rev() {
+        if !managers.contains(&owner.manager)
+            || owner.operation != "Update"
+            || entry.pointer(&ptr).is_none()
+        {
+            continue;
+        }
+        let base = format!("/metadata/managedFields/{i}");
+        ed.test(&format!("{base}/manager"), &owner.manager);
+        ed.test(&format!("{base}/operation"), &owner.operation);
+        let left = without_field(&entry["fieldsV1"], path);
+        if left.as_object().is_some_and(|m| m.is_empty()) {
+            ed.remove(&base);
+        } else {
+            ed.push(json!({"op": "replace", "path": format!("{base}/fieldsV1"), "value": left}));
+        }
+        ed.note(format!(
+            "dropped {}'s Update claim on {field}",
+            owner.manager
+        ));
+    }
+}
+
+/// The `fieldsV1` set without the field at `path`, and without the maps that held only it.
+fn without_field(fields: &Value, path: &[&str]) -> Value {
+    fn strip(node: &mut Value, path: &[&str]) {
+        let Some((first, rest)) = path.split_first() else {
+            return;
+        };
+        let Some(map) = node.as_object_mut() else {
+            return;
+        };
+        let key = format!("f:{first}");
+        if rest.is_empty() {
+            map.remove(&key);
+            return;
+        }
+        if let Some(child) = map.get_mut(&key) {
+            strip(child, rest);
+            if child.as_object().is_some_and(|c| c.is_empty()) {
+                map.remove(&key);
+            }
+        }
+    }
+    let mut left = fields.clone();
+    strip(&mut left, path);
+    left
 }
 
 /// The `fieldsV1` set with the field at `path` added, and the parent maps (`.`) in `parents`.
@@ -319,6 +395,64 @@ mod tests {
         let after = apply(&obj, &plan);
         assert_eq!(owners(&after, METHODS_PATH), []);
         assert_eq!(release(&after, Kind::KubeVirt).unwrap().patch, None);
+    }
+
+    /// The add-on's Finalize wrote the original `[LiveMigrate]` back as `upgrade-toolkit` (an
+    /// `Update`, which took the field from everyone): `post` finds it restored already, and its
+    /// release drops that claim and gives the field back to Helm's `Apply`, so that the next
+    /// chart change deploys (harvester#10899). Another manager's claim stays, and is named.
+    #[test]
+    fn a_hard_coded_restore_of_the_original_leaves_no_claim_of_the_restorer() {
+        use crate::plan::kubevirt::kubevirt_post;
+        let mut live = kubevirt(Some(json!(["LiveMigrate"])));
+        live["metadata"]["managedFields"] = json!([entry("helm", "Apply", methods_fields())]);
+        let mut finalized = pre_kv(&live);
+        finalized["spec"]["workloadUpdateStrategy"]["workloadUpdateMethods"] =
+            json!(["LiveMigrate"]);
+        let toolkit = json!({"f:metadata": {"f:labels": {"f:x": {}}},
+            "f:spec": {"f:workloadUpdateStrategy": {"f:workloadUpdateMethods": {}}}});
+        finalized["metadata"]["managedFields"] = json!([
+            entry("helm", "Apply", json!({"f:spec": {"f:configuration": {}}})),
+            entry(
+                FIELD_MANAGER,
+                "Update",
+                json!({"f:metadata": {"f:annotations": {}}})
+            ),
+            entry("upgrade-toolkit", "Update", toolkit),
+        ]);
+        let post = kubevirt_post(&finalized, None, None, None).unwrap();
+        assert!(post.warnings.is_empty(), "{:?}", post.warnings);
+        let restored = apply(&finalized, &post);
+        let released = apply(&restored, &release(&restored, Kind::KubeVirt).unwrap());
+        let owners: Vec<String> = owners(&released, METHODS_PATH)
+            .iter()
+            .map(|o| format!("{}/{}", o.manager, o.operation))
+            .collect();
+        assert_eq!(owners, ["helm/Apply"]);
+        let entries = released["metadata"]["managedFields"].as_array().unwrap();
+        assert_eq!(
+            entries[1]["fieldsV1"],
+            json!({"f:metadata": {"f:labels": {"f:x": {}}}}),
+            "upgrade-toolkit keeps its other fields: {entries:#?}"
+        );
+        // Where the restorer's entry owned only the methods, the entry goes.
+        finalized["metadata"]["managedFields"][2]["fieldsV1"] = methods_fields();
+        let restored = apply(
+            &finalized,
+            &kubevirt_post(&finalized, None, None, None).unwrap(),
+        );
+        let released = apply(&restored, &release(&restored, Kind::KubeVirt).unwrap());
+        let managers: Vec<&str> = released["metadata"]["managedFields"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["manager"].as_str().unwrap())
+            .collect();
+        assert_eq!(managers, ["helm"]);
+        // An operator's claim on the same value is theirs: it stays, and is named.
+        finalized["metadata"]["managedFields"][2]["manager"] = json!("kubectl-patch");
+        let post = kubevirt_post(&finalized, None, None, None).unwrap();
+        assert_eq!(post.warnings.len(), 1, "{:?}", post.warnings);
     }
 
     #[test]
@@ -670,7 +804,7 @@ mod tests {
                 manager: "helm".into(), operation: "Apply".into(),
                 api_version: "kubevirt.io/v1".into(), subresource: String::new(), parents: vec![],
             };
-            let note = vec![Return { path: METHODS_PATH.iter().map(|s| s.to_string()).collect(), owners: vec![owner] }];
+            let note = vec![Return { path: METHODS_PATH.iter().map(|s| s.to_string()).collect(), owners: vec![owner], taken_from: vec![] }];
             obj["metadata"]["annotations"] = json!({OWNERS_TO_RETURN: serde_json::to_string(&note).unwrap()});
             let after = apply(&obj, &release(&obj, Kind::KubeVirt).unwrap());
             let mut expected = helm_fields;

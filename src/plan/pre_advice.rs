@@ -64,10 +64,9 @@ impl Advice {
     }
 }
 
-/// Whether `pre` is needed for `coming`: by what its own handling puts back over `methods`.
+/// Whether `pre` is needed for `coming`: by what its own handling does to the methods.
 pub fn advise(coming: &Coming, methods: &Option<Value>) -> Advice {
     let now = describe(methods);
-    let default = methods.as_ref() == Some(&blind_value());
     let (handling, name) = match coming {
         Coming::Upgrade { describe, version } => (Handling::of(version), describe.clone()),
         Coming::Offered { version } => {
@@ -78,42 +77,47 @@ pub fn advise(coming: &Coming, methods: &Option<Value>) -> Advice {
             let name = format!("the upgrade add-on's UpgradePlan {plan} (to {version})");
             (Handling::PatchAndHardCodedRestore, name)
         }
-        Coming::Unknown { on_offer } => return unknown(on_offer, default),
+        Coming::Unknown { on_offer } => return unknown(on_offer),
     };
     match handling {
         Handling::BackupAndRestore => Advice::NotNeeded(format!(
             "pre is not needed: {name} suspends the methods itself and restores what is there \
              now ({now}) at its cleanup"
         )),
-        Handling::PatchAndHardCodedRestore if default => Advice::NotNeeded(format!(
-            "pre is not needed: {name} suspends the methods itself and at its end writes \
-             [LiveMigrate], which is what is there now"
-        )),
-        Handling::PatchAndHardCodedRestore => Advice::Needed(format!(
-            "pre is needed: {name} writes a hard-coded [LiveMigrate] at its end, not what is \
-             there now ({now}); run post after it"
-        )),
+        // Whatever the methods: its own suspension is a patch of the CR, an `Update` claim on
+        // the `[]` that Fleet's deploy of the new chart (the chart's `[LiveMigrate]`, applied
+        // without force) conflicts with, and the upgrade stops there (harvester#10677 in
+        // v1.8.0, #10899 with the add-on). The guard's values override makes the chart render
+        // that same `[]`: nothing to conflict on.
+        Handling::PatchAndHardCodedRestore => {
+            let end = match methods.as_ref() == Some(&blind_value()) {
+                true => String::new(),
+                false => format!(
+                    "; and its end writes a hard-coded [LiveMigrate], not what is there now \
+                     ({now}): post puts that back after it"
+                ),
+            };
+            Advice::Needed(format!(
+                "pre is needed: {name} patches the KubeVirt CR to [] itself, a claim that Fleet's \
+                 deploy of the new chart meets and stops on (harvester#10899) unless the chart \
+                 renders [] too, which the guard's values override does{end}"
+            ))
+        }
         Handling::None => Advice::Needed(format!(
             "pre is needed: {name} does nothing to the methods itself"
         )),
     }
 }
 
-fn unknown(on_offer: &[String], default: bool) -> Advice {
+fn unknown(on_offer: &[String]) -> Advice {
     let offer = match on_offer {
         [] => "no release on offer".to_string(),
         list => format!("{} releases on offer ({})", list.len(), list.join(", ")),
     };
-    let also = if default {
-        ", or to v1.8.0, or by the upgrade add-on (they restore the default [LiveMigrate], which \
-         is what is there now)"
-    } else {
-        ""
-    };
     Advice::Unknown(format!(
         "pre is needed unless the upgrade goes to v1.7.2+, v1.8.1+ or v1.9 (Harvester suspends \
-         and restores any methods itself){also}: the release the cluster upgrades to is not \
-         known (no Upgrade under way, {offer}), so pre suspends"
+         and restores any methods itself): the release the cluster upgrades to is not known (no \
+         Upgrade under way, {offer}), so pre suspends"
     ))
 }
 
@@ -197,17 +201,9 @@ pub fn pre_gate(
             "{it} is under way: post waits for its cleanup before it restores"
         )]);
     }
-    // v1.8.0 keeps no backup: its `[]` is its suspension (recorded, `post` would put it back over
-    // its cleanup's `[LiveMigrate]`), and that cleanup restores a `foreign` original itself when
-    // the original is `[LiveMigrate]`.
-    let restores_it = foreign && methods.as_ref() == Some(&blind_value());
-    if u.handling() == Handling::PatchAndHardCodedRestore && (is_suspended(methods) || restores_it)
-    {
-        return PreGate::LeaveToHarvester(format!(
-            "{it} already suspended the updates (the methods are []); its cleanup writes \
-             [LiveMigrate], so pre writes nothing"
-        ));
-    }
+    // v1.8.0 keeps no backup: its `[]` on the CR is its suspension, never an original (`foreign`
+    // says where `pre` takes the original from instead), and `pre` goes on: its values override
+    // is what lets the retried deploy of the new chart past v1.8.0's claim (harvester#10677).
     if u.backup != Backup::None {
         let (now, backup) = (describe(methods), u.backup.describe());
         let state = match is_suspended(methods) {

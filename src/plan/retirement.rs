@@ -1,20 +1,19 @@
 //! Whether the guard is still needed on this cluster, so that an operator knows when to retire
 //! it. Harvester upgrades one minor at a time, so the releases the cluster can upgrade to next
 //! are its own minor's later patches and the next minor's; of those, [`Handling`] says which
-//! leave the methods alone (the guard is needed) and which write a hard-coded `[LiveMigrate]` at
-//! their end (v1.8.0; the add-on): those need it only where the methods are something else.
+//! leave the methods alone and which patch the CR themselves (v1.8.0; the add-on, on any
+//! release): both need the guard, the second because their patch is a claim that Fleet's deploy
+//! of the new chart stops on (harvester#10677, #10899).
 
 use serde::Serialize;
-use serde_json::Value;
 
-use super::harvester_upgrade::{Handling, Upgrade, blind_value, parse_version};
+use super::harvester_upgrade::{Handling, Upgrade, parse_version};
 use super::ownership::anything_of_ours;
-use super::records::{describe, methods};
 use super::upgrade_progress::{PlanView, running};
 use crate::vocabulary::Objects;
 
-/// The last release that does nothing to the methods itself, and the one whose end writes a
-/// hard-coded `[LiveMigrate]` ([`Handling::of`]).
+/// The last release that does nothing to the methods itself, and the one that patches the CR
+/// itself ([`Handling::of`]).
 const LAST_WITHOUT_HANDLING: (u64, u64, u64) = (1, 7, 1);
 const HARD_CODED_RESTORE: (u64, u64, u64) = (1, 8, 0);
 
@@ -25,7 +24,6 @@ pub struct Facts<'a> {
     pub current: Option<&'a str>,
     /// The releases on offer newer than it (`Version` objects), with their handling.
     pub on_offer: &'a [(String, Handling)],
-    pub methods: &'a Option<Value>,
     /// The add-on's `UpgradePlan` resource is served.
     pub addon: bool,
     pub ours: bool,
@@ -55,8 +53,8 @@ pub enum Need {
     NotARelease(String),
     EarlyRelease { current: String, next: String },
     OnOffer(String),
-    V180Next { current: String, methods: String },
-    AddOn { methods: String },
+    V180Next { current: String },
+    AddOn,
 }
 
 /// Why the guard is no longer needed: every release the cluster can upgrade to next suspends
@@ -67,8 +65,6 @@ pub struct Covered {
     /// The minors it can reach (`v1.9.x and v1.10.x`).
     pub next: String,
     pub offer: String,
-    /// Whose hard-coded `[LiveMigrate]` is the methods now (v1.8.0, the add-on), in words.
-    pub also: &'static str,
 }
 
 impl std::fmt::Display for Need {
@@ -93,15 +89,16 @@ impl std::fmt::Display for Need {
             Need::OnOffer(v) => {
                 write!(f, "{v} is on offer, and does nothing to the methods itself")
             }
-            Need::V180Next { current, methods } => write!(
+            Need::V180Next { current } => write!(
                 f,
-                "Harvester {current} can upgrade next to v1.8.0, whose end writes a hard-coded \
-                 [LiveMigrate], not the methods now ({methods})"
+                "Harvester {current} can upgrade next to v1.8.0, which patches the KubeVirt CR to \
+                 [] itself: a claim that Fleet's deploy of its chart stops on unless the guard's \
+                 values render [] too (harvester#10677)"
             ),
-            Need::AddOn { methods } => write!(
-                f,
-                "the upgrade add-on is installed (its UpgradePlans are served), whose end writes \
-                 a hard-coded [LiveMigrate], not the methods now ({methods})"
+            Need::AddOn => f.write_str(
+                "the upgrade add-on is installed (its UpgradePlans are served), which patches the \
+                 KubeVirt CR to [] itself: a claim that Fleet's deploy of the new chart stops on \
+                 unless the guard's values render [] too (harvester#10899)",
             ),
         }
     }
@@ -112,8 +109,8 @@ impl std::fmt::Display for Covered {
         write!(
             f,
             "Harvester {}: every release it can upgrade to next ({}; {}) suspends the methods \
-             itself and restores them{}",
-            self.current, self.next, self.offer, self.also
+             itself and restores them",
+            self.current, self.next, self.offer
         )
     }
 }
@@ -157,38 +154,27 @@ pub fn retirement(seen: &Facts) -> Retirement {
     if let Some((v, _)) = seen.on_offer.iter().find(|(_, h)| *h == Handling::None) {
         return Needed(Need::OnOffer(v.clone()));
     }
-    let methods = describe(seen.methods);
-    let default = seen.methods.as_ref() == Some(&blind_value());
     // v1.8.0 is reachable from v1.7.x only (one minor at a time), or when it is on offer.
     let v180_next = (now < HARD_CODED_RESTORE && (major, minor + 1) >= (1, 8))
         || seen
             .on_offer
             .iter()
             .any(|(_, h)| *h == Handling::PatchAndHardCodedRestore);
-    if !default && v180_next {
-        return Needed(Need::V180Next { current, methods });
+    if v180_next {
+        return Needed(Need::V180Next { current });
     }
-    if !default && seen.addon {
-        return Needed(Need::AddOn { methods });
+    if seen.addon {
+        return Needed(Need::AddOn);
     }
     let names: Vec<&str> = seen.on_offer.iter().map(|(v, _)| v.as_str()).collect();
     let offer = match names.join(", ") {
         none if none.is_empty() => "none on offer".to_string(),
         names => format!("on offer: {names}"),
     };
-    let also = match (v180_next, seen.addon) {
-        (false, false) => "",
-        (true, false) => "; v1.8.0's hard-coded [LiveMigrate] is the methods now",
-        (false, true) => "; the upgrade add-on's hard-coded [LiveMigrate] is the methods now",
-        (true, true) => {
-            "; v1.8.0's and the upgrade add-on's hard-coded [LiveMigrate] is the methods now"
-        }
-    };
     NoLongerNeeded(Covered {
         current,
         next,
         offer,
-        also,
     })
 }
 
@@ -201,13 +187,10 @@ pub fn still_needed(
     addon: bool,
     objects: &Objects,
 ) -> Retirement {
-    let kubevirt = objects.kubevirt.as_ref();
-    let methods = kubevirt.and_then(|kv| methods(kv).ok().flatten());
     let under_way = running(upgrade, plans).map(|(_, d)| d);
     retirement(&Facts {
         current,
         on_offer,
-        methods: &methods,
         addon,
         ours: anything_of_ours(objects),
         under_way: under_way.as_deref(),

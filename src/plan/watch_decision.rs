@@ -52,9 +52,10 @@ impl Memory {
     /// that are no longer under way are done with. One still under way stays: a suspension by
     /// hand during it awaits its end.
     fn set_aside_ended(&mut self, upgrade: Option<&Upgrade>, plans: &[PlanView]) {
-        let now_under_way: Vec<String> = each(upgrade, plans, upgrade_under_way, PlanView::under_way)
-            .map(|(key, _)| key)
-            .collect();
+        let now_under_way: Vec<String> =
+            each(upgrade, plans, upgrade_under_way, PlanView::under_way)
+                .map(|(key, _)| key)
+                .collect();
         let (still, ended) = self
             .suspended_for
             .drain(..)

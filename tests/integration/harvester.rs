@@ -13,7 +13,9 @@ use serde_json::{Value, json};
 use workload_update_guard::error::exit;
 use workload_update_guard::model::{ANNOTATION_PREFIX, COMPARE_PATH, METHODS_PATH, VALUES_PATH};
 use workload_update_guard::plan::ownership::owners;
-use workload_update_guard::warnings::{HARVESTER_SUSPENDED, UPDATE_CLAIM_LEFT};
+use workload_update_guard::warnings::{
+    HARVESTER_SUSPENDED, SUSPENDED_BY_ANOTHER, UPDATE_CLAIM_LEFT,
+};
 
 use crate::lifetime::as_compared;
 use crate::support::harvester::*;
@@ -478,10 +480,14 @@ async fn v180_hard_coded_restore_is_recognized_and_a_destroyed_setting_put_back(
     }
 }
 
-/// `pre` run during a v1.8.0 upgrade, after its patch: the `[]` is v1.8.0's (kept with no
-/// backup, overwritten by its cleanup), so `pre` writes nothing; both objects end as without.
+/// `pre` run during a v1.8.0 upgrade, after its patch (the guard come late): that `[]` is
+/// v1.8.0's, never an original. `pre` records what Fleet renders and suspends through the
+/// values, which lets the new chart's deploy past v1.8.0's claim, where the control's deploy
+/// stops on it (harvester#10677). After v1.8.0's cleanup `post` leaves `[LiveMigrate]`, the field
+/// the chart's alone; the control keeps v1.8.0's claim, and a chart with another default
+/// conflicts there.
 #[tokio::test]
-async fn pre_after_v180s_patch_leaves_it_to_harvester() {
+async fn pre_after_v180s_patch_lets_the_chart_deploy() {
     let client = admin().await;
     let (control, chart) = install(&client, "hv-180l-c", None).await;
     let (guarded, _) = install(&client, "hv-180l-g", None).await;
@@ -493,9 +499,18 @@ async fn pre_after_v180s_patch_leaves_it_to_harvester() {
             assert!(
                 run.warnings()
                     .iter()
-                    .any(|w| w.starts_with(HARVESTER_SUSPENDED)),
+                    .any(|w| w.starts_with(SUSPENDED_BY_ANOTHER)),
                 "{run:?}"
             );
+        }
+        // The new release's chart, deployed by Fleet in the apply-manifests job.
+        let deployed = fleet_deploy(&client, ns, &chart).await;
+        match deployed {
+            Ok(()) => assert_eq!(ns, &guarded, "the control deployed past v1.8.0's claim"),
+            Err(e) => {
+                assert_eq!(ns, &control, "{e}");
+                assert!(e.contains("conflict") && e.contains("kubectl-patch"), "{e}");
+            }
         }
         up.finish(&client, true).await;
         up.v180_cleanup(&client).await;
@@ -503,12 +518,17 @@ async fn pre_after_v180s_patch_leaves_it_to_harvester() {
             phase_ok(ns, "post").await;
         }
     }
-    assert_eq!(
-        kubevirt_methods(&client, &guarded).await,
-        json!(["LiveMigrate"])
-    );
-    // Harvester's PUT left its claim, in both: Helm's next deploy of the same value is fine.
-    same_as_without_the_guard(&client, &control, &guarded, &chart).await;
+    assert_eq!(kubevirt_methods(&client, &guarded).await, live_migrate());
+    fleet_deploy(&client, &guarded, &chart)
+        .await
+        .expect("Fleet's deploy after the values override went");
+    assert_eq!(methods_owners(&client, &guarded).await, ["helm/Apply"]);
+    let later = chart_version(&json!(["LiveMigrate", "Evict"]));
+    fleet_deploy(&client, &guarded, &later)
+        .await
+        .expect("a chart with another default");
+    let e = fleet_deploy(&client, &control, &later).await.unwrap_err();
+    assert!(e.contains("conflict") && e.contains("harvester"), "{e}");
 }
 
 /// The upgrade-manager add-on: PreRun merge-patches the CR to `[]` and adds the pointer;

@@ -136,13 +136,14 @@ async fn events(ns: &str, reason: &str) -> usize {
 }
 
 /// (release, the administrator's methods, whether the guard suspends). v1.6.x to v1.7.1 do
-/// nothing themselves; v1.8.0 writes a hard-coded `[LiveMigrate]` at its cleanup (so only other
-/// methods need the guard); v1.7.3 and v1.8.1 restore whatever was there.
+/// nothing themselves; v1.8.0 patches the CR itself, a claim its chart's deploy stops on, and
+/// writes a hard-coded `[LiveMigrate]` at its cleanup (the guard suspends whatever the methods);
+/// v1.7.3 and v1.8.1 restore whatever was there.
 const RELEASES: &[(&str, &[&str], bool)] = &[
     ("v1.6.1", &["LiveMigrate"], true),
     ("v1.7.1", &["LiveMigrate"], true),
     ("v1.7.3", &["LiveMigrate", "Evict"], false),
-    ("v1.8.0", &["LiveMigrate"], false),
+    ("v1.8.0", &["LiveMigrate"], true),
     ("v1.8.0", &["LiveMigrate", "Evict"], true),
     ("v1.8.1", &["LiveMigrate", "Evict"], false),
 ];
@@ -359,6 +360,86 @@ async fn the_resident_guard_follows_the_addons_upgrade_plan() {
     plan.delete(&client).await;
 }
 
+/// harvester/harvester#10899: the add-on's PreRun merge-patches the CR's methods to `[]` as
+/// `upgrade-toolkit`, and Fleet's deploy of the new harvester chart (real Helm 4, server-side,
+/// no force, the chart's default `[LiveMigrate]`) then meets that claim: the upgrade stops.
+/// Three clusters' worth, the chart installed by Helm in each, the default methods:
+/// - without the guard (the control): the deploy fails on `upgrade-toolkit`'s claim, and the
+///   claim is still there after the plan, so a later chart with another default fails too;
+/// - the resident guard, there before the plan: it suspends through the values at the plan's
+///   creation, the deploy during `ClusterUpgrading` goes through (the chart renders the same
+///   `[]`), the methods are `[LiveMigrate]` after the plan, owned by the chart's Apply alone, and
+///   the later chart deploys cleanly;
+/// - a guard that comes after the PreRun (`pre` by hand once the deploy has failed): the
+///   retried deploy goes through.
+///
+/// On a control plane of its own: UpgradePlans are cluster-scoped.
+#[tokio::test]
+async fn the_addons_claim_does_not_stop_fleets_deploy_where_the_guard_runs() {
+    let (cp, client) = ControlPlane::own().await;
+    let kubeconfig = cp.kubeconfig();
+    let (control, _) = helm_installed_to(&kubeconfig, &client, "addon-control").await;
+    let (guarded, _) = helm_installed_to(&kubeconfig, &client, "addon-guarded").await;
+    let (late, _) = helm_installed_to(&kubeconfig, &client, "addon-late").await;
+    let guard = Guard::start(&kubeconfig, &guarded, 0);
+    let plan = UpgradePlan::create(&client, "hvst-upgrade-10899", "v1.9.0").await;
+    methods_become(&client, &guarded, &json!([]), Duration::from_secs(10)).await;
+    for phase in ["Initialized", "ImagePreloaded", "ClusterUpgrading"] {
+        plan.set_phase(&client, phase).await;
+    }
+    for ns in [&control, &guarded, &late] {
+        addon_prerun(&client, ns).await;
+    }
+    // The new release's chart, rendered from each ManagedChart's values as Fleet's agent does.
+    let next = chart_version(&live_migrate());
+    let deploy = |ns: String| {
+        let (kubeconfig, client, next) = (kubeconfig.clone(), client.clone(), next.clone());
+        async move { fleet_deploy_to(&kubeconfig, &client, &ns, &next).await }
+    };
+    let conflict = |e: &str| e.contains("conflict") && e.contains("upgrade-toolkit");
+    let e = deploy(control.clone()).await.unwrap_err();
+    assert!(conflict(&e), "the control meets #10899: {e}");
+    deploy(guarded.clone())
+        .await
+        .expect("the chart renders the guard's []: nothing to conflict on");
+    assert_eq!(kubevirt_methods(&client, &guarded).await, json!([]));
+    let e = deploy(late.clone()).await.unwrap_err();
+    assert!(conflict(&e), "before the guard: {e}");
+    let pre = run_bin(&kubeconfig, env_for(&late, "pre")).await;
+    pre.ok().says(&["pre is needed", "harvester#10899"]);
+    deploy(late.clone())
+        .await
+        .expect("the retried deploy goes through once pre has run");
+
+    plan.set_phase(&client, "NodeUpgrading").await;
+    for ns in [&control, &guarded, &late] {
+        addon_finalize(&client, ns).await;
+    }
+    plan.set_phase(&client, "Succeeded").await;
+    methods_become(&client, &guarded, &live_migrate(), Duration::from_secs(5)).await;
+    guard.wait_for("post done", Duration::from_secs(5));
+    run_bin(&kubeconfig, env_for(&late, "post")).await.ok();
+    let later = chart_version(&json!(["LiveMigrate", "Evict"]));
+    for ns in [&guarded, &late] {
+        // The chart's next deploy (Fleet's after the values override went) keeps the field the
+        // chart's alone.
+        deploy(ns.clone()).await.expect("the same chart again");
+        assert_eq!(methods_owners(&client, ns).await, ["helm/Apply"], "{ns}");
+        fleet_deploy_to(&kubeconfig, &client, ns, &later)
+            .await
+            .expect("a chart with another default deploys cleanly");
+        assert_eq!(
+            kubevirt_methods(&client, ns).await,
+            json!(["LiveMigrate", "Evict"])
+        );
+    }
+    let e = fleet_deploy_to(&kubeconfig, &client, &control, &later)
+        .await
+        .unwrap_err();
+    assert!(conflict(&e), "without the guard the claim stays: {e}");
+    plan.delete(&client).await;
+}
+
 /// Waits until the Events with `reason` in `ns` are `n`; their notes.
 async fn notes_become(ns: &str, reason: &str, n: usize, within: Duration) -> Vec<String> {
     let start = Instant::now();
@@ -434,29 +515,53 @@ async fn an_operators_patch_mid_upgrade_is_suspended_again_within_seconds() {
     assert!(!guard.log().contains("failed ("), "{}", guard.log());
 }
 
-/// Harvester v1.7.3 (the `server-version` other tests set too): it can upgrade next to later
-/// v1.7.x and to v1.8.x, of which only v1.8.0 (and the add-on, on any release) writes a
-/// hard-coded `[LiveMigrate]` at its end. With `[LiveMigrate]` on the CR the guard is no longer
-/// needed: the resident guard says so once (its log, one Normal Event on the KubeVirt CR, not
-/// again at its next pass), and `status` says it. With other methods it is still needed, and
-/// nothing is said but `status`'s line naming why.
+/// Harvester v1.8.1, without the add-on: every release it can upgrade to next (later v1.8.x,
+/// v1.9.x) suspends and restores the methods itself, so the guard is no longer needed: the
+/// resident guard says so once (its log, one Normal Event on the KubeVirt CR, not again at its
+/// next pass), and `status` says it. Once the add-on is installed (its UpgradePlans served) it is
+/// needed again, and `status` names why. On a control plane of its own: the `server-version`
+/// Setting and the UpgradePlan CRD are cluster-wide.
 #[tokio::test]
 async fn the_resident_guard_says_once_when_it_is_no_longer_needed() {
-    let client = admin().await;
-    server_version(&client, "v1.7.3").await;
-    let ns = harvester_ns(&client, "retire", json!(["LiveMigrate"])).await;
-    offer_version(&client, &ns, "v1.8.1").await;
-    let guard = Guard::start(&control_plane().kubeconfig(), &ns, 0);
-    let line = "the guard is no longer needed: Harvester v1.7.3: every release it can upgrade to \
-                next (v1.7.x and v1.8.x; on offer: v1.8.1) suspends the methods itself and \
+    let (cp, client) = ControlPlane::own().await;
+    let kubeconfig = cp.kubeconfig();
+    let upgrade_plans = repo_root().join("tests/fixtures/crds/upgradeplan.yaml");
+    let kubectl = |args: &[&str]| {
+        let out = cp.kubectl().args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    kubectl(&["delete", "-f", upgrade_plans.to_str().unwrap(), "--wait"]);
+    server_version(&client, "v1.8.1").await;
+    let ns = harvester_ns(&client, "retire", json!(["LiveMigrate", "Evict"])).await;
+    offer_version(&client, &ns, "v1.9.0").await;
+    let guard = Guard::start(&kubeconfig, &ns, 0);
+    let line = "the guard is no longer needed: Harvester v1.8.1: every release it can upgrade to \
+                next (v1.8.x and v1.9.x; on offer: v1.9.0) suspends the methods itself and \
                 restores them";
     guard.wait_for(line, Duration::from_secs(10));
     let start = Instant::now();
-    while events(&ns, NO_LONGER_NEEDED).await != 1 {
+    let events = |ns: String, reason: &'static str| {
+        let cp = &cp;
+        async move {
+            let out = cp
+                .kubectl()
+                .args(["-n", &ns, "get", "events.events.k8s.io", "-o", "json"])
+                .output()
+                .unwrap();
+            let list: Value = serde_json::from_slice(&out.stdout).unwrap();
+            let items = list["items"].as_array().cloned().unwrap_or_default();
+            items.iter().filter(|e| e["reason"] == reason).count()
+        }
+    };
+    while events(ns.clone(), NO_LONGER_NEEDED).await != 1 {
         assert!(start.elapsed() < Duration::from_secs(5), "{}", guard.log());
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let status = run_phase(&ns, "status").await;
+    let status = run_bin(&kubeconfig, env_for(&ns, "status")).await;
     status.ok();
     assert!(status.stdout.contains(line), "{}", status.stdout);
     // Another pass (woken by an ended Upgrade, which is no upgrade under way): said once only.
@@ -472,7 +577,7 @@ async fn the_resident_guard_says_once_when_it_is_no_longer_needed() {
                "metadata": {"name": "hvst-upgrade-old", "namespace": ns,
                             "labels": {LATEST_LABEL: "true", STATE_LABEL: "Succeeded",
                                        CLEANUP_LABEL: CLEANUP_DONE}},
-               "spec": {"version": "v1.7.3"}}),
+               "spec": {"version": "v1.8.1"}}),
     )
     .await;
     let start = Instant::now();
@@ -490,7 +595,12 @@ async fn the_resident_guard_says_once_when_it_is_no_longer_needed() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
-    assert_eq!(events(&ns, NO_LONGER_NEEDED).await, 1, "{}", guard.log());
+    assert_eq!(
+        events(ns.clone(), NO_LONGER_NEEDED).await,
+        1,
+        "{}",
+        guard.log()
+    );
     assert_eq!(
         guard.log().matches("the guard is no longer needed").count(),
         1,
@@ -499,19 +609,23 @@ async fn the_resident_guard_says_once_when_it_is_no_longer_needed() {
     );
     drop(guard);
 
-    // Other methods: v1.8.0 would not put them back.
-    let other = namespace(&client, "retire-not").await;
-    harvester(&client, &other, Some(json!(["LiveMigrate", "Evict"]))).await;
-    let guard = Guard::start(&control_plane().kubeconfig(), &other, 1);
-    let status = run_phase(&other, "status").await;
+    // The add-on installed: it patches the CR itself on any release, a claim that Fleet's deploy
+    // stops on (harvester#10899), so the guard is needed again.
+    kubectl(&["apply", "-f", upgrade_plans.to_str().unwrap()]);
+    kubectl(&[
+        "wait",
+        "--for",
+        "condition=Established",
+        "crd/upgradeplans.management.harvesterhci.io",
+    ]);
+    let status = run_bin(&kubeconfig, env_for(&ns, "status")).await;
+    status.ok();
     assert!(
         status.stdout.contains(
-            "the guard is still needed: Harvester v1.7.3 can upgrade next to v1.8.0, whose end \
-             writes a hard-coded [LiveMigrate], not the methods now ([\"LiveMigrate\",\"Evict\"])"
+            "the guard is still needed: the upgrade add-on is installed (its UpgradePlans are \
+             served), which patches the KubeVirt CR to [] itself"
         ),
         "{}",
         status.stdout
     );
-    assert_eq!(events(&other, NO_LONGER_NEEDED).await, 0, "{}", guard.log());
-    assert!(!guard.log().contains("no longer needed"), "{}", guard.log());
 }

@@ -771,13 +771,33 @@ pub fn chart_without_methods() -> PathBuf {
 /// ManagedChart's `spec.values`; Helm 4 applies server-side (manager `helm`, no force).
 /// The error is Helm's own message.
 pub async fn fleet_deploy(client: &Client, ns: &str, chart: &Path) -> Result<(), String> {
+    fleet_deploy_to(&control_plane().kubeconfig(), client, ns, chart).await
+}
+
+/// [`fleet_deploy`] to the control plane of `kubeconfig` (`client`'s).
+pub async fn fleet_deploy_to(
+    kubeconfig: &Path,
+    client: &Client,
+    ns: &str,
+    chart: &Path,
+) -> Result<(), String> {
     let mc = get(client, "ManagedChart", ns, "harvester").await;
-    helm_deploy(ns, chart, &mc["spec"]["values"]).await
+    helm_deploy_to(kubeconfig, ns, chart, &mc["spec"]["values"]).await
 }
 
 /// `helm upgrade --install harvester CHART --reset-values --server-side true -f VALUES` into `ns`
 /// (without blocking the runtime: the Fleet model runs it in the background).
 pub async fn helm_deploy(ns: &str, chart: &Path, values: &Value) -> Result<(), String> {
+    helm_deploy_to(&control_plane().kubeconfig(), ns, chart, values).await
+}
+
+/// [`helm_deploy`] to the control plane of `kubeconfig`.
+pub async fn helm_deploy_to(
+    kubeconfig: &Path,
+    ns: &str,
+    chart: &Path,
+    values: &Value,
+) -> Result<(), String> {
     let dir = tempfile_dir();
     let file = dir.join("values.json");
     std::fs::write(&file, values.to_string()).unwrap();
@@ -793,7 +813,7 @@ pub async fn helm_deploy(ns: &str, chart: &Path, values: &Value) -> Result<(), S
             "-f",
         ])
         .arg(&file)
-        .env("KUBECONFIG", control_plane().kubeconfig())
+        .env("KUBECONFIG", kubeconfig)
         .env("HELM_CONFIG_HOME", dir.join("config"))
         .env("HELM_CACHE_HOME", dir.join("cache"))
         .env("HELM_DATA_HOME", dir.join("data"))
@@ -812,10 +832,19 @@ pub async fn helm_deploy(ns: &str, chart: &Path, values: &Value) -> Result<(), S
 /// chart (default `[LiveMigrate]`) installed by Helm from its values. Returns the namespace and
 /// the chart.
 pub async fn helm_installed(client: &Client, label: &str) -> (String, PathBuf) {
+    helm_installed_to(&control_plane().kubeconfig(), client, label).await
+}
+
+/// [`helm_installed`] on the control plane of `kubeconfig` (`client`'s).
+pub async fn helm_installed_to(
+    kubeconfig: &Path,
+    client: &Client,
+    label: &str,
+) -> (String, PathBuf) {
     let ns = namespace(client, label).await;
     create(client, "ManagedChart", &ns, harvester_chart(&ns)).await;
     let chart = chart_version(&json!(["LiveMigrate"]));
-    fleet_deploy(client, &ns, &chart)
+    fleet_deploy_to(kubeconfig, client, &ns, &chart)
         .await
         .expect("helm install");
     assert_eq!(methods_owners(client, &ns).await, ["helm/Apply"]);

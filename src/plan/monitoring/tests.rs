@@ -98,7 +98,6 @@ fn the_hold_and_the_retirement_come_from_the_loop() {
         current: "v1.9.0".into(),
         next: "v1.9.x and v1.10.x".into(),
         offer: "none on offer".into(),
-        also: "",
     });
     let needed = Retirement::Needed(crate::plan::retirement::Need::OnOffer("v1.7.1".into()));
     let mut s = seen(&kv, None, false);

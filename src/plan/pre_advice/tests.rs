@@ -52,23 +52,18 @@ fn methods_cases() -> Vec<Option<Value>> {
 #[test]
 fn each_release_answers_by_what_its_handling_restores() {
     let releases = [
-        // (release, restores any, restores only the default)
-        ("v1.6.2", false, false),
-        ("v1.7.1", false, false),
-        ("v1.7.2", true, false),
-        ("v1.7.3", true, false),
-        ("v1.8.0", false, true),
-        ("v1.8.1", true, false),
-        ("v1.9.0", true, false),
+        // (release, restores any methods, and its suspension is no claim Fleet's deploy meets)
+        ("v1.6.2", false),
+        ("v1.7.1", false),
+        ("v1.7.2", true),
+        ("v1.7.3", true),
+        ("v1.8.0", false),
+        ("v1.8.1", true),
+        ("v1.9.0", true),
     ];
-    for (release, any, default_only) in releases {
+    for (release, covered) in releases {
         for methods in methods_cases() {
-            let is_default = methods == Some(json!(["LiveMigrate"]));
-            let want = if any || (default_only && is_default) {
-                "not needed"
-            } else {
-                "needed"
-            };
+            let want = if covered { "not needed" } else { "needed" };
             for coming in [
                 Coming::of(Some(&upgrade(release, "PreparingRepo")), None, &[]),
                 Coming::of(None, None, &offer(&[release])),
@@ -84,12 +79,16 @@ fn each_release_answers_by_what_its_handling_restores() {
             &Coming::of(None, Some(("hvst-upgrade-plan", "v1.9.0")), &[]),
             &methods,
         );
-        let want = match methods == Some(json!(["LiveMigrate"])) {
-            true => "not needed",
-            false => "needed",
-        };
-        assert_eq!(kind(&a), want, "add-on {methods:?}: {a:?}");
+        // Whatever the methods: its patch of the CR meets Fleet's deploy (harvester#10899).
+        assert_eq!(kind(&a), "needed", "add-on {methods:?}: {a:?}");
         assert!(a.line().contains("hvst-upgrade-plan"), "{a:?}");
+        assert!(a.line().contains("harvester#10899"), "{a:?}");
+        let other_methods = methods != Some(json!(["LiveMigrate"]));
+        assert_eq!(
+            a.line().contains("post puts that back"),
+            other_methods,
+            "{a:?}"
+        );
     }
 }
 
@@ -148,13 +147,11 @@ fn an_unknown_target_names_the_releases_that_would_make_pre_unnecessary() {
     assert_eq!(
         default.line(),
         "pre is needed unless the upgrade goes to v1.7.2+, v1.8.1+ or v1.9 (Harvester suspends \
-         and restores any methods itself), or to v1.8.0, or by the upgrade add-on (they restore \
-         the default [LiveMigrate], which is what is there now): the release the cluster \
-         upgrades to is not known (no Upgrade under way, no release on offer), so pre suspends"
+         and restores any methods itself): the release the cluster upgrades to is not known (no \
+         Upgrade under way, no release on offer), so pre suspends"
     );
     let other = advise(&c, &Some(json!(["LiveMigrate", "Evict"])));
-    assert!(other.line().contains("v1.7.2+, v1.8.1+ or v1.9"));
-    assert!(!other.line().contains("v1.8.0"), "{other:?}");
+    assert_eq!(other, default, "the same whatever the methods");
 }
 
 #[test]
@@ -247,7 +244,8 @@ proptest! {
             Some(r) => {
                 let restores = match Handling::of(&r) {
                     Handling::None => false,
-                    Handling::PatchAndHardCodedRestore => methods == Some(json!(["LiveMigrate"])),
+                    // Its own patch of the CR meets Fleet's deploy (harvester#10677).
+                    Handling::PatchAndHardCodedRestore => false,
                     Handling::BackupAndRestore => true,
                 };
                 prop_assert_eq!(kind(&a) == "not needed", restores);

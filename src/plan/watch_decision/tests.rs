@@ -494,10 +494,9 @@ fn a_write_that_turns_updates_on_mid_upgrade_is_answered_by_pre_again() {
     let mut m = suspended_for("Upgrade harvester-system/u1");
     let waiting = decide(Some(&under_way), &[], true, SINCE, true, &mut m);
     assert_eq!(waiting.kind(), "wait");
-    let answer =
-        |d: &Decision, kv: &Value, u: Option<&Upgrade>, plans: &[PlanView], suspends| {
-            answer_turned_on(d.clone(), Some(kv), u, plans, suspends)
-        };
+    let answer = |d: &Decision, kv: &Value, u: Option<&Upgrade>, plans: &[PlanView], suspends| {
+        answer_turned_on(d.clone(), Some(kv), u, plans, suspends)
+    };
     let d = answer(&waiting, &on, Some(&under_way), &[], true);
     let Decision::Resuspend { upgrade: key, .. } = &d else {
         panic!("{d:?}")
@@ -536,10 +535,7 @@ fn a_write_that_turns_updates_on_mid_upgrade_is_answered_by_pre_again() {
     let ended = upgrade("u1", "v1.7.1", "Succeeded", false, false);
     let restore = decide(Some(&ended), &[], true, SINCE, true, &mut m);
     assert_eq!(restore.kind(), "restore");
-    assert_eq!(
-        answer(&restore, &on, Some(&ended), &[], true),
-        restore
-    );
+    assert_eq!(answer(&restore, &on, Some(&ended), &[], true), restore);
     // The operator accepted this upgrade's migrations: their write stands.
     let mut accepted = under_way.clone();
     accepted.allow_unprotected = true;
