@@ -200,27 +200,18 @@ start=$SECONDS
 suite "reliability on $primary" cargo test --no-fail-fast --features failpoints --test reliability -- --nocapture
 times+=("reliability on $primary: $((SECONDS - start)) s")
 # The tests with KubeVirt's real workload updater on each other KubeVirt version (the first ran
-# with the integration suite), each built just before it; the versions side by side (each test
-# waits mostly on KubeVirt's own pace: its 30 s requeue, the eviction interval), each output
-# shown after all.
-start=$SECONDS
+# with the integration suite), each built just before it; the versions side by side, and beside
+# the integration suites on the other Kubernetes versions below (each updater test waits mostly
+# on KubeVirt's own pace: its 30 s requeue, the eviction interval, the migrations; four at a time
+# per version), each output shown after all.
+kv_start=$SECONDS
 kv_runs=()
 for v in "${kubevirt_versions[@]:1}"; do
   build_kubevirt "$v"
   kv_out="$(mktemp)"
-  ( env KUBEVIRT_VERSION="$v" cargo test --no-fail-fast --test integration updater:: > "$kv_out" 2>&1 ) &
+  ( env KUBEVIRT_VERSION="$v" cargo test --no-fail-fast --test integration updater:: -- --test-threads 4 > "$kv_out" 2>&1 ) &
   kv_runs+=("$!:$v:$kv_out")
 done
-for run in "${kv_runs[@]}"; do
-  IFS=: read -r kv_pid v kv_out <<<"$run"
-  code=0
-  wait "$kv_pid" || code=$?
-  echo "hack/test.sh: the tests with KubeVirt $v's workload updater:"
-  cat "$kv_out"
-  suite_verdict "the real KubeVirt updater $v" "$code" "$start" "$kv_out"
-  rm -f "$kv_out"
-done
-times+=("the real KubeVirt updater on ${kubevirt_versions[*]:1}, side by side (builds, if not cached, included): $((SECONDS - start)) s")
 # The integration suite on each other version (the upgrade test has its versions already), each
 # built just before it: a build running beside (.ci/run's) has had every suite above to finish.
 for v in "${versions[@]}"; do
@@ -243,6 +234,16 @@ for pair in "${pairs[@]:0:${#pairs[@]}-1}"; do
     cargo test --no-fail-fast --features failpoints --test reliability a_killed_pre_an_api_server_upgrade
   times+=("upgrade tests ${pair%%:*} to ${pair##*:} (builds, if not cached, included): $((SECONDS - start)) s")
 done
+for run in "${kv_runs[@]}"; do
+  IFS=: read -r kv_pid v kv_out <<<"$run"
+  code=0
+  wait "$kv_pid" || code=$?
+  echo "hack/test.sh: the tests with KubeVirt $v's workload updater:"
+  cat "$kv_out"
+  suite_verdict "the real KubeVirt updater $v" "$code" "$kv_start" "$kv_out"
+  rm -f "$kv_out"
+done
+times+=("the real KubeVirt updater on ${kubevirt_versions[*]:1}, side by side and beside the suites above (builds, if not cached, included): $((SECONDS - kv_start)) s")
 start=$SECONDS
 suite_beside_wait
 times+=("e2e on $primary, beside the above: waited for $((SECONDS - start)) s after them")

@@ -163,8 +163,12 @@ pub(super) fn note_return(
 /// with the field (and the parent maps it owned) merged in, guarded by `test`s of the entry's
 /// manager and operation (and the whole patch by the resourceVersion's). Nothing is added
 /// where the entry is gone, already owns the field, or the field is no longer on the object.
-fn give_back(ed: &mut Editor, obj: &Value, returns: &[Return]) -> Result<(), Malformed> {
+///
+/// Returns the entries left with no field by a [`Return::taken_from`] (their indexes), for
+/// [`remove_entries`] to remove with ours.
+fn give_back(ed: &mut Editor, obj: &Value, returns: &[Return]) -> Result<Vec<usize>, Malformed> {
     let entries = entries(obj);
+    let mut emptied = Vec::new();
     for r in returns {
         let path: Vec<&str> = r.path.iter().map(String::as_str).collect();
         let field = path.join(".");
@@ -195,32 +199,37 @@ fn give_back(ed: &mut Editor, obj: &Value, returns: &[Return]) -> Result<(), Mal
             ed.push(json!({"op": "replace", "path": format!("{base}/fieldsV1"), "value": merged}));
             ed.note(format!("gave {field} back to {who}"));
         }
-        take_claims(ed, &entries, &path, &r.taken_from);
+        emptied.extend(take_claims(ed, &entries, &path, &r.taken_from));
     }
-    Ok(())
+    Ok(emptied)
 }
 
 /// Drops the `Update` claims of `managers` on the field at `path`: the field out of each such
-/// entry's `fieldsV1` (the maps left empty with it), or the whole entry where it owned nothing
-/// else; each guarded by `test`s of the entry's manager and operation.
-fn take_claims(ed: &mut Editor, entries: &[(&Value, Owner)], path: &[&str], managers: &[String]) {
+/// entry's `fieldsV1` (the maps left empty with it), guarded by `test`s of the entry's manager
+/// and operation. An entry that owned nothing else is returned (its index), to be removed.
+fn take_claims(
+    ed: &mut Editor,
+    entries: &[(&Value, Owner)],
+    path: &[&str],
+    managers: &[String],
+) -> Vec<usize> {
     let field = path.join(".");
     let ptr = fields_ptr(path);
-    // From the last, so that a removed entry leaves the earlier indexes as they were.
-    for (i, (entry, owner)) in entries.iter().enumerate().rev() {
+    let mut emptied = Vec::new();
+    for (i, (entry, owner)) in entries.iter().enumerate() {
         if !managers.contains(&owner.manager)
             || owner.operation != "Update"
             || entry.pointer(&ptr).is_none()
         {
             continue;
         }
-        let base = format!("/metadata/managedFields/{i}");
-        ed.test(&format!("{base}/manager"), &owner.manager);
-        ed.test(&format!("{base}/operation"), &owner.operation);
         let left = without_field(&entry["fieldsV1"], path);
         if left.as_object().is_some_and(|m| m.is_empty()) {
-            ed.remove(&base);
+            emptied.push(i);
         } else {
+            let base = format!("/metadata/managedFields/{i}");
+            ed.test(&format!("{base}/manager"), &owner.manager);
+            ed.test(&format!("{base}/operation"), &owner.operation);
             ed.push(json!({"op": "replace", "path": format!("{base}/fieldsV1"), "value": left}));
         }
         ed.note(format!(
@@ -228,6 +237,7 @@ fn take_claims(ed: &mut Editor, entries: &[(&Value, Owner)], path: &[&str], mana
             owner.manager
         ));
     }
+    emptied
 }
 
 /// The `fieldsV1` set without the field at `path`, and without the maps that held only it.
@@ -312,14 +322,17 @@ pub fn release(obj: &Value, kind: Kind) -> Result<Plan, Malformed> {
         ed.note("our claim on [] stays: it marks the suspension as ours for a later post with a fallback");
     } else {
         let returns: Vec<Return> = read_record(obj, OWNERS_TO_RETURN)?.unwrap_or_default();
-        give_back(&mut ed, obj, &returns)?;
+        let emptied = give_back(&mut ed, obj, &returns)?;
         ed.remove_annotation(OWNERS_TO_RETURN);
-        remove_ours(&mut ed, obj);
+        remove_entries(&mut ed, obj, emptied);
     }
     Ok(ed.finish())
 }
 
-fn remove_ours(ed: &mut Editor, obj: &Value) {
+/// Removes our entries and the `emptied` ones (another manager's, left with no field by
+/// [`take_claims`]), from the last, so that each removal leaves the earlier indexes as they were;
+/// each guarded by a `test` of the entry's manager.
+fn remove_entries(ed: &mut Editor, obj: &Value, emptied: Vec<usize>) {
     let entries = entries(obj);
     let ours: Vec<usize> = (0..entries.len())
         .filter(|&i| {
@@ -327,24 +340,32 @@ fn remove_ours(ed: &mut Editor, obj: &Value) {
             o.manager == FIELD_MANAGER && e["fieldsV1"].as_object().is_some_and(|f| !f.is_empty())
         })
         .collect();
-    if ours.is_empty() {
+    let mut gone: Vec<usize> = ours.iter().chain(&emptied).copied().collect();
+    gone.sort_unstable();
+    gone.dedup();
+    if gone.is_empty() {
         return;
     }
-    if ours.len() == entries.len() {
+    if gone.len() == entries.len() {
         // The API server ignores a write that empties managedFields.
         return ed.note("our managedFields entry is the only one and cannot be removed");
     }
     let mut fields = Vec::new();
-    for &i in ours.iter().rev() {
-        owned_fields(&entries[i].0["fieldsV1"], "", &mut fields);
+    for &i in gone.iter().rev() {
+        let (entry, owner) = &entries[i];
+        if owner.manager == FIELD_MANAGER {
+            owned_fields(&entry["fieldsV1"], "", &mut fields);
+        }
         let path = format!("/metadata/managedFields/{i}");
-        ed.test(&format!("{path}/manager"), FIELD_MANAGER);
+        ed.test(&format!("{path}/manager"), &owner.manager);
         ed.remove(&path);
     }
-    ed.note(format!(
-        "released our field-manager claim on {}",
-        fields.join(", ")
-    ));
+    if !ours.is_empty() {
+        ed.note(format!(
+            "released our field-manager claim on {}",
+            fields.join(", ")
+        ));
+    }
 }
 
 /// Whether anything of ours is on `obj`: a record annotation, or our claim on the methods

@@ -14,11 +14,13 @@ use crate::support::harvester::*;
 use crate::support::*;
 
 /// Each release family: (release, the methods an administrator set, if any, not needed).
+/// v1.8.0 needs the guard whatever the methods: its own patch of the CR is a claim that its
+/// chart's deploy stops on (harvester#10677).
 const CASES: &[(&str, Option<&str>, bool)] = &[
     ("v1.7.1", None, false),
     ("v1.7.2", None, true),
     ("v1.7.3", Some("Evict"), true),
-    ("v1.8.0", None, true),
+    ("v1.8.0", None, false),
     ("v1.8.0", Some("Evict"), false),
     ("v1.8.1", Some("Evict"), true),
     ("v1.9.0", None, true),
