@@ -427,9 +427,10 @@ async fn two_upgrades_in_a_row() {
 /// v1.8.0: the CR merge-patched to `[]` (kubectl-patch), the pointer added; at the cleanup a PUT
 /// of a hard-coded `[LiveMigrate]` and the pointer removed. With the chart's default, the CR is
 /// back at the original when `post` runs: taken as restored, the ManagedChart restored exactly,
-/// and the Update claim of Harvester's PUT named (it is there without the guard too). With an
-/// administrator's `[LiveMigrate, Evict]`, the PUT destroys it: `post` puts it back and gives the
-/// field back to Helm, where without the guard Fleet's next deploy conflicts with `harvester`.
+/// and the Update claim of Harvester's PUT dropped, the field given back to Helm (without the
+/// guard the claim stays). With an administrator's `[LiveMigrate, Evict]`, the PUT destroys it:
+/// `post` puts it back. Either way the field is the chart's alone after `post`, where without the
+/// guard Fleet's deploy of another value conflicts with `harvester`.
 #[tokio::test]
 async fn v180_hard_coded_restore_is_recognized_and_a_destroyed_setting_put_back() {
     let client = admin().await;
@@ -454,27 +455,32 @@ async fn v180_hard_coded_restore_is_recognized_and_a_destroyed_setting_put_back(
         let post = post.unwrap().await.unwrap();
         post.ok();
         assert_eq!(kubevirt_methods(&client, &guarded).await, before);
+        assert!(
+            !post
+                .warnings()
+                .iter()
+                .any(|w| w.starts_with(UPDATE_CLAIM_LEFT)),
+            "no claim left to name: {post:?}"
+        );
+        fleet_deploy(&client, &guarded, &chart).await.unwrap();
+        let kv = get(&client, "KubeVirt", &guarded, "kubevirt").await;
+        assert_eq!(owners_of(&kv, METHODS_PATH), ["helm/Apply"]);
+        nothing_of_ours(&kv, "KubeVirt");
+        nothing_of_ours(
+            &get(&client, "ManagedChart", &guarded, "harvester").await,
+            "ManagedChart",
+        );
+        let deployed = fleet_deploy(&client, &control, &chart).await;
         match &admin_choice {
             None => {
-                assert!(
-                    post.warnings()
-                        .iter()
-                        .any(|w| w.starts_with(UPDATE_CLAIM_LEFT) && w.contains("harvester")),
-                    "{post:?}"
-                );
-                same_as_without_the_guard(&client, &control, &guarded, &chart).await;
+                deployed.unwrap();
+                let kv = get(&client, "KubeVirt", &control, "kubevirt").await;
+                let owners = owners_of(&kv, METHODS_PATH);
+                assert!(owners.iter().any(|o| o == "harvester/Update"), "{owners:?}");
             }
             Some(_) => {
-                let e = fleet_deploy(&client, &control, &chart).await.unwrap_err();
+                let e = deployed.unwrap_err();
                 assert!(e.contains("conflict") && e.contains("harvester"), "{e}");
-                fleet_deploy(&client, &guarded, &chart).await.unwrap();
-                let kv = get(&client, "KubeVirt", &guarded, "kubevirt").await;
-                assert_eq!(owners_of(&kv, METHODS_PATH), ["helm/Apply"]);
-                nothing_of_ours(&kv, "KubeVirt");
-                nothing_of_ours(
-                    &get(&client, "ManagedChart", &guarded, "harvester").await,
-                    "ManagedChart",
-                );
             }
         }
     }
@@ -533,7 +539,8 @@ async fn pre_after_v180s_patch_lets_the_chart_deploy() {
 
 /// The upgrade-manager add-on: PreRun merge-patches the CR to `[]` and adds the pointer;
 /// Finalize merge-patches a hard-coded `[LiveMigrate]` and removes the pointer. `post` after
-/// Finalize: restored exactly (default), or the administrator's setting put back.
+/// Finalize: restored exactly (default), or the administrator's setting put back; either way
+/// the field is the chart's alone after it, where the control keeps the add-on's claim.
 #[tokio::test]
 async fn addon_prerun_and_finalize() {
     let client = admin().await;
@@ -553,18 +560,30 @@ async fn addon_prerun_and_finalize() {
             before,
             "{post:?}"
         );
+        // The guarded CR is the chart's alone, whatever the methods: the add-on's claim went
+        // with the restore (harvester#10899).
+        fleet_deploy(&client, &guarded, &chart).await.unwrap();
+        let kv = get(&client, "KubeVirt", &guarded, "kubevirt").await;
+        assert_eq!(owners_of(&kv, METHODS_PATH), ["helm/Apply"]);
+        nothing_of_ours(&kv, "KubeVirt");
+        // The control keeps it: the same value deploys there, another conflicts.
+        let deployed = fleet_deploy(&client, &control, &chart).await;
         match &admin_choice {
-            None => same_as_without_the_guard(&client, &control, &guarded, &chart).await,
+            None => {
+                deployed.unwrap();
+                let kv = get(&client, "KubeVirt", &control, "kubevirt").await;
+                let owners = owners_of(&kv, METHODS_PATH);
+                assert!(
+                    owners.iter().any(|o| o == "upgrade-toolkit/Update"),
+                    "{owners:?}"
+                );
+            }
             Some(_) => {
-                let e = fleet_deploy(&client, &control, &chart).await.unwrap_err();
+                let e = deployed.unwrap_err();
                 assert!(
                     e.contains("conflict") && e.contains("upgrade-toolkit"),
                     "{e}"
                 );
-                fleet_deploy(&client, &guarded, &chart).await.unwrap();
-                let kv = get(&client, "KubeVirt", &guarded, "kubevirt").await;
-                assert_eq!(owners_of(&kv, METHODS_PATH), ["helm/Apply"]);
-                nothing_of_ours(&kv, "KubeVirt");
             }
         }
     }
