@@ -27,43 +27,24 @@ const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset
 /// A client that never sends its request's headers holds a connection this long at most.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The gauges (name, help), in [`Gauges`]' order, then the time of the last full read.
-const GAUGES: [(&str, &str); 7] = [
-    (
-        "suspension_in_place",
-        "1 while a suspension of the guard's (its [] on the KubeVirt CR) is in place",
-    ),
-    (
-        "upgrade_unprotected",
-        "1 while an upgrade that needs the guard (to v1.6.x-v1.7.1) is under way and automated workload updates are still on",
-    ),
-    (
-        "upgrade_held",
-        "1 while such an upgrade is held by the chart's admission policy (before NodesPrepared)",
-    ),
-    (
-        "hold_after_failed_upgrade",
-        "1 while the suspension is held after a failed upgrade, until its retry",
-    ),
-    (
-        "no_longer_needed",
-        "1 when no release the cluster can upgrade to next needs the guard: it can be uninstalled",
-    ),
-    (
-        "outdated_vmis",
-        "KubeVirt's count of VMIs its workload updater would move (the KubeVirt CR's status.outdatedVirtualMachineInstanceWorkloads): during an upgrade it falls node by node as the drains move VMs to the new virt-launcher; at the restore, what the drains did not move",
-    ),
-    (
-        "last_successful_read_timestamp_seconds",
-        "Unix time of the last pass that read every object the guard watches",
-    ),
-];
+/// The resident guard's gauges, one field each: a new one is a field here, its name and help in
+/// [`Metrics::new`], and its value in [`Metrics::show`].
+struct Families {
+    suspension_in_place: Gauge,
+    upgrade_unprotected: Gauge,
+    upgrade_held: Gauge,
+    hold_after_failed_upgrade: Gauge,
+    no_longer_needed: Gauge,
+    fleet_deploy_blocked: Gauge,
+    outdated_vmis: Gauge,
+    last_successful_read: Gauge,
+}
 
 type Labels<const N: usize> = [(&'static str, String); N];
 
 pub struct Metrics {
     registry: Registry,
-    gauges: [Gauge; 7],
+    gauges: Families,
     acts: Family<Labels<2>, Counter>,
 }
 
@@ -72,11 +53,45 @@ impl Metrics {
     /// `increase()` miss that act.
     pub fn new(version: &str, revision: &str, chart: &str) -> Metrics {
         let mut registry = Registry::with_prefix(PREFIX);
-        let gauges = GAUGES.map(|(name, help)| {
+        let mut gauge = |name: &str, help: &str| {
             let g = Gauge::default();
             registry.register(name, help, g.clone());
             g
-        });
+        };
+        let gauges = Families {
+            suspension_in_place: gauge(
+                "suspension_in_place",
+                "1 while a suspension of the guard's (its [] on the KubeVirt CR) is in place",
+            ),
+            upgrade_unprotected: gauge(
+                "upgrade_unprotected",
+                "1 while an upgrade that needs the guard (to v1.6.x-v1.7.1) is under way and automated workload updates are still on",
+            ),
+            upgrade_held: gauge(
+                "upgrade_held",
+                "1 while such an upgrade is held by the chart's admission policy (before NodesPrepared)",
+            ),
+            hold_after_failed_upgrade: gauge(
+                "hold_after_failed_upgrade",
+                "1 while the suspension is held after a failed upgrade, until its retry",
+            ),
+            no_longer_needed: gauge(
+                "no_longer_needed",
+                "1 when no release the cluster can upgrade to next needs the guard: it can be uninstalled",
+            ),
+            fleet_deploy_blocked: gauge(
+                "fleet_deploy_blocked",
+                "1 while Fleet has not deployed the ManagedChart and another manager's Update claim holds the KubeVirt CR's workloadUpdateMethods at a value the chart does not render (Helm's conflict stops the deploy)",
+            ),
+            outdated_vmis: gauge(
+                "outdated_vmis",
+                "KubeVirt's count of VMIs its workload updater would move (the KubeVirt CR's status.outdatedVirtualMachineInstanceWorkloads): during an upgrade it falls node by node as the drains move VMs to the new virt-launcher; at the restore, what the drains did not move",
+            ),
+            last_successful_read: gauge(
+                "last_successful_read_timestamp_seconds",
+                "Unix time of the last pass that read every object the guard watches",
+            ),
+        };
         let acts = Family::default();
         let help = "Runs of pre and post by the resident guard, by result";
         registry.register("acts", help, acts.clone());
@@ -103,23 +118,20 @@ impl Metrics {
         }
     }
 
-    pub fn show(&self, g: &Gauges) {
-        let on = [
-            g.suspension_in_place,
-            g.upgrade_unprotected,
-            g.upgrade_held,
-            g.hold_after_failed_upgrade,
-            g.no_longer_needed,
-        ];
-        let values = on.map(i64::from).into_iter().chain([g.outdated_vmis]);
-        for (gauge, value) in self.gauges.iter().zip(values) {
-            gauge.set(value);
-        }
+    pub fn show(&self, seen: &Gauges) {
+        let g = &self.gauges;
+        g.suspension_in_place.set(seen.suspension_in_place.into());
+        g.upgrade_unprotected.set(seen.upgrade_unprotected.into());
+        g.upgrade_held.set(seen.upgrade_held.into());
+        g.hold_after_failed_upgrade
+            .set(seen.hold_after_failed_upgrade.into());
+        g.no_longer_needed.set(seen.no_longer_needed.into());
+        g.fleet_deploy_blocked.set(seen.fleet_deploy_blocked.into());
+        g.outdated_vmis.set(seen.outdated_vmis);
     }
 
     pub fn read_everything(&self, unix_seconds: i64) {
-        let [.., last_read] = &self.gauges;
-        last_read.set(unix_seconds);
+        self.gauges.last_successful_read.set(unix_seconds);
     }
 
     /// Another phase than `pre` and `post` has no series.
@@ -234,6 +246,8 @@ mod tests {
             "upgrade_held",
             "hold_after_failed_upgrade",
             "no_longer_needed",
+            "fleet_deploy_blocked",
+            "outdated_vmis",
             "last_successful_read_timestamp_seconds",
         ] {
             let name = format!("{PREFIX}_{gauge}");
@@ -254,14 +268,51 @@ mod tests {
         assert!(text.ends_with("# EOF\n"), "{text}");
     }
 
+    /// Each gauge alone at 1 (or its count): a scrape shows it under its own name, every other at
+    /// 0, so that no two are swapped.
     #[test]
     fn the_loop_sets_what_a_scrape_reads() {
+        let one_of = |set: fn(&mut Gauges)| {
+            let mut g = Gauges::default();
+            set(&mut g);
+            g
+        };
+        let cases: [(&str, Gauges); 7] = [
+            (
+                "suspension_in_place",
+                one_of(|g| g.suspension_in_place = true),
+            ),
+            (
+                "upgrade_unprotected",
+                one_of(|g| g.upgrade_unprotected = true),
+            ),
+            ("upgrade_held", one_of(|g| g.upgrade_held = true)),
+            (
+                "hold_after_failed_upgrade",
+                one_of(|g| g.hold_after_failed_upgrade = true),
+            ),
+            ("no_longer_needed", one_of(|g| g.no_longer_needed = true)),
+            (
+                "fleet_deploy_blocked",
+                one_of(|g| g.fleet_deploy_blocked = true),
+            ),
+            ("outdated_vmis", one_of(|g| g.outdated_vmis = 1)),
+        ];
+        for (name, gauges) in cases {
+            let m = Metrics::new("0.2.0", "abc1234", "0.2.0");
+            m.show(&gauges);
+            let text = m.text();
+            for (other, _) in cases {
+                let want = if other == name { "1" } else { "0" };
+                let got = value(&text, &format!("{PREFIX}_{other}"));
+                assert_eq!(
+                    got.as_deref(),
+                    Some(want),
+                    "{name} set, {other} read: {text}"
+                );
+            }
+        }
         let m = Metrics::new("0.2.0", "abc1234", "0.2.0");
-        m.show(&Gauges {
-            suspension_in_place: true,
-            upgrade_held: true,
-            ..Gauges::default()
-        });
         m.read_everything(1_780_000_000);
         m.acted(Phase::Pre, false);
         m.acted(Phase::Pre, false);
@@ -269,9 +320,6 @@ mod tests {
         m.acted(Phase::Status, true);
         let text = m.text();
         let v = |s: &str| value(&text, &format!("{PREFIX}_{s}"));
-        assert_eq!(v("suspension_in_place").as_deref(), Some("1"));
-        assert_eq!(v("upgrade_held").as_deref(), Some("1"));
-        assert_eq!(v("upgrade_unprotected").as_deref(), Some("0"));
         assert_eq!(
             v("last_successful_read_timestamp_seconds").as_deref(),
             Some("1780000000")

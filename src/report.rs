@@ -51,6 +51,10 @@ impl Report {
         vmi_forecast: Option<Forecast>,
     ) -> Self {
         let managed_chart = chart.map(|(t, read)| chart_report(t, read, intent));
+        let chart_read = chart.and_then(|(_, read)| read.ok().flatten());
+        let blocked_by = kv
+            .zip(chart_read)
+            .and_then(|(kv, c)| fleet_status::deploy_blocked_by(kv, c));
         let k = kubevirt_report(kubevirt, kv, managed_chart.as_ref(), intent);
         let restore = k.post_will_restore.as_ref();
         let source = restore.map(|r| r.source);
@@ -62,7 +66,7 @@ impl Report {
         let mut report = Report {
             verdict: refusal(&k, managed_chart.as_ref())
                 .unwrap_or_else(|| verdict(&k, source, &will_restore)),
-            warnings: warnings(managed_chart.as_ref(), kv, restore),
+            warnings: warnings(managed_chart.as_ref(), kv, restore, blocked_by),
             suspended,
             will_restore,
             restore_source: source,
@@ -265,10 +269,12 @@ fn chart_report(
 
 /// A found object's problems are no warnings: they are shown under it, and the verdict names
 /// the first.
+/// `blocked_by`: the claim Fleet's deploy waits on, named as the cause of its not applying.
 fn warnings(
     chart: Option<&ChartReport>,
     kv: Option<&Value>,
     restore: Option<&RestoreReport>,
+    blocked_by: Option<fleet_status::Conflict>,
 ) -> Vec<String> {
     let unread = chart.filter(|c| !c.found).map(|c| c.problems.clone());
     let mut warnings = unread.unwrap_or_default();
@@ -284,9 +290,12 @@ fn warnings(
             "{object} is paused: Fleet deploys nothing until it is unpaused"
         ));
     } else if let Some(f) = c.fleet.as_ref().filter(|f| !f.current_spec_applied) {
+        let cause = blocked_by.map_or(String::new(), |c| {
+            format!("; its deploy waits on a claim: {c}")
+        });
         warnings.push(format!(
             "Fleet has not applied {object}'s current spec ({}): Harvester refuses to start an \
-             upgrade until it is Ready",
+             upgrade until it is Ready{cause}",
             f.said
         ));
     }
@@ -442,6 +451,35 @@ mod tests {
             r.warnings.iter().any(|w| w.contains("refuses to start")),
             "{:?}",
             r.warnings
+        );
+        assert!(
+            !r.warnings.iter().any(|w| w.contains("waits on a claim")),
+            "{:?}",
+            r.warnings
+        );
+        // The add-on's `[]` by a merge patch: the deploy waits on upgrade-toolkit's claim.
+        let mut claimed = kubevirt(Some(json!([])));
+        claimed["metadata"]["managedFields"] = json!([
+            entry("helm", "Apply", methods_fields()),
+            entry("upgrade-toolkit", "Update", methods_fields()),
+        ]);
+        let blocked = Report::new(
+            &intent,
+            (&kt, Some(&claimed)),
+            Some((&ct, Ok(Some(&ch)))),
+            &[],
+            None,
+        );
+        assert!(
+            blocked
+                .warnings
+                .iter()
+                .any(|w| w.contains("refuses to start")
+                    && w.contains(
+                        "its deploy waits on a claim: upgrade-toolkit holds an Update claim"
+                    )),
+            "{:?}",
+            blocked.warnings
         );
         let text = r.to_string();
         assert!(

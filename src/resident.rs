@@ -84,6 +84,8 @@ struct Loop<'a> {
     act_failed: bool,
     /// The unprotected upgrade said last (once per upgrade and hold, until it is protected).
     unprotected_said: Option<UnprotectedKey>,
+    /// The claim a Fleet deploy waits on, said last (its manager and the Bundle's generation).
+    blocked_said: Option<String>,
 }
 
 impl<'a> Loop<'a> {
@@ -104,6 +106,7 @@ impl<'a> Loop<'a> {
             last_pre: None,
             act_failed: false,
             unprotected_said: None,
+            blocked_said: None,
         }
     }
 
@@ -304,6 +307,7 @@ pub async fn resident_guard(
         match pass {
             Ok(p) => {
                 lp.say_retirement(&p).await;
+                lp.say_blocked_deploy(&p).await;
                 if just_did.take().as_ref() == Some(&p.decision) {
                     info!(
                         "resident guard: {} again, right after it ran: tried again at the next event or in {resync} s",

@@ -16,6 +16,7 @@ pub const UPDATE_CLAIM_LEFT: &str = "WorkloadUpdateMethodsUpdateClaim";
 pub const HARVESTER_SUSPENDED: &str = "HarvesterUpgradeSuspendedUpdates";
 pub const RESTORED_DURING_UPGRADE: &str = "RestoredDuringUpgrade";
 pub const CONFLICT: &str = "FleetDeployWillConflict";
+pub const FLEET_DEPLOY_BLOCKED: &str = "FleetDeployBlockedByClaim";
 pub const PAUSED: &str = "ManagedChartPaused";
 pub const NOT_APPLIED: &str = "ManagedChartNotApplied";
 pub const LEFT_BY_SKIPPED_STEP: &str = "RecordsLeftBySkippedStep";
@@ -50,6 +51,7 @@ mod tests {
         HARVESTER_SUSPENDED,
         RESTORED_DURING_UPGRADE,
         CONFLICT,
+        FLEET_DEPLOY_BLOCKED,
         PAUSED,
         NOT_APPLIED,
         LEFT_BY_SKIPPED_STEP,

@@ -211,6 +211,21 @@ pub fn conflicts(kubevirt: &Value, chart: &Value) -> Vec<Conflict> {
     update_claims(kubevirt).map(conflict).collect()
 }
 
+/// The claim that Fleet's deploy of the ManagedChart's current spec waits on: Fleet has not
+/// applied it, and another manager's `Update` claim holds the methods at a value the values do
+/// not render (Fleet's agent deploys with Helm, server-side and without force, and a conflict
+/// keeps the Bundle `WaitApplied`: its message never names the claim). `status`, the resident
+/// guard's Event and its metric name it.
+pub fn deploy_blocked_by(kubevirt: &Value, chart: &Value) -> Option<Conflict> {
+    let waiting = matches!(
+        fleet_view(chart, None),
+        Fleet::Waiting(_) | Fleet::Failed(_)
+    );
+    waiting
+        .then(|| conflicts(kubevirt, chart))
+        .and_then(|c| c.into_iter().next())
+}
+
 /// Whether the wait for Fleet waits, decided from the ManagedChart as read at the start of the
 /// phase and as the phase left it (docs/design.md, "Waiting for Fleet").
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -564,6 +579,37 @@ mod tests {
             entry(FIELD_MANAGER, "Update", methods_fields()),
         ]);
         assert!(conflicts(&kv_obj, &values(json!([]))).is_empty());
+    }
+
+    #[test]
+    fn a_deploy_waiting_with_a_conflicting_claim_is_blocked_by_it() {
+        // The add-on's PreRun: `[]` by a merge patch, as upgrade-toolkit; the chart renders the
+        // default (no override) or our override.
+        let mut kv_obj = kubevirt(Some(json!([])));
+        kv_obj["metadata"]["managedFields"] = json!([
+            entry("helm", "Apply", methods_fields()),
+            entry("upgrade-toolkit", "Update", methods_fields()),
+        ]);
+        let with_values = |mut c: Value, values: Value| {
+            c["spec"]["values"] = values;
+            c
+        };
+        let waiting = with_status(5, "False", WAIT, json!({"waitApplied": 1}));
+        let blocked = deploy_blocked_by(&kv_obj, &waiting).expect("blocked");
+        assert_eq!(blocked.manager, "upgrade-toolkit");
+        assert_eq!(blocked.rendered, None);
+        // Applied: the claim will meet the next deploy, but nothing waits on it now.
+        let applied = with_status(5, "True", "", json!({}));
+        assert_eq!(deploy_blocked_by(&kv_obj, &applied), None);
+        // The guard's override renders the claim's value: the deploy goes through.
+        let ours = json!({"kubevirt": {"spec": {"workloadUpdateStrategy": {"workloadUpdateMethods": []}}}});
+        assert_eq!(
+            deploy_blocked_by(&kv_obj, &with_values(waiting.clone(), ours)),
+            None
+        );
+        // No claim but the chart's own apply: waiting is only waiting.
+        kv_obj["metadata"]["managedFields"] = json!([entry("helm", "Apply", methods_fields())]);
+        assert_eq!(deploy_blocked_by(&kv_obj, &waiting), None);
     }
 
     #[test]

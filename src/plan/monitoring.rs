@@ -3,18 +3,21 @@
 
 use serde_json::Value;
 
+use super::fleet_status::deploy_blocked_by;
 use super::harvester_upgrade::{ALLOW_UNPROTECTED, Handling, Upgrade};
 use super::ownership::ours;
 use super::records::{describe, identity, is_suspended, methods};
 use super::retirement::Retirement;
 use super::upgrade_progress::upgrade_under_way;
 use crate::model::METHODS_POINTER;
-use crate::warnings::{UPGRADE_HELD_BY_POLICY, UPGRADE_UNPROTECTED, Warning};
+use crate::warnings::{FLEET_DEPLOY_BLOCKED, UPGRADE_HELD_BY_POLICY, UPGRADE_UNPROTECTED, Warning};
 
 /// What one pass of the loop read and remembers, as the metrics need it.
 #[derive(Debug, Clone, Copy)]
 pub struct Seen<'a> {
     pub kubevirt: Option<&'a Value>,
+    /// The ManagedChart, with the status Rancher copies from Fleet's Bundle.
+    pub chart: Option<&'a Value>,
     pub upgrade: Option<&'a Upgrade>,
     /// The chart installed its admission policy (`ADMISSION_HOLD`).
     pub admission_hold: bool,
@@ -35,6 +38,8 @@ pub struct Gauges {
     pub upgrade_held: bool,
     pub hold_after_failed_upgrade: bool,
     pub no_longer_needed: bool,
+    /// Fleet's deploy of the ManagedChart waits on another manager's claim on the methods.
+    pub fleet_deploy_blocked: bool,
     /// KubeVirt's own count of the VMIs its updater would move (outdated launchers, pending
     /// hot-plug or volume changes): fewer after each drain; at the restore, what the drains left.
     pub outdated_vmis: i64,
@@ -68,6 +73,7 @@ pub fn gauges(seen: &Seen) -> Gauges {
         upgrade_held: unprotected.is_some_and(|u| seen.admission_hold && !u.nodes_prepared),
         hold_after_failed_upgrade: seen.held_after_failure,
         no_longer_needed: seen.retirement.is_some_and(Retirement::no_longer_needed),
+        fleet_deploy_blocked: blocked_deploy(seen).is_some(),
         outdated_vmis: kubevirt
             .and_then(|kv| kv.pointer("/status/outdatedVirtualMachineInstanceWorkloads"))
             .and_then(Value::as_i64)
@@ -157,6 +163,40 @@ pub fn unprotected_warning(seen: &Seen, last_pre: &str) -> Option<(UnprotectedKe
         UnprotectedKey { upgrade, held },
         Warning { reason, message },
     ))
+}
+
+fn blocked_deploy(seen: &Seen) -> Option<super::fleet_status::Conflict> {
+    deploy_blocked_by(seen.kubevirt?, seen.chart?)
+}
+
+/// The Warning of a Fleet deploy that waits on another manager's claim, with the key it is said
+/// once for: the claim's manager and the Bundle's generation (a new spec that meets it too is
+/// said again). `suspending`: the guard's `pre` runs now, and its values override ends the
+/// conflict at the fleet-agent's next retry.
+pub fn blocked_deploy_warning(seen: &Seen, suspending: bool) -> Option<(String, Warning)> {
+    let conflict = blocked_deploy(seen)?;
+    let chart = seen.chart?;
+    let (_, ns, name) = identity(chart);
+    let generation = chart
+        .pointer("/metadata/generation")
+        .and_then(Value::as_i64);
+    let key = format!("{}@{}", conflict.manager, generation.unwrap_or(0));
+    let then = if suspending {
+        "; the guard suspends now through the values, which render the same value: the \
+         fleet-agent's next retry deploys"
+    } else {
+        ""
+    };
+    let message = format!(
+        "Fleet has not deployed ManagedChart {ns}/{name}'s current spec, and its deploy waits on \
+         a claim (a conflict keeps the Bundle WaitApplied; only the fleet-agent's log names it): \
+         {conflict}{then}"
+    );
+    let warning = Warning {
+        reason: FLEET_DEPLOY_BLOCKED,
+        message,
+    };
+    Some((key, warning))
 }
 
 #[cfg(test)]

@@ -91,6 +91,34 @@ impl Loop<'_> {
         Ok(Some(needed))
     }
 
+    /// A Fleet deploy that waits on another manager's claim is warned of once per claim and
+    /// Bundle generation, before the pass acts (a suspension through the values ends it).
+    pub(super) async fn say_blocked_deploy(&mut self, pass: &Pass) {
+        if !self.suspends {
+            return;
+        }
+        let seen = monitoring::Seen {
+            kubevirt: pass.objects.kubevirt.as_ref(),
+            chart: pass.objects.chart.as_ref(),
+            upgrade: pass.upgrade.as_ref(),
+            admission_hold: false,
+            held_after_failure: false,
+            retirement: None,
+        };
+        let suspending = matches!(
+            pass.decision,
+            Decision::Suspend { .. } | Decision::Resuspend { .. }
+        );
+        let Some((key, said)) = monitoring::blocked_deploy_warning(&seen, suspending) else {
+            self.blocked_said = None;
+            return;
+        };
+        if self.blocked_said.as_ref() != Some(&key) {
+            self.cluster.warn(seen.kubevirt, None, &said).await;
+            self.blocked_said = Some(key);
+        }
+    }
+
     /// "No longer needed" is said once, with a Normal Event; "needed again" in the log only.
     pub(super) async fn say_retirement(&mut self, pass: &Pass) {
         let Some(r) = &pass.retirement else {
@@ -122,6 +150,7 @@ impl Loop<'_> {
         };
         let seen = monitoring::Seen {
             kubevirt: pass.objects.kubevirt.as_ref(),
+            chart: pass.objects.chart.as_ref(),
             upgrade: pass.upgrade.as_ref(),
             admission_hold: self.cfg.watch.as_ref().is_some_and(|w| w.admission_hold),
             held_after_failure: self.memory.held.is_some(),

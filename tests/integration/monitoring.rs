@@ -16,10 +16,13 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use workload_update_guard::plan::harvester_upgrade::ALLOW_UNPROTECTED;
 use workload_update_guard::plan::upgrade_progress::{ENDED, UPGRADE_STATES};
-use workload_update_guard::warnings::{UPGRADE_HELD_BY_POLICY, UPGRADE_UNPROTECTED};
+use workload_update_guard::warnings::{
+    FLEET_DEPLOY_BLOCKED, UPGRADE_HELD_BY_POLICY, UPGRADE_UNPROTECTED,
+};
 
 use crate::chart::{APPLY, deployment, ensure_namespaces, kind, render, template_yaml};
 use crate::resident::Guard;
+use crate::support::fleet::{FleetModel, Options};
 use crate::support::harvester::*;
 use crate::support::*;
 
@@ -141,7 +144,7 @@ fn the_alerts_pass_promtool_check_and_their_unit_tests() {
     std::fs::write(dir.join("rules.yaml"), groups.to_string()).unwrap();
     let (ok, out) = run_promtool(&["check", "rules", "rules.yaml"], &dir, None);
     assert!(ok, "promtool check rules: {out}");
-    assert!(out.contains("SUCCESS: 5 rules found"), "{out}");
+    assert!(out.contains("SUCCESS: 6 rules found"), "{out}");
 
     let mut compared = groups.clone();
     for r in compared["groups"][0]["rules"].as_array_mut().unwrap() {
@@ -401,6 +404,11 @@ fn the_metrics_values_render_the_port_the_service_and_the_ingress() {
             "hold-after-a-failed-upgrade",
             "warning",
         ),
+        (
+            "WorkloadUpdateGuardFleetDeployBlocked",
+            "fleets-deploy-stopped-on-a-claim",
+            "warning",
+        ),
         ("WorkloadUpdateGuardDown", "guard-down", "warning"),
     ] {
         let r = by_name(alert);
@@ -469,8 +477,15 @@ fn value(text: &str, series: &str) -> Option<f64> {
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
 }
 
-/// Scrapes until `series` is `want` (the loop sets it after its pass or act).
-fn metric_becomes(guard: &Guard, port: u16, series: &str, want: f64, within: Duration) -> String {
+/// Scrapes until `series` is `want` (the loop sets it after its pass or act); it sleeps on the
+/// runtime, so that the test's own tasks (the Fleet model) go on meanwhile.
+async fn metric_becomes(
+    guard: &Guard,
+    port: u16,
+    series: &str,
+    want: f64,
+    within: Duration,
+) -> String {
     let start = Instant::now();
     loop {
         let text = scrape(port).unwrap_or_default();
@@ -482,7 +497,7 @@ fn metric_becomes(guard: &Guard, port: u16, series: &str, want: f64, within: Dur
             "{series} not {want} within {within:?}: {text}\nlog: {}",
             guard.log()
         );
-        std::thread::sleep(Duration::from_millis(200));
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
@@ -490,6 +505,7 @@ const IN_PLACE: &str = "workload_update_guard_suspension_in_place";
 const UNPROTECTED: &str = "workload_update_guard_upgrade_unprotected";
 const HELD: &str = "workload_update_guard_upgrade_held";
 const OUTDATED: &str = "workload_update_guard_outdated_vmis";
+const BLOCKED: &str = "workload_update_guard_fleet_deploy_blocked";
 
 /// `promtool check metrics` on a scrape: the format and Prometheus's naming rules. promtool
 /// parses the Prometheus text format, where a counter's HELP and TYPE name its sample
@@ -547,7 +563,7 @@ async fn the_metrics_follow_a_modelled_upgrade() {
         &[("METRICS_PORT", &port_text), ("CHART_VERSION", "9.9.9")],
     );
     guard.wait_for("watching for the next one", Duration::from_secs(20));
-    let first = metric_becomes(&guard, port, IN_PLACE, 0.0, Duration::from_secs(10));
+    let first = metric_becomes(&guard, port, IN_PLACE, 0.0, Duration::from_secs(10)).await;
     check_metrics(&first);
     assert_eq!(value(&first, UNPROTECTED), Some(0.0), "{first}");
     let read = value(
@@ -579,7 +595,7 @@ async fn the_metrics_follow_a_modelled_upgrade() {
 
     let up = Upgrade::start(&client, &ns, "hvst-upgrade-m", "v1.7.1").await;
     methods_become(&client, &ns, &json!([]), Duration::from_secs(10)).await;
-    let during = metric_becomes(&guard, port, IN_PLACE, 1.0, Duration::from_secs(10));
+    let during = metric_becomes(&guard, port, IN_PLACE, 1.0, Duration::from_secs(10)).await;
     check_metrics(&during);
     assert_eq!(value(&during, UNPROTECTED), Some(0.0), "{during}");
     assert_eq!(
@@ -595,7 +611,7 @@ async fn the_metrics_follow_a_modelled_upgrade() {
     }
     up.finish(&client, true).await;
     methods_become(&client, &ns, &live_migrate(), Duration::from_secs(10)).await;
-    let after = metric_becomes(&guard, port, IN_PLACE, 0.0, Duration::from_secs(10));
+    let after = metric_becomes(&guard, port, IN_PLACE, 0.0, Duration::from_secs(10)).await;
     check_metrics(&after);
     assert_eq!(
         value(
@@ -628,12 +644,12 @@ async fn the_outdated_gauge_follows_kubevirts_count_with_no_upgrade_event() {
     );
     guard.wait_for("watching for the next one", Duration::from_secs(20));
     // The fixture's count.
-    metric_becomes(&guard, port, OUTDATED, 3.0, Duration::from_secs(10));
+    metric_becomes(&guard, port, OUTDATED, 3.0, Duration::from_secs(10)).await;
     for count in [7, 0, 5] {
         let changed = Instant::now();
         let status = json!({"outdatedVirtualMachineInstanceWorkloads": count});
         set_status(&client, "KubeVirt", &ns, "kubevirt", status).await;
-        metric_becomes(&guard, port, OUTDATED, count as f64, Duration::from_secs(5));
+        metric_becomes(&guard, port, OUTDATED, count as f64, Duration::from_secs(5)).await;
         eprintln!(
             "metrics: outdated {count} shown after {:?}",
             changed.elapsed()
@@ -695,7 +711,7 @@ async fn a_guard_that_cannot_suspend_says_the_upgrade_is_unprotected_and_held() 
     guard.wait_for("watching for the next one", Duration::from_secs(20));
 
     let up = Upgrade::start(&client, &ns, "hvst-upgrade-u", "v1.7.1").await;
-    let held = metric_becomes(&guard, port, HELD, 1.0, Duration::from_secs(15));
+    let held = metric_becomes(&guard, port, HELD, 1.0, Duration::from_secs(15)).await;
     check_metrics(&held);
     assert_eq!(value(&held, UNPROTECTED), Some(1.0), "{held}");
     assert_eq!(value(&held, IN_PLACE), Some(0.0), "{held}");
@@ -763,7 +779,7 @@ async fn a_guard_that_cannot_suspend_says_the_upgrade_is_unprotected_and_held() 
         json!({"status": {"conditions": [{"type": "NodesPrepared", "status": "True"}]}}),
     )
     .await;
-    let open = metric_becomes(&guard, port, HELD, 0.0, Duration::from_secs(10));
+    let open = metric_becomes(&guard, port, HELD, 0.0, Duration::from_secs(10)).await;
     assert_eq!(value(&open, UNPROTECTED), Some(1.0), "{open}");
     let start = Instant::now();
     while said(UPGRADE_UNPROTECTED, "Upgrade").is_empty() {
@@ -787,7 +803,7 @@ async fn a_guard_that_cannot_suspend_says_the_upgrade_is_unprotected_and_held() 
         "hvst-upgrade-u",
         &format!("{ALLOW_UNPROTECTED}=true"),
     ]);
-    let accepted = metric_becomes(&guard, port, UNPROTECTED, 0.0, Duration::from_secs(10));
+    let accepted = metric_becomes(&guard, port, UNPROTECTED, 0.0, Duration::from_secs(10)).await;
     assert_eq!(value(&accepted, HELD), Some(0.0), "{accepted}");
     let mut writer = role.clone();
     writer["rules"].as_array_mut().unwrap().push(json!(
@@ -833,7 +849,7 @@ async fn a_guard_that_cannot_suspend_says_the_upgrade_is_unprotected_and_held() 
         "monitoring: the next upgrade suspended {:.1} s after its creation",
         granted.elapsed().as_secs_f64()
     );
-    let protected = metric_becomes(&guard, port, IN_PLACE, 1.0, Duration::from_secs(10));
+    let protected = metric_becomes(&guard, port, IN_PLACE, 1.0, Duration::from_secs(10)).await;
     assert_eq!(value(&protected, UNPROTECTED), Some(0.0), "{protected}");
     assert_eq!(value(&protected, HELD), Some(0.0), "{protected}");
     check_metrics(&protected);
@@ -845,4 +861,82 @@ async fn a_guard_that_cannot_suspend_says_the_upgrade_is_unprotected_and_held() 
     );
     kubectl_ok(&["delete", "clusterrolebinding", &reader]);
     kubectl_ok(&["delete", "clusterrole", &reader]);
+}
+
+/// Fleet's deploy stuck on another manager's claim (the kind of harvester#10899, whose merge patch
+/// is an `Update` claim; here an operator's `kubectl-edit`), between upgrades: a change of the
+/// ManagedChart's spec that the model deploys with the real Helm (server-side, no force)
+/// conflicts and stays `WaitApplied`. The resident guard names it at its next pass (the chart is
+/// not watched: the resync, 30 s here): its gauge 1, one Warning `FleetDeployBlockedByClaim` on
+/// the KubeVirt CR naming the manager, not repeated by the next pass; `status` says what the
+/// deploy waits on. The way out they name (a `pre`/`post` cycle) lets the retried deploy through
+/// and the gauge goes back to 0.
+#[tokio::test]
+async fn a_fleet_deploy_stuck_on_a_claim_is_named_by_the_gauge_an_event_and_status() {
+    let client = admin().await;
+    let (ns, chart) = helm_installed(&client, "fleet-blocked").await;
+    let fleet = FleetModel::start(&client, &ns, Options::helm(chart)).await;
+    let port = free_port();
+    let port_text = port.to_string();
+    let kubeconfig = control_plane().kubeconfig();
+    let guard = Guard::spawn_with(&kubeconfig, &ns, 0, &[("METRICS_PORT", &port_text)]);
+    guard.wait_for("watching for the next one", Duration::from_secs(20));
+    metric_becomes(&guard, port, BLOCKED, 0.0, Duration::from_secs(10)).await;
+
+    kubectl_ok(&[
+        "-n",
+        &ns,
+        "patch",
+        "kubevirt",
+        "kubevirt",
+        "--type",
+        "json",
+        "--field-manager=kubectl-edit",
+        "-p",
+        r#"[{"op":"replace","path":"/spec/workloadUpdateStrategy/workloadUpdateMethods","value":["LiveMigrate","Evict"]}]"#,
+    ]);
+    // A change of the chart's spec (another value), which Fleet deploys: Helm's conflict.
+    let op = json!([{"op": "add", "path": "/spec/values/longhorn/replicas", "value": 2}]);
+    json_patch(&client, "ManagedChart", &ns, "harvester", op)
+        .await
+        .expect("a spec change");
+    let stuck = Instant::now();
+    let scraped = metric_becomes(&guard, port, BLOCKED, 1.0, Duration::from_secs(45)).await;
+    check_metrics(&scraped);
+    eprintln!(
+        "metrics: the blocked deploy shown after {:?}",
+        stuck.elapsed()
+    );
+    let log = fleet.log();
+    assert!(
+        log.iter()
+            .any(|s| s.state == "log" && s.message.contains("kubectl-edit")),
+        "the model's agent log has Helm's conflict: {log:?}"
+    );
+    let warnings = events_about(&ns, FLEET_DEPLOY_BLOCKED, "KubeVirt");
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert_contains_all(
+        warnings[0]["note"].as_str().unwrap(),
+        &[
+            &format!("ManagedChart {ns}/harvester"),
+            "kubectl-edit holds an Update claim",
+            "run pre and then post once more",
+        ],
+    );
+    let status = run_bin(&kubeconfig, env_for(&ns, "status")).await;
+    assert!(
+        status
+            .stdout
+            .contains("its deploy waits on a claim: kubectl-edit holds an Update claim"),
+        "{}",
+        status.stdout
+    );
+
+    run_bin(&kubeconfig, env_for(&ns, "pre")).await.ok();
+    run_bin(&kubeconfig, env_for(&ns, "post")).await.ok();
+    metric_becomes(&guard, port, BLOCKED, 0.0, Duration::from_secs(45)).await;
+    let g = fleet.generation();
+    assert!(fleet.deployed(g).is_some(), "{:?}", fleet.log());
+    assert_eq!(events_about(&ns, FLEET_DEPLOY_BLOCKED, "KubeVirt").len(), 1);
+    fleet.stop().await;
 }

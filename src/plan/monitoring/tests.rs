@@ -32,6 +32,7 @@ fn upgrade(version: &str, state: &str, prepared: bool, escape: bool) -> Upgrade 
 fn seen<'a>(kv: &'a Value, u: Option<&'a Upgrade>, hold: bool) -> Seen<'a> {
     Seen {
         kubevirt: Some(kv),
+        chart: None,
         upgrade: u,
         admission_hold: hold,
         held_after_failure: false,
@@ -217,4 +218,58 @@ fn status_says_held_by_the_policy_or_unprotected_first() {
     assert_eq!(unprotected_verdict(Some(&ours), Some(&held)), None);
     assert_eq!(unprotected_verdict(Some(&on), Some(&own)), None);
     assert_eq!(unprotected_verdict(Some(&on), None), None);
+}
+
+/// The add-on's `[]` by a merge patch (upgrade-toolkit's Update claim), and a ManagedChart
+/// whose deploy Fleet has not applied: what `status` and the Event name.
+fn claimed_and_waiting() -> (Value, Value) {
+    let mut kv = kubevirt(Some(json!([])), false);
+    let methods = json!({"f:spec": {"f:workloadUpdateStrategy": {"f:workloadUpdateMethods": {}}}});
+    kv["metadata"]["managedFields"] = json!([
+        {"manager": "helm", "operation": "Apply", "apiVersion": "kubevirt.io/v1",
+         "fieldsType": "FieldsV1", "fieldsV1": methods},
+        {"manager": "upgrade-toolkit", "operation": "Update", "apiVersion": "kubevirt.io/v1",
+         "fieldsType": "FieldsV1", "fieldsV1": methods},
+    ]);
+    let chart = json!({
+        "metadata": {"namespace": "fleet-local", "name": "harvester", "generation": 3},
+        "spec": {"values": {}},
+        "status": {"observedGeneration": 3, "summary": {"desiredReady": 1, "ready": 0, "waitApplied": 1},
+                   "conditions": [{"type": "Ready", "status": "False",
+                                   "message": "WaitApplied(1) [Cluster fleet-local/local]"}]},
+    });
+    (kv, chart)
+}
+
+#[test]
+fn a_deploy_waiting_on_a_claim_is_a_gauge_and_a_warning_naming_the_manager() {
+    let (kv, chart) = claimed_and_waiting();
+    let s = Seen {
+        chart: Some(&chart),
+        ..seen(&kv, None, false)
+    };
+    assert!(gauges(&s).fleet_deploy_blocked);
+    let (key, w) = blocked_deploy_warning(&s, false).expect("a warning");
+    assert_eq!(
+        (key.as_str(), w.reason),
+        ("upgrade-toolkit@3", FLEET_DEPLOY_BLOCKED)
+    );
+    for part in [
+        "ManagedChart fleet-local/harvester",
+        "upgrade-toolkit holds an Update claim",
+        "conflict with \"upgrade-toolkit\"",
+    ] {
+        assert!(w.message.contains(part), "{part}: {}", w.message);
+    }
+    assert!(!w.message.contains("suspends now"), "{}", w.message);
+    let (_, w) = blocked_deploy_warning(&s, true).unwrap();
+    assert!(
+        w.message
+            .contains("the guard suspends now through the values"),
+        "{}",
+        w.message
+    );
+    // Without the chart (not read), nothing is said.
+    assert!(!gauges(&seen(&kv, None, false)).fleet_deploy_blocked);
+    assert_eq!(blocked_deploy_warning(&seen(&kv, None, false), false), None);
 }
