@@ -182,15 +182,16 @@ start=$SECONDS
 check "building the previous release" step "building the previous release's image and chart (one debug build of the crate)" \
   bash hack/image.sh build --previous
 times+=("the previous release's image and chart: $((SECONDS - start)) s")
+# The end-to-end suites (the node, the registry) run beside all the others, from as early as
+# their images exist: they wait mostly on the kubelet and containerd, the others on their own API
+# servers, so that the two share the 2 cores instead of taking turns (the run is their sum
+# otherwise), and they are the longest.
+rm -f target/e2e-figures.txt
+suite_beside "e2e on $primary" cargo test --no-fail-fast --test e2e --test e2e_registry
 check "cargo fmt --check" step "cargo fmt --check" cargo fmt --check
 check "cargo clippy" step "cargo clippy (builds the tests too)" cargo clippy --all-targets --all-features -- -D warnings
 check "cargo doc" step "cargo doc (no broken or private links)" env RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --lib
-# The end-to-end suites (the node, the registry) run beside all the others: they wait mostly on
-# the kubelet and containerd, the others on their own API servers, so that the two share the 2
-# cores instead of taking turns (the run is their sum otherwise).
 start=$SECONDS
-rm -f target/e2e-figures.txt
-suite_beside "e2e on $primary" cargo test --no-fail-fast --test e2e --test e2e_registry
 # Unit, property and integration tests with the production build of the binary; every test
 # target but the end-to-end ones and reliability (its own run below, with failpoints).
 suite "unit and integration on $primary" cargo test --no-fail-fast --lib --bins --test integration
