@@ -1,10 +1,10 @@
 # syntax=docker/dockerfile:1
-# With registries:  docker build --build-arg GIT_COMMIT="$(git rev-parse --short HEAD)" -t workload-update-guard:0.3.0 .
+# With registries:  docker build --build-arg GIT_COMMIT="$(git rev-parse --short HEAD)" -t workload-update-guard:VERSION .
 # (the build stage has no .git: GIT_COMMIT is the commit `--version` prints; `unknown` without it)
 # Without any (hack/image.sh, buildah): the binary built on the host and a base assembled from
 # Debian's packages (glibc, libgcc, CA certificates, a passwd entry for 65532), both put in
 # target/image/ by that script:
-#   buildah bud --build-arg BINARY=prebuilt --build-arg BASE=debian-base -t workload-update-guard:0.3.0 .
+#   buildah bud --build-arg BINARY=prebuilt --build-arg BASE=debian-base -t workload-update-guard:VERSION .
 # Either way the runtime is the same: a glibc binary on a Debian 12 base, no shell, UID 65532.
 ARG BINARY=build
 ARG BASE=gcr.io/distroless/cc-debian12:nonroot

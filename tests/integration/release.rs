@@ -39,7 +39,8 @@ fn tracked() -> Vec<String> {
 
 /// The versions `text` names as the image's tag, its archive or the chart's package:
 /// `workload-update-guard:X.Y.Z`, `workload-update-guard_X.Y.Z.tar`,
-/// `workload-update-guard-X.Y.Z.tgz`.
+/// `workload-update-guard-X.Y.Z.tgz`, each with its pre-release (`-dev`), if any; the tests'
+/// image variants (`-failpoints`, `-previous`) are not part of it.
 fn named_versions(text: &str) -> Vec<String> {
     let needle = "workload-update-guard";
     let mut found = Vec::new();
@@ -52,8 +53,17 @@ fn named_versions(text: &str) -> Vec<String> {
             .find(|c: char| !(c.is_ascii_digit() || c == '.'))
             .unwrap_or(rest.len());
         let version = rest[..end].trim_end_matches('.');
-        if version.split('.').count() == 3 && version.split('.').all(|p| !p.is_empty()) {
-            found.push(version.to_string());
+        if version.split('.').count() != 3 || version.split('.').any(|p| p.is_empty()) {
+            continue;
+        }
+        let after = &rest[version.len()..];
+        let pre = after
+            .strip_prefix('-')
+            .map(|p| &p[..p.find(|c: char| !c.is_ascii_alphanumeric()).unwrap_or(p.len())])
+            .filter(|p| !p.is_empty() && !["failpoints", "previous"].contains(p));
+        match pre {
+            Some(pre) => found.push(format!("{version}-{pre}")),
+            None => found.push(version.to_string()),
         }
     }
     found
@@ -113,7 +123,8 @@ fn one_version_everywhere() {
                 );
             }
         }
-        // The changelog names every version; 0.0.0 is the tests' image that is never built.
+        // The changelog names every version; 0.0.0 (and 0.0.0-missing, ...) the tests' images
+        // that are never built.
         if file == "CHANGELOG.md" || file.starts_with(".git") {
             continue;
         }
@@ -121,7 +132,7 @@ fn one_version_everywhere() {
             continue;
         };
         for v in named_versions(&text) {
-            if v != "0.0.0" {
+            if !v.starts_with("0.0.0") {
                 expect(format!("{file} names workload-update-guard {v}"), Some(v));
             }
         }
@@ -133,21 +144,32 @@ fn one_version_everywhere() {
     );
 }
 
-/// CHANGELOG.md: "Unreleased" first, then the newest version's dated section,
-/// `## VERSION - YYYY-MM-DD`, not empty: a version bump without its section fails here.
+/// CHANGELOG.md: "Unreleased" first, then the newest release's dated section,
+/// `## X.Y.Z - YYYY-MM-DD`, not empty: a release's version (no pre-release) is that section's, so
+/// that a version bump without its section fails here; main's next version (`X.Y.Z-dev`, until
+/// it is released) comes after the newest release, whose changes its "Unreleased" lists.
 #[test]
 fn the_version_has_its_changelog_section() {
     let changelog = read("CHANGELOG.md");
     let headings: Vec<&str> = changelog.lines().filter(|l| l.starts_with("## ")).collect();
     assert_eq!(headings.first(), Some(&"## Unreleased"), "{headings:?}");
     let heading = headings.get(1).copied().unwrap_or_default();
-    let dated = heading
-        .strip_prefix(&format!("## {VERSION} - "))
-        .filter(|d| jiff::civil::Date::strptime("%Y-%m-%d", d).is_ok());
+    let (released, date) = heading
+        .strip_prefix("## ")
+        .and_then(|h| h.split_once(" - "))
+        .unwrap_or_default();
     assert!(
-        dated.is_some(),
-        "the newest section of CHANGELOG.md is {heading:?}, not \"## {VERSION} - YYYY-MM-DD\""
+        jiff::civil::Date::strptime("%Y-%m-%d", date).is_ok(),
+        "the newest section of CHANGELOG.md is {heading:?}, not \"## X.Y.Z - YYYY-MM-DD\""
     );
+    let number = |v: &str| -> Vec<u64> { v.split('.').map(|p| p.parse().unwrap_or(0)).collect() };
+    match VERSION.split_once('-') {
+        None => assert_eq!(released, VERSION, "the newest release section is not this version's"),
+        Some((next, pre)) => assert!(
+            pre == "dev" && number(next) > number(released),
+            "main's version {VERSION} is not the next release's with -dev after {released}"
+        ),
+    }
     let body = changelog
         .split(heading)
         .nth(1)
@@ -163,7 +185,11 @@ fn the_version_has_its_changelog_section() {
 fn named_versions_finds_tags_archives_and_packages() {
     // Written apart, so that this file names no version itself.
     let text =
-        "run NAME:1.2.3 or NAME_0.2.0.tar, NAME-10.0.1.tgz; not NAME-watch nor NAME:VERSION."
+        "run NAME:1.2.3 or NAME_0.2.0.tar, NAME-10.0.1.tgz, NAME:0.4.0-dev, NAME:1.0.0-failpoints; \
+         not NAME-watch nor NAME:VERSION."
             .replace("NAME", "workload-update-guard");
-    assert_eq!(named_versions(&text), ["1.2.3", "0.2.0", "10.0.1"]);
+    assert_eq!(
+        named_versions(&text),
+        ["1.2.3", "0.2.0", "10.0.1", "0.4.0-dev", "1.0.0"]
+    );
 }
