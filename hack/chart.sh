@@ -9,7 +9,8 @@
 #                                      links, which work from wherever DIR is served)
 #
 # Serve DIR with any HTTP server; the Addon's spec.repo (or `helm repo add NAME URL`) is its URL.
-# Environment: HELM (default: hack/helm.sh's cached binary, built if missing).
+# Helm 3 or 4: HELM if set, else a `helm` on PATH (yours, air-gapped too), else hack/helm.sh's
+# cached build; none is built unasked (`bash hack/helm.sh build` builds the pinned one).
 set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CHART="$REPO_ROOT/manifests/chart"
@@ -18,9 +19,10 @@ die() { echo "chart: ERROR: $*" >&2; exit 1; }
 
 helm_bin() {
   if [[ -n "${HELM:-}" ]]; then echo "$HELM"; return; fi
+  if command -v helm >/dev/null; then command -v helm; return; fi
   local bin
   bin="$(bash "$REPO_ROOT/hack/helm.sh" path)"
-  [[ -x "$bin" ]] || bash "$REPO_ROOT/hack/helm.sh" build >&2 || die "building helm failed"
+  [[ -x "$bin" ]] || die "no helm: set HELM=PATH, put helm (3 or 4) on PATH, or build the pinned one: bash hack/helm.sh build"
   echo "$bin"
 }
 

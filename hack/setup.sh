@@ -157,6 +157,8 @@ setup_go() {
         (( built )) || todo+=("the node binaries $v") ;;
       helm)
         [[ -x "$(bash "$SETUP_ROOT/hack/helm.sh" path)" ]] || { built=0; todo+=("Helm ${HELM_VERSION:-v4.3.1}"); } ;;
+      helm3)
+        [[ -x "$(bash "$SETUP_ROOT/hack/helm.sh" path 3)" ]] || { built=0; todo+=("Helm 3"); } ;;
       registry)
         [[ -x "$(bash "$SETUP_ROOT/hack/registry.sh" path)" ]] \
           || { built=0; todo+=("the registry ${REGISTRY_VERSION:-v3.1.2}"); } ;;
@@ -169,7 +171,7 @@ setup_go() {
       kubevirt:*)
         [[ -x "$(KUBEVIRT_VERSION="$v" bash "$SETUP_ROOT/hack/kubevirt.sh" bin 2>/dev/null)" ]] \
           || { built=0; todo+=("KubeVirt's virt-controller $v"); } ;;
-      *) setup_die "setup_go: unknown thing $t (cp:VERSION, node:VERSION, kubevirt:VERSION, helm, registry, actionlint or promtool)" ;;
+      *) setup_die "setup_go: unknown thing $t (cp:VERSION, node:VERSION, kubevirt:VERSION, helm, helm3, registry, actionlint or promtool)" ;;
     esac
     (( built )) && continue
     m="$(go_for "$t")"

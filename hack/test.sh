@@ -142,7 +142,7 @@ trap 'if [[ -n "${beside_pid:-}" ]] && kill -0 "$beside_pid" 2>/dev/null; then w
 builds=()
 for v in "$primary" "${versions[@]}" "${upgrade_versions[@]}"; do builds+=("cp:$v"); done
 for v in "${kubevirt_versions[@]}"; do builds+=("kubevirt:$v"); done
-setup_go "${builds[@]}" "node:$primary" helm registry actionlint promtool
+setup_go "${builds[@]}" "node:$primary" helm helm3 registry actionlint promtool
 # build_version V: Kubernetes V built (cached by version; hack/control-plane.sh waits for a build
 # of V already running); a version that cannot be built is reported, and its suites fail too.
 declare -A built=()
@@ -162,8 +162,10 @@ build_kubevirt() {
     bash hack/kubevirt.sh build "$1"
 }
 build_kubevirt "$KUBEVIRT_VERSION"
-# Helm 4, which plays Fleet in the lifetime tests.
+# Helm 4, which plays Fleet in the lifetime tests, and Helm 3, which an e2e test installs,
+# upgrades and uninstalls the chart with.
 check "building Helm 4" step "building Helm 4 (cached after the first build)" bash hack/helm.sh build
+check "building Helm 3" step "building Helm 3 (cached after the first build)" bash hack/helm.sh build 3
 # promtool, which checks the chart's alerts and the guard's metrics (tests/integration/monitoring.rs).
 check "building promtool" step "building promtool (cached after the first build)" bash hack/promtool.sh build
 # The reference registry (CNCF distribution), which the e2e tests push the image to and the

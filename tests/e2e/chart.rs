@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::node::*;
-use crate::support::{helm_bin, helm_in, repo_root};
+use crate::support::{helm_bin, helm_with, helm3_bin, repo_root};
 
 pub(crate) const RELEASE: &str = "workload-update-guard";
 pub(crate) const DEPLOYMENT: &str = "workload-update-guard-watch";
@@ -80,8 +80,9 @@ impl Drop for ChartServer {
     }
 }
 
-/// Helm 4 against the node, with a home of its own (repositories, cache).
+/// Helm (4, or 3) against the node, with a home of its own (repositories, cache).
 pub(crate) struct Helm {
+    bin: &'static Path,
     home: PathBuf,
 }
 
@@ -105,16 +106,27 @@ impl std::fmt::Debug for HelmRun {
 }
 
 impl Helm {
+    /// Helm 4, the tests' own.
     pub(crate) fn new() -> Helm {
+        Helm::with(helm_bin())
+    }
+
+    /// Helm 3 (`hack/helm.sh build 3`).
+    pub(crate) fn v3() -> Helm {
+        Helm::with(helm3_bin())
+    }
+
+    fn with(bin: &'static Path) -> Helm {
         let home = node().dir.join("helm-home");
         let _ = std::fs::remove_dir_all(&home);
         std::fs::create_dir_all(&home).unwrap();
-        Helm { home }
+        Helm { bin, home }
     }
 
     pub(crate) fn run(&self, args: &[&str]) -> HelmRun {
         let start = Instant::now();
-        let (ok, out) = helm_in(&self.home, &node().dir.join("kubeconfig"), args);
+        let kubeconfig = node().dir.join("kubeconfig");
+        let (ok, out) = helm_with(self.bin, &self.home, &kubeconfig, args);
         HelmRun {
             ok,
             out,
@@ -135,7 +147,7 @@ impl Helm {
 
     /// The release's status as `helm status` shows it (`deployed`, `uninstalling`), if there is
     /// one.
-    fn status(&self) -> Option<String> {
+    pub(crate) fn status(&self) -> Option<String> {
         let run = self.run(&["status", RELEASE, "-n", NS, "-o", "json"]);
         if !run.ok {
             assert!(run.out.contains("not found"), "{run:?}");

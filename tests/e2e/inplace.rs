@@ -193,12 +193,14 @@ fn upgraded(helm: &Helm, old_pod: &str) -> HelmRun {
     run
 }
 
-/// Between upgrades: `helm upgrade` from the previous chart writes nothing to either object.
+/// Between upgrades, with Helm 3 (the other tests use Helm 4): `helm upgrade` from the previous
+/// chart writes nothing to either object; a value the schema refuses is refused; `helm
+/// uninstall` runs the pre-delete hook (nothing of ours: it proceeds) and the release goes.
 #[test]
-fn helm_upgrade_from_the_previous_release_between_upgrades_writes_nothing() {
+fn with_helm_3_an_upgrade_from_the_previous_release_writes_nothing_then_uninstalls() {
     let _turn = turn();
     let start = Instant::now();
-    let helm = Helm::new();
+    let helm = Helm::v3();
     let leftovers = fresh(&helm);
     let previous = previous_installed(&helm);
     let (old_pod, _) = ready_pod().unwrap();
@@ -227,10 +229,34 @@ fn helm_upgrade_from_the_previous_release_between_upgrades_writes_nothing() {
         );
     }
     figure(&format!(
-        "inplace: helm upgrade {} to {} between upgrades: the new pod Ready in {:.1} s, nothing written; the test {:.1} s",
+        "inplace: Helm 3: helm upgrade {} to {} between upgrades: the new pod Ready in {:.1} s, nothing written",
         previous.version,
         current().version,
         run.took.as_secs_f64(),
+    ));
+    let chart = current().chart;
+    let set = ["--reuse-values", "--set", "guard.bogus=1"];
+    let upgrade = [
+        &["upgrade", RELEASE, chart.to_str().unwrap(), "-n", NS][..],
+        &set,
+    ]
+    .concat();
+    let refused = helm.run(&upgrade);
+    assert!(!refused.ok && refused.out.contains("bogus"), "{refused:?}");
+    let uninstall = helm.waiting(&["uninstall", RELEASE]);
+    assert!(uninstall.ok, "{uninstall:?}");
+    assert_eq!(helm.status(), None, "the release is gone");
+    assert_eq!(
+        rvs(),
+        (
+            kv1["metadata"]["resourceVersion"].clone(),
+            chart1["metadata"]["resourceVersion"].clone()
+        ),
+        "the hook wrote nothing"
+    );
+    figure(&format!(
+        "inplace: Helm 3: helm uninstall (the hook's post) in {:.1} s; the test {:.1} s",
+        uninstall.took.as_secs_f64(),
         start.elapsed().as_secs_f64()
     ));
     drop(leftovers);

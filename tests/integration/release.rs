@@ -59,7 +59,11 @@ fn named_versions(text: &str) -> Vec<String> {
         let after = &rest[version.len()..];
         let pre = after
             .strip_prefix('-')
-            .map(|p| &p[..p.find(|c: char| !c.is_ascii_alphanumeric()).unwrap_or(p.len())])
+            .map(|p| {
+                &p[..p
+                    .find(|c: char| !c.is_ascii_alphanumeric())
+                    .unwrap_or(p.len())]
+            })
             .filter(|p| !p.is_empty() && !["failpoints", "previous"].contains(p));
         match pre {
             Some(pre) => found.push(format!("{version}-{pre}")),
@@ -164,7 +168,10 @@ fn the_version_has_its_changelog_section() {
     );
     let number = |v: &str| -> Vec<u64> { v.split('.').map(|p| p.parse().unwrap_or(0)).collect() };
     match VERSION.split_once('-') {
-        None => assert_eq!(released, VERSION, "the newest release section is not this version's"),
+        None => assert_eq!(
+            released, VERSION,
+            "the newest release section is not this version's"
+        ),
         Some((next, pre)) => assert!(
             pre == "dev" && number(next) > number(released),
             "main's version {VERSION} is not the next release's with -dev after {released}"

@@ -695,7 +695,12 @@ pub fn output_ok(mut cmd: Command) -> String {
 /// `helm ARGS` against `kubeconfig`, with a Helm home of its own (its config, cache and data
 /// under `home`): its success, and its stdout and stderr together.
 pub fn helm_in(home: &Path, kubeconfig: &Path, args: &[&str]) -> (bool, String) {
-    let out = Command::new(helm_bin())
+    helm_with(helm_bin(), home, kubeconfig, args)
+}
+
+/// [`helm_in`] with the Helm CLI `bin` ([`helm_bin`], [`helm3_bin`]).
+pub fn helm_with(bin: &Path, home: &Path, kubeconfig: &Path, args: &[&str]) -> (bool, String) {
+    let out = Command::new(bin)
         .args(args)
         .env("KUBECONFIG", kubeconfig)
         .env("HELM_CONFIG_HOME", home.join("config"))
@@ -715,26 +720,36 @@ pub fn helm_in(home: &Path, kubeconfig: &Path, args: &[&str]) -> (bool, String) 
 /// need it FAIL if it cannot be had.
 pub fn helm_bin() -> &'static Path {
     static HELM: OnceLock<PathBuf> = OnceLock::new();
-    HELM.get_or_init(|| {
-        let script = repo_root().join("hack/helm.sh");
-        let build = Command::new("bash")
-            .arg(&script)
-            .arg("build")
-            .stderr(Stdio::inherit())
-            .status()
-            .expect("run hack/helm.sh");
-        assert!(
-            build.success(),
-            "the lifetime tests need the real Helm 4 CLI, and `hack/helm.sh build` failed; \
-             see its message above. These tests never skip."
-        );
-        let path = Command::new("bash")
-            .arg(&script)
-            .arg("path")
-            .output()
-            .unwrap();
-        PathBuf::from(String::from_utf8(path.stdout).unwrap().trim())
-    })
+    HELM.get_or_init(|| pinned_helm(&[]))
+}
+
+/// The pinned Helm 3 CLI (`hack/helm.sh build 3`), as [`helm_bin`]: operators' own helm, and
+/// the add-on's helm-controller, are often 3.x.
+pub fn helm3_bin() -> &'static Path {
+    static HELM: OnceLock<PathBuf> = OnceLock::new();
+    HELM.get_or_init(|| pinned_helm(&["3"]))
+}
+
+/// `hack/helm.sh build ARGS`, then its path: Helm 4, or Helm 3 with `["3"]`.
+fn pinned_helm(args: &[&str]) -> PathBuf {
+    let script = repo_root().join("hack/helm.sh");
+    let helm = |verb: &str| {
+        let mut c = Command::new("bash");
+        c.arg(&script).arg(verb).args(args);
+        c
+    };
+    let build = helm("build")
+        .stderr(Stdio::inherit())
+        .status()
+        .expect("run hack/helm.sh");
+    assert!(
+        build.success(),
+        "these tests need the real Helm CLI (hack/helm.sh build {}), and its build failed; \
+         see its message above. They never skip.",
+        args.join(" ")
+    );
+    let path = helm("path").output().unwrap();
+    PathBuf::from(String::from_utf8(path.stdout).unwrap().trim())
 }
 
 /// A copy of the chart fixture whose default methods are `methods`: a chart version.
