@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The resident guard's Helm chart (manifests/chart) with the pinned Helm 4 of hack/helm.sh.
+# The resident guard's Helm chart (manifests/chart), with the helm said below.
 #
 #   hack/chart.sh lint                 helm lint --strict (hack/lint.sh runs it)
 #   hack/chart.sh template [ARGS...]   helm template of the chart, ARGS passed on (--set ...)
