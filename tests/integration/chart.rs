@@ -31,10 +31,19 @@ pub(crate) fn helm_template(args: &[&str]) -> std::process::Output {
 
 /// `helm template RELEASE` of the chart into harvester-system with `args`.
 pub(crate) fn helm_template_release(release: &str, args: &[&str]) -> std::process::Output {
+    helm_template_of(&repo_root().join("manifests/chart"), release, args)
+}
+
+/// `helm template RELEASE` of the chart in `chart` (a copy of ours) with `args`.
+pub(crate) fn helm_template_of(
+    chart: &std::path::Path,
+    release: &str,
+    args: &[&str],
+) -> std::process::Output {
     let dir = tempfile_dir();
     let out = Command::new(helm_bin())
         .args(["template", release])
-        .arg(repo_root().join("manifests/chart"))
+        .arg(chart)
         .args(["--namespace", NS])
         .args(["--api-versions", SERVED_VAP])
         .args(args)

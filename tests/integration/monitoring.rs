@@ -132,6 +132,63 @@ fn prometheus_rule() -> Value {
     .clone()
 }
 
+/// The alerts' runbooks by default (`runbookBase` empty): the release's own page, at its tag;
+/// main's for an unreleased build (a version with `-dev`), whose pages describe it.
+#[test]
+fn the_runbooks_default_to_the_releases_own_pages() {
+    monitoring_crds();
+    let urls = |app_version: &str| -> Vec<String> {
+        let dir = tempfile_dir();
+        let copy = dir.join("chart");
+        let cp = Command::new("cp")
+            .arg("-r")
+            .arg(repo_root().join("manifests/chart"))
+            .arg(&copy)
+            .status()
+            .unwrap();
+        assert!(cp.success());
+        let chart_yaml = copy.join("Chart.yaml");
+        let text = std::fs::read_to_string(&chart_yaml).unwrap();
+        let text: String = text
+            .lines()
+            .map(|l| match l.starts_with("appVersion:") {
+                true => format!("appVersion: \"{app_version}\"\n"),
+                false => format!("{l}\n"),
+            })
+            .collect();
+        std::fs::write(&chart_yaml, text).unwrap();
+        let out = crate::chart::helm_template_of(&copy, "workload-update-guard", BOTH_ON);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let objects = yaml_objects(&String::from_utf8(out.stdout).unwrap());
+        let rule = kind(&objects, "PrometheusRule", "workload-update-guard-watch");
+        rule["spec"]["groups"][0]["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                r["annotations"]["runbook_url"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect()
+    };
+    let base = "https://github.com/harvester/workload-update-guard/blob";
+    for (version, tree) in [("9.9.9", "v9.9.9"), ("9.10.0-dev", "main")] {
+        let urls = urls(version);
+        assert_eq!(urls.len(), 6, "{urls:?}");
+        let page = format!("{base}/{tree}/docs/troubleshooting.md#");
+        assert!(
+            urls.iter().all(|u| u.starts_with(&page)),
+            "{version}: {urls:?}"
+        );
+    }
+}
+
 /// `promtool check rules` on the rendered rule groups, and `test rules` on them with
 /// tests/promtool/alerts.test.yaml: each alert firing and not firing. The test compares of the
 /// annotations `runbook_url` and `description` (its commands, with the labels expanded);
