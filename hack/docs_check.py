@@ -412,7 +412,9 @@ def check_script_commands():
     for f in files:
         for lineno, line in enumerate(f.read_text().splitlines(), 1):
             for m in SCRIPT_COMMAND.finditer(line):
-                words = m.group(2).split()
+                # An optional part, as a usage line writes it (`[--pull-secret NAME]`), is checked
+                # as if given.
+                words = m.group(2).replace("[", " ").replace("]", " ").split()
                 if not words:
                     continue  # the script named, not a command
                 n += 1
@@ -663,8 +665,10 @@ def main():
     elif not tag or tag.group(1).strip("\"'") != version:
         problems.append(f"manifests/job/kustomization.yaml: newTag {tag.group(1) if tag else None!r}, Cargo.toml's version {version!r}")
     changelog = (ROOT / "CHANGELOG.md").read_text() if (ROOT / "CHANGELOG.md").exists() else ""
-    if version and not re.search(rf"^## \[?{re.escape(version)}\]?", changelog, re.M):
-        problems.append(f"CHANGELOG.md: no '## {version}' section for Cargo.toml's version")
+    # Main's next version (`X.Y.Z-dev`, unreleased) lists its changes under "Unreleased".
+    section = "Unreleased" if version and "-" in version else version
+    if version and not re.search(rf"^## \[?{re.escape(section)}\]?", changelog, re.M):
+        problems.append(f"CHANGELOG.md: no '## {section}' section for Cargo.toml's version {version}")
     helped = check_help(variables, codes)
     links = check_links()
     runbooks = check_readme_runbooks()
