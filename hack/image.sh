@@ -194,12 +194,22 @@ scratch_image() { # scratch_image NAME FILE [ENTRYPOINT...]: one static binary o
 
 file_of() { local n="${1##*/}"; echo "${n//:/_}.tar"; }
 
+# One build or push at a time: they share buildah's storage and target/image's files (.ci/run
+# builds the images in its background while hack/test.sh may ask for them); the second waits,
+# then finds the archives fresh.
+one_at_a_time() {
+  mkdir -p "$OUT"
+  exec 9>"$OUT/image.lock"
+  flock 9 || die "cannot lock $OUT/image.lock"
+}
+
 build() { # build [--test-images | guard | --previous]
   local what="${1:-runtime}"
   case "$what" in
     runtime | guard | --test-images | --previous) ;;
     *) usage; exit 2 ;;
   esac
+  one_at_a_time
   command -v buildah >/dev/null || die "buildah is required (apt-get install buildah)"
   command -v gcc >/dev/null || die "gcc is required for the pause image (apt-get install gcc libc6-dev)"
   mkdir -p "$OUT"
@@ -238,6 +248,7 @@ push() { # push REF [OPTIONS]: the runtime image's archive, through buildah, to 
   local ref="${1:-}" opts=() creds="${IMAGE_PUSH_CREDS:-}" digest archive image="$GUARD" tag="$VERSION"
   [[ -n "$ref" && "$ref" != -* ]] || { usage; exit 2; }
   shift
+  one_at_a_time
   while (( $# )); do
     case "$1" in
       --previous)
