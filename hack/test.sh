@@ -152,8 +152,12 @@ build_version() {
   check "building Kubernetes $1" step "building kube-apiserver, etcd and kubectl $1 (cached after the first build)" \
     env KUBE_VERSION="$1" bash hack/control-plane.sh build
 }
-for v in "${first_versions[@]}"; do build_version "$v"; done
-# KubeVirt's virt-controller and CRDs (every control plane installs the CRDs of the first).
+# First what the end-to-end suites need, so that they start as early as can be: the version
+# under test (the node's control plane), KubeVirt's CRDs (every control plane installs those of the
+# first version), Helm 4 and 3, the registry, the node's binaries, the images and the previous
+# release; the rest after they have started.
+build_version "$primary"
+# KubeVirt's virt-controller and CRDs.
 declare -A kv_built=()
 build_kubevirt() {
   [[ -z "${kv_built[$1]:-}" ]] || return 0
@@ -162,12 +166,10 @@ build_kubevirt() {
     bash hack/kubevirt.sh build "$1"
 }
 build_kubevirt "$KUBEVIRT_VERSION"
-# Helm 4, which plays Fleet in the lifetime tests, and Helm 3, which an e2e test installs,
-# upgrades and uninstalls the chart with.
+# Helm 4, which plays Fleet in the lifetime tests and installs the chart in the e2e tests, and
+# Helm 3, which an e2e test installs, upgrades and uninstalls the chart with.
 check "building Helm 4" step "building Helm 4 (cached after the first build)" bash hack/helm.sh build
 check "building Helm 3" step "building Helm 3 (cached after the first build)" bash hack/helm.sh build 3
-# promtool, which checks the chart's alerts and the guard's metrics (tests/integration/monitoring.rs).
-check "building promtool" step "building promtool (cached after the first build)" bash hack/promtool.sh build
 # The reference registry (CNCF distribution), which the e2e tests push the image to and the
 # node pulls it from (tests/e2e_registry/registry.rs).
 check "building the registry" step "building the registry (cached after the first build)" bash hack/registry.sh build
@@ -184,12 +186,15 @@ start=$SECONDS
 check "building the previous release" step "building the previous release's image and chart (one debug build of the crate)" \
   bash hack/image.sh build --previous
 times+=("the previous release's image and chart: $((SECONDS - start)) s")
-# The end-to-end suites (the node, the registry) run beside all the others, from as early as
-# their images exist: they wait mostly on the kubelet and containerd, the others on their own API
-# servers, so that the two share the 2 cores instead of taking turns (the run is their sum
-# otherwise), and they are the longest.
+# The end-to-end suites (the node, the registry) run beside all the others: they wait mostly on
+# the kubelet and containerd, the others on their own API servers, so that the two share the 2
+# cores instead of taking turns (the run is their sum otherwise), and they are the longest.
 rm -f target/e2e-figures.txt
 suite_beside "e2e on $primary" cargo test --no-fail-fast --test e2e --test e2e_registry
+# The first suites' other Kubernetes versions (the upgrade pair's), and promtool, which checks
+# the chart's alerts and the guard's metrics (tests/integration/monitoring.rs).
+for v in "${first_versions[@]}"; do build_version "$v"; done
+check "building promtool" step "building promtool (cached after the first build)" bash hack/promtool.sh build
 check "cargo fmt --check" step "cargo fmt --check" cargo fmt --check
 check "cargo clippy" step "cargo clippy (builds the tests too)" cargo clippy --all-targets --all-features -- -D warnings
 check "cargo doc" step "cargo doc (no broken or private links)" env RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --lib
