@@ -357,7 +357,8 @@ fn chart_from_an_http_repository_guards_an_upgrade_through_a_drain_and_uninstall
     // 2. As klipper-helm installs a HelmChart with spec.repo: repo add, update, install.
     helm.ok(&["repo", "add", RELEASE, &server.url]);
     helm.ok(&["repo", "update"]);
-    let search = helm.ok(&["search", "repo", RELEASE, "-o", "json"]);
+    // `--devel`: main's version is a pre-release (`-dev`), which search leaves out otherwise.
+    let search = helm.ok(&["search", "repo", RELEASE, "--devel", "-o", "json"]);
     assert!(
         search.out.contains(&format!("\"version\":\"{version}\"")),
         "{search:?}"
