@@ -73,7 +73,10 @@ pub fn gauges(seen: &Seen) -> Gauges {
         upgrade_held: unprotected.is_some_and(|u| seen.admission_hold && !u.nodes_prepared),
         hold_after_failed_upgrade: seen.held_after_failure,
         no_longer_needed: seen.retirement.is_some_and(Retirement::no_longer_needed),
-        fleet_deploy_blocked: blocked_deploy(seen).is_some(),
+        fleet_deploy_blocked: kubevirt
+            .zip(seen.chart)
+            .and_then(|(kv, c)| deploy_blocked_by(kv, c))
+            .is_some(),
         outdated_vmis: kubevirt
             .and_then(|kv| kv.pointer("/status/outdatedVirtualMachineInstanceWorkloads"))
             .and_then(Value::as_i64)
@@ -165,17 +168,16 @@ pub fn unprotected_warning(seen: &Seen, last_pre: &str) -> Option<(UnprotectedKe
     ))
 }
 
-fn blocked_deploy(seen: &Seen) -> Option<super::fleet_status::Conflict> {
-    deploy_blocked_by(seen.kubevirt?, seen.chart?)
-}
-
 /// The Warning of a Fleet deploy that waits on another manager's claim, with the key it is said
 /// once for: the claim's manager and the Bundle's generation (a new spec that meets it too is
 /// said again). `suspending`: the guard's `pre` runs now, and its values override ends the
 /// conflict at the fleet-agent's next retry.
-pub fn blocked_deploy_warning(seen: &Seen, suspending: bool) -> Option<(String, Warning)> {
-    let conflict = blocked_deploy(seen)?;
-    let chart = seen.chart?;
+pub fn blocked_deploy_warning(
+    kubevirt: &Value,
+    chart: &Value,
+    suspending: bool,
+) -> Option<(String, Warning)> {
+    let conflict = deploy_blocked_by(kubevirt, chart)?;
     let (_, ns, name) = identity(chart);
     let generation = chart
         .pointer("/metadata/generation")

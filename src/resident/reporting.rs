@@ -97,24 +97,20 @@ impl Loop<'_> {
         if !self.suspends {
             return;
         }
-        let seen = monitoring::Seen {
-            kubevirt: pass.objects.kubevirt.as_ref(),
-            chart: pass.objects.chart.as_ref(),
-            upgrade: pass.upgrade.as_ref(),
-            admission_hold: false,
-            held_after_failure: false,
-            retirement: None,
+        let (Some(kv), Some(chart)) = (&pass.objects.kubevirt, &pass.objects.chart) else {
+            self.blocked_said = None;
+            return;
         };
         let suspending = matches!(
             pass.decision,
             Decision::Suspend { .. } | Decision::Resuspend { .. }
         );
-        let Some((key, said)) = monitoring::blocked_deploy_warning(&seen, suspending) else {
+        let Some((key, said)) = monitoring::blocked_deploy_warning(kv, chart, suspending) else {
             self.blocked_said = None;
             return;
         };
         if self.blocked_said.as_ref() != Some(&key) {
-            self.cluster.warn(seen.kubevirt, None, &said).await;
+            self.cluster.warn(Some(kv), None, &said).await;
             self.blocked_said = Some(key);
         }
     }

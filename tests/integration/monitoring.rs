@@ -940,18 +940,13 @@ async fn a_fleet_deploy_stuck_on_a_claim_is_named_by_the_gauge_an_event_and_stat
     guard.wait_for("watching for the next one", Duration::from_secs(20));
     metric_becomes(&guard, port, BLOCKED, 0.0, Duration::from_secs(10)).await;
 
-    kubectl_ok(&[
-        "-n",
+    set_methods(
+        &client,
         &ns,
-        "patch",
-        "kubevirt",
-        "kubevirt",
-        "--type",
-        "json",
-        "--field-manager=kubectl-edit",
-        "-p",
-        r#"[{"op":"replace","path":"/spec/workloadUpdateStrategy/workloadUpdateMethods","value":["LiveMigrate","Evict"]}]"#,
-    ]);
+        "kubectl-edit",
+        json!(["LiveMigrate", "Evict"]),
+    )
+    .await;
     // A change of the chart's spec (another value), which Fleet deploys: Helm's conflict.
     let op = json!([{"op": "add", "path": "/spec/values/longhorn/replicas", "value": 2}]);
     json_patch(&client, "ManagedChart", &ns, "harvester", op)

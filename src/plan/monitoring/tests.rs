@@ -249,7 +249,7 @@ fn a_deploy_waiting_on_a_claim_is_a_gauge_and_a_warning_naming_the_manager() {
         ..seen(&kv, None, false)
     };
     assert!(gauges(&s).fleet_deploy_blocked);
-    let (key, w) = blocked_deploy_warning(&s, false).expect("a warning");
+    let (key, w) = blocked_deploy_warning(&kv, &chart, false).expect("a warning");
     assert_eq!(
         (key.as_str(), w.reason),
         ("upgrade-toolkit@3", FLEET_DEPLOY_BLOCKED)
@@ -262,14 +262,18 @@ fn a_deploy_waiting_on_a_claim_is_a_gauge_and_a_warning_naming_the_manager() {
         assert!(w.message.contains(part), "{part}: {}", w.message);
     }
     assert!(!w.message.contains("suspends now"), "{}", w.message);
-    let (_, w) = blocked_deploy_warning(&s, true).unwrap();
+    let (_, w) = blocked_deploy_warning(&kv, &chart, true).unwrap();
     assert!(
         w.message
             .contains("the guard suspends now through the values"),
         "{}",
         w.message
     );
-    // Without the chart (not read), nothing is said.
+    // Without the chart (not read), no gauge.
     assert!(!gauges(&seen(&kv, None, false)).fleet_deploy_blocked);
-    assert_eq!(blocked_deploy_warning(&seen(&kv, None, false), false), None);
+    // Applied: nothing to say.
+    let mut applied = chart.clone();
+    applied["status"]["conditions"][0] = json!({"type": "Ready", "status": "True"});
+    applied["status"]["summary"]["ready"] = json!(1);
+    assert_eq!(blocked_deploy_warning(&kv, &applied, false), None);
 }
