@@ -32,8 +32,10 @@ usage: hack/node.sh COMMAND [ARGS]
                Prints \`REGISTRY=... MIRROR=... PUSH=... CA_DIR=...\`:
                PUSH is a loopback address on the host that reaches it (for hack/image.sh push
                --cert-dir CA_DIR)
-  registry-stop DIR  stop that registry (its blobs stay): pulls through it fail
-  registry-down DIR  stop it, remove its blobs and the hosts.toml files
+  registry-up DIR PORT  another registry beside it, on $REGISTRY_IP:PORT (a site's own, e.g.
+               the one a release's image is copied into), its own name only in hosts.toml
+  registry-stop DIR [PORT]  stop that registry (its blobs stay): pulls through it fail
+  registry-down DIR [PORT]  stop it, remove its blobs and its hosts.toml files
 
 The node: $NODE_IP on its network namespace's own loopback interface (the kubelet's and the API
 server's address), pods on the bridge $POD_SUBNET, Services in 10.96.0.0/16. None of these
@@ -370,8 +372,19 @@ up() {
   echo "$dir"
 }
 
-hosts_toml() { # hosts_toml DIR: certs.d/*/hosts.toml, as RKE2 renders Harvester's setting
-  local ca="$1/registry/certs/ca.crt" d="$1/containerd/certs.d" name
+registry_dir() { # registry_dir DIR PORT: the registry's state (5000's: DIR/registry)
+  if [[ "$2" == 5000 ]]; then echo "$1/registry"; else echo "$1/registry-$2"; fi
+}
+
+hosts_toml() { # hosts_toml DIR [PORT]: certs.d/*/hosts.toml, as RKE2 renders Harvester's setting
+  local port="${2:-5000}" ca d="$1/containerd/certs.d" name
+  ca="$(registry_dir "$1" "$port")/certs/ca.crt"
+  if [[ "$port" != 5000 ]]; then
+    mkdir -p "$d/$REGISTRY_IP:$port"
+    printf 'server = "https://%s"\n\n[host."https://%s"]\n  capabilities = ["pull", "resolve"]\n  ca = ["%s"]\n' \
+      "$REGISTRY_IP:$port" "$REGISTRY_IP:$port" "$ca" > "$d/$REGISTRY_IP:$port/hosts.toml"
+    return
+  fi
   mkdir -p "$d/$MIRROR_NAME" "$d/$REGISTRY_IP:5000" "$d/$MIRROR_NO_CA"
   # registries.yaml: mirrors: {"$MIRROR_NAME": {endpoint: ["https://$REGISTRY_IP:5000"]}},
   # configs: {"$REGISTRY_IP:5000": {tls: {ca_file: CA}}}; the registry by its own address too.
@@ -394,8 +407,10 @@ server = "https://$MIRROR_NO_CA"
 TOML
 }
 
-registry_up() { # registry_up DIR
-  local dir="$1" holder reg="$1/registry"
+registry_up() { # registry_up DIR [PORT]
+  local dir="$1" port="${2:-5000}" holder reg
+  [[ "$port" =~ ^[0-9]+$ ]] || die "registry-up: PORT must be a number, not '$port'"
+  reg="$(registry_dir "$dir" "$port")"
   bash "$REPO_ROOT/hack/registry.sh" build >/dev/null || die "building the registry failed"
   holder="$(cat "$dir/holder.pid")"
   holder_ready "$holder" || die "the node's namespace holder $holder is not ready or gone"
@@ -413,22 +428,26 @@ registry_up() { # registry_up DIR
     htpasswd -Bbn "${REGISTRY_LOGIN%%:*}" "${REGISTRY_LOGIN#*:}" > "$reg/htpasswd" || die "htpasswd failed"
     htpasswd="$reg/htpasswd"
   fi
-  REGISTRY_NETNS_PID="$holder" REGISTRY_HTPASSWD="$htpasswd" bash "$REPO_ROOT/hack/registry.sh" up "$reg" ":5000" "$REGISTRY_IP" 127.0.0.1 \
+  REGISTRY_NETNS_PID="$holder" REGISTRY_HTPASSWD="$htpasswd" bash "$REPO_ROOT/hack/registry.sh" up "$reg" ":$port" "$REGISTRY_IP" 127.0.0.1 \
     >/dev/null || die "the registry did not start"
   # The host reaches it only through a loopback forward (nothing is added to its interfaces).
-  python3 "$REPO_ROOT/hack/netns-forward.py" "$holder" 5000 "$reg/host.port" </dev/null \
+  python3 "$REPO_ROOT/hack/netns-forward.py" "$holder" "$port" "$reg/host.port" </dev/null \
     >>"$reg/forward.log" 2>&1 &
   echo $! > "$reg/forward.pid"
   wait_for 10 "the registry's forwarder" test -s "$reg/host.port" || die "the registry's forwarder did not start"
-  hosts_toml "$dir"
-  echo "REGISTRY=$REGISTRY_IP:5000 MIRROR=$MIRROR_NAME MIRROR_NO_CA=$MIRROR_NO_CA PUSH=127.0.0.1:$(cat "$reg/host.port") CA_DIR=$reg/certs"
+  hosts_toml "$dir" "$port"
+  local mirrors=""
+  [[ "$port" != 5000 ]] || mirrors=" MIRROR=$MIRROR_NAME MIRROR_NO_CA=$MIRROR_NO_CA"
+  echo "REGISTRY=$REGISTRY_IP:$port$mirrors PUSH=127.0.0.1:$(cat "$reg/host.port") CA_DIR=$reg/certs"
 }
 
-registry_down() { # registry_down DIR
-  kill_pid "$1/registry/forward.pid"
-  [[ ! -d "$1/registry" ]] || bash "$REPO_ROOT/hack/registry.sh" down "$1/registry"
-  rm -rf "$1/containerd/certs.d/$REGISTRY_IP:5000" "$1/containerd/certs.d/$MIRROR_NAME" \
-    "$1/containerd/certs.d/$MIRROR_NO_CA"
+registry_down() { # registry_down DIR [PORT]
+  local port="${2:-5000}" reg
+  reg="$(registry_dir "$1" "$port")"
+  kill_pid "$reg/forward.pid"
+  [[ ! -d "$reg" ]] || bash "$REPO_ROOT/hack/registry.sh" down "$reg"
+  rm -rf "$1/containerd/certs.d/$REGISTRY_IP:$port"
+  [[ "$port" != 5000 ]] || rm -rf "$1/containerd/certs.d/$MIRROR_NAME" "$1/containerd/certs.d/$MIRROR_NO_CA"
 }
 
 fail() { # fail DIR MESSAGE: take the half-started node down, then die with MESSAGE
@@ -472,8 +491,10 @@ down() {
   # A test node: nothing to shut down gracefully, and SIGKILL is quick. The kubelet first, then
   # the host-wide sysctls it set, as they were.
   for p in kubelet kube-proxy kube-scheduler kube-controller-manager; do kill_pid "$dir/$p.pid"; done
-  kill_pid "$dir/registry/registry.pid"
-  kill_pid "$dir/registry/forward.pid"
+  for p in "$dir"/registry "$dir"/registry-*; do
+    kill_pid "$p/registry.pid"
+    kill_pid "$p/forward.pid"
+  done
   while read -r key value; do
     [[ "$(cat "/proc/sys/$key")" == "$value" ]] || echo "$value" > "/proc/sys/$key"
   done < "$dir/sysctls"
@@ -523,9 +544,11 @@ case "$cmd" in
     start_kubelet "$d"
     wait_for 120 "node $NODE_NAME Ready" node_ready "$d" \
       || die "node $NODE_NAME did not become Ready again: $(tail -5 "$d/kubelet.log")" ;;
-  registry-up) registry_up "${1:?usage: registry-up DIR}" ;;
-  registry-stop) d="${1:?usage: registry-stop DIR}"; bash "$REPO_ROOT/hack/registry.sh" stop "$d/registry" ;;
-  registry-down) registry_down "${1:?usage: registry-down DIR}" ;;
+  registry-up) registry_up "${1:?usage: registry-up DIR [PORT]}" "${2:-5000}" ;;
+  registry-stop)
+    d="${1:?usage: registry-stop DIR [PORT]}"
+    bash "$REPO_ROOT/hack/registry.sh" stop "$(registry_dir "$d" "${2:-5000}")" ;;
+  registry-down) registry_down "${1:?usage: registry-down DIR [PORT]}" "${2:-5000}" ;;
   env) resolve; d="${1:?usage: env DIR}"; echo "export KUBECONFIG=$d/kubeconfig PATH=$CP_BIN:\$PATH" ;;
   -h|--help|help) usage ;;
   *) usage; exit 2 ;;

@@ -41,9 +41,9 @@ fn the_chart_pulls_through_a_registry_that_needs_a_login() {
         let mut c = Command::new("bash");
         c.arg(repo_root().join("hack/image.sh"))
             .arg("push")
-            .arg(format!("{}/wug/workload-update-guard", reg.0["PUSH"]))
+            .arg(format!("{}/wug/workload-update-guard", reg.vars["PUSH"]))
             .arg("--cert-dir")
-            .arg(&reg.0["CA_DIR"])
+            .arg(&reg.vars["CA_DIR"])
             .env_remove("IMAGE_PUSH_CREDS")
             .env_remove("REGISTRY_AUTH_FILE");
         if let Some(creds) = creds {
@@ -69,7 +69,7 @@ fn the_chart_pulls_through_a_registry_that_needs_a_login() {
 
     // By the registry's own address, which the node's hosts.toml gives its CA: the login is the
     // only thing missing.
-    let repo = format!("{}/wug/workload-update-guard", reg.0["REGISTRY"]);
+    let repo = format!("{}/wug/workload-update-guard", reg.vars["REGISTRY"]);
     let image = format!("{repo}:{}", version.trim());
     let chart = repo_root().join("manifests/chart");
     let chart = chart.to_str().unwrap();
@@ -116,7 +116,7 @@ fn the_chart_pulls_through_a_registry_that_needs_a_login() {
         "docker-registry",
         SECRET,
         "--docker-server",
-        &reg.0["REGISTRY"],
+        &reg.vars["REGISTRY"],
         "--docker-username",
         USER,
         "--docker-password",

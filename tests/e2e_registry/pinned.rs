@@ -48,7 +48,7 @@ fn the_documented_helm_upgrade_from_a_digest_pinned_install_runs_the_new_build()
     let _cleanup = Cleanup { secret: None };
     let (old_tag, old_digest) = reg.push(&["--previous"]);
     let (new_tag, new_digest) = reg.push(&[]);
-    let repo = format!("{}/wug/workload-update-guard", reg.0["REGISTRY"]);
+    let repo = format!("{}/wug/workload-update-guard", reg.vars["REGISTRY"]);
     let previous_chart = repo_root().join("target/previous/chart");
     let previous_version = chart_field(&previous_chart, "appVersion");
     let chart = repo_root().join("manifests/chart");

@@ -19,41 +19,54 @@ use crate::support::{assert_contains_all, output_ok, repo_root};
 const STATUS: &str = "workload-update-guard-status";
 
 /// Stops the registry and removes its hosts.toml files, however the test ends.
-pub struct RegistryUp(pub BTreeMap<String, String>);
+pub struct RegistryUp {
+    /// What `hack/node.sh registry-up` printed: REGISTRY (as the node reaches it), PUSH (as the
+    /// host does), CA_DIR; on port 5000 also MIRROR and MIRROR_NO_CA.
+    pub vars: BTreeMap<String, String>,
+    port: u16,
+}
 
 impl RegistryUp {
-    /// The registry up; with `login` (USER:PASSWORD), it takes only that login.
+    /// The registry up on port 5000, mirrored as `registry.wug.test`; with `login`
+    /// (USER:PASSWORD), it takes only that login.
     pub fn start(login: Option<&str>) -> RegistryUp {
-        let out = match login {
-            None => node().script("registry-up", &[]),
-            Some(login) => {
-                let out = Command::new("bash")
-                    .arg(repo_root().join("hack/node.sh"))
-                    .arg("registry-up")
-                    .arg(&node().dir)
-                    .env("REGISTRY_LOGIN", login)
-                    .output()
-                    .unwrap();
-                assert!(
-                    out.status.success(),
-                    "hack/node.sh registry-up with a login: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
-                String::from_utf8_lossy(&out.stdout).into_owned()
-            }
-        };
+        RegistryUp::start_on(5000, login)
+    }
+
+    /// A registry on `port` of the registry's address: 5000 the mirrored one, another port one
+    /// beside it known by its address only (a site's own registry).
+    pub fn start_on(port: u16, login: Option<&str>) -> RegistryUp {
+        let out = Command::new("bash")
+            .arg(repo_root().join("hack/node.sh"))
+            .arg("registry-up")
+            .arg(&node().dir)
+            .arg(port.to_string())
+            .envs(login.map(|login| ("REGISTRY_LOGIN", login)))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "hack/node.sh registry-up {port} (login: {}): {}",
+            login.is_some(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let out = String::from_utf8_lossy(&out.stdout).into_owned();
         let vars = out
             .split_whitespace()
             .filter_map(|kv| kv.split_once('='))
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect::<BTreeMap<_, _>>();
-        for key in ["REGISTRY", "MIRROR", "MIRROR_NO_CA", "PUSH", "CA_DIR"] {
+        let mut keys = vec!["REGISTRY", "PUSH", "CA_DIR"];
+        if port == 5000 {
+            keys.extend(["MIRROR", "MIRROR_NO_CA"]);
+        }
+        for key in keys {
             assert!(
                 vars.contains_key(key),
                 "registry-up printed no {key}: {out}"
             );
         }
-        RegistryUp(vars)
+        RegistryUp { vars, port }
     }
 }
 
@@ -65,9 +78,9 @@ impl RegistryUp {
             let mut c = Command::new("bash");
             c.arg(repo_root().join("hack/image.sh"))
                 .arg("push")
-                .arg(format!("{}/wug/workload-update-guard", self.0["PUSH"]))
+                .arg(format!("{}/wug/workload-update-guard", self.vars["PUSH"]))
                 .arg("--cert-dir")
-                .arg(&self.0["CA_DIR"])
+                .arg(&self.vars["CA_DIR"])
                 .args(args);
             c
         });
@@ -87,14 +100,17 @@ impl Drop for RegistryUp {
     /// pulling it. (Not while the test panics: a second panic would abort the binary.)
     fn drop(&mut self) {
         for host in ["REGISTRY", "MIRROR"] {
-            if !std::thread::panicking() {
-                forget_on_node(&format!("{}/wug/workload-update-guard", self.0[host]));
+            if let Some(host) = self.vars.get(host)
+                && !std::thread::panicking()
+            {
+                forget_on_node(&format!("{host}/wug/workload-update-guard"));
             }
         }
         let _ = Command::new("bash")
             .arg(repo_root().join("hack/node.sh"))
             .arg("registry-down")
             .arg(&node().dir)
+            .arg(self.port.to_string())
             .status();
     }
 }
@@ -179,7 +195,7 @@ fn the_image_through_a_registry_mirror() {
 
     // The Jobs name the image by the mirrored registry's name; the node resolves it only
     // through its hosts.toml.
-    let repo = format!("{}/wug/workload-update-guard", reg.0["MIRROR"]);
+    let repo = format!("{}/wug/workload-update-guard", reg.vars["MIRROR"]);
     let image = format!("{repo}:{version}");
     let first = job_sh(&["run", "status", "--image", &image, "--timeout", "180"]);
     assert_eq!(first.code, 0, "{first:?}");
@@ -212,14 +228,17 @@ fn the_image_through_a_registry_mirror() {
     // The mirror without its CA: TLS.
     let no_ca = format!(
         "{}/wug/workload-update-guard:{version}",
-        reg.0["MIRROR_NO_CA"]
+        reg.vars["MIRROR_NO_CA"]
     );
     cannot_pull(&no_ca, "TLS: ErrImagePull: ", "x509");
     // By the registry's own address (its hosts.toml gives the CA): pulled.
     let direct = job_sh(&[
         "images",
         "--image",
-        &format!("{}/wug/workload-update-guard:{version}", reg.0["REGISTRY"]),
+        &format!(
+            "{}/wug/workload-update-guard:{version}",
+            reg.vars["REGISTRY"]
+        ),
     ]);
     assert_eq!(
         direct.stdout.trim(),
