@@ -18,6 +18,7 @@ use tokio::net::TcpListener;
 use tracing::{debug, error, info, warn};
 
 use crate::plan::monitoring::Gauges;
+use crate::plan::releases;
 use crate::vocabulary::Phase;
 
 pub const PREFIX: &str = "workload_update_guard";
@@ -65,7 +66,11 @@ impl Metrics {
             ),
             upgrade_unprotected: gauge(
                 "upgrade_unprotected",
-                "1 while an upgrade that needs the guard (to v1.6.x-v1.7.1) is under way and automated workload updates are still on",
+                &format!(
+                    "1 while an upgrade that needs the guard (to a release {}) is under way and \
+                     automated workload updates are still on",
+                    releases::without_handling()
+                ),
             ),
             upgrade_held: gauge(
                 "upgrade_held",

@@ -19,6 +19,7 @@ pub mod order;
 pub mod ownership;
 pub mod pre_advice;
 pub mod records;
+pub mod releases;
 pub mod retirement;
 pub mod suspenders;
 #[cfg(test)]

@@ -9,7 +9,7 @@ use crate::model::{
 use crate::plan::chart::{compare_list, find_pointer, values_choice};
 use crate::plan::fleet_status::{self, Fleet};
 use crate::plan::forecast::Forecast;
-use crate::plan::harvester_upgrade::{Backup, CleanupWrite, Handling, Upgrade};
+use crate::plan::harvester_upgrade::{Backup, CleanupWrite, Upgrade};
 use crate::plan::kubevirt::{Source, restore_source};
 use crate::plan::leftovers::chart_ours;
 use crate::plan::migrations::Migration;
@@ -18,6 +18,7 @@ use crate::plan::pre_advice::{self, Coming};
 use crate::plan::records::{
     describe, kubevirt_copy, kubevirt_record, lookup, methods, read_record,
 };
+use crate::plan::releases::Handling;
 use crate::plan::upgrade_progress;
 use crate::vocabulary::{Intent, Malformed};
 use text::{refusal, verdict};
@@ -167,7 +168,7 @@ impl Report {
             };
             self.warnings.extend(warning);
         }
-        // After a failed Upgrade to a release that leaves the methods alone (up to v1.7.1), the
+        // After a failed Upgrade to a release that leaves the methods alone (`Handling::None`), the
         // waiting post holds (`upgrade_progress::held_after_failure`): said here too.
         if ours && let Some(held) = upgrade_progress::held_after_failure(upgrade.as_ref()) {
             let who = "the armed post and the resident guard hold; a by-hand post restores now";

@@ -4,8 +4,9 @@ use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::error::Error;
 use crate::model::{Kind, ObjectKey, Target};
-use crate::plan::harvester_upgrade::{self, Handling, LATEST_LABEL, Upgrade};
+use crate::plan::harvester_upgrade::{self, LATEST_LABEL, Upgrade};
 use crate::plan::pre_advice::Coming;
+use crate::plan::releases::Handling;
 use crate::plan::upgrade_progress::{self, PlanView};
 use crate::vocabulary::{Phase, Refusal};
 

@@ -11,6 +11,7 @@ use super::records::{
     Added, CompareRecord, RecordedObject, ValueRecord, describe, kubevirt_copy, lookup,
     read_record, value_record,
 };
+use super::releases;
 use crate::model::{
     COMPARE_PATH, COMPARE_RECORD, KUBEVIRT_COPY, Kind, METHODS_POINTER, ObjectKey, Target,
     VALUES_PATH, VALUES_RECORD, pointer,
@@ -230,8 +231,9 @@ fn remove_our_pointer(
             COMPARE_PATCH_GONE,
             format!(
                 "our comparePatches pointer for {ours} was removed by someone else (Harvester \
-                 v1.8.0's upgrade cleanup and the upgrade add-on's Finalize remove it); nothing to \
-                 remove"
+                 {}'s upgrade cleanup and the upgrade add-on's Finalize remove it); nothing to \
+                 remove",
+                releases::name(releases::HARD_CODED_RESTORE)
             ),
         );
         return Ok(());

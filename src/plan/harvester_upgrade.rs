@@ -1,5 +1,5 @@
-//! Harvester's own upgrade, which since v1.7.2 and v1.8.0 suspends and restores the methods
-//! itself (docs/design.md, "Harvester's own handling"): the readers of its `Upgrade` and
+//! Harvester's own upgrade, which in later releases suspends and restores the methods itself
+//! ([`Handling`], docs/design.md, "Harvester's own handling"): the readers of its `Upgrade` and
 //! `Version` objects, and a value written by its blind restores told from an operator's choice.
 
 use jiff::Timestamp;
@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use super::ownership::{Owner, owners};
 use super::records::annotation;
+use super::releases::{Handling, parse_version};
 use crate::vocabulary::Malformed;
 
 /// Harvester's backup of the ManagedChart's values key, on the `Upgrade` object
@@ -23,9 +24,10 @@ pub const ALLOW_UNPROTECTED: &str = "workload-update-guard.harvesterhci.io/allow
 pub const STATE_LABEL: &str = "harvesterhci.io/upgradeState";
 
 /// The field managers whose `Update` of the methods is a hard-coded `[LiveMigrate]` at an
-/// upgrade's end: Harvester's controller (binary `harvester`; v1.8.0's cleanup PUTs the CR,
-/// v1.7.2+'s legacy branch the ManagedChart) and the add-on (upgrade-toolkit's Finalize merge
-/// patch). client-go names an `Update`'s manager after the binary when the code sets none.
+/// upgrade's end: Harvester's controller (binary `harvester`; the hard-coded restore's cleanup
+/// PUTs the CR, a later release's legacy branch the ManagedChart) and the add-on
+/// (upgrade-toolkit's Finalize merge patch). client-go names an `Update`'s manager after the
+/// binary when the code sets none.
 pub const BLIND_RESTORERS: &[&str] = &["harvester", "upgrade-toolkit"];
 
 /// The value those restores write: what Harvester's chart renders without a values override
@@ -33,57 +35,6 @@ pub const BLIND_RESTORERS: &[&str] = &["harvester", "upgrade-toolkit"];
 /// `kubevirt.spec`), the chart's default.
 pub fn blind_value() -> Value {
     serde_json::json!(["LiveMigrate"])
-}
-
-/// What Harvester's upgrade does with the methods, by release (the README's table of releases).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub enum Handling {
-    /// Up to v1.7.1: nothing.
-    None,
-    /// v1.8.0: the CR merge-patched to `[]` and our pointer added; at its cleanup a PUT of a
-    /// hard-coded `[LiveMigrate]` and the pointer removed.
-    PatchAndHardCodedRestore,
-    /// v1.7.2+, v1.8.1+, v1.9: the values key backed up on the Upgrade and set to `[]`; the
-    /// backup written back at its cleanup.
-    BackupAndRestore,
-}
-
-impl Handling {
-    /// A version that does not parse (a development build) is taken as the newest.
-    pub fn of(version: &str) -> Handling {
-        match parse_version(version) {
-            Some((0, _, _) | (1, 0..=6, _) | (1, 7, 0..=1)) => Handling::None,
-            Some((1, 8, 0)) => Handling::PatchAndHardCodedRestore,
-            _ => Handling::BackupAndRestore,
-        }
-    }
-
-    pub fn describe(self) -> &'static str {
-        match self {
-            Handling::None => "does nothing to the methods itself: the guard is what suspends them",
-            Handling::PatchAndHardCodedRestore => {
-                "suspends the methods itself (CR patched to [], comparePatches pointer added), a \
-                 claim that Fleet's deploy of the new chart stops on unless the chart renders [] \
-                 too (harvester#10677), and at its cleanup writes a hard-coded [LiveMigrate]: the \
-                 guard suspends through the values, and post restores after that cleanup"
-            }
-            Handling::BackupAndRestore => {
-                "suspends the methods itself (values override [], backed up on the Upgrade) and \
-                 restores them at its cleanup: the guard is not needed; if pre ran, run post after \
-                 the cleanup (post waits for it)"
-            }
-        }
-    }
-}
-
-/// `vMAJOR.MINOR.PATCH`, with any `-rcN` or build suffix ignored.
-pub(crate) fn parse_version(v: &str) -> Option<(u64, u64, u64)> {
-    let core = v.strip_prefix('v').unwrap_or(v);
-    let core = core.split(['-', '+']).next()?;
-    let mut parts = core.split('.').map(|p| p.parse::<u64>().ok());
-    let version = (parts.next()??, parts.next()??, parts.next()??);
-    parts.next().is_none().then_some(version)
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -124,7 +75,8 @@ impl Backup {
     }
 }
 
-/// What Harvester's cleanup (v1.7.2+) will write to the ManagedChart's values key.
+/// What Harvester's cleanup ([`Handling::BackupAndRestore`]) will write to the ManagedChart's
+/// values key.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "kind", content = "value", rename_all = "camelCase")]
 pub enum CleanupWrite {
@@ -255,8 +207,8 @@ impl Upgrade {
         self.handling() != Handling::None && !self.cleaned_up
     }
 
-    /// What the v1.7.2+ cleanup will write to the values key (`enableKubevirtWorkloadLiveMigrate`):
-    /// the backup back (`null` deletes the key); without a backup, `[LiveMigrate]` if the key
+    /// What the backing-up releases' cleanup will write to the values key
+    /// (`enableKubevirtWorkloadLiveMigrate`): the backup back (`null` deletes the key); without a backup, `[LiveMigrate]` if the key
     /// exists (the legacy branch).
     pub fn cleanup_writes(&self, values_key: Option<&Value>) -> CleanupWrite {
         if self.handling() != Handling::BackupAndRestore || self.cleaned_up {

@@ -249,9 +249,9 @@ pub fn kubevirt_post(
             ed.warn(CHANGED_WHILE_SUSPENDED, text.join("; "))
         }
         // Back at the original already. An upgrade's hard-coded restore (the add-on's Finalize,
-        // v1.8.0's cleanup) left its `Update` claim, which the next chart change would conflict
-        // with (harvester#10899): the field goes back to the owners it had before the upgrade,
-        // the claim with it. Anyone else's claim stays, and is named, as `status` names it.
+        // that release's cleanup) left its `Update` claim, which the next chart change would
+        // conflict with (harvester#10899): the field goes back to the owners it had before the
+        // upgrade, the claim with it. Anyone else's claim stays, and is named, as `status` names it.
         (None, Source::AlreadyRestored) => {
             ed.note(restore.reason);
             let blind = blind_restorer(obj, METHODS_PATH, &current);

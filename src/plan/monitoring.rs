@@ -4,9 +4,10 @@
 use serde_json::Value;
 
 use super::fleet_status::deploy_blocked_by;
-use super::harvester_upgrade::{ALLOW_UNPROTECTED, Handling, Upgrade};
+use super::harvester_upgrade::{ALLOW_UNPROTECTED, Upgrade};
 use super::ownership::ours;
 use super::records::{describe, identity, is_suspended, methods};
+use super::releases::Handling;
 use super::retirement::Retirement;
 use super::upgrade_progress::upgrade_under_way;
 use crate::model::METHODS_POINTER;
@@ -45,7 +46,7 @@ pub struct Gauges {
     pub outdated_vmis: i64,
 }
 
-/// The Upgrade under way that needs the guard (a release up to v1.7.1) while the CR's updates
+/// The Upgrade under way that needs the guard ([`Handling::None`]) while the CR's updates
 /// are on, accepted ([`ALLOW_UNPROTECTED`]) or not. Updates are on when the methods are a list
 /// that is not empty (absent and `[]` both mean none); a malformed list counts as on: nothing
 /// says it is off.

@@ -3,9 +3,10 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use super::harvester_upgrade::{Backup, Handling, Upgrade, blind_value};
+use super::harvester_upgrade::{Backup, Upgrade, blind_value};
 use super::migrations::Migration;
 use super::records::{describe, is_suspended};
+use super::releases::{self, Handling};
 use super::upgrade_progress::upgrade_under_way as under_way;
 
 /// The release the cluster upgrades to, as far as it is known.
@@ -86,8 +87,8 @@ pub fn advise(coming: &Coming, methods: &Option<Value>) -> Advice {
         )),
         // Whatever the methods: its own suspension is a patch of the CR, an `Update` claim on
         // the `[]` that Fleet's deploy of the new chart (the chart's `[LiveMigrate]`, applied
-        // without force) conflicts with, and the upgrade stops there (harvester#10677 in
-        // v1.8.0, #10899 with the add-on). The guard's values override makes the chart render
+        // without force) conflicts with, and the upgrade stops there (harvester#10677 in that
+        // release, #10899 with the add-on). The guard's values override makes the chart render
         // that same `[]`: nothing to conflict on.
         Handling::PatchAndHardCodedRestore => {
             let end = match methods.as_ref() == Some(&blind_value()) {
@@ -115,9 +116,10 @@ fn unknown(on_offer: &[String]) -> Advice {
         list => format!("{} releases on offer ({})", list.len(), list.join(", ")),
     };
     Advice::Unknown(format!(
-        "pre is needed unless the upgrade goes to v1.7.2+, v1.8.1+ or v1.9 (Harvester suspends \
-         and restores any methods itself): the release the cluster upgrades to is not known (no \
-         Upgrade under way, {offer}), so pre suspends"
+        "pre is needed unless the upgrade goes to {} (Harvester suspends and restores any methods \
+         itself): the release the cluster upgrades to is not known (no Upgrade under way, \
+         {offer}), so pre suspends",
+        releases::restoring_themselves()
     ))
 }
 
@@ -201,9 +203,10 @@ pub fn pre_gate(
             "{it} is under way: post waits for its cleanup before it restores"
         )]);
     }
-    // v1.8.0 keeps no backup: its `[]` on the CR is its suspension, never an original (`foreign`
-    // says where `pre` takes the original from instead), and `pre` goes on: its values override
-    // is what lets the retried deploy of the new chart past v1.8.0's claim (harvester#10677).
+    // The hard-coded restore's release keeps no backup: its `[]` on the CR is its suspension,
+    // never an original (`foreign` says where `pre` takes the original from instead), and `pre`
+    // goes on: its values override is what lets the retried deploy of the new chart past that
+    // release's claim (harvester#10677).
     if u.backup != Backup::None {
         let (now, backup) = (describe(methods), u.backup.describe());
         let state = match is_suspended(methods) {

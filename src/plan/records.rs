@@ -54,8 +54,8 @@ pub struct Return {
     pub path: Vec<String>,
     pub owners: Vec<RecordedOwner>,
     /// The managers whose `Update` claim on the field goes: an upgrade's hard-coded restore of
-    /// the original (the add-on's Finalize, v1.8.0's cleanup), a claim that the next chart
-    /// change would conflict with (harvester#10899). Absent in records of earlier versions.
+    /// the original (the add-on's Finalize, the hard-coded restore's cleanup), a claim that the
+    /// next chart change would conflict with (harvester#10899). Absent in records of earlier versions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub taken_from: Vec<String>,
 }

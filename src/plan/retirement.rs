@@ -1,21 +1,17 @@
 //! Whether the guard is still needed on this cluster, so that an operator knows when to retire
 //! it. Harvester upgrades one minor at a time, so the releases the cluster can upgrade to next
 //! are its own minor's later patches and the next minor's; of those, [`Handling`] says which
-//! leave the methods alone and which patch the CR themselves (v1.8.0; the add-on, on any
+//! leave the methods alone and which patch the CR themselves (one release; the add-on, on any
 //! release): both need the guard, the second because their patch is a claim that Fleet's deploy
 //! of the new chart stops on (harvester#10677, #10899).
 
 use serde::Serialize;
 
-use super::harvester_upgrade::{Handling, Upgrade, parse_version};
+use super::harvester_upgrade::Upgrade;
 use super::ownership::anything_of_ours;
+use super::releases::{self, HARD_CODED_RESTORE, Handling, LAST_WITHOUT_HANDLING, parse_version};
 use super::upgrade_progress::{PlanView, running};
 use crate::vocabulary::Objects;
-
-/// The last release that does nothing to the methods itself, and the one that patches the CR
-/// itself ([`Handling::of`]).
-const LAST_WITHOUT_HANDLING: (u64, u64, u64) = (1, 7, 1);
-const HARD_CODED_RESTORE: (u64, u64, u64) = (1, 8, 0);
 
 /// What the answer is made of, as read (see [`still_needed`]).
 #[derive(Debug, Clone, Copy)]
@@ -83,17 +79,19 @@ impl std::fmt::Display for Need {
             ),
             Need::EarlyRelease { current, next } => write!(
                 f,
-                "Harvester {current} can upgrade next to {next}, among them releases up to \
-                 v1.7.1, which do nothing to the methods themselves"
+                "Harvester {current} can upgrade next to {next}, among them releases {}, which \
+                 do nothing to the methods themselves",
+                releases::without_handling()
             ),
             Need::OnOffer(v) => {
                 write!(f, "{v} is on offer, and does nothing to the methods itself")
             }
             Need::V180Next { current } => write!(
                 f,
-                "Harvester {current} can upgrade next to v1.8.0, which patches the KubeVirt CR to \
-                 [] itself: a claim that Fleet's deploy of its chart stops on unless the guard's \
-                 values render [] too (harvester#10677)"
+                "Harvester {current} can upgrade next to {}, which patches the KubeVirt CR to [] \
+                 itself: a claim that Fleet's deploy of its chart stops on unless the guard's \
+                 values render [] too (harvester#10677)",
+                releases::name(HARD_CODED_RESTORE)
             ),
             Need::AddOn => f.write_str(
                 "the upgrade add-on is installed (its UpgradePlans are served), which patches the \
@@ -154,8 +152,10 @@ pub fn retirement(seen: &Facts) -> Retirement {
     if let Some((v, _)) = seen.on_offer.iter().find(|(_, h)| *h == Handling::None) {
         return Needed(Need::OnOffer(v.clone()));
     }
-    // v1.8.0 is reachable from v1.7.x only (one minor at a time), or when it is on offer.
-    let v180_next = (now < HARD_CODED_RESTORE && (major, minor + 1) >= (1, 8))
+    // The hard-coded restore's release is reachable from its previous minor only (one minor at a
+    // time), or when it is on offer.
+    let (hard_major, hard_minor, _) = HARD_CODED_RESTORE;
+    let v180_next = (now < HARD_CODED_RESTORE && (major, minor + 1) >= (hard_major, hard_minor))
         || seen
             .on_offer
             .iter()

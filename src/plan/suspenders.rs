@@ -1,16 +1,17 @@
 //! Another suspender's `[]` is never an original. During an upgrade the methods may already be
-//! `[]` when `pre` reads them, written by the upgrade's own suspension: the add-on's PreRun,
-//! Harvester v1.8.0's apply-manifests script, or Harvester v1.7.2+'s values override with its
-//! backup on the Upgrade. Recorded as the original, `post` would put that `[]` back after the
-//! suspender's own restore: updates off for good, silently. So `pre` records the suspender's
+//! `[]` when `pre` reads them, written by the upgrade's own suspension ([`Handling`]): the
+//! add-on's PreRun, the hard-coded restore's release's apply-manifests script, or a later
+//! release's values override with its backup on the Upgrade. Recorded as the original, `post`
+//! would put that `[]` back after the suspender's own restore: updates off for good, silently. So `pre` records the suspender's
 //! own record where there is one (Harvester's backup), else what Fleet renders, and says which.
 
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::harvester_upgrade::{Backup, Handling, Upgrade, blind_value};
+use super::harvester_upgrade::{Backup, Upgrade, blind_value};
 use super::ownership::{recorded_owners, update_claims};
 use super::records::{ValueRecord, describe, is_suspended, kubevirt_record, lookup, methods};
+use super::releases::Handling;
 use super::upgrade_progress::{PLAN_PHASES, PlanView};
 use crate::model::{METHODS_PATH, VALUES_PATH};
 use crate::vocabulary::Malformed;
@@ -18,7 +19,8 @@ use crate::vocabulary::Malformed;
 /// The add-on's suspender (upgrade-toolkit's PreRun of ClusterUpgrade merge-patches the CR;
 /// client-go names the manager after the binary).
 const ADDON_MANAGER: &str = "upgrade-toolkit";
-/// Harvester v1.8.0's suspenders: `kubectl patch` in `upgrade_manifests.sh`, and the controller.
+/// The suspenders of the hard-coded restore's release ([`Handling::PatchAndHardCodedRestore`]):
+/// `kubectl patch` in `upgrade_manifests.sh`, and the controller.
 const V180_MANAGERS: &[&str] = &["kubectl-patch", "harvester"];
 
 /// Where the original of a foreign suspension comes from.
@@ -99,7 +101,8 @@ pub fn foreign_suspension(
 }
 
 /// Who suspended (in words), where the original comes from and what it is: Harvester's backup
-/// (v1.7.2+), the add-on's plan, or v1.8.0's patch, each only by its own write.
+/// ([`Handling::BackupAndRestore`]), the add-on's plan, or the hard-coded restore's release's
+/// patch, each only by its own write.
 fn suspender(
     kubevirt: &Value,
     values: Option<Value>,

@@ -7,9 +7,9 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::harvester_upgrade::{
-    CLEANUP_DONE, CLEANUP_LABEL, Handling, Upgrade, being_deleted, ended_at, or_if_empty, text_at,
-    time_at,
+    CLEANUP_DONE, CLEANUP_LABEL, Upgrade, being_deleted, ended_at, or_if_empty, text_at, time_at,
 };
+use super::releases::Handling;
 use crate::model::FIELD_MANAGER;
 
 /// Harvester's states of an Upgrade (label `harvesterhci.io/upgradeState`), in the order its
@@ -226,9 +226,10 @@ pub fn begun(upgrade: Option<&Upgrade>, plans: &[PlanView], since: Timestamp) ->
 }
 
 /// After a failed upgrade (or one deleted without having succeeded) to a release that does
-/// nothing to the methods itself (up to v1.7.1), the suspension is held until the retry: KubeVirt
-/// may be upgraded already and a node stuck. Releases whose own cleanup writes the methods on
-/// failure (v1.7.2+, v1.8.0, the add-on) are followed instead: holding would fight that cleanup.
+/// nothing to the methods itself ([`Handling::None`]), the suspension is held until the retry:
+/// KubeVirt may be upgraded already and a node stuck. Releases whose own cleanup writes the
+/// methods on failure (every other [`Handling`], the add-on) are followed instead: holding would
+/// fight that cleanup.
 /// Only the waiting `post` (armed, or the resident guard) holds; a by-hand `post` restores.
 pub fn held_after_failure(upgrade: Option<&Upgrade>) -> Option<String> {
     let u = upgrade.filter(|u| u.handling() == Handling::None)?;

@@ -91,7 +91,8 @@ pub enum Decision {
     Resuspend { upgrade: String, why: String },
     /// Run `post` now.
     Restore(Restore),
-    /// Hold the suspension after a failed upgrade to a release up to v1.7.1, until the retry.
+    /// Hold the suspension after a failed upgrade to a release that does nothing to the methods
+    /// itself (`Handling::None`), until the retry.
     Hold { upgrade: String, why: String },
     /// Nothing to do now.
     Wait(Wait),

@@ -4,11 +4,12 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::plan::forecast::Forecast;
-use crate::plan::harvester_upgrade::{CleanupWrite, Handling, Upgrade};
+use crate::plan::harvester_upgrade::{CleanupWrite, Upgrade};
 use crate::plan::kubevirt::Source;
 use crate::plan::migrations::Migration;
 use crate::plan::ownership::Owner;
 use crate::plan::records::{CompareRecord, ValueRecord};
+use crate::plan::releases::Handling;
 
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]

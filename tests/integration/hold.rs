@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use kube::Client;
 use serde_json::{Value, json};
-use workload_update_guard::plan::harvester_upgrade::Handling;
+use workload_update_guard::plan::releases::Handling;
 
 use crate::resident::Guard;
 use crate::support::harvester::*;
