@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The shape of src/ (docs/design.md, "Layers"), checked: no import cycle between files, no file
-name used twice, no source file over 400 lines before its tests, and design.md's layers
-table naming exactly the files of src/. It prints the production lines (src/ before its tests) as
+name used twice, no source file over 400 lines before its tests, design.md's layers
+table naming exactly the files of src/, and every file and item design.md cites existing (a
+`module::name` defined in that module's file, a file of ours at its path). It prints the production lines (src/ before its tests) as
 a figure, not a limit: a cap made the code compressed rather than simple.
 
 A file's imports are the `crate::a::b` and `super::` paths in its code before its tests (the
@@ -110,7 +111,61 @@ def layers_table_mismatch(files):
     return sorted(actual - named), sorted(named - actual)
 
 
-FN = re.compile(r"^(\s*)(pub(\([\w:]+\))?\s+)?(const\s+)?(async\s+)?fn\s+(\w+)")
+ROOT = SRC.parent
+# An item's definition: `fn name`, `struct name`, `const NAME: …`, an enum variant `Name,` or
+# `Name {`/`Name(` at the start of a line, a `mod name`, a `pub use … name`.
+DEFINES = r"(?m)(\b(fn|struct|enum|trait|type|const|static|mod|macro_rules!)\s+{0}\b|^\s*{0}\s*[,({{]|\buse\b[^;]*\b{0}\b)"
+CITED_PATH = re.compile(r"`((?:crate::)?[a-z_]\w*(?:::\w+)+)(?:\(\))?`")
+CITED_FILE = re.compile(r"`((?:[\w.-]+/)+[\w.-]+\.(?:rs|sh|py|yaml|md|txt|toml|json))`")
+
+
+def defines(path, name):
+    return path.is_file() and re.search(DEFINES.format(re.escape(name)), path.read_text()) is not None
+
+
+def test_files(first):
+    """The files a test path's first segment may name: a test binary's module."""
+    return [p for d in ("tests",) for p in (ROOT / d).rglob(f"{first}.rs")] + \
+        [p for p in (ROOT / "tests" / first).glob("*.rs")] if (ROOT / "tests").is_dir() else []
+
+
+def stale_citations(modules):
+    """design.md's citations of code that does not exist: a file (`src/x.rs`, `hack/x.sh`, a
+    layers-table `plan/x.rs`), or a path `module::name` (the module a file of src/, a test
+    binary's module for a test; the name defined in that file). A path into another crate
+    (`kube::…`, `runtime::…`) names no module of ours and is not checked."""
+    text = DESIGN.read_text()
+    out = []
+    for f in sorted(set(CITED_FILE.findall(text))):
+        # Ours only: another project's file (Harvester's `package/upgrade/…`) is cited as theirs.
+        ours = [base for base in (ROOT, SRC, ROOT / "docs") if (base / f.split("/")[0]).is_dir()]
+        if ours and not any((base / f).exists() for base in ours):
+            out.append(f"the file `{f}`")
+    by_last = {}
+    for mod, p in modules.items():
+        if mod:
+            by_last.setdefault(mod[-1], []).append(p)
+    for cited in sorted(set(CITED_PATH.findall(text))):
+        parts = cited.removeprefix("crate::").split("::")
+        # The deepest module of ours the path names: from the crate's root, or by a module's own
+        # name as the docs shorten it (`fleet_status::conflicts`).
+        n = next((n for n in range(len(parts) - 1, 0, -1) if tuple(parts[:n]) in modules), 0)
+        if n:
+            files, rest = [modules[tuple(parts[:n])]], parts[n:]
+        elif parts[0] in by_last:
+            files, rest = by_last[parts[0]], parts[1:]
+        elif test_files(parts[0]):
+            files, rest = test_files(parts[0]), parts[1:]
+        else:
+            # A type's item (`Handling::of`): defined in the type's file.
+            files = [p for p in modules.values() if re.search(rf"\b(struct|enum|trait)\s+{parts[0]}\b", p.read_text())]
+            rest = parts[1:]
+            if not files:
+                continue
+        rest = [r for r in rest if r != "tests"]
+        if not files or not all(any(defines(p, name) for p in files) for name in rest):
+            out.append(f"`{cited}`")
+    return out
 
 
 
@@ -144,11 +199,13 @@ def main():
         problems.append(f"docs/design.md's layers table does not name {', '.join(unnamed)}")
     if stale:
         problems.append(f"docs/design.md's layers table names {', '.join(stale)}, not in src/")
+    for cited in stale_citations(modules):
+        problems.append(f"docs/design.md cites {cited}, which does not exist")
     for line in problems:
         print(f"house: {line}", file=sys.stderr)
     if problems:
         sys.exit(1)
-    print(f"house: ok ({len(modules)} files, no cycle, no twin name, none over {MAX_FILE_LINES} lines, each in design.md's layers table; {production} production lines)")
+    print(f"house: ok ({len(modules)} files, no cycle, no twin name, none over {MAX_FILE_LINES} lines, each in design.md's layers table, every file and item design.md cites there; {production} production lines)")
 
 
 if __name__ == "__main__":
