@@ -150,7 +150,9 @@ def stale_citations(modules):
         # The deepest module of ours the path names: from the crate's root, or by a module's own
         # name as the docs shorten it (`fleet_status::conflicts`).
         n = next((n for n in range(len(parts) - 1, 0, -1) if tuple(parts[:n]) in modules), 0)
-        if n:
+        if parts[0] == "main":
+            files, rest = [SRC / "main.rs"], parts[1:]
+        elif n:
             files, rest = [modules[tuple(parts[:n])]], parts[n:]
         elif parts[0] in by_last:
             files, rest = by_last[parts[0]], parts[1:]

@@ -15,7 +15,7 @@ use workload_update_guard::config::{self, Config, LogFormat};
 use workload_update_guard::context::Run;
 use workload_update_guard::error::{Error, exit};
 use workload_update_guard::outcome::Done;
-use workload_update_guard::runner;
+use workload_update_guard::phase;
 use workload_update_guard::summary::Summary;
 use workload_update_guard::vocabulary::Phase;
 
@@ -174,7 +174,7 @@ async fn run(cfg: &Config) -> u8 {
     let work = async {
         let cluster = Cluster::connect(cfg.dry_run, last_error.clone(), deadline.clone()).await?;
         let mut stdout = std::io::stdout().lock();
-        runner::run(&mut Run::new(cfg, &cluster, &mut done), &mut stdout).await
+        phase::run(&mut Run::new(cfg, &cluster, &mut done), &mut stdout).await
     };
     let result = tokio::select! {
         r = work => r,

@@ -1,5 +1,5 @@
 //! What to change: pure functions from the objects' current JSON to conditional JSON Patches
-//! (or nothing to do). No I/O here: `cluster` reads and writes, `runner` runs the steps.
+//! (or nothing to do). No I/O here: `cluster` reads and writes, `phase::steps` runs the steps.
 //!
 //! Every patch starts with a `test` of `/metadata/resourceVersion`, so it applies only to the exact
 //! state it was planned from (docs/design.md, "The hazards, and the answer to each"). The original

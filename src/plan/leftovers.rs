@@ -223,7 +223,7 @@ mod tests {
         out
     }
 
-    /// Every write of a phase, as `runner` runs them, with `intent`'s switches.
+    /// Every write of a phase, as `phase::steps` runs them, with `intent`'s switches.
     fn run_with(intent: &Intent, objects: &Objects) -> Objects {
         let mut now = objects.clone();
         for step in steps(intent) {

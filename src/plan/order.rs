@@ -99,7 +99,7 @@ fn foreign(objects: &Objects) -> Result<Option<ValueRecord>, Malformed> {
 
 /// Plans the whole phase against the objects as read, each write against the result of the
 /// ones before it (the server's own `managedFields` bookkeeping aside). Any malformed object
-/// refuses the whole phase, so nothing is written. `runner` writes these one by one, planning
+/// refuses the whole phase, so nothing is written. `phase::steps` writes these one by one, planning
 /// each again against the object as the server last returned it.
 pub fn plan_phase(intent: &Intent, objects: &Objects) -> Result<Vec<(Step, Plan)>, Refusal> {
     let mut now = objects.clone();

@@ -275,7 +275,7 @@ pub fn intent(phase: Phase) -> Intent {
     }
 }
 
-/// Every write of a phase applied in turn, as `runner` does (minus the server's bookkeeping).
+/// Every write of a phase applied in turn, as `phase::steps` does (minus the server's bookkeeping).
 pub fn run_phase(phase: Phase, objects: &Objects) -> Objects {
     let intent = intent(phase);
     let mut now = objects.clone();

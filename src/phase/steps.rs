@@ -1,4 +1,6 @@
-//! Runs a phase: read, plan the whole phase, write step by step ([`Cluster::converge`]).
+//! The writes of `pre` and `post`: the whole phase planned first (a malformed object refused
+//! before any write), then each step written by [`Cluster::converge`] (a conflict re-read and
+//! planned again), said, and its Event made.
 
 use std::io::Write as Output;
 
@@ -9,8 +11,6 @@ use crate::cluster::{Cluster, EventKind, Written};
 use crate::config::Config;
 use crate::context::Run;
 use crate::error::Error;
-use crate::harvester_gate::{before_post, before_pre};
-use crate::leftovers_check;
 use crate::model::{FIELD_MANAGER, Kind, Target};
 use crate::outcome::{Done, Outcome};
 use crate::plan;
@@ -18,56 +18,15 @@ use crate::plan::kubevirt::HOTPLUG_NOTICE;
 use crate::vocabulary::{Objects, Phase, Plan, Step, Write};
 use crate::warnings::{self, CHANGED_WHILE_SUSPENDED};
 
-/// `Some`: `status`'s verdict, for the termination message. `watch` runs until SIGTERM.
-pub async fn run(run: &mut Run<'_>, out: &mut impl Output) -> Result<Option<String>, Error> {
-    match run.cfg.intent.phase {
-        Phase::Status => crate::status::status(run, out).await.map(Some),
-        Phase::Pre | Phase::Post => run_phase(run, out).await.map(|()| None),
-        // The resident guard runs `pre` and `post`, never itself.
-        Phase::Watch => {
-            let act = async |run: &mut Run<'_>| run_phase(run, out).await;
-            let guard = crate::resident::resident_guard(run.cfg, run.cluster, act);
-            guard.await.map(|()| None)
-        }
-    }
-}
-
-/// `pre` or `post`.
-async fn run_phase(run: &mut Run<'_>, out: &mut impl Output) -> Result<(), Error> {
-    let (intent, allow_missing) = (&run.cfg.intent, run.cfg.allow_missing);
-    let mut objects = Objects::default();
-    for target in intent.targets() {
-        match run.cluster.get(&target).await? {
-            Some(obj) => objects.set(target.kind, Some(obj)),
-            None => run.push(Done::missing(allow_missing, target, "nothing was written")?),
-        }
-    }
-    let skipped = leftovers_check::read_skipped(run).await;
-    // The armed `post` first waits for the next upgrade to begin and end; `post`'s gate reads the
-    // objects again after Harvester's cleanup, so Fleet's generation is taken after it.
-    crate::resident::armed(run, &mut objects).await?;
-    let write = match intent.phase {
-        Phase::Pre => before_pre(run, &mut objects).await?,
-        _ => before_post(run, &mut objects).await.map(|()| true)?,
-    };
-    let read = objects.chart.clone();
-    if write {
-        // ALLOW_MISSING: a `pre` without the KubeVirt CR writes nothing, not even the chart.
-        if intent.phase == Phase::Pre
-            && intent.steps.kubevirt
-            && objects.kubevirt.is_none()
-            && let Some(key) = objects.chart.take().and(intent.keys.chart.as_ref())
-        {
-            let left = "left alone: the KubeVirt CR is missing, so there is nothing to guard";
-            let target = Target::new(Kind::ManagedChart, key);
-            run.push(Done::noted(target, vec![left.into()]));
-        }
-        // The whole phase is planned first only to refuse a malformed object before any write.
-        plan::plan_phase(intent, &objects)?;
-        write_steps(run, &mut objects, out).await?;
-    }
-    leftovers_check::after_steps(run, &objects, skipped).await;
-    crate::fleet_wait::wait(run, read.as_ref(), &objects).await
+/// Plans the whole phase, then writes it step by step.
+pub(super) async fn write(
+    run: &mut Run<'_>,
+    objects: &mut Objects,
+    out: &mut impl Output,
+) -> Result<(), Error> {
+    // The whole phase is planned first only to refuse a malformed object before any write.
+    plan::plan_phase(&run.cfg.intent, objects)?;
+    write_steps(run, objects, out).await
 }
 
 async fn write_steps(

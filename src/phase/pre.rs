@@ -1,26 +1,54 @@
-//! Harvester's own upgrade around a phase (docs/design.md, "Harvester's own handling").
+//! `PHASE=pre`: suspends KubeVirt's automated workload updates before an upgrade. Top to bottom:
+//! read the two objects; Harvester's upgrade decides whether `pre` writes at all (left to
+//! Harvester's own suspension, not needed for the release upgraded to, or late: the wave has
+//! begun); plan and write; say what it leaves on what it skipped; wait for Fleet to apply the
+//! ManagedChart's change.
+
+use std::io::Write as Output;
 
 use serde_json::Value;
 use tracing::info;
 
-use crate::cluster::{EventKind, Poll};
-use crate::config::Config;
+use super::{read_objects, steps};
+use crate::cluster::EventKind;
 use crate::context::Run;
 use crate::error::Error;
-use crate::model::Kind;
+use crate::model::{Kind, Target};
 use crate::outcome::Done;
-use crate::plan::harvester_upgrade::{CLEANUP_DONE, CLEANUP_LABEL};
 use crate::plan::ownership::anything_of_ours;
 use crate::plan::pre_advice::{self, Advice, PreGate, pre_gate};
 use crate::plan::records::{is_suspended, methods};
 use crate::plan::suspenders::foreign_suspension;
-use crate::plan::upgrade_progress::post_must_wait;
 use crate::upgrades::{self, View};
 use crate::vocabulary::{ForeignOriginal, Objects, Refusal};
-use crate::warnings::{
-    HARVESTER_SUSPENDED, NOT_NEEDED, PRE_LATE, RESTORED_DURING_UPGRADE, SUSPENDED_BY_ANOTHER,
-    Warning,
-};
+use crate::warnings::{HARVESTER_SUSPENDED, NOT_NEEDED, PRE_LATE, SUSPENDED_BY_ANOTHER, Warning};
+use crate::{fleet_wait, leftovers_check};
+
+pub async fn pre(run: &mut Run<'_>, out: &mut impl Output) -> Result<(), Error> {
+    let mut objects = read_objects(run).await?;
+    let skipped = leftovers_check::read_skipped(run).await;
+    let write = before_pre(run, &mut objects).await?;
+    let read = objects.chart.clone();
+    if write {
+        without_the_cr_nothing(run, &mut objects);
+        steps::write(run, &mut objects, out).await?;
+    }
+    leftovers_check::after_steps(run, &objects, skipped).await;
+    fleet_wait::wait(run, read.as_ref(), &objects).await
+}
+
+/// `ALLOW_MISSING`: a `pre` without the KubeVirt CR writes nothing, not even the chart.
+fn without_the_cr_nothing(run: &mut Run<'_>, objects: &mut Objects) {
+    let intent = &run.cfg.intent;
+    if intent.steps.kubevirt
+        && objects.kubevirt.is_none()
+        && let Some(key) = objects.chart.take().and(intent.keys.chart.as_ref())
+    {
+        let left = "left alone: the KubeVirt CR is missing, so there is nothing to guard";
+        let target = Target::new(Kind::ManagedChart, key);
+        run.push(Done::noted(target, vec![left.into()]));
+    }
+}
 
 async fn warn(run: &mut Run<'_>, kubevirt: Option<&Value>, reason: &'static str, message: String) {
     run.warned(kubevirt, None, Warning { reason, message })
@@ -33,7 +61,7 @@ fn note(notes: &mut Vec<String>, line: String) {
 }
 
 /// `false`: `pre` writes nothing (Harvester's upgrade holds the suspension, or it is not needed).
-pub async fn before_pre(run: &mut Run<'_>, objects: &mut Objects) -> Result<bool, Error> {
+async fn before_pre(run: &mut Run<'_>, objects: &mut Objects) -> Result<bool, Error> {
     let view = upgrades::read(run.cluster, run.cfg).await?;
     let (kv, upgrade) = (objects.kubevirt.as_ref(), view.upgrade.as_ref());
     let target = run.kubevirt();
@@ -131,85 +159,4 @@ fn nothing_written(run: &mut Run<'_>, objects: &Objects, actions: Vec<String>) {
     for target in read.into_iter().flatten() {
         run.push(Done::noted(target, actions.clone()));
     }
-}
-
-/// Waits while an upgrade is under way (updates turned on mid-upgrade start the wave the guard
-/// exists to prevent) or its cleanup may still write the methods; one bound for all, then exit 7.
-pub async fn before_post(run: &mut Run<'_>, objects: &mut Objects) -> Result<(), Error> {
-    let (cfg, cluster) = (run.cfg, run.cluster);
-    let ours = anything_of_ours(objects);
-    let view = upgrades::read(cluster, cfg).await?;
-    let Some(reason) = post_must_wait(view.upgrade.as_ref(), &view.plans, ours) else {
-        return Ok(());
-    };
-    if cfg.restore_during_upgrade {
-        let why = format!(
-            "RESTORE_DURING_UPGRADE=true: restoring anyway, though {reason}; updates are turned \
-             on now, and a pending cleanup may still write the methods"
-        );
-        warn(run, objects.kubevirt.as_ref(), RESTORED_DURING_UPGRADE, why).await;
-        return Ok(());
-    }
-    if cfg.dry_run {
-        run.said(format!(
-            "would wait first (dry run: planned against the objects as they are): {reason}"
-        ));
-        return Ok(());
-    }
-    let (started, bound) = (tokio::time::Instant::now(), cfg.cleanup_wait);
-    let read = async || {
-        let view = upgrades::read(cluster, cfg).await?;
-        let why = post_must_wait(view.upgrade.as_ref(), &view.plans, ours);
-        Ok(why.map_or(Poll::Ready(()), Poll::Pending))
-    };
-    let progress = |waited: std::time::Duration, seen: &str| {
-        let (waited_s, bound_s) = (waited.as_secs(), bound.as_secs());
-        info!(waited_s, bound_s, "waiting: {seen}")
-    };
-    // 0: no wait (the chart's uninstall hook). What was just read is what is under way: a poll
-    // bounded by 0 would be cut before its first read and could only say "nothing read yet".
-    let waited = match bound.is_zero() {
-        true => Err(reason.clone()),
-        false => cluster.poll(bound, read, progress).await?,
-    };
-    if let Err(last) = waited {
-        let message = pending_message(cfg, &view, bound, &last);
-        return Err(Error::CleanupPending(message));
-    }
-    let took = started.elapsed().as_secs_f64();
-    let line =
-        format!("waited {took:.1} s for the upgrade to end and Harvester's cleanup ({reason})");
-    info!("{line}");
-    // The cleanup may have written either object: plan against what it left.
-    let (keys, kinds) = (&cfg.intent.keys, [Kind::KubeVirt, Kind::ManagedChart]);
-    let read = kinds.map(|kind| objects.get(kind).and(keys.target(kind)));
-    for target in read.into_iter().flatten() {
-        objects.set(target.kind, cluster.get(&target).await?);
-    }
-    run.noted(vec![line]);
-    Ok(())
-}
-
-/// Exit 7's one line: what was last seen, that nothing was written, and what to do.
-fn pending_message(cfg: &Config, view: &View, bound: std::time::Duration, last: &str) -> String {
-    let ns = &cfg.intent.keys.kubevirt.namespace;
-    let check = match (&view.upgrade, view.plans.iter().find(|p| p.under_way())) {
-        (Some(u), _) => format!(
-            "kubectl -n {} get upgrades.harvesterhci.io {} -o yaml",
-            u.namespace, u.name
-        ),
-        (None, Some(p)) => format!(
-            "kubectl get upgradeplans.management.harvesterhci.io {}",
-            p.name
-        ),
-        (None, None) => format!("kubectl -n {ns} get upgrades.harvesterhci.io"),
-    };
-    format!(
-        "waited {}s: {last}; nothing was written. Check it ({check}), then run post again once \
-         the upgrade has ended and, for a release that handles the methods, the Upgrade carries \
-         {CLEANUP_LABEL}={CLEANUP_DONE}; or delete the Upgrade if it is stuck (Harvester's \
-         cleanup runs on deletion), or raise HARVESTER_CLEANUP_WAIT_SECONDS, or set \
-         RESTORE_DURING_UPGRADE=true to restore anyway",
-        bound.as_secs()
-    )
 }

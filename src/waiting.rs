@@ -1,6 +1,7 @@
-//! The one waiting loop, of the resident guard and of the armed `post`: read, [`decide`], act as
-//! the phases' Jobs do. Nothing is kept between upgrades but what the objects say: a new pod goes
-//! on where the last one stopped.
+//! The one waiting loop, of the resident guard and of the armed `post`: each pass reads and
+//! [`decide`]s; the resident guard acts on it (`crate::phase::watch`), the armed `post` restores
+//! once. Nothing is kept between upgrades but what the objects say: a new pod goes on where the
+//! last one stopped.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,7 +13,6 @@ use tracing::{error, info};
 
 use crate::cluster::{Cluster, Watcher};
 use crate::config::{ALIVE_EVERY, Config};
-use crate::context::Run;
 use crate::error::Error;
 use crate::metrics::{self, Metrics};
 use crate::model::Kind;
@@ -23,7 +23,6 @@ use crate::plan::releases::Handling;
 use crate::plan::retirement::Retirement;
 use crate::plan::upgrade_progress::record_time;
 use crate::plan::watch_decision::{Decision, Memory, answer_turned_on, decide};
-use crate::summary::Summary;
 use crate::upgrades::{self, View};
 use crate::vocabulary::{Objects, Phase};
 
@@ -41,18 +40,13 @@ const WATCH_FAILING_PAUSE: Duration = Duration::from_secs(1);
 
 /// A failed act's cause (Fleet not ready, RBAC, the API server) is often gone within a minute,
 /// and an upgrade may be held by the policy until the suspension is in place.
-const ACT_RETRY_PAUSE: Duration = Duration::from_secs(20);
+pub(crate) const ACT_RETRY_PAUSE: Duration = Duration::from_secs(20);
 
 /// What the cluster can upgrade to next changes only with an upgrade or a release.
 const OFFER_EVERY: Duration = Duration::from_secs(1800);
 
-/// How the loop runs a phase (`runner::run_phase`, which runs the armed `post` by this loop:
-/// passed in, so the two modules do not import each other).
-pub trait RunPhase: AsyncFnMut(&mut Run<'_>) -> Result<(), Error> {}
-impl<F: AsyncFnMut(&mut Run<'_>) -> Result<(), Error>> RunPhase for F {}
-
-struct Pass {
-    decision: Decision,
+pub(crate) struct Pass {
+    pub(crate) decision: Decision,
     objects: Objects,
     /// `None` for the armed `post`, and where Upgrades are not served.
     retirement: Option<Retirement>,
@@ -65,32 +59,36 @@ struct Pass {
 /// The cluster's version and the releases on offer, as last read, and when.
 type Offer = (Option<String>, Vec<(String, Handling)>, Instant);
 
-struct Loop<'a> {
-    cfg: &'a Config,
-    cluster: &'a Cluster,
+pub(crate) struct Loop<'a> {
+    pub(crate) cfg: &'a Config,
+    pub(crate) cluster: &'a Cluster,
     /// The resident guard (which runs `pre` itself, and has metrics); else the armed `post`.
-    suspends: bool,
-    metrics: Option<Arc<Metrics>>,
-    memory: Memory,
-    wake_tx: mpsc::Sender<()>,
-    wake: mpsc::Receiver<()>,
+    pub(crate) suspends: bool,
+    pub(crate) metrics: Option<Arc<Metrics>>,
+    pub(crate) memory: Memory,
+    pub(crate) wake_tx: mpsc::Sender<()>,
+    pub(crate) wake: mpsc::Receiver<()>,
     /// Of Harvester's latest Upgrade, the add-on's UpgradePlans, and the KubeVirt CR.
-    watches: [Option<Watcher>; 3],
-    said: Option<(&'static str, Instant)>,
-    offer: Option<Offer>,
+    pub(crate) watches: [Option<Watcher>; 3],
+    pub(crate) said: Option<(&'static str, Instant)>,
+    pub(crate) offer: Option<Offer>,
     /// "No longer needed" has been said (once, until it is needed again).
-    retirement_said: bool,
+    pub(crate) retirement_said: bool,
     /// How the last `pre` for the upgrade under way ended.
-    last_pre: Option<String>,
-    act_failed: bool,
+    pub(crate) last_pre: Option<String>,
+    pub(crate) act_failed: bool,
     /// The unprotected upgrade said last (once per upgrade and hold, until it is protected).
-    unprotected_said: Option<UnprotectedKey>,
+    pub(crate) unprotected_said: Option<UnprotectedKey>,
     /// The claim a Fleet deploy waits on, said last (its manager and the Bundle's generation).
-    blocked_said: Option<String>,
+    pub(crate) blocked_said: Option<String>,
 }
 
 impl<'a> Loop<'a> {
-    fn new(cfg: &'a Config, cluster: &'a Cluster, metrics: Option<Arc<Metrics>>) -> Self {
+    pub(crate) fn new(
+        cfg: &'a Config,
+        cluster: &'a Cluster,
+        metrics: Option<Arc<Metrics>>,
+    ) -> Self {
         let (wake_tx, wake) = mpsc::channel(1);
         Loop {
             cfg,
@@ -111,7 +109,7 @@ impl<'a> Loop<'a> {
         }
     }
 
-    fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         if self.suspends {
             "resident guard"
         } else {
@@ -120,7 +118,7 @@ impl<'a> Loop<'a> {
     }
 
     /// A run of `phase` with the loop's settings (its own waiting off).
-    fn as_phase(&self, phase: Phase) -> Config {
+    pub(crate) fn as_phase(&self, phase: Phase) -> Config {
         let mut cfg = self.cfg.clone();
         cfg.intent.phase = phase;
         cfg.arm = None;
@@ -128,7 +126,7 @@ impl<'a> Loop<'a> {
         cfg
     }
 
-    async fn pass(&mut self) -> Result<Pass, Error> {
+    pub(crate) async fn pass(&mut self) -> Result<Pass, Error> {
         self.cluster.restart_deadline();
         let post = self.as_phase(Phase::Post);
         let mut objects = Objects::default();
@@ -187,7 +185,7 @@ impl<'a> Loop<'a> {
         }
     }
 
-    fn pause_for(&self, resync: Duration) -> Duration {
+    pub(crate) fn pause_for(&self, resync: Duration) -> Duration {
         if self.watches.iter().flatten().any(Watcher::failing) {
             resync.min(WATCH_FAILING_PAUSE)
         } else if self.act_failed {
@@ -195,55 +193,6 @@ impl<'a> Loop<'a> {
         } else {
             resync
         }
-    }
-
-    /// `true`: an act ran and succeeded.
-    async fn act_on(&mut self, decision: &Decision, run: &mut impl RunPhase) -> bool {
-        let (phase, why) = match decision {
-            Decision::Suspend { describe, .. } => (Phase::Pre, format!("{describe} is under way")),
-            Decision::Resuspend { .. } => (Phase::Pre, decision.line()),
-            Decision::Restore(why) => (Phase::Post, why.to_string()),
-            Decision::Hold { .. } | Decision::Wait(_) => return false,
-        };
-        info!("{}: {why}: running {phase}", self.name());
-        self.cluster.begin_run();
-        let cfg = self.as_phase(phase);
-        let mut done = Vec::new();
-        let mut this_run = Run::new(&cfg, self.cluster, &mut done);
-        let result = tokio::select! {
-            r = run(&mut this_run) => r,
-            e = self.cluster.deadline_passed() => Err(e),
-        };
-        let line = Summary::of_run(&cfg.intent, cfg.dry_run, &done, &result).to_line();
-        if let Some(m) = &self.metrics {
-            m.acted(phase, result.is_ok());
-        }
-        let ended = match &result {
-            Ok(()) => {
-                info!(summary = %line, "{}: {phase} done", self.name());
-                "succeeded".to_string()
-            }
-            Err(e) => {
-                error!(
-                    summary = %line,
-                    "{}: {phase} failed ({e}); it is tried again at the next event or in {} s",
-                    self.name(),
-                    ACT_RETRY_PAUSE.as_secs()
-                );
-                format!("failed: {e}")
-            }
-        };
-        if phase == Phase::Pre {
-            self.last_pre = Some(ended);
-        }
-        if let (Ok(()), Decision::Suspend { upgrade, .. } | Decision::Resuspend { upgrade, .. }) =
-            (&result, decision)
-            && !self.memory.ran_pre(upgrade)
-        {
-            self.memory.suspended_for.push(upgrade.clone());
-        }
-        self.act_failed = result.is_err();
-        result.is_ok()
     }
 }
 
@@ -266,7 +215,10 @@ fn touch(path: &std::path::Path) {
 }
 
 /// `alive` is touched by a task of its own: it says the runtime runs, whatever the reads do.
-async fn start_probes_and_metrics(cfg: &Config, settings: &crate::config::Watch) -> Arc<Metrics> {
+pub(crate) async fn start_probes_and_metrics(
+    cfg: &Config,
+    settings: &crate::config::Watch,
+) -> Arc<Metrics> {
     let alive = settings.state_dir.join("alive");
     touch(&alive);
     tokio::spawn(async move {
@@ -281,55 +233,4 @@ async fn start_probes_and_metrics(cfg: &Config, settings: &crate::config::Watch)
     );
     let chart = cfg.chart_version.as_deref().unwrap_or_default();
     metrics::start(settings.metrics_port, chart).await
-}
-
-/// `PHASE=watch`: the resident guard, until SIGTERM. At an upgrade's creation it runs `pre`
-/// (which decides whether it is needed, or late); at its end (cleanup included) `post`; after a
-/// failed path-A upgrade it holds until the retry.
-pub async fn resident_guard(
-    cfg: &Config,
-    cluster: &Cluster,
-    mut run: impl RunPhase,
-) -> Result<(), Error> {
-    let settings = cfg.watch.clone().expect("PHASE=watch has its settings");
-    let resync = settings.resync.as_secs();
-    let metrics = start_probes_and_metrics(cfg, &settings).await;
-    let mut lp = Loop::new(cfg, cluster, Some(metrics));
-    // The act just made: the same decision right after it (a `post` that left something of ours,
-    // a step switched off) waits for the next read, so that nothing runs in a tight loop.
-    let mut just_did: Option<Decision> = None;
-    loop {
-        // Each pass has the whole deadline, from before the race below starts.
-        cluster.restart_deadline();
-        let pass = tokio::select! {
-            r = lp.pass() => r,
-            e = cluster.deadline_passed() => Err(e),
-        };
-        match pass {
-            Ok(p) => {
-                lp.say_retirement(&p).await;
-                lp.say_blocked_deploy(&p).await;
-                if just_did.take().as_ref() == Some(&p.decision) {
-                    info!(
-                        "resident guard: {} again, right after it ran: tried again at the next event or in {resync} s",
-                        p.decision.kind()
-                    );
-                } else {
-                    lp.say(&p).await;
-                    // After an act, read again at once: the objects and the decision have moved.
-                    if lp.act_on(&p.decision, &mut run).await {
-                        just_did = Some(p.decision);
-                        continue;
-                    }
-                }
-                // No act, or a failed one: what this pass read is what holds now.
-                lp.report(&p).await;
-            }
-            Err(e) => error!(
-                "resident guard: read failed ({e}); reading again at the next event or in {resync} s"
-            ),
-        }
-        let pause = lp.pause_for(settings.resync);
-        cluster.pause(pause, &mut lp.wake).await;
-    }
 }

@@ -23,7 +23,7 @@ impl Loop<'_> {
     /// Says a decision: its line when its kind changes, and again every [`SAY_EVERY`]; a Normal
     /// Event on the KubeVirt CR when it becomes a suspend, a restore or a stand-aside (the
     /// resident guard; a wait is the log's only); a hold's Warning once per failed Upgrade.
-    pub(super) async fn say(&mut self, pass: &Pass) {
+    pub(crate) async fn say(&mut self, pass: &Pass) {
         let (decision, kubevirt) = (&pass.decision, pass.objects.kubevirt.as_ref());
         let now = Instant::now();
         let changed = self.said.is_none_or(|(kind, _)| kind != decision.kind());
@@ -67,7 +67,7 @@ impl Loop<'_> {
 
     /// The offer is read again only when due and the cluster is quiet: otherwise (an upgrade
     /// under way, something of ours) the guard is needed whatever the offer says.
-    pub(super) async fn retirement(
+    pub(crate) async fn retirement(
         &mut self,
         view: &View,
         now: &Objects,
@@ -93,7 +93,7 @@ impl Loop<'_> {
 
     /// A Fleet deploy that waits on another manager's claim is warned of once per claim and
     /// Bundle generation, before the pass acts (a suspension through the values ends it).
-    pub(super) async fn say_blocked_deploy(&mut self, pass: &Pass) {
+    pub(crate) async fn say_blocked_deploy(&mut self, pass: &Pass) {
         if !self.suspends {
             return;
         }
@@ -116,7 +116,7 @@ impl Loop<'_> {
     }
 
     /// "No longer needed" is said once, with a Normal Event; "needed again" in the log only.
-    pub(super) async fn say_retirement(&mut self, pass: &Pass) {
+    pub(crate) async fn say_retirement(&mut self, pass: &Pass) {
         let Some(r) = &pass.retirement else {
             return;
         };
@@ -140,7 +140,7 @@ impl Loop<'_> {
 
     /// The metrics after a pass (and a failed act); an upgrade under way unprotected is warned
     /// of once, and again only when that changes (another Upgrade, the hold on or off).
-    pub(super) async fn report(&mut self, pass: &Pass) {
+    pub(crate) async fn report(&mut self, pass: &Pass) {
         let Some(metrics) = &self.metrics else {
             return;
         };

@@ -1,0 +1,125 @@
+//! `PHASE=watch`: the resident guard, the chart's Deployment. It waits in the one waiting loop
+//! ([`crate::waiting`]: read, decide) and acts on each decision as the Jobs would: `pre` at an
+//! upgrade's creation, `post` at its end (cleanup included), nothing while a failed upgrade is
+//! held. Until SIGTERM.
+
+use std::io::Write as Output;
+
+use tracing::{error, info};
+
+use super::post::post;
+use super::pre::pre;
+use crate::cluster::Cluster;
+use crate::config::Config;
+use crate::context::Run;
+use crate::error::Error;
+use crate::plan::watch_decision::Decision;
+use crate::summary::Summary;
+use crate::vocabulary::Phase;
+use crate::waiting::{ACT_RETRY_PAUSE, Loop, start_probes_and_metrics};
+
+/// `PHASE=watch`: the resident guard, until SIGTERM. At an upgrade's creation it runs `pre`
+/// (which decides whether it is needed, or late); at its end (cleanup included) `post`; after a
+/// failed path-A upgrade it holds until the retry.
+pub async fn resident_guard(
+    cfg: &Config,
+    cluster: &Cluster,
+    out: &mut impl Output,
+) -> Result<(), Error> {
+    let settings = cfg.watch.clone().expect("PHASE=watch has its settings");
+    let resync = settings.resync.as_secs();
+    let metrics = start_probes_and_metrics(cfg, &settings).await;
+    let mut lp = Loop::new(cfg, cluster, Some(metrics));
+    // The act just made: the same decision right after it (a `post` that left something of ours,
+    // a step switched off) waits for the next read, so that nothing runs in a tight loop.
+    let mut just_did: Option<Decision> = None;
+    loop {
+        // Each pass has the whole deadline, from before the race below starts.
+        cluster.restart_deadline();
+        let pass = tokio::select! {
+            r = lp.pass() => r,
+            e = cluster.deadline_passed() => Err(e),
+        };
+        match pass {
+            Ok(p) => {
+                lp.say_retirement(&p).await;
+                lp.say_blocked_deploy(&p).await;
+                if just_did.take().as_ref() == Some(&p.decision) {
+                    info!(
+                        "resident guard: {} again, right after it ran: tried again at the next event or in {resync} s",
+                        p.decision.kind()
+                    );
+                } else {
+                    lp.say(&p).await;
+                    // After an act, read again at once: the objects and the decision have moved.
+                    if act_on(&mut lp, &p.decision, out).await {
+                        just_did = Some(p.decision);
+                        continue;
+                    }
+                }
+                // No act, or a failed one: what this pass read is what holds now.
+                lp.report(&p).await;
+            }
+            Err(e) => error!(
+                "resident guard: read failed ({e}); reading again at the next event or in {resync} s"
+            ),
+        }
+        let pause = lp.pause_for(settings.resync);
+        cluster.pause(pause, &mut lp.wake).await;
+    }
+}
+
+/// `true`: an act ran and succeeded.
+async fn act_on(lp: &mut Loop<'_>, decision: &Decision, out: &mut impl Output) -> bool {
+    let (phase, why) = match decision {
+        Decision::Suspend { describe, .. } => (Phase::Pre, format!("{describe} is under way")),
+        Decision::Resuspend { .. } => (Phase::Pre, decision.line()),
+        Decision::Restore(why) => (Phase::Post, why.to_string()),
+        Decision::Hold { .. } | Decision::Wait(_) => return false,
+    };
+    info!("{}: {why}: running {phase}", lp.name());
+    lp.cluster.begin_run();
+    let cfg = lp.as_phase(phase);
+    let mut done = Vec::new();
+    let mut this_run = Run::new(&cfg, lp.cluster, &mut done);
+    let acting = async {
+        match phase {
+            Phase::Pre => pre(&mut this_run, out).await,
+            _ => post(&mut this_run, out).await,
+        }
+    };
+    let result = tokio::select! {
+        r = acting => r,
+        e = lp.cluster.deadline_passed() => Err(e),
+    };
+    let line = Summary::of_run(&cfg.intent, cfg.dry_run, &done, &result).to_line();
+    if let Some(m) = &lp.metrics {
+        m.acted(phase, result.is_ok());
+    }
+    let ended = match &result {
+        Ok(()) => {
+            info!(summary = %line, "{}: {phase} done", lp.name());
+            "succeeded".to_string()
+        }
+        Err(e) => {
+            error!(
+                summary = %line,
+                "{}: {phase} failed ({e}); it is tried again at the next event or in {} s",
+                lp.name(),
+                ACT_RETRY_PAUSE.as_secs()
+            );
+            format!("failed: {e}")
+        }
+    };
+    if phase == Phase::Pre {
+        lp.last_pre = Some(ended);
+    }
+    if let (Ok(()), Decision::Suspend { upgrade, .. } | Decision::Resuspend { upgrade, .. }) =
+        (&result, decision)
+        && !lp.memory.ran_pre(upgrade)
+    {
+        lp.memory.suspended_for.push(upgrade.clone());
+    }
+    lp.act_failed = result.is_err();
+    result.is_ok()
+}
