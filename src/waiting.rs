@@ -16,7 +16,7 @@ use crate::config::{ALIVE_EVERY, Config};
 use crate::error::Error;
 use crate::metrics::{self, Metrics};
 use crate::model::Kind;
-use crate::plan::harvester_upgrade::{LATEST_LABEL, Upgrade};
+use crate::plan::harvester_upgrade::LATEST_LABEL;
 use crate::plan::monitoring::UnprotectedKey;
 use crate::plan::ownership::anything_of_ours;
 use crate::plan::releases::Handling;
@@ -47,11 +47,12 @@ const OFFER_EVERY: Duration = Duration::from_secs(1800);
 
 pub(crate) struct Pass {
     pub(crate) decision: Decision,
-    objects: Objects,
+    pub(crate) objects: Objects,
     /// `None` for the armed `post`, and where Upgrades are not served.
     retirement: Option<Retirement>,
-    /// Harvester's latest Upgrade, as read (for what the guard says of its protection).
-    upgrade: Option<Upgrade>,
+    /// Harvester's upgrades, as read (what the guard says of its protection; what a phase it
+    /// runs goes on from, reading nothing twice).
+    pub(crate) view: View,
     /// The decision held the suspension after another failed Upgrade (or lifted the hold).
     held_changed: bool,
 }
@@ -153,7 +154,7 @@ impl<'a> Loop<'a> {
             decision,
             objects,
             retirement,
-            upgrade: view.upgrade,
+            view,
             held_changed,
         })
     }

@@ -8,7 +8,7 @@ use std::io::Write as Output;
 
 use tracing::info;
 
-use super::{read_objects, steps};
+use super::{Read, objects, steps};
 use crate::cluster::Poll;
 use crate::config::Config;
 use crate::context::Run;
@@ -22,13 +22,20 @@ use crate::vocabulary::Objects;
 use crate::warnings::{RESTORED_DURING_UPGRADE, Warning};
 use crate::{fleet_wait, leftovers_check, waiting};
 
-pub async fn post(run: &mut Run<'_>, out: &mut impl Output) -> Result<(), Error> {
-    let mut objects = read_objects(run).await?;
+/// `read`: the resident guard's pass (its objects and upgrades); a Job reads them here (the
+/// upgrades after the armed wait).
+pub async fn post(
+    run: &mut Run<'_>,
+    out: &mut impl Output,
+    read: Option<Read>,
+) -> Result<(), Error> {
+    let (objects_read, view) = read.map(|r| (r.objects, r.view)).unzip();
+    let mut objects = objects(run, objects_read).await?;
     let skipped = leftovers_check::read_skipped(run).await;
     // The wait below reads the objects again after Harvester's cleanup, so Fleet's generation is
     // taken after it.
     waiting::armed(run, &mut objects).await?;
-    wait_for_the_upgrades_end(run, &mut objects).await?;
+    wait_for_the_upgrades_end(run, &mut objects, view).await?;
     let read = objects.chart.clone();
     steps::write(run, &mut objects, out).await?;
     leftovers_check::after_steps(run, &objects, skipped).await;
@@ -37,10 +44,17 @@ pub async fn post(run: &mut Run<'_>, out: &mut impl Output) -> Result<(), Error>
 
 /// Waits while an upgrade is under way (updates turned on mid-upgrade start the wave the guard
 /// exists to prevent) or its cleanup may still write the methods; one bound for all, then exit 7.
-async fn wait_for_the_upgrades_end(run: &mut Run<'_>, objects: &mut Objects) -> Result<(), Error> {
+async fn wait_for_the_upgrades_end(
+    run: &mut Run<'_>,
+    objects: &mut Objects,
+    view: Option<View>,
+) -> Result<(), Error> {
     let (cfg, cluster) = (run.cfg, run.cluster);
     let ours = anything_of_ours(objects);
-    let view = upgrades::read(cluster, cfg).await?;
+    let view = match view {
+        Some(view) => view,
+        None => upgrades::read(cluster, cfg).await?,
+    };
     let Some(reason) = post_must_wait(view.upgrade.as_ref(), &view.plans, ours) else {
         return Ok(());
     };

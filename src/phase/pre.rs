@@ -9,7 +9,7 @@ use std::io::Write as Output;
 use serde_json::Value;
 use tracing::info;
 
-use super::{read_objects, steps};
+use super::{Read, objects, steps};
 use crate::cluster::EventKind;
 use crate::context::Run;
 use crate::error::Error;
@@ -24,10 +24,21 @@ use crate::vocabulary::{ForeignOriginal, Objects, Refusal};
 use crate::warnings::{HARVESTER_SUSPENDED, NOT_NEEDED, PRE_LATE, SUSPENDED_BY_ANOTHER, Warning};
 use crate::{fleet_wait, leftovers_check};
 
-pub async fn pre(run: &mut Run<'_>, out: &mut impl Output) -> Result<(), Error> {
-    let mut objects = read_objects(run).await?;
+/// `read`: the resident guard's pass (its objects and upgrades, with the releases on offer); a
+/// Job reads them here.
+pub async fn pre(
+    run: &mut Run<'_>,
+    out: &mut impl Output,
+    read: Option<Read>,
+) -> Result<(), Error> {
+    let (objects_read, view) = read.map(|r| (r.objects, r.view)).unzip();
+    let mut objects = objects(run, objects_read).await?;
     let skipped = leftovers_check::read_skipped(run).await;
-    let write = before_pre(run, &mut objects).await?;
+    let view = match view {
+        Some(view) => view,
+        None => upgrades::read(run.cluster, run.cfg).await?,
+    };
+    let write = before_pre(run, &mut objects, &view).await?;
     let read = objects.chart.clone();
     if write {
         without_the_cr_nothing(run, &mut objects);
@@ -61,8 +72,7 @@ fn note(notes: &mut Vec<String>, line: String) {
 }
 
 /// `false`: `pre` writes nothing (Harvester's upgrade holds the suspension, or it is not needed).
-async fn before_pre(run: &mut Run<'_>, objects: &mut Objects) -> Result<bool, Error> {
-    let view = upgrades::read(run.cluster, run.cfg).await?;
+async fn before_pre(run: &mut Run<'_>, objects: &mut Objects, view: &View) -> Result<bool, Error> {
     let (kv, upgrade) = (objects.kubevirt.as_ref(), view.upgrade.as_ref());
     let target = run.kubevirt();
     let refused = |reason| Refusal {
@@ -94,7 +104,7 @@ async fn before_pre(run: &mut Run<'_>, objects: &mut Objects) -> Result<bool, Er
     match pre_gate(upgrade, ours, &current, foreign.is_some()) {
         PreGate::Proceed(more) => {
             more.into_iter().for_each(|line| note(&mut notes, line));
-            Ok(proceed(run, objects, &view, notes, ours, &current).await)
+            Ok(proceed(run, objects, view, notes, ours, &current).await)
         }
         PreGate::LeaveToHarvester(why) => {
             warn(run, kv, HARVESTER_SUSPENDED, why).await;

@@ -7,6 +7,7 @@ use std::io::Write as Output;
 
 use tracing::{error, info};
 
+use super::Read;
 use super::post::post;
 use super::pre::pre;
 use crate::cluster::Cluster;
@@ -15,8 +16,9 @@ use crate::context::Run;
 use crate::error::Error;
 use crate::plan::watch_decision::Decision;
 use crate::summary::Summary;
+use crate::upgrades;
 use crate::vocabulary::Phase;
-use crate::waiting::{ACT_RETRY_PAUSE, Loop, start_probes_and_metrics};
+use crate::waiting::{ACT_RETRY_PAUSE, Loop, Pass, start_probes_and_metrics};
 
 /// `PHASE=watch`: the resident guard, until SIGTERM. At an upgrade's creation it runs `pre`
 /// (which decides whether it is needed, or late); at its end (cleanup included) `post`; after a
@@ -52,7 +54,7 @@ pub async fn resident_guard(
                 } else {
                     lp.say(&p).await;
                     // After an act, read again at once: the objects and the decision have moved.
-                    if act_on(&mut lp, &p.decision, out).await {
+                    if act_on(&mut lp, &p, out).await {
                         just_did = Some(p.decision);
                         continue;
                     }
@@ -69,8 +71,9 @@ pub async fn resident_guard(
     }
 }
 
-/// `true`: an act ran and succeeded.
-async fn act_on(lp: &mut Loop<'_>, decision: &Decision, out: &mut impl Output) -> bool {
+/// `true`: an act ran and succeeded. The phase goes on from what the pass read.
+async fn act_on(lp: &mut Loop<'_>, pass: &Pass, out: &mut impl Output) -> bool {
+    let decision = &pass.decision;
     let (phase, why) = match decision {
         Decision::Suspend { describe, .. } => (Phase::Pre, format!("{describe} is under way")),
         Decision::Resuspend { .. } => (Phase::Pre, decision.line()),
@@ -82,10 +85,19 @@ async fn act_on(lp: &mut Loop<'_>, decision: &Decision, out: &mut impl Output) -
     let cfg = lp.as_phase(phase);
     let mut done = Vec::new();
     let mut this_run = Run::new(&cfg, lp.cluster, &mut done);
+    let mut read = Read {
+        objects: pass.objects.clone(),
+        view: pass.view.clone(),
+    };
     let acting = async {
         match phase {
-            Phase::Pre => pre(&mut this_run, out).await,
-            _ => post(&mut this_run, out).await,
+            Phase::Pre => {
+                // A pass reads no release on offer; `pre`'s advice names them.
+                let (current, on_offer) = upgrades::read_offer(this_run.cluster, &cfg).await?;
+                (read.view.current, read.view.on_offer) = (current, on_offer);
+                pre(&mut this_run, out, Some(read)).await
+            }
+            _ => post(&mut this_run, out, Some(read)).await,
         }
     };
     let result = tokio::select! {

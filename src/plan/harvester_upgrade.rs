@@ -3,11 +3,11 @@
 //! `Version` objects, and a value written by its blind restores told from an operator's choice.
 
 use jiff::Timestamp;
-use serde::Serialize;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::ownership::{Owner, owners};
-use super::records::annotation;
 use super::releases::{Handling, parse_version};
 use crate::vocabulary::Malformed;
 
@@ -50,18 +50,15 @@ pub enum Backup {
 
 impl Backup {
     /// Harvester's backup annotation on the Upgrade `name`, checked: JSON in a string.
-    fn read(obj: &Value, name: &str) -> Result<Backup, Malformed> {
-        match annotation(obj, BACKUP_ANNOTATION) {
-            None => Ok(Backup::None),
-            Some(Value::String(s)) => match serde_json::from_str::<Value>(s) {
-                Ok(Value::Null) => Ok(Backup::Absent),
-                Ok(v) => Ok(Backup::Value(v)),
-                Err(e) => Err(Malformed(format!(
-                    "Upgrade {name}: annotation {BACKUP_ANNOTATION} is not JSON ({e}): {s:?}"
-                ))),
-            },
-            Some(other) => Err(Malformed(format!(
-                "Upgrade {name}: annotation {BACKUP_ANNOTATION} is not a string: {other}"
+    fn read(annotation: Option<&String>, name: &str) -> Result<Backup, Malformed> {
+        let Some(text) = annotation else {
+            return Ok(Backup::None);
+        };
+        match serde_json::from_str::<Value>(text) {
+            Ok(Value::Null) => Ok(Backup::Absent),
+            Ok(v) => Ok(Backup::Value(v)),
+            Err(e) => Err(Malformed(format!(
+                "Upgrade {name}: annotation {BACKUP_ANNOTATION} is not JSON ({e}): {text:?}"
             ))),
         }
     }
@@ -128,17 +125,74 @@ pub struct Upgrade {
     pub allow_unprotected: bool,
 }
 
+/// The fields of an `upgrades.harvesterhci.io` object the guard reads, and nothing more.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct UpgradeObject {
+    metadata: ObjectMeta,
+    spec: UpgradeSpec,
+    status: UpgradeStatus,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct UpgradeSpec {
+    version: String,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct UpgradeStatus {
+    conditions: Vec<Condition>,
+}
+
+/// A condition of Harvester's (wrangler's `condition.Cond`): its times as written, parsed where
+/// used.
+#[derive(Deserialize, Default)]
+#[serde(default, rename_all = "camelCase")]
+struct Condition {
+    #[serde(rename = "type")]
+    kind: String,
+    status: String,
+    last_update_time: String,
+    last_transition_time: String,
+}
+
+impl UpgradeObject {
+    fn read(obj: &Value) -> Result<UpgradeObject, Malformed> {
+        UpgradeObject::deserialize(obj).map_err(|e| {
+            let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+            Malformed(format!("Upgrade {name}: {e}"))
+        })
+    }
+
+    fn label(&self, key: &str) -> Option<&str> {
+        self.metadata.labels.as_ref()?.get(key).map(String::as_str)
+    }
+
+    fn annotation(&self, key: &str) -> Option<&String> {
+        self.metadata.annotations.as_ref()?.get(key)
+    }
+
+    fn condition(&self, kind: &str) -> Option<&Condition> {
+        self.status.conditions.iter().find(|c| c.kind == kind)
+    }
+
+    fn created(&self) -> Option<Timestamp> {
+        self.metadata.creation_timestamp.as_ref().map(|t| t.0)
+    }
+}
+
 /// When a condition of Harvester's last changed: `lastUpdateTime`, the only time wrangler's
 /// `condition.Cond` writes (v3 `pkg/condition/condition.go`: `setValue` → `touchTS`), which
 /// moves whenever its status (or message) changes. `lastTransitionTime` (in Harvester's
 /// `Condition` type, never written by its controller) only where `lastUpdateTime` is missing:
 /// an object written by other tools keeps an end rather than none.
-fn condition_time(c: &Value) -> Option<Timestamp> {
-    let field = |k: &str| c.get(k).and_then(Value::as_str).filter(|t| !t.is_empty());
-    field("lastUpdateTime")
-        .or_else(|| field("lastTransitionTime"))?
-        .parse()
-        .ok()
+fn condition_time(c: &Condition) -> Option<Timestamp> {
+    let time = [&c.last_update_time, &c.last_transition_time]
+        .into_iter()
+        .find(|t| !t.is_empty())?;
+    time.parse().ok()
 }
 
 pub fn time_at(obj: &Value, ptr: &str) -> Option<Timestamp> {
@@ -149,10 +203,6 @@ pub(super) fn text_at<'a>(obj: &'a Value, ptr: &str) -> &'a str {
     obj.pointer(ptr).and_then(Value::as_str).unwrap_or("")
 }
 
-pub(super) fn meta_text<'a>(obj: &'a Value, map: &str, key: &str) -> Option<&'a str> {
-    obj.get("metadata")?.get(map)?.get(key)?.as_str()
-}
-
 pub(super) fn or_if_empty<'a>(text: &'a str, none: &'a str) -> &'a str {
     if text.is_empty() { none } else { text }
 }
@@ -161,40 +211,46 @@ pub(super) fn being_deleted(deleting: bool) -> &'static str {
     if deleting { ", being deleted" } else { "" }
 }
 
-/// The later of `end` and the `deletionTimestamp`: a deletion ends an upgrade too.
-pub(super) fn ended_at(end: Option<Timestamp>, obj: &Value) -> Option<Timestamp> {
-    end.into_iter()
-        .chain(time_at(obj, "/metadata/deletionTimestamp"))
-        .max()
-}
-
 impl Upgrade {
-    pub fn from_json(obj: &Value) -> Result<Upgrade, Malformed> {
-        let name = text_at(obj, "/metadata/name").to_string();
-        let backup = Backup::read(obj, &name)?;
-        let conditions = obj["status"]["conditions"].as_array();
-        let condition = |kind: &str| conditions?.iter().find(|c| c["type"] == kind);
-        let completed =
-            condition("Completed").filter(|c| c["status"] == "True" || c["status"] == "False");
-        let state = match (meta_text(obj, "labels", STATE_LABEL), completed) {
+    pub fn read(obj: &Value) -> Result<Upgrade, Malformed> {
+        Upgrade::of(UpgradeObject::read(obj)?)
+    }
+
+    fn of(read: UpgradeObject) -> Result<Upgrade, Malformed> {
+        let name = read.metadata.name.clone().unwrap_or_default();
+        let backup = Backup::read(read.annotation(BACKUP_ANNOTATION), &name)?;
+        let completed = read
+            .condition("Completed")
+            .filter(|c| c.status == "True" || c.status == "False");
+        let state = match (read.label(STATE_LABEL), completed) {
             (Some(s), _) if !s.is_empty() => s.to_string(),
-            (_, Some(c)) if c["status"] == "True" => "Completed".into(),
+            (_, Some(c)) if c.status == "True" => "Completed".into(),
             (_, Some(_)) => "Failed".into(),
             _ => "unknown".into(),
         };
+        let deleted_at = read.metadata.deletion_timestamp.as_ref().map(|t| t.0);
+        let ended = completed
+            .and_then(condition_time)
+            .into_iter()
+            .chain(deleted_at)
+            .max();
         Ok(Upgrade {
-            namespace: text_at(obj, "/metadata/namespace").to_string(),
-            name,
-            version: text_at(obj, "/spec/version").to_string(),
+            namespace: read.metadata.namespace.clone().unwrap_or_default(),
+            version: read.spec.version.clone(),
             state,
             backup,
-            cleaned_up: meta_text(obj, "labels", CLEANUP_LABEL) == Some(CLEANUP_DONE),
-            deleting: obj.pointer("/metadata/deletionTimestamp").is_some(),
-            created: time_at(obj, "/metadata/creationTimestamp"),
-            ended: ended_at(completed.and_then(condition_time), obj),
-            uid: text_at(obj, "/metadata/uid").to_string(),
-            nodes_prepared: condition("NodesPrepared").is_some_and(|c| c["status"] == "True"),
-            allow_unprotected: meta_text(obj, "annotations", ALLOW_UNPROTECTED) == Some("true"),
+            cleaned_up: read.label(CLEANUP_LABEL) == Some(CLEANUP_DONE),
+            deleting: deleted_at.is_some(),
+            created: read.created(),
+            ended,
+            uid: read.metadata.uid.clone().unwrap_or_default(),
+            nodes_prepared: read
+                .condition("NodesPrepared")
+                .is_some_and(|c| c.status == "True"),
+            allow_unprotected: read
+                .annotation(ALLOW_UNPROTECTED)
+                .is_some_and(|a| a == "true"),
+            name,
         })
     }
 
@@ -233,14 +289,18 @@ impl Upgrade {
 
 /// The one labelled `latestUpgrade=true`, the newest by creation if several are.
 pub fn latest(upgrades: &[Value]) -> Result<Option<Upgrade>, Malformed> {
-    let newest = upgrades
-        .iter()
-        .filter(|u| meta_text(u, "labels", LATEST_LABEL) == Some("true"))
-        .max_by_key(|u| {
-            let created = time_at(u, "/metadata/creationTimestamp");
-            (created, text_at(u, "/metadata/name"))
-        });
-    newest.map(Upgrade::from_json).transpose()
+    let mut labelled = Vec::new();
+    for u in upgrades {
+        // Only the newest is read whole: an older one's spec or status is not ours to refuse.
+        let meta = ObjectMeta::deserialize(&u["metadata"]).unwrap_or_default();
+        let latest = meta.labels.as_ref().and_then(|l| l.get(LATEST_LABEL));
+        if latest.is_some_and(|l| l == "true") {
+            let created = meta.creation_timestamp.map(|t| t.0);
+            labelled.push(((created, meta.name), u));
+        }
+    }
+    let newest = labelled.into_iter().max_by(|a, b| a.0.cmp(&b.0));
+    newest.map(|(_, u)| Upgrade::read(u)).transpose()
 }
 
 /// Every release on offer (newer than `current`, when known), newest first, with its handling.

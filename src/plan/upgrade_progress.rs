@@ -3,11 +3,12 @@
 //! kinds of upgrade: Harvester's latest `Upgrade` and the add-on's cluster-scoped `UpgradePlan`.
 
 use jiff::Timestamp;
-use serde::Serialize;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::harvester_upgrade::{
-    CLEANUP_DONE, CLEANUP_LABEL, Upgrade, being_deleted, ended_at, or_if_empty, text_at, time_at,
+    CLEANUP_DONE, CLEANUP_LABEL, Upgrade, being_deleted, or_if_empty, time_at,
 };
 use super::releases::Handling;
 use crate::model::FIELD_MANAGER;
@@ -83,23 +84,58 @@ pub struct PlanView {
     pub ended: Option<Timestamp>,
 }
 
+/// The fields of an add-on's `upgradeplans.management.harvesterhci.io` object the guard reads.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct PlanObject {
+    metadata: ObjectMeta,
+    spec: PlanSpec,
+    status: PlanStatus,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct PlanSpec {
+    version: String,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default, rename_all = "camelCase")]
+struct PlanStatus {
+    current_phase: String,
+    phase: String,
+    phase_transition_timestamps: Vec<PhaseStamp>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default, rename_all = "camelCase")]
+struct PhaseStamp {
+    phase_transition_timestamp: String,
+}
+
 impl PlanView {
-    pub fn from_json(obj: &Value) -> PlanView {
-        let current = text_at(obj, "/status/currentPhase");
-        let phase = or_if_empty(current, text_at(obj, "/status/phase"));
-        let stamps = obj["status"]["phaseTransitionTimestamps"].as_array();
-        let phase_ended = stamps.filter(|_| ENDED.contains(&phase)).and_then(|s| {
-            s.iter()
-                .filter_map(|t| time_at(t, "/phaseTransitionTimestamp"))
-                .max()
+    /// A plan whose spec or status the add-on's schema would not allow is read by its metadata
+    /// alone (no phase: under way), never refused: the add-on's objects are not ours to judge.
+    pub fn read(obj: &Value) -> PlanView {
+        let plan = PlanObject::deserialize(obj).unwrap_or_else(|_| PlanObject {
+            metadata: ObjectMeta::deserialize(&obj["metadata"]).unwrap_or_default(),
+            ..PlanObject::default()
         });
+        let status = &plan.status;
+        let phase = or_if_empty(&status.current_phase, &status.phase).to_string();
+        let stamps = status.phase_transition_timestamps.iter();
+        let phase_ended = stamps
+            .filter(|_| ENDED.contains(&phase.as_str()))
+            .filter_map(|s| s.phase_transition_timestamp.parse::<Timestamp>().ok())
+            .max();
+        let deleted_at = plan.metadata.deletion_timestamp.as_ref().map(|t| t.0);
         PlanView {
-            name: text_at(obj, "/metadata/name").to_string(),
-            phase: phase.to_string(),
-            deleting: obj.pointer("/metadata/deletionTimestamp").is_some(),
-            created: time_at(obj, "/metadata/creationTimestamp"),
-            version: text_at(obj, "/spec/version").to_string(),
-            ended: ended_at(phase_ended, obj),
+            name: plan.metadata.name.clone().unwrap_or_default(),
+            phase,
+            deleting: deleted_at.is_some(),
+            created: plan.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            version: plan.spec.version.clone(),
+            ended: phase_ended.into_iter().chain(deleted_at).max(),
         }
     }
 
@@ -121,7 +157,7 @@ impl PlanView {
 pub fn plans(plans: &[Value], exempt: Option<&str>) -> Vec<PlanView> {
     plans
         .iter()
-        .map(PlanView::from_json)
+        .map(PlanView::read)
         .filter(|p| Some(p.name.as_str()) != exempt)
         .collect()
 }

@@ -147,7 +147,7 @@ impl Loop<'_> {
         let seen = monitoring::Seen {
             kubevirt: pass.objects.kubevirt.as_ref(),
             chart: pass.objects.chart.as_ref(),
-            upgrade: pass.upgrade.as_ref(),
+            upgrade: pass.view.upgrade.as_ref(),
             admission_hold: self.cfg.watch.as_ref().is_some_and(|w| w.admission_hold),
             held_after_failure: self.memory.held.is_some(),
             retirement: pass.retirement.as_ref(),
@@ -162,7 +162,7 @@ impl Loop<'_> {
             return;
         }
         self.cluster.warn(seen.kubevirt, None, &said).await;
-        if let Some(u) = &pass.upgrade {
+        if let Some(u) = &pass.view.upgrade {
             let upgrade = serde_json::json!({"metadata": {
                 "namespace": u.namespace, "name": u.name, "uid": u.uid}});
             let (reason, note) = (said.reason, &said.message);

@@ -63,13 +63,13 @@ fn a_cleaned_up_or_unhandled_upgrade_is_not_waited_for() {
         json!({LATEST_LABEL: "true", CLEANUP_LABEL: CLEANUP_DONE}),
         Some("[]"),
     );
-    let u = Upgrade::from_json(&done).unwrap();
+    let u = Upgrade::read(&done).unwrap();
     assert!(!u.cleanup_pending());
     assert_eq!(cleanup_wait(Some(&u), true), None);
-    let legacy = Upgrade::from_json(&upgrade("v1.7.1", latest_label(), None)).unwrap();
+    let legacy = Upgrade::read(&upgrade("v1.7.1", latest_label(), None)).unwrap();
     assert!(!legacy.cleanup_pending());
     assert_eq!(cleanup_wait(Some(&legacy), true), None);
-    let running = Upgrade::from_json(&upgrade("v1.7.3", latest_label(), Some("[]"))).unwrap();
+    let running = Upgrade::read(&upgrade("v1.7.3", latest_label(), Some("[]"))).unwrap();
     assert!(
         cleanup_wait(Some(&running), true)
             .unwrap()
@@ -92,7 +92,7 @@ fn a_backup_that_is_not_json_is_malformed_and_named() {
 
 #[test]
 fn the_cleanup_writes_its_backup_back_or_the_legacy_list() {
-    let u = |b: Option<&str>| Upgrade::from_json(&upgrade("v1.8.1", latest_label(), b)).unwrap();
+    let u = |b: Option<&str>| Upgrade::read(&upgrade("v1.8.1", latest_label(), b)).unwrap();
     let empty = json!([]);
     assert_eq!(
         u(Some("[]")).cleanup_writes(Some(&empty)),
@@ -113,13 +113,13 @@ fn the_cleanup_writes_its_backup_back_or_the_legacy_list() {
     );
     assert_eq!(u(None).cleanup_writes(None), CleanupWrite::Nothing);
     // v1.8.0 does not touch the values.
-    let v180 = Upgrade::from_json(&upgrade("v1.8.0", latest_label(), None)).unwrap();
+    let v180 = Upgrade::read(&upgrade("v1.8.0", latest_label(), None)).unwrap();
     assert_eq!(v180.cleanup_writes(Some(&empty)), CleanupWrite::Nothing);
 }
 
 #[test]
 fn pre_leaves_a_suspension_that_harvester_backed_up_to_harvester() {
-    let backed = Upgrade::from_json(&upgrade("v1.8.1", latest_label(), Some("null"))).unwrap();
+    let backed = Upgrade::read(&upgrade("v1.8.1", latest_label(), Some("null"))).unwrap();
     let suspended = Some(json!([]));
     match pre_gate(Some(&backed), false, &suspended, false) {
         PreGate::LeaveToHarvester(m) => {
@@ -137,7 +137,7 @@ fn pre_leaves_a_suspension_that_harvester_backed_up_to_harvester() {
         matches!(pre_gate(Some(&backed), true, &suspended, false), PreGate::Proceed(n) if n.len() == 1)
     );
     // No backup yet: pre goes first, and says that post waits.
-    let early = Upgrade::from_json(&upgrade("v1.8.1", latest_label(), None)).unwrap();
+    let early = Upgrade::read(&upgrade("v1.8.1", latest_label(), None)).unwrap();
     assert!(
         matches!(pre_gate(Some(&early), false, &suspended, false), PreGate::Proceed(n) if n[0].contains("post waits"))
     );
@@ -146,7 +146,7 @@ fn pre_leaves_a_suspension_that_harvester_backed_up_to_harvester() {
         pre_gate(None, false, &suspended, false),
         PreGate::Proceed(vec![])
     );
-    let done = Upgrade::from_json(&upgrade(
+    let done = Upgrade::read(&upgrade(
         "v1.8.1",
         json!({LATEST_LABEL: "true", CLEANUP_LABEL: CLEANUP_DONE}),
         Some("null"),
@@ -162,7 +162,7 @@ fn pre_leaves_a_suspension_that_harvester_backed_up_to_harvester() {
 /// goes on after it too, its values override lets that deploy through.
 #[test]
 fn pre_goes_on_after_v180s_own_suspension() {
-    let v180 = Upgrade::from_json(&upgrade("v1.8.0", latest_label(), None)).unwrap();
+    let v180 = Upgrade::read(&upgrade("v1.8.0", latest_label(), None)).unwrap();
     match pre_gate(Some(&v180), false, &Some(json!([])), true) {
         PreGate::Proceed(n) => assert!(n[0].contains("has suspended the methods already"), "{n:?}"),
         other => panic!("{other:?}"),
@@ -237,7 +237,7 @@ fn the_end_is_the_time_wrangler_writes() {
         u["status"] = json!({"conditions": [
             {"type": "LogReady", "status": "True", "lastUpdateTime": "2026-11-30T10:01:00Z"},
             cond]});
-        Upgrade::from_json(&u).unwrap().ended
+        Upgrade::read(&u).unwrap().ended
     };
     let t = |s: &str| s.parse().ok();
     assert_eq!(
@@ -292,7 +292,7 @@ proptest! {
         if cleaned {
             labels[CLEANUP_LABEL] = json!(CLEANUP_DONE);
         }
-        let u = Upgrade::from_json(&upgrade(version, labels, backup)).unwrap();
+        let u = Upgrade::read(&upgrade(version, labels, backup)).unwrap();
         let methods = if suspended { Some(json!([])) } else { Some(json!(["LiveMigrate"])) };
         let pending = Handling::of(version) != Handling::None && !cleaned;
         // post waits exactly when the cleanup is pending and there is something of ours.

@@ -26,7 +26,7 @@ fn upgrade(version: &str, state: &str, prepared: bool, escape: bool) -> Upgrade 
     if escape {
         u["metadata"]["annotations"] = json!({ALLOW_UNPROTECTED: "true"});
     }
-    Upgrade::from_json(&u).unwrap()
+    Upgrade::read(&u).unwrap()
 }
 
 fn seen<'a>(kv: &'a Value, u: Option<&'a Upgrade>, hold: bool) -> Seen<'a> {

@@ -15,7 +15,7 @@ fn suspended_by(manager: &str) -> Value {
 }
 
 fn plan_at(phase: &str) -> PlanView {
-    PlanView::from_json(&json!({
+    PlanView::read(&json!({
         "metadata": {"name": "hvst-plan", "creationTimestamp": "2026-11-30T10:00:00Z"},
         "spec": {"version": "v1.8.0"},
         "status": {"currentPhase": phase},
@@ -31,7 +31,7 @@ fn upgrade(version: &str, state: &str, backup: Option<&str>) -> Upgrade {
     if let Some(b) = backup {
         u["metadata"]["annotations"] = json!({BACKUP_ANNOTATION: b});
     }
-    Upgrade::from_json(&u).unwrap()
+    Upgrade::read(&u).unwrap()
 }
 
 fn original(f: Option<Foreign>) -> Option<(OriginalFrom, Option<Value>)> {

@@ -17,7 +17,7 @@ fn upgrade(version: &str, state: Option<&str>, cleaned: bool, deleting: bool) ->
     if deleting {
         u["metadata"]["deletionTimestamp"] = json!("2026-12-01T10:00:00Z");
     }
-    Upgrade::from_json(&u).unwrap()
+    Upgrade::read(&u).unwrap()
 }
 
 fn plan(phase: Option<&str>, field: &str) -> Value {
@@ -202,7 +202,7 @@ fn an_upgrade_has_begun_if_created_since_the_record_or_under_way() {
         )
         .is_some()
     );
-    let mut old_plan = PlanView::from_json(&plan(Some("Succeeded"), "currentPhase"));
+    let mut old_plan = PlanView::read(&plan(Some("Succeeded"), "currentPhase"));
     old_plan.created = "2026-11-01T00:00:00Z".parse().ok();
     assert_eq!(begun(None, std::slice::from_ref(&old_plan), since), None);
     old_plan.created = "2026-12-02T00:00:00Z".parse().ok();

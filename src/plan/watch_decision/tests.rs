@@ -30,11 +30,11 @@ fn upgrade(name: &str, version: &str, state: &str, cleaned: bool, deleting: bool
     if deleting {
         u["metadata"]["deletionTimestamp"] = json!("2026-12-01T12:00:00Z");
     }
-    Upgrade::from_json(&u).unwrap()
+    Upgrade::read(&u).unwrap()
 }
 
 fn plan(phase: &str) -> PlanView {
-    PlanView::from_json(&json!({"metadata": {"name": "plan-1",
+    PlanView::read(&json!({"metadata": {"name": "plan-1",
         "creationTimestamp": "2026-12-01T11:00:00Z"}, "status": {"currentPhase": phase}}))
 }
 
@@ -276,7 +276,7 @@ fn ended_upgrade(version: &str, state: &str, cleaned: bool) -> Upgrade {
     } else {
         "False"
     };
-    Upgrade::from_json(
+    Upgrade::read(
         &json!({"metadata": {"namespace": "harvester-system", "name": "u1",
         "labels": labels, "creationTimestamp": "2026-12-01T11:00:00Z"},
         "spec": {"version": version},
@@ -288,7 +288,7 @@ fn ended_upgrade(version: &str, state: &str, cleaned: bool) -> Upgrade {
 
 /// A plan created at 11:00:00 in `phase`, its last phase change at `last`.
 fn plan_at(name: &str, phase: &str, created: &str, last: &str) -> PlanView {
-    PlanView::from_json(
+    PlanView::read(
         &json!({"metadata": {"name": name, "creationTimestamp": created},
         "status": {"currentPhase": phase, "phaseTransitionTimestamps": [
             {"phase": "Initializing", "phaseTransitionTimestamp": created},
