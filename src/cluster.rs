@@ -8,7 +8,6 @@ mod objects;
 mod retry;
 mod watches;
 
-use std::sync::Mutex;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
@@ -16,7 +15,6 @@ use kube::{Client, Config};
 use serde_json::Value;
 
 use crate::error::{Error, with_causes};
-use crate::plan::migrations::Migration;
 use crate::vocabulary::Plan;
 
 pub use deadline::{Deadline, Poll};
@@ -46,10 +44,6 @@ pub struct Cluster {
     deadline: Deadline,
     /// Only the first retry's WARN line says what bounds the retries.
     retried: AtomicBool,
-    /// The Events that could not be made, for the termination message's warnings.
-    event_failures: Mutex<Vec<String>>,
-    /// `pre`'s list of the migrations under way, once made ([`Cluster::migrations_under_way`]).
-    under_way: Mutex<Option<Result<Vec<Migration>, String>>>,
 }
 
 impl Cluster {
@@ -105,8 +99,6 @@ impl Cluster {
             last_error: LastError::default(),
             deadline: Deadline::default(),
             retried: AtomicBool::new(false),
-            event_failures: Mutex::default(),
-            under_way: Mutex::default(),
         }
     }
 }

@@ -3,7 +3,7 @@
 use serde_json::Value;
 use tracing::info;
 
-use crate::cluster::{Cluster, EventKind};
+use crate::cluster::EventKind;
 use crate::context::Run;
 use crate::error::Error;
 use crate::model::{Kind, Target};
@@ -55,7 +55,7 @@ pub async fn peek(run: &mut Run<'_>, target: Target, loud: bool) -> Option<(Targ
 }
 
 pub async fn after_steps(run: &mut Run<'_>, objects: &Objects, skipped: Objects) {
-    let (cfg, cluster, intent) = (run.cfg, run.cluster, &run.cfg.intent);
+    let (cfg, intent) = (run.cfg, &run.cfg.intent);
     let kubevirt = objects.kubevirt.as_ref().or(skipped.kubevirt.as_ref());
     let key = intent.keys.chart.as_ref().or(cfg.unnamed_chart.as_ref());
     let chart_target = key.map(|key| Target::new(Kind::ManagedChart, key));
@@ -64,7 +64,7 @@ pub async fn after_steps(run: &mut Run<'_>, objects: &Objects, skipped: Objects)
     let mut warnings = leftovers::leftovers(intent, kubevirt, chart);
     if intent.phase == Phase::Pre
         && kubevirt.is_some()
-        && let Some(w) = migrations_under_way(cluster).await
+        && let Some(w) = migrations_under_way(run).await
     {
         warnings.push((run.kubevirt(), w));
     }
@@ -74,13 +74,14 @@ pub async fn after_steps(run: &mut Run<'_>, objects: &Objects, skipped: Objects)
     // The objects skipped as missing (logged when found missing) get their Event too.
     if let Some(kv) = kubevirt {
         let missing = run.done.iter().filter(|d| d.outcome == Outcome::Missing);
-        for w in missing.flat_map(|d| &d.warnings) {
-            let warning = EventKind::Warning;
-            cluster.event(kv, warning, w.reason, &w.message).await;
+        let warnings: Vec<Warning> = missing.flat_map(|d| d.warnings.clone()).collect();
+        for w in warnings {
+            run.event(kv, EventKind::Warning, w.reason, &w.message)
+                .await;
         }
     }
     // An Event that could not be made (e.g. no `create` on events) is no failure, but said.
-    let failed = cluster.event_failures();
+    let failed = run.event_failures().to_vec();
     if let Some(first) = failed.first() {
         let message = format!(
             "{} Event(s) could not be recorded on the KubeVirt CR (the first: {first}); the \
@@ -94,8 +95,8 @@ pub async fn after_steps(run: &mut Run<'_>, objects: &Objects, skipped: Objects)
 
 /// `pre`: the migrations `[]` does not stop. Best effort, at most 10 s: the suspension is written
 /// already. A late `pre` listed them before its writes: that list is taken, not made again.
-async fn migrations_under_way(cluster: &Cluster) -> Option<Warning> {
-    let message = match cluster.migrations_under_way().await {
+async fn migrations_under_way(run: &mut Run<'_>) -> Option<Warning> {
+    let message = match run.migrations_under_way().await {
         Ok(unfinished) if unfinished.is_empty() => {
             info!("no workload-update migration is under way");
             return None;

@@ -107,14 +107,6 @@ impl Cluster {
         self.deadline.restart();
     }
 
-    /// The resident guard's acts are weeks apart: none keeps the last one's per-run state (the
-    /// migrations listed, the Events not made), which described another upgrade.
-    pub fn begin_run(&self) {
-        self.restart_deadline();
-        self.event_failures.lock().expect("not poisoned").clear();
-        *self.under_way.lock().expect("not poisoned") = None;
-    }
-
     /// `main` bounds a whole run with it; the resident guard, which must outlive an API server's
     /// outage, bounds each read and each act with it, and reads again later.
     pub async fn deadline_passed(&self) -> Error {

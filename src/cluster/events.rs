@@ -20,21 +20,37 @@ pub enum EventKind {
 }
 
 impl Cluster {
-    /// A WARN line and a Warning Event; the caller records it ([`crate::context::Run::warned`]).
-    pub async fn warn(&self, kubevirt: Option<&Value>, target: Option<&Target>, w: &Warning) {
+    /// A WARN line and a Warning Event; a run records it ([`crate::context::Run::warned`]).
+    /// `Err`: the Event could not be made (`REASON: error`).
+    pub async fn warn(
+        &self,
+        kubevirt: Option<&Value>,
+        target: Option<&Target>,
+        w: &Warning,
+    ) -> Result<(), String> {
         // An `Option` field is left out of the line when `None`.
         let object = target.map(tracing::field::display);
         warn!(object, reason = w.reason, "{}", w.message);
-        if let Some(kv) = kubevirt {
-            self.event(kv, EventKind::Warning, w.reason, &w.message)
-                .await;
+        match kubevirt {
+            Some(kv) => {
+                self.event(kv, EventKind::Warning, w.reason, &w.message)
+                    .await
+            }
+            None => Ok(()),
         }
     }
 
-    /// Best effort: a failure is logged, never fatal.
-    pub async fn event(&self, kubevirt: &Value, kind: EventKind, reason: &str, note: &str) {
+    /// Best effort: a failure is logged, never fatal; `Err` says it (`REASON: error`), for a
+    /// run's termination message.
+    pub async fn event(
+        &self,
+        kubevirt: &Value,
+        kind: EventKind,
+        reason: &str,
+        note: &str,
+    ) -> Result<(), String> {
         self.event_about(Kind::KubeVirt, kubevirt, kind, reason, note)
-            .await;
+            .await
     }
 
     /// On an Upgrade, `kubectl describe upgrade` then says why it waits.
@@ -45,9 +61,9 @@ impl Cluster {
         kind: EventKind,
         reason: &str,
         note: &str,
-    ) {
+    ) -> Result<(), String> {
         if self.dry_run {
-            return;
+            return Ok(());
         }
         let text = |k: &str| object["metadata"][k].as_str().map(str::to_string);
         let [name, namespace] = ["name", "namespace"].map(|k| text(k).unwrap_or_default());
@@ -91,9 +107,9 @@ impl Cluster {
         if let Err(e) = api.create(&params, &event).await {
             let e = with_causes(&e);
             warn!(error = %e, reason, "could not record the Event on the {}", about.name());
-            let mut failures = self.event_failures.lock().expect("not poisoned");
-            failures.push(format!("{reason}: {e}"));
+            return Err(format!("{reason}: {e}"));
         }
+        Ok(())
     }
 
     /// The newest Event of `reason`: its time, reporting instance and note. `None` also when it
@@ -114,10 +130,5 @@ impl Cluster {
             Some((e.event_time?.0, instance, e.note.unwrap_or_default()))
         });
         events.max_by_key(|(time, ..)| *time)
-    }
-
-    /// `REASON: error`, in order.
-    pub fn event_failures(&self) -> Vec<String> {
-        self.event_failures.lock().expect("not poisoned").clone()
     }
 }

@@ -258,21 +258,16 @@ impl Cluster {
         }
     }
 
-    /// Listed once per run: a late `pre` names them before its writes and after them, and a
-    /// second list of a large cluster would cost as much again to say the same.
+    /// The workload-update migrations not finished, bounded: best effort (a run lists them once,
+    /// [`crate::context::Run::migrations_under_way`]).
     pub async fn migrations_under_way(&self) -> Result<Vec<Migration>, String> {
-        if let Some(known) = self.under_way.lock().expect("not poisoned").clone() {
-            return known;
-        }
         let (list, secs) = (
             self.list_migrations(MIGRATIONS_PAGE),
             UNDER_WAY_WITHIN.as_secs(),
         );
-        let listed = match tokio::time::timeout(UNDER_WAY_WITHIN, list).await {
+        match tokio::time::timeout(UNDER_WAY_WITHIN, list).await {
             Ok(listed) => listed.map_err(|e| e.to_string()),
             Err(_) => Err(format!("not listed within {secs} s")),
-        };
-        *self.under_way.lock().expect("not poisoned") = Some(listed.clone());
-        listed
+        }
     }
 }

@@ -466,9 +466,10 @@ async fn the_vmi_forecast_follows_pages() {
 }
 
 /// A late `pre` asks twice (its late warning, the migrations' own): one list answers both, a
-/// failed one too; a new run (`begin_run`) lists again.
+/// failed one too; a new run (the resident guard's next act) lists again.
 #[tokio::test(start_paused = true)]
 async fn pre_lists_the_migrations_under_way_once() {
+    let cfg = crate::config::Config::from_vars([("PHASE".into(), "pre".into())], None).unwrap();
     let (cluster, handle) = mock_cluster(false);
     let server = serve(
         handle,
@@ -480,19 +481,24 @@ async fn pre_lists_the_migrations_under_way_once() {
             Ok(migrations_page(&[], "")),
         ],
     );
-    let first = within(cluster.migrations_under_way()).await.unwrap();
-    let second = within(cluster.migrations_under_way()).await.unwrap();
+    let mut done = Vec::new();
+    let mut run = crate::context::Run::new(&cfg, &cluster, &mut done);
+    let first = within(run.migrations_under_way()).await.unwrap();
+    let second = within(run.migrations_under_way()).await.unwrap();
     assert_eq!((first.len(), first), (1, second));
-    // The resident guard's next act (another upgrade, weeks later) lists again.
-    cluster.begin_run();
-    let next_run = within(cluster.migrations_under_way()).await.unwrap();
+    // The resident guard's next act (another upgrade, weeks later) is a run of its own.
+    let mut done = Vec::new();
+    let mut next = crate::context::Run::new(&cfg, &cluster, &mut done);
+    let next_run = within(next.migrations_under_way()).await.unwrap();
     assert!(next_run.is_empty(), "{next_run:?}");
     assert_eq!(within(server).await.unwrap().len(), 2);
 
     let (cluster, handle) = mock_cluster(false);
     let server = serve(handle, vec![Ok(status(403, json!({})))]);
-    let first = within(cluster.migrations_under_way()).await.unwrap_err();
-    let second = within(cluster.migrations_under_way()).await.unwrap_err();
+    let mut done = Vec::new();
+    let mut run = crate::context::Run::new(&cfg, &cluster, &mut done);
+    let first = within(run.migrations_under_way()).await.unwrap_err();
+    let second = within(run.migrations_under_way()).await.unwrap_err();
     assert!(
         first.contains("403") && first == second,
         "{first} / {second}"
@@ -597,7 +603,8 @@ async fn an_event_about_the_kubevirt_cr_is_posted_once() {
         let (cluster, handle) = mock_cluster(false);
         // A failure is not retried and not fatal.
         let server = serve(handle, vec![Ok(status(500, json!({})))]);
-        within(cluster.event(&cr, kind, "Suspended", &"n".repeat(2000))).await;
+        let made = within(cluster.event(&cr, kind, "Suspended", &"n".repeat(2000))).await;
+        assert!(made.is_err_and(|e| e.starts_with("Suspended: ")));
         let seen = within(server).await.unwrap();
         assert_eq!(seen.len(), 1);
         assert_eq!(
@@ -632,7 +639,8 @@ async fn an_event_about_the_kubevirt_cr_is_posted_once() {
 #[tokio::test(start_paused = true)]
 async fn a_dry_run_posts_no_event() {
     let (cluster, mut handle) = mock_cluster(true);
-    within(cluster.event(&kubevirt("1"), EventKind::Normal, "Suspended", "x")).await;
+    let made = within(cluster.event(&kubevirt("1"), EventKind::Normal, "Suspended", "x")).await;
+    assert_eq!(made, Ok(()));
     drop(cluster);
     assert!(within(handle.next_request()).await.is_none());
 }
@@ -838,15 +846,18 @@ fn the_first_retry_names_the_deadline() {
     assert!(first_retry(None).contains("deadline, DEADLINE_SECONDS, runs out"));
 }
 
-/// An Event the server refuses is no failure of the run, but it is kept for the termination
-/// message.
+/// An Event the server refuses is no failure of the run, but the run keeps it for the
+/// termination message.
 #[tokio::test]
 async fn a_refused_event_is_kept_for_the_summary() {
+    let cfg = crate::config::Config::from_vars([("PHASE".into(), "pre".into())], None).unwrap();
     let (cluster, handle) = mock_cluster(false);
     let server = serve(handle, vec![Ok(status(403, json!({})))]);
-    within(cluster.event(&kubevirt("1"), EventKind::Warning, "Why", "note")).await;
+    let mut done = Vec::new();
+    let mut run = crate::context::Run::new(&cfg, &cluster, &mut done);
+    within(run.event(&kubevirt("1"), EventKind::Warning, "Why", "note")).await;
     within(server).await.unwrap();
-    let failed = cluster.event_failures();
+    let failed = run.event_failures();
     assert_eq!(failed.len(), 1, "{failed:?}");
     assert!(failed[0].starts_with("Why: "), "{failed:?}");
     assert!(failed[0].contains("403"), "{failed:?}");
@@ -1084,8 +1095,11 @@ async fn a_warning_is_one_warning_event_on_the_kubevirt_cr() {
         handle,
         vec![Ok(respond(201, json!({}))), Ok(respond(201, json!({})))],
     );
-    within(cluster.warn(Some(&kubevirt("1")), Some(&target()), &w)).await;
-    within(cluster.warn(Some(&kubevirt("1")), None, &w)).await;
+    let made = [
+        within(cluster.warn(Some(&kubevirt("1")), Some(&target()), &w)).await,
+        within(cluster.warn(Some(&kubevirt("1")), None, &w)).await,
+    ];
+    assert_eq!(made, [Ok(()), Ok(())]);
     drop(cluster);
     let seen = within(server).await.unwrap();
     // One each, with or without a target to log.
@@ -1099,7 +1113,10 @@ async fn a_warning_is_one_warning_event_on_the_kubevirt_cr() {
     }
     // Without the CR nothing is sent.
     let (cluster, handle) = mock_cluster(false);
-    within(cluster.warn(None, Some(&target()), &w)).await;
+    assert_eq!(
+        within(cluster.warn(None, Some(&target()), &w)).await,
+        Ok(())
+    );
     drop(cluster);
     let mut handle = handle;
     assert!(within(handle.next_request()).await.is_none());

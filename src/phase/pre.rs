@@ -134,8 +134,7 @@ async fn proceed(
             );
             info!(reason = NOT_NEEDED, "{line}");
             if let Some(kv) = &objects.kubevirt {
-                let normal = EventKind::Normal;
-                run.cluster.event(kv, normal, NOT_NEEDED, &line).await;
+                run.event(kv, EventKind::Normal, NOT_NEEDED, &line).await;
             }
             notes.push(line);
             nothing_written(run, objects, notes);
@@ -155,7 +154,7 @@ async fn proceed(
     let already = ours && is_suspended(current);
     let late = pre_advice::late(view.upgrade.as_ref(), objects.kubevirt.as_ref());
     if let Some(late) = late.filter(|_| !already) {
-        let listed = run.cluster.migrations_under_way().await;
+        let listed = run.migrations_under_way().await;
         let message = late.message(listed.as_deref().map_err(String::as_str));
         warn(run, objects.kubevirt.as_ref(), PRE_LATE, message).await;
     }

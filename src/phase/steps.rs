@@ -62,23 +62,20 @@ async fn write_steps(
                 Written::Changed { plan, object } => (Outcome::Changed, plan, object),
             };
         if outcome != Outcome::Unchanged {
-            printed = after_write(cfg, cluster, &step, &plan, &object, out).await;
+            printed = after_write(run, &step, &plan, &object, out).await;
         }
         // One "already as wanted" line per object, once its last step is done without a write.
         if steps.peek().is_none_or(|next| next.target != step.target) {
             already_as_wanted(&step.target, outcome, &plan, run.done);
         }
         objects.set(kind, Some(object));
-        for w in &plan.warnings {
-            let kubevirt = objects.kubevirt.as_ref();
-            cluster.warn(kubevirt, Some(&step.target), w).await;
-        }
-        run.push(Done {
+        let done = Done {
             target: step.target,
             outcome,
             actions: plan.actions,
             warnings: plan.warnings,
-        });
+        };
+        run.step_done(objects.kubevirt.as_ref(), done).await;
         printed?;
     }
     Ok(())
@@ -122,13 +119,13 @@ fn already_as_wanted(target: &Target, outcome: Outcome, plan: &Plan, done: &[Don
 }
 
 async fn after_write(
-    cfg: &Config,
-    cluster: &Cluster,
+    run: &mut Run<'_>,
     step: &Step,
     plan: &Plan,
     object: &serde_json::Value,
     out: &mut impl Output,
 ) -> Result<(), Error> {
+    let cfg = run.cfg;
     let printed = if cfg.dry_run {
         let patch = plan.patch.as_ref().expect("a change has a patch");
         let line = json!({"object": step.target.to_string(), "dryRun": true, "patch": patch});
@@ -161,8 +158,7 @@ async fn after_write(
                 (warnings::RESTORED, note(restored))
             }
         };
-        let normal = EventKind::Normal;
-        cluster.event(object, normal, reason, &note).await;
+        run.event(object, EventKind::Normal, reason, &note).await;
     }
     #[cfg(feature = "failpoints")]
     failpoints_after_write(step.target.kind).await;

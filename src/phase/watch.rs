@@ -81,7 +81,7 @@ async fn act_on(lp: &mut Loop<'_>, pass: &Pass, out: &mut impl Output) -> bool {
         Decision::Hold { .. } | Decision::Wait(_) => return false,
     };
     info!("{}: {why}: running {phase}", lp.name());
-    lp.cluster.begin_run();
+    lp.cluster.restart_deadline();
     let cfg = lp.as_phase(phase);
     let mut done = Vec::new();
     let mut this_run = Run::new(&cfg, lp.cluster, &mut done);

@@ -1,5 +1,6 @@
 //! The waiting loop's I/O for what `plan::watch_decision`, `retirement` and `monitoring` decide.
 
+use serde_json::Value;
 use tokio::time::Instant;
 use tracing::info;
 
@@ -20,6 +21,19 @@ use crate::warnings::{
 };
 
 impl Loop<'_> {
+    /// The loop's facts are told outside any run, by a log line and an Event: one that could not
+    /// be made is in the log (`Cluster::event_about`), and no summary carries it.
+    async fn warn(&self, kubevirt: Option<&Value>, w: &Warning) {
+        let _ = self.cluster.warn(kubevirt, None, w).await;
+    }
+
+    async fn event(&self, about: Kind, object: &Value, kind: EventKind, reason: &str, note: &str) {
+        let _ = self
+            .cluster
+            .event_about(about, object, kind, reason, note)
+            .await;
+    }
+
     /// Says a decision: its line when its kind changes, and again every [`SAY_EVERY`]; a Normal
     /// Event on the KubeVirt CR when it becomes a suspend, a restore or a stand-aside (the
     /// resident guard; a wait is the log's only); a hold's Warning once per failed Upgrade.
@@ -32,12 +46,12 @@ impl Loop<'_> {
             info!(decision = decision.kind(), "{}: {line}", self.name());
             self.said = Some((decision.kind(), now));
         }
-        let cluster = self.cluster;
         if changed
             && self.suspends
             && let (Some(kv), Some(note)) = (kubevirt, decision.event())
         {
-            cluster.event(kv, EventKind::Normal, RESIDENT, &note).await;
+            self.event(Kind::KubeVirt, kv, EventKind::Normal, RESIDENT, &note)
+                .await;
         }
         if let Decision::Hold { why, .. } = decision
             && pass.held_changed
@@ -46,7 +60,7 @@ impl Loop<'_> {
                 reason: HELD_AFTER_FAILURE,
                 message: why.clone(),
             };
-            cluster.warn(kubevirt, None, &said).await;
+            self.warn(kubevirt, &said).await;
         }
         // Each write that turned updates on is said, with its writer: who wrote it may look for
         // why their change did not last, and how to let this upgrade's migrations happen.
@@ -59,9 +73,7 @@ impl Loop<'_> {
                 decision.line()
             );
             let reason = TURNED_ON_DURING_UPGRADE;
-            cluster
-                .warn(kubevirt, None, &Warning { reason, message })
-                .await;
+            self.warn(kubevirt, &Warning { reason, message }).await;
         }
     }
 
@@ -110,7 +122,7 @@ impl Loop<'_> {
             return;
         };
         if self.blocked_said.as_ref() != Some(&key) {
-            self.cluster.warn(Some(kv), None, &said).await;
+            self.warn(Some(kv), &said).await;
             self.blocked_said = Some(key);
         }
     }
@@ -131,9 +143,8 @@ impl Loop<'_> {
         }
         info!(reason = NO_LONGER_NEEDED, "resident guard: {line}");
         if let Some(kv) = &pass.objects.kubevirt {
-            let cluster = self.cluster;
-            cluster
-                .event(kv, EventKind::Normal, NO_LONGER_NEEDED, &line)
+            let normal = EventKind::Normal;
+            self.event(Kind::KubeVirt, kv, normal, NO_LONGER_NEEDED, &line)
                 .await;
         }
     }
@@ -161,13 +172,12 @@ impl Loop<'_> {
         if self.unprotected_said.as_ref() == Some(&key) {
             return;
         }
-        self.cluster.warn(seen.kubevirt, None, &said).await;
+        self.warn(seen.kubevirt, &said).await;
         if let Some(u) = &pass.view.upgrade {
             let upgrade = serde_json::json!({"metadata": {
                 "namespace": u.namespace, "name": u.name, "uid": u.uid}});
             let (reason, note) = (said.reason, &said.message);
-            self.cluster
-                .event_about(Kind::Upgrade, &upgrade, EventKind::Warning, reason, note)
+            self.event(Kind::Upgrade, &upgrade, EventKind::Warning, reason, note)
                 .await;
         }
         self.unprotected_said = Some(key);

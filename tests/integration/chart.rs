@@ -514,7 +514,8 @@ async fn status_by_hand_in_the_pod_is_phase_status_with_the_charts_service_accou
             workload_update_guard::warnings::RESIDENT,
             "resident guard: no upgrade under way: watching for the next one",
         )
-        .await;
+        .await
+        .expect("the Event made");
     let admin_config = control_plane().kubeconfig();
     let pre = run_bin(&admin_config, env_for(&ns, "pre")).await;
     pre.ok();
