@@ -11,6 +11,7 @@ pub mod editor;
 pub mod fleet_status;
 pub mod forecast;
 pub mod harvester_upgrade;
+pub mod json;
 pub mod kubevirt;
 pub mod leftovers;
 pub mod migrations;

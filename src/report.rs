@@ -10,14 +10,13 @@ use crate::plan::chart::{compare_list, find_pointer, values_choice};
 use crate::plan::fleet_status::{self, Fleet};
 use crate::plan::forecast::Forecast;
 use crate::plan::harvester_upgrade::{Backup, CleanupWrite, Upgrade};
+use crate::plan::json::lookup;
 use crate::plan::kubevirt::{Source, restore_source};
 use crate::plan::leftovers::chart_ours;
 use crate::plan::migrations::Migration;
 use crate::plan::ownership::{owners, update_claim_warnings};
 use crate::plan::pre_advice::{self, Coming};
-use crate::plan::records::{
-    describe, kubevirt_copy, kubevirt_record, lookup, methods, read_record,
-};
+use crate::plan::records::{describe, kubevirt_copy, kubevirt_record, methods, read_record};
 use crate::plan::releases::Handling;
 use crate::plan::upgrade_progress;
 use crate::vocabulary::{Intent, Malformed};

@@ -5,11 +5,13 @@
 use serde_json::{Value, json};
 
 use super::editor::Editor;
-use super::harvester_upgrade::{blind_restorer, text_at};
+use super::harvester_upgrade::blind_restorer;
+use super::json::lookup;
+use super::json::text_at;
 use super::ownership::{note_return, recorded_owners};
 use super::records::{
-    Added, CompareRecord, RecordedObject, ValueRecord, describe, kubevirt_copy, lookup,
-    read_record, value_record,
+    Added, CompareRecord, RecordedObject, ValueRecord, describe, kubevirt_copy, read_record,
+    value_record,
 };
 use super::releases;
 use crate::model::{
@@ -317,7 +319,8 @@ pub fn compare_list(obj: &Value) -> Result<Option<&Vec<Value>>, Malformed> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::records::{annotation, methods};
+    use crate::plan::json::annotation;
+    use crate::plan::records::methods;
     use crate::plan::testing::*;
     use crate::vocabulary::{Objects, Phase};
 

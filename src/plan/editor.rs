@@ -6,7 +6,8 @@ use json_patch::{Patch, PatchOperation};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
-use super::records::{ValueRecord, annotation, describe, lookup};
+use super::json::{annotation, lookup};
+use super::records::{ValueRecord, describe};
 use crate::model::pointer;
 use crate::vocabulary::{Malformed, Plan};
 use crate::warnings::Warning;

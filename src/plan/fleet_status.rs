@@ -11,9 +11,9 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use super::harvester_upgrade::text_at;
+use super::json::{annotation, lookup, text_at};
 use super::ownership::{Owner, update_claims};
-use super::records::{annotation, describe, lookup, methods};
+use super::records::{describe, methods};
 use crate::model::{CHART_RECORDS, METHODS_FIELD, Target, VALUES_PATH};
 use crate::vocabulary::Phase;
 use crate::warnings::{NOT_APPLIED, PAUSED, Warning};

@@ -195,14 +195,6 @@ fn condition_time(c: &Condition) -> Option<Timestamp> {
     time.parse().ok()
 }
 
-pub fn time_at(obj: &Value, ptr: &str) -> Option<Timestamp> {
-    obj.pointer(ptr)?.as_str()?.parse().ok()
-}
-
-pub(super) fn text_at<'a>(obj: &'a Value, ptr: &str) -> &'a str {
-    obj.pointer(ptr).and_then(Value::as_str).unwrap_or("")
-}
-
 pub(super) fn or_if_empty<'a>(text: &'a str, none: &'a str) -> &'a str {
     if text.is_empty() { none } else { text }
 }

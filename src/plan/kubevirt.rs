@@ -6,7 +6,8 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::editor::Editor;
-use super::harvester_upgrade::{blind_restorer, text_at};
+use super::harvester_upgrade::blind_restorer;
+use super::json::text_at;
 use super::ownership::{
     methods_owned_by_us, note_return, recorded_owners, update_claim_warning, update_claim_warnings,
     update_claims,

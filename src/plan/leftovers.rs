@@ -8,9 +8,8 @@
 use serde_json::Value;
 
 use super::chart::{compare_list, find_pointer};
-use super::records::{
-    Added, CompareRecord, annotation, describe, is_suspended, lookup, read_record,
-};
+use super::json::{annotation, lookup};
+use super::records::{Added, CompareRecord, describe, is_suspended, read_record};
 use crate::model::{
     COMPARE_RECORD, FIELD_MANAGER, KUBEVIRT_COPY, KUBEVIRT_RECORD, Kind, METHODS_PATH,
     OWNERS_TO_RETURN, ObjectKey, Target, VALUES_PATH, VALUES_RECORD,

@@ -6,9 +6,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::editor::Editor;
-use super::records::{
-    RecordedOwner, Return, annotation, is_suspended, lookup, methods, read_record,
-};
+use super::json::{annotation, lookup};
+use super::records::{RecordedOwner, Return, is_suspended, methods, read_record};
 use crate::model::{
     ANNOTATION_PREFIX, CHART_RECORDS, FIELD_MANAGER, KUBEVIRT_RECORDS, Kind, METHODS_FIELD,
     METHODS_PATH, OWNERS_TO_RETURN, pointer,

@@ -5,6 +5,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::json::lookup;
 use crate::model::{
     COMPARE_RECORD, KUBEVIRT_COPY, KUBEVIRT_RECORD, METHODS_PATH, METHODS_POINTER, ObjectKey,
     VALUES_PATH, VALUES_RECORD, pointer,
@@ -153,22 +154,6 @@ pub fn methods(obj: &Value) -> Result<Option<Value>, Malformed> {
     }
 }
 
-/// The value at `path`, checking that every parent present is a map.
-pub fn lookup<'a>(obj: &'a Value, path: &[&str]) -> Result<Option<&'a Value>, Malformed> {
-    let mut node = obj;
-    for (depth, seg) in path.iter().enumerate() {
-        let Value::Object(map) = node else {
-            let parent = path[..depth].join(".");
-            return Err(Malformed(format!("{parent} is not a map")));
-        };
-        match map.get(*seg) {
-            Some(next) => node = next,
-            None => return Ok(None),
-        }
-    }
-    Ok(Some(node))
-}
-
 /// Reads one of our annotations; a value that does not parse is a corrupted record, or one of a
 /// later version.
 pub fn read_record<T: DeserializeOwned>(obj: &Value, key: &str) -> Result<Option<T>, Malformed> {
@@ -191,10 +176,6 @@ pub fn read_record<T: DeserializeOwned>(obj: &Value, key: &str) -> Result<Option
             "annotation {key} is not a string: {other}"
         ))),
     }
-}
-
-pub(super) fn annotation<'a>(obj: &'a Value, key: &str) -> Option<&'a Value> {
-    obj.pointer("/metadata/annotations")?.get(key)
 }
 
 pub(super) fn identity(obj: &Value) -> (&str, &str, &str) {

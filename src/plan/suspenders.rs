@@ -9,8 +9,9 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::harvester_upgrade::{Backup, Upgrade, blind_value};
+use super::json::lookup;
 use super::ownership::{recorded_owners, update_claims};
-use super::records::{ValueRecord, describe, is_suspended, kubevirt_record, lookup, methods};
+use super::records::{ValueRecord, describe, is_suspended, kubevirt_record, methods};
 use super::releases::Handling;
 use super::upgrade_progress::{PLAN_PHASES, PlanView};
 use crate::model::{METHODS_PATH, VALUES_PATH};

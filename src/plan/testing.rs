@@ -1,6 +1,7 @@
 //! Shared by the rooms' unit tests: sample objects, the proptest strategies and small helpers.
 
 pub use super::chart::*;
+pub use super::json::*;
 pub use super::kubevirt::*;
 pub use super::order::*;
 pub use super::records::*;

@@ -7,9 +7,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::harvester_upgrade::{
-    CLEANUP_DONE, CLEANUP_LABEL, Upgrade, being_deleted, or_if_empty, time_at,
-};
+use super::harvester_upgrade::{CLEANUP_DONE, CLEANUP_LABEL, Upgrade, being_deleted, or_if_empty};
+use super::json::time_at;
 use super::releases::Handling;
 use crate::model::FIELD_MANAGER;
 
