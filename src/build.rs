@@ -19,7 +19,8 @@ pub fn line(chart: Option<&str>) -> String {
 /// The warning when the chart (`CHART_VERSION`) runs another version's build: the image given
 /// with it (`image.tag`, `image.digest`) is not the chart's own.
 pub fn mismatch(chart: Option<&str>) -> Option<String> {
-    let (chart, build) = (chart?, env!("CARGO_PKG_VERSION"));
+    let chart = chart?;
+    let build = env!("CARGO_PKG_VERSION");
     (chart != build).then(|| {
         format!(
             "this build is version {build} but the chart is version {chart}: the image given \

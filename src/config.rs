@@ -25,7 +25,8 @@ pub fn variables() -> impl Iterator<Item = (&'static str, &'static str, &'static
     let mut rows = HELP.lines().skip_while(|l| !l.starts_with("  VARIABLE "));
     let header = rows.next().expect("the variables table");
     let column = |word| header.find(word).expect("the header names its columns");
-    let (d, m) = (column("DEFAULT"), column("MEANING"));
+    let d = column("DEFAULT");
+    let m = column("MEANING");
     let rows = rows.take_while(|row| !row.is_empty());
     rows.map(move |r| (r[..d].trim(), r[d..m].trim(), &r[m..]))
 }
@@ -139,7 +140,8 @@ impl Env {
     }
 
     fn chart_key(&self, name: &str) -> ObjectKey {
-        let (namespace, name) = (self.managedchart_namespace.0.clone(), name.into());
+        let namespace = self.managedchart_namespace.0.clone();
+        let name = name.into();
         ObjectKey { namespace, name }
     }
 

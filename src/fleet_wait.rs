@@ -15,7 +15,8 @@ use crate::warnings::{CONFLICT, Warning};
 /// `read`: the ManagedChart before our first write of its spec. A rerun `pre` waits too while our
 /// records are on the chart: a Complete `pre` means "Fleet has applied the suspension".
 pub async fn wait(run: &mut Run<'_>, read: Option<&Value>, left: &Objects) -> Result<(), Error> {
-    let (cfg, intent) = (run.cfg, &run.cfg.intent);
+    let cfg = run.cfg;
+    let intent = &run.cfg.intent;
     let target = intent.keys.target(Kind::ManagedChart);
     let Some(target) = target.filter(|_| intent.steps.writes(Kind::ManagedChart)) else {
         info!("the ManagedChart steps are off: no wait for Fleet");
@@ -47,7 +48,8 @@ pub async fn wait(run: &mut Run<'_>, read: Option<&Value>, left: &Objects) -> Re
     };
     let conflicts = kv.map_or_else(Vec::new, |kv| fleet_status::conflicts(&kv, chart));
     for c in &conflicts {
-        let (reason, message) = (CONFLICT, c.to_string());
+        let reason = CONFLICT;
+        let message = c.to_string();
         run.warned(kubevirt, Some(target.clone()), Warning { reason, message })
             .await;
     }
@@ -65,7 +67,8 @@ async fn poll_until_applied(
     after: Option<i64>,
     conflicts: &[fleet_status::Conflict],
 ) -> Result<(), Error> {
-    let (cfg, cluster) = (run.cfg, run.cluster);
+    let cfg = run.cfg;
+    let cluster = run.cluster;
     let bound = cfg.fleet_wait.as_secs();
     info!(object = %target, bound_s = bound, "waiting for Fleet to apply the change");
     let start = std::time::Instant::now();

@@ -14,7 +14,8 @@ use crate::vocabulary::{Objects, Phase};
 use crate::warnings::{EVENTS_NOT_RECORDED, MIGRATIONS_UNDER_WAY, SKIPPED_NOT_CHECKED, Warning};
 
 pub async fn read_skipped(run: &mut Run<'_>) -> Objects {
-    let (cfg, intent) = (run.cfg, &run.cfg.intent);
+    let cfg = run.cfg;
+    let intent = &run.cfg.intent;
     let mut read = Objects::default();
     if !intent.steps.kubevirt {
         read.kubevirt = peek(run, run.kubevirt(), true).await.map(|(_, kv)| kv);
@@ -55,7 +56,8 @@ pub async fn peek(run: &mut Run<'_>, target: Target, loud: bool) -> Option<(Targ
 }
 
 pub async fn after_steps(run: &mut Run<'_>, objects: &Objects, skipped: Objects) {
-    let (cfg, intent) = (run.cfg, &run.cfg.intent);
+    let cfg = run.cfg;
+    let intent = &run.cfg.intent;
     let kubevirt = objects.kubevirt.as_ref().or(skipped.kubevirt.as_ref());
     let key = intent.keys.chart.as_ref().or(cfg.unnamed_chart.as_ref());
     let chart_target = key.map(|key| Target::new(Kind::ManagedChart, key));
@@ -102,7 +104,8 @@ async fn migrations_under_way(run: &mut Run<'_>) -> Option<Warning> {
             return None;
         }
         Ok(unfinished) => {
-            let (n, first) = (unfinished.len(), &unfinished[0]);
+            let n = unfinished.len();
+            let first = &unfinished[0];
             let (s, are) = if n == 1 { ("", "is") } else { ("s", "are") };
             format!(
                 "{n} workload-update migration{s} created before pre {are} not finished: {}. \

@@ -163,7 +163,8 @@ fn act_labels(phase: Phase, ok: bool) -> Labels<2> {
 /// without IPv6). A port that cannot be bound is an ERROR line, and the guard goes on without
 /// metrics: its alerts then say the target is down.
 pub async fn start(port: Option<u16>, chart: &str) -> Arc<Metrics> {
-    let (version, revision) = (env!("CARGO_PKG_VERSION"), crate::build::COMMIT);
+    let version = env!("CARGO_PKG_VERSION");
+    let revision = crate::build::COMMIT;
     let metrics = Arc::new(Metrics::new(version, revision, chart));
     let Some(port) = port else {
         return metrics;

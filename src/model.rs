@@ -124,7 +124,8 @@ impl Target {
 
 impl std::fmt::Display for Target {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let (kind, key) = (self.kind.name(), &self.key);
+        let kind = self.kind.name();
+        let key = &self.key;
         write!(f, "{kind} {}/{}", key.namespace, key.name)
     }
 }

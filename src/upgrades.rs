@@ -42,7 +42,8 @@ impl View {
         let offered = self.offered();
         let (version, handling) = offered.first()?;
         let list: Vec<&str> = offered.iter().map(|(v, _)| v.as_str()).collect();
-        let (list, handling) = (list.join(", "), handling.describe());
+        let list = list.join(", ");
+        let handling = handling.describe();
         let line = format!("the cluster offers upgrades to {list}: Harvester {version} {handling}");
         Some(line)
     }
@@ -67,7 +68,8 @@ pub async fn read(cluster: &Cluster, cfg: &Config) -> Result<View, Error> {
     let upgrade = harvester_upgrade::latest(&upgrades).map_err(|reason| {
         let first = upgrades.first();
         let name = first.and_then(|u| u["metadata"]["name"].as_str());
-        let (namespace, name) = (ns.clone(), name.unwrap_or("").to_string());
+        let namespace = ns.clone();
+        let name = name.unwrap_or("").to_string();
         let target = Target::new(Kind::Upgrade, &ObjectKey { namespace, name });
         Refusal { target, reason }
     })?;

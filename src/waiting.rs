@@ -136,8 +136,10 @@ impl<'a> Loop<'a> {
         }
         let view = upgrades::read(self.cluster, &post).await?;
         self.keep_watching(&view);
-        let (ours, held_before) = (anything_of_ours(&objects), self.memory.held.clone());
-        let (upgrade, plans) = (view.upgrade.as_ref(), &view.plans);
+        let ours = anything_of_ours(&objects);
+        let held_before = self.memory.held.clone();
+        let upgrade = view.upgrade.as_ref();
+        let plans = &view.plans;
         let memory = &mut self.memory;
         let decision = decide(upgrade, plans, ours, since(&objects), self.suspends, memory);
         let kv = objects.kubevirt.as_ref();
@@ -164,7 +166,8 @@ impl<'a> Loop<'a> {
         if !self.suspends {
             return;
         }
-        let (cluster, wake) = (self.cluster, &self.wake_tx);
+        let cluster = self.cluster;
+        let wake = &self.wake_tx;
         let ns = Some(self.cfg.intent.keys.kubevirt.namespace.as_str());
         let latest = format!("{LATEST_LABEL}=true");
         // Called after a successful read: the server answers, so a failing watch is replaced now

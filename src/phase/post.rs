@@ -49,7 +49,8 @@ async fn wait_for_the_upgrades_end(
     objects: &mut Objects,
     view: Option<View>,
 ) -> Result<(), Error> {
-    let (cfg, cluster) = (run.cfg, run.cluster);
+    let cfg = run.cfg;
+    let cluster = run.cluster;
     let ours = anything_of_ours(objects);
     let view = match view {
         Some(view) => view,
@@ -76,14 +77,16 @@ async fn wait_for_the_upgrades_end(
         ));
         return Ok(());
     }
-    let (started, bound) = (tokio::time::Instant::now(), cfg.cleanup_wait);
+    let started = tokio::time::Instant::now();
+    let bound = cfg.cleanup_wait;
     let read = async || {
         let view = upgrades::read(cluster, cfg).await?;
         let why = post_must_wait(view.upgrade.as_ref(), &view.plans, ours);
         Ok(why.map_or(Poll::Ready(()), Poll::Pending))
     };
     let progress = |waited: std::time::Duration, seen: &str| {
-        let (waited_s, bound_s) = (waited.as_secs(), bound.as_secs());
+        let waited_s = waited.as_secs();
+        let bound_s = bound.as_secs();
         info!(waited_s, bound_s, "waiting: {seen}")
     };
     // 0: no wait (the chart's uninstall hook). What was just read is what is under way: a poll
@@ -101,7 +104,8 @@ async fn wait_for_the_upgrades_end(
         format!("waited {took:.1} s for the upgrade to end and Harvester's cleanup ({reason})");
     info!("{line}");
     // The cleanup may have written either object: plan against what it left.
-    let (keys, kinds) = (&cfg.intent.keys, [Kind::KubeVirt, Kind::ManagedChart]);
+    let keys = &cfg.intent.keys;
+    let kinds = [Kind::KubeVirt, Kind::ManagedChart];
     let read = kinds.map(|kind| objects.get(kind).and(keys.target(kind)));
     for target in read.into_iter().flatten() {
         objects.set(target.kind, cluster.get(&target).await?);

@@ -73,7 +73,8 @@ fn note(notes: &mut Vec<String>, line: String) {
 
 /// `false`: `pre` writes nothing (Harvester's upgrade holds the suspension, or it is not needed).
 async fn before_pre(run: &mut Run<'_>, objects: &mut Objects, view: &View) -> Result<bool, Error> {
-    let (kv, upgrade) = (objects.kubevirt.as_ref(), view.upgrade.as_ref());
+    let kv = objects.kubevirt.as_ref();
+    let upgrade = view.upgrade.as_ref();
     let target = run.kubevirt();
     let refused = |reason| Refusal {
         target: target.clone(),
@@ -163,7 +164,8 @@ async fn proceed(
 }
 
 fn nothing_written(run: &mut Run<'_>, objects: &Objects, actions: Vec<String>) {
-    let (keys, kinds) = (&run.cfg.intent.keys, [Kind::ManagedChart, Kind::KubeVirt]);
+    let keys = &run.cfg.intent.keys;
+    let kinds = [Kind::ManagedChart, Kind::KubeVirt];
     let read = kinds.map(|kind| objects.get(kind).and(keys.target(kind)));
     for target in read.into_iter().flatten() {
         run.push(Done::noted(target, actions.clone()));

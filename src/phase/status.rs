@@ -23,7 +23,8 @@ const ARMED_JOB: &str = "workload-update-guard-post-armed";
 
 /// Returns the verdict, for the termination message.
 pub async fn status(run: &mut Run<'_>, out: &mut impl Write) -> Result<String, Error> {
-    let (cfg, cluster) = (run.cfg, run.cluster);
+    let cfg = run.cfg;
+    let cluster = run.cluster;
     let kubevirt = run.kubevirt();
     let kv = cluster.get(&kubevirt).await?;
     let chart = read_chart(run).await?;
@@ -105,9 +106,11 @@ fn judge_upgrades(report: &mut Report, view: &upgrades::View, objects: &Objects)
     if let Some(v) = plan::monitoring::unprotected_verdict(kv, view.upgrade.as_ref()) {
         report.verdict = v;
     }
-    let (current, upgrade) = (view.current.as_deref(), view.upgrade.as_ref());
+    let current = view.current.as_deref();
+    let upgrade = view.upgrade.as_ref();
     report.retirement = view.upgrades_served.then(|| {
-        let (plans, served) = (&view.plans, view.plans_served);
+        let plans = &view.plans;
+        let served = view.plans_served;
         retirement::still_needed(current, &view.on_offer, upgrade, plans, served, objects)
     });
 }
@@ -130,7 +133,8 @@ async fn sections(run: &mut Run<'_>) -> String {
 /// The resident guard keeps nothing but its Events: its last decision, and its last Warning
 /// while that is newer (a suspension that succeeds, or the upgrade's end, is a new decision).
 async fn resident_lines(run: &Run<'_>) -> Vec<String> {
-    let (ns, cluster) = (&run.cfg.intent.keys.kubevirt.namespace, run.cluster);
+    let ns = &run.cfg.intent.keys.kubevirt.namespace;
+    let cluster = run.cluster;
     let Some((time, pod, note)) = cluster.latest_event(ns, warnings::RESIDENT).await else {
         return Vec::new();
     };

@@ -34,7 +34,8 @@ async fn write_steps(
     objects: &mut Objects,
     out: &mut impl Output,
 ) -> Result<(), Error> {
-    let (cfg, cluster) = (run.cfg, run.cluster);
+    let cfg = run.cfg;
+    let cluster = run.cluster;
     let mut steps = plan::steps(&cfg.intent).into_iter().peekable();
     while let Some(step) = steps.next() {
         let kind = step.target.kind;

@@ -260,7 +260,8 @@ fn remove_our_pointer(
 /// `KubeVirt ns/name` of a comparePatches entry (`*` for an empty namespace, which matches any).
 fn entry_name(entry: &Value) -> String {
     let ns = Some(text_at(entry, "/namespace")).filter(|ns| !ns.is_empty());
-    let (kind, name) = (text_at(entry, "/kind"), text_at(entry, "/name"));
+    let kind = text_at(entry, "/kind");
+    let name = text_at(entry, "/name");
     format!("{kind} {}/{name}", ns.unwrap_or("*"))
 }
 

@@ -135,7 +135,8 @@ pub fn fleet_view(chart: &Value, before: Option<i64>) -> Fleet {
     if summary("errApplied") > Some(0) || summary("modified") > Some(0) || error_message {
         return Fleet::Failed(said(chart));
     }
-    let (desired, ready_now) = (summary("desiredReady"), summary("ready"));
+    let desired = summary("desiredReady");
+    let ready_now = summary("ready");
     let unavailable = int(chart, "/status/unavailable").unwrap_or(0);
     match ready {
         Some(("True", _)) if desired == ready_now && unavailable == 0 => Fleet::Applied(seen),
@@ -174,7 +175,8 @@ pub struct Conflict {
 
 impl std::fmt::Display for Conflict {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let (manager, value) = (&self.manager, describe(&self.value));
+        let manager = &self.manager;
+        let value = describe(&self.value);
         let what = match &self.rendered {
             Some(r) => format!("Fleet's deploy of {r} will conflict with it"),
             None => format!(

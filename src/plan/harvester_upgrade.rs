@@ -272,7 +272,9 @@ impl Upgrade {
     }
 
     pub fn describe(&self) -> String {
-        let (ns, name, state) = (&self.namespace, &self.name, &self.state);
+        let ns = &self.namespace;
+        let name = &self.name;
+        let state = &self.state;
         let to = or_if_empty(&self.version, "an unknown version");
         let deleting = being_deleted(self.deleting);
         format!("Harvester Upgrade {ns}/{name} (to {to}, state {state}{deleting})")

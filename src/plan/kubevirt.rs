@@ -192,7 +192,8 @@ fn from_fallback(
     current: &Option<Value>,
     fallback: Option<&[String]>,
 ) -> Restore {
-    let (suspended, ours) = (is_suspended(current), methods_owned_by_us(kubevirt));
+    let suspended = is_suspended(current);
+    let ours = methods_owned_by_us(kubevirt);
     let nothing = match fallback {
         Some(list) if suspended && ours => {
             let original = value_record(Some(json!(list)), Vec::new(), Vec::new());
@@ -291,7 +292,8 @@ pub fn kubevirt_post(
 pub fn update_notice(kubevirt: &Value, methods: &Option<Value>) -> Option<String> {
     let list = methods.as_ref().and_then(Value::as_array);
     let has = |m: &str| list.is_some_and(|l| l.iter().any(|v| v == m));
-    let (migrate, evict) = (has("LiveMigrate"), has("Evict"));
+    let migrate = has("LiveMigrate");
+    let evict = has("Evict");
     if !migrate && !evict {
         return None;
     }

@@ -134,7 +134,8 @@ pub fn leftovers(
             false => "",
         };
         let parts = kubevirt_ours(kv);
-        let (off, on) = ("STEP_KUBEVIRT=false", "STEP_KUBEVIRT=true");
+        let off = "STEP_KUBEVIRT=false";
+        let on = "STEP_KUBEVIRT=true";
         out.extend(warning(intent.phase, &target, &parts, off, effect, on));
     }
     if let Some((target, obj)) = chart {
@@ -142,7 +143,8 @@ pub fn leftovers(
         let (parts, why, on) = match intent.keys.chart {
             Some(_) => ours.left_by(&intent.steps),
             None => {
-                let (ns, name) = (&target.key.namespace, &target.key.name);
+                let ns = &target.key.namespace;
+                let name = &target.key.name;
                 let switches = format!("MANAGEDCHART_NAMESPACE={ns} MANAGEDCHART_NAME={name}");
                 (ours.all(), "MANAGEDCHART_NAME is empty".into(), switches)
             }

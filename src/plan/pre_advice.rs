@@ -208,7 +208,8 @@ pub fn pre_gate(
     // goes on: its values override is what lets the retried deploy of the new chart past that
     // release's claim (harvester#10677).
     if u.backup != Backup::None {
-        let (now, backup) = (describe(methods), u.backup.describe());
+        let now = describe(methods);
+        let backup = u.backup.describe();
         let state = match is_suspended(methods) {
             true => "the methods are [] (its suspension)".to_string(),
             false => format!(

@@ -134,10 +134,13 @@ impl Display for Report {
 /// What the node drains will meet (docs/design.md, "The forecast").
 impl Display for Forecast {
     fn fmt(&self, f: &mut Formatter<'_>) -> Result {
-        let (running, stuck, n) = (self.running, self.not_live_migratable, self.hotplug_pending);
+        let running = self.running;
+        let stuck = self.not_live_migratable;
+        let n = self.hotplug_pending;
         let (mut names, more) = (self.hotplug_named.clone(), n - self.hotplug_named.len());
         names.extend((more > 0).then(|| format!("and {more} more")));
-        let (colon, names) = (if n > 0 { ": " } else { "" }, names.join(", "));
+        let colon = if n > 0 { ": " } else { "" };
+        let names = names.join(", ");
         writeln!(
             f,
             "running VMIs: {running} (each node's drain live-migrates its VMs to the new \
@@ -157,7 +160,8 @@ impl Display for KubeVirtReport {
         }
         let off = k.updates_off();
         row(f, "phase", or(&k.phase))?;
-        let (observed, target) = (&k.observed_kube_virt_version, &k.target_kube_virt_version);
+        let observed = &k.observed_kube_virt_version;
+        let target = &k.target_kube_virt_version;
         let versions = format!("{} / {}", or(observed), or(target));
         row(f, "observed / target version", versions)?;
         let methods = describe(&k.workload_update_methods);

@@ -15,7 +15,8 @@ use crate::vocabulary::Objects;
 /// after a failed path-A upgrade), then returns with the objects read again, for `post` to
 /// restore. Past `ARM_WAIT_SECONDS`: exit 9, nothing written.
 pub async fn armed(run: &mut Run<'_>, objects: &mut Objects) -> Result<(), Error> {
-    let (cfg, cluster) = (run.cfg, run.cluster);
+    let cfg = run.cfg;
+    let cluster = run.cluster;
     let Some(arm) = cfg.arm else {
         return Ok(());
     };

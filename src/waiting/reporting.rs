@@ -38,7 +38,8 @@ impl Loop<'_> {
     /// Event on the KubeVirt CR when it becomes a suspend, a restore or a stand-aside (the
     /// resident guard; a wait is the log's only); a hold's Warning once per failed Upgrade.
     pub(crate) async fn say(&mut self, pass: &Pass) {
-        let (decision, kubevirt) = (&pass.decision, pass.objects.kubevirt.as_ref());
+        let decision = &pass.decision;
+        let kubevirt = pass.objects.kubevirt.as_ref();
         let now = Instant::now();
         let changed = self.said.is_none_or(|(kind, _)| kind != decision.kind());
         if changed || self.said.is_some_and(|(_, at)| now - at >= SAY_EVERY) {
@@ -97,7 +98,8 @@ impl Loop<'_> {
         }
         let current = self.offer.as_ref().and_then(|(c, ..)| c.as_deref());
         let on_offer = self.offer.as_ref().map_or(&[][..], |(_, o, _)| o);
-        let (upgrade, plans) = (view.upgrade.as_ref(), &view.plans);
+        let upgrade = view.upgrade.as_ref();
+        let plans = &view.plans;
         let needed =
             retirement::still_needed(current, on_offer, upgrade, plans, view.plans_served, now);
         Ok(Some(needed))
@@ -132,7 +134,8 @@ impl Loop<'_> {
         let Some(r) = &pass.retirement else {
             return;
         };
-        let (gone, line) = (r.no_longer_needed(), r.line());
+        let gone = r.no_longer_needed();
+        let line = r.line();
         if gone == self.retirement_said {
             return;
         }
@@ -176,7 +179,8 @@ impl Loop<'_> {
         if let Some(u) = &pass.view.upgrade {
             let upgrade = serde_json::json!({"metadata": {
                 "namespace": u.namespace, "name": u.name, "uid": u.uid}});
-            let (reason, note) = (said.reason, &said.message);
+            let reason = said.reason;
+            let note = &said.message;
             self.event(Kind::Upgrade, &upgrade, EventKind::Warning, reason, note)
                 .await;
         }
