@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use backon::BackoffBuilder;
 use k8s_openapi::api::batch::v1::Job;
-use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::{ObjectList, Request};
 use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
@@ -147,14 +147,12 @@ impl Cluster {
     }
 
     /// `None` also when it may not be read: a 403 says nothing of it, `status` leaves it out.
-    pub async fn job(&self, namespace: &str, name: &str) -> Option<Value> {
-        let resource = ApiResource::erase::<Job>(&());
-        let api = Api::namespaced_with(self.client.clone(), namespace, &resource);
+    pub async fn job(&self, namespace: &str, name: &str) -> Option<Job> {
+        let api: Api<Job> = Api::namespaced(self.client.clone(), namespace);
         let what = format!("get job {namespace}/{name}");
         let job = self.call(&what, || api.get(name)).await;
         job.inspect_err(|e| debug!(error = %e, "the armed post's Job not read"))
             .ok()
-            .map(json)
     }
 
     /// Whether the API server serves `kind` (discovery, which every authenticated user may

@@ -2,6 +2,7 @@
 
 use std::io::Write;
 
+use k8s_openapi::api::batch::v1::Job;
 use serde_json::Value;
 
 use crate::cluster::{MIGRATIONS_PAGE, VMIS_PAGE};
@@ -160,15 +161,18 @@ async fn resident_lines(run: &Run<'_>) -> Vec<String> {
 }
 
 /// `None`: no such Job.
-fn armed_lines(job: Option<&Value>) -> Option<Vec<String>> {
+fn armed_lines(job: Option<&Job>) -> Option<Vec<String>> {
     let job = job?;
-    let text = |ptr: &str| job.pointer(ptr).and_then(Value::as_str).unwrap_or("");
-    let ns = text("/metadata/namespace");
-    let since = text("/metadata/creationTimestamp");
+    let ns = job.metadata.namespace.as_deref().unwrap_or_default();
+    let since = job.metadata.creation_timestamp.as_ref();
+    let since = since.map(|t| t.0.to_string()).unwrap_or_default();
     let head = format!("armed post    Job {ns}/{ARMED_JOB}, since {since}");
-    let mut conditions = job["status"]["conditions"].as_array().into_iter().flatten();
-    let ended = conditions
-        .find(|c| c["status"] == "True" && (c["type"] == "Complete" || c["type"] == "Failed"));
+    let mut conditions = job
+        .status
+        .iter()
+        .flat_map(|s| s.conditions.iter().flatten());
+    let ended =
+        conditions.find(|c| c.status == "True" && (c.type_ == "Complete" || c.type_ == "Failed"));
     Some(match ended {
         None => vec![
             head,
@@ -177,11 +181,11 @@ fn armed_lines(job: Option<&Value>) -> Option<Vec<String>> {
              it restores"
                 .to_string(),
         ],
-        Some(c) if c["type"] == "Complete" => vec![format!("{head}: ended (Complete)")],
+        Some(c) if c.type_ == "Complete" => vec![format!("{head}: ended (Complete)")],
         Some(c) => vec![format!(
             "{head}: FAILED ({}); at its bound (exit 9) it leaves the suspension: run post once \
              the upgrade has ended, or arm again",
-            c["message"].as_str().unwrap_or("")
+            c.message.as_deref().unwrap_or_default()
         )],
     })
 }
@@ -194,9 +198,10 @@ mod tests {
     #[test]
     fn status_names_the_armed_job_and_what_it_waits_for() {
         assert_eq!(armed_lines(None), None);
+        let typed = |j: &Value| serde_json::from_value::<Job>(j.clone()).unwrap();
         let mut job = json!({"metadata": {"namespace": "harvester-system", "name": ARMED_JOB,
                                           "creationTimestamp": "2026-12-01T10:00:00Z"}});
-        let lines = armed_lines(Some(&job)).unwrap();
+        let lines = armed_lines(Some(&typed(&job))).unwrap();
         assert!(
             lines[0].contains(ARMED_JOB) && lines[0].contains("2026-12-01T10:00:00Z"),
             "{lines:?}"
@@ -204,8 +209,8 @@ mod tests {
         assert!(lines[1].contains("next upgrade"), "{lines:?}");
         job["status"] =
             json!({"conditions": [{"type": "Failed", "status": "True", "message": "exit 9"}]});
-        assert!(armed_lines(Some(&job)).unwrap()[0].contains("FAILED"));
+        assert!(armed_lines(Some(&typed(&job))).unwrap()[0].contains("FAILED"));
         job["status"] = json!({"conditions": [{"type": "Complete", "status": "True"}]});
-        assert!(armed_lines(Some(&job)).unwrap()[0].contains("Complete"));
+        assert!(armed_lines(Some(&typed(&job))).unwrap()[0].contains("Complete"));
     }
 }
