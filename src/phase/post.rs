@@ -36,10 +36,10 @@ pub async fn post(
     // taken after it.
     waiting::armed(run, &mut objects).await?;
     wait_for_the_upgrades_end(run, &mut objects, view).await?;
-    let read = objects.chart.clone();
+    let chart_as_read = objects.chart.clone();
     steps::write(run, &mut objects, out).await?;
     leftovers_check::after_steps(run, &objects, skipped).await;
-    fleet_wait::wait(run, read.as_ref(), &objects).await
+    fleet_wait::wait(run, chart_as_read.as_ref(), &objects).await
 }
 
 /// Waits while an upgrade is under way (updates turned on mid-upgrade start the wave the guard

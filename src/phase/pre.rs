@@ -39,13 +39,13 @@ pub async fn pre(
         None => upgrades::read(run.cluster, run.cfg).await?,
     };
     let write = before_pre(run, &mut objects, &view).await?;
-    let read = objects.chart.clone();
+    let chart_as_read = objects.chart.clone();
     if write {
         without_the_cr_nothing(run, &mut objects);
         steps::write(run, &mut objects, out).await?;
     }
     leftovers_check::after_steps(run, &objects, skipped).await;
-    fleet_wait::wait(run, read.as_ref(), &objects).await
+    fleet_wait::wait(run, chart_as_read.as_ref(), &objects).await
 }
 
 /// `ALLOW_MISSING`: a `pre` without the KubeVirt CR writes nothing, not even the chart.
