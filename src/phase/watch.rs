@@ -94,7 +94,8 @@ async fn act_on(lp: &mut Loop<'_>, pass: &Pass, out: &mut impl Output) -> bool {
             Phase::Pre => {
                 // A pass reads no release on offer; `pre`'s advice names them.
                 let (current, on_offer) = upgrades::read_offer(this_run.cluster, &cfg).await?;
-                (read.view.current, read.view.on_offer) = (current, on_offer);
+                read.view.current = current;
+                read.view.on_offer = on_offer;
                 pre(&mut this_run, out, Some(read)).await
             }
             _ => post(&mut this_run, out, Some(read)).await,
