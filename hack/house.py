@@ -124,9 +124,10 @@ def defines(path, name):
 
 
 def test_files(first):
-    """The files a test path's first segment may name: a test binary's module."""
-    return [p for d in ("tests",) for p in (ROOT / d).rglob(f"{first}.rs")] + \
-        [p for p in (ROOT / "tests" / first).glob("*.rs")] if (ROOT / "tests").is_dir() else []
+    """The files a test path's first segment may name: a test module (`tests/**/first.rs`), or
+    a test binary's (`tests/first/*.rs`)."""
+    tests = ROOT / "tests"
+    return sorted(tests.rglob(f"{first}.rs")) + sorted((tests / first).glob("*.rs"))
 
 
 def stale_citations(modules):

@@ -104,17 +104,7 @@ fn the_released_image_copied_by_digest_into_a_registry_with_a_login_runs_the_cha
 
     // chart.md's "A registry that needs a login": the Secret, the install by digest, the check.
     let repo = format!("{}/wug/workload-update-guard", site.vars["REGISTRY"]);
-    k(&[
-        "-n",
-        NS,
-        "create",
-        "secret",
-        "docker-registry",
-        SECRET,
-        &format!("--docker-server={}", site.vars["REGISTRY"]),
-        &format!("--docker-username={USER}"),
-        &format!("--docker-password={PASSWORD}"),
-    ]);
+    create_pull_secret(SECRET, &site.vars["REGISTRY"], USER, PASSWORD);
     let chart = repo_root().join("manifests/chart");
     let install_start = Instant::now();
     helm_ok(&[

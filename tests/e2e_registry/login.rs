@@ -108,20 +108,7 @@ fn the_chart_pulls_through_a_registry_that_needs_a_login() {
     );
 
     // 2. The Secret as operators make it, named in imagePullSecrets: the new pod pulls and runs.
-    k(&[
-        "-n",
-        NS,
-        "create",
-        "secret",
-        "docker-registry",
-        SECRET,
-        "--docker-server",
-        &reg.vars["REGISTRY"],
-        "--docker-username",
-        USER,
-        "--docker-password",
-        PASSWORD,
-    ]);
+    create_pull_secret(SECRET, &reg.vars["REGISTRY"], USER, PASSWORD);
     let secret = get_json(&["-n", NS, "secret", SECRET]);
     assert_eq!(secret["type"], "kubernetes.io/dockerconfigjson");
 

@@ -84,3 +84,19 @@ pub fn is_ready(pod: &Value) -> bool {
             .flatten()
             .any(|c| c["type"] == "Ready" && c["status"] == "True")
 }
+
+/// A pull Secret as operators make it (`kubectl create secret docker-registry`, chart.md's "A
+/// registry that needs a login") in the guard's namespace.
+pub fn create_pull_secret(name: &str, server: &str, user: &str, password: &str) {
+    k(&[
+        "-n",
+        NS,
+        "create",
+        "secret",
+        "docker-registry",
+        name,
+        &format!("--docker-server={server}"),
+        &format!("--docker-username={user}"),
+        &format!("--docker-password={password}"),
+    ]);
+}
