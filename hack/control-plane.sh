@@ -167,7 +167,7 @@ GO
     # One go build for the three: each link (one core) runs beside the others' compiling. etcd
     # links none of the packages the -X flags name, which the linker then ignores; its binary
     # is named after its package path without the major version: server.
-    go build -trimpath -ldflags "$ldflags" -o "$tmp/" go.etcd.io/etcd/server/v3 \
+    go build "${GO_BUILD_FLAGS[@]}" -ldflags "$ldflags" -o "$tmp/" go.etcd.io/etcd/server/v3 \
       k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl || exit 1
     mv "$tmp/server" "$tmp/etcd" || exit 1
   ) || die "building the control plane $KUBE_VERSION failed (see the go output above)"
@@ -313,7 +313,10 @@ start_apiserver() { # start_apiserver DIR: start and wait until ready; on a lost
 
 wait_ready() { # wait_ready DIR PID SECONDS: ready, or fail as soon as the process is gone
   local dir="$1" pid="$2" deadline=$((SECONDS + $3))
-  until "$BIN_DIR/kubectl" --kubeconfig "$dir/kubeconfig" get --raw /readyz >/dev/null 2>&1; do
+  # curl, not kubectl, every 0.2 s: each kubectl call costs about 50 ms of CPU beside the API
+  # server starting (measured: `up` took 5.5 CPU-s polling with kubectl, 5.1 with curl).
+  until curl -sf -o /dev/null --max-time 2 --cacert "$dir/ca.crt" --cert "$dir/admin.crt" --key "$dir/admin.key" \
+      "https://127.0.0.1:$(cat "$dir/api.port")/readyz"; do
     kill -0 "$pid" 2>/dev/null || return 1
     (( SECONDS < deadline )) || return 1
     sleep 0.2

@@ -32,7 +32,7 @@ build() {
   cached helm "$(dirname "$BIN")" built && return 0
   need_go "build helm"
   local start=$SECONDS
-  GOBIN="$(dirname "$BIN")" GOTOOLCHAIN=local CGO_ENABLED=0 go install -trimpath \
+  GOBIN="$(dirname "$BIN")" GOTOOLCHAIN=local CGO_ENABLED=0 go install "${GO_BUILD_FLAGS[@]}" \
     -ldflags "-s -w -X helm.sh/helm/$MAJOR/internal/version.version=$HELM_VERSION" \
     "helm.sh/helm/$MAJOR/cmd/helm@$HELM_VERSION" || die "building helm $HELM_VERSION failed"
   "$BIN" version --short | grep -q "^$HELM_VERSION" \

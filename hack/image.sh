@@ -165,8 +165,12 @@ previous() {
   # debug information: it is stripped anyway) gives the previous one its own artifacts, so that
   # neither build takes the other's for fresh. The binary's name is this tree's too: it is
   # copied out at once, and cargo's next build of this tree links this tree's back.
+  # The dependencies with this tree's debug level (its Cargo.toml's [profile.dev]), whatever the
+  # previous release's Cargo.toml says: else cargo builds them all again.
+  local dev_debug
+  dev_debug="$(awk '/^\[/ { dev = ($0 == "[profile.dev]") } dev && $1 == "debug" { print $3 }' "$REPO_ROOT/Cargo.toml")"
   (cd "$src" && WORKLOAD_UPDATE_GUARD_COMMIT="${commit:0:7}" CARGO_TARGET_DIR="$REPO_ROOT/target" \
-    cargo build --locked --bin workload-update-guard --examples \
+    cargo build --locked --bin workload-update-guard --examples --config "profile.dev.debug=${dev_debug:-true}" \
       --config 'profile.dev.package.workload-update-guard.debug=0') || die "cargo build of $commit failed"
   bin="$PREVIOUS_DIR/workload-update-guard"
   cp "$REPO_ROOT/target/debug/workload-update-guard" "$bin"

@@ -93,7 +93,7 @@ build_one() {
     sed -n '/^\/\/ END IMPORTS/,$p' "$REPO_ROOT/hack/kubevirt/crds.go" | tail -n +2
   } > "$src/cmd/wug-crds/main.go"
   mkdir -p "$out/bin"
-  (cd "$src" && go build -trimpath -ldflags "-s -w" -o "$out/bin/" ./cmd/virt-controller ./cmd/wug-crds) \
+  (cd "$src" && go build "${GO_BUILD_FLAGS[@]}" -ldflags "-s -w" -o "$out/bin/" ./cmd/virt-controller ./cmd/wug-crds) \
     || die "building virt-controller $v failed"
   "$out/bin/wug-crds" > "$out/crds.json.tmp" || die "generating KubeVirt $v's CRDs failed"
   mv "$out/crds.json.tmp" "$out/crds.json"

@@ -122,7 +122,7 @@ GO
     local ldflags
     ldflags="$(kube_ldflags "$KUBE_VERSION" "$KUBE_MINOR")"
     # One go build for all: each binary's link (one core) runs beside the others' compiling.
-    go build -trimpath -ldflags "$ldflags" -o "$tmp/" "${NODE_BINARIES[@]/#/k8s.io/kubernetes/cmd/}" || exit 1
+    go build "${GO_BUILD_FLAGS[@]}" -ldflags "$ldflags" -o "$tmp/" "${NODE_BINARIES[@]/#/k8s.io/kubernetes/cmd/}" || exit 1
   ) || die "building the node binaries $KUBE_VERSION failed (see the go output above)"
   rm -rf "$NODE_BIN"
   mv "$tmp" "$NODE_BIN"

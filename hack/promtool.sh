@@ -31,7 +31,7 @@ build() {
   # remove_all_sd (Prometheus's own build tag, plugins/plugin_*.go): without the cloud service
   # discoveries (AWS, Azure, GCE, ...), which the rules' and metrics' checks do not use, and
   # whose SDKs were most of the build.
-  GOBIN="$(dirname "$BIN")" GOTOOLCHAIN=local CGO_ENABLED=0 go install -trimpath -tags remove_all_sd \
+  GOBIN="$(dirname "$BIN")" GOTOOLCHAIN=local CGO_ENABLED=0 go install "${GO_BUILD_FLAGS[@]}" -tags remove_all_sd \
     -ldflags "-s -w -X github.com/prometheus/common/version.Version=${PROMETHEUS_VERSION#v}" \
     "github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_VERSION" \
     || die "building promtool $PROMETHEUS_VERSION failed"

@@ -37,7 +37,7 @@ build() {
   cached registry "$(dirname "$BIN")" built && return 0
   need_go "build the registry"
   local start=$SECONDS
-  GOBIN="$(dirname "$BIN")" GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod go install -trimpath \
+  GOBIN="$(dirname "$BIN")" GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod go install "${GO_BUILD_FLAGS[@]}" \
     -ldflags "-s -w -X $MODULE/version.version=$REGISTRY_VERSION" \
     "$MODULE/cmd/registry@$REGISTRY_VERSION" || die "building the registry $REGISTRY_VERSION failed"
   exec 9>&-

@@ -27,28 +27,44 @@ command -v cargo >/dev/null || [[ ! -x "$HOME/.cargo/bin/cargo" ]] || export PAT
 
 setup_die() { echo "setup: $*" >&2; exit 1; }
 
-# step DESCRIPTION CMD...: CMD, said before and timed after (and recorded: step_record).
+# step DESCRIPTION CMD...: CMD, said before and timed after (and recorded: step_record, with the
+# CPU time its processes took).
 step() {
-  local what="$1" start=$SECONDS code=0
+  local what="$1" start=$SECONDS code=0 cpu_before
   shift
   printf '==> %s ...\n' "$what" >&2
+  children_cpu; cpu_before=$children_cpu_ticks
   "$@" || code=$?
+  children_cpu
   if (( code == 0 )); then
     printf '    done in %d s\n' "$((SECONDS - start))" >&2
   else
     printf '    FAILED after %d s (exit code %d)\n' "$((SECONDS - start))" "$code" >&2
   fi
-  step_record "$((SECONDS - start))" "$code" "$what"
+  step_record "$((SECONDS - start))" "$code" "$what" "$(( (children_cpu_ticks - cpu_before) / SETUP_CLK_TCK ))"
   return "$code"
 }
 
-# step_record SECONDS EXIT_CODE DESCRIPTION: with $STEP_TIMES (a file) set, one line
-# "SECONDS<TAB>ok|exit N<TAB>DESCRIPTION" appended to it: the table .ci/run prints at its end.
+# children_cpu: children_cpu_ticks set to the CPU time (user and system, in clock ticks) of this
+# shell's children that have ended and been waited for, theirs included (/proc/PID/stat's cutime
+# and cstime). Read without a subshell, whose children are not this shell's.
+SETUP_CLK_TCK="$(getconf CLK_TCK 2>/dev/null || echo 100)"
+children_cpu() {
+  local stat fields
+  read -r stat < "/proc/$BASHPID/stat"
+  # After "PID (COMM) " the fields start at the 3rd: cutime is the 16th, cstime the 17th.
+  read -r -a fields <<<"${stat##*) }"
+  children_cpu_ticks=$(( fields[13] + fields[14] ))
+}
+
+# step_record SECONDS EXIT_CODE DESCRIPTION [CPU_SECONDS]: with $STEP_TIMES (a file) set, one line
+# "SECONDS<TAB>ok|exit N<TAB>DESCRIPTION<TAB>CPU_SECONDS" appended to it: the table .ci/run prints
+# at its end.
 step_record() {
   [[ -n "${STEP_TIMES:-}" ]] || return 0
   local status=ok
   (( $2 == 0 )) || status="exit $2"
-  printf '%s\t%s\t%s\n' "$1" "$status" "$3" >> "$STEP_TIMES"
+  printf '%s\t%s\t%s\t%s\n' "$1" "$status" "$3" "${4:-}" >> "$STEP_TIMES"
 }
 
 # version_ge A B: A >= B, as versions (1.10 > 1.9).

@@ -7,6 +7,13 @@
 # shellcheck disable=SC2034 # the sourcing scripts read it
 CACHE_ROOT="${CP_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/workload-update-guard/control-plane}"
 
+# The flags of every Go build here. -trimpath: no local paths in the binaries. No DWARF from the
+# compiler (-gcflags=all=-dwarf=false): every link strips it anyway (-s -w), and without it the
+# compiler does about a tenth less (Kubernetes v1.35.4's three binaries, measured: 433 CPU-s, 383
+# without). The binaries are the same code.
+# shellcheck disable=SC2034 # the sourcing scripts read it
+GO_BUILD_FLAGS=(-trimpath -gcflags=all=-dwarf=false)
+
 # need_go WHAT: go on PATH (Debian's, or /usr/local/go's: hack/setup.sh), or die naming WHAT.
 need_go() {
   command -v go >/dev/null || export PATH="/usr/local/go/bin:$PATH"
