@@ -116,7 +116,7 @@ BIN="$REPO_ROOT/target/release/workload-update-guard"
 BIN_DIR="$(bash hack/control-plane.sh bin-dir)"
 export KUBECTL="$BIN_DIR/kubectl"
 
-dir="$(bash hack/control-plane.sh up)"
+dir="$(CP_AUDIT=1 bash hack/control-plane.sh up)"
 work="$(mktemp -d)"
 trap 'bash "$REPO_ROOT/hack/control-plane.sh" down "$dir"; rm -rf "$work"' EXIT
 export KUBECONFIG="$dir/kubeconfig"

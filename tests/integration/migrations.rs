@@ -103,7 +103,7 @@ fn audit_lines(cp: &ControlPlane) -> usize {
 /// other tests' lists are cluster-wide and must not see these.
 #[tokio::test]
 async fn the_migrations_are_listed_page_by_page_and_only_the_unfinished_updater_s_kept() {
-    let (cp, client) = ControlPlane::own().await;
+    let (cp, client) = ControlPlane::own_audited().await;
     // The CR counts outdated workloads: `pre` comes late, and names the migrations twice.
     let ns = harvester_ns(&client, "paged", json!(["LiveMigrate"])).await;
     let objects = objects();

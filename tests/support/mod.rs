@@ -98,6 +98,13 @@ impl ControlPlane {
         (cp, client)
     }
 
+    /// `own`, with every request in `dir/audit.log` (`CP_AUDIT=1`), for a test that counts them.
+    pub async fn own_audited() -> (ControlPlane, Client) {
+        let cp = ControlPlane::up(&[("CP_AUDIT", "1")]).unwrap_or_else(|e| panic!("{e}"));
+        let client = client_for(&cp.kubeconfig()).await;
+        (cp, client)
+    }
+
     /// Stops the API server; etcd keeps running.
     pub fn stop_apiserver(&self) {
         script_output(&["stop-apiserver", &self.dir.to_string_lossy()], &[]).unwrap();
