@@ -277,10 +277,12 @@ async fn a_restore_that_leaves_ours_is_not_run_again_at_once() {
     let guard = Guard::spawn(&kubeconfig, &ns, 0);
     guard.wait_for("again, right after it ran", Duration::from_secs(15));
     tokio::time::sleep(Duration::from_secs(5)).await;
-    // One post per wake within the resync period: the first, and one more if the watches'
-    // first list woke it (a tight loop would have made hundreds).
+    // One post per wake within the resync period: the first, and one more for each watch whose
+    // first list holds an object and so wakes the loop (`cluster::watches`: the Upgrade's and the
+    // KubeVirt CR's; on a loaded machine they come apart, after the first post). A tight loop
+    // would have made hundreds.
     let runs = guard.log().matches("running post").count();
-    assert!(runs <= 2, "{runs} posts: {}", guard.log());
+    assert!(runs <= 3, "{runs} posts: {}", guard.log());
 }
 
 /// A path-A upgrade fails, is deleted, and is retried: the guard holds through the failure and
