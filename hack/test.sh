@@ -210,8 +210,8 @@ times+=("reliability on $primary: $((SECONDS - start)) s")
 # The tests with KubeVirt's real workload updater on each other KubeVirt version (the first ran
 # with the integration suite), each built just before it; the versions side by side, and beside
 # the integration suites on the other Kubernetes versions below, each output shown after all.
-# They are not idle: one version's suite alone took 241 s and kept 0.8 of the 2 cores busy (its
-# API servers 104 CPU-s, virt-controller 29, etcd 15), so side by side they share the CPU; four
+# They are not idle: one version's suite alone took 241 s and 198 CPU-s, 0.8 of a core (its API
+# servers 104 CPU-s, virt-controller 29, etcd 15), so side by side they share the CPU; four
 # tests at a time per version loaded the machine to 44 and made a bound fail: two, cargo's default
 # here.
 kv_start=$SECONDS
