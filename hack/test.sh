@@ -177,7 +177,7 @@ check "building the registry" step "building the registry (cached after the firs
 # version), and the images it runs (the guard's, built from the Dockerfile without a registry).
 start=$SECONDS
 check "building the node's binaries" step "building the node's binaries $primary (cached after the first build)" bash hack/node.sh build
-check "building the images" step "building the images: the guard's, with failpoints, pause, kubectl (two release builds)" \
+check "building the images" step "building the images: the guard's, with failpoints, pause, kubectl (a release build, a debug one)" \
   bash hack/image.sh build --test-images
 times=("node binaries and images: $((SECONDS - start)) s")
 # The previous release's binary, image and chart (hack/previous-release), which the
