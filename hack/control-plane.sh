@@ -4,13 +4,15 @@ set -euo pipefail
 
 # The supported Kubernetes versions: the newest patch of each minor that the Go module proxy
 # serves (`go list -m -versions k8s.io/kubernetes`), each with the etcd server that release's
-# go.mod requires (go.etcd.io/etcd/server/v3). `build` checks the pairing against the go.mod.
+# go.mod requires (go.etcd.io/etcd/server/v3), but v1.34.4: v3.6.5, v1.35.4's, for its v3.6.4
+# (the same minor), so that one etcd build serves both (about 70 CPU-s each, measured). `build`
+# notes a pairing that differs from the go.mod.
 SUPPORTED_VERSIONS="v1.33.13 v1.34.4 v1.35.4 v1.36.3 v1.37.2"
 DEFAULT_KUBE_VERSION="v1.35.4"
 etcd_for() { # etcd_for KUBE_VERSION: the etcd server version of a supported release, or nothing
   case "$1" in
     v1.33.13) echo v3.5.21 ;;
-    v1.34.4) echo v3.6.4 ;;
+    v1.34.4) echo v3.6.5 ;; # its go.mod: v3.6.4 (above)
     v1.35.4) echo v3.6.5 ;;
     v1.36.3) echo v3.6.8 ;;
     v1.37.2) echo v3.7.0 ;;
@@ -133,10 +135,28 @@ build() {
     "to build Kubernetes $KUBE_VERSION (the go directive of its go.mod)"
   local want_etcd; want_etcd="$(required_etcd "$gomod")"
   [[ "$want_etcd" == "$ETCD_VERSION" ]] \
-    || log "note: k8s.io/kubernetes@$KUBE_VERSION requires etcd $want_etcd; building etcd $ETCD_VERSION as asked"
-  log "building kube-apiserver/kubectl $KUBE_VERSION and etcd $ETCD_VERSION in $src"
+    || log "note: k8s.io/kubernetes@$KUBE_VERSION requires etcd $want_etcd; etcd $ETCD_VERSION runs with it (etcd_for, or as asked)"
   rm -rf "$src" "$tmp"
   mkdir -p "$src" "$tmp"
+  # etcd: the same version built already for another Kubernetes version, or built from its own
+  # module, with the dependencies its go.mod requires (as etcd's release builds it).
+  local etcd_built="" other
+  for other in "$CACHE_ROOT"/kubernetes-*-etcd-"$ETCD_VERSION"/bin/etcd; do
+    [[ -x "$other" && "$other" != "$BIN_DIR/etcd" ]] || continue
+    "$other" --version 2>/dev/null | grep -qx "etcd Version: ${ETCD_VERSION#v}" && etcd_built="$other" && break
+  done
+  if [[ -n "$etcd_built" ]]; then
+    log "etcd $ETCD_VERSION: reusing $etcd_built"
+    cp "$etcd_built" "$tmp/etcd" || die "cannot copy $etcd_built"
+  else
+    log "building etcd $ETCD_VERSION in $VERSION_DIR/etcd-src"
+    rm -rf "$VERSION_DIR/etcd-src"
+    mkdir -p "$VERSION_DIR/etcd-src"
+    build_etcd "$VERSION_DIR/etcd-src" "$tmp" || die "building etcd $ETCD_VERSION failed (see the go output above)"
+    rm -rf "$VERSION_DIR/etcd-src"
+  fi
+  # src/go.mod stays: hack/node.sh builds the node's binaries on the same module graph.
+  log "building kube-apiserver/kubectl $KUBE_VERSION in $src"
   # Each step checks its own status: `set -e` does not apply inside a `( ... ) || die` subshell.
   (
     cd "$src" || exit 1
@@ -149,15 +169,13 @@ build() {
     done < <(go mod edit -json "$gomod" \
       | jq -r '.Replace[]? | select(.New.Path | startswith("./staging/")) | .Old.Path')
     (( ${#edits[@]} > 0 )) || { echo "no staging replacements found in $gomod" >&2; exit 1; }
-    go mod edit "-require=k8s.io/kubernetes@$KUBE_VERSION" \
-      "-require=go.etcd.io/etcd/server/v3@$ETCD_VERSION" "${edits[@]}" || exit 1
+    go mod edit "-require=k8s.io/kubernetes@$KUBE_VERSION" "${edits[@]}" || exit 1
     cat > tools.go <<'GO'
 //go:build tools
 
 package tools
 
 import (
-	_ "go.etcd.io/etcd/server/v3"
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
 	_ "k8s.io/kubernetes/cmd/kubectl"
 )
@@ -165,18 +183,28 @@ GO
     go mod tidy || exit 1
     local ldflags
     ldflags="$(kube_ldflags "$KUBE_VERSION" "$KUBE_MINOR")"
-    # One go build for the three: each link (one core) runs beside the others' compiling. etcd
-    # links none of the packages the -X flags name, which the linker then ignores; its binary
-    # is named after its package path without the major version: server.
-    go build "${GO_BUILD_FLAGS[@]}" -ldflags "$ldflags" -o "$tmp/" go.etcd.io/etcd/server/v3 \
+    # One go build for the two: each link (one core) runs beside the other's compiling.
+    go build "${GO_BUILD_FLAGS[@]}" -ldflags "$ldflags" -o "$tmp/" \
       k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl || exit 1
-    mv "$tmp/server" "$tmp/etcd" || exit 1
   ) || die "building the control plane $KUBE_VERSION failed (see the go output above)"
   rm -rf "$BIN_DIR"
   mv "$tmp" "$BIN_DIR"
   exec 9>&-
   check_versions || die "the binaries just built do not report the versions asked for"
   log "built $KUBE_VERSION and etcd $ETCD_VERSION in $((SECONDS - start)) s"
+}
+
+build_etcd() { # build_etcd SRC OUT: etcd $ETCD_VERSION's server as OUT/etcd, from a module in SRC
+  (
+    cd "$1" || exit 1
+    go mod init etcdwrapper 2>/dev/null || exit 1
+    go mod edit "-require=go.etcd.io/etcd/server/v3@$ETCD_VERSION" || exit 1
+    printf '//go:build tools\n\npackage tools\n\nimport _ "go.etcd.io/etcd/server/v3"\n' > tools.go
+    go mod tidy || exit 1
+    # Its binary is named after its package path without the major version: server.
+    go build "${GO_BUILD_FLAGS[@]}" -ldflags "-s -w" -o "$2/" go.etcd.io/etcd/server/v3 || exit 1
+    mv "$2/server" "$2/etcd"
+  )
 }
 
 free_port() { # a loopback port free at this moment; a bind can still lose it, so callers retry
