@@ -40,7 +40,8 @@ usage: hack/control-plane.sh COMMAND [ARGS]
 Environment:
   KUBE_VERSION   Kubernetes release built from the k8s.io/kubernetes module (default $DEFAULT_KUBE_VERSION;
                  supported: $SUPPORTED_VERSIONS)
-  ETCD_VERSION   go.etcd.io/etcd/server/v3 version (default: the one that release's go.mod requires)
+  ETCD_VERSION   go.etcd.io/etcd/server/v3 version (default: the one that release's go.mod requires;
+                 v1.34.4: v3.6.5, v1.35.4's, the same minor as its v3.6.4)
   CP_OWNER_PID   if set, the control plane is stopped when that process exits (used by tests)
   CP_NODE_IP     if set, a control plane for hack/node.sh's node (run inside its network namespace):
                  the API server listens on every address there, advertises CP_NODE_IP as the
