@@ -103,7 +103,11 @@ resolve_version() { # sets KUBE_MINOR, ETCD_VERSION, VERSION_DIR, BIN_DIR for $K
 reported_versions() {
   "$BIN_DIR/kube-apiserver" --version 2>/dev/null | awk '{print $2}'
   "$BIN_DIR/kubectl" version --client -o json 2>/dev/null | jq -r '.clientVersion.gitVersion'
-  "$BIN_DIR/etcd" --version 2>/dev/null | awk '/^etcd Version:/ {print "v" $3}'
+  etcd_version "$BIN_DIR/etcd"
+}
+
+etcd_version() { # etcd_version BINARY: the version an etcd binary reports (vX.Y.Z)
+  "$1" --version 2>/dev/null | awk '/^etcd Version:/ {print "v" $3}'
 }
 
 check_versions() { # fails unless the cached binaries report KUBE_VERSION and ETCD_VERSION
@@ -144,7 +148,7 @@ build() {
   local etcd_built="" other
   for other in "$CACHE_ROOT"/kubernetes-*-etcd-"$ETCD_VERSION"/bin/etcd; do
     [[ -x "$other" && "$other" != "$BIN_DIR/etcd" ]] || continue
-    "$other" --version 2>/dev/null | grep -qx "etcd Version: ${ETCD_VERSION#v}" && etcd_built="$other" && break
+    [[ "$(etcd_version "$other")" == "$ETCD_VERSION" ]] && etcd_built="$other" && break
   done
   if [[ -n "$etcd_built" ]]; then
     log "etcd $ETCD_VERSION: reusing $etcd_built"

@@ -93,14 +93,16 @@ impl ControlPlane {
     /// A control plane of the default version for one test (cluster-scoped objects that
     /// would disturb other tests), and its admin client.
     pub async fn own() -> (ControlPlane, Client) {
-        let cp = ControlPlane::up(&[]).unwrap_or_else(|e| panic!("{e}"));
-        let client = client_for(&cp.kubeconfig()).await;
-        (cp, client)
+        Self::own_with(&[]).await
     }
 
     /// `own`, with every request in `dir/audit.log` (`CP_AUDIT=1`), for a test that counts them.
     pub async fn own_audited() -> (ControlPlane, Client) {
-        let cp = ControlPlane::up(&[("CP_AUDIT", "1")]).unwrap_or_else(|e| panic!("{e}"));
+        Self::own_with(&[("CP_AUDIT", "1")]).await
+    }
+
+    async fn own_with(env: &[(&str, &str)]) -> (ControlPlane, Client) {
+        let cp = ControlPlane::up(env).unwrap_or_else(|e| panic!("{e}"));
         let client = client_for(&cp.kubeconfig()).await;
         (cp, client)
     }
