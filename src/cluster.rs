@@ -21,7 +21,7 @@ pub use deadline::{Deadline, Poll};
 pub use events::EventKind;
 pub use objects::{MIGRATIONS_PAGE, VMIS_PAGE};
 pub use retry::{Class, LastError, classify};
-pub use watches::Watcher;
+pub use watches::{FirstList, Watcher};
 
 /// What a conditional write came to.
 #[derive(Debug)]

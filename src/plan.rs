@@ -6,6 +6,7 @@
 //! value is recorded in an annotation in the same patch as the change (docs/design.md, "Record
 //! annotations"), and a record, once written, is never overwritten.
 
+pub mod acting;
 pub mod chart;
 pub mod editor;
 pub mod fleet_status;

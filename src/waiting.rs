@@ -11,12 +11,13 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{error, info};
 
-use crate::cluster::{Cluster, Watcher};
+use crate::cluster::{Cluster, FirstList, Watcher};
 use crate::config::{ALIVE_EVERY, Config};
 use crate::error::Error;
 use crate::metrics::{self, Metrics};
 use crate::model::Kind;
 use crate::plan::harvester_upgrade::LATEST_LABEL;
+use crate::plan::acting::Acted;
 use crate::plan::monitoring::UnprotectedKey;
 use crate::plan::ownership::anything_of_ours;
 use crate::plan::releases::Handling;
@@ -57,6 +58,21 @@ pub(crate) struct Pass {
     held_changed: bool,
 }
 
+/// What the resident guard watches, each kind's place in `Loop::watches`.
+#[derive(Debug, Clone, Copy)]
+enum Watched {
+    /// Harvester's latest Upgrade (its label).
+    Upgrades,
+    /// The add-on's UpgradePlans.
+    Plans,
+    /// The one KubeVirt CR (a field selector on its name: the Role grants it by name).
+    KubeVirt,
+}
+
+impl Watched {
+    const ALL: [Watched; 3] = [Watched::Upgrades, Watched::Plans, Watched::KubeVirt];
+}
+
 /// The cluster's version and the releases on offer, as last read, and when.
 type Offer = (Option<String>, Vec<(String, Handling)>, Instant);
 
@@ -69,8 +85,8 @@ pub(crate) struct Loop<'a> {
     pub(crate) memory: Memory,
     pub(crate) wake_tx: mpsc::Sender<()>,
     pub(crate) wake: mpsc::Receiver<()>,
-    /// Of Harvester's latest Upgrade, the add-on's UpgradePlans, and the KubeVirt CR.
-    pub(crate) watches: [Option<Watcher>; 3],
+    /// Of Harvester's latest Upgrade, the add-on's UpgradePlans, and the KubeVirt CR ([`Watched`]).
+    watches: [Option<Watcher>; 3],
     pub(crate) said: Option<(&'static str, Instant)>,
     pub(crate) offer: Option<Offer>,
     /// "No longer needed" has been said (once, until it is needed again).
@@ -82,6 +98,9 @@ pub(crate) struct Loop<'a> {
     pub(crate) unprotected_said: Option<UnprotectedKey>,
     /// The claim a Fleet deploy waits on, said last (its manager and the Bundle's generation).
     pub(crate) blocked_said: Option<String>,
+    /// The last act that succeeded, until the decision changes (`plan::acting`).
+    pub(crate) acted: Option<Acted>,
+    started: Instant,
 }
 
 impl<'a> Loop<'a> {
@@ -107,6 +126,8 @@ impl<'a> Loop<'a> {
             act_failed: false,
             unprotected_said: None,
             blocked_said: None,
+            acted: None,
+            started: Instant::now(),
         }
     }
 
@@ -161,32 +182,65 @@ impl<'a> Loop<'a> {
         })
     }
 
-    /// The resident guard's only: the armed `post` reads at its own pace, as its Job's RBAC says.
+    /// The resident guard's watches, before its first read (the armed `post` reads at its own
+    /// pace, as its Job's RBAC says): every kind, served or not (one not served ends at its first
+    /// list, and is started again once a read finds it served).
+    pub(crate) fn start_watches(&mut self) {
+        for which in Watched::ALL {
+            self.watches[which as usize] = Some(self.watch(which, FirstList::BeforeTheRead));
+        }
+    }
+
+    /// Until each watch has listed once (or failed, or ended): the first read comes after.
+    pub(crate) async fn watches_settled(&self) {
+        for watch in self.watches.iter().flatten() {
+            watch.settled().await;
+        }
+    }
+
+    /// After a successful read: the server answers, so a failing watch is replaced now rather
+    /// than at the end of its backoff (src/cluster/watches.rs), and a kind served since is
+    /// watched. Each starts after the read, so its first list wakes the loop.
     fn keep_watching(&mut self, view: &View) {
         if !self.suspends {
             return;
         }
-        let cluster = self.cluster;
-        let wake = &self.wake_tx;
-        let ns = Some(self.cfg.intent.keys.kubevirt.namespace.as_str());
-        let latest = format!("{LATEST_LABEL}=true");
-        // Called after a successful read: the server answers, so a failing watch is replaced now
-        // rather than at the end of its backoff (src/cluster/watches.rs).
         let stale = |w: &Option<Watcher>| !w.as_ref().is_some_and(|w| w.alive() && !w.failing());
-        let [upgrades, plans, kubevirt] = &mut self.watches;
-        if view.upgrades_served && stale(upgrades) {
-            *upgrades = Some(cluster.watch(Kind::Upgrade, ns, Some(&latest), None, wake.clone()));
+        for which in Watched::ALL {
+            let served = match which {
+                Watched::Upgrades => view.upgrades_served,
+                Watched::Plans => view.plans_served,
+                Watched::KubeVirt => true,
+            };
+            if served && stale(&self.watches[which as usize]) {
+                self.watches[which as usize] = Some(self.watch(which, FirstList::AfterARead));
+            }
         }
-        if view.plans_served && stale(plans) {
-            *plans = Some(cluster.watch(Kind::UpgradePlan, None, None, None, wake.clone()));
+    }
+
+    fn watch(&self, which: Watched, first_list: FirstList) -> Watcher {
+        let wake = self.wake_tx.clone();
+        let ns = Some(self.cfg.intent.keys.kubevirt.namespace.as_str());
+        let cluster = self.cluster;
+        match which {
+            Watched::Upgrades => {
+                let latest = format!("{LATEST_LABEL}=true");
+                cluster.watch(Kind::Upgrade, ns, Some(&latest), None, first_list, wake)
+            }
+            Watched::Plans => cluster.watch(Kind::UpgradePlan, None, None, None, first_list, wake),
+            // The CR itself: a write that turns updates on mid-upgrade is answered in seconds,
+            // not at the resync after KubeVirt's updater (about 5 s) has acted on it; and the
+            // outdated count (the metric) follows KubeVirt's status as it changes.
+            Watched::KubeVirt => {
+                let name = Some(self.cfg.intent.keys.kubevirt.name.as_str());
+                cluster.watch(Kind::KubeVirt, ns, None, name, first_list, wake)
+            }
         }
-        // The CR itself: a write that turns updates on mid-upgrade is answered in seconds, not
-        // at the resync after KubeVirt's updater (about 5 s) has acted on it; and the outdated
-        // count (the metric) follows KubeVirt's status as it changes.
-        if stale(kubevirt) {
-            let name = Some(self.cfg.intent.keys.kubevirt.name.as_str());
-            *kubevirt = Some(cluster.watch(Kind::KubeVirt, ns, None, name, wake.clone()));
-        }
+    }
+
+    /// The loop's clock (the resync of an act remembered, `plan::acting`).
+    pub(crate) fn clock(&self) -> Duration {
+        self.started.elapsed()
     }
 
     pub(crate) fn pause_for(&self, resync: Duration) -> Duration {

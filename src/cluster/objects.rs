@@ -134,10 +134,14 @@ impl Cluster {
         selector: Option<&str>,
     ) -> Result<Option<Vec<Value>>, Error> {
         let api = api(&self.client, kind, namespace);
-        // From the API server's watch cache (resourceVersion 0): a consistent list waits up to
-        // ~100 ms for the cache to catch up with etcd; a few ms of staleness mean nothing here
-        // (the wait reads again, and Harvester's steps are minutes apart).
-        let mut params = ListParams::default().match_any();
+        // A consistent list (no resourceVersion): it holds every object created before it was
+        // sent. The watch cache's resourceVersion=0 list may lag etcd, on a loaded server by
+        // more than the time between an object's creation and the guard's start, and a fact
+        // said once from it ("no longer needed", from a Version list that missed the offer)
+        // would stand until the next read of the offer, half an hour later. Since Kubernetes
+        // 1.31 the server answers a consistent list from its cache once the cache has caught
+        // up, so it costs about what the stale one did.
+        let mut params = ListParams::default();
         params.label_selector = selector.map(str::to_string);
         let subject = listed(kind, namespace);
         let list = self.optional(format!("list {subject}"), subject, || api.list(&params));

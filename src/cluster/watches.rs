@@ -2,6 +2,12 @@
 //! it decides on, so memory does not grow with the cluster. A watch refused for good (403, or the
 //! resource no longer served) ends; the loop's periodic read starts it again once served.
 //!
+//! The resident guard starts its watches before its first read and waits for their first lists
+//! ([`Watcher::settled`]), as kube-runtime's reflector is ready only once listed: that read then
+//! sees all the lists saw, so a first list wakes nothing, and every later change is an event. A
+//! watch started after a read (one replaced, a resource served since) may list what the read
+//! missed: its first list wakes the loop.
+//!
 //! After an API server's outage (every Harvester upgrade restarts it on each server node), kube's
 //! default backoff (0.8 s doubling to 30 s) would resume tens of seconds after the server is
 //! back: the watcher backs off with the one retry layer's policy instead (at most 2 s between
@@ -16,8 +22,8 @@ use futures::stream::BoxStream;
 use kube::api::DynamicObject;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
-use tokio::sync::mpsc;
-use tracing::{debug, warn};
+use tokio::sync::{mpsc, watch};
+use tracing::{debug, info, warn};
 
 use super::Cluster;
 use crate::model::Kind;
@@ -26,10 +32,29 @@ use crate::model::Kind;
 /// event was an error (no successful list or event since).
 pub struct Watcher {
     failing: Arc<AtomicBool>,
+    /// `true` once the first list is complete, or the first attempt failed (the task also ends).
+    settled: watch::Receiver<bool>,
     task: tokio::task::JoinHandle<()>,
 }
 
+/// Whether a watch's first list wakes the loop (see the module's comment).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FirstList {
+    /// Started before the loop's read, which waits for it: what it lists, the read sees.
+    BeforeTheRead,
+    /// Started after a read: it may list what that read missed.
+    AfterARead,
+}
+
 impl Watcher {
+    /// Returns once the first list is complete, the first attempt has failed (the API server
+    /// down: the read that follows fails as well, and the loop replaces the watch later), or
+    /// the watch has ended (403, not served).
+    pub async fn settled(&self) {
+        let mut settled = self.settled.clone();
+        let _ = settled.wait_for(|s| *s).await;
+    }
+
     /// Not refused for good.
     pub fn alive(&self) -> bool {
         !self.task.is_finished()
@@ -54,6 +79,7 @@ impl Cluster {
         namespace: Option<&str>,
         labels: Option<&str>,
         name: Option<&str>,
+        first_list: FirstList,
         wake: mpsc::Sender<()>,
     ) -> Watcher {
         let mut config = watcher::Config::default().any_semantic();
@@ -65,48 +91,82 @@ impl Cluster {
         let backoff = watcher::ExponentialBackoff::from(super::retry::backoff());
         let events = watcher::watcher(api, config).backoff(backoff).boxed();
         let failing = Arc::default();
-        let task = tokio::spawn(wake_on_events(events, kind, wake, Arc::clone(&failing)));
-        Watcher { failing, task }
+        let (settle, settled) = watch::channel(false);
+        let woken = Woken {
+            kind,
+            wake,
+            failing: Arc::clone(&failing),
+            settle,
+        };
+        let task = tokio::spawn(wake_on_events(events, first_list, woken));
+        Watcher {
+            failing,
+            settled,
+            task,
+        }
+    }
+}
+
+/// What a watch's task tells the loop.
+struct Woken {
+    kind: Kind,
+    wake: mpsc::Sender<()>,
+    failing: Arc<AtomicBool>,
+    settle: watch::Sender<bool>,
+}
+
+impl Woken {
+    fn wake_up(&self) {
+        let _ = self.wake.try_send(());
     }
 }
 
 async fn wake_on_events(
     mut events: BoxStream<'static, watcher::Result<Event<DynamicObject>>>,
-    kind: Kind,
-    wake: mpsc::Sender<()>,
-    erring: Arc<AtomicBool>,
+    first_list: FirstList,
+    woken: Woken,
 ) {
-    let wake_up = || {
-        let _ = wake.try_send(());
-    };
-    // An empty first list repeats what the loop read just before it started the watch: no
-    // wake (a quiet cluster costs no extra read). A first list with objects may hold one made
-    // between that read and the list (an Upgrade created as the guard starts), and a later list
-    // (after an error, or the server's 410) what the watch missed: a wake, once it is complete.
-    let mut wake_when_listed = false;
+    let kind = woken.kind;
+    // The first list wakes the loop only if it may hold what the loop's read missed; a later
+    // list (after an error, or the server's 410) may hold what the watch missed: a wake, once
+    // it is complete.
+    let mut listed_before = first_list == FirstList::AfterARead;
     while let Some(event) = events.next().await {
         match event {
-            // `Init` comes before the list is asked for: it says nothing of the server.
-            Ok(Event::Init) => {}
+            // `Init` comes before the list is asked for: it says nothing of the server; the
+            // objects of a list (`InitApply`) are told by its end.
+            Ok(Event::Init | Event::InitApply(_)) => {}
             Ok(event) => {
-                erring.store(false, Relaxed);
+                woken.failing.store(false, Relaxed);
+                if matches!(event, Event::InitDone) {
+                    woken.settle.send_replace(true);
+                }
                 match event {
-                    Event::InitApply(_) => wake_when_listed = true,
-                    Event::InitDone if !wake_when_listed => wake_when_listed = true,
-                    _ => wake_up(),
+                    Event::InitDone if !listed_before => listed_before = true,
+                    _ => woken.wake_up(),
                 }
             }
             Err(e) => {
+                woken.settle.send_replace(true);
                 // Once per failing spell: the loop then reads often until it replaces this watch.
-                if !erring.swap(true, Relaxed) {
-                    wake_up();
+                if !woken.failing.swap(true, Relaxed) {
+                    woken.wake_up();
                 }
                 if let watcher::Error::InitialListFailed(kube::Error::Api(s))
                 | watcher::Error::WatchStartFailed(kube::Error::Api(s)) = &e
-                    && (s.code == 403 || s.code == 404)
                 {
-                    warn!(kind = ?kind, code = s.code, "watch ended: {}; read periodically instead", s.message);
-                    break;
+                    match s.code {
+                        // Not served (no Harvester, no add-on): the loop's read says when it is.
+                        404 => {
+                            info!(kind = ?kind, "not served: not watched; read at each pass, and watched once served");
+                            break;
+                        }
+                        403 => {
+                            warn!(kind = ?kind, code = s.code, "watch ended: {}; read periodically instead", s.message);
+                            break;
+                        }
+                        _ => {}
+                    }
                 }
                 debug!(kind = ?kind, error = %e, "watch error; it backs off and resumes");
             }

@@ -14,6 +14,7 @@ use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::context::Run;
 use crate::error::Error;
+use crate::plan::acting::{self, ActInputs, Acted, Next};
 use crate::plan::watch_decision::Decision;
 use crate::summary::Summary;
 use crate::upgrades;
@@ -32,9 +33,13 @@ pub async fn resident_guard(
     let resync = settings.resync.as_secs();
     let metrics = start_probes_and_metrics(cfg, &settings).await;
     let mut lp = Loop::new(cfg, cluster, Some(metrics));
-    // The act just made: the same decision right after it (a `post` that left something of ours,
-    // a step switched off) waits for the next read, so that nothing runs in a tight loop.
-    let mut just_did: Option<Decision> = None;
+    // The watches first, and the first read once they have listed: what they listed, it reads.
+    lp.start_watches();
+    cluster.restart_deadline();
+    tokio::select! {
+        () = lp.watches_settled() => {}
+        e = cluster.deadline_passed() => error!("resident guard: the watches' first lists ({e}); reading anyway"),
+    }
     loop {
         // Each pass has the whole deadline, from before the race below starts.
         cluster.restart_deadline();
@@ -46,17 +51,26 @@ pub async fn resident_guard(
             Ok(p) => {
                 lp.say_retirement(&p).await;
                 lp.say_blocked_deploy(&p).await;
-                if just_did.take().as_ref() == Some(&p.decision) {
-                    info!(
-                        "resident guard: {} again, right after it ran: tried again at the next event or in {resync} s",
+                let view = &p.view;
+                let objects = &p.objects;
+                let (kv, chart) = (objects.kubevirt.as_ref(), objects.chart.as_ref());
+                let read = ActInputs::of(kv, chart, view.upgrade.as_ref(), &view.plans);
+                let acted = lp.acted.take();
+                let (next, acted) = acting::next(&p.decision, &read, acted, lp.clock(), settings.resync);
+                lp.acted = acted;
+                match next {
+                    Next::SameRightAfter => info!(
+                        "resident guard: {} again, right after it ran: run again once what it read changes (not by the guard's own writes), or in {resync} s",
                         p.decision.kind()
-                    );
-                } else {
-                    lp.say(&p).await;
-                    // After an act, read again at once: the objects and the decision have moved.
-                    if act_on(&mut lp, &p, out).await {
-                        just_did = Some(p.decision);
-                        continue;
+                    ),
+                    Next::AlreadyActed => {}
+                    Next::Act | Next::Nothing => {
+                        lp.say(&p).await;
+                        // After an act, read again at once: the objects and the decision have moved.
+                        if next == Next::Act && act_on(&mut lp, &p, out).await {
+                            lp.acted = Some(Acted::now(p.decision, lp.clock()));
+                            continue;
+                        }
                     }
                 }
                 // No act, or a failed one: what this pass read is what holds now.

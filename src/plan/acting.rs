@@ -1,0 +1,232 @@
+//! Whether the resident guard acts on its decision now: once per decision and what it read, as
+//! kube-runtime's controller reconciles once per change and requeues at the resync.
+//!
+//! An act that succeeded but leaves the same decision (a `post` that leaves something of ours:
+//! both records of the original lost, no `FALLBACK_METHODS`) is not run again until what it read
+//! changes or the resync is due. The read right after the act holds the act's own writes (and
+//! Fleet's answer to them, which the act waited for): that read is what a later one is compared
+//! with, so the watch events of the guard's own writes never run the act again. A failed act is
+//! tried again at the next event or after a pause, as it is not remembered here.
+
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::harvester_upgrade::Upgrade;
+use super::upgrade_progress::PlanView;
+use super::watch_decision::Decision;
+
+/// What an act reads, less what moves without changing what it would do: the objects' `status`
+/// (KubeVirt's count of outdated VMIs, written by its updater every few seconds of an upgrade;
+/// Fleet's view of the ManagedChart), their `resourceVersion`, and the times in `managedFields`.
+/// Their spec, annotations, labels and field owners count; the Upgrade and the UpgradePlans as
+/// the decision reads them (their state and times) count.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ActInputs {
+    kubevirt: Option<ObjectInputs>,
+    chart: Option<ObjectInputs>,
+    upgrade: Option<Upgrade>,
+    plans: Vec<PlanView>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+struct ObjectInputs {
+    #[serde(default)]
+    metadata: ObjectMeta,
+    #[serde(default)]
+    spec: Value,
+}
+
+impl ObjectInputs {
+    /// `None` for an object that does not parse as one: compared as absent, and the act that
+    /// reads it refuses it (a malformed object) anyway.
+    fn of(object: &Value) -> Option<Self> {
+        let mut read = ObjectInputs::deserialize(object).ok()?;
+        let meta = &mut read.metadata;
+        meta.resource_version = None;
+        if let Some(entries) = &mut meta.managed_fields {
+            entries.retain(|e| e.subresource.as_deref() != Some("status"));
+            entries.iter_mut().for_each(|e| e.time = None);
+        }
+        Some(read)
+    }
+}
+
+impl ActInputs {
+    pub fn of(
+        kubevirt: Option<&Value>,
+        chart: Option<&Value>,
+        upgrade: Option<&Upgrade>,
+        plans: &[PlanView],
+    ) -> Self {
+        ActInputs {
+            kubevirt: kubevirt.and_then(ObjectInputs::of),
+            chart: chart.and_then(ObjectInputs::of),
+            upgrade: upgrade.cloned(),
+            plans: plans.to_vec(),
+        }
+    }
+}
+
+/// The last act that succeeded: its decision, when it ran (the loop's clock), and the read right
+/// after it (`None` until that read).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Acted {
+    decision: Decision,
+    at: Duration,
+    after: Option<ActInputs>,
+}
+
+impl Acted {
+    /// Remembered once the act has succeeded.
+    pub fn now(decision: Decision, at: Duration) -> Self {
+        Acted {
+            decision,
+            at,
+            after: None,
+        }
+    }
+}
+
+/// What the loop does with a pass's decision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Next {
+    /// Run the act (`pre` or `post`).
+    Act,
+    /// The same decision, read right after the act that made it: said once, not run again.
+    SameRightAfter,
+    /// The same decision, on the same read as right after the act, within the resync: nothing.
+    AlreadyActed,
+    /// A hold or a wait: no act.
+    Nothing,
+}
+
+/// The step: the pass's decision and what it read, with the last act, to what now and the act
+/// remembered. `now`: the loop's clock; `resync`: `WATCH_RESYNC_SECONDS`.
+pub fn next(
+    decision: &Decision,
+    read: &ActInputs,
+    acted: Option<Acted>,
+    now: Duration,
+    resync: Duration,
+) -> (Next, Option<Acted>) {
+    if matches!(decision, Decision::Hold { .. } | Decision::Wait(_)) {
+        return (Next::Nothing, None);
+    }
+    let Some(acted) = acted.filter(|a| a.decision == *decision) else {
+        return (Next::Act, None);
+    };
+    match &acted.after {
+        None => {
+            let after = Some(read.clone());
+            (Next::SameRightAfter, Some(Acted { after, ..acted }))
+        }
+        Some(after) if after == read && now.saturating_sub(acted.at) < resync => {
+            (Next::AlreadyActed, Some(acted))
+        }
+        Some(_) => (Next::Act, None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    use super::*;
+    use crate::plan::watch_decision::{Restore, Wait};
+
+    const RESYNC: Duration = Duration::from_secs(300);
+
+    fn kubevirt(methods: Value, rv: &str, outdated: u64) -> Value {
+        json!({
+            "metadata": {"name": "kubevirt", "resourceVersion": rv, "annotations": {"a": "b"},
+                "managedFields": [
+                    {"manager": "workload-update-guard", "operation": "Apply",
+                     "time": format!("2026-12-06T00:00:{:02}Z", outdated % 60),
+                     "fieldsV1": {"f:spec": {}}},
+                    {"manager": "virt-controller", "operation": "Update", "subresource": "status",
+                     "time": "2026-12-06T00:00:00Z", "fieldsV1": {"f:status": {"f:x": {}}}}]},
+            "spec": {"workloadUpdateStrategy": {"workloadUpdateMethods": methods}},
+            "status": {"outdatedVirtualMachineInstanceWorkloads": outdated},
+        })
+    }
+
+    fn read(kv: &Value) -> ActInputs {
+        ActInputs::of(Some(kv), None, None, &[])
+    }
+
+    fn restore() -> Decision {
+        Decision::Restore(Restore::NothingLeft)
+    }
+
+    #[test]
+    fn an_act_is_not_run_again_on_the_read_it_left_until_the_resync() {
+        let left = kubevirt(json!([]), "8", 3);
+        let acted = Some(Acted::now(restore(), Duration::from_secs(10)));
+        let s = Duration::from_secs;
+        // The read right after it: said, not run.
+        let (next1, acted) = next(&restore(), &read(&left), acted, s(11), RESYNC);
+        assert_eq!(next1, Next::SameRightAfter);
+        // The watch event of its own write, KubeVirt's status moving: nothing.
+        let moved = kubevirt(json!([]), "9", 7);
+        let (next2, acted) = next(&restore(), &read(&moved), acted, s(12), RESYNC);
+        assert_eq!(next2, Next::AlreadyActed);
+        // The resync: run again.
+        let (next3, acted) = next(&restore(), &read(&moved), acted, s(310), RESYNC);
+        assert_eq!((next3, acted), (Next::Act, None));
+    }
+
+    #[test]
+    fn a_change_of_what_the_act_read_runs_it_again() {
+        let s = Duration::from_secs;
+        let acted = Some(Acted::now(restore(), s(10)));
+        let (_, acted) = next(&restore(), &read(&kubevirt(json!([]), "8", 3)), acted, s(11), RESYNC);
+        let edited = kubevirt(json!(["LiveMigrate"]), "9", 3);
+        assert_eq!(next(&restore(), &read(&edited), acted, s(12), RESYNC).0, Next::Act);
+    }
+
+    #[test]
+    fn another_decision_or_none_remembered_acts_and_a_wait_forgets() {
+        let s = Duration::from_secs;
+        let kv = read(&kubevirt(json!([]), "8", 3));
+        assert_eq!(next(&restore(), &kv, None, s(1), RESYNC).0, Next::Act);
+        let suspend = Decision::Suspend {
+            upgrade: "u".into(),
+            describe: "the Upgrade u".into(),
+        };
+        let acted = Some(Acted::now(suspend, s(0)));
+        assert_eq!(next(&restore(), &kv, acted.clone(), s(1), RESYNC).0, Next::Act);
+        let wait = Decision::Wait(Wait::Idle);
+        assert_eq!(next(&wait, &kv, acted, s(1), RESYNC), (Next::Nothing, None));
+    }
+
+    proptest! {
+        /// However its own writes and KubeVirt's status move, an act that leaves the same
+        /// decision runs once per resync period.
+        #[test]
+        fn the_same_decision_on_the_same_spec_acts_once_per_resync(
+            steps in proptest::collection::vec((1u64..120, 0u64..50), 1..40),
+        ) {
+            let mut now = Duration::ZERO;
+            let mut acted = None;
+            let mut acts: Vec<Duration> = Vec::new();
+            for (i, (gap, outdated)) in steps.into_iter().enumerate() {
+                now += Duration::from_secs(gap);
+                let kv = kubevirt(json!([]), &i.to_string(), outdated);
+                let (n, kept) = next(&restore(), &read(&kv), acted, now, RESYNC);
+                acted = kept;
+                if n == Next::Act {
+                    if let Some(last) = acts.last() {
+                        prop_assert!(now - *last >= RESYNC, "acted at {last:?} and {now:?}");
+                    }
+                    acts.push(now);
+                    acted = Some(Acted::now(restore(), now));
+                }
+            }
+            prop_assert!(!acts.is_empty());
+        }
+    }
+}
