@@ -16,8 +16,8 @@ use crate::config::{ALIVE_EVERY, Config};
 use crate::error::Error;
 use crate::metrics::{self, Metrics};
 use crate::model::Kind;
-use crate::plan::harvester_upgrade::LATEST_LABEL;
 use crate::plan::acting::Acted;
+use crate::plan::harvester_upgrade::LATEST_LABEL;
 use crate::plan::monitoring::UnprotectedKey;
 use crate::plan::ownership::anything_of_ours;
 use crate::plan::releases::Handling;
@@ -73,8 +73,14 @@ impl Watched {
     const ALL: [Watched; 3] = [Watched::Upgrades, Watched::Plans, Watched::KubeVirt];
 }
 
-/// The cluster's version and the releases on offer, as last read, and when.
-type Offer = (Option<String>, Vec<(String, Handling)>, Instant);
+/// The cluster's version and the releases on offer, as last read, and when (the loop's clock,
+/// and the time it says).
+struct Offer {
+    current: Option<String>,
+    on_offer: Vec<(String, Handling)>,
+    read: Instant,
+    at: jiff::Timestamp,
+}
 
 pub(crate) struct Loop<'a> {
     pub(crate) cfg: &'a Config,
@@ -88,7 +94,7 @@ pub(crate) struct Loop<'a> {
     /// Of Harvester's latest Upgrade, the add-on's UpgradePlans, and the KubeVirt CR ([`Watched`]).
     watches: [Option<Watcher>; 3],
     pub(crate) said: Option<(&'static str, Instant)>,
-    pub(crate) offer: Option<Offer>,
+    offer: Option<Offer>,
     /// "No longer needed" has been said (once, until it is needed again).
     pub(crate) retirement_said: bool,
     /// How the last `pre` for the upgrade under way ended.
@@ -155,7 +161,7 @@ impl<'a> Loop<'a> {
         for target in post.intent.targets() {
             objects.set(target.kind, self.cluster.get(&target).await?);
         }
-        let view = upgrades::read(self.cluster, &post).await?;
+        let mut view = upgrades::read(self.cluster, &post).await?;
         self.keep_watching(&view);
         let ours = anything_of_ours(&objects);
         let held_before = self.memory.held.clone();
@@ -166,7 +172,13 @@ impl<'a> Loop<'a> {
         let kv = objects.kubevirt.as_ref();
         let decision = answer_turned_on(decision, kv, upgrade, plans, self.suspends);
         let held_changed = self.memory.held != held_before;
-        let retirement = self.retirement(&view, &objects).await?;
+        self.read_offer(&view, &objects, &decision).await?;
+        let retirement = self.retirement(&view, &objects);
+        // The act that follows (`pre`'s advice) goes on from the offer read for it.
+        if let Some(o) = &self.offer {
+            view.current = o.current.clone();
+            view.on_offer = o.on_offer.clone();
+        }
         if let Some(w) = &self.cfg.watch {
             touch(&w.state_dir.join("ready"));
         }

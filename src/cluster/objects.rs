@@ -141,8 +141,10 @@ impl Cluster {
         // would stand until the next read of the offer, half an hour later. Since Kubernetes
         // 1.31 the server answers a consistent list from its cache once the cache has caught
         // up, so it costs about what the stale one did.
-        let mut params = ListParams::default();
-        params.label_selector = selector.map(str::to_string);
+        let params = ListParams {
+            label_selector: selector.map(str::to_string),
+            ..ListParams::default()
+        };
         let subject = listed(kind, namespace);
         let list = self.optional(format!("list {subject}"), subject, || api.list(&params));
         Ok(list

@@ -1029,8 +1029,10 @@ async fn harvesters_lists_give_their_items_none_without_the_resource_and_refusal
         "{}",
         seen[0].query
     );
+    // Consistent: a list from a watch cache that lags etcd could miss an object created just
+    // before it (`Cluster::list`).
     assert!(
-        seen[0].query.contains("resourceVersion=0"),
+        !seen[0].query.contains("resourceVersion"),
         "{}",
         seen[0].query
     );

@@ -17,7 +17,6 @@ use crate::error::Error;
 use crate::plan::acting::{self, ActInputs, Acted, Next};
 use crate::plan::watch_decision::Decision;
 use crate::summary::Summary;
-use crate::upgrades;
 use crate::vocabulary::Phase;
 use crate::waiting::{ACT_RETRY_PAUSE, Loop, Pass, start_probes_and_metrics};
 
@@ -56,7 +55,8 @@ pub async fn resident_guard(
                 let (kv, chart) = (objects.kubevirt.as_ref(), objects.chart.as_ref());
                 let read = ActInputs::of(kv, chart, view.upgrade.as_ref(), &view.plans);
                 let acted = lp.acted.take();
-                let (next, acted) = acting::next(&p.decision, &read, acted, lp.clock(), settings.resync);
+                let (next, acted) =
+                    acting::next(&p.decision, &read, acted, lp.clock(), settings.resync);
                 lp.acted = acted;
                 match next {
                     Next::SameRightAfter => info!(
@@ -99,19 +99,14 @@ async fn act_on(lp: &mut Loop<'_>, pass: &Pass, out: &mut impl Output) -> bool {
     let cfg = lp.as_phase(phase);
     let mut done = Vec::new();
     let mut this_run = Run::new(&cfg, lp.cluster, &mut done);
-    let mut read = Read {
+    let read = Read {
         objects: pass.objects.clone(),
         view: pass.view.clone(),
     };
     let acting = async {
         match phase {
-            Phase::Pre => {
-                // A pass reads no release on offer; `pre`'s advice names them.
-                let (current, on_offer) = upgrades::read_offer(this_run.cluster, &cfg).await?;
-                read.view.current = current;
-                read.view.on_offer = on_offer;
-                pre(&mut this_run, out, Some(read)).await
-            }
+            // The pass that decided to suspend has read the releases on offer for `pre`.
+            Phase::Pre => pre(&mut this_run, out, Some(read)).await,
             _ => post(&mut this_run, out, Some(read)).await,
         }
     };

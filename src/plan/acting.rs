@@ -183,9 +183,18 @@ mod tests {
     fn a_change_of_what_the_act_read_runs_it_again() {
         let s = Duration::from_secs;
         let acted = Some(Acted::now(restore(), s(10)));
-        let (_, acted) = next(&restore(), &read(&kubevirt(json!([]), "8", 3)), acted, s(11), RESYNC);
+        let (_, acted) = next(
+            &restore(),
+            &read(&kubevirt(json!([]), "8", 3)),
+            acted,
+            s(11),
+            RESYNC,
+        );
         let edited = kubevirt(json!(["LiveMigrate"]), "9", 3);
-        assert_eq!(next(&restore(), &read(&edited), acted, s(12), RESYNC).0, Next::Act);
+        assert_eq!(
+            next(&restore(), &read(&edited), acted, s(12), RESYNC).0,
+            Next::Act
+        );
     }
 
     #[test]
@@ -198,7 +207,10 @@ mod tests {
             describe: "the Upgrade u".into(),
         };
         let acted = Some(Acted::now(suspend, s(0)));
-        assert_eq!(next(&restore(), &kv, acted.clone(), s(1), RESYNC).0, Next::Act);
+        assert_eq!(
+            next(&restore(), &kv, acted.clone(), s(1), RESYNC).0,
+            Next::Act
+        );
         let wait = Decision::Wait(Wait::Idle);
         assert_eq!(next(&wait, &kv, acted, s(1), RESYNC), (Next::Nothing, None));
     }

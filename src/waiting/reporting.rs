@@ -4,7 +4,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 use tracing::info;
 
-use super::{Loop, OFFER_EVERY, Pass, SAY_EVERY};
+use super::{Loop, OFFER_EVERY, Offer, Pass, SAY_EVERY};
 use crate::cluster::EventKind;
 use crate::error::Error;
 use crate::model::Kind;
@@ -78,31 +78,54 @@ impl Loop<'_> {
         }
     }
 
-    /// The offer is read again only when due and the cluster is quiet: otherwise (an upgrade
-    /// under way, something of ours) the guard is needed whatever the offer says.
-    pub(crate) async fn retirement(
+    /// The releases on offer (and the cluster's version), read in the pass that needs them:
+    /// one about to run `pre` (its advice names them), and a quiet one when the last read is
+    /// [`OFFER_EVERY`] old ("still needed"). Otherwise (an upgrade under way, something of
+    /// ours) the guard is needed whatever the offer says, and the next quiet pass reads it anew:
+    /// after an upgrade the cluster's version and the offer have moved.
+    pub(crate) async fn read_offer(
         &mut self,
         view: &View,
         now: &Objects,
-    ) -> Result<Option<Retirement>, Error> {
+        decision: &Decision,
+    ) -> Result<(), Error> {
         if !self.suspends || !view.upgrades_served {
-            return Ok(None);
+            return Ok(());
         }
+        let suspending = matches!(
+            decision,
+            Decision::Suspend { .. } | Decision::Resuspend { .. }
+        );
         let quiet = running(view.upgrade.as_ref(), &view.plans).is_none() && !anything_of_ours(now);
-        if !quiet {
-            // After the upgrade, the cluster's version and the offer have moved: read again.
-            self.offer = None;
-        } else if (self.offer.as_ref()).is_none_or(|(.., at)| at.elapsed() >= OFFER_EVERY) {
+        let due = (self.offer.as_ref()).is_none_or(|o| o.read.elapsed() >= OFFER_EVERY);
+        if suspending || (quiet && due) {
             let (current, on_offer) = upgrades::read_offer(self.cluster, self.cfg).await?;
-            self.offer = Some((current, on_offer, Instant::now()));
+            let (read, at) = (Instant::now(), jiff::Timestamp::now());
+            self.offer = Some(Offer {
+                current,
+                on_offer,
+                read,
+                at,
+            });
+        } else if !quiet {
+            self.offer = None;
         }
-        let current = self.offer.as_ref().and_then(|(c, ..)| c.as_deref());
-        let on_offer = self.offer.as_ref().map_or(&[][..], |(_, o, _)| o);
+        Ok(())
+    }
+
+    /// Whether the guard is still needed, from the pass's read and the offer as last read.
+    pub(crate) fn retirement(&self, view: &View, now: &Objects) -> Option<Retirement> {
+        if !self.suspends || !view.upgrades_served {
+            return None;
+        }
+        let current = self.offer.as_ref().and_then(|o| o.current.as_deref());
+        let on_offer = self.offer.as_ref().map_or(&[][..], |o| &o.on_offer);
         let upgrade = view.upgrade.as_ref();
         let plans = &view.plans;
-        let needed =
-            retirement::still_needed(current, on_offer, upgrade, plans, view.plans_served, now);
-        Ok(Some(needed))
+        let served = view.plans_served;
+        Some(retirement::still_needed(
+            current, on_offer, upgrade, plans, served, now,
+        ))
     }
 
     /// A Fleet deploy that waits on another manager's claim is warned of once per claim and
@@ -144,6 +167,15 @@ impl Loop<'_> {
             info!("resident guard: {line}");
             return;
         }
+        // What it was decided from, and when: the offer is read every half hour only.
+        let line = match &self.offer {
+            Some(o) => format!(
+                "{line} (read at {}: the server-version Setting, and the Versions in {})",
+                o.at.round(jiff::Unit::Second).unwrap_or(o.at),
+                self.cfg.intent.keys.kubevirt.namespace
+            ),
+            None => line,
+        };
         info!(reason = NO_LONGER_NEEDED, "resident guard: {line}");
         if let Some(kv) = &pass.objects.kubevirt {
             let normal = EventKind::Normal;
