@@ -115,7 +115,7 @@ ROOT = SRC.parent
 # An item's definition: `fn name`, `struct name`, `const NAME: …`, an enum variant `Name,` or
 # `Name {`/`Name(` at the start of a line, a `mod name`, a `pub use … name`.
 DEFINES = r"(?m)(\b(fn|struct|enum|trait|type|const|static|mod|macro_rules!)\s+{0}\b|^\s*{0}\s*[,({{]|\buse\b[^;]*\b{0}\b)"
-CITED_PATH = re.compile(r"`((?:crate::)?[a-z_]\w*(?:::\w+)+)(?:\(\))?`")
+CITED_PATH = re.compile(r"`((?:crate::)?[A-Za-z_]\w*(?:::\w+)+)(?:\(\))?`")
 CITED_FILE = re.compile(r"`((?:[\w.-]+/)+[\w.-]+\.(?:rs|sh|py|yaml|md|txt|toml|json))`")
 
 
@@ -160,8 +160,10 @@ def stale_citations(modules):
         elif test_files(parts[0]):
             files, rest = test_files(parts[0]), parts[1:]
         else:
-            # A type's item (`Handling::of`): defined in the type's file.
-            files = [p for p in modules.values() if re.search(rf"\b(struct|enum|trait)\s+{parts[0]}\b", p.read_text())]
+            # A type's item (`Handling::of`, `Cluster::converge`): defined in the type's file or
+            # in a file with an `impl` of it (`impl Cluster`, `impl Loop<'_>`).
+            typed = rf"\b(struct|enum|trait)\s+{parts[0]}\b|\bimpl\b[^{{;]*\b{parts[0]}\b"
+            files = [p for p in modules.values() if re.search(typed, p.read_text())]
             rest = parts[1:]
             if not files:
                 continue

@@ -77,7 +77,38 @@ def resident():
     scraped = scrapes >= quiet // 30
     ok = per_minute <= 2 and rss_kb <= 16 * 1024 and suspend_ms <= SUSPEND_MS and restore_ms <= RESTORE_MS and scraped
     print(f"  {'PASS' if ok else 'FAIL'}  {RESIDENT_TARGET}")
+    return starts() and ok
+
+
+def audited(name):
+    """The guard's requests in an audit excerpt the bench kept (the admin's, but kubectl's polls)."""
+    events = [json.loads(l) for l in open(f"{work}/{name}") if l.strip()]
+    return [e for e in events if e.get("stage") == "ResponseComplete" and e["user"]["username"] == "wug-admin"
+            and not e.get("userAgent", "").startswith("kubectl")]
+
+
+WRITES = ("create", "update", "patch", "delete", "deletecollection")
+
+
+def starts():
+    """The resident guard's start: with nothing to do, no write (the watches' first lists wake
+    nothing: docs/design.md, "The resident guard"); with one restore due, one post, once."""
+    start = audited("audit-resident-start.log")
+    start_writes = [e for e in start if e["verb"] in WRITES]
+    print(f"resident guard's start with nothing to do (its first 30 s): {len(start)} requests, "
+          f"{len(start_writes)} writes -- {describe(start)}")
+    due = audited("audit-resident-due.log")
+    due_writes = [e for e in due if e["verb"] in WRITES and (e.get("objectRef") or {}).get("resource") != "events"]
+    posts = int(open(f"{work}/resident-due.txt").read().strip() or 0)
+    print(f"resident guard's start with one restore due (its first 20 s after the restore): {len(due)} requests, "
+          f"{posts} post run, {len(due_writes)} writes to the objects -- {describe(due)}")
+    ok = not start_writes and posts == 1 and 0 < len(due_writes) <= MAX_OBJECT_REQUESTS["post"]
+    print(f"  {'PASS' if ok else 'FAIL'}  {START_TARGET}")
     return ok
+
+
+START_TARGET = ("the resident guard's start: with nothing to do, no write; with one restore due, one post "
+                f"(at most {MAX_OBJECT_REQUESTS['post']} writes to the objects), not run again")
 
 
 RESIDENT_TARGET = ("the resident guard: quiet <= 2 requests a minute and RSS <= 16 MiB, its metrics scraped every 30 s; "

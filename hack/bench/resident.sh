@@ -1,10 +1,12 @@
 # shellcheck shell=bash disable=SC2154
 # The resident guard (PHASE=watch), sourced by hack/bench.sh (which defines BIN,
-# KUBECTL, work, dir, audit_lines and run): over a quiet period with no upgrade, its requests a
-# minute (the audit log, after a 30 s warm-up that holds its start: the first reads and the
-# watches' first lists) and its RSS (steady: VmRSS at the end; peak: VmHWM); then its reaction
-# to a modelled v1.7.1 Upgrade: from the Upgrade's creation to the CR's [] (the suspension), and
-# from the label Succeeded to the original back (the restore), polled every 50 ms. Through the
+# KUBECTL, work, dir, audit_lines and run): its start with nothing to do (the 30 s warm-up: the
+# watches' first lists and the first read; no write); over a quiet period with no upgrade, its
+# requests a minute (the audit log, after the warm-up) and its RSS (steady: VmRSS at the end;
+# peak: VmHWM); then its reaction to a modelled v1.7.1 Upgrade: from the Upgrade's creation to
+# the CR's [] (the suspension), and from the label Succeeded to the original back (the restore),
+# polled every 50 ms; last, a new guard started with one restore due (pre's suspension, an
+# upgrade begun and ended since): its requests over 20 s, one post's writes, once. Through the
 # quiet period its metrics are scraped every 30 s, as Prometheus would (GET /metrics on a free
 # loopback port): a scrape reads what the loop decided and adds no request to the API server,
 # so the requests a minute are measured with the scrapes in.
@@ -41,8 +43,11 @@ resident_run() {
   PHASE=watch WATCH_STATE_DIR="$work/resident" TERMINATION_MESSAGE_PATH="" RUST_LOG=info \
     METRICS_PORT="$port" "$BIN" >/dev/null 2>"$work/resident.log" &
   pid=$!
+  local started
+  started=$(audit_lines)
   sleep 30
   before=$(audit_lines)
+  sed -n "$((started + 1)),${before}p" "$dir/audit.log" > "$work/audit-resident-start.log"
   : > "$work/resident-scrapes.txt"
   ( while :; do resident_scrape "$port" >> "$work/resident-scrapes.txt" || true; sleep 30; done ) &
   scraper=$!
@@ -77,4 +82,35 @@ YAML
   wait "$pid" || true
   "$KUBECTL" -n harvester-system delete upgrades.harvesterhci.io hvst-upgrade-bench >/dev/null
   echo "$quiet $rss $hwm $suspend_ms $restore_ms $scrapes" > "$work/resident.txt"
+  resident_restore_due "$original"
+}
+
+# resident_restore_due ORIGINAL: pre's suspension (a Job), an upgrade begun after its record and
+# ended, then a new guard: one post, restoring ORIGINAL; its requests over 20 s after its start.
+resident_restore_due() {
+  local original="$1" pid started after
+  run guard pre resident
+  # After the record's second: an upgrade created in it counts as before the suspension.
+  sleep 1.1
+  "$KUBECTL" -n harvester-system create -f - >/dev/null <<YAML
+apiVersion: harvesterhci.io/v1beta1
+kind: Upgrade
+metadata:
+  name: hvst-upgrade-due
+  namespace: harvester-system
+  labels: {harvesterhci.io/latestUpgrade: "true", harvesterhci.io/upgradeState: Succeeded}
+spec: {version: v1.7.1}
+YAML
+  started=$(audit_lines)
+  PHASE=watch WATCH_STATE_DIR="$work/resident" TERMINATION_MESSAGE_PATH="" RUST_LOG=info \
+    METRICS_PORT=0 "$BIN" >/dev/null 2>"$work/resident-due.log" &
+  pid=$!
+  resident_until "$original" >/dev/null
+  sleep 20
+  after=$(audit_lines)
+  kill -TERM "$pid"
+  wait "$pid" || true
+  sed -n "$((started + 1)),${after}p" "$dir/audit.log" > "$work/audit-resident-due.log"
+  grep -c "running post" "$work/resident-due.log" > "$work/resident-due.txt" || true
+  "$KUBECTL" -n harvester-system delete upgrades.harvesterhci.io hvst-upgrade-due >/dev/null
 }
