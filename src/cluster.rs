@@ -18,7 +18,7 @@ use crate::error::{Error, with_causes};
 use crate::vocabulary::Plan;
 
 pub use deadline::{Deadline, Poll};
-pub use events::EventKind;
+pub use events::{EventKind, regarding};
 pub use objects::{MIGRATIONS_PAGE, VMIS_PAGE};
 pub use retry::{Class, LastError, classify};
 pub use watches::{FirstList, Watcher};

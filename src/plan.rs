@@ -9,6 +9,7 @@
 pub mod acting;
 pub mod chart;
 pub mod editor;
+pub mod fields;
 pub mod fleet_status;
 pub mod forecast;
 pub mod harvester_upgrade;

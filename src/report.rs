@@ -7,10 +7,11 @@ use crate::model::{
     COMPARE_RECORD, METHODS_PATH, OWNERS_TO_RETURN, Target, VALUES_PATH, VALUES_RECORD,
 };
 use crate::plan::chart::{compare_list, find_pointer, values_choice};
+use crate::plan::fields::{ChartRead, KubeVirtRead};
 use crate::plan::fleet_status::{self, Fleet};
 use crate::plan::forecast::Forecast;
 use crate::plan::harvester_upgrade::{Backup, CleanupWrite, Upgrade};
-use crate::plan::json::lookup;
+use crate::plan::json::{annotation, lookup};
 use crate::plan::kubevirt::{Source, restore_source};
 use crate::plan::leftovers::chart_ours;
 use crate::plan::migrations::Migration;
@@ -35,10 +36,6 @@ fn read<T>(problems: &mut Vec<String>, r: Result<Option<T>, Malformed>) -> Optio
         }
         None
     })
-}
-
-fn text(obj: &Value, ptr: &str) -> Option<String> {
-    obj.pointer(ptr).and_then(Value::as_str).map(str::to_string)
 }
 
 impl Report {
@@ -82,8 +79,7 @@ impl Report {
         }
         // A post stopped between its restore and its release: the fields are restored, but
         // given back to nobody yet.
-        let annotations = kv.and_then(|o| o.pointer("/metadata/annotations"));
-        let pending = annotations.is_some_and(|a| a.get(OWNERS_TO_RETURN).is_some());
+        let pending = kv.is_some_and(|o| annotation(o, OWNERS_TO_RETURN).is_some());
         if pending && !report.suspended && !report.refused() {
             report.warnings.push(format!(
                 "{kubevirt} still has the owners a stopped post has to give back ({OWNERS_TO_RETURN})"
@@ -206,17 +202,17 @@ fn kubevirt_report(
     let choice = chart.and_then(|c| c.values_choice.as_ref());
     let restore = restore_source(o, copy, intent.fallback.as_deref(), choice).map(Some);
     let mut problems = Vec::new();
+    let read_kv = KubeVirtRead::of(o);
+    let (phase, observed_kube_virt_version, target_kube_virt_version) = read_kv.deployment();
     KubeVirtReport {
         object,
         found: true,
-        phase: text(o, "/status/phase"),
-        observed_kube_virt_version: text(o, "/status/observedKubeVirtVersion"),
-        target_kube_virt_version: text(o, "/status/targetKubeVirtVersion"),
+        phase,
+        observed_kube_virt_version,
+        target_kube_virt_version,
         workload_update_methods: read(&mut problems, methods(o)),
         saved_original: read(&mut problems, kubevirt_record(o)),
-        outdated_virtual_machine_instance_workloads: o
-            .pointer("/status/outdatedVirtualMachineInstanceWorkloads")
-            .and_then(Value::as_i64),
+        outdated_virtual_machine_instance_workloads: read_kv.outdated(),
         methods_owners: owners(o, METHODS_PATH)
             .into_iter()
             .map(|owner| OwnerReport {
@@ -253,7 +249,7 @@ fn chart_report(
     ChartReport {
         object,
         found: true,
-        paused: o.pointer("/spec/paused").and_then(Value::as_bool) == Some(true),
+        paused: ChartRead::of(o).paused(),
         compare_patches_pointer: pointer.is_some(),
         values_override: read(&mut problems, lookup(o, VALUES_PATH).map(|v| v.cloned())),
         values_record: read(&mut problems, read_record(o, VALUES_RECORD)),
@@ -303,14 +299,14 @@ fn warnings(
 }
 
 fn fleet_report(chart: &Value) -> FleetReport {
-    let conditions = chart["status"]["conditions"].as_array();
-    let ready = conditions.and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"));
-    let field = |ptr| text(ready?, ptr).filter(|s| !s.is_empty());
+    let fleet = ChartRead::of(chart).fleet();
+    let ready = fleet.condition("Ready");
+    let some = |s: &str| Some(s.to_string()).filter(|s| !s.is_empty());
     FleetReport {
-        ready: field("/status"),
-        state: text(chart, "/status/display/state"),
-        message: field("/message"),
-        observed_generation: fleet_status::observed_generation(chart),
+        ready: ready.and_then(|(status, _)| some(status)),
+        state: some(&fleet.display.state),
+        message: ready.and_then(|(_, message)| some(message)),
+        observed_generation: fleet.observed_generation,
         current_spec_applied: matches!(fleet_status::fleet_view(chart, None), Fleet::Applied(_)),
         said: fleet_status::said(chart),
     }

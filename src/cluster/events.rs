@@ -10,6 +10,7 @@ use tracing::{debug, warn};
 use super::Cluster;
 use crate::error::with_causes;
 use crate::model::{FIELD_MANAGER, Kind, Target};
+use crate::plan::fields;
 use crate::warnings::Warning;
 
 /// An Event's type, as the Event names it (its `Debug`).
@@ -17,6 +18,21 @@ use crate::warnings::Warning;
 pub enum EventKind {
     Normal,
     Warning,
+}
+
+/// An object of `about`'s kind as an Event names it: its namespace, name, uid and
+/// resourceVersion, as read.
+pub fn regarding(about: Kind, object: &Value) -> ObjectReference {
+    let (namespace, name, uid, resource_version) = fields::reference(object);
+    ObjectReference {
+        api_version: Some(about.api_version().into()),
+        kind: Some(about.name().into()),
+        name,
+        namespace,
+        uid,
+        resource_version,
+        ..Default::default()
+    }
 }
 
 impl Cluster {
@@ -49,15 +65,14 @@ impl Cluster {
         reason: &str,
         note: &str,
     ) -> Result<(), String> {
-        self.event_about(Kind::KubeVirt, kubevirt, kind, reason, note)
+        self.event_about(regarding(Kind::KubeVirt, kubevirt), kind, reason, note)
             .await
     }
 
     /// On an Upgrade, `kubectl describe upgrade` then says why it waits.
     pub async fn event_about(
         &self,
-        about: Kind,
-        object: &Value,
+        regarding: ObjectReference,
         kind: EventKind,
         reason: &str,
         note: &str,
@@ -65,8 +80,9 @@ impl Cluster {
         if self.dry_run {
             return Ok(());
         }
-        let text = |k: &str| object["metadata"][k].as_str().map(str::to_string);
-        let [name, namespace] = ["name", "namespace"].map(|k| text(k).unwrap_or_default());
+        let name = regarding.name.clone().unwrap_or_default();
+        let namespace = regarding.namespace.clone().unwrap_or_default();
+        let about = regarding.kind.clone().unwrap_or_default();
         let now = jiff::Timestamp::now();
         // The API server takes at most 1 kB of note.
         let mut note = note.to_string();
@@ -87,15 +103,7 @@ impl Cluster {
             reporting_instance: Some(
                 std::env::var("HOSTNAME").unwrap_or_else(|_| FIELD_MANAGER.into()),
             ),
-            regarding: Some(ObjectReference {
-                api_version: Some(about.api_version().into()),
-                kind: Some(about.name().into()),
-                name: text("name"),
-                namespace: text("namespace"),
-                uid: text("uid"),
-                resource_version: text("resourceVersion"),
-                ..Default::default()
-            }),
+            regarding: Some(regarding),
             ..Default::default()
         };
         let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
@@ -106,7 +114,7 @@ impl Cluster {
         // One attempt: an Event is not worth delaying the upgrade for.
         if let Err(e) = api.create(&params, &event).await {
             let e = with_causes(&e);
-            warn!(error = %e, reason, "could not record the Event on the {}", about.name());
+            warn!(error = %e, reason, "could not record the Event on the {about}");
             return Err(format!("{reason}: {e}"));
         }
         Ok(())

@@ -5,9 +5,9 @@
 use serde_json::{Value, json};
 
 use super::editor::Editor;
+use super::fields::CompareEntry;
 use super::harvester_upgrade::blind_restorer;
 use super::json::lookup;
-use super::json::text_at;
 use super::ownership::{note_return, recorded_owners};
 use super::records::{
     Added, CompareRecord, RecordedObject, ValueRecord, describe, kubevirt_copy, read_record,
@@ -259,10 +259,9 @@ fn remove_our_pointer(
 
 /// `KubeVirt ns/name` of a comparePatches entry (`*` for an empty namespace, which matches any).
 fn entry_name(entry: &Value) -> String {
-    let ns = Some(text_at(entry, "/namespace")).filter(|ns| !ns.is_empty());
-    let kind = text_at(entry, "/kind");
-    let name = text_at(entry, "/name");
-    format!("{kind} {}/{name}", ns.unwrap_or("*"))
+    let e = CompareEntry::of(entry);
+    let ns = Some(e.namespace.as_str()).filter(|ns| !ns.is_empty());
+    format!("{} {}/{}", e.kind, ns.unwrap_or("*"), e.name)
 }
 
 fn our_entry(kubevirt: &ObjectKey) -> Value {
@@ -278,11 +277,11 @@ fn our_entry(kubevirt: &ObjectKey) -> Value {
 /// Fleet matches an entry to an object by apiVersion, kind, name and namespace; an empty
 /// namespace matches any. An entry for the same name that covers our namespace covers our object.
 pub fn entry_covers(entry: &Value, kubevirt: &ObjectKey) -> bool {
-    let namespace = text_at(entry, "/namespace");
-    text_at(entry, "/apiVersion") == Kind::KubeVirt.api_version()
-        && text_at(entry, "/kind") == Kind::KubeVirt.name()
-        && text_at(entry, "/name") == kubevirt.name
-        && (namespace.is_empty() || namespace == kubevirt.namespace)
+    let e = CompareEntry::of(entry);
+    e.api_version == Kind::KubeVirt.api_version()
+        && e.kind == Kind::KubeVirt.name()
+        && e.name == kubevirt.name
+        && (e.namespace.is_empty() || e.namespace == kubevirt.namespace)
 }
 
 /// The (entry, pointer) indexes of our pointer in an entry that covers the KubeVirt CR.

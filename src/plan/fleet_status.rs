@@ -11,7 +11,8 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use super::json::{annotation, lookup, text_at};
+use super::fields::{ChartRead, FleetStatus};
+use super::json::{annotation, lookup};
 use super::ownership::{Owner, update_claims};
 use super::records::{describe, methods};
 use crate::model::{CHART_RECORDS, METHODS_FIELD, Target, VALUES_PATH};
@@ -42,30 +43,13 @@ const NOT_YET: &[&str] = &[
     "WaitCheckIn",
 ];
 
-fn int(v: &Value, ptr: &str) -> Option<i64> {
-    v.pointer(ptr).and_then(Value::as_i64)
-}
-
-fn text<'a>(v: &'a Value, ptr: &str) -> Option<&'a str> {
-    Some(text_at(v, ptr)).filter(|s| !s.is_empty())
-}
-
 /// The Bundle's generation Fleet has seen, as copied onto the ManagedChart.
 pub fn observed_generation(chart: &Value) -> Option<i64> {
-    int(chart, "/status/observedGeneration")
+    ChartRead::of(chart).fleet().observed_generation
 }
 
 pub fn has_status(chart: &Value) -> bool {
-    let keys = ["observedGeneration", "conditions", "summary", "display"];
-    let status = chart.get("status").and_then(Value::as_object);
-    status.is_some_and(|s| keys.iter().any(|k| s.contains_key(*k)))
-}
-
-/// A condition's `(status, message)`.
-fn condition<'a>(chart: &'a Value, kind: &str) -> Option<(&'a str, &'a str)> {
-    let conditions = chart.pointer("/status/conditions")?.as_array()?;
-    let c = conditions.iter().find(|c| text_at(c, "/type") == kind)?;
-    Some((text_at(c, "/status"), text_at(c, "/message")))
+    ChartRead::of(chart).has_status()
 }
 
 /// The state a Fleet message starts with (`WaitApplied(1) [Cluster fleet-local/local]`).
@@ -77,9 +61,14 @@ fn leading_state(message: &str) -> &str {
 /// What Fleet says, in one line: its display state, the Ready condition's message, and the
 /// messages of the resources it names as not ready (the API server's words on a rejected apply).
 pub fn said(chart: &Value) -> String {
-    let ready = condition(chart, "Ready");
+    said_of(&ChartRead::of(chart).fleet())
+}
+
+fn said_of(fleet: &FleetStatus) -> String {
+    let ready = fleet.condition("Ready");
     let message = ready.map_or("", |(_, m)| m);
-    let state = text(chart, "/status/display/state").map(|s| format!("state {s}"));
+    let state = Some(fleet.display.state.as_str()).filter(|s| !s.is_empty());
+    let state = state.map(|s| format!("state {s}"));
     let ready = ready.map(|(status, m)| {
         let status = if status.is_empty() { "Unknown" } else { status };
         match m {
@@ -87,14 +76,14 @@ pub fn said(chart: &Value) -> String {
             m => format!("Ready {status}: {m}"),
         }
     });
-    let resources = chart.pointer("/status/summary/nonReadyResources");
-    let resources = resources.and_then(Value::as_array).into_iter().flatten();
+    let resources = fleet.summary.non_ready_resources.iter().flatten();
     let resources = resources.filter_map(|r| {
-        let m = text(r, "/message").filter(|m| !message.contains(m))?;
-        Some(format!("{}: {m}", text(r, "/name").unwrap_or("a resource")))
+        let m = Some(r.message.as_str()).filter(|m| !m.is_empty() && !message.contains(m))?;
+        let name = Some(r.name.as_str()).filter(|n| !n.is_empty());
+        Some(format!("{}: {m}", name.unwrap_or("a resource")))
     });
     let mut parts: Vec<String> = state.into_iter().chain(ready).chain(resources).collect();
-    parts.push(match observed_generation(chart) {
+    parts.push(match fleet.observed_generation {
         Some(g) => format!("observedGeneration {g}"),
         None => "no observedGeneration".into(),
     });
@@ -104,19 +93,21 @@ pub fn said(chart: &Value) -> String {
 /// `before`: the observedGeneration read before our first write of the deployed spec, which
 /// Fleet must move past; `None` (no such write: a rerun) judges the current generation.
 pub fn fleet_view(chart: &Value, before: Option<i64>) -> Fleet {
-    if chart.pointer("/spec/paused").and_then(Value::as_bool) == Some(true) {
+    let read = ChartRead::of(chart);
+    if read.paused() {
         return Fleet::Paused;
     }
-    if !has_status(chart) {
+    if !read.has_status() {
         return Fleet::NoStatus;
     }
+    let fleet = read.fleet();
     // Rancher's own error: it could not make the Bundle from the ManagedChart (wrangler's
     // generating handler sets `Defined: False` with it). No new generation will come.
-    if let Some(("False", message)) = condition(chart, "Defined") {
+    if let Some(("False", message)) = fleet.condition("Defined") {
         let message = format!("Rancher cannot make the Bundle (Defined False): {message}");
         return Fleet::Failed(message);
     }
-    let seen = observed_generation(chart);
+    let seen = fleet.observed_generation;
     if let Some(b) = before
         && seen.is_none_or(|g| g <= b)
     {
@@ -124,29 +115,29 @@ pub fn fleet_view(chart: &Value, before: Option<i64>) -> Fleet {
             "Fleet has not taken the change up yet (observedGeneration {}, and {b} before the \
              write; what it says is of the previous generation: {})",
             seen.map_or("none".into(), |g| g.to_string()),
-            said(chart)
+            said_of(&fleet)
         ));
     }
-    let summary = |k: &str| int(chart, &format!("/status/summary/{k}"));
-    let ready = condition(chart, "Ready");
+    let summary = &fleet.summary;
+    let ready = fleet.condition("Ready");
     let error_message = ready.is_some_and(|(s, m)| {
         s == "False" && !m.is_empty() && !NOT_YET.contains(&leading_state(m))
     });
-    if summary("errApplied") > Some(0) || summary("modified") > Some(0) || error_message {
-        return Fleet::Failed(said(chart));
+    if summary.err_applied > Some(0) || summary.modified > Some(0) || error_message {
+        return Fleet::Failed(said_of(&fleet));
     }
-    let desired = summary("desiredReady");
-    let ready_now = summary("ready");
-    let unavailable = int(chart, "/status/unavailable").unwrap_or(0);
+    let desired = summary.desired_ready;
+    let ready_now = summary.ready;
+    let unavailable = fleet.unavailable.unwrap_or(0);
     match ready {
         Some(("True", _)) if desired == ready_now && unavailable == 0 => Fleet::Applied(seen),
         Some(("True", _)) => Fleet::Waiting(format!(
             "Ready True but {} of {} ready, {unavailable} unavailable; {}",
             ready_now.unwrap_or(0),
             desired.unwrap_or(0),
-            said(chart)
+            said_of(&fleet)
         )),
-        _ => Fleet::Waiting(said(chart)),
+        _ => Fleet::Waiting(said_of(&fleet)),
     }
 }
 

@@ -7,6 +7,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::fields::identity;
 use super::ownership::{Owner, owners};
 use super::releases::{Handling, parse_version};
 use crate::vocabulary::Malformed;
@@ -303,9 +304,9 @@ pub fn on_offer(versions: &[Value], current: Option<&str>) -> Vec<(String, Handl
     let newer = |v: Option<_>| current.zip(v).is_none_or(|(now, v)| v > now);
     let mut out: Vec<(String, Handling)> = versions
         .iter()
-        .filter_map(|v| v.pointer("/metadata/name").and_then(Value::as_str))
-        .filter(|name| newer(parse_version(name)))
-        .map(|name| (name.to_string(), Handling::of(name)))
+        .map(|v| identity(v).2)
+        .filter(|name| !name.is_empty() && newer(parse_version(name)))
+        .map(|name| (name.clone(), Handling::of(&name)))
         .collect();
     out.sort_by_key(|(name, _)| std::cmp::Reverse(parse_version(name)));
     out

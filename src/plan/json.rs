@@ -1,25 +1,15 @@
-//! The JSON helpers left where no serde struct reads an object: a text or a time at a pointer
-//! (empty or none when absent or of another type), one of an object's annotations, and a value
-//! at a path whose parents must be maps (a malformed object otherwise).
+//! The JSON helpers left where the planner reads what it writes (serde structs read the rest:
+//! `plan::fields`): one of an object's annotations (our records, whose type is checked where
+//! they are read), and a value at a path whose parents must be maps (a malformed object
+//! otherwise).
 
-use jiff::Timestamp;
 use serde_json::Value;
 
 use crate::vocabulary::Malformed;
 
-/// The time at `ptr`; none when absent or not a time.
-pub fn time_at(obj: &Value, ptr: &str) -> Option<Timestamp> {
-    obj.pointer(ptr)?.as_str()?.parse().ok()
-}
-
-/// The text at `ptr`; empty when absent or not a string.
-pub fn text_at<'a>(obj: &'a Value, ptr: &str) -> &'a str {
-    obj.pointer(ptr).and_then(Value::as_str).unwrap_or("")
-}
-
 /// The annotation `key`, as it is (our records check its type).
 pub fn annotation<'a>(obj: &'a Value, key: &str) -> Option<&'a Value> {
-    obj.pointer("/metadata/annotations")?.get(key)
+    obj.get("metadata")?.get("annotations")?.get(key)
 }
 
 /// The value at `path`, checking that every parent present is a map.

@@ -6,8 +6,8 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::editor::Editor;
+use super::fields::{KubeVirtRead, identity};
 use super::harvester_upgrade::blind_restorer;
-use super::json::text_at;
 use super::ownership::{
     methods_owned_by_us, note_return, recorded_owners, update_claim_warning, update_claim_warnings,
     update_claims,
@@ -273,8 +273,8 @@ pub fn kubevirt_post(
                  choice, set the methods again (e.g. kubectl -n {} patch kubevirt {} --type merge \
                  -p '{{\"spec\":{{\"workloadUpdateStrategy\":{{\"workloadUpdateMethods\":[\"LiveMigrate\"]}}}}}}')",
                 restore.reason,
-                text_at(obj, "/metadata/namespace"),
-                text_at(obj, "/metadata/name"),
+                identity(obj).1,
+                identity(obj).2,
             ),
         ),
         (None, _) => ed.note(restore.reason),
@@ -297,24 +297,17 @@ pub fn update_notice(kubevirt: &Value, methods: &Option<Value>) -> Option<String
     if !migrate && !evict {
         return None;
     }
-    let at = |ptr: &str| kubevirt.pointer(ptr);
-    let outdated =
-        match at("/status/outdatedVirtualMachineInstanceWorkloads").and_then(Value::as_i64) {
-            Some(1) => "the 1 outdated VMI".to_string(),
-            Some(n) => format!("the {n} outdated VMIs"),
-            None => "the outdated VMIs (KubeVirt reports no count)".into(),
-        };
-    let number = |ptr: &str, default| at(ptr).and_then(Value::as_i64).unwrap_or(default);
-    let migrations = "/spec/configuration/migrations";
-    let cluster = number(&format!("{migrations}/parallelMigrationsPerCluster"), 5);
-    let node = number(
-        &format!("{migrations}/parallelOutboundMigrationsPerNode"),
-        2,
-    );
-    let strategy = "/spec/workloadUpdateStrategy";
-    let batch = number(&format!("{strategy}/batchEvictionSize"), 10);
-    let interval = at(&format!("{strategy}/batchEvictionInterval")).and_then(Value::as_str);
-    let interval = interval.unwrap_or("1m0s");
+    let read = KubeVirtRead::of(kubevirt);
+    let outdated = match read.outdated() {
+        Some(1) => "the 1 outdated VMI".to_string(),
+        Some(n) => format!("the {n} outdated VMIs"),
+        None => "the outdated VMIs (KubeVirt reports no count)".into(),
+    };
+    // KubeVirt's defaults where the CR sets none.
+    let (cluster, node) = read.parallel_migrations();
+    let (cluster, node) = (cluster.unwrap_or(5), node.unwrap_or(2));
+    let (batch, interval) = read.eviction_batches();
+    let (batch, interval) = (batch.unwrap_or(10), interval.unwrap_or("1m0s"));
     let migrated = format!(
         "live-migrated, at most {cluster} at a time in the cluster and {node} at a time from any \
          one node (it may create more migration objects than that: they wait Pending for a slot)"

@@ -3,14 +3,14 @@
 
 use serde_json::Value;
 
+use super::fields::{KubeVirtRead, generation, identity};
 use super::fleet_status::deploy_blocked_by;
 use super::harvester_upgrade::{ALLOW_UNPROTECTED, Upgrade};
 use super::ownership::ours;
-use super::records::{describe, identity, is_suspended, methods};
+use super::records::{describe, is_suspended, methods, methods_as_they_are};
 use super::releases::Handling;
 use super::retirement::Retirement;
 use super::upgrade_progress::upgrade_under_way;
-use crate::model::METHODS_POINTER;
 use crate::warnings::{FLEET_DEPLOY_BLOCKED, UPGRADE_HELD_BY_POLICY, UPGRADE_UNPROTECTED, Warning};
 
 /// What one pass of the loop read and remembers, as the metrics need it.
@@ -79,8 +79,7 @@ pub fn gauges(seen: &Seen) -> Gauges {
             .and_then(|(kv, c)| deploy_blocked_by(kv, c))
             .is_some(),
         outdated_vmis: kubevirt
-            .and_then(|kv| kv.pointer("/status/outdatedVirtualMachineInstanceWorkloads"))
-            .and_then(Value::as_i64)
+            .and_then(|kv| KubeVirtRead::of(kv).outdated())
             .unwrap_or(0),
     }
 }
@@ -97,7 +96,7 @@ fn accept(u: &Upgrade) -> String {
 /// `status` knows not whether the chart installed the policy: it says where it holds.
 pub fn unprotected_verdict(kubevirt: Option<&Value>, upgrade: Option<&Upgrade>) -> Option<String> {
     let u = updates_on_during(kubevirt, upgrade)?;
-    let now = describe(&kubevirt?.pointer(METHODS_POINTER).cloned());
+    let now = describe(&methods_as_they_are(kubevirt?));
     let upgrade = format!(
         "Harvester Upgrade {} to {} is under way and KubeVirt's automated workload updates are still on ({now})",
         u.name, u.version
@@ -133,7 +132,7 @@ pub fn unprotected_warning(seen: &Seen, last_pre: &str) -> Option<(UnprotectedKe
     let kv = seen.kubevirt?;
     let held = seen.admission_hold && !u.nodes_prepared;
     let (_, kv_ns, kv_name) = identity(kv);
-    let now = describe(&kv.pointer(METHODS_POINTER).cloned());
+    let now = describe(&methods_as_they_are(kv));
     let annotate = accept(u);
     let upgrade = format!("{}/{}", u.namespace, u.name);
     let head = format!(
@@ -180,9 +179,7 @@ pub fn blocked_deploy_warning(
 ) -> Option<(String, Warning)> {
     let conflict = deploy_blocked_by(kubevirt, chart)?;
     let (_, ns, name) = identity(chart);
-    let generation = chart
-        .pointer("/metadata/generation")
-        .and_then(Value::as_i64);
+    let generation = generation(chart);
     let key = format!("{}@{}", conflict.manager, generation.unwrap_or(0));
     let then = if suspending {
         "; the guard suspends now through the values, which render the same value: the \

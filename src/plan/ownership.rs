@@ -5,12 +5,15 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
+
 use super::editor::Editor;
+use super::fields::{managed_fields, owned_field};
 use super::json::{annotation, lookup};
 use super::records::{RecordedOwner, Return, is_suspended, methods, read_record};
 use crate::model::{
     ANNOTATION_PREFIX, CHART_RECORDS, FIELD_MANAGER, KUBEVIRT_RECORDS, Kind, METHODS_FIELD,
-    METHODS_PATH, OWNERS_TO_RETURN, pointer,
+    METHODS_PATH, OWNERS_TO_RETURN,
 };
 use crate::vocabulary::{Malformed, Objects, Plan};
 
@@ -29,6 +32,18 @@ pub struct Owner {
 }
 
 impl Owner {
+    fn of(e: &ManagedFieldsEntry) -> Owner {
+        let text = |t: &Option<String>| t.clone().unwrap_or_default();
+        Owner {
+            manager: text(&e.manager),
+            operation: text(&e.operation),
+            api_version: text(&e.api_version),
+            subresource: text(&e.subresource),
+            // As the API server writes it (RFC 3339, whole seconds): the newest sorts last.
+            time: e.time.as_ref().map(|t| t.0.to_string()),
+        }
+    }
+
     /// An `Update` owner is not an applier: the next server-side apply (Helm 4, so Fleet) that
     /// changes the field conflicts with it, unless it forces.
     pub fn blocks_apply(&self) -> bool {
@@ -45,22 +60,23 @@ impl Owner {
     }
 }
 
-fn entries(obj: &Value) -> Vec<(&Value, Owner)> {
-    let entries = obj["metadata"]["managedFields"].as_array();
-    let claim = |e| (e, Owner::deserialize(e).unwrap_or_default());
-    entries.into_iter().flatten().map(claim).collect()
+/// Each `managedFields` entry in its place (a patch names it by its index), with its owner.
+fn entries(obj: &Value) -> Vec<(ManagedFieldsEntry, Owner)> {
+    let claim = |e: ManagedFieldsEntry| {
+        let owner = Owner::of(&e);
+        (e, owner)
+    };
+    managed_fields(obj).into_iter().map(claim).collect()
 }
 
-/// The pointer to the field at `path` in a `managedFields` entry (`/fieldsV1/f:spec/...`).
-fn fields_ptr(path: &[&str]) -> String {
-    let fields: Vec<String> = path.iter().map(|s| format!("f:{s}")).collect();
-    let fields: Vec<&str> = fields.iter().map(String::as_str).collect();
-    format!("/fieldsV1{}", pointer(&fields))
+/// An entry's `fieldsV1` set (null where it has none).
+fn fields_of(e: &ManagedFieldsEntry) -> &Value {
+    static NONE: Value = Value::Null;
+    e.fields_v1.as_ref().map_or(&NONE, |f| &f.0)
 }
 
 pub fn owners(obj: &Value, path: &[&str]) -> Vec<Owner> {
-    let ptr = fields_ptr(path);
-    let owns = |(e, o): (&Value, Owner)| e.pointer(&ptr).map(|_| o);
+    let owns = |(e, o): (ManagedFieldsEntry, Owner)| owned_field(&e, path).map(|_| o);
     entries(obj).into_iter().filter_map(owns).collect()
 }
 
@@ -91,21 +107,19 @@ pub fn update_claim_warnings(obj: &Value) -> Vec<String> {
 /// What `pre` records about the owners of the field at `path`: every entry but ours, with the
 /// parent maps each owned.
 pub fn recorded_owners(obj: &Value, path: &[&str]) -> Vec<RecordedOwner> {
-    let ptr = fields_ptr(path);
-    let owned_map = |e: &Value, d| {
-        e.pointer(&format!("{}/.", fields_ptr(&path[..d])))
-            .is_some()
+    let owned_map = |e: &ManagedFieldsEntry, d| {
+        owned_field(e, &path[..d]).is_some_and(|node| node.get(".").is_some())
     };
     entries(obj)
         .into_iter()
-        .filter(|(e, o)| o.manager != FIELD_MANAGER && e.pointer(&ptr).is_some())
+        .filter(|(e, o)| o.manager != FIELD_MANAGER && owned_field(e, path).is_some())
         .map(|(e, o)| RecordedOwner {
             manager: o.manager,
             operation: o.operation,
             api_version: o.api_version,
             subresource: o.subresource,
             parents: (1..path.len())
-                .filter(|&d| owned_map(e, d))
+                .filter(|&d| owned_map(&e, d))
                 .map(|d| path[..d].join("."))
                 .collect(),
         })
@@ -183,11 +197,11 @@ fn give_back(ed: &mut Editor, obj: &Value, returns: &[Return]) -> Result<Vec<usi
                 ));
                 continue;
             };
-            let fields = &entries[i].0["fieldsV1"];
+            let fields = fields_of(&entries[i].0);
             if !fields.is_object() {
                 continue;
             }
-            if entries[i].0.pointer(&fields_ptr(&path)).is_some() {
+            if owned_field(&entries[i].0, &path).is_some() {
                 ed.note(format!("{who} owns {field} already"));
                 continue;
             }
@@ -208,21 +222,20 @@ fn give_back(ed: &mut Editor, obj: &Value, returns: &[Return]) -> Result<Vec<usi
 /// and operation. An entry that owned nothing else is returned (its index), to be removed.
 fn take_claims(
     ed: &mut Editor,
-    entries: &[(&Value, Owner)],
+    entries: &[(ManagedFieldsEntry, Owner)],
     path: &[&str],
     managers: &[String],
 ) -> Vec<usize> {
     let field = path.join(".");
-    let ptr = fields_ptr(path);
     let mut emptied = Vec::new();
     for (i, (entry, owner)) in entries.iter().enumerate() {
         if !managers.contains(&owner.manager)
             || owner.operation != "Update"
-            || entry.pointer(&ptr).is_none()
+            || owned_field(entry, path).is_none()
         {
             continue;
         }
-        let left = without_field(&entry["fieldsV1"], path);
+        let left = without_field(fields_of(entry), path);
         if left.as_object().is_some_and(|m| m.is_empty()) {
             emptied.push(i);
         } else {
@@ -336,7 +349,7 @@ fn remove_entries(ed: &mut Editor, obj: &Value, emptied: Vec<usize>) {
     let ours: Vec<usize> = (0..entries.len())
         .filter(|&i| {
             let (e, o) = &entries[i];
-            o.manager == FIELD_MANAGER && e["fieldsV1"].as_object().is_some_and(|f| !f.is_empty())
+            o.manager == FIELD_MANAGER && fields_of(e).as_object().is_some_and(|f| !f.is_empty())
         })
         .collect();
     let mut gone: Vec<usize> = ours.iter().chain(&emptied).copied().collect();
@@ -353,7 +366,7 @@ fn remove_entries(ed: &mut Editor, obj: &Value, emptied: Vec<usize>) {
     for &i in gone.iter().rev() {
         let (entry, owner) = &entries[i];
         if owner.manager == FIELD_MANAGER {
-            owned_fields(&entry["fieldsV1"], "", &mut fields);
+            owned_fields(fields_of(entry), "", &mut fields);
         }
         let path = format!("/metadata/managedFields/{i}");
         ed.test(&format!("{path}/manager"), &owner.manager);
@@ -370,7 +383,8 @@ fn remove_entries(ed: &mut Editor, obj: &Value, emptied: Vec<usize>) {
 /// Whether anything of ours is on `obj`: a record annotation, or our claim on the methods
 /// (`post` has something to restore or release).
 pub fn ours(obj: &Value) -> bool {
-    let annotations = obj["metadata"]["annotations"].as_object();
+    let annotations = obj.get("metadata").and_then(|m| m.get("annotations"));
+    let annotations = annotations.and_then(Value::as_object);
     let annotated = annotations.is_some_and(|a| a.keys().any(|k| k.starts_with(ANNOTATION_PREFIX)));
     annotated || methods_owned_by_us(obj)
 }

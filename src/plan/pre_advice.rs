@@ -3,6 +3,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
+use super::fields::KubeVirtRead;
 use super::harvester_upgrade::{Backup, Upgrade, blind_value};
 use super::migrations::Migration;
 use super::records::{describe, is_suspended};
@@ -137,9 +138,10 @@ pub fn late(upgrade: Option<&Upgrade>, kubevirt: Option<&Value>) -> Option<Late>
     let late_states = ["UpgradingSystemServices", "UpgradingNodes"];
     let late = |u: &&Upgrade| !u.deleting && late_states.contains(&u.state.as_str());
     let upgrade = upgrade.filter(late).map(Upgrade::describe);
-    let field = "/status/outdatedVirtualMachineInstanceWorkloads";
-    let outdated = kubevirt.and_then(|kv| kv.pointer(field)?.as_u64());
-    let outdated = outdated.filter(|n| *n > 0);
+    let outdated = kubevirt.and_then(|kv| KubeVirtRead::of(kv).outdated());
+    let outdated = outdated
+        .and_then(|n| u64::try_from(n).ok())
+        .filter(|n| *n > 0);
     (upgrade.is_some() || outdated.is_some()).then_some(Late { upgrade, outdated })
 }
 

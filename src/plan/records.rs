@@ -5,6 +5,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::fields::identity;
 use super::json::lookup;
 use crate::model::{
     COMPARE_RECORD, KUBEVIRT_COPY, KUBEVIRT_RECORD, METHODS_PATH, METHODS_POINTER, ObjectKey,
@@ -154,10 +155,15 @@ pub fn methods(obj: &Value) -> Result<Option<Value>, Malformed> {
     }
 }
 
+/// The KubeVirt CR's methods as they are, whatever their type: for a message that says them.
+pub fn methods_as_they_are(obj: &Value) -> Option<Value> {
+    lookup(obj, METHODS_PATH).ok().flatten().cloned()
+}
+
 /// Reads one of our annotations; a value that does not parse is a corrupted record, or one of a
 /// later version.
 pub fn read_record<T: DeserializeOwned>(obj: &Value, key: &str) -> Result<Option<T>, Malformed> {
-    let annotations = match obj.pointer("/metadata/annotations") {
+    let annotations = match obj.get("metadata").and_then(|m| m.get("annotations")) {
         None | Some(Value::Null) => return Ok(None),
         Some(Value::Object(a)) => a,
         Some(_) => return Err(Malformed("metadata.annotations is not a map".into())),
@@ -176,15 +182,6 @@ pub fn read_record<T: DeserializeOwned>(obj: &Value, key: &str) -> Result<Option
             "annotation {key} is not a string: {other}"
         ))),
     }
-}
-
-pub(super) fn identity(obj: &Value) -> (&str, &str, &str) {
-    let text = |p: &str| obj.pointer(p).and_then(Value::as_str).unwrap_or("");
-    (
-        text("/kind"),
-        text("/metadata/namespace"),
-        text("/metadata/name"),
-    )
 }
 
 /// A corrupted record of ours: what is wrong, and the exact commands that recover, in one line.

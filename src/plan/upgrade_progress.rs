@@ -7,8 +7,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::fields::managed_fields;
 use super::harvester_upgrade::{CLEANUP_DONE, CLEANUP_LABEL, Upgrade, being_deleted, or_if_empty};
-use super::json::time_at;
 use super::releases::Handling;
 use crate::model::FIELD_MANAGER;
 
@@ -225,12 +225,9 @@ pub fn record_time(objects: &[&Value]) -> Option<Timestamp> {
     objects
         .iter()
         .filter_map(|o| {
-            o.pointer("/metadata/managedFields")
-                .and_then(Value::as_array)?
-                .iter()
-                .filter(|e| e["manager"] == FIELD_MANAGER)
-                .filter_map(|e| time_at(e, "/time"))
-                .max()
+            let ours = managed_fields(o).into_iter();
+            let ours = ours.filter(|e| e.manager.as_deref() == Some(FIELD_MANAGER));
+            ours.filter_map(|e| Some(e.time?.0)).max()
         })
         .min()
 }

@@ -5,7 +5,9 @@ use tokio::time::Instant;
 use tracing::info;
 
 use super::{Loop, OFFER_EVERY, Offer, Pass, SAY_EVERY};
-use crate::cluster::EventKind;
+use k8s_openapi::api::core::v1::ObjectReference;
+
+use crate::cluster::{EventKind, regarding};
 use crate::error::Error;
 use crate::model::Kind;
 use crate::plan::harvester_upgrade::ALLOW_UNPROTECTED;
@@ -27,11 +29,8 @@ impl Loop<'_> {
         let _ = self.cluster.warn(kubevirt, None, w).await;
     }
 
-    async fn event(&self, about: Kind, object: &Value, kind: EventKind, reason: &str, note: &str) {
-        let _ = self
-            .cluster
-            .event_about(about, object, kind, reason, note)
-            .await;
+    async fn event(&self, about: ObjectReference, kind: EventKind, reason: &str, note: &str) {
+        let _ = self.cluster.event_about(about, kind, reason, note).await;
     }
 
     /// Says a decision: its line when its kind changes, and again every [`SAY_EVERY`]; a Normal
@@ -51,8 +50,8 @@ impl Loop<'_> {
             && self.suspends
             && let (Some(kv), Some(note)) = (kubevirt, decision.event())
         {
-            self.event(Kind::KubeVirt, kv, EventKind::Normal, RESIDENT, &note)
-                .await;
+            let about = regarding(Kind::KubeVirt, kv);
+            self.event(about, EventKind::Normal, RESIDENT, &note).await;
         }
         if let Decision::Hold { why, .. } = decision
             && pass.held_changed
@@ -179,8 +178,8 @@ impl Loop<'_> {
         info!(reason = NO_LONGER_NEEDED, "resident guard: {line}");
         if let Some(kv) = &pass.objects.kubevirt {
             let normal = EventKind::Normal;
-            self.event(Kind::KubeVirt, kv, normal, NO_LONGER_NEEDED, &line)
-                .await;
+            let about = regarding(Kind::KubeVirt, kv);
+            self.event(about, normal, NO_LONGER_NEEDED, &line).await;
         }
     }
 
@@ -209,11 +208,16 @@ impl Loop<'_> {
         }
         self.warn(seen.kubevirt, &said).await;
         if let Some(u) = &pass.view.upgrade {
-            let upgrade = serde_json::json!({"metadata": {
-                "namespace": u.namespace, "name": u.name, "uid": u.uid}});
-            let reason = said.reason;
+            let about = ObjectReference {
+                api_version: Some(Kind::Upgrade.api_version().into()),
+                kind: Some(Kind::Upgrade.name().into()),
+                namespace: Some(u.namespace.clone()),
+                name: Some(u.name.clone()),
+                uid: Some(u.uid.clone()),
+                ..Default::default()
+            };
             let note = &said.message;
-            self.event(Kind::Upgrade, &upgrade, EventKind::Warning, reason, note)
+            self.event(about, EventKind::Warning, said.reason, note)
                 .await;
         }
         self.unprotected_said = Some(key);
