@@ -16,14 +16,13 @@ use crate::config::{ALIVE_EVERY, Config};
 use crate::error::Error;
 use crate::metrics::{self, Metrics};
 use crate::model::Kind;
-use crate::plan::acting::Acted;
+use crate::plan::acting::{LoopState, Next, Now, PassRead, Step};
 use crate::plan::harvester_upgrade::LATEST_LABEL;
 use crate::plan::monitoring::UnprotectedKey;
-use crate::plan::ownership::anything_of_ours;
 use crate::plan::releases::Handling;
 use crate::plan::retirement::Retirement;
 use crate::plan::upgrade_progress::record_time;
-use crate::plan::watch_decision::{Decision, Memory, answer_turned_on, decide};
+use crate::plan::watch_decision::Decision;
 use crate::upgrades::{self, View};
 use crate::vocabulary::{Objects, Phase};
 
@@ -48,6 +47,8 @@ const OFFER_EVERY: Duration = Duration::from_secs(1800);
 
 pub(crate) struct Pass {
     pub(crate) decision: Decision,
+    /// The resident guard's: act on the decision now, or not again (`plan::acting`).
+    pub(crate) next: Next,
     pub(crate) objects: Objects,
     /// `None` for the armed `post`, and where Upgrades are not served.
     retirement: Option<Retirement>,
@@ -88,7 +89,8 @@ pub(crate) struct Loop<'a> {
     /// The resident guard (which runs `pre` itself, and has metrics); else the armed `post`.
     pub(crate) suspends: bool,
     pub(crate) metrics: Option<Arc<Metrics>>,
-    pub(crate) memory: Memory,
+    /// All the loop keeps from one pass to the next but what it has said (`plan::acting`).
+    pub(crate) state: LoopState,
     pub(crate) wake_tx: mpsc::Sender<()>,
     pub(crate) wake: mpsc::Receiver<()>,
     /// Of Harvester's latest Upgrade, the add-on's UpgradePlans, and the KubeVirt CR ([`Watched`]).
@@ -97,15 +99,10 @@ pub(crate) struct Loop<'a> {
     offer: Option<Offer>,
     /// "No longer needed" has been said (once, until it is needed again).
     pub(crate) retirement_said: bool,
-    /// How the last `pre` for the upgrade under way ended.
-    pub(crate) last_pre: Option<String>,
-    pub(crate) act_failed: bool,
     /// The unprotected upgrade said last (once per upgrade and hold, until it is protected).
     pub(crate) unprotected_said: Option<UnprotectedKey>,
     /// The claim a Fleet deploy waits on, said last (its manager and the Bundle's generation).
     pub(crate) blocked_said: Option<String>,
-    /// The last act that succeeded, until the decision changes (`plan::acting`).
-    pub(crate) acted: Option<Acted>,
     started: Instant,
 }
 
@@ -121,18 +118,15 @@ impl<'a> Loop<'a> {
             cluster,
             suspends: metrics.is_some(),
             metrics,
-            memory: Memory::default(),
+            state: LoopState::default(),
             wake_tx,
             wake,
             watches: [None, None, None],
             said: None,
             offer: None,
             retirement_said: false,
-            last_pre: None,
-            act_failed: false,
             unprotected_said: None,
             blocked_said: None,
-            acted: None,
             started: Instant::now(),
         }
     }
@@ -163,15 +157,24 @@ impl<'a> Loop<'a> {
         }
         let mut view = upgrades::read(self.cluster, &post).await?;
         self.keep_watching(&view);
-        let ours = anything_of_ours(&objects);
-        let held_before = self.memory.held.clone();
-        let upgrade = view.upgrade.as_ref();
-        let plans = &view.plans;
-        let memory = &mut self.memory;
-        let decision = decide(upgrade, plans, ours, since(&objects), self.suspends, memory);
-        let kv = objects.kubevirt.as_ref();
-        let decision = answer_turned_on(decision, kv, upgrade, plans, self.suspends);
-        let held_changed = self.memory.held != held_before;
+        let read = PassRead {
+            kubevirt: objects.kubevirt.as_ref(),
+            chart: objects.chart.as_ref(),
+            upgrade: view.upgrade.as_ref(),
+            plans: &view.plans,
+        };
+        let now = Now {
+            loop_time: self.clock(),
+            wall: this_second(),
+        };
+        // The armed `post` restores once: it never comes back to a step's act.
+        let resync = self.cfg.watch.as_ref().map_or(Duration::MAX, |w| w.resync);
+        let step = self.state.step(&read, self.suspends, now, resync);
+        let Step {
+            decision,
+            next,
+            held_changed,
+        } = step;
         self.read_offer(&view, &objects, &decision).await?;
         let retirement = self.retirement(&view, &objects);
         // The act that follows (`pre`'s advice) goes on from the offer read for it.
@@ -187,6 +190,7 @@ impl<'a> Loop<'a> {
         }
         Ok(Pass {
             decision,
+            next,
             objects,
             retirement,
             view,
@@ -258,7 +262,7 @@ impl<'a> Loop<'a> {
     pub(crate) fn pause_for(&self, resync: Duration) -> Duration {
         if self.watches.iter().flatten().any(Watcher::failing) {
             resync.min(WATCH_FAILING_PAUSE)
-        } else if self.act_failed {
+        } else if self.state.act_failed {
             resync.min(ACT_RETRY_PAUSE)
         } else {
             resync

@@ -14,7 +14,7 @@ use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::context::Run;
 use crate::error::Error;
-use crate::plan::acting::{self, ActInputs, Acted, Next};
+use crate::plan::acting::Next;
 use crate::plan::watch_decision::Decision;
 use crate::summary::Summary;
 use crate::vocabulary::Phase;
@@ -50,15 +50,7 @@ pub async fn resident_guard(
             Ok(p) => {
                 lp.say_retirement(&p).await;
                 lp.say_blocked_deploy(&p).await;
-                let view = &p.view;
-                let objects = &p.objects;
-                let (kv, chart) = (objects.kubevirt.as_ref(), objects.chart.as_ref());
-                let read = ActInputs::of(kv, chart, view.upgrade.as_ref(), &view.plans);
-                let acted = lp.acted.take();
-                let (next, acted) =
-                    acting::next(&p.decision, &read, acted, lp.clock(), settings.resync);
-                lp.acted = acted;
-                match next {
+                match p.next {
                     Next::SameRightAfter => info!(
                         "resident guard: {} again, right after it ran: run again once what it read changes (not by the guard's own writes), or in {resync} s",
                         p.decision.kind()
@@ -67,8 +59,7 @@ pub async fn resident_guard(
                     Next::Act | Next::Nothing => {
                         lp.say(&p).await;
                         // After an act, read again at once: the objects and the decision have moved.
-                        if next == Next::Act && act_on(&mut lp, &p, out).await {
-                            lp.acted = Some(Acted::now(p.decision, lp.clock()));
+                        if p.next == Next::Act && act_on(&mut lp, &p, out).await {
                             continue;
                         }
                     }
@@ -118,30 +109,17 @@ async fn act_on(lp: &mut Loop<'_>, pass: &Pass, out: &mut impl Output) -> bool {
     if let Some(m) = &lp.metrics {
         m.acted(phase, result.is_ok());
     }
-    let ended = match &result {
-        Ok(()) => {
-            info!(summary = %line, "{}: {phase} done", lp.name());
-            "succeeded".to_string()
-        }
-        Err(e) => {
-            error!(
-                summary = %line,
-                "{}: {phase} failed ({e}); it is tried again at the next event or in {} s",
-                lp.name(),
-                ACT_RETRY_PAUSE.as_secs()
-            );
-            format!("failed: {e}")
-        }
-    };
-    if phase == Phase::Pre {
-        lp.last_pre = Some(ended);
+    match &result {
+        Ok(()) => info!(summary = %line, "{}: {phase} done", lp.name()),
+        Err(e) => error!(
+            summary = %line,
+            "{}: {phase} failed ({e}); it is tried again at the next event or in {} s",
+            lp.name(),
+            ACT_RETRY_PAUSE.as_secs()
+        ),
     }
-    if let (Ok(()), Decision::Suspend { upgrade, .. } | Decision::Resuspend { upgrade, .. }) =
-        (&result, decision)
-        && !lp.memory.ran_pre(upgrade)
-    {
-        lp.memory.suspended_for.push(upgrade.clone());
-    }
-    lp.act_failed = result.is_err();
+    let ended = result.as_ref().map(|_| ()).map_err(ToString::to_string);
+    let at = lp.clock();
+    lp.state.after_act(decision, ended, at);
     result.is_ok()
 }

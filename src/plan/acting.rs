@@ -1,22 +1,117 @@
-//! Whether the resident guard acts on its decision now: once per decision and what it read, as
-//! kube-runtime's controller reconciles once per change and requeues at the resync.
+//! The waiting loop's state, all of it in one place ([`LoopState`]), and its pure step: what a
+//! pass read, with the state, to the decision and whether to act on it now; then what the act
+//! came to, with the state, to the state. The loop (`crate::waiting`, `crate::phase::watch`) reads,
+//! acts and says; it decides nothing itself.
 //!
-//! An act that succeeded but leaves the same decision (a `post` that leaves something of ours:
-//! both records of the original lost, no `FALLBACK_METHODS`) is not run again until what it read
-//! changes or the resync is due. The read right after the act holds the act's own writes (and
-//! Fleet's answer to them, which the act waited for): that read is what a later one is compared
-//! with, so the watch events of the guard's own writes never run the act again. A failed act is
-//! tried again at the next event or after a pause, as it is not remembered here.
+//! An act runs once per decision and what it read, as kube-runtime's controller reconciles once
+//! per change and requeues at the resync. An act that succeeded but leaves the same decision (a
+//! `post` that leaves something of ours: both records of the original lost, no
+//! `FALLBACK_METHODS`) is not run again until what it read changes or the resync is due. The read
+//! right after the act holds the act's own writes (and Fleet's answer to them, which the act
+//! waited for): that read is what a later one is compared with, so the watch events of the
+//! guard's own writes never run the act again. A failed act is not remembered as done: it is
+//! tried again at the next event or after a short pause.
 
 use std::time::Duration;
 
+use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Deserialize;
 use serde_json::Value;
 
 use super::harvester_upgrade::Upgrade;
-use super::upgrade_progress::PlanView;
-use super::watch_decision::Decision;
+use super::ownership::ours;
+use super::upgrade_progress::{PlanView, record_time};
+use super::watch_decision::{Decision, Memory, answer_turned_on, decide};
+
+/// What the waiting loop keeps from one pass to the next. Nothing of it is needed to decide
+/// right (the state lives on the objects: a new pod decides the same); it keeps the loop from
+/// doing or saying the same thing twice.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LoopState {
+    /// What it remembers of the upgrades (which it ran `pre` for, which one it awaits).
+    pub memory: Memory,
+    /// The last act that succeeded, until the decision changes.
+    acted: Option<Acted>,
+    /// How the last `pre` ended, in words (the unprotected upgrade's Warning says it).
+    pub last_pre: Option<String>,
+    /// The last act failed: the loop reads again after a short pause, not at the resync.
+    pub act_failed: bool,
+}
+
+/// What a pass read, as the step takes it.
+#[derive(Debug, Clone, Copy)]
+pub struct PassRead<'a> {
+    pub kubevirt: Option<&'a Value>,
+    pub chart: Option<&'a Value>,
+    pub upgrade: Option<&'a Upgrade>,
+    pub plans: &'a [PlanView],
+}
+
+/// The loop's clocks: its own (monotonic, for the resync) and the wall's, in whole seconds (a
+/// suspension whose record is not read yet is taken as made now).
+#[derive(Debug, Clone, Copy)]
+pub struct Now {
+    pub loop_time: Duration,
+    pub wall: Timestamp,
+}
+
+/// A step's answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Step {
+    pub decision: Decision,
+    pub next: Next,
+    /// The suspension was held after another failed Upgrade (or the hold lifted): said once.
+    pub held_changed: bool,
+}
+
+impl LoopState {
+    /// One pass: the decision on what it read (`decide`, then `answer_turned_on`) and what to do
+    /// with it now. `suspends`: the resident guard (the armed `post` only restores, and acts on
+    /// no step: it restores once); `resync`: `WATCH_RESYNC_SECONDS`.
+    pub fn step(&mut self, read: &PassRead, suspends: bool, now: Now, resync: Duration) -> Step {
+        let PassRead {
+            kubevirt,
+            chart,
+            upgrade,
+            plans,
+        } = *read;
+        let on_objects: Vec<&Value> = kubevirt.into_iter().chain(chart).collect();
+        let anything_ours = on_objects.iter().any(|o| ours(o));
+        let since = record_time(&on_objects).unwrap_or(now.wall);
+        let held_before = self.memory.held.clone();
+        let memory = &mut self.memory;
+        let decision = decide(upgrade, plans, anything_ours, since, suspends, memory);
+        let decision = answer_turned_on(decision, kubevirt, upgrade, plans, suspends);
+        let held_changed = self.memory.held != held_before;
+        let inputs = ActInputs::of(kubevirt, chart, upgrade, plans);
+        let acted = self.acted.take();
+        let (next, acted) = next(&decision, &inputs, acted, now.loop_time, resync);
+        self.acted = acted;
+        Step {
+            decision,
+            next,
+            held_changed,
+        }
+    }
+
+    /// What an act came to (`Err`: its error, in words): `pre` runs once per upgrade (the
+    /// upgrade is remembered once it has succeeded), a failed act is tried again soon, one that
+    /// succeeded is not run again on the read it leaves ([`next`]).
+    pub fn after_act(&mut self, decision: &Decision, result: Result<(), String>, at: Duration) {
+        if let Decision::Suspend { upgrade, .. } | Decision::Resuspend { upgrade, .. } = decision {
+            self.last_pre = Some(match &result {
+                Ok(()) => "succeeded".to_string(),
+                Err(e) => format!("failed: {e}"),
+            });
+            if result.is_ok() && !self.memory.ran_pre(upgrade) {
+                self.memory.suspended_for.push(upgrade.clone());
+            }
+        }
+        self.act_failed = result.is_err();
+        self.acted = result.is_ok().then(|| Acted::now(decision.clone(), at));
+    }
+}
 
 /// What an act reads, less what moves without changing what it would do: the objects' `status`
 /// (KubeVirt's count of outdated VMIs, written by its updater every few seconds of an upgrade;
@@ -24,7 +119,7 @@ use super::watch_decision::Decision;
 /// Their spec, annotations, labels and field owners count; the Upgrade and the UpgradePlans as
 /// the decision reads them (their state and times) count.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ActInputs {
+struct ActInputs {
     kubevirt: Option<ObjectInputs>,
     chart: Option<ObjectInputs>,
     upgrade: Option<Upgrade>,
@@ -55,7 +150,7 @@ impl ObjectInputs {
 }
 
 impl ActInputs {
-    pub fn of(
+    fn of(
         kubevirt: Option<&Value>,
         chart: Option<&Value>,
         upgrade: Option<&Upgrade>,
@@ -73,7 +168,7 @@ impl ActInputs {
 /// The last act that succeeded: its decision, when it ran (the loop's clock), and the read right
 /// after it (`None` until that read).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Acted {
+struct Acted {
     decision: Decision,
     at: Duration,
     after: Option<ActInputs>,
@@ -81,7 +176,7 @@ pub struct Acted {
 
 impl Acted {
     /// Remembered once the act has succeeded.
-    pub fn now(decision: Decision, at: Duration) -> Self {
+    fn now(decision: Decision, at: Duration) -> Self {
         Acted {
             decision,
             at,
@@ -103,9 +198,9 @@ pub enum Next {
     Nothing,
 }
 
-/// The step: the pass's decision and what it read, with the last act, to what now and the act
+/// The pass's decision and what it read, with the last act, to what now and the act
 /// remembered. `now`: the loop's clock; `resync`: `WATCH_RESYNC_SECONDS`.
-pub fn next(
+fn next(
     decision: &Decision,
     read: &ActInputs,
     acted: Option<Acted>,
@@ -213,6 +308,84 @@ mod tests {
         );
         let wait = Decision::Wait(Wait::Idle);
         assert_eq!(next(&wait, &kv, acted, s(1), RESYNC), (Next::Nothing, None));
+    }
+
+    fn under_way(name: &str) -> Upgrade {
+        let labels = json!({crate::plan::harvester_upgrade::LATEST_LABEL: "true",
+            crate::plan::harvester_upgrade::STATE_LABEL: "PreparingLoggingInfra"});
+        Upgrade::read(
+            &json!({"metadata": {"namespace": "harvester-system", "name": name,
+            "labels": labels, "creationTimestamp": "2026-12-01T11:00:00Z"},
+            "spec": {"version": "v1.7.1"}}),
+        )
+        .unwrap()
+    }
+
+    fn at(seconds: u64) -> Now {
+        Now {
+            loop_time: Duration::from_secs(seconds),
+            wall: "2026-12-01T12:00:00Z".parse().unwrap(),
+        }
+    }
+
+    /// The resident guard at an upgrade's creation: suspend; a `pre` that failed is tried again
+    /// at the next pass; one that succeeded is remembered, and the upgrade is not suspended for
+    /// again (the state the loop keeps, nothing else).
+    #[test]
+    fn a_suspend_is_acted_until_it_succeeds_then_never_again_for_that_upgrade() {
+        let u = under_way("u1");
+        let kv = kubevirt(json!(["LiveMigrate"]), "1", 0);
+        let read = PassRead {
+            kubevirt: Some(&kv),
+            chart: None,
+            upgrade: Some(&u),
+            plans: &[],
+        };
+        let mut state = LoopState::default();
+        let first = state.step(&read, true, at(1), RESYNC);
+        assert!(
+            matches!(first.decision, Decision::Suspend { .. }),
+            "{first:?}"
+        );
+        assert_eq!(first.next, Next::Act);
+        state.after_act(&first.decision, Err("403".into()), Duration::from_secs(1));
+        assert!(state.act_failed);
+        assert_eq!(state.last_pre.as_deref(), Some("failed: 403"));
+        let again = state.step(&read, true, at(2), RESYNC);
+        assert_eq!(
+            (&again.decision, &again.next),
+            (&first.decision, &Next::Act)
+        );
+        state.after_act(&again.decision, Ok(()), Duration::from_secs(2));
+        assert!(!state.act_failed);
+        // Our `[]` on the CR now: the upgrade is under way, and ours.
+        let suspended = kubevirt(json!([]), "2", 0);
+        let read = PassRead {
+            kubevirt: Some(&suspended),
+            ..read
+        };
+        let after = state.step(&read, true, at(3), RESYNC);
+        assert!(matches!(after.decision, Decision::Wait(_)), "{after:?}");
+        assert_eq!(after.next, Next::Nothing);
+        assert_eq!(
+            state.memory.suspended_for,
+            vec!["Upgrade harvester-system/u1"]
+        );
+    }
+
+    /// The armed `post` (it never suspends) restores at once where nothing of ours is left.
+    #[test]
+    fn the_armed_post_is_told_to_restore_and_never_to_suspend() {
+        let u = under_way("u1");
+        let read = PassRead {
+            kubevirt: None,
+            chart: None,
+            upgrade: Some(&u),
+            plans: &[],
+        };
+        let mut state = LoopState::default();
+        let step = state.step(&read, false, at(1), Duration::MAX);
+        assert_eq!(step.decision, Decision::Restore(Restore::NothingLeft));
     }
 
     proptest! {

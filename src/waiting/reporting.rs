@@ -194,11 +194,12 @@ impl Loop<'_> {
             chart: pass.objects.chart.as_ref(),
             upgrade: pass.view.upgrade.as_ref(),
             admission_hold: self.cfg.watch.as_ref().is_some_and(|w| w.admission_hold),
-            held_after_failure: self.memory.held.is_some(),
+            held_after_failure: self.state.memory.held.is_some(),
             retirement: pass.retirement.as_ref(),
         };
         metrics.show(&monitoring::gauges(&seen));
-        let last_pre = self.last_pre.as_deref().unwrap_or("has not run for it");
+        let last_pre = self.state.last_pre.as_deref();
+        let last_pre = last_pre.unwrap_or("has not run for it");
         let Some((key, said)) = monitoring::unprotected_warning(&seen, last_pre) else {
             self.unprotected_said = None;
             return;
