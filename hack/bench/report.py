@@ -53,10 +53,14 @@ def show(name, passed, got, gated=True):
 
 
 def describe(events):
+    """Requests by verb and resource; one the server refused (a 429 while its storage
+    initializes, retried) is counted apart, with its code."""
     c = collections.Counter()
     for e in events:
         ref = e.get("objectRef") or {}
-        c[f'{e["verb"]} {ref.get("resource") or e["requestURI"].split("?")[0]}'] += 1
+        code = (e.get("responseStatus") or {}).get("code", 200)
+        refused = f" ({code})" if code >= 300 else ""
+        c[f'{e["verb"]} {ref.get("resource") or e["requestURI"].split("?")[0]}{refused}'] += 1
     return ", ".join(f"{k} x{v}" for k, v in sorted(c.items()))
 
 def resident():
