@@ -38,6 +38,10 @@ const SAY_EVERY: Duration = Duration::from_secs(600);
 /// watches come back within about this of the API server's return.
 const WATCH_FAILING_PAUSE: Duration = Duration::from_secs(1);
 
+/// How long the first read waits for the watches' first lists: the other requests' read
+/// timeout (a list answers in milliseconds; one that hangs is a server still starting).
+const SETTLE_WITHIN: Duration = Duration::from_secs(30);
+
 /// A failed act's cause (Fleet not ready, RBAC, the API server) is often gone within a minute,
 /// and an upgrade may be held by the policy until the suspension is in place.
 pub(crate) const ACT_RETRY_PAUSE: Duration = Duration::from_secs(20);
@@ -207,10 +211,23 @@ impl<'a> Loop<'a> {
         }
     }
 
-    /// Until each watch has listed once (or failed, or ended): the first read comes after.
+    /// Until each watch has listed once (or failed, or ended), for at most [`SETTLE_WITHIN`]:
+    /// the first read comes after. A list that hangs (a server still starting) is not waited
+    /// for longer: its list then wakes the loop.
     pub(crate) async fn watches_settled(&self) {
-        for watch in self.watches.iter().flatten() {
-            watch.settled().await;
+        let all = async {
+            for watch in self.watches.iter().flatten() {
+                watch.settled().await;
+            }
+        };
+        if tokio::time::timeout(SETTLE_WITHIN, all).await.is_err() {
+            info!(
+                "resident guard: a watch has not listed within {SETTLE_WITHIN:?}: reading without it"
+            );
+            self.watches
+                .iter()
+                .flatten()
+                .for_each(Watcher::read_before_its_list);
         }
     }
 

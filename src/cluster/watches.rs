@@ -32,6 +32,9 @@ use crate::model::Kind;
 /// event was an error (no successful list or event since).
 pub struct Watcher {
     failing: Arc<AtomicBool>,
+    /// Its first list wakes the loop ([`FirstList::AfterARead`], or set when the loop read
+    /// without waiting for it: [`Watcher::read_before_its_list`]).
+    first_list_wakes: Arc<AtomicBool>,
     /// `true` once the first list is complete, or the first attempt failed (the task also ends).
     settled: watch::Receiver<bool>,
     task: tokio::task::JoinHandle<()>,
@@ -53,6 +56,14 @@ impl Watcher {
     pub async fn settled(&self) {
         let mut settled = self.settled.clone();
         let _ = settled.wait_for(|s| *s).await;
+    }
+
+    /// The loop reads before this watch's first list (it did not come in time): that list may
+    /// hold what the read missed, so it wakes the loop. Nothing, once it has listed.
+    pub fn read_before_its_list(&self) {
+        if !*self.settled.borrow() {
+            self.first_list_wakes.store(true, Relaxed);
+        }
     }
 
     /// Not refused for good.
@@ -91,16 +102,19 @@ impl Cluster {
         let backoff = watcher::ExponentialBackoff::from(super::retry::backoff());
         let events = watcher::watcher(api, config).backoff(backoff).boxed();
         let failing = Arc::default();
+        let first_list_wakes = Arc::new(AtomicBool::new(first_list == FirstList::AfterARead));
         let (settle, settled) = watch::channel(false);
         let woken = Woken {
             kind,
             wake,
             failing: Arc::clone(&failing),
+            first_list_wakes: Arc::clone(&first_list_wakes),
             settle,
         };
-        let task = tokio::spawn(wake_on_events(events, first_list, woken));
+        let task = tokio::spawn(wake_on_events(events, woken));
         Watcher {
             failing,
+            first_list_wakes,
             settled,
             task,
         }
@@ -112,6 +126,7 @@ struct Woken {
     kind: Kind,
     wake: mpsc::Sender<()>,
     failing: Arc<AtomicBool>,
+    first_list_wakes: Arc<AtomicBool>,
     settle: watch::Sender<bool>,
 }
 
@@ -123,14 +138,13 @@ impl Woken {
 
 async fn wake_on_events(
     mut events: BoxStream<'static, watcher::Result<Event<DynamicObject>>>,
-    first_list: FirstList,
     woken: Woken,
 ) {
     let kind = woken.kind;
     // The first list wakes the loop only if it may hold what the loop's read missed; a later
     // list (after an error, or the server's 410) may hold what the watch missed: a wake, once
     // it is complete.
-    let mut listed_before = first_list == FirstList::AfterARead;
+    let mut listed_before = false;
     while let Some(event) = events.next().await {
         match event {
             // `Init` comes before the list is asked for: it says nothing of the server; the
@@ -141,12 +155,19 @@ async fn wake_on_events(
                 if matches!(event, Event::InitDone) {
                     woken.settle.send_replace(true);
                 }
-                match event {
-                    Event::InitDone if !listed_before => listed_before = true,
-                    _ => woken.wake_up(),
+                let first = matches!(event, Event::InitDone) && !listed_before;
+                if first {
+                    listed_before = true;
+                }
+                if !first || woken.first_list_wakes.load(Relaxed) {
+                    woken.wake_up();
                 }
             }
             Err(e) => {
+                // Settled by an error: the loop reads without the list, which then wakes it.
+                if !listed_before {
+                    woken.first_list_wakes.store(true, Relaxed);
+                }
                 woken.settle.send_replace(true);
                 // Once per failing spell: the loop then reads often until it replaces this watch.
                 if !woken.failing.swap(true, Relaxed) {
@@ -171,5 +192,94 @@ async fn wake_on_events(
                 debug!(kind = ?kind, error = %e, "watch error; it backs off and resumes");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::stream;
+    use kube::api::ApiResource;
+
+    use super::*;
+
+    type Events = Vec<watcher::Result<Event<DynamicObject>>>;
+
+    fn object() -> DynamicObject {
+        DynamicObject::new(
+            "kubevirt",
+            &ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&()),
+        )
+    }
+
+    /// Runs the task on `events`; the wakes it made and whether it settled.
+    async fn run(events: Events, first_list: FirstList, read_first: bool) -> (usize, bool) {
+        let (wake, mut woken_rx) = mpsc::channel(16);
+        let (settle, settled) = watch::channel(false);
+        let woken = Woken {
+            kind: Kind::KubeVirt,
+            wake,
+            failing: Arc::default(),
+            first_list_wakes: Arc::new(AtomicBool::new(
+                read_first || first_list == FirstList::AfterARead,
+            )),
+            settle,
+        };
+        wake_on_events(stream::iter(events).boxed(), woken).await;
+        let mut wakes = 0;
+        while woken_rx.try_recv().is_ok() {
+            wakes += 1;
+        }
+        (wakes, *settled.borrow())
+    }
+
+    fn listed() -> Events {
+        vec![
+            Ok(Event::Init),
+            Ok(Event::InitApply(object())),
+            Ok(Event::InitDone),
+        ]
+    }
+
+    #[tokio::test]
+    async fn a_first_list_before_the_read_wakes_nothing_and_a_change_after_it_wakes() {
+        assert_eq!(
+            run(listed(), FirstList::BeforeTheRead, false).await,
+            (0, true)
+        );
+        let mut events = listed();
+        events.push(Ok(Event::Apply(object())));
+        assert_eq!(
+            run(events, FirstList::BeforeTheRead, false).await,
+            (1, true)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_first_list_the_read_did_not_wait_for_wakes() {
+        assert_eq!(run(listed(), FirstList::AfterARead, false).await, (1, true));
+        assert_eq!(
+            run(listed(), FirstList::BeforeTheRead, true).await,
+            (1, true)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_list_after_an_error_wakes_and_a_first_error_settles() {
+        let error = || Err(watcher::Error::NoResourceVersion);
+        // The error wakes once (the loop replaces a failing watch); the list after it wakes,
+        // the loop having read without it.
+        let mut events = vec![error()];
+        events.extend(listed());
+        assert_eq!(
+            run(events, FirstList::BeforeTheRead, false).await,
+            (2, true)
+        );
+        let mut events = listed();
+        events.extend([error(), error()]);
+        events.extend(listed());
+        assert_eq!(
+            run(events, FirstList::BeforeTheRead, false).await,
+            (2, true)
+        );
     }
 }

@@ -34,11 +34,7 @@ pub async fn resident_guard(
     let mut lp = Loop::new(cfg, cluster, Some(metrics));
     // The watches first, and the first read once they have listed: what they listed, it reads.
     lp.start_watches();
-    cluster.restart_deadline();
-    tokio::select! {
-        () = lp.watches_settled() => {}
-        e = cluster.deadline_passed() => error!("resident guard: the watches' first lists ({e}); reading anyway"),
-    }
+    lp.watches_settled().await;
     loop {
         // Each pass has the whole deadline, from before the race below starts.
         cluster.restart_deadline();
