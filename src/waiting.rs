@@ -63,6 +63,19 @@ pub(crate) struct Pass {
     held_changed: bool,
 }
 
+/// What the loop has said: each fact once, until it changes.
+#[derive(Default)]
+struct Said {
+    /// The decision's kind, and when its line was said.
+    decision: Option<(&'static str, Instant)>,
+    /// "No longer needed" has been said (once, until it is needed again).
+    retirement: bool,
+    /// The unprotected upgrade said last (once per upgrade and hold, until it is protected).
+    unprotected: Option<UnprotectedKey>,
+    /// The claim a Fleet deploy waits on, said last (its manager and the Bundle's generation).
+    blocked: Option<String>,
+}
+
 /// What the resident guard watches, each kind's place in `Loop::watches`.
 #[derive(Debug, Clone, Copy)]
 enum Watched {
@@ -95,18 +108,13 @@ pub(crate) struct Loop<'a> {
     pub(crate) metrics: Option<Arc<Metrics>>,
     /// All the loop keeps from one pass to the next but what it has said (`plan::acting`).
     pub(crate) state: LoopState,
-    pub(crate) wake_tx: mpsc::Sender<()>,
+    wake_tx: mpsc::Sender<()>,
     pub(crate) wake: mpsc::Receiver<()>,
     /// Of Harvester's latest Upgrade, the add-on's UpgradePlans, and the KubeVirt CR ([`Watched`]).
     watches: [Option<Watcher>; 3],
-    pub(crate) said: Option<(&'static str, Instant)>,
     offer: Option<Offer>,
-    /// "No longer needed" has been said (once, until it is needed again).
-    pub(crate) retirement_said: bool,
-    /// The unprotected upgrade said last (once per upgrade and hold, until it is protected).
-    pub(crate) unprotected_said: Option<UnprotectedKey>,
-    /// The claim a Fleet deploy waits on, said last (its manager and the Bundle's generation).
-    pub(crate) blocked_said: Option<String>,
+    /// What it has said (`reporting`), so that it says each fact once.
+    said: Said,
     started: Instant,
 }
 
@@ -126,11 +134,8 @@ impl<'a> Loop<'a> {
             wake_tx,
             wake,
             watches: [None, None, None],
-            said: None,
             offer: None,
-            retirement_said: false,
-            unprotected_said: None,
-            blocked_said: None,
+            said: Said::default(),
             started: Instant::now(),
         }
     }

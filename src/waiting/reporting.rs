@@ -40,11 +40,19 @@ impl Loop<'_> {
         let decision = &pass.decision;
         let kubevirt = pass.objects.kubevirt.as_ref();
         let now = Instant::now();
-        let changed = self.said.is_none_or(|(kind, _)| kind != decision.kind());
-        if changed || self.said.is_some_and(|(_, at)| now - at >= SAY_EVERY) {
+        let changed = self
+            .said
+            .decision
+            .is_none_or(|(kind, _)| kind != decision.kind());
+        if changed
+            || self
+                .said
+                .decision
+                .is_some_and(|(_, at)| now - at >= SAY_EVERY)
+        {
             let line = decision.line();
             info!(decision = decision.kind(), "{}: {line}", self.name());
-            self.said = Some((decision.kind(), now));
+            self.said.decision = Some((decision.kind(), now));
         }
         if changed
             && self.suspends
@@ -134,7 +142,7 @@ impl Loop<'_> {
             return;
         }
         let (Some(kv), Some(chart)) = (&pass.objects.kubevirt, &pass.objects.chart) else {
-            self.blocked_said = None;
+            self.said.blocked = None;
             return;
         };
         let suspending = matches!(
@@ -142,12 +150,12 @@ impl Loop<'_> {
             Decision::Suspend { .. } | Decision::Resuspend { .. }
         );
         let Some((key, said)) = monitoring::blocked_deploy_warning(kv, chart, suspending) else {
-            self.blocked_said = None;
+            self.said.blocked = None;
             return;
         };
-        if self.blocked_said.as_ref() != Some(&key) {
+        if self.said.blocked.as_ref() != Some(&key) {
             self.warn(Some(kv), &said).await;
-            self.blocked_said = Some(key);
+            self.said.blocked = Some(key);
         }
     }
 
@@ -158,10 +166,10 @@ impl Loop<'_> {
         };
         let gone = r.no_longer_needed();
         let line = r.line();
-        if gone == self.retirement_said {
+        if gone == self.said.retirement {
             return;
         }
-        self.retirement_said = gone;
+        self.said.retirement = gone;
         if !gone {
             info!("resident guard: {line}");
             return;
@@ -201,10 +209,10 @@ impl Loop<'_> {
         let last_pre = self.state.last_pre.as_deref();
         let last_pre = last_pre.unwrap_or("has not run for it");
         let Some((key, said)) = monitoring::unprotected_warning(&seen, last_pre) else {
-            self.unprotected_said = None;
+            self.said.unprotected = None;
             return;
         };
-        if self.unprotected_said.as_ref() == Some(&key) {
+        if self.said.unprotected.as_ref() == Some(&key) {
             return;
         }
         self.warn(seen.kubevirt, &said).await;
@@ -221,6 +229,6 @@ impl Loop<'_> {
             self.event(about, EventKind::Warning, said.reason, note)
                 .await;
         }
-        self.unprotected_said = Some(key);
+        self.said.unprotected = Some(key);
     }
 }
