@@ -200,15 +200,32 @@ async fn a_pointer_that_was_there_before_stays_after_post() {
     );
 }
 
-/// Hazard 4: a writer that adds an entry between our read and our write loses nothing.
+/// Hazard 4: a writer that inserts an entry between our read and our write loses nothing. Our
+/// plan appends our pointer to the existing KubeVirt entry by its index, so it holds only for the
+/// list it was made from: the write must be refused, the object read again and planned again.
 #[tokio::test]
 async fn a_write_between_our_read_and_our_write_is_not_lost() {
     let client = admin().await;
     let ns = namespace(&client, "lost").await;
-    let (_, stale) = harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
-    // Another writer adds its entry after our read.
+    harvester(&client, &ns, Some(json!(["LiveMigrate"]))).await;
+    let kv_pointers = json!(["/spec/configuration/developerConfiguration"]);
+    let kv_entry = json!({"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt", "name": "kubevirt",
+                          "namespace": ns, "jsonPointers": kv_pointers});
+    append_compare_patch(&client, &ns, kv_entry).await;
+    // Our read: the KubeVirt entry is at index 3.
+    let stale = get(&client, "ManagedChart", &ns, "harvester").await;
+    assert_eq!(
+        stale["spec"]["diff"]["comparePatches"][3]["kind"],
+        "KubeVirt"
+    );
+    // Another writer inserts its entry at index 3: the KubeVirt entry moves to 4, and theirs,
+    // which has jsonPointers too, takes the index our plan names. A stale plan would append our
+    // pointer to their entry, without any error.
     let theirs = json!({"apiVersion": "v1", "kind": "ConfigMap", "name": "theirs", "jsonPointers": ["/data"]});
-    append_compare_patch(&client, &ns, theirs.clone()).await;
+    let insert = json!([{"op": "add", "path": "/spec/diff/comparePatches/3", "value": theirs}]);
+    let overwritten = json_patch(&client, "ManagedChart", &ns, "harvester", insert)
+        .await
+        .unwrap();
     let cluster = Cluster::from_client(client.clone(), false);
     let target = Target {
         kind: Kind::ManagedChart,
@@ -221,8 +238,11 @@ async fn a_write_between_our_read_and_our_write_is_not_lost() {
         namespace: ns.clone(),
         name: "kubevirt".into(),
     };
+    // Each object a plan was made from: the stale one, then the one read after the conflict.
+    let planned_from = std::sync::Mutex::new(Vec::new());
     let written = cluster
-        .converge(&target, stale, |o| {
+        .converge(&target, stale.clone(), |o| {
+            planned_from.lock().unwrap().push(o.clone());
             plan::chart::chart_pre(o, &kv, &workload_update_guard::vocabulary::Steps::ALL, None)
                 .map_err(|reason| workload_update_guard::vocabulary::Refusal {
                     target: target.clone(),
@@ -231,16 +251,50 @@ async fn a_write_between_our_read_and_our_write_is_not_lost() {
         })
         .await
         .unwrap();
-    assert!(matches!(written, Written::Changed { .. }));
-    let chart = get(&client, "ManagedChart", &ns, "harvester").await;
-    let list = chart["spec"]["diff"]["comparePatches"].as_array().unwrap();
-    assert!(list.contains(&theirs), "their entry survived");
-    assert!(
-        plan::chart::find_pointer(Some(list), &kv)
-            .unwrap()
-            .is_some(),
-        "ours is there too"
+    let planned_from = planned_from.into_inner().unwrap();
+    let rvs: Vec<String> = planned_from.iter().map(rv).collect();
+    assert_eq!(
+        rvs,
+        [rv(&stale), rv(&overwritten)],
+        "planned from our read, then, after the conflict, from the object their write left"
     );
+    assert_eq!(
+        planned_from[1]["spec"]["diff"]["comparePatches"],
+        overwritten["spec"]["diff"]["comparePatches"],
+        "the second plan saw their entry"
+    );
+    let Written::Changed { object, .. } = written else {
+        panic!("our pointer written: {written:?}")
+    };
+    assert_ne!(rv(&object), rv(&overwritten), "written over their write");
+    let chart = get(&client, "ManagedChart", &ns, "harvester").await;
+    assert_eq!(rv(&chart), rv(&object));
+    let list = chart["spec"]["diff"]["comparePatches"].as_array().unwrap();
+    let before = overwritten["spec"]["diff"]["comparePatches"]
+        .as_array()
+        .unwrap();
+    assert_eq!(
+        list.len(),
+        before.len(),
+        "no entry added or lost: {list:#?}"
+    );
+    assert_eq!(list[3], theirs, "their entry, as they wrote it");
+    assert_eq!(
+        list[4]["jsonPointers"],
+        json!([kv_pointers[0], METHODS_POINTER]),
+        "ours appended to the KubeVirt entry"
+    );
+    for (i, (now, was)) in list.iter().zip(before).enumerate() {
+        if i != 4 {
+            assert_eq!(now, was, "entry {i} untouched");
+        }
+    }
+    let ours = list
+        .iter()
+        .flat_map(|e| e["jsonPointers"].as_array().into_iter().flatten())
+        .filter(|p| *p == METHODS_POINTER)
+        .count();
+    assert_eq!(ours, 1, "ours exactly once: {list:#?}");
 }
 
 /// The KubeVirt CR as Helm would render it: the chart default under the ManagedChart's values.
