@@ -774,15 +774,25 @@ mod tests {
         }
     }
 
-    /// The defaults the rest of the code names agree with the table's.
+    /// The objects a run with nothing set works on are the table's defaults, as the code
+    /// reads them (not as a test names them): the KubeVirt CR and the ManagedChart the steps
+    /// write, and, with `MANAGEDCHART_NAME` empty, the ManagedChart read for what an earlier
+    /// `pre` left there.
     #[test]
     fn the_tables_defaults_are_the_codes() {
-        use crate::model::defaults;
-        assert_eq!(
-            unset_value("MANAGEDCHART_NAMESPACE"),
-            Some(defaults::CHART_NAMESPACE)
-        );
-        assert_eq!(unset_value("MANAGEDCHART_NAME"), Some(defaults::CHART_NAME));
+        let default = |namespace, name| ObjectKey {
+            namespace: unset_value(namespace).expect("a default").into(),
+            name: unset_value(name).expect("a default").into(),
+        };
+        let chart = default("MANAGEDCHART_NAMESPACE", "MANAGEDCHART_NAME");
+        let nothing_set = Config::from_vars(Vec::new(), Some(Phase::Pre)).unwrap();
+        let keys = nothing_set.intent.keys;
+        assert_eq!(keys.chart, Some(chart.clone()), "the ManagedChart written");
+        let kubevirt = default("KUBEVIRT_NAMESPACE", "KUBEVIRT_NAME");
+        assert_eq!(keys.kubevirt, kubevirt, "the KubeVirt CR written");
+        let unnamed = Config::from_vars(vars(&[("MANAGEDCHART_NAME", "")]), Some(Phase::Post));
+        let read = unnamed.unwrap().unnamed_chart;
+        assert_eq!(read, Some(chart), "the ManagedChart read, with no name set");
     }
 
     #[test]

@@ -143,14 +143,6 @@ pub fn pointer(segments: &[&str]) -> String {
     segments.iter().map(escape).collect()
 }
 
-/// The ManagedChart's default namespace and name, for the tests: the code reads them from
-/// `--help`'s table (`config::unset_value`), which a test checks against these.
-#[cfg(test)]
-pub mod defaults {
-    pub const CHART_NAMESPACE: &str = "fleet-local";
-    pub const CHART_NAME: &str = "harvester";
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

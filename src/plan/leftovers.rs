@@ -196,10 +196,12 @@ mod tests {
     use super::*;
     use crate::plan::testing::*;
 
+    /// The default ManagedChart, as `--help`'s table gives it and the code reads it.
     fn chart_key() -> ObjectKey {
+        let default = |name| crate::config::unset_value(name).expect("a default").into();
         ObjectKey {
-            namespace: crate::model::defaults::CHART_NAMESPACE.into(),
-            name: crate::model::defaults::CHART_NAME.into(),
+            namespace: default("MANAGEDCHART_NAMESPACE"),
+            name: default("MANAGEDCHART_NAME"),
         }
     }
 
