@@ -306,7 +306,10 @@ async fn a_fleet_redeploy_after_a_killed_pre_loses_no_original() {
 }
 
 /// Another writer adds and removes its own comparePatches entries, values keys and annotations
-/// on both objects while pre and post run again and again: every change of theirs survives.
+/// on both objects while pre and post run again and again: every change of theirs survives, and
+/// the guard's writes did meet theirs (a conflict, read again and planned again: converge's
+/// "conflict: read again" line). A run without one shows nothing about hazard 4: with no
+/// resourceVersion test in our patches, a run met no conflict and passed the other checks.
 #[tokio::test]
 async fn concurrent_writers_lose_nothing() {
     let _serial = SERIAL.lock().await;
@@ -367,6 +370,11 @@ async fn concurrent_writers_lose_nothing() {
         chart
             .pointer("/spec/values/kubevirt/spec/workloadUpdateStrategy/workloadUpdateMethods")
             .is_none()
+    );
+    assert!(
+        guard_conflicts > 0,
+        "{PHASES} guard phases and {writes} writes of the other writer, and not one conflict for \
+         the guard: its writes never met theirs, or were not conditional"
     );
     eprintln!(
         "concurrent writers: {writes} writes by the other writer ({conflicts} of its attempts met a conflict), \
