@@ -185,7 +185,9 @@ fn restore_values(
             CHANGED_WHILE_SUSPENDED,
             format!(
                 "the values override was changed to {later} while suspended; that later \
-                 choice is kept, on the KubeVirt CR too (the recorded original was {})",
+                 choice is kept, and the KubeVirt CR follows it unless it holds a later choice \
+                 of its own (its Warning then says so, and Fleet's next deploy renders this one \
+                 over it) (the recorded original was {})",
                 describe(&r.original())
             ),
         ),

@@ -1148,7 +1148,7 @@ async fn a_resident_guard_outlives_an_outage_longer_than_its_deadline() {
 /// can wake the guard that soon (src/cluster/watches.rs). The end is written once the guard's
 /// passes rest: while a watch fails, the loop reads every second (`WATCH_FAILING_PAUSE`), and an
 /// end written right after the server's return was restored by such a read, even by a guard
-/// whose watches woke nothing after the outage (2 runs of 6).
+/// whose watches woke nothing after the outage (6 runs of 12).
 #[tokio::test]
 async fn after_a_20_s_outage_the_end_is_restored_within_5_s() {
     let _serial = SERIAL.lock().await;
