@@ -351,7 +351,7 @@ mod tests {
         let end = run_phase(Phase::Post, &now);
         let (kv, ch) = (end.kubevirt.unwrap(), end.chart.unwrap());
         assert_eq!(methods(&kv).unwrap(), Some(later.clone()));
-        assert_eq!(ch.pointer(VALUES_PTR), Some(&later));
+        assert_eq!(lookup(&ch, VALUES_PATH).unwrap(), Some(&later));
         assert_eq!(
             read_record::<ValueRecord>(&ch, VALUES_RECORD).unwrap(),
             None
@@ -394,7 +394,7 @@ mod tests {
         );
         let end = run_phase(Phase::Post, &now);
         assert_eq!(
-            end.chart.unwrap().pointer(VALUES_PTR),
+            lookup(&end.chart.unwrap(), VALUES_PATH).unwrap().cloned(),
             None,
             "absent, as before"
         );
@@ -480,7 +480,7 @@ mod tests {
             let cr_choice = cr_later.clone().filter(|c| Some(c) != original.as_ref());
             let values_choice = values_later.clone().filter(|v| *v != json!([]));
             let cr = methods(end.kubevirt.as_ref().unwrap()).unwrap();
-            let values = end.chart.as_ref().unwrap().pointer(VALUES_PTR).cloned();
+            let values = lookup(end.chart.as_ref().unwrap(), VALUES_PATH).unwrap().cloned();
             let case = format!("cr {cr:?} values {values:?} original {original:?}");
             let expected_cr = cr_later.clone().or(values_choice.clone()).or(original.clone());
             prop_assert_eq!(&cr, &expected_cr, "the CR: {}", case);
