@@ -119,14 +119,23 @@ guard() { # guard NAME: the Dockerfile with the release binary built here
 # (`--examples`, of which there are none, gives them its features: see `previous`), stripped,
 # not a second release build, whose fat LTO link alone costs about 80 CPU-s more. The e2e tests
 # that run it check the pod's hardening and the answer to SIGTERM, not the release profile.
-# cargo links it to target/debug/workload-update-guard too; the next `cargo test` links the
-# tests' one back.
+# cargo links it to target/debug/workload-update-guard too, and any `cargo test` links the tests'
+# one back there, at once if one runs beside (.ci/run's background build did, between this build
+# and its copy: a bare CI run's image had no failpoints). So the copy is of the build's own file
+# in deps/, whose name carries the hash of its features: the newest with the failpoints compiled
+# in that is no test harness.
 guard_failpoints() {
-  local name="$GUARD_FAILPOINTS" start=$SECONDS bin="$OUT/failpoints/workload-update-guard"
+  local name="$GUARD_FAILPOINTS" start=$SECONDS bin="$OUT/failpoints/workload-update-guard" built=""
   (cd "$REPO_ROOT" && cargo build --locked --bin workload-update-guard --examples --features failpoints) \
     || die "cargo build --features failpoints failed"
+  local f
+  while IFS= read -r f; do
+    [[ "$f" != *.d && -x "$f" ]] || continue
+    if grep -q pause-after-write "$f" && ! grep -q -- --test-threads "$f"; then built="$f"; break; fi
+  done < <(ls -t "$REPO_ROOT"/target/debug/deps/workload_update_guard-*)
+  [[ -n "$built" ]] || die "the failpoints build left no binary in target/debug/deps"
   mkdir -p "$(dirname "$bin")"
-  cp "$REPO_ROOT/target/debug/workload-update-guard" "$bin"
+  cp "$built" "$bin"
   strip "$bin"
   grep -q pause-after-write "$bin" || die "the test binary has no failpoints compiled in"
   image_of "$name" "$bin" "$REPO_ROOT/Dockerfile"
