@@ -1,5 +1,6 @@
-//! The one waiting loop, of the resident guard and of the armed `post`: each pass reads and
-//! [`decide`]s; the resident guard acts on it (`crate::phase::watch`), the armed `post` restores
+//! The one waiting loop, of the resident guard and of the armed `post`: each pass reads, and the
+//! loop's state takes its step on what it read ([`LoopState::step`]: the decision, and whether to
+//! act on it now); the resident guard acts on it (`crate::phase::watch`), the armed `post` restores
 //! once. Nothing is kept between upgrades but what the objects say: a new pod goes on where the
 //! last one stopped.
 

@@ -97,7 +97,7 @@ impl LoopState {
 
     /// What an act came to (`Err`: its error, in words): `pre` runs once per upgrade (the
     /// upgrade is remembered once it has succeeded), a failed act is tried again soon, one that
-    /// succeeded is not run again on the read it leaves ([`next`]).
+    /// succeeded is not run again on the read it leaves (`next`).
     pub fn after_act(&mut self, decision: &Decision, result: Result<(), String>, at: Duration) {
         if let Decision::Suspend { upgrade, .. } | Decision::Resuspend { upgrade, .. } = decision {
             self.last_pre = Some(match &result {
