@@ -40,11 +40,12 @@ resident_run() {
   original="$(resident_methods)"
   mkdir -p "$work/resident"
   port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+  # Before the start: its first requests come within milliseconds of it.
+  local started
+  started=$(audit_lines)
   PHASE=watch WATCH_STATE_DIR="$work/resident" TERMINATION_MESSAGE_PATH="" RUST_LOG=info \
     METRICS_PORT="$port" "$BIN" >/dev/null 2>"$work/resident.log" &
   pid=$!
-  local started
-  started=$(audit_lines)
   sleep 30
   before=$(audit_lines)
   sed -n "$((started + 1)),${before}p" "$dir/audit.log" > "$work/audit-resident-start.log"
