@@ -1,12 +1,11 @@
-//! The waiting loop's I/O for what `plan::watch_decision`, `retirement` and `monitoring` decide.
+//! The waiting loop's I/O for what `plan::acting`, `retirement` and `monitoring` decide.
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use serde_json::Value;
 use tokio::time::Instant;
 use tracing::info;
 
 use super::{Loop, OFFER_EVERY, Offer, Pass, SAY_EVERY};
-use k8s_openapi::api::core::v1::ObjectReference;
-
 use crate::cluster::{EventKind, regarding};
 use crate::error::Error;
 use crate::model::Kind;
@@ -40,16 +39,9 @@ impl Loop<'_> {
         let decision = &pass.decision;
         let kubevirt = pass.objects.kubevirt.as_ref();
         let now = Instant::now();
-        let changed = self
-            .said
-            .decision
-            .is_none_or(|(kind, _)| kind != decision.kind());
-        if changed
-            || self
-                .said
-                .decision
-                .is_some_and(|(_, at)| now - at >= SAY_EVERY)
-        {
+        let last = self.said.decision;
+        let changed = last.is_none_or(|(kind, _)| kind != decision.kind());
+        if changed || last.is_some_and(|(_, at)| now - at >= SAY_EVERY) {
             let line = decision.line();
             info!(decision = decision.kind(), "{}: {line}", self.name());
             self.said.decision = Some((decision.kind(), now));
