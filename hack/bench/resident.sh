@@ -27,6 +27,19 @@ resident_until() {
   echo $(( ($(date +%s%N) - start) / 1000000 ))
 }
 
+# resident_upgrade NAME STATE: a modelled Upgrade to v1.7.1, Harvester's latest, in STATE.
+resident_upgrade() {
+  "$KUBECTL" -n harvester-system create -f - >/dev/null <<YAML
+apiVersion: harvesterhci.io/v1beta1
+kind: Upgrade
+metadata:
+  name: $1
+  namespace: harvester-system
+  labels: {harvesterhci.io/latestUpgrade: "true", harvesterhci.io/upgradeState: $2}
+spec: {version: v1.7.1}
+YAML
+}
+
 # resident_scrape PORT: one GET /metrics, its body on stdout (python3: no curl needed).
 resident_scrape() {
   python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())' \
@@ -62,15 +75,7 @@ resident_run() {
   local rss hwm
   rss=$(awk '/^VmRSS/ {print $2}' "/proc/$pid/status")
   hwm=$(awk '/^VmHWM/ {print $2}' "/proc/$pid/status")
-  "$KUBECTL" -n harvester-system create -f - >/dev/null <<YAML
-apiVersion: harvesterhci.io/v1beta1
-kind: Upgrade
-metadata:
-  name: hvst-upgrade-bench
-  namespace: harvester-system
-  labels: {harvesterhci.io/latestUpgrade: "true", harvesterhci.io/upgradeState: PreparingLoggingInfra}
-spec: {version: v1.7.1}
-YAML
+  resident_upgrade hvst-upgrade-bench PreparingLoggingInfra
   local suspend_ms restore_ms
   suspend_ms=$(resident_until "[]")
   "$KUBECTL" -n harvester-system label upgrades.harvesterhci.io hvst-upgrade-bench --overwrite \
@@ -93,15 +98,7 @@ resident_restore_due() {
   run guard pre resident
   # After the record's second: an upgrade created in it counts as before the suspension.
   sleep 1.1
-  "$KUBECTL" -n harvester-system create -f - >/dev/null <<YAML
-apiVersion: harvesterhci.io/v1beta1
-kind: Upgrade
-metadata:
-  name: hvst-upgrade-due
-  namespace: harvester-system
-  labels: {harvesterhci.io/latestUpgrade: "true", harvesterhci.io/upgradeState: Succeeded}
-spec: {version: v1.7.1}
-YAML
+  resident_upgrade hvst-upgrade-due Succeeded
   started=$(audit_lines)
   PHASE=watch WATCH_STATE_DIR="$work/resident" TERMINATION_MESSAGE_PATH="" RUST_LOG=info \
     METRICS_PORT=0 "$BIN" >/dev/null 2>"$work/resident-due.log" &

@@ -20,18 +20,13 @@ pub enum EventKind {
     Warning,
 }
 
-/// An object of `about`'s kind as an Event names it: its namespace, name, uid and
-/// resourceVersion, as read.
-pub fn regarding(about: Kind, object: &Value) -> ObjectReference {
-    let (namespace, name, uid, resource_version) = fields::reference(object);
+/// `object` (its namespace, name, uid and resourceVersion, as read), of `about`'s kind, as an
+/// Event names it.
+pub fn regarding(about: Kind, object: ObjectReference) -> ObjectReference {
     ObjectReference {
         api_version: Some(about.api_version().into()),
         kind: Some(about.name().into()),
-        name,
-        namespace,
-        uid,
-        resource_version,
-        ..Default::default()
+        ..object
     }
 }
 
@@ -65,8 +60,8 @@ impl Cluster {
         reason: &str,
         note: &str,
     ) -> Result<(), String> {
-        self.event_about(regarding(Kind::KubeVirt, kubevirt), kind, reason, note)
-            .await
+        let about = regarding(Kind::KubeVirt, fields::reference(kubevirt));
+        self.event_about(about, kind, reason, note).await
     }
 
     /// On an Upgrade, `kubectl describe upgrade` then says why it waits.

@@ -84,9 +84,9 @@ impl LoopState {
         let decision = decide(upgrade, plans, anything_ours, since, suspends, memory);
         let decision = answer_turned_on(decision, kubevirt, upgrade, plans, suspends);
         let held_changed = self.memory.held != held_before;
-        let inputs = ActInputs::of(kubevirt, chart, upgrade, plans);
+        let inputs = || ActInputs::of(kubevirt, chart, upgrade, plans);
         let acted = self.acted.take();
-        let (next, acted) = next(&decision, &inputs, acted, now.loop_time, resync);
+        let (next, acted) = next(&decision, inputs, acted, now.loop_time, resync);
         self.acted = acted;
         Step {
             decision,
@@ -199,10 +199,11 @@ pub enum Next {
 }
 
 /// The pass's decision and what it read, with the last act, to what now and the act
-/// remembered. `now`: the loop's clock; `resync`: `WATCH_RESYNC_SECONDS`.
+/// remembered. `now`: the loop's clock; `resync`: `WATCH_RESYNC_SECONDS`. What the pass read is
+/// taken apart (`read`) only where the decision is the last act's: most passes are waits.
 fn next(
     decision: &Decision,
-    read: &ActInputs,
+    read: impl FnOnce() -> ActInputs,
     acted: Option<Acted>,
     now: Duration,
     resync: Duration,
@@ -213,12 +214,13 @@ fn next(
     let Some(acted) = acted.filter(|a| a.decision == *decision) else {
         return (Next::Act, None);
     };
+    let read = read();
     match &acted.after {
         None => {
-            let after = Some(read.clone());
+            let after = Some(read);
             (Next::SameRightAfter, Some(Acted { after, ..acted }))
         }
-        Some(after) if after == read && now.saturating_sub(acted.at) < resync => {
+        Some(after) if *after == read && now.saturating_sub(acted.at) < resync => {
             (Next::AlreadyActed, Some(acted))
         }
         Some(_) => (Next::Act, None),
@@ -263,14 +265,14 @@ mod tests {
         let acted = Some(Acted::now(restore(), Duration::from_secs(10)));
         let s = Duration::from_secs;
         // The read right after it: said, not run.
-        let (next1, acted) = next(&restore(), &read(&left), acted, s(11), RESYNC);
+        let (next1, acted) = next(&restore(), || read(&left), acted, s(11), RESYNC);
         assert_eq!(next1, Next::SameRightAfter);
         // The watch event of its own write, KubeVirt's status moving: nothing.
         let moved = kubevirt(json!([]), "9", 7);
-        let (next2, acted) = next(&restore(), &read(&moved), acted, s(12), RESYNC);
+        let (next2, acted) = next(&restore(), || read(&moved), acted, s(12), RESYNC);
         assert_eq!(next2, Next::AlreadyActed);
         // The resync: run again.
-        let (next3, acted) = next(&restore(), &read(&moved), acted, s(310), RESYNC);
+        let (next3, acted) = next(&restore(), || read(&moved), acted, s(310), RESYNC);
         assert_eq!((next3, acted), (Next::Act, None));
     }
 
@@ -280,14 +282,14 @@ mod tests {
         let acted = Some(Acted::now(restore(), s(10)));
         let (_, acted) = next(
             &restore(),
-            &read(&kubevirt(json!([]), "8", 3)),
+            || read(&kubevirt(json!([]), "8", 3)),
             acted,
             s(11),
             RESYNC,
         );
         let edited = kubevirt(json!(["LiveMigrate"]), "9", 3);
         assert_eq!(
-            next(&restore(), &read(&edited), acted, s(12), RESYNC).0,
+            next(&restore(), || read(&edited), acted, s(12), RESYNC).0,
             Next::Act
         );
     }
@@ -296,18 +298,24 @@ mod tests {
     fn another_decision_or_none_remembered_acts_and_a_wait_forgets() {
         let s = Duration::from_secs;
         let kv = read(&kubevirt(json!([]), "8", 3));
-        assert_eq!(next(&restore(), &kv, None, s(1), RESYNC).0, Next::Act);
+        assert_eq!(
+            next(&restore(), || kv.clone(), None, s(1), RESYNC).0,
+            Next::Act
+        );
         let suspend = Decision::Suspend {
             upgrade: "u".into(),
             describe: "the Upgrade u".into(),
         };
         let acted = Some(Acted::now(suspend, s(0)));
         assert_eq!(
-            next(&restore(), &kv, acted.clone(), s(1), RESYNC).0,
+            next(&restore(), || kv.clone(), acted.clone(), s(1), RESYNC).0,
             Next::Act
         );
         let wait = Decision::Wait(Wait::Idle);
-        assert_eq!(next(&wait, &kv, acted, s(1), RESYNC), (Next::Nothing, None));
+        assert_eq!(
+            next(&wait, || kv.clone(), acted, s(1), RESYNC),
+            (Next::Nothing, None)
+        );
     }
 
     fn under_way(name: &str) -> Upgrade {
@@ -401,7 +409,7 @@ mod tests {
             for (i, (gap, outdated)) in steps.into_iter().enumerate() {
                 now += Duration::from_secs(gap);
                 let kv = kubevirt(json!([]), &i.to_string(), outdated);
-                let (n, kept) = next(&restore(), &read(&kv), acted, now, RESYNC);
+                let (n, kept) = next(&restore(), || read(&kv), acted, now, RESYNC);
                 acted = kept;
                 if n == Next::Act {
                     if let Some(last) = acts.last() {

@@ -6,6 +6,7 @@
 //! (the methods, the values override, our records) is checked where it is planned
 //! (`records::methods`, `json::lookup`).
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
@@ -58,23 +59,18 @@ pub fn identity(object: &Value) -> (String, String, String) {
     (kind, metadata.namespace, metadata.name)
 }
 
-/// Namespace, name, uid and resourceVersion, where the object has them (an Event's `regarding`).
-pub fn reference(
-    object: &Value,
-) -> (
-    Option<String>,
-    Option<String>,
-    Option<String>,
-    Option<String>,
-) {
+/// Namespace, name, uid and resourceVersion, where the object has them (an Event's
+/// `regarding`, whose kind the caller knows).
+pub fn reference(object: &Value) -> ObjectReference {
     let meta = named(object).metadata;
     let some = |s: String| Some(s).filter(|s| !s.is_empty());
-    (
-        some(meta.namespace),
-        some(meta.name),
-        meta.uid,
-        meta.resource_version,
-    )
+    ObjectReference {
+        namespace: some(meta.namespace),
+        name: some(meta.name),
+        uid: meta.uid,
+        resource_version: meta.resource_version,
+        ..ObjectReference::default()
+    }
 }
 
 /// `metadata.generation`.

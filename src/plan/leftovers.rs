@@ -9,10 +9,12 @@ use serde_json::Value;
 
 use super::chart::{compare_list, find_pointer};
 use super::json::{annotation, lookup};
-use super::records::{Added, CompareRecord, describe, is_suspended, read_record};
+use super::records::{
+    Added, CompareRecord, describe, is_suspended, methods_as_they_are, read_record,
+};
 use crate::model::{
-    COMPARE_RECORD, FIELD_MANAGER, KUBEVIRT_COPY, KUBEVIRT_RECORD, Kind, METHODS_PATH,
-    OWNERS_TO_RETURN, ObjectKey, Target, VALUES_PATH, VALUES_RECORD,
+    COMPARE_RECORD, FIELD_MANAGER, KUBEVIRT_COPY, KUBEVIRT_RECORD, Kind, OWNERS_TO_RETURN,
+    ObjectKey, Target, VALUES_PATH, VALUES_RECORD,
 };
 use crate::vocabulary::{Intent, Phase, Steps};
 use crate::warnings::{LEFT_BY_SKIPPED_STEP, Warning};
@@ -20,7 +22,7 @@ use crate::warnings::{LEFT_BY_SKIPPED_STEP, Warning};
 /// A record that does not parse counts: it is ours all the same.
 pub fn kubevirt_ours(kv: &Value) -> Vec<String> {
     let mut out = Vec::new();
-    let methods = lookup(kv, METHODS_PATH).ok().flatten().cloned();
+    let methods = methods_as_they_are(kv);
     if annotation(kv, KUBEVIRT_RECORD).is_some() {
         if is_suspended(&methods) {
             out.push("the methods [] that pre set".to_string());
@@ -128,7 +130,7 @@ pub fn leftovers(
     let mut out = Vec::new();
     if let Some(kv) = kubevirt.filter(|_| !intent.steps.kubevirt) {
         let target = Target::new(Kind::KubeVirt, &intent.keys.kubevirt);
-        let methods = lookup(kv, METHODS_PATH).ok().flatten().cloned();
+        let methods = methods_as_they_are(kv);
         let effect = match is_suspended(&methods) {
             true => "Automated workload updates stay OFF on the CR. ",
             false => "",

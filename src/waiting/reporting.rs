@@ -9,6 +9,7 @@ use super::{Loop, OFFER_EVERY, Offer, Pass, SAY_EVERY};
 use crate::cluster::{EventKind, regarding};
 use crate::error::Error;
 use crate::model::Kind;
+use crate::plan::fields;
 use crate::plan::harvester_upgrade::ALLOW_UNPROTECTED;
 use crate::plan::monitoring;
 use crate::plan::ownership::anything_of_ours;
@@ -50,7 +51,7 @@ impl Loop<'_> {
             && self.suspends
             && let (Some(kv), Some(note)) = (kubevirt, decision.event())
         {
-            let about = regarding(Kind::KubeVirt, kv);
+            let about = regarding(Kind::KubeVirt, fields::reference(kv));
             self.event(about, EventKind::Normal, RESIDENT, &note).await;
         }
         if let Decision::Hold { why, .. } = decision
@@ -178,7 +179,7 @@ impl Loop<'_> {
         info!(reason = NO_LONGER_NEEDED, "resident guard: {line}");
         if let Some(kv) = &pass.objects.kubevirt {
             let normal = EventKind::Normal;
-            let about = regarding(Kind::KubeVirt, kv);
+            let about = regarding(Kind::KubeVirt, fields::reference(kv));
             self.event(about, normal, NO_LONGER_NEEDED, &line).await;
         }
     }
@@ -209,14 +210,13 @@ impl Loop<'_> {
         }
         self.warn(seen.kubevirt, &said).await;
         if let Some(u) = &pass.view.upgrade {
-            let about = ObjectReference {
-                api_version: Some(Kind::Upgrade.api_version().into()),
-                kind: Some(Kind::Upgrade.name().into()),
+            let upgrade = ObjectReference {
                 namespace: Some(u.namespace.clone()),
                 name: Some(u.name.clone()),
                 uid: Some(u.uid.clone()),
-                ..Default::default()
+                ..ObjectReference::default()
             };
+            let about = regarding(Kind::Upgrade, upgrade);
             let note = &said.message;
             self.event(about, EventKind::Warning, said.reason, note)
                 .await;
