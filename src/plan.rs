@@ -28,6 +28,7 @@ pub mod suspenders;
 #[cfg(test)]
 pub(crate) mod testing;
 pub mod upgrade_progress;
+pub mod upgrade_record;
 pub mod watch_decision;
 
 pub use order::{plan_phase, plan_step, steps};

@@ -12,7 +12,7 @@ use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
 /// `None` where the field is of another type than `T` (as a read by hand would take it).
-fn lenient<'de, D: Deserializer<'de>, T: serde::de::DeserializeOwned>(
+pub(crate) fn lenient<'de, D: Deserializer<'de>, T: serde::de::DeserializeOwned>(
     d: D,
 ) -> Result<Option<T>, D::Error> {
     let value = Value::deserialize(d)?;
@@ -20,7 +20,7 @@ fn lenient<'de, D: Deserializer<'de>, T: serde::de::DeserializeOwned>(
 }
 
 /// A text field: empty where absent or not a string.
-fn text<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+pub(crate) fn text<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     Ok(lenient(d)?.unwrap_or_default())
 }
 
