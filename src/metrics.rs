@@ -19,6 +19,7 @@ use tracing::{debug, error, info, warn};
 
 use crate::plan::monitoring::Gauges;
 use crate::plan::releases;
+use crate::plan::upgrade_record::Record;
 use crate::vocabulary::Phase;
 
 pub const PREFIX: &str = "workload_update_guard";
@@ -39,6 +40,9 @@ struct Families {
     fleet_deploy_blocked: Gauge,
     outdated_vmis: Gauge,
     last_successful_read: Gauge,
+    last_upgrade_failed_migrations: Gauge,
+    last_upgrade_shut_down_vms: Gauge,
+    last_upgrade_saved_migrations: Gauge,
 }
 
 type Labels<const N: usize> = [(&'static str, String); N];
@@ -47,6 +51,8 @@ pub struct Metrics {
     registry: Registry,
     gauges: Families,
     acts: Family<Labels<2>, Counter>,
+    /// The last upgrade's live migrations by cause (its record's figures).
+    last_upgrade_migrations: Family<Labels<1>, Gauge>,
 }
 
 impl Metrics {
@@ -96,7 +102,22 @@ impl Metrics {
                 "last_successful_read_timestamp_seconds",
                 "Unix time of the last pass that read every object the guard watches",
             ),
+            last_upgrade_failed_migrations: gauge(
+                "last_upgrade_failed_migrations",
+                "The last upgrade's live migrations that failed (its record, in the guard's ConfigMap)",
+            ),
+            last_upgrade_shut_down_vms: gauge(
+                "last_upgrade_shut_down_vms",
+                "The last upgrade's VMs shut down instead of live-migrated (its record names them, with their reasons)",
+            ),
+            last_upgrade_saved_migrations: gauge(
+                "last_upgrade_saved_migrations",
+                "The workload-update live migrations the last upgrade's suspension spared: the outdated live-migratable VMIs once KubeVirt was upgraded, less those the updater made anyway",
+            ),
         };
+        let last_upgrade_migrations = Family::default();
+        let help = "The last upgrade's live migrations by cause: workload_update (during it), after_restore (the updater's wave once updates were back on), evacuation (the drains), other";
+        registry.register("last_upgrade_migrations", help, last_upgrade_migrations.clone());
         let acts = Family::default();
         let help = "Runs of pre and post by the resident guard, by result";
         registry.register("acts", help, acts.clone());
@@ -120,7 +141,27 @@ impl Metrics {
             registry,
             gauges,
             acts,
+            last_upgrade_migrations,
         }
+    }
+
+    /// The figures of the last upgrade's record, open or complete.
+    pub fn recorded(&self, r: &Record) {
+        let m = &r.migrations;
+        let causes = [
+            ("workload_update", m.workload_update),
+            ("after_restore", r.after_restore.workload_update),
+            ("evacuation", m.evacuation),
+            ("other", m.other),
+        ];
+        for (cause, n) in causes {
+            let labels = [("cause", cause.to_string())];
+            self.last_upgrade_migrations.get_or_create(&labels).set(n as i64);
+        }
+        let g = &self.gauges;
+        g.last_upgrade_failed_migrations.set(m.failed as i64);
+        g.last_upgrade_shut_down_vms.set(r.shut_down.total as i64);
+        g.last_upgrade_saved_migrations.set(r.saved as i64);
     }
 
     pub fn show(&self, seen: &Gauges) {

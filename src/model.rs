@@ -43,6 +43,10 @@ pub const VALUES_PATH: &[&str] = &[
 pub const COMPARE_PATH: &[&str] = &["spec", "diff", "comparePatches"];
 
 /// Migrations that KubeVirt's workload updater creates carry this name prefix.
+/// The guard's ConfigMap of the upgrades' records, in the KubeVirt CR's namespace (the chart
+/// creates it, and keeps it at an uninstall).
+pub const RECORDS_CONFIGMAP: &str = "workload-update-guard-upgrades";
+
 pub const MIGRATION_PREFIX: &str = "kubevirt-workload-update-";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,6 +66,7 @@ pub enum Kind {
     Version,
     Setting,
     UpgradePlan,
+    ConfigMap,
 }
 
 impl Kind {
@@ -87,6 +92,7 @@ impl Kind {
                 "UpgradePlan",
                 "upgradeplans",
             ),
+            Kind::ConfigMap => ("v1", "ConfigMap", "configmaps"),
         }
     }
 
@@ -103,7 +109,9 @@ impl Kind {
     }
 
     pub fn resource(self) -> ApiResource {
-        let (group, version) = self.api_version().split_once('/').expect("group/version");
+        // The core group has none: `v1`.
+        let api_version = self.api_version();
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
         let gvk = GroupVersionKind::gvk(group, version, self.name());
         ApiResource::from_gvk_with_plural(&gvk, self.plural())
     }

@@ -28,6 +28,7 @@ use crate::upgrades::{self, View};
 use crate::vocabulary::{Objects, Phase};
 
 mod armed_post;
+mod recording;
 mod reporting;
 
 pub use armed_post::armed;
@@ -75,6 +76,8 @@ struct Said {
     unprotected: Option<UnprotectedKey>,
     /// The claim a Fleet deploy waits on, said last (its manager and the Bundle's generation).
     blocked: Option<String>,
+    /// Why the upgrade's record could not be kept, said last.
+    record_not_kept: Option<String>,
 }
 
 /// What the resident guard watches, each kind's place in `Loop::watches`.
@@ -116,6 +119,10 @@ pub(crate) struct Loop<'a> {
     offer: Option<Offer>,
     /// What it has said (`reporting`), so that it says each fact once.
     said: Said,
+    /// The record of the upgrade under way, while one is (`recording`).
+    recording: Option<recording::Recording>,
+    /// The last record kept has been read (its gauges, at the start).
+    records_read: bool,
     started: Instant,
 }
 
@@ -137,6 +144,8 @@ impl<'a> Loop<'a> {
             watches: [None, None, None],
             offer: None,
             said: Said::default(),
+            recording: None,
+            records_read: false,
             started: Instant::now(),
         }
     }
@@ -287,6 +296,9 @@ impl<'a> Loop<'a> {
             resync.min(WATCH_FAILING_PAUSE)
         } else if self.state.act_failed {
             resync.min(ACT_RETRY_PAUSE)
+        } else if self.recording.is_some() {
+            // The record is kept while it changes, and closed after the wave's window.
+            resync.min(recording::KEEP_EVERY)
         } else {
             resync
         }

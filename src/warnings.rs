@@ -29,6 +29,7 @@ pub const HELD_AFTER_FAILURE: &str = "SuspensionHeldAfterFailedUpgrade";
 pub const UPGRADE_HELD_BY_POLICY: &str = "UpgradeHeldByPolicy";
 pub const UPGRADE_UNPROTECTED: &str = "UpgradeUnprotected";
 pub const TURNED_ON_DURING_UPGRADE: &str = "WorkloadUpdatesTurnedOnDuringUpgrade";
+pub const RECORD_NOT_KEPT: &str = "UpgradeRecordNotKept";
 pub const EVENTS_NOT_RECORDED: &str = "EventsNotRecorded";
 
 // The Normal Events' reasons.
@@ -37,6 +38,7 @@ pub const NOT_NEEDED: &str = "WorkloadUpdateGuardNotNeeded";
 pub const RESIDENT: &str = "ResidentGuardDecided";
 pub const NO_LONGER_NEEDED: &str = "WorkloadUpdateGuardNoLongerNeeded";
 pub const RESTORED: &str = "WorkloadUpdatesRestored";
+pub const RECORDED: &str = "UpgradeRecorded";
 
 #[cfg(test)]
 mod tests {

@@ -14,8 +14,8 @@
 //! attempts). A list or watch sent to a server still starting can hang, though, which no backoff
 //! sees: so a watch that errs says so (`failing`, one wake-up), and the loop replaces it.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
 use futures::stream::BoxStream;
@@ -27,6 +27,7 @@ use tracing::{debug, info, warn};
 
 use super::Cluster;
 use crate::model::Kind;
+use crate::plan::upgrade_record::{Listed, MigrationSeen, Seen, Tally, VmiSeen};
 
 /// A watch running in its own task (stopped when this is dropped): `failing` while its last
 /// event was an error (no successful list or event since).
@@ -118,6 +119,76 @@ impl Cluster {
             settled,
             task,
         }
+    }
+}
+
+impl Cluster {
+    /// A watch of every migration or VMI, while an upgrade's record is open: each event read
+    /// into the few fields the record counts (`plan::upgrade_record`), the object dropped. It
+    /// wakes nothing: the loop keeps the record at its passes.
+    pub fn count_into(&self, kind: Kind, tally: Arc<Mutex<Tally>>) -> Watcher {
+        let api = super::objects::api(&self.watch_client, kind, None);
+        let backoff = watcher::ExponentialBackoff::from(super::retry::backoff());
+        let config = watcher::Config::default().any_semantic();
+        let events = watcher::watcher(api, config).backoff(backoff).boxed();
+        let failing = Arc::<AtomicBool>::default();
+        let (settle, settled) = watch::channel(false);
+        let task = tokio::spawn(count_events(events, kind, tally, Arc::clone(&failing), settle));
+        Watcher {
+            failing,
+            first_list_wakes: Arc::default(),
+            settled,
+            task,
+        }
+    }
+}
+
+async fn count_events(
+    mut events: BoxStream<'static, watcher::Result<Event<DynamicObject>>>,
+    kind: Kind,
+    tally: Arc<Mutex<Tally>>,
+    failing: Arc<AtomicBool>,
+    settle: watch::Sender<bool>,
+) {
+    let list = if kind == Kind::Migration {
+        Listed::Migrations
+    } else {
+        Listed::Vmis
+    };
+    let seen = |object: DynamicObject, deleted: bool| {
+        let object = serde_json::to_value(object).expect("objects serialize");
+        match (kind == Kind::Migration, deleted) {
+            (true, false) => Seen::Migration(MigrationSeen::read(&object)),
+            (true, true) => Seen::MigrationDeleted(MigrationSeen::read(&object)),
+            (false, false) => Seen::Vmi(VmiSeen::read(&object)),
+            (false, true) => Seen::VmiDeleted(VmiSeen::read(&object)),
+        }
+    };
+    while let Some(event) = events.next().await {
+        let seen = match event {
+            Ok(Event::Init) => Seen::ListBegins(list),
+            Ok(Event::InitDone) => {
+                settle.send_replace(true);
+                Seen::ListDone(list)
+            }
+            Ok(Event::InitApply(o) | Event::Apply(o)) => seen(o, false),
+            Ok(Event::Delete(o)) => seen(o, true),
+            Err(e) => {
+                failing.store(true, Relaxed);
+                settle.send_replace(true);
+                if let watcher::Error::InitialListFailed(kube::Error::Api(s))
+                | watcher::Error::WatchStartFailed(kube::Error::Api(s)) = &e
+                    && matches!(s.code, 403 | 404)
+                {
+                    warn!(kind = ?kind, code = s.code, "the upgrade's record: not watched ({}); its figures of this kind stay 0", s.message);
+                    break;
+                }
+                debug!(kind = ?kind, error = %e, "watch error; it backs off and resumes");
+                continue;
+            }
+        };
+        failing.store(false, Relaxed);
+        tally.lock().expect("no panic holds the tally").observe(seen);
     }
 }
 

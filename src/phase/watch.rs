@@ -44,6 +44,7 @@ pub async fn resident_guard(
         };
         match pass {
             Ok(p) => {
+                lp.record(&p).await;
                 lp.say_retirement(&p).await;
                 lp.say_blocked_deploy(&p).await;
                 match p.next {

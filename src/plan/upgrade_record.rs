@@ -511,9 +511,10 @@ pub fn resumable(records: &[Record], u: &UnderWay) -> Option<Record> {
 }
 
 /// The patch that keeps `record` in the ConfigMap as read: in place of its earlier self, else
-/// appended; the oldest dropped beyond [`KEPT`]. A key that does not parse is replaced.
+/// appended; the oldest dropped beyond [`KEPT`]. A key that does not parse is refused, not
+/// overwritten (an operator's edit gone wrong is theirs to see).
 pub fn save_plan(configmap: &Value, record: &Record) -> Result<Plan, Malformed> {
-    let mut records = kept(configmap).unwrap_or_default();
+    let mut records = kept(configmap)?;
     let same = |r: &Record| r.upgrade == record.upgrade && r.started == record.started;
     match records.iter_mut().find(|r| same(r)) {
         Some(r) => *r = record.clone(),

@@ -163,6 +163,7 @@ async fn the_chart_passes_server_side_dry_run() {
         BTreeSet::from([
             "clusterrole",
             "clusterrolebinding",
+            "configmap",
             "deployment",
             "job",
             "networkpolicy",
@@ -319,6 +320,7 @@ fn the_rbac_is_the_writers_and_the_watch_and_nothing_more() {
             json!({"apiGroups": ["batch"], "resources": ["jobs"], "resourceNames": ["workload-update-guard-post-armed"], "verbs": ["get"]}),
             json!({"apiGroups": ["harvesterhci.io"], "resources": ["upgrades"], "verbs": ["list", "watch"]}),
             json!({"apiGroups": ["harvesterhci.io"], "resources": ["versions"], "verbs": ["get", "list"]}),
+            json!({"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["workload-update-guard-upgrades"], "verbs": ["get", "patch"]}),
         ]
     );
     assert_eq!(
@@ -330,8 +332,8 @@ fn the_rbac_is_the_writers_and_the_watch_and_nothing_more() {
     assert_eq!(
         rules("ClusterRole", None),
         [
-            json!({"apiGroups": ["kubevirt.io"], "resources": ["virtualmachineinstancemigrations"], "verbs": ["list"]}),
-            json!({"apiGroups": ["kubevirt.io"], "resources": ["virtualmachineinstances"], "verbs": ["list"]}),
+            json!({"apiGroups": ["kubevirt.io"], "resources": ["virtualmachineinstancemigrations"], "verbs": ["list", "watch"]}),
+            json!({"apiGroups": ["kubevirt.io"], "resources": ["virtualmachineinstances"], "verbs": ["list", "watch"]}),
             json!({"apiGroups": ["harvesterhci.io"], "resources": ["settings"], "resourceNames": ["server-version"], "verbs": ["get"]}),
             json!({"apiGroups": ["management.harvesterhci.io"], "resources": ["upgradeplans"], "verbs": ["list", "watch"]}),
         ]
@@ -417,6 +419,19 @@ async fn the_service_account_may_watch_and_write_only_its_two_objects() {
         &["list", "upgradeplans.management.harvesterhci.io"],
         &["watch", "upgradeplans.management.harvesterhci.io"],
         &["-A", "list", "virtualmachineinstancemigrations.kubevirt.io"],
+        &["-A", "watch", "virtualmachineinstancemigrations.kubevirt.io"],
+        &[
+            "-n",
+            NS,
+            "get",
+            "configmaps/workload-update-guard-upgrades",
+        ],
+        &[
+            "-n",
+            NS,
+            "patch",
+            "configmaps/workload-update-guard-upgrades",
+        ],
     ];
     let refused: &[&[&str]] = &[
         &["-n", NS, "get", "kubevirts.kubevirt.io/other"],
@@ -454,6 +469,21 @@ async fn the_service_account_may_watch_and_write_only_its_two_objects() {
         &["-n", NS, "get", "jobs.batch/other"],
         &["-n", NS, "list", "jobs.batch"],
         &["-n", NS, "delete", "events.events.k8s.io/x"],
+        &["-n", NS, "get", "configmaps/other"],
+        &["-n", NS, "list", "configmaps"],
+        &["-n", NS, "create", "configmaps"],
+        &[
+            "-n",
+            NS,
+            "delete",
+            "configmaps/workload-update-guard-upgrades",
+        ],
+        &[
+            "-n",
+            "default",
+            "patch",
+            "virtualmachineinstancemigrations.kubevirt.io/x",
+        ],
     ];
     for args in allowed {
         assert!(can(args), "allowed: {args:?}");
@@ -461,7 +491,8 @@ async fn the_service_account_may_watch_and_write_only_its_two_objects() {
     for args in refused {
         assert!(!can(args), "refused: {args:?}");
     }
-    // The forecast's VMIs: listed, never read one by one, watched or changed. Their CRD is not on
+    // The VMIs: listed (the forecast) and watched (an upgrade's record), never read one by one
+    // or changed. Their CRD is not on
     // this control plane, so kubectl cannot map the name: the authorizer is asked directly.
     let may = |verb: &str, namespace: &str| -> bool {
         let review = json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
@@ -472,7 +503,8 @@ async fn the_service_account_may_watch_and_write_only_its_two_objects() {
         pipe(cmd, &review.to_string()).trim() == "true"
     };
     assert!(may("list", ""), "list VMIs in all namespaces");
-    for verb in ["get", "watch", "patch", "delete"] {
+    assert!(may("watch", ""), "watch VMIs in all namespaces");
+    for verb in ["get", "patch", "delete"] {
         assert!(!may(verb, "default"), "{verb} VMIs");
     }
 }
