@@ -117,7 +117,11 @@ impl Metrics {
         };
         let last_upgrade_migrations = Family::default();
         let help = "The last upgrade's live migrations by cause: workload_update (during it), after_restore (the updater's wave once updates were back on), evacuation (the drains), other";
-        registry.register("last_upgrade_migrations", help, last_upgrade_migrations.clone());
+        registry.register(
+            "last_upgrade_migrations",
+            help,
+            last_upgrade_migrations.clone(),
+        );
         let acts = Family::default();
         let help = "Runs of pre and post by the resident guard, by result";
         registry.register("acts", help, acts.clone());
@@ -156,7 +160,9 @@ impl Metrics {
         ];
         for (cause, n) in causes {
             let labels = [("cause", cause.to_string())];
-            self.last_upgrade_migrations.get_or_create(&labels).set(n as i64);
+            self.last_upgrade_migrations
+                .get_or_create(&labels)
+                .set(n as i64);
         }
         let g = &self.gauges;
         g.last_upgrade_failed_migrations.set(m.failed as i64);

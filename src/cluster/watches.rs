@@ -133,7 +133,13 @@ impl Cluster {
         let events = watcher::watcher(api, config).backoff(backoff).boxed();
         let failing = Arc::<AtomicBool>::default();
         let (settle, settled) = watch::channel(false);
-        let task = tokio::spawn(count_events(events, kind, tally, Arc::clone(&failing), settle));
+        let task = tokio::spawn(count_events(
+            events,
+            kind,
+            tally,
+            Arc::clone(&failing),
+            settle,
+        ));
         Watcher {
             failing,
             first_list_wakes: Arc::default(),
@@ -188,7 +194,10 @@ async fn count_events(
             }
         };
         failing.store(false, Relaxed);
-        tally.lock().expect("no panic holds the tally").observe(seen);
+        tally
+            .lock()
+            .expect("no panic holds the tally")
+            .observe(seen);
     }
 }
 

@@ -10,10 +10,11 @@ use crate::config::LogFormat;
 use crate::context::Run;
 use crate::error::Error;
 use crate::leftovers_check;
-use crate::model::{Kind, Target};
+use crate::model::{Kind, ObjectKey, RECORDS_CONFIGMAP, Target};
 use crate::outcome::Done;
 use crate::plan;
 use crate::plan::retirement;
+use crate::plan::upgrade_record;
 use crate::report::Report;
 use crate::upgrades;
 use crate::vocabulary::Objects;
@@ -120,7 +121,8 @@ fn judge_upgrades(report: &mut Report, view: &upgrades::View, objects: &Objects)
 async fn sections(run: &mut Run<'_>) -> String {
     let ns = &run.cfg.intent.keys.kubevirt.namespace;
     let armed = armed_lines(run.cluster.job(ns, ARMED_JOB).await.as_ref()).unwrap_or_default();
-    let resident = resident_lines(run).await;
+    let mut resident = resident_lines(run).await;
+    resident.extend(record_lines(run).await);
     if !armed.is_empty() {
         run.noted(vec![armed.join(" ")]);
     }
@@ -158,6 +160,42 @@ async fn resident_lines(run: &Run<'_>) -> Vec<String> {
         }
     }
     [decided].into_iter().chain(newer).collect()
+}
+
+/// The last upgrade's record, kept by the resident guard (none without it: nothing said).
+async fn record_lines(run: &Run<'_>) -> Vec<String> {
+    let ns = &run.cfg.intent.keys.kubevirt.namespace;
+    let key = ObjectKey {
+        namespace: ns.clone(),
+        name: RECORDS_CONFIGMAP.into(),
+    };
+    let records = match run.cluster.get(&Target::new(Kind::ConfigMap, &key)).await {
+        Ok(Some(cm)) => upgrade_record::kept(&cm).map_err(|e| e.to_string()),
+        Ok(None) => return Vec::new(),
+        Err(e) => Err(e.to_string()),
+    };
+    let records = match records {
+        Ok(records) => records,
+        Err(e) => {
+            return vec![format!(
+                "last upgrade  not read: ConfigMap {ns}/{RECORDS_CONFIGMAP}: {e}"
+            )];
+        }
+    };
+    let Some(last) = records.last() else {
+        return Vec::new();
+    };
+    let mut lines = vec![format!("last upgrade  {}", last.line())];
+    lines.extend(
+        last.details()
+            .into_iter()
+            .map(|l| format!("              {l}")),
+    );
+    lines.push(format!(
+        "              {} upgrades kept: kubectl -n {ns} get configmap {RECORDS_CONFIGMAP} -o jsonpath='{{.data.upgrades\\.json}}'",
+        records.len()
+    ));
+    lines
 }
 
 /// `None`: no such Job.

@@ -171,7 +171,10 @@ impl Loop<'_> {
             Ok(Written::Changed { .. } | Written::Unchanged { .. }) => {
                 self.said.record_not_kept = None;
             }
-            Ok(Written::Missing) => self.record_not_kept(&target, "it is missing", kubevirt).await,
+            Ok(Written::Missing) => {
+                self.record_not_kept(&target, "it is missing", kubevirt)
+                    .await
+            }
             Err(e) => {
                 let why = e.to_string();
                 self.record_not_kept(&target, &why, kubevirt).await;

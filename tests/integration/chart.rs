@@ -419,13 +419,12 @@ async fn the_service_account_may_watch_and_write_only_its_two_objects() {
         &["list", "upgradeplans.management.harvesterhci.io"],
         &["watch", "upgradeplans.management.harvesterhci.io"],
         &["-A", "list", "virtualmachineinstancemigrations.kubevirt.io"],
-        &["-A", "watch", "virtualmachineinstancemigrations.kubevirt.io"],
         &[
-            "-n",
-            NS,
-            "get",
-            "configmaps/workload-update-guard-upgrades",
+            "-A",
+            "watch",
+            "virtualmachineinstancemigrations.kubevirt.io",
         ],
+        &["-n", NS, "get", "configmaps/workload-update-guard-upgrades"],
         &[
             "-n",
             NS,

@@ -47,6 +47,8 @@ impl Guard {
         n: usize,
         extra: &[(&str, &str)],
     ) -> Guard {
+        // As the chart installs it.
+        create_records_configmap(kubeconfig, ns);
         let dir = tempfile_dir();
         let log = std::fs::File::create(dir.join(format!("guard-{n}.log"))).unwrap();
         let mut env = env_for(ns, "watch");

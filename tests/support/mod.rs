@@ -25,7 +25,7 @@ use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams}
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use serde_json::{Value, json};
-use workload_update_guard::model::{FIELD_MANAGER, Kind, METHODS_PATH};
+use workload_update_guard::model::{FIELD_MANAGER, Kind, METHODS_PATH, RECORDS_CONFIGMAP};
 use workload_update_guard::plan;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_workload-update-guard");
@@ -258,6 +258,7 @@ pub fn resource(kind: &str) -> ApiResource {
         Kind::Version,
         Kind::Setting,
         Kind::UpgradePlan,
+        Kind::ConfigMap,
     ]
     .into_iter()
     .find(|k| k.name() == kind)
@@ -299,6 +300,49 @@ pub async fn get_opt(client: &Client, kind: &str, ns: &str, name: &str) -> Optio
         .await
         .ok()
         .map(|o| serde_json::to_value(o).unwrap())
+}
+
+/// The guard's ConfigMap of the upgrades' records, as the chart creates it (no data); one that
+/// exists already is left as it is.
+pub fn create_records_configmap(kubeconfig: &Path, ns: &str) {
+    let bin_dir = script_output(&["bin-dir"], &[]).unwrap();
+    let out = Command::new(Path::new(&bin_dir).join("kubectl"))
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(["-n", ns, "create", "configmap", RECORDS_CONFIGMAP])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() || said.contains("AlreadyExists"),
+        "the records' ConfigMap: {said}"
+    );
+}
+
+/// The upgrades' records the guard keeps in `ns`, oldest first.
+pub async fn upgrade_records(client: &Client, ns: &str) -> Vec<Value> {
+    let Some(cm) = get_opt(client, "ConfigMap", ns, RECORDS_CONFIGMAP).await else {
+        return vec![];
+    };
+    let text = cm["data"]["upgrades.json"].as_str().unwrap_or("[]");
+    serde_json::from_str(text).expect("the records parse")
+}
+
+/// Waits until the record of `upgrade` (`Upgrade NS/NAME`) is complete, and returns it.
+pub async fn complete_record(client: &Client, ns: &str, upgrade: &str, within: Duration) -> Value {
+    let start = Instant::now();
+    loop {
+        let records = upgrade_records(client, ns).await;
+        let found = records.iter().find(|r| r["upgrade"] == upgrade);
+        if let Some(r) = found.filter(|r| r["complete"] == true) {
+            return r.clone();
+        }
+        assert!(
+            start.elapsed() < within,
+            "the record of {upgrade} complete within {within:?}: {records:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }
 
 pub async fn get(client: &Client, kind: &str, ns: &str, name: &str) -> Value {

@@ -1,10 +1,11 @@
 use std::collections::BTreeMap;
 
 use proptest::prelude::*;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::seen::{Outcome, uid_key};
 use super::*;
+use crate::plan::upgrade_progress::{PlanView, plan_key};
 
 fn t(s: i64) -> Timestamp {
     Timestamp::from_second(1_800_000_000 + s).unwrap()
@@ -330,13 +331,26 @@ fn the_pass_says_who_suspended_when_the_updates_came_back_and_the_end() {
         "the plan is gone"
     );
     assert_eq!(
-        next(Some(&tally), &read(None, 60)),
+        next(Some(&tally), &read(None, 50)),
         Next::Count,
-        "the wave's window"
+        "the updater's first pass"
     );
-    assert_eq!(next(Some(&tally), &read(None, 100)), Next::Close);
+    assert_eq!(
+        next(Some(&tally), &read(None, 55)),
+        Next::Close,
+        "nothing outdated"
+    );
     tally.close();
     assert!(tally.record.complete && tally.record.counting.is_none());
+}
+
+#[test]
+fn an_outdated_vm_left_keeps_the_record_open_for_the_wave_at_most_five_minutes() {
+    let mut tally = Tally::new(record());
+    tally.observe(Seen::Vmi(vmi("a", "Running", false, true)));
+    tally.record.ended = Some(t(100));
+    assert_eq!(next(Some(&tally), &read(None, 200)), Next::Count);
+    assert_eq!(next(Some(&tally), &read(None, 400)), Next::Close);
 }
 
 #[test]

@@ -19,9 +19,11 @@ use serde_json::{Value, json};
 
 use crate::resident::Guard;
 use crate::support::harvester::Upgrade;
+use crate::support::harvester_controller::setters;
 use crate::support::kubevirt::{KubeVirtCluster, LAUNCHER_AFTER, NS, VmiSpec, version};
 use crate::support::node_upgrades::{NodeUpgrade, upgrade_nodes};
 use crate::support::*;
+use workload_update_guard::plan::harvester_upgrade::ALLOW_UNPROTECTED;
 
 /// How many VMIs (`WHOLE_UPGRADE_VMS`, default 6; `hack/bench.sh upgrade` runs 12 and 60).
 fn vm_count() -> usize {
@@ -86,7 +88,9 @@ async fn all_on_the_new_launcher(kv: &KubeVirtCluster, running: usize) {
 
 /// The figures of one run, one line that `hack/bench/upgrade_report.py` reads: "whole upgrade
 /// VERSION CASE: vms N running M workload_update W evacuation E restore R drains S,S,S
-/// nodes_phase P outdated O,O,O".
+/// nodes_phase P outdated O,O,O", then the guard's record of it where it ran: "record
+/// workload_update W evacuation E after_restore R shut_down S saved X".
+#[allow(clippy::too_many_arguments)]
 fn said(
     case: &str,
     vms: usize,
@@ -95,6 +99,7 @@ fn said(
     counts: (usize, usize),
     restore: usize,
     phase: Duration,
+    record: Option<&Value>,
 ) {
     let drains: Vec<String> = nodes
         .iter()
@@ -104,9 +109,20 @@ fn said(
         .iter()
         .map(|n| n.outdated_after.map_or("-".into(), |o| o.to_string()))
         .collect();
+    let record = record.map_or(String::new(), |r| {
+        let n = |pointer: &str| r.pointer(pointer).and_then(Value::as_u64).unwrap_or(0);
+        format!(
+            " record workload_update {} evacuation {} after_restore {} shut_down {} saved {}",
+            n("/migrations/workloadUpdate"),
+            n("/migrations/evacuation"),
+            n("/afterRestore/workloadUpdate"),
+            n("/shutDown/total"),
+            n("/saved")
+        )
+    });
     eprintln!(
         "whole upgrade {} {case}: vms {vms} running {running} workload_update {} evacuation {} \
-         restore {restore} drains {} nodes_phase {:.2} outdated {}",
+         restore {restore} drains {} nodes_phase {:.2} outdated {}{record}",
         version(),
         counts.0,
         counts.1,
@@ -114,6 +130,48 @@ fn said(
         phase.as_secs_f64(),
         outdated.join(",")
     );
+}
+
+/// The guard's record of the upgrade, against the count of the objects themselves: the
+/// migrations by cause (none deleted yet: KubeVirt keeps five per VMI, and each VM here moves at
+/// most three times), the VM that could not live-migrate shut down, named, with its reason.
+fn record_equals_the_count(
+    record: &Value,
+    vmis: &[String],
+    counts: (usize, usize),
+    restore: usize,
+    shut_down: &[&String],
+) {
+    let n = |pointer: &str| {
+        record
+            .pointer(pointer)
+            .and_then(Value::as_u64)
+            .unwrap_or(u64::MAX)
+    };
+    assert_eq!(
+        n("/migrations/workloadUpdate") + n("/afterRestore/workloadUpdate"),
+        (counts.0 + restore) as u64,
+        "{record:#}"
+    );
+    assert_eq!(n("/migrations/evacuation"), counts.1 as u64, "{record:#}");
+    assert_eq!(
+        n("/migrations/other") + n("/migrations/failed"),
+        0,
+        "{record:#}"
+    );
+    assert_eq!(n("/vms/runningAtStart"), vmis.len() as u64, "{record:#}");
+    assert_eq!(n("/vms/notLiveMigratableAtStart"), 1, "{record:#}");
+    assert_eq!(n("/shutDown/total"), shut_down.len() as u64, "{record:#}");
+    let named: Vec<&str> = (record["shutDown"]["named"].as_array().unwrap().iter())
+        .map(|v| v["vm"].as_str().unwrap())
+        .collect();
+    let expected: Vec<String> = shut_down.iter().map(|s| format!("vms/{s}")).collect();
+    assert_eq!(named, expected, "{record:#}");
+    assert_eq!(
+        record["shutDown"]["named"][0]["reason"], "notLiveMigratable",
+        "{record:#}"
+    );
+    assert_eq!(record["outcome"], "Succeeded", "{record:#}");
 }
 
 /// Installed once, through a path-A upgrade (to v1.7.1) with its node upgrades: no
@@ -187,6 +245,15 @@ async fn the_resident_guard_through_a_whole_upgrade_leaves_each_vm_to_its_drain(
         .await;
     kv.none_for(Duration::from_secs(15)).await;
     let restore = kv.migration_counts().await.0;
+    // The record: complete once the upgrade has ended, the updates are back and the updater has
+    // nothing left to move; what it saved, one migration per migratable VM.
+    let record = complete_record(
+        &kv.client,
+        NS,
+        &format!("Upgrade {NS}/{}", up.name),
+        Duration::from_secs(60),
+    )
+    .await;
     said(
         "guarded",
         vmis.len(),
@@ -195,19 +262,43 @@ async fn the_resident_guard_through_a_whole_upgrade_leaves_each_vm_to_its_drain(
         during,
         restore,
         phase,
+        Some(&record),
     );
+    record_equals_the_count(&record, &vmis, during, restore, &shut_down);
+    assert_eq!(record["suspendedBy"], "the guard", "{record:#}");
+    assert_eq!(record["saved"], migratable as u64, "{record:#}");
+    assert_eq!(
+        record["vms"]["outdatedMigratablePeak"], migratable as u64,
+        "{record:#}"
+    );
+    assert_eq!(record["afterRestore"]["outdated"], 0, "{record:#}");
+    guard.wait_for("resident guard: recorded Upgrade", Duration::from_secs(5));
     assert_eq!(kv.outdated().await, Some(0));
     hv.cleanup().await;
 }
 
-/// The control: the same upgrade with no guard. KubeVirt's upgrade starts the wave, which moves
-/// every migratable VM (the system services' upgrade lasts minutes: the wave is over before the
-/// first drain); then the drains move each of them again. The saving is the wave: one
-/// migration per migratable VM.
+/// The control: the same upgrade with nothing suspended (the guard installed, its migrations
+/// accepted by the operator, so that it only records). KubeVirt's upgrade starts the wave, which
+/// moves every migratable VM (the system services' upgrade lasts minutes: the wave is over before
+/// the first drain); then the drains move each of them again. The saving is the wave: one
+/// migration per migratable VM; the record says it, and that nothing was saved.
 #[tokio::test]
 async fn without_the_guard_a_whole_upgrade_migrates_each_vm_once_more() {
     let (mut kv, vmis) = cluster(vm_count()).await;
     let migratable = vmis.len() - 1;
+    let guard = Guard::start(&kv.cp.kubeconfig(), NS, 0);
+    let up = Upgrade::start(&kv.client, NS, "hvst-upgrade-control", "v1.7.1").await;
+    let mut hv = up.controller(&kv.client);
+    hv.nodes = (0..kv.nodes).map(|i| format!("node-{i}")).collect();
+    hv.must(|u| setters::annotate(u, ALLOW_UNPROTECTED, "true"))
+        .await;
+    guard.wait_for("accepted", Duration::from_secs(10));
+    hv.up_to_nodes_prepared().await;
+    let prepared = hv
+        .nodes_prepared(Duration::from_secs(10), &Default::default())
+        .await;
+    assert!(prepared.passed.is_some(), "{prepared:?}");
+    hv.apply_manifests().await;
     kv.upgrade_kubevirt().await;
     let within = pace(vmis.len());
     kv.wait_migrations("the wave over every migratable VM", within, |m| {
@@ -216,11 +307,33 @@ async fn without_the_guard_a_whole_upgrade_migrates_each_vm_once_more() {
     .await;
     // The wave done: only the VM that cannot migrate is left outdated.
     kv.wait_outdated(1, within).await;
+    hv.system_services_upgraded(true).await;
+    hv.upgrading_nodes().await;
     let phase = Instant::now();
-    let nodes = upgrade_nodes(&kv, None, pace(vmis.len())).await;
+    let nodes = upgrade_nodes(&kv, Some(&hv), pace(vmis.len())).await;
     let phase = phase.elapsed();
     let counts = kv.migration_counts().await;
-    said("control", vmis.len(), migratable, &nodes, counts, 0, phase);
+    let record = complete_record(
+        &kv.client,
+        NS,
+        &format!("Upgrade {NS}/{}", up.name),
+        Duration::from_secs(60),
+    )
+    .await;
+    said(
+        "control",
+        vmis.len(),
+        migratable,
+        &nodes,
+        counts,
+        0,
+        phase,
+        Some(&record),
+    );
+    let shut_down: Vec<&String> = nodes.iter().flat_map(|n| &n.shut_down).collect();
+    record_equals_the_count(&record, &vmis, counts, 0, &shut_down);
+    assert_eq!(record["suspendedBy"], "nobody", "{record:#}");
+    assert_eq!(record["saved"], 0, "{record:#}");
     assert_eq!(
         counts.0, migratable,
         "the control shows the wave: {counts:?}"
@@ -255,6 +368,7 @@ async fn without_the_guard_the_wave_holds_the_first_drain() {
         counts,
         0,
         phase,
+        None,
     );
     assert!(counts.0 >= 1, "the wave ran beside the drains: {counts:?}");
     assert!(
