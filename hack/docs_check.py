@@ -48,8 +48,10 @@ import yaml
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 problems = []
 
-# The operator's pages together, in words (`wc -w`'s count).
-WORD_BUDGET = 8000
+# The operator's pages together, in words (`wc -w`'s count): a means to keep them short, not
+# the measure. 8000 until the upgrade's record added its Events, metrics and runbook (164 words
+# after trimming them).
+WORD_BUDGET = 8200
 # Not operator pages: the why, and how it is tested (each may be long).
 NOT_BUDGETED = {"docs/design.md", "docs/testing.md"}
 # Pages another change adds: links to them are checked once they exist.
