@@ -129,7 +129,9 @@ impl Cluster {
     pub fn count_into(&self, kind: Kind, tally: Arc<Mutex<Tally>>) -> Watcher {
         let api = super::objects::api(&self.watch_client, kind, None);
         let backoff = watcher::ExponentialBackoff::from(super::retry::backoff());
-        let config = watcher::Config::default().any_semantic();
+        // Consistent lists, page by page (kube's 500): one served from the watch cache
+        // (`resourceVersion=0`) ignores the page size, and 30,000 migrations would come at once.
+        let config = watcher::Config::default();
         let events = watcher::watcher(api, config).backoff(backoff).boxed();
         let failing = Arc::<AtomicBool>::default();
         let (settle, settled) = watch::channel(false);

@@ -211,6 +211,14 @@ async fn the_resident_guard_suspends_at_creation_and_restores_at_the_end_for_eac
             events(&ns, RESIDENT).await >= 1,
             "the guard says what it decided"
         );
+        // The upgrade's record: who suspended (nobody where the release needs no guard and
+        // handles nothing here), and its end.
+        let key = format!("Upgrade {ns}/hvst-upgrade-r");
+        let record = complete_record(&client, &ns, &key, Duration::from_secs(40)).await;
+        let by = if *suspends { "the guard" } else { "nobody" };
+        assert_eq!(record["suspendedBy"], by, "{release}: {record:#}");
+        assert_eq!(record["outcome"], "Succeeded", "{release}: {record:#}");
+        assert_eq!(record["to"], *release, "{record:#}");
         let status = run_bin(&kubeconfig, env_for(&ns, "status")).await;
         assert!(
             status.stdout.contains("resident guard  "),
@@ -360,7 +368,44 @@ async fn the_resident_guard_follows_the_addons_upgrade_plan() {
         ended.elapsed()
     );
     guard.wait_for("post done", Duration::from_secs(5));
+    let key = "UpgradePlan hvst-upgrade-resident";
+    let record = complete_record(&client, &ns, key, Duration::from_secs(40)).await;
+    assert_eq!(record["suspendedBy"], "the guard", "{record:#}");
+    assert_eq!(record["outcome"], "Succeeded", "{record:#}");
     plan.delete(&client).await;
+}
+
+/// v1.7.3 suspends and restores itself (the values `[]`, its backup on the Upgrade, Fleet's
+/// deploy by the real Helm 4): the guard stands aside and records who suspended, Harvester,
+/// and when the updates came back.
+#[tokio::test]
+async fn where_harvester_suspends_itself_the_record_names_it() {
+    let client = admin().await;
+    let kubeconfig = control_plane().kubeconfig();
+    let (ns, chart) = helm_installed(&client, "record-v173").await;
+    let guard = Guard::start(&kubeconfig, &ns, 0);
+    let up = Upgrade::start(&client, &ns, "hvst-upgrade-rec", "v1.7.3").await;
+    guard.wait_for("not needed", Duration::from_secs(10));
+    up.set_state(&client, "UpgradingSystemServices").await;
+    up.backup_and_suspend(&client, &chart).await;
+    assert_eq!(kubevirt_methods(&client, &ns).await, json!([]));
+    up.finish(&client, true).await;
+    up.cleanup_values(&client).await;
+    up.upgrade_chart(&client, &chart).await.unwrap();
+    assert_eq!(kubevirt_methods(&client, &ns).await, json!(["LiveMigrate"]));
+    let key = format!("Upgrade {ns}/hvst-upgrade-rec");
+    let record = complete_record(&client, &ns, &key, Duration::from_secs(40)).await;
+    assert_eq!(record["suspendedBy"], "Harvester", "{record:#}");
+    assert!(record["restoredAt"].is_string(), "{record:#}");
+    assert_eq!(record["outcome"], "Succeeded", "{record:#}");
+    let status = run_bin(&kubeconfig, env_for(&ns, "status")).await;
+    assert!(
+        status
+            .stdout
+            .contains(&format!("last upgrade  {key} (to v1.7.3, Succeeded)")),
+        "{}",
+        status.stdout
+    );
 }
 
 /// harvester/harvester#10899: the add-on's PreRun merge-patches the CR's methods to `[]` as

@@ -265,6 +265,32 @@ async fn the_resident_guard_holds_the_real_updater_through_a_path_a_upgrade() {
         m.len() >= vmis.len()
     })
     .await;
+    // The record, begun by the first pod and gone on with by the second (moved mid-upgrade, the
+    // API server restarted): no drains here, so the wave moved every VM after the restore and
+    // the suspension saved nothing; the count is the objects'.
+    let key = format!("Upgrade {NS}/{}", up.name);
+    let record = complete_record(&kv.client, NS, &key, Duration::from_secs(60)).await;
+    guard.wait_for("going on from the record kept", Duration::from_secs(1));
+    let wave = kv.workload_update_migrations().await.len() as u64;
+    assert_eq!(record["afterRestore"]["workloadUpdate"], wave, "{record:#}");
+    assert_eq!(
+        record["afterRestore"]["outdated"],
+        vmis.len() as u64,
+        "{record:#}"
+    );
+    assert_eq!(record["migrations"]["workloadUpdate"], 0, "{record:#}");
+    assert_eq!(
+        record["vms"]["runningAtStart"],
+        vmis.len() as u64,
+        "{record:#}"
+    );
+    assert_eq!(
+        record["vms"]["outdatedMigratablePeak"],
+        vmis.len() as u64,
+        "{record:#}"
+    );
+    assert_eq!(record["suspendedBy"], "the guard", "{record:#}");
+    assert_eq!(record["saved"], 0, "{record:#}");
     eprintln!(
         "updater {}: resident guard: the first migration {first:?} after the upgrade's end ({:?})",
         crate::support::kubevirt::version(),

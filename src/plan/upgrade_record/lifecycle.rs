@@ -9,7 +9,7 @@ use super::{
 };
 use crate::model::{FIELD_MANAGER, METHODS_PATH};
 use crate::plan::fields::KubeVirtRead;
-use crate::plan::harvester_upgrade::Upgrade;
+use crate::plan::harvester_upgrade::{Backup, Upgrade};
 use crate::plan::ownership::owners;
 use crate::plan::records::methods_as_they_are;
 use crate::plan::upgrade_progress::{ENDED, PlanView, key_of, plan_key, upgrade_under_way};
@@ -112,15 +112,20 @@ impl Record {
     }
 }
 
-/// Who wrote the `[]` the methods hold, in words.
-fn suspender(kubevirt: &Value) -> String {
+/// Who wrote the `[]` the methods hold, in words. Helm's apply (Fleet deploying the
+/// ManagedChart's values) is Harvester's where its Upgrade holds its backup of the values
+/// (v1.7.2+: `upgrade_manifests.sh` sets them to `[]`), else the values' (an operator's).
+fn suspender(kubevirt: &Value, upgrade: Option<&Upgrade>) -> String {
     let managers: Vec<String> = owners(kubevirt, METHODS_PATH)
         .into_iter()
         .map(|o| o.manager)
         .collect();
+    let harvesters_backup = upgrade.is_some_and(|u| u.backup != Backup::None);
     let words = |m: &str| match m {
         FIELD_MANAGER => "the guard".to_string(),
         "harvester" => "Harvester".to_string(),
+        "helm" if harvesters_backup => "Harvester".to_string(),
+        "helm" => "the ManagedChart's values (Fleet's deploy)".to_string(),
         "upgrade-toolkit" => "the add-on".to_string(),
         other => other.to_string(),
     };
@@ -145,7 +150,7 @@ impl Tally {
             let outdated_now = self.outdated_now();
             let r = &mut self.record;
             if empty && r.suspended_by.is_none() {
-                r.suspended_by = Some(suspender(kv));
+                r.suspended_by = Some(suspender(kv, read.upgrade));
                 r.suspended_at = Some(read.now);
             }
             if !empty && r.suspended_by.is_some() && r.restored_at.is_none() {
