@@ -219,6 +219,12 @@ pub fn next(open: Option<&Tally>, read: &RecordRead) -> Next {
     let Some(end) = r.ended else {
         return Next::Count;
     };
+    // Another upgrade under way (a retry after a failure): this one's record closes now, so
+    // that the next pass opens that one's.
+    let another = under_way(read.upgrade, read.plans, read.now);
+    if another.is_some_and(|u| u.key != r.upgrade || u.started != r.started) {
+        return Next::Close;
+    }
     let suspended_still = r.suspended_by.is_some() && r.restored_at.is_none();
     let since = r.restored_at.map_or(end, |at| at.max(end));
     let wave_over = t.wave_running() == 0 && t.outdated_now() == 0;

@@ -354,6 +354,24 @@ fn an_outdated_vm_left_keeps_the_record_open_for_the_wave_at_most_five_minutes()
 }
 
 #[test]
+fn a_retry_under_way_closes_the_failed_upgrades_record_at_once() {
+    let mut tally = Tally::new(record());
+    tally.record.suspended_by = Some("the guard".into());
+    tally.record.ended = Some(t(100));
+    tally.record.outcome = Some("Failed".into());
+    let retry = PlanView {
+        created: Some(t(120)),
+        ..PlanView::read(&json!({"metadata": {"name": "retry"}}))
+    };
+    let plans = [retry];
+    let mut r = read(None, 130);
+    assert_eq!(next(Some(&tally), &r), Next::Count, "held: not restored");
+    r.plans = &plans;
+    assert_eq!(next(Some(&tally), &r), Next::Close);
+    assert!(matches!(next(None, &r), Next::Open(u) if u.key == "UpgradePlan retry"));
+}
+
+#[test]
 fn a_suspension_never_restored_closes_at_the_latest_half_an_hour_after_the_end() {
     let mut tally = Tally::new(record());
     tally.record.suspended_by = Some("the guard".into());
