@@ -73,6 +73,7 @@ impl Report {
             vmi_forecast,
             harvester: None,
             retirement: None,
+            upgrades: Vec::new(),
         };
         if let Some((target, Ok(Some(obj)))) = chart {
             report.account_for(intent, target, obj, true);

@@ -14,7 +14,7 @@ use crate::model::{Kind, ObjectKey, RECORDS_CONFIGMAP, Target};
 use crate::outcome::Done;
 use crate::plan;
 use crate::plan::retirement;
-use crate::plan::upgrade_record;
+use crate::plan::upgrade_record::{self, Record};
 use crate::report::Report;
 use crate::upgrades;
 use crate::vocabulary::Objects;
@@ -68,7 +68,9 @@ pub async fn status(run: &mut Run<'_>, out: &mut impl Write) -> Result<String, E
         })
         .collect();
     run.push(warned);
-    let sections = sections(run).await;
+    let records = read_records(run).await;
+    report.upgrades = records.clone().unwrap_or_default();
+    let sections = sections(run, &records).await;
     let text = match cfg.log_format {
         LogFormat::Json => serde_json::to_string(&report).expect("report serializes") + "\n",
         LogFormat::Text => format!("{report}{sections}"),
@@ -118,11 +120,11 @@ fn judge_upgrades(report: &mut Report, view: &upgrades::View, objects: &Objects)
 }
 
 /// Each line after the report is a step of the termination message too.
-async fn sections(run: &mut Run<'_>) -> String {
+async fn sections(run: &mut Run<'_>, records: &Result<Vec<Record>, String>) -> String {
     let ns = &run.cfg.intent.keys.kubevirt.namespace;
     let armed = armed_lines(run.cluster.job(ns, ARMED_JOB).await.as_ref()).unwrap_or_default();
     let mut resident = resident_lines(run).await;
-    resident.extend(record_lines(run).await);
+    resident.extend(record_lines(records));
     if !armed.is_empty() {
         run.noted(vec![armed.join(" ")]);
     }
@@ -160,42 +162,6 @@ async fn resident_lines(run: &Run<'_>) -> Vec<String> {
         }
     }
     [decided].into_iter().chain(newer).collect()
-}
-
-/// The last upgrade's record, kept by the resident guard (none without it: nothing said).
-async fn record_lines(run: &Run<'_>) -> Vec<String> {
-    let ns = &run.cfg.intent.keys.kubevirt.namespace;
-    let key = ObjectKey {
-        namespace: ns.clone(),
-        name: RECORDS_CONFIGMAP.into(),
-    };
-    let records = match run.cluster.get(&Target::new(Kind::ConfigMap, &key)).await {
-        Ok(Some(cm)) => upgrade_record::kept(&cm).map_err(|e| e.to_string()),
-        Ok(None) => return Vec::new(),
-        Err(e) => Err(e.to_string()),
-    };
-    let records = match records {
-        Ok(records) => records,
-        Err(e) => {
-            return vec![format!(
-                "last upgrade  not read: ConfigMap {ns}/{RECORDS_CONFIGMAP}: {e}"
-            )];
-        }
-    };
-    let Some(last) = records.last() else {
-        return Vec::new();
-    };
-    let mut lines = vec![format!("last upgrade  {}", last.line())];
-    lines.extend(
-        last.details()
-            .into_iter()
-            .map(|l| format!("              {l}")),
-    );
-    lines.push(format!(
-        "              {} upgrades kept: kubectl -n {ns} get configmap {RECORDS_CONFIGMAP} -o jsonpath='{{.data.upgrades\\.json}}'",
-        records.len()
-    ));
-    lines
 }
 
 /// `None`: no such Job.
@@ -251,4 +217,39 @@ mod tests {
         job["status"] = json!({"conditions": [{"type": "Complete", "status": "True"}]});
         assert!(armed_lines(Some(&typed(&job))).unwrap()[0].contains("Complete"));
     }
+}
+
+/// The upgrades' records the resident guard keeps (none without it); why they could not be read.
+async fn read_records(run: &Run<'_>) -> Result<Vec<Record>, String> {
+    let ns = &run.cfg.intent.keys.kubevirt.namespace;
+    let key = ObjectKey {
+        namespace: ns.clone(),
+        name: RECORDS_CONFIGMAP.into(),
+    };
+    let read = run.cluster.get(&Target::new(Kind::ConfigMap, &key)).await;
+    let why = |e: String| format!("ConfigMap {ns}/{RECORDS_CONFIGMAP}: {e}");
+    match read {
+        Ok(Some(cm)) => upgrade_record::kept(&cm).map_err(|e| why(e.to_string())),
+        Ok(None) => Ok(Vec::new()),
+        Err(e) => Err(why(e.to_string())),
+    }
+}
+
+/// The last upgrade's record in a few lines; every one kept is in the JSON report.
+fn record_lines(records: &Result<Vec<Record>, String>) -> Vec<String> {
+    let last = match records {
+        Err(e) => return vec![format!("last upgrade  not read: {e}")],
+        Ok(records) => records.last(),
+    };
+    let Some(last) = last else {
+        return Vec::new();
+    };
+    let indent = |l: String| format!("              {l}");
+    let mut lines = vec![format!("last upgrade  {}", last.line())];
+    lines.extend(last.details().into_iter().map(indent));
+    let kept = records.as_ref().map_or(0, Vec::len);
+    lines.push(indent(format!(
+        "{kept} upgrades kept: every one with LOG_FORMAT=json (its \"upgrades\")"
+    )));
+    lines
 }

@@ -179,6 +179,9 @@ pub struct Counting {
     pub open: Vec<String>,
     /// Unfinished migrations beyond [`OPEN_KEPT`]: their failures may go uncounted.
     pub open_overflow: usize,
+    /// The VMs at the start have been counted (a pod stopped before its first list of the VMIs
+    /// leaves them to the next, whose first list counts them).
+    pub vms_listed: bool,
 }
 
 impl Record {

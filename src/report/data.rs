@@ -31,6 +31,9 @@ pub struct Report {
     pub harvester: Option<HarvesterReport>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retirement: Option<crate::plan::retirement::Retirement>,
+    /// The upgrades' records the resident guard keeps, oldest first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub upgrades: Vec<crate::plan::upgrade_record::Record>,
 }
 
 /// An object as read (`found: false`: not there, every other field empty), with the content

@@ -406,6 +406,15 @@ async fn where_harvester_suspends_itself_the_record_names_it() {
         "{}",
         status.stdout
     );
+    // Every record kept, in the JSON report.
+    let mut json_env = env_for(&ns, "status");
+    json_env.insert("LOG_FORMAT".into(), "json".into());
+    let report = run_bin(&kubeconfig, json_env).await.stdout;
+    let report: Value = serde_json::from_str(&report).unwrap();
+    assert_eq!(
+        report["upgrades"][0]["suspendedBy"], "Harvester",
+        "{report:#}"
+    );
 }
 
 /// harvester/harvester#10899: the add-on's PreRun merge-patches the CR's methods to `[]` as

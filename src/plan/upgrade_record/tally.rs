@@ -131,7 +131,7 @@ impl Tally {
             vms: HashMap::new(),
             listing_migrations: None,
             listing_vms: None,
-            vms_listed: false,
+            vms_listed: resumed.as_ref().is_some_and(|c| c.vms_listed),
             through,
             at_through,
             resumed,
@@ -192,6 +192,7 @@ impl Tally {
                 .collect(),
             open_overflow: open.len().saturating_sub(super::OPEN_KEPT),
             open: open.into_iter().take(super::OPEN_KEPT).collect(),
+            vms_listed: self.vms_listed,
         }
     }
 
@@ -373,8 +374,9 @@ impl Tally {
                 }
             }
         }
-        // The VMs at the start: the first list of a new record (a resumed one has them).
-        if !self.vms_listed && self.resumed.is_none() {
+        // The VMs at the start: the first list of the record (a pod before this one may have
+        // made it).
+        if !self.vms_listed {
             let running = self.vms.values().filter(|v| v.running);
             let v = &mut self.record.vms;
             v.running_at_start = running.clone().count() as u64;

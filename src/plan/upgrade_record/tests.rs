@@ -249,6 +249,23 @@ fn a_new_pod_counts_a_vm_that_ended_since_the_last_kept_record_only() {
 }
 
 #[test]
+fn a_pod_stopped_before_its_first_list_leaves_the_vms_at_the_start_to_the_next() {
+    let mut first = Tally::new(record());
+    let kept = first.to_keep(t(1));
+    let mut second = Tally::new(kept);
+    listed(
+        &mut second,
+        Listed::Vmis,
+        vec![
+            Seen::Vmi(vmi("a", "Running", true, false)),
+            Seen::Vmi(vmi("b", "Running", false, false)),
+        ],
+    );
+    assert_eq!(second.record.vms.running_at_start, 2);
+    assert_eq!(second.record.vms.not_live_migratable_at_start, 1);
+}
+
+#[test]
 fn saved_is_what_the_suspension_spared_and_nothing_where_nobody_suspended() {
     let mut r = record();
     r.vms.outdated_migratable_peak = 5;
