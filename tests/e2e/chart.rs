@@ -528,6 +528,28 @@ fn chart_from_an_http_repository_guards_an_upgrade_through_a_drain_and_uninstall
     assert!(uninstall.ok, "{uninstall:?}");
     assert_eq!(methods(), original, "restored by the hook: {uninstall:?}");
     assert_eq!(helm.status(), None);
+    // The upgrades' records outlive the guard: kept by the resource policy, as Helm says, with
+    // the first upgrade's, complete.
+    assert!(
+        uninstall.out.contains("kept due to the resource policy")
+            && uninstall.out.contains("workload-update-guard-upgrades"),
+        "{uninstall:?}"
+    );
+    let records = k(&[
+        "get",
+        "configmap",
+        "workload-update-guard-upgrades",
+        "-n",
+        NS,
+        "-o",
+        "jsonpath={.data.upgrades\\.json}",
+    ]);
+    let records: Value = serde_json::from_str(&records).expect("the records parse");
+    let first = (records.as_array().unwrap().iter())
+        .find(|r| r["upgrade"] == format!("Upgrade {NS}/{FIRST}"))
+        .unwrap_or_else(|| panic!("the first upgrade's record: {records:#}"));
+    assert_eq!(first["suspendedBy"], "the guard", "{first:#}");
+    assert_eq!(first["complete"], true, "{first:#}");
     // The Deployment's ReplicaSet and pod go by the garbage collector's background deletion,
     // after Helm's wait for what it deleted: seconds later.
     let left = || {
