@@ -112,14 +112,12 @@ impl Record {
     }
 }
 
-/// Who wrote the `[]` the methods hold, in words. Helm's apply (Fleet deploying the
-/// ManagedChart's values) is Harvester's where its Upgrade holds its backup of the values
-/// (v1.7.2+: `upgrade_manifests.sh` sets them to `[]`), else the values' (an operator's).
-fn suspender(kubevirt: &Value, upgrade: Option<&Upgrade>) -> String {
-    let managers: Vec<String> = owners(kubevirt, METHODS_PATH)
-        .into_iter()
-        .map(|o| o.manager)
-        .collect();
+/// Who wrote the `[]` the methods hold, in words, and when (their `managedFields` entry's
+/// time). Helm's apply (Fleet deploying the ManagedChart's values) is Harvester's where its
+/// Upgrade holds its backup of the values (v1.7.2+: `upgrade_manifests.sh` sets them to `[]`),
+/// else the values' (an operator's).
+fn suspender(kubevirt: &Value, upgrade: Option<&Upgrade>) -> (String, Option<Timestamp>) {
+    let owners = owners(kubevirt, METHODS_PATH);
     let harvesters_backup = upgrade.is_some_and(|u| u.backup != Backup::None);
     let words = |m: &str| match m {
         FIELD_MANAGER => "the guard".to_string(),
@@ -130,11 +128,16 @@ fn suspender(kubevirt: &Value, upgrade: Option<&Upgrade>) -> String {
         other => other.to_string(),
     };
     // Several claim an atomic list's `[]` only when each wrote the same: the guard first.
-    let first = managers
-        .iter()
-        .find(|m| *m == FIELD_MANAGER)
-        .or(managers.first());
-    first.map_or_else(|| "unknown".into(), |m| words(m))
+    let first = (owners.iter())
+        .find(|o| o.manager == FIELD_MANAGER)
+        .or(owners.first());
+    match first {
+        Some(o) => (
+            words(&o.manager),
+            o.time.as_deref().and_then(|t| t.parse().ok()),
+        ),
+        None => ("unknown".into(), None),
+    }
 }
 
 impl Tally {
@@ -150,8 +153,9 @@ impl Tally {
             let outdated_now = self.outdated_now();
             let r = &mut self.record;
             if empty && r.suspended_by.is_none() {
-                r.suspended_by = Some(suspender(kv, read.upgrade));
-                r.suspended_at = Some(read.now);
+                let (by, at) = suspender(kv, read.upgrade);
+                r.suspended_by = Some(by);
+                r.suspended_at = Some(at.unwrap_or(read.now));
             }
             if !empty && r.suspended_by.is_some() && r.restored_at.is_none() {
                 r.restored_at = Some(read.now);
