@@ -5,9 +5,11 @@
 # integration tests of tests/integration/updater/whole_upgrade.rs, one at a time (KubeVirt's own
 # virt-controller decides every migration; the nodes' part is played, 1 s a migration):
 #   - guarded: the resident guard through a path-A upgrade and its node upgrades;
-#   - control: no guard, the wave over before the first drain;
+#   - control: nothing suspended (the guard records only: the Upgrade's migrations accepted), the
+#     wave over before the first drain;
 #   - wave-and-drains: no guard, the drains begun while the wave runs.
-# Their lines "whole upgrade vX CASE: ..." go to WORK/upgrade.txt, for
+# Their lines "whole upgrade vX CASE: ..." (with the guard's record of the guarded and control
+# upgrades beside the test's own count) go to WORK/upgrade.txt, for
 # hack/bench/upgrade_report.py, which prints the figures and checks the targets. Not in --quick:
 # CI runs the same tests with 6 VMIs (hack/test.sh, on each version), gating their counts.
 # Needs: REPO_ROOT, work; real_home if HOME was changed.

@@ -12,12 +12,14 @@ mod whole_upgrade;
 
 use std::time::{Duration, Instant};
 
+use kube::api::{Api, DynamicObject, ListParams};
 use serde_json::{Value, json};
 
 use crate::monitoring::scrape;
 use crate::resident::Guard;
 use crate::support::harvester::Upgrade;
-use crate::support::kubevirt::{KubeVirtCluster, NS, VmiSpec};
+use crate::support::kubevirt::{KubeVirtCluster, NS, VM_NS, VmiSpec, migration_api};
+use crate::support::node_upgrades::upgrade_nodes;
 use crate::support::*;
 
 /// How long a suspension is watched for migrations and evictions: a whole 30 s requeue of the
@@ -296,4 +298,90 @@ async fn the_resident_guard_holds_the_real_updater_through_a_path_a_upgrade() {
         crate::support::kubevirt::version(),
         ended.elapsed()
     );
+}
+
+/// The number of migrations whose phase is `phase`, as the objects say.
+async fn migrations_in(kv: &KubeVirtCluster, phase: &str) -> usize {
+    let api: Api<DynamicObject> = Api::namespaced_with(kv.client.clone(), VM_NS, &migration_api());
+    let all = api.list(&ListParams::default()).await.unwrap().items;
+    all.iter()
+        .filter(|m| m.data["status"]["phase"] == phase)
+        .count()
+}
+
+/// A CPU hot-plug made while updates are suspended waits for the restore, and KubeVirt's
+/// updater migrates it then: the resident guard's record counts that migration as the wave after
+/// the restore, and says the suspension saved nothing here (nothing was outdated).
+#[tokio::test]
+async fn the_record_counts_a_hotplug_left_for_the_restore() {
+    let kv = KubeVirtCluster::up(2, strategy(json!(["LiveMigrate"]))).await;
+    let guard = Guard::start(&kv.cp.kubeconfig(), NS, 0);
+    let up = Upgrade::start(&kv.client, NS, "hvst-upgrade-hotplug", "v1.7.1").await;
+    methods_become(&kv.client, NS, &json!([]), Duration::from_secs(10)).await;
+    let hotplug = VmiSpec {
+        hotplug: true,
+        ..Default::default()
+    };
+    let vmis = kv.start_vmis(&[hotplug, VmiSpec::default()]).await;
+    kv.none_for(Duration::from_secs(15)).await;
+    up.finish(&kv.client, true).await;
+    kv.wait_migrations("the hot-plug's migration", Duration::from_secs(60), |m| {
+        m == [vmis[0].clone()]
+    })
+    .await;
+    let key = format!("Upgrade {NS}/{}", up.name);
+    let record = complete_record(&kv.client, NS, &key, Duration::from_secs(60)).await;
+    assert_eq!(record["afterRestore"]["workloadUpdate"], 1, "{record:#}");
+    assert_eq!(record["migrations"]["workloadUpdate"], 0, "{record:#}");
+    assert_eq!(record["saved"], 0, "{record:#}");
+    drop(guard);
+}
+
+/// A migration that fails on the nodes: KubeVirt's evacuation makes another, and the drain
+/// waits for it (Harvester's pre-drain waits until the node is empty). The record counts both
+/// evacuations and the failure, as the objects do, and no VM shut down.
+#[tokio::test]
+async fn the_record_counts_a_failed_migration_and_its_retry() {
+    let kv = KubeVirtCluster::up_with(
+        2,
+        strategy(json!(["LiveMigrate"])),
+        json!({"evictionStrategy": "LiveMigrate"}),
+    )
+    .await;
+    let fails = VmiSpec {
+        first_migration_fails: true,
+        ..Default::default()
+    };
+    kv.start_vmis(&[fails, VmiSpec::default()]).await;
+    kv.wait_outdated(0, Duration::from_secs(60)).await;
+    let guard = Guard::start(&kv.cp.kubeconfig(), NS, 0);
+    let up = Upgrade::start(&kv.client, NS, "hvst-upgrade-failed", "v1.7.1").await;
+    methods_become(&kv.client, NS, &json!([]), Duration::from_secs(10)).await;
+    up.set_state(&kv.client, "UpgradingNodes").await;
+    let nodes = upgrade_nodes(&kv, None, Duration::from_secs(300)).await;
+    assert!(nodes.iter().all(|n| n.shut_down.is_empty()), "{nodes:?}");
+    up.finish(&kv.client, true).await;
+    guard
+        .restored(
+            &kv.client,
+            NS,
+            &json!(["LiveMigrate"]),
+            Duration::from_secs(10),
+        )
+        .await;
+    let key = format!("Upgrade {NS}/{}", up.name);
+    let record = complete_record(&kv.client, NS, &key, Duration::from_secs(60)).await;
+    let (_, evacuations) = kv.migration_counts().await;
+    assert_eq!(
+        migrations_in(&kv, "Failed").await,
+        1,
+        "{}",
+        kv.migration_report().await
+    );
+    assert_eq!(record["migrations"]["failed"], 1, "{record:#}");
+    assert_eq!(
+        record["migrations"]["evacuation"], evacuations as u64,
+        "{record:#}"
+    );
+    assert_eq!(record["shutDown"]["total"], 0, "{record:#}");
 }

@@ -90,6 +90,8 @@ pub struct VmiSpec {
     /// Its own `evictionStrategy: LiveMigrateIfPossible`, as Harvester's VMs carry it (else the
     /// CR's, if any).
     pub migrate_if_possible: bool,
+    /// Its first migration fails on the nodes (`support::virt_handler`).
+    pub first_migration_fails: bool,
 }
 
 /// A control plane with KubeVirt's CRDs and its live virt-controller; stopped when dropped.
@@ -275,6 +277,9 @@ impl KubeVirtCluster {
                          "terminationGracePeriodSeconds": 0}});
             if spec.migrate_if_possible {
                 obj["spec"]["evictionStrategy"] = json!("LiveMigrateIfPossible");
+            }
+            if spec.first_migration_fails {
+                obj["metadata"]["labels"][super::virt_handler::FAILS_FIRST] = json!("true");
             }
             let obj = serde_json::from_value(obj).unwrap();
             vmis.create(&PostParams::default(), &obj)

@@ -27,7 +27,7 @@
 //! The VMI CRD has no status subresource: each write is a merge patch of the object, as
 //! virt-handler's are patches of the VMI.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -40,6 +40,12 @@ use super::kubevirt::{DRAIN_TAINT, VM_NS, migration_api, run_pod, vmi_api};
 
 /// virt-controller's label on a migration's target pod.
 const MIGRATION_UID_LABEL: &str = "kubevirt.io/migrationJobUID";
+
+/// A test's label on a VMI whose first migration fails: the copy fails once its time is up, and
+/// the source's virt-handler reports it (`migration-source.go`: `completed` and `failed`, an
+/// `endTimestamp` and a `failureReason`), the target's launcher exits; the migration controller
+/// then marks the migration `Failed`, and the evacuation controller makes another.
+pub const FAILS_FIRST: &str = "wug.test/first-migration-fails";
 
 /// The stand-in of every node's virt-handler and kubelet, running until dropped.
 pub struct VirtHandler {
@@ -54,8 +60,9 @@ impl VirtHandler {
         let client = client.clone();
         let task = tokio::spawn(async move {
             let mut started: HashMap<String, Instant> = HashMap::new();
+            let mut failed: HashSet<String> = HashSet::new();
             loop {
-                if let Err(e) = pass(&client, migration_time, &mut started).await {
+                if let Err(e) = pass(&client, migration_time, &mut started, &mut failed).await {
                     // A pass that met a conflict or a restarting API server: the next one reads
                     // again, as an informer's resync would.
                     eprintln!("virt-handler stand-in: {e}");
@@ -78,6 +85,7 @@ async fn pass(
     client: &Client,
     migration_time: Duration,
     started: &mut HashMap<String, Instant>,
+    failed: &mut HashSet<String>,
 ) -> Result<(), kube::Error> {
     let migrations: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), VM_NS, &migration_api());
@@ -166,7 +174,16 @@ async fn pass(
             if began.elapsed() < migration_time {
                 continue;
             }
-            complete(&vmis, &pods, vmi, &target_node).await?;
+            let fails = vmi
+                .metadata
+                .labels
+                .as_ref()
+                .is_some_and(|l| l.contains_key(FAILS_FIRST));
+            if fails && failed.insert(vmi_name.to_string()) {
+                fail(&vmis, &pods, vmi).await?;
+            } else {
+                complete(&vmis, &pods, vmi, &target_node).await?;
+            }
             started.remove(&uid);
         }
     }
@@ -249,6 +266,33 @@ async fn complete(
             &Patch::Merge(json!({"status": {"phase": "Succeeded",
                 "conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": now}],
                 "containerStatuses": statuses}})),
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// A migration that failed, in the nodes' order: the source reports it (the domain stays on the
+/// source), the target's launcher exits.
+async fn fail(
+    vmis: &Api<DynamicObject>,
+    pods: &Api<Pod>,
+    vmi: &DynamicObject,
+) -> Result<(), kube::Error> {
+    let name = vmi.metadata.name.as_deref().unwrap_or_default();
+    let state = &vmi.data["status"]["migrationState"];
+    patch_vmi(
+        vmis,
+        name,
+        json!({"status": {"migrationState": {"completed": true, "failed": true,
+            "endTimestamp": now_rfc3339(), "failureReason": "a test's failed copy"}}}),
+    )
+    .await?;
+    if let Some(target_pod) = state["targetPod"].as_str() {
+        pods.patch_status(
+            target_pod,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": "Failed"}})),
         )
         .await?;
     }

@@ -7,8 +7,9 @@
 //! the new launcher at its node's drain (KubeVirt's evacuation renders the target pod with the
 //! new launcher image), so the workload updater's wave would move each VM once more for nothing.
 //! With the guard: no workload-update migration at all, and nothing outdated at the restore;
-//! without it (the control, which must show the wave, else these tests prove nothing): the
-//! wave, then the evacuations.
+//! without a suspension (the control, which must show the wave, else these tests prove
+//! nothing): the wave, then the evacuations. In both, the guard's record of the upgrade equals
+//! the test's own count of the objects.
 //!
 //! `hack/test.sh` runs them once per KubeVirt version, with the other updater tests
 //! (`updater::`).
