@@ -4,6 +4,7 @@
 //! steps from `main` to its first write.
 
 pub mod post;
+mod post_record;
 pub mod pre;
 pub mod status;
 mod steps;

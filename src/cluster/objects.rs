@@ -17,6 +17,7 @@ use crate::error::{Error, Subject};
 use crate::model::{FIELD_MANAGER, Kind, Target};
 use crate::plan::forecast::Forecast;
 use crate::plan::migrations::{Listed, Migration};
+use crate::plan::upgrade_record::{self, MigrationSeen, Seen, VmiSeen};
 use crate::vocabulary::{Plan, Refusal};
 
 pub(super) fn api(client: &Client, kind: Kind, ns: Option<&str>) -> Api<DynamicObject> {
@@ -217,6 +218,33 @@ impl Cluster {
             Err(Error::Refused { code: 404, .. }) => Ok(None),
             read => read.map(Some),
         }
+    }
+
+    /// Every migration and VMI, as the upgrade's record takes them (a Job's `post`, after the
+    /// upgrade): a list of each, page by page, each object read into its few fields. The VMIs
+    /// not served (KubeVirt without its VMI CRD): none.
+    pub async fn seen_by_a_list(&self) -> Result<Vec<Seen>, Error> {
+        let migration = |out: &mut Vec<Seen>, m: Value| {
+            out.push(Seen::Migration(MigrationSeen::read(&m)));
+        };
+        let vmi = |out: &mut Vec<Seen>, v: Value| out.push(Seen::Vmi(VmiSeen::read(&v)));
+        let migrations = (Kind::Migration, Subject::Migrations);
+        let mut seen = vec![Seen::ListBegins(upgrade_record::Listed::Migrations)];
+        seen.extend(
+            self.list_paged(migrations, MIGRATIONS_PAGE, migration)
+                .await?,
+        );
+        seen.push(Seen::ListDone(upgrade_record::Listed::Migrations));
+        let vmis = (Kind::Vmi, listed(Kind::Vmi, None));
+        match self.list_paged(vmis, VMIS_PAGE, vmi).await {
+            Err(Error::Refused { code: 404, .. }) => {}
+            listed => {
+                seen.push(Seen::ListBegins(upgrade_record::Listed::Vmis));
+                seen.extend(listed?);
+                seen.push(Seen::ListDone(upgrade_record::Listed::Vmis));
+            }
+        }
+        Ok(seen)
     }
 
     /// Every object of `kind` in all namespaces, each page folded into `S` as it is parsed.

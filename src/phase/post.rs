@@ -8,7 +8,7 @@ use std::io::Write as Output;
 
 use tracing::info;
 
-use super::{Read, objects, steps};
+use super::{Read, objects, post_record, steps};
 use crate::cluster::Poll;
 use crate::config::Config;
 use crate::context::Run;
@@ -29,13 +29,20 @@ pub async fn post(
     out: &mut impl Output,
     read: Option<Read>,
 ) -> Result<(), Error> {
+    // The resident guard keeps its own record of each upgrade; a Job's post makes one after the
+    // fact.
+    let a_job = read.is_none();
     let (objects_read, view) = read.map(|r| (r.objects, r.view)).unzip();
     let mut objects = objects(run, objects_read).await?;
     let skipped = leftovers_check::read_skipped(run).await;
     // The wait below reads the objects again after Harvester's cleanup, so Fleet's generation is
     // taken after it.
     waiting::armed(run, &mut objects).await?;
-    wait_for_the_upgrades_end(run, &mut objects, view).await?;
+    let view = wait_for_the_upgrades_end(run, &mut objects, view).await?;
+    if a_job {
+        // Before the restore: the methods still say who suspended.
+        post_record::after_the_fact(run, &objects, view).await;
+    }
     let chart_as_read = objects.chart.clone();
     steps::write(run, &mut objects, out).await?;
     leftovers_check::after_steps(run, &objects, skipped).await;
@@ -44,11 +51,12 @@ pub async fn post(
 
 /// Waits while an upgrade is under way (updates turned on mid-upgrade start the wave the guard
 /// exists to prevent) or its cleanup may still write the methods; one bound for all, then exit 7.
+/// The upgrades as read, where nothing was waited for (after a wait, `None`: they have moved).
 async fn wait_for_the_upgrades_end(
     run: &mut Run<'_>,
     objects: &mut Objects,
     view: Option<View>,
-) -> Result<(), Error> {
+) -> Result<Option<View>, Error> {
     let cfg = run.cfg;
     let cluster = run.cluster;
     let ours = anything_of_ours(objects);
@@ -57,7 +65,7 @@ async fn wait_for_the_upgrades_end(
         None => upgrades::read(cluster, cfg).await?,
     };
     let Some(reason) = post_must_wait(view.upgrade.as_ref(), &view.plans, ours) else {
-        return Ok(());
+        return Ok(Some(view));
     };
     if cfg.restore_during_upgrade {
         let why = format!(
@@ -69,13 +77,13 @@ async fn wait_for_the_upgrades_end(
             message: why,
         };
         run.warned(objects.kubevirt.as_ref(), None, w).await;
-        return Ok(());
+        return Ok(Some(view));
     }
     if cfg.dry_run {
         run.said(format!(
             "would wait first (dry run: planned against the objects as they are): {reason}"
         ));
-        return Ok(());
+        return Ok(Some(view));
     }
     let started = tokio::time::Instant::now();
     let bound = cfg.cleanup_wait;
@@ -111,7 +119,7 @@ async fn wait_for_the_upgrades_end(
         objects.set(target.kind, cluster.get(&target).await?);
     }
     run.noted(vec![line]);
-    Ok(())
+    Ok(None)
 }
 
 /// Exit 7's one line: what was last seen, that nothing was written, and what to do.

@@ -16,7 +16,7 @@ mod seen;
 mod tally;
 
 pub use kept::{kept, resumable, save_plan};
-pub use lifecycle::{Next, RecordRead, UnderWay, next, under_way};
+pub use lifecycle::{Next, RecordRead, UnderWay, last_ended, next, under_way};
 pub use seen::{Cause, EVACUATION_ANNOTATION, MigrationSeen, OUTDATED_LABEL, VmiSeen};
 pub use tally::{Listed, Seen, Tally};
 
@@ -87,6 +87,10 @@ pub struct Record {
     /// When it was last kept.
     #[serde(default)]
     pub kept_at: Option<Timestamp>,
+    /// Made by a Job's `post` after the upgrade, from what the cluster still showed: what it
+    /// could not count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after_the_fact: Option<String>,
     /// What the next pod goes on from while it is open; removed once complete.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub counting: Option<Counting>,
@@ -188,8 +192,10 @@ impl Record {
     /// The workload-update migrations the updater would have made without the suspension (the
     /// outdated live-migratable VMIs once KubeVirt was upgraded), less those it made anyway
     /// (during the upgrade, and the wave after the restore). Nobody suspended: 0.
+    /// Not known after the fact: 0.
     pub fn saved(&self) -> u64 {
-        if self.suspended_by.as_deref().is_none_or(|s| s == "nobody") {
+        let nobody = self.suspended_by.as_deref().is_none_or(|s| s == "nobody");
+        if nobody || self.after_the_fact.is_some() {
             return 0;
         }
         let made = self.migrations.workload_update + self.after_restore.workload_update;

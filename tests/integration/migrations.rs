@@ -185,3 +185,101 @@ async fn the_migrations_are_listed_page_by_page_and_only_the_unfinished_updater_
     assert_eq!(migration_lists(&cp, before), 3);
     cp.down();
 }
+
+/// A migration in `ns` for `vmi`, made by `cause` (KubeVirt's annotation; none: a user's), in
+/// `phase`.
+async fn migration(client: &kube::Client, ns: &str, name: &str, cause: Option<&str>, phase: &str) {
+    let mut meta = json!({"name": name});
+    if let Some(annotation) = cause {
+        meta["annotations"] = json!({annotation: ""});
+    }
+    create(
+        client,
+        "VirtualMachineInstanceMigration",
+        ns,
+        json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
+               "metadata": meta, "spec": {"vmiName": "vm1"}}),
+    )
+    .await;
+    set_status(
+        client,
+        "VirtualMachineInstanceMigration",
+        ns,
+        name,
+        json!({"phase": phase}),
+    )
+    .await;
+}
+
+/// `post` run as a Job after an upgrade no resident guard recorded: the upgrade's record from
+/// the migrations still there (made since the Upgrade's creation, by cause; the failed one),
+/// saying what it could not count; a second `post` adds nothing. On a control plane of its own:
+/// the record counts every migration of the cluster.
+#[tokio::test]
+async fn a_jobs_post_records_the_upgrade_after_the_fact() {
+    let (cp, client) = ControlPlane::own().await;
+    let kubeconfig = cp.kubeconfig();
+    let ns = harvester_ns(&client, "after-the-fact", json!(["LiveMigrate"])).await;
+    create_records_configmap(&kubeconfig, &ns);
+    let vms = namespace(&client, "vms").await;
+    migration(&client, &vms, "before", None, "Succeeded").await;
+    // Times are whole seconds: the Upgrade a second after the migration made before it.
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let pre = run_bin(&kubeconfig, env_for(&ns, "pre")).await;
+    pre.ok();
+    let up =
+        crate::support::harvester::Upgrade::start(&client, &ns, "hvst-upgrade-after", "v1.7.1")
+            .await;
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let evacuation = "kubevirt.io/evacuationMigration";
+    migration(
+        &client,
+        &vms,
+        "kubevirt-evacuation-a",
+        Some(evacuation),
+        "Succeeded",
+    )
+    .await;
+    migration(
+        &client,
+        &vms,
+        "kubevirt-evacuation-b",
+        Some(evacuation),
+        "Failed",
+    )
+    .await;
+    migration(&client, &vms, "mine", None, "Succeeded").await;
+    up.finish(&client, true).await;
+    let post = run_bin(&kubeconfig, env_for(&ns, "post")).await;
+    post.ok();
+    let records = upgrade_records(&client, &ns).await;
+    assert_eq!(records.len(), 1, "{records:#?}");
+    let r = &records[0];
+    assert_eq!(
+        r["upgrade"],
+        format!("Upgrade {ns}/hvst-upgrade-after"),
+        "{r:#}"
+    );
+    let m = &r["migrations"];
+    assert_eq!(
+        (
+            &m["evacuation"],
+            &m["workloadUpdate"],
+            &m["other"],
+            &m["failed"]
+        ),
+        (&json!(2), &json!(0), &json!(1), &json!(1)),
+        "{r:#}"
+    );
+    assert_eq!(r["suspendedBy"], "the guard", "{r:#}");
+    assert_eq!(r["complete"], true, "{r:#}");
+    assert!(
+        r["afterTheFact"].as_str().unwrap().contains("undercounted"),
+        "{r:#}"
+    );
+    assert!(post.stderr.contains("after the fact"), "{}", post.stderr);
+    let again = run_bin(&kubeconfig, env_for(&ns, "post")).await;
+    again.ok();
+    assert_eq!(upgrade_records(&client, &ns).await.len(), 1);
+    drop(cp);
+}

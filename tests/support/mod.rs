@@ -331,16 +331,27 @@ pub async fn upgrade_records(client: &Client, ns: &str) -> Vec<Value> {
 
 /// Waits until the record of `upgrade` (`Upgrade NS/NAME`) is complete, and returns it.
 pub async fn complete_record(client: &Client, ns: &str, upgrade: &str, within: Duration) -> Value {
+    record_where(client, ns, upgrade, within, |r| r["complete"] == true).await
+}
+
+/// Waits until the record of `upgrade`, as kept, satisfies `what` (kept every 10 s while open).
+pub async fn record_where(
+    client: &Client,
+    ns: &str,
+    upgrade: &str,
+    within: Duration,
+    what: impl Fn(&Value) -> bool,
+) -> Value {
     let start = Instant::now();
     loop {
         let records = upgrade_records(client, ns).await;
         let found = records.iter().find(|r| r["upgrade"] == upgrade);
-        if let Some(r) = found.filter(|r| r["complete"] == true) {
+        if let Some(r) = found.filter(|r| what(r)) {
             return r.clone();
         }
         assert!(
             start.elapsed() < within,
-            "the record of {upgrade} complete within {within:?}: {records:#?}"
+            "the record of {upgrade} as awaited within {within:?}: {records:#?}"
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }

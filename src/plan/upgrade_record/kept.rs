@@ -55,9 +55,13 @@ impl Record {
             None => format!("to {}", self.to),
         };
         let outcome = self.outcome.as_deref().unwrap_or("under way");
+        let saved = match self.after_the_fact {
+            Some(_) => "migrations saved not known (counted after the fact)".to_string(),
+            None => format!("{} migrations saved", self.saved()),
+        };
         format!(
             "{} ({to}, {outcome}): {} live migrations ({} by the drains, {} workload update, \
-             {} after the restore, {} other; {} failed), {} VMs shut down, {} migrations saved",
+             {} after the restore, {} other; {} failed), {} VMs shut down, {saved}",
             self.upgrade,
             m.workload_update + m.evacuation + m.other + self.after_restore.workload_update,
             m.evacuation,
@@ -66,7 +70,6 @@ impl Record {
             m.other,
             m.failed,
             self.shut_down.total,
-            self.saved()
         )
     }
 
@@ -118,6 +121,9 @@ impl Record {
                 by.join(", "),
                 named.join(", ")
             ));
+        }
+        if let Some(gaps) = &self.after_the_fact {
+            lines.push(gaps.clone());
         }
         if let Some(c) = self.counting.as_ref().filter(|c| c.open_overflow > 0) {
             lines.push(format!(

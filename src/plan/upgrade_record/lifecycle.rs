@@ -44,6 +44,24 @@ pub fn under_way(
     upgrade.or_else(plan)
 }
 
+/// The upgrade that ended last, for a record made after it (a Job's `post`): Harvester's latest
+/// Upgrade, else the add-on's plan created last.
+pub fn last_ended(upgrade: Option<&Upgrade>, plans: &[PlanView]) -> Option<UnderWay> {
+    if let Some(u) = upgrade.filter(|u| !upgrade_under_way(u)) {
+        let started = u.created?;
+        let (key, to) = (key_of(u), u.version.clone());
+        return Some(UnderWay { key, to, started });
+    }
+    let ended = plans.iter().filter(|p| !p.under_way());
+    let p = ended.max_by_key(|p| p.created)?;
+    let (key, to) = (plan_key(&p.name), p.version.clone());
+    Some(UnderWay {
+        key,
+        to,
+        started: p.created?,
+    })
+}
+
 /// When and how the recorded upgrade ended, if it has: its end state, or `Deleted` once it is
 /// gone (or another Upgrade is the latest).
 fn ended(
@@ -107,6 +125,7 @@ impl Record {
             saved: 0,
             complete: false,
             kept_at: None,
+            after_the_fact: None,
             counting: None,
         }
     }
