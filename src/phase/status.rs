@@ -194,31 +194,6 @@ fn armed_lines(job: Option<&Job>) -> Option<Vec<String>> {
     })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn status_names_the_armed_job_and_what_it_waits_for() {
-        assert_eq!(armed_lines(None), None);
-        let typed = |j: &Value| serde_json::from_value::<Job>(j.clone()).unwrap();
-        let mut job = json!({"metadata": {"namespace": "harvester-system", "name": ARMED_JOB,
-                                          "creationTimestamp": "2026-12-01T10:00:00Z"}});
-        let lines = armed_lines(Some(&typed(&job))).unwrap();
-        assert!(
-            lines[0].contains(ARMED_JOB) && lines[0].contains("2026-12-01T10:00:00Z"),
-            "{lines:?}"
-        );
-        assert!(lines[1].contains("next upgrade"), "{lines:?}");
-        job["status"] =
-            json!({"conditions": [{"type": "Failed", "status": "True", "message": "exit 9"}]});
-        assert!(armed_lines(Some(&typed(&job))).unwrap()[0].contains("FAILED"));
-        job["status"] = json!({"conditions": [{"type": "Complete", "status": "True"}]});
-        assert!(armed_lines(Some(&typed(&job))).unwrap()[0].contains("Complete"));
-    }
-}
-
 /// The upgrades' records the resident guard keeps (none without it); why they could not be read.
 async fn read_records(run: &Run<'_>) -> Result<Vec<Record>, String> {
     let ns = &run.cfg.intent.keys.kubevirt.namespace;
@@ -252,4 +227,29 @@ fn record_lines(records: &Result<Vec<Record>, String>) -> Vec<String> {
         "{kept} upgrades kept: every one with LOG_FORMAT=json (its \"upgrades\")"
     )));
     lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn status_names_the_armed_job_and_what_it_waits_for() {
+        assert_eq!(armed_lines(None), None);
+        let typed = |j: &Value| serde_json::from_value::<Job>(j.clone()).unwrap();
+        let mut job = json!({"metadata": {"namespace": "harvester-system", "name": ARMED_JOB,
+                                          "creationTimestamp": "2026-12-01T10:00:00Z"}});
+        let lines = armed_lines(Some(&typed(&job))).unwrap();
+        assert!(
+            lines[0].contains(ARMED_JOB) && lines[0].contains("2026-12-01T10:00:00Z"),
+            "{lines:?}"
+        );
+        assert!(lines[1].contains("next upgrade"), "{lines:?}");
+        job["status"] =
+            json!({"conditions": [{"type": "Failed", "status": "True", "message": "exit 9"}]});
+        assert!(armed_lines(Some(&typed(&job))).unwrap()[0].contains("FAILED"));
+        job["status"] = json!({"conditions": [{"type": "Complete", "status": "True"}]});
+        assert!(armed_lines(Some(&typed(&job))).unwrap()[0].contains("Complete"));
+    }
 }
