@@ -181,7 +181,7 @@ pub struct Counting {
     pub through: Option<Timestamp>,
     pub at_through: Vec<String>,
     pub open: Vec<String>,
-    /// Unfinished migrations beyond [`OPEN_KEPT`]: their failures may go uncounted.
+    /// Unfinished migrations beyond the 200 kept: their failures may go uncounted.
     pub open_overflow: usize,
     /// The VMs at the start have been counted (a pod stopped before its first list of the VMIs
     /// leaves them to the next, whose first list counts them).
