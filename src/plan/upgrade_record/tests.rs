@@ -475,3 +475,33 @@ proptest! {
             (made(0), made(1), made(2), failed));
     }
 }
+
+#[test]
+fn after_the_fact_the_last_ended_upgrade_is_recorded_and_nothing_counted_as_saved() {
+    let ended = |name: &str, created: i64| PlanView {
+        phase: "Succeeded".into(),
+        created: Some(t(created)),
+        ..PlanView::read(&json!({"metadata": {"name": name}}))
+    };
+    let running = PlanView {
+        created: Some(t(50)),
+        ..PlanView::read(&json!({"metadata": {"name": "running"}}))
+    };
+    let plans = [ended("older", 1), ended("newer", 20), running];
+    let last = last_ended(None, &plans).unwrap();
+    assert_eq!(
+        (last.key.as_str(), last.started),
+        ("UpgradePlan newer", t(20))
+    );
+    assert_eq!(last_ended(None, &plans[2..]), None);
+    let mut r = record();
+    r.suspended_by = Some("the guard".into());
+    r.vms.outdated_migratable_peak = 4;
+    r.after_the_fact = Some("counted after the fact".into());
+    assert_eq!(r.saved(), 0);
+    assert!(
+        r.line().contains("migrations saved not known"),
+        "{}",
+        r.line()
+    );
+}
