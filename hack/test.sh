@@ -219,7 +219,11 @@ kv_runs=()
 for v in "${kubevirt_versions[@]:1}"; do
   build_kubevirt "$v"
   kv_out="$(mktemp)"
-  ( env KUBEVIRT_VERSION="$v" cargo test --no-fail-fast --test integration updater:: > "$kv_out" 2>&1 ) &
+  # The record's own counting of a failed migration and of a hot-plug (`updater::the_record_*`)
+  # runs on the first version only: what it counts is the guard's, and the updater's part in it
+  # (a hot-plug held until the restore) runs on each version in `a_pending_hotplug_*`.
+  ( env KUBEVIRT_VERSION="$v" cargo test --no-fail-fast --test integration updater:: -- \
+      --skip updater::the_record_ > "$kv_out" 2>&1 ) &
   kv_runs+=("$!:$v:$kv_out")
 done
 # The integration suite on each other version (the upgrade test has its versions already), each
