@@ -293,6 +293,15 @@ async fn the_resident_guard_holds_the_real_updater_through_a_path_a_upgrade() {
     );
     assert_eq!(record["suspendedBy"], "the guard", "{record:#}");
     assert_eq!(record["saved"], 0, "{record:#}");
+    // Its gauges, as the loop kept them.
+    let scraped = scrape(port).expect("the guard's metrics answer");
+    for line in [
+        format!("workload_update_guard_last_upgrade_migrations{{cause=\"after_restore\"}} {wave}"),
+        "workload_update_guard_last_upgrade_saved_migrations 0".to_string(),
+        "workload_update_guard_last_upgrade_shut_down_vms 0".to_string(),
+    ] {
+        assert!(scraped.contains(&line), "{line}: {scraped}");
+    }
     eprintln!(
         "updater {}: resident guard: the first migration {first:?} after the upgrade's end ({:?})",
         crate::support::kubevirt::version(),
