@@ -287,13 +287,14 @@ async fn the_resident_guard_through_a_whole_upgrade_leaves_each_vm_to_its_drain(
 async fn without_the_guard_a_whole_upgrade_migrates_each_vm_once_more() {
     let (mut kv, vmis) = cluster(vm_count()).await;
     let migratable = vmis.len() - 1;
-    let guard = Guard::start(&kv.cp.kubeconfig(), NS, 0);
+    // Accepted before the guard starts: it never suspends for it.
     let up = Upgrade::start(&kv.client, NS, "hvst-upgrade-control", "v1.7.1").await;
     let mut hv = up.controller(&kv.client);
     hv.nodes = (0..kv.nodes).map(|i| format!("node-{i}")).collect();
     hv.must(|u| setters::annotate(u, ALLOW_UNPROTECTED, "true"))
         .await;
-    guard.wait_for("accepted", Duration::from_secs(10));
+    let guard = Guard::spawn(&kv.cp.kubeconfig(), NS, 0);
+    guard.wait_for("accepted", Duration::from_secs(20));
     hv.up_to_nodes_prepared().await;
     let prepared = hv
         .nodes_prepared(Duration::from_secs(10), &Default::default())
