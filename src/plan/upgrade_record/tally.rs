@@ -1,11 +1,12 @@
 //! The count of the upgrade under way, from its watches' events: each migration counted once by
 //! its cause (across lists, restarts and a new pod), each VM shut down named with its reason.
 //!
-//! What is held is bounded by what exists, not by what happened: a migration's uid hashed to 64
-//! bits while it exists (KubeVirt keeps five finished ones per VMI and deletes the rest), a few
-//! fields per VMI; the figures themselves are the record's counters.
+//! What is held is bounded by what exists, not by what happened: the uid, hashed to 64 bits, of
+//! each migration made during the upgrade while it exists (KubeVirt keeps five finished ones per
+//! VMI and deletes the rest; one made before is never held), a few fields per VMI; the figures
+//! themselves are the record's counters.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use jiff::Timestamp;
 
@@ -32,13 +33,13 @@ pub enum Listed {
     Vmis,
 }
 
-/// A migration that exists, as counted.
+/// A migration made during the upgrade (created at or after its start) that exists, as counted.
 #[derive(Debug, Clone, Copy)]
 struct Known {
-    /// Made during the upgrade (created at or after its start): in the figures.
-    counted: bool,
     finished: bool,
     workload_update_after_restore: bool,
+    /// Seen since the list under way began (what is not at its end is gone).
+    listed: bool,
 }
 
 /// A VMI that exists, as last seen.
@@ -46,11 +47,13 @@ struct Known {
 struct Vm {
     running: bool,
     live_migratable: Option<bool>,
-    not_migratable_reason: String,
+    not_migratable_reason: Box<str>,
     outdated: bool,
-    node: String,
+    node: Box<str>,
     /// One of its migrations failed during the upgrade.
     migration_failed: bool,
+    /// Seen since the list under way began (as [`Known::listed`]).
+    listed: bool,
 }
 
 impl Vm {
@@ -58,10 +61,11 @@ impl Vm {
         Vm {
             running: v.running(),
             live_migratable: v.live_migratable,
-            not_migratable_reason: v.not_migratable_reason,
+            not_migratable_reason: v.not_migratable_reason.into(),
             outdated: v.outdated,
-            node: v.node,
+            node: v.node.into(),
             migration_failed,
+            listed: true,
         }
     }
 
@@ -98,10 +102,11 @@ pub struct Tally {
     /// The methods list `Evict` (the updater then evicts what it does not migrate).
     pub evict_listed: bool,
     migrations: HashMap<u64, Known>,
-    vms: HashMap<String, Vm>,
-    /// The keys of the list under way, each kind's (what is missing at its end is gone).
-    listing_migrations: Option<HashSet<u64>>,
-    listing_vms: Option<HashSet<String>>,
+    /// By `namespace/name`.
+    vms: HashMap<Box<str>, Vm>,
+    /// A list of each kind is under way (what it does not list is gone at its end).
+    listing_migrations: bool,
+    listing_vms: bool,
     vms_listed: bool,
     /// The newest creation among the migrations counted, and those counted in its second.
     through: Option<Timestamp>,
@@ -129,8 +134,8 @@ impl Tally {
             evict_listed: false,
             migrations: HashMap::new(),
             vms: HashMap::new(),
-            listing_migrations: None,
-            listing_vms: None,
+            listing_migrations: false,
+            listing_vms: false,
             vms_listed: resumed.as_ref().is_some_and(|c| c.vms_listed),
             through,
             at_through,
@@ -152,11 +157,17 @@ impl Tally {
                     self.shut_down_if_running(v.name, &vm, None);
                 }
             }
-            Seen::ListBegins(Listed::Migrations) => self.listing_migrations = Some(HashSet::new()),
-            Seen::ListBegins(Listed::Vmis) => self.listing_vms = Some(HashSet::new()),
+            Seen::ListBegins(Listed::Migrations) => {
+                self.listing_migrations = true;
+                self.migrations.values_mut().for_each(|k| k.listed = false);
+            }
+            Seen::ListBegins(Listed::Vmis) => {
+                self.listing_vms = true;
+                self.vms.values_mut().for_each(|v| v.listed = false);
+            }
             Seen::ListDone(Listed::Migrations) => {
-                if let Some(listed) = self.listing_migrations.take() {
-                    self.migrations.retain(|k, _| listed.contains(k));
+                if std::mem::take(&mut self.listing_migrations) {
+                    self.migrations.retain(|_, k| k.listed);
                 }
             }
             Seen::ListDone(Listed::Vmis) => self.vms_listed_done(),
@@ -177,10 +188,7 @@ impl Tally {
 
     /// What a new pod needs to go on counting where this one stopped.
     pub fn counting(&self) -> Counting {
-        let open = self
-            .migrations
-            .iter()
-            .filter(|(_, k)| k.counted && !k.finished);
+        let open = self.migrations.iter().filter(|(_, k)| !k.finished);
         let mut open: Vec<String> = open.map(|(key, _)| format!("{key:016x}")).collect();
         open.sort();
         Counting {
@@ -197,20 +205,22 @@ impl Tally {
     }
 
     fn migration(&mut self, m: MigrationSeen) {
-        if let Some(listing) = &mut self.listing_migrations {
-            listing.insert(m.key);
-        }
         let failed_now = m.outcome == Outcome::Failed;
         let finished = m.outcome != Outcome::Unfinished;
         if let Some(known) = self.migrations.get_mut(&m.key) {
-            let failed = known.counted && !known.finished && failed_now;
+            let failed = !known.finished && failed_now;
             known.finished |= finished;
+            known.listed = true;
             if failed {
                 self.failed(&m);
             }
             return;
         }
-        let during = m.created.is_none_or(|t| t >= self.record.started);
+        // Made before the upgrade: never in the figures, and nothing to hold of it (a cluster's
+        // 30,000 old migrations would hold 1 MiB of keys).
+        if m.created.is_some_and(|t| t < self.record.started) {
+            return;
+        }
         let (counted_before, open_before) = self.counted_before(&m);
         let after_restore = m.cause == Cause::WorkloadUpdate
             && self
@@ -218,17 +228,17 @@ impl Tally {
                 .restored_at
                 .zip(m.created)
                 .is_some_and(|(r, c)| c >= r);
-        if during && !counted_before {
+        if !counted_before {
             self.count(&m, after_restore);
         }
         let failure_uncounted = !counted_before || open_before;
-        if during && failed_now && failure_uncounted {
+        if failed_now && failure_uncounted {
             self.failed(&m);
         }
         let known = Known {
-            counted: during,
             finished,
-            workload_update_after_restore: during && after_restore,
+            workload_update_after_restore: after_restore,
+            listed: true,
         };
         self.migrations.insert(m.key, known);
     }
@@ -273,16 +283,13 @@ impl Tally {
 
     fn failed(&mut self, m: &MigrationSeen) {
         self.record.migrations.failed += 1;
-        if let Some(vm) = self.vms.get_mut(&m.vmi) {
+        if let Some(vm) = self.vms.get_mut(m.vmi.as_str()) {
             vm.migration_failed = true;
         }
         self.changed = true;
     }
 
     fn vmi(&mut self, v: VmiSeen) {
-        if let Some(listing) = &mut self.listing_vms {
-            listing.insert(v.name.clone());
-        }
         let before = self.forget(&v.name);
         let failed = before.as_ref().is_some_and(|b| b.migration_failed);
         if v.ended() {
@@ -321,10 +328,10 @@ impl Tally {
         *s.by_reason.entry(reason).or_default() += 1;
         if s.named.len() < NAMED {
             let detail = match reason {
-                Reason::NotLiveMigratable => vm.not_migratable_reason.clone(),
+                Reason::NotLiveMigratable => vm.not_migratable_reason.to_string(),
                 _ => String::new(),
             };
-            let node = vm.node.clone();
+            let node = vm.node.to_string();
             s.named.push(ShutDownVm {
                 vm: name,
                 node,
@@ -359,15 +366,13 @@ impl Tally {
             v.outdated_migratable_peak = self.outdated_migratable_now;
             self.changed = true;
         }
-        self.vms.insert(name, vm);
+        self.vms.insert(name.into(), vm);
     }
 
     fn vms_listed_done(&mut self) {
-        if let Some(listed) = self.listing_vms.take() {
-            let gone: Vec<String> = (self.vms.keys())
-                .filter(|k| !listed.contains(*k))
-                .cloned()
-                .collect();
+        if std::mem::take(&mut self.listing_vms) {
+            let gone = self.vms.iter().filter(|(_, v)| !v.listed);
+            let gone: Vec<String> = gone.map(|(name, _)| name.to_string()).collect();
             for name in gone {
                 if let Some(vm) = self.forget(&name) {
                     self.shut_down_if_running(name, &vm, None);
