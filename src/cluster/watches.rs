@@ -14,20 +14,26 @@
 //! attempts). A list or watch sent to a server still starting can hang, though, which no backoff
 //! sees: so a watch that errs says so (`failing`, one wake-up), and the loop replaces it.
 
+use std::borrow::Cow;
+use std::fmt::Debug;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
 use futures::stream::BoxStream;
-use kube::api::DynamicObject;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Resource;
+use kube::api::{Api, ApiResource, DynamicObject};
+use kube::core::DynamicResourceScope;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
+use serde::{Deserialize, Deserializer};
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
 use super::Cluster;
 use crate::model::Kind;
-use crate::plan::upgrade_record::{Listed, MigrationSeen, Seen, Tally, VmiSeen};
+use crate::plan::upgrade_record::{Listed, MigrationSeen, Object, Seen, Tally, VmiSeen};
 
 /// A watch running in its own task (stopped when this is dropped): `failing` while its last
 /// event was an error (no successful list or event since).
@@ -122,26 +128,114 @@ impl Cluster {
     }
 }
 
+/// Migrations a page of the record's lists: about 2 KiB each as stored, so some 100 KiB of JSON,
+/// which kube holds two or three times while it reads it (hyper's chunks, `to_bytes`, the copy
+/// into a string). kube's 500 a page (and `DynamicObject`s) cost the resident guard 30 MiB at
+/// 30,000 migrations and 2,000 VMIs (`hack/bench.sh scale`); 50 a page is 600 requests there.
+const RECORD_MIGRATIONS_PAGE: u32 = 50;
+
+/// VMIs a page of the record's lists: a VMI is 10 to 20 KiB, so 50 to 100 KiB (10 a page
+/// added about 0.4 MiB more to the peak at 2,000 VMIs; 5 a page is 400 requests there).
+const RECORD_VMIS_PAGE: u32 = 5;
+
+/// What the record's watches parse each migration or VMI into, page by page and event by event:
+/// the few fields counted (`MigrationSeen`, `VmiSeen`), the rest of each object skipped as it is
+/// read (`upgrade_record::Object`). kube's `DynamicObject` holds all of it (its `managedFields`,
+/// every annotation), a page at a time.
+#[derive(Debug, Clone)]
+struct Counted<T> {
+    seen: T,
+    /// Its `resourceVersion` only: where kube's watcher goes on from after each event.
+    meta: ObjectMeta,
+}
+
+impl<'de, T: From<Object>> Deserialize<'de> for Counted<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let object = Object::deserialize(d)?;
+        let meta = ObjectMeta {
+            resource_version: Some(object.resource_version().to_string()),
+            ..ObjectMeta::default()
+        };
+        Ok(Counted {
+            seen: object.into(),
+            meta,
+        })
+    }
+}
+
+impl<T> Resource for Counted<T> {
+    type DynamicType = ApiResource;
+    type Scope = DynamicResourceScope;
+
+    fn kind(dt: &ApiResource) -> Cow<'_, str> {
+        dt.kind.as_str().into()
+    }
+
+    fn group(dt: &ApiResource) -> Cow<'_, str> {
+        dt.group.as_str().into()
+    }
+
+    fn version(dt: &ApiResource) -> Cow<'_, str> {
+        dt.version.as_str().into()
+    }
+
+    fn api_version(dt: &ApiResource) -> Cow<'_, str> {
+        dt.api_version.as_str().into()
+    }
+
+    fn plural(dt: &ApiResource) -> Cow<'_, str> {
+        dt.plural.as_str().into()
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.meta
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.meta
+    }
+}
+
 impl Cluster {
-    /// A watch of every migration or VMI, while an upgrade's record is open: each event read
-    /// into the few fields the record counts (`plan::upgrade_record`), the object dropped. It
-    /// wakes nothing: the loop keeps the record at its passes.
-    pub fn count_into(&self, kind: Kind, tally: Arc<Mutex<Tally>>) -> Watcher {
-        let api = super::objects::api(&self.watch_client, kind, None);
-        let backoff = watcher::ExponentialBackoff::from(super::retry::backoff());
-        // Consistent lists, page by page (kube's 500): one served from the watch cache
-        // (`resourceVersion=0`) ignores the page size, and 30,000 migrations would come at once.
-        let config = watcher::Config::default();
-        let events = watcher::watcher(api, config).backoff(backoff).boxed();
+    /// A watch of every migration or VMI, while an upgrade's record is open: each object read
+    /// into the few fields the record counts (`plan::upgrade_record`) as it is parsed. It wakes
+    /// nothing: the loop keeps the record at its passes.
+    pub fn count_into(
+        &self,
+        kind: Kind,
+        tally: Arc<Mutex<Tally>>,
+        one_list: Arc<tokio::sync::Mutex<()>>,
+    ) -> Watcher {
         let failing = Arc::<AtomicBool>::default();
         let (settle, settled) = watch::channel(false);
-        let task = tokio::spawn(count_events(
-            events,
+        let counting = Counting {
             kind,
             tally,
-            Arc::clone(&failing),
+            one_list,
+            failing: Arc::clone(&failing),
             settle,
-        ));
+        };
+        let task = if kind == Kind::Migration {
+            let events = self.counted::<MigrationSeen>(kind, RECORD_MIGRATIONS_PAGE);
+            let seen = |m, deleted| {
+                if deleted {
+                    Seen::MigrationDeleted(m)
+                } else {
+                    Seen::Migration(m)
+                }
+            };
+            tokio::spawn(count_events(events, seen, counting))
+        } else {
+            let events = self.counted::<VmiSeen>(kind, RECORD_VMIS_PAGE);
+            let seen = |v, deleted| {
+                if deleted {
+                    Seen::VmiDeleted(v)
+                } else {
+                    Seen::Vmi(v)
+                }
+            };
+            tokio::spawn(count_events(events, seen, counting))
+        };
         Watcher {
             failing,
             first_list_wakes: Arc::default(),
@@ -149,54 +243,73 @@ impl Cluster {
             task,
         }
     }
+
+    fn counted<T: From<Object> + Clone + Debug + Send + 'static>(
+        &self,
+        kind: Kind,
+        page: u32,
+    ) -> BoxStream<'static, watcher::Result<Event<Counted<T>>>> {
+        let api = Api::all_with(self.watch_client.clone(), &kind.resource());
+        let backoff = watcher::ExponentialBackoff::from(super::retry::backoff());
+        // Consistent lists, page by page: one served from the watch cache (`resourceVersion=0`)
+        // ignores the page size, and 30,000 migrations would come at once.
+        let config = watcher::Config::default().page_size(page);
+        watcher::watcher(api, config).backoff(backoff).boxed()
+    }
 }
 
-async fn count_events(
-    mut events: BoxStream<'static, watcher::Result<Event<DynamicObject>>>,
+/// What a count's task needs besides its events.
+struct Counting {
     kind: Kind,
     tally: Arc<Mutex<Tally>>,
+    /// Held from a list's start to its end: the record's two watches list one at a time.
+    one_list: Arc<tokio::sync::Mutex<()>>,
     failing: Arc<AtomicBool>,
     settle: watch::Sender<bool>,
+}
+
+async fn count_events<T>(
+    mut events: BoxStream<'static, watcher::Result<Event<Counted<T>>>>,
+    seen: fn(T, bool) -> Seen,
+    c: Counting,
 ) {
-    let list = if kind == Kind::Migration {
+    let list = if c.kind == Kind::Migration {
         Listed::Migrations
     } else {
         Listed::Vmis
     };
-    let seen = |object: DynamicObject, deleted: bool| {
-        let object = serde_json::to_value(object).expect("objects serialize");
-        match (kind == Kind::Migration, deleted) {
-            (true, false) => Seen::Migration(MigrationSeen::read(&object)),
-            (true, true) => Seen::MigrationDeleted(MigrationSeen::read(&object)),
-            (false, false) => Seen::Vmi(VmiSeen::read(&object)),
-            (false, true) => Seen::VmiDeleted(VmiSeen::read(&object)),
-        }
-    };
+    let mut listing = None;
     while let Some(event) = events.next().await {
         let seen = match event {
-            Ok(Event::Init) => Seen::ListBegins(list),
+            // kube asks for the list's first page at the next poll, after this lock.
+            Ok(Event::Init) => {
+                listing = Some(Arc::clone(&c.one_list).lock_owned().await);
+                Seen::ListBegins(list)
+            }
             Ok(Event::InitDone) => {
-                settle.send_replace(true);
+                drop(listing.take());
+                c.settle.send_replace(true);
                 Seen::ListDone(list)
             }
-            Ok(Event::InitApply(o) | Event::Apply(o)) => seen(o, false),
-            Ok(Event::Delete(o)) => seen(o, true),
+            Ok(Event::InitApply(o) | Event::Apply(o)) => seen(o.seen, false),
+            Ok(Event::Delete(o)) => seen(o.seen, true),
             Err(e) => {
-                failing.store(true, Relaxed);
-                settle.send_replace(true);
+                drop(listing.take());
+                c.failing.store(true, Relaxed);
+                c.settle.send_replace(true);
                 if let watcher::Error::InitialListFailed(kube::Error::Api(s))
                 | watcher::Error::WatchStartFailed(kube::Error::Api(s)) = &e
                     && matches!(s.code, 403 | 404)
                 {
-                    warn!(kind = ?kind, code = s.code, "the upgrade's record: not watched ({}); its figures of this kind stay 0", s.message);
+                    warn!(kind = ?c.kind, code = s.code, "the upgrade's record: not watched ({}); its figures of this kind stay 0", s.message);
                     break;
                 }
-                debug!(kind = ?kind, error = %e, "watch error; it backs off and resumes");
+                debug!(kind = ?c.kind, error = %e, "watch error; it backs off and resumes");
                 continue;
             }
         };
-        failing.store(false, Relaxed);
-        tally
+        c.failing.store(false, Relaxed);
+        c.tally
             .lock()
             .expect("no panic holds the tally")
             .observe(seen);
@@ -280,7 +393,10 @@ async fn wake_on_events(
 #[cfg(test)]
 mod tests {
     use futures::stream;
-    use kube::api::ApiResource;
+    use kube::ResourceExt;
+    use kube::api::{ApiResource, WatchEvent};
+    use kube::core::ObjectList;
+    use serde_json::json;
 
     use super::*;
 
@@ -363,5 +479,41 @@ mod tests {
             run(events, FirstList::BeforeTheRead, false).await,
             (2, true)
         );
+    }
+
+    /// What the record's watches parse (a list page, a watch event) is what `seen` reads from
+    /// the whole object, with the `resourceVersion` kube's watcher goes on from.
+    #[test]
+    fn the_records_watches_keep_the_fields_counted_and_the_resource_version() {
+        let migration = json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
+            "metadata": {"name": "kubevirt-workload-update-x", "namespace": "ns", "uid": "u-1",
+                "resourceVersion": "41", "creationTimestamp": "2026-12-06T10:00:00Z",
+                "annotations": {"kubevirt.io/workloadUpdateMigration": "", "padding": "x".repeat(2000)},
+                "managedFields": [{"manager": "virt-controller", "fieldsV1": {"f:spec": {}}}]},
+            "spec": {"vmiName": "vm-1"}, "status": {"phase": "Failed", "migrationState": {}}});
+        // One object's `null` status fails neither the page nor the object's other fields.
+        let unset = json!({"metadata": {"name": "vmim-2", "namespace": "ns", "uid": "u-2",
+            "resourceVersion": "40"}, "spec": {"vmiName": "vm-2"}, "status": null});
+        let page = json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigrationList",
+            "metadata": {"resourceVersion": "42", "continue": "next"}, "items": [migration, unset]});
+        let page: ObjectList<Counted<MigrationSeen>> = serde_json::from_value(page).unwrap();
+        assert_eq!(page.items[0].seen, MigrationSeen::read(&migration));
+        assert_eq!(page.items[0].resource_version().as_deref(), Some("41"));
+        assert_eq!(page.items[1].seen.vmi, "ns/vm-2");
+        assert_eq!(page.items[1].resource_version().as_deref(), Some("40"));
+
+        let vmi = json!({"metadata": {"name": "vm-1", "namespace": "ns", "resourceVersion": "43",
+                "labels": {"kubevirt.io/outdatedLauncherImage": ""}},
+            "spec": {"domain": {"devices": {}}},
+            "status": {"phase": "Running", "nodeName": "node-1",
+                "conditions": [{"type": "LiveMigratable", "status": "False", "reason": "DisksNotLiveMigratable"}]}});
+        let line = json!({"type": "MODIFIED", "object": vmi}).to_string();
+        let Ok(WatchEvent::Modified(event)) =
+            serde_json::from_str::<WatchEvent<Counted<VmiSeen>>>(&line)
+        else {
+            panic!("a watch event of a VMI parses");
+        };
+        assert_eq!(event.seen, VmiSeen::read(&vmi));
+        assert_eq!(event.resource_version().as_deref(), Some("43"));
     }
 }

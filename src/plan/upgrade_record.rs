@@ -17,7 +17,7 @@ mod tally;
 
 pub use kept::{kept, resumable, save_plan};
 pub use lifecycle::{Next, RecordRead, UnderWay, last_ended, next, under_way};
-pub use seen::{Cause, EVACUATION_ANNOTATION, MigrationSeen, OUTDATED_LABEL, VmiSeen};
+pub use seen::{Cause, EVACUATION_ANNOTATION, MigrationSeen, OUTDATED_LABEL, Object, VmiSeen};
 pub use tally::{Listed, Seen, Tally};
 
 /// The ConfigMap's key that holds the records, a JSON list, oldest first.

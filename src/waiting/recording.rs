@@ -104,8 +104,9 @@ impl Loop<'_> {
         let mut tally = Tally::new(record);
         tally.from_pass(read);
         let tally = Arc::new(Mutex::new(tally));
+        let one_list = Arc::default();
         let watches = [Kind::Migration, Kind::Vmi]
-            .map(|kind| self.cluster.count_into(kind, Arc::clone(&tally)));
+            .map(|kind| (self.cluster).count_into(kind, Arc::clone(&tally), Arc::clone(&one_list)));
         info!(
             upgrade = %u.key,
             "resident guard: recording {} ({}): its migrations and VMIs are watched until it has ended",

@@ -7,7 +7,7 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 
 use jiff::Timestamp;
 use serde::de::IgnoredAny;
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
 use crate::model::MIGRATION_PREFIX;
@@ -103,6 +103,9 @@ struct Meta {
     name: String,
     #[serde(deserialize_with = "text")]
     uid: String,
+    /// Where a watch goes on from after this object's event.
+    #[serde(deserialize_with = "text")]
+    resource_version: String,
     #[serde(deserialize_with = "lenient")]
     creation_timestamp: Option<Timestamp>,
     /// Only the keys read: any other (a client's `last-applied-configuration` may be kilobytes)
@@ -119,12 +122,24 @@ impl Meta {
     }
 }
 
+/// A migration or a VMI, the fields read: what the record's watches parse each object into, the
+/// rest skipped as it is parsed; then read into a [`MigrationSeen`] or a [`VmiSeen`].
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
-struct MigrationObject {
+pub struct Object {
+    #[serde(deserialize_with = "or_default")]
     metadata: Meta,
+    #[serde(deserialize_with = "or_default")]
     spec: MigrationSpec,
+    #[serde(deserialize_with = "or_default")]
     status: Phase,
+}
+
+/// A `null` read as absent: one object's `"status": null` would fail its whole list page.
+fn or_default<'de, D: Deserializer<'de>, T: Deserialize<'de> + Default>(
+    d: D,
+) -> Result<T, D::Error> {
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -167,9 +182,20 @@ struct PhaseStamp {
     phase_transition_timestamp: Option<Timestamp>,
 }
 
+impl Object {
+    pub fn resource_version(&self) -> &str {
+        &self.metadata.resource_version
+    }
+}
+
 impl MigrationSeen {
     pub fn read(object: &Value) -> MigrationSeen {
-        let m = MigrationObject::deserialize(object).unwrap_or_default();
+        Object::deserialize(object).unwrap_or_default().into()
+    }
+}
+
+impl From<Object> for MigrationSeen {
+    fn from(m: Object) -> MigrationSeen {
         let meta = &m.metadata;
         let cause = if Meta::has(&meta.annotations, WORKLOAD_UPDATE_ANNOTATION)
             || meta.name.starts_with(MIGRATION_PREFIX)
@@ -199,7 +225,12 @@ impl MigrationSeen {
 
 impl VmiSeen {
     pub fn read(object: &Value) -> VmiSeen {
-        let v = MigrationObject::deserialize(object).unwrap_or_default();
+        Object::deserialize(object).unwrap_or_default().into()
+    }
+}
+
+impl From<Object> for VmiSeen {
+    fn from(v: Object) -> VmiSeen {
         let conditions = v.status.conditions.unwrap_or_default();
         let migratable = conditions.iter().find(|c| c.kind == "LiveMigratable");
         let stamps = v.status.phase_transition_timestamps.unwrap_or_default();
