@@ -20,13 +20,17 @@
 # KubeVirt requeues every 30 s) and, the control, from KubeVirt's upgrade to the first migration
 # without the guard (there must be migrations) (hack/bench/updater_report.py).
 # Last, the scale run (hack/bench/scale.sh: a large cluster holds tens of thousands): 10,000 and 30,000 migrations
-# (BENCH_SCALE), the peak RSS and time of `pre` and `status` against `kubectl get`, with the goals
-# (hack/bench/scale_report.py); its figures go to docs/figures/bench-scale.md.
+# (BENCH_SCALE), the peak RSS and time of `pre` and `status` against `kubectl get`, then at the
+# largest N with 2,000 VMIs the resident guard's peak RSS without and with an upgrade's record
+# open (BENCH_RECORD_SECONDS each), with the goals (hack/bench/scale_report.py); its figures go
+# to docs/figures/bench-scale.md.
 #   hack/bench.sh            (BENCH_CYCLES=N, default 20; BENCH_FLEET_RUNS=M, default 3;
-#                             BENCH_SCALE="10000 30000"; BENCH_SCALE_RUNS=R, default 3)
+#                             BENCH_SCALE="10000 30000"; BENCH_SCALE_RUNS=R, default 3;
+#                             BENCH_RECORD_SECONDS=S, default 40)
 #   hack/bench.sh --quick    CI's check with a shorter run: 10 cycles, the
 #                             resident guard's quiet period 60 s (no resync falls in it), one
-#                             Fleet run, one scale run of each size; its figures go to
+#                             Fleet run, one scale run of each size, the record's two runs 20 s
+#                             each; its figures go to
 #                             target/bench/, never to docs/figures/ (those are the full run's).
 #                             It gates only what does not move with the machine's load (CI's
 #                             machine may be building beside it): request counts, memory, the
@@ -50,7 +54,8 @@ if [[ "${1:-}" == --quick ]]; then
   QUICK_ARG=(--quick)
   shift
   : "${BENCH_CYCLES:=10}" "${BENCH_RESIDENT_SECONDS:=60}" "${BENCH_FLEET_RUNS:=1}" "${BENCH_SCALE_RUNS:=1}"
-  export BENCH_CYCLES BENCH_RESIDENT_SECONDS BENCH_FLEET_RUNS BENCH_SCALE_RUNS
+  : "${BENCH_RECORD_SECONDS:=20}"
+  export BENCH_CYCLES BENCH_RESIDENT_SECONDS BENCH_FLEET_RUNS BENCH_SCALE_RUNS BENCH_RECORD_SECONDS
 fi
 MODE="${1:-all}"
 [[ "$MODE" == all || "$MODE" == scale || "$MODE" == resident || "$MODE" == kubevirt || "$MODE" == upgrade ]] \

@@ -9,7 +9,8 @@
 # `kubectl get virtualmachineinstancemigrations -A -o name`. Lines "N what run ms rss_kb lists"
 # in WORK/scale.txt, for hack/bench/scale_report.py. BENCH_SCALE_COMPARE=BINARY measures that
 # binary's `pre` and `status` too, the same way (e.g. a build of an earlier commit), beside ours.
-# Needs: REPO_ROOT, BIN, KUBECTL, KUBECONFIG, dir (the control plane's), work, audit_lines.
+# Last, at the largest N, the resident guard's upgrade record (scale_record, below).
+# Needs: REPO_ROOT, BIN, KUBECTL, KUBECONFIG, dir (the control plane's), work, audit_lines, real_home.
 # shellcheck disable=SC2154 # those are hack/bench.sh's, which sources this file
 
 SCALE_UNDER_WAY=5
@@ -65,4 +66,94 @@ scale_run() {
         || { echo "bench: scale $n: kubectl get listed $(wc -l < "$work/scale-out") of $total" >&2; exit 1; }
     done
   done
+  scale_record "$n"
+}
+
+# The resident guard's upgrade record (docs/design.md, "The upgrade's record") at N migrations
+# and SCALE_VMIS VMIs (about 10 KiB each, running, created beside the migrations), its
+# ConfigMap present: the resident guard (PHASE=watch, its default resync of 300 s) run twice,
+# BENCH_RECORD_SECONDS each (default 40, --quick 20), under /usr/bin/time: with no upgrade under
+# way (no record open, nothing of the migrations or VMIs watched), then with a v1.7.1 Upgrade
+# under way that carries the operator's accept annotation, so that the guard records it and runs
+# no `pre` (the difference of the two peaks is the record's alone: its two watches list every
+# migration and VMI page by page, and count them). Lines "N what seconds rss_kb listed_ms" in
+# WORK/scale-record.txt (listed_ms: how long after its start the ConfigMap held the record with
+# every VMI; -1 for the first run); the guard's requests in WORK/audit-record-WHAT.log, when its
+# start had settled (RECORD_SETTLE seconds after it) in WORK/record-WHAT.settled, the record kept
+# in WORK/scale-record.json.
+SCALE_VMIS=2000
+SCALE_OUTDATED=500
+RECORD_SETTLE=10
+
+# scale_resident N WHAT SECONDS [WANT]: the resident guard for SECONDS (with WANT, until the
+# ConfigMap's record counts WANT VMIs running at its start, at most 120 s).
+scale_resident() {
+  local n="$1" what="$2" secs="$3" want="${4:-}" before after tpid pid="" t0 ms listed=-1 settled=""
+  mkdir -p "$work/record-$what"
+  before=$(audit_lines)
+  t0=$(date +%s%N)
+  PHASE=watch WATCH_STATE_DIR="$work/record-$what" WATCH_RESYNC_SECONDS=300 METRICS_PORT=0 TERMINATION_MESSAGE_PATH="" \
+    RUST_LOG=info /usr/bin/time -f "%M" -o "$work/record-$what.rss" "$BIN" >/dev/null 2>"$work/record-$what.log" &
+  tpid=$!
+  # The guard is /usr/bin/time's child: SIGTERM goes to it (time would die without its figure).
+  for _ in $(seq 50); do
+    pid=$(ps -o pid= --ppid "$tpid" | tr -d ' ') && [[ -n "$pid" ]] && break
+    sleep 0.1
+  done
+  [[ -n "$pid" ]] || { echo "bench: scale $n: the resident guard ($what) did not start" >&2; exit 1; }
+  while ms=$(( ($(date +%s%N) - t0) / 1000000 )); (( ms < secs * 1000 )) || [[ -n "$want" && $listed -lt 0 ]]; do
+    (( ms < 120000 )) || { echo "bench: scale $n: the record did not count $want VMIs within 120 s; the guard's log:" >&2; tail -20 "$work/record-$what.log" >&2; exit 1; }
+    if [[ -z "$settled" ]] && (( ms >= RECORD_SETTLE * 1000 )); then
+      settled=$(date -u +%Y-%m-%dT%H:%M:%S.%6NZ)
+      echo "$settled" > "$work/record-$what.settled"
+    fi
+    if [[ -n "$want" && $listed -lt 0 ]] && grep -q "recording Upgrade" "$work/record-$what.log" \
+      && "$KUBECTL" -n harvester-system get configmap workload-update-guard-upgrades -o jsonpath='{.data.upgrades\.json}' \
+           > "$work/scale-record.json" 2>/dev/null \
+      && [[ "$(jq '.[-1].vms.runningAtStart' "$work/scale-record.json" 2>/dev/null)" == "$want" ]]; then
+      listed=$ms
+    fi
+    sleep 0.5
+  done
+  kill -TERM "$pid"
+  wait "$tpid" || true  # exit 5: SIGTERM, as a drain ends it
+  # The API server logs a watch's end once its connection has closed.
+  sleep 1
+  after=$(audit_lines)
+  sed -n "$((before + 1)),${after}p" "$dir/audit.log" > "$work/audit-record-$what.log"
+  echo "$n $what $secs $(tail -1 "$work/record-$what.rss") $listed" >> "$work/scale-record.txt"
+}
+
+scale_record() {
+  local n="$1" secs="${BENCH_RECORD_SECONDS:-40}" started
+  started=$(date +%s)
+  # KubeVirt's VMI CRD, as the control plane's KubeVirt version has it (with its schema): the
+  # bench's control plane serves the KubeVirt CR's and the migrations' only.
+  jq '.items[] | select(.metadata.name == "virtualmachineinstances.kubevirt.io")' \
+    "$(HOME="$real_home" bash "$REPO_ROOT/hack/kubevirt.sh" crds)" | "$KUBECTL" apply --server-side -f - >/dev/null
+  # kubectl wait fails, rather than waits, on a CRD whose status has no conditions yet.
+  for _ in $(seq 60); do
+    "$KUBECTL" wait --for condition=Established --timeout=60s crd/virtualmachineinstances.kubevirt.io \
+      >/dev/null 2>&1 && break
+    sleep 1
+  done
+  "$KUBECTL" get virtualmachineinstances -A >/dev/null
+  python3 "$REPO_ROOT/hack/bench/create_migrations.py" --vmis "$dir" scale "$SCALE_VMIS" "$SCALE_OUTDATED"
+  # As the chart creates it.
+  "$KUBECTL" -n harvester-system create configmap workload-update-guard-upgrades >/dev/null
+  echo "bench: scale $n: $SCALE_VMIS VMIs created, the ConfigMap; the resident guard without and with the record (${secs} s each)" >&2
+  scale_resident "$n" quiet "$secs"
+  "$KUBECTL" -n harvester-system create -f - >/dev/null <<YAML
+apiVersion: harvesterhci.io/v1beta1
+kind: Upgrade
+metadata:
+  name: hvst-upgrade-record
+  namespace: harvester-system
+  labels: {harvesterhci.io/latestUpgrade: "true", harvesterhci.io/upgradeState: UpgradingNodes}
+  annotations: {workload-update-guard.harvesterhci.io/allow-unprotected: "true"}
+spec: {version: v1.7.1}
+YAML
+  scale_resident "$n" record "$secs" "$SCALE_VMIS"
+  "$KUBECTL" -n harvester-system delete upgrades.harvesterhci.io hvst-upgrade-record >/dev/null
+  echo "$SCALE_VMIS $(( $(date +%s) - started ))" > "$work/scale-record-vmis.txt"
 }
