@@ -73,7 +73,7 @@ impl Loop<'_> {
         match next {
             Next::Open(u) => self.open_record(&u, &read).await,
             Next::Close => self.close_record(read.kubevirt).await,
-            Next::Count => drop(self.keep_record(false, read.kubevirt).await),
+            Next::Count => drop(self.keep_record(false, None, read.kubevirt).await),
             Next::Nothing => {}
         }
     }
@@ -94,10 +94,9 @@ impl Loop<'_> {
     /// A new record, or the one a pod before this one kept for the same upgrade (it goes on).
     async fn open_record(&mut self, u: &UnderWay, read: &RecordRead<'_>) {
         let target = self.records_target();
-        let records = match self.cluster.get(&target).await {
-            Ok(Some(cm)) => kept(&cm).unwrap_or_default(),
-            _ => vec![],
-        };
+        let configmap = self.cluster.get(&target).await.ok().flatten();
+        let records = configmap.as_ref().map(|cm| kept(cm).unwrap_or_default());
+        let records = records.unwrap_or_default();
         let resumed = resumable(&records, u);
         let going_on = resumed.is_some();
         let record = resumed.unwrap_or_else(|| Record::begin(u, read));
@@ -118,7 +117,7 @@ impl Loop<'_> {
             _watches: watches,
             kept: None,
         });
-        self.keep_record(true, read.kubevirt).await;
+        self.keep_record(true, configmap, read.kubevirt).await;
     }
 
     async fn close_record(&mut self, kubevirt: Option<&Value>) {
@@ -126,7 +125,7 @@ impl Loop<'_> {
             return;
         };
         r.tally().close();
-        let record = self.keep_record(true, kubevirt).await;
+        let record = self.keep_record(true, None, kubevirt).await;
         self.recording = None;
         let Some(record) = record else {
             return;
@@ -143,8 +142,14 @@ impl Loop<'_> {
     }
 
     /// Keeps the open record if it changed (at once, or once [`KEEP_EVERY`] has passed since
-    /// it was last kept); the record, when kept or due.
-    async fn keep_record(&mut self, now: bool, kubevirt: Option<&Value>) -> Option<Record> {
+    /// it was last kept); the record, when kept or due. `read`: the ConfigMap as just read (the
+    /// record's opening read it), else it is read here.
+    async fn keep_record(
+        &mut self,
+        now: bool,
+        read: Option<Value>,
+        kubevirt: Option<&Value>,
+    ) -> Option<Record> {
         let target = self.records_target();
         let r = self.recording.as_mut()?;
         let due = now || r.kept.is_none_or(|k| k.elapsed() >= KEEP_EVERY);
@@ -159,8 +164,12 @@ impl Loop<'_> {
         if let Some(m) = &self.metrics {
             m.recorded(&record);
         }
-        let Some(cm) = self.configmap(&target, kubevirt).await else {
-            return Some(record);
+        let cm = match read {
+            Some(cm) => cm,
+            None => match self.configmap(&target, kubevirt).await {
+                Some(cm) => cm,
+                None => return Some(record),
+            },
         };
         let plan = |cm: &Value| {
             save_plan(cm, &record).map_err(|reason| Refusal {
