@@ -7,6 +7,9 @@
 #                                      (merged with an index already there); URL: where DIR will
 #                                      be served, written into the index (default: relative
 #                                      links, which work from wherever DIR is served)
+#   hack/chart.sh where [WHAT]         where a release puts what (all, or one of home, image,
+#                                      charts, oci, runbooks): each derived from the one home of
+#                                      the project's address, Chart.yaml's `home`
 #
 # Serve DIR with any HTTP server; the Addon's spec.repo (or `helm repo add NAME URL`) is its URL.
 # Helm 3 or 4: HELM if set, else a `helm` on PATH (yours, air-gapped too), else hack/helm.sh's
@@ -38,6 +41,35 @@ check_versions() {
 
 chart_version() { sed -n 's/^version: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' "$CHART/Chart.yaml"; }
 
+# The release's addresses, from Chart.yaml's `home` (https://github.com/OWNER/NAME): the image on
+# ghcr.io, the chart repository on GitHub Pages (.github/workflows/release.yml publishes both),
+# the chart as OCI beside the image (under charts/, apart from the image's own repository), and
+# this version's runbooks (main's for a `-dev` build, as templates/prometheusrule.yaml derives
+# them).
+where() {
+  local home owner name version tree
+  home="$(sed -n 's/^home: *\(.*\)$/\1/p' "$CHART/Chart.yaml")"
+  [[ "$home" =~ ^https://github\.com/([^/]+)/([^/]+)$ ]] \
+    || die "manifests/chart/Chart.yaml: home '$home' is not https://github.com/OWNER/NAME"
+  owner="${BASH_REMATCH[1],,}" name="${BASH_REMATCH[2]}"
+  version="$(chart_version)"
+  tree="v$version"; [[ "$version" != *-* ]] || tree=main
+  local -A at=(
+    [home]="$home"
+    [image]="ghcr.io/$owner/$name"
+    [charts]="https://$owner.github.io/$name"
+    [oci]="oci://ghcr.io/$owner/charts/$name"
+    [runbooks]="$home/blob/$tree/docs/troubleshooting.md"
+  )
+  if [[ -n "${1:-}" ]]; then
+    [[ -n "${at[$1]:-}" ]] || die "where: no '$1' (home, image, charts, oci, runbooks)"
+    echo "${at[$1]}"
+    return
+  fi
+  local k
+  for k in home image charts oci runbooks; do printf '%-9s %s\n' "$k" "${at[$k]}"; done
+}
+
 cmd="${1:-}"; shift || true
 case "$cmd" in
   lint)
@@ -63,8 +95,11 @@ case "$cmd" in
     "$helm" "${index[@]}"
     echo "chart: $dir/index.yaml and $dir/workload-update-guard-$(chart_version).tgz: serve $dir over HTTP(S)" >&2
     ;;
+  where)
+    where "$@"
+    ;;
   *)
-    echo "usage: hack/chart.sh lint | template [ARGS...] | package DIR [URL]" >&2
+    echo "usage: hack/chart.sh lint | template [ARGS...] | package DIR [URL] | where [WHAT]" >&2
     exit 2
     ;;
 esac

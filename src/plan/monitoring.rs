@@ -10,7 +10,7 @@ use super::ownership::ours;
 use super::records::{describe, is_suspended, methods, methods_as_they_are};
 use super::releases::Handling;
 use super::retirement::Retirement;
-use super::upgrade_progress::upgrade_under_way;
+use super::upgrade_progress::{key_of, upgrade_under_way};
 use crate::warnings::{FLEET_DEPLOY_BLOCKED, UPGRADE_HELD_BY_POLICY, UPGRADE_UNPROTECTED, Warning};
 
 /// What one pass of the loop read and remembers, as the metrics need it.
@@ -84,10 +84,28 @@ pub fn gauges(seen: &Seen) -> Gauges {
     }
 }
 
+/// The command that accepts `u`'s migrations, as it runs (the resource by its full name: a
+/// cluster may serve another `upgrade`).
 fn accept(u: &Upgrade) -> String {
     format!(
-        "kubectl -n {} annotate upgrade {} {ALLOW_UNPROTECTED}=true",
+        "kubectl -n {} annotate upgrades.harvesterhci.io {} {ALLOW_UNPROTECTED}=true",
         u.namespace, u.name
+    )
+}
+
+/// The Warning for updates turned on while the upgrade with key `upgrade_key` is under way
+/// (`line`: the decision's), with what the operator may do: accept a Harvester Upgrade's
+/// migrations by the command that runs as printed; an add-on's plan has no such annotation.
+pub fn turned_on_during_upgrade(line: &str, upgrade_key: &str, latest: Option<&Upgrade>) -> String {
+    let latest = latest.filter(|u| key_of(u) == upgrade_key);
+    let then = match latest {
+        Some(u) => format!("To accept this upgrade's migrations: {}", accept(u)),
+        None => "The add-on's UpgradePlan has no accept annotation: the guard restores at its end"
+            .to_string(),
+    };
+    format!(
+        "{line}: KubeVirt's updater would migrate the outdated VMs mid-upgrade; pre runs again \
+         (the original recorded before the upgrade is kept for post). {then}"
     )
 }
 

@@ -10,7 +10,6 @@ use crate::cluster::{EventKind, regarding};
 use crate::error::Error;
 use crate::model::Kind;
 use crate::plan::fields;
-use crate::plan::harvester_upgrade::ALLOW_UNPROTECTED;
 use crate::plan::monitoring;
 use crate::plan::ownership::anything_of_ours;
 use crate::plan::retirement::{self, Retirement};
@@ -65,14 +64,9 @@ impl Loop<'_> {
         }
         // Each write that turned updates on is said, with its writer: who wrote it may look for
         // why their change did not last, and how to let this upgrade's migrations happen.
-        if let Decision::Resuspend { .. } = decision {
-            let message = format!(
-                "{}: KubeVirt's updater would migrate the outdated VMs mid-upgrade; pre runs again \
-                 (the original recorded before the upgrade is kept for post). To accept this \
-                 upgrade's migrations: kubectl -n NAMESPACE annotate upgrade NAME \
-                 {ALLOW_UNPROTECTED}=true",
-                decision.line()
-            );
+        if let Decision::Resuspend { upgrade, .. } = decision {
+            let latest = pass.view.upgrade.as_ref();
+            let message = monitoring::turned_on_during_upgrade(&decision.line(), upgrade, latest);
             let reason = TURNED_ON_DURING_UPGRADE;
             self.warn(kubevirt, &Warning { reason, message }).await;
         }

@@ -119,7 +119,7 @@ async fn held_while_the_guard_is_down() {
         &format!("Upgrade {UPGRADE} to v1.7.1 waits before NodesPrepared"),
         &format!("KubeVirt {NS}/kubevirt still has workloadUpdateMethods [LiveMigrate]"),
         &format!("kubectl -n {NS} get deploy {DEPLOYMENT}"),
-        &format!("kubectl -n {NS} annotate upgrade {UPGRADE} {ESCAPE}=true"),
+        &format!("kubectl -n {NS} annotate upgrades.harvesterhci.io {UPGRADE} {ESCAPE}=true"),
     ] {
         assert!(message.contains(words), "{words:?} not in {message:?}");
     }

@@ -129,7 +129,9 @@ async fn the_hold_keeps_kubevirts_upgrade_back_until_the_guard_suspends() {
             "Upgrade hvst-upgrade-held to v1.7.1 waits before NodesPrepared",
             &format!("KubeVirt {ns}/kubevirt still has workloadUpdateMethods [LiveMigrate]"),
             "kubectl -n harvester-system get deploy hold-guard-watch",
-            &format!("kubectl -n {ns} annotate upgrade hvst-upgrade-held {ESCAPE}=true"),
+            &format!(
+                "kubectl -n {ns} annotate upgrades.harvesterhci.io hvst-upgrade-held {ESCAPE}=true"
+            ),
             "admissionPolicy.enabled=false",
         ],
     );

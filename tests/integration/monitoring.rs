@@ -116,9 +116,11 @@ fn monitoring_crds() {
     });
 }
 
+/// Both on, the runbooks' base given (an image of the tests' own is not the release's: the chart
+/// refuses to default the runbooks to github.com for it).
 const BOTH_ON: &[&str] = &[
     "--set",
-    "metrics.serviceMonitor.enabled=true,metrics.prometheusRule.enabled=true",
+    "metrics.serviceMonitor.enabled=true,metrics.prometheusRule.enabled=true,metrics.prometheusRule.runbookBase=https://example.test/runbook",
 ];
 
 /// The chart's PrometheusRule (both values on), as JSON.
@@ -132,11 +134,33 @@ fn prometheus_rule() -> Value {
     .clone()
 }
 
-/// The alerts' runbooks by default (`runbookBase` empty): the release's own page, at its tag;
-/// main's for an unreleased build (a version with `-dev`), whose pages describe it.
+/// The alerts' runbooks by default (`runbookBase` empty), with the release's image: the release's
+/// own page at Chart.yaml's `home`, at its tag; main's for an unreleased build (a version with
+/// `-dev`), whose pages describe it. With another image (a copy air-gapped, maybe), refused.
 #[test]
 fn the_runbooks_default_to_the_releases_own_pages() {
     monitoring_crds();
+    let where_ = |what: &str| {
+        let out = Command::new("bash")
+            .arg(repo_root().join("hack/chart.sh"))
+            .args(["where", what])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    };
+    let released = format!("image.repository={}", where_("image"));
+    let rule_on = "metrics.prometheusRule.enabled=true";
+    let refused = crate::chart::helm_template_of(
+        &repo_root().join("manifests/chart"),
+        "workload-update-guard",
+        &["--set", rule_on],
+    );
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && said.contains("metrics.prometheusRule.runbookBase is empty"),
+        "{said}"
+    );
     let urls = |app_version: &str| -> Vec<String> {
         let dir = tempfile_dir();
         let copy = dir.join("chart");
@@ -157,7 +181,8 @@ fn the_runbooks_default_to_the_releases_own_pages() {
             })
             .collect();
         std::fs::write(&chart_yaml, text).unwrap();
-        let out = crate::chart::helm_template_of(&copy, "workload-update-guard", BOTH_ON);
+        let args = ["--set", rule_on, "--set", &released];
+        let out = crate::chart::helm_template_of(&copy, "workload-update-guard", &args);
         assert!(
             out.status.success(),
             "{}",
@@ -177,7 +202,7 @@ fn the_runbooks_default_to_the_releases_own_pages() {
             })
             .collect()
     };
-    let base = "https://github.com/harvester/workload-update-guard/blob";
+    let base = format!("{}/blob", where_("home"));
     for (version, tree) in [("9.9.9", "v9.9.9"), ("9.10.0-dev", "main")] {
         let urls = urls(version);
         assert_eq!(urls.len(), 6, "{urls:?}");
@@ -357,7 +382,12 @@ fn the_metrics_values_render_the_port_the_service_and_the_ingress() {
         "--api-versions",
         "monitoring.coreos.com/v1/PrometheusRule",
     ];
-    let auto = render(&served);
+    let mut auto_args = served.to_vec();
+    auto_args.extend([
+        "--set",
+        "metrics.prometheusRule.runbookBase=https://example.test/runbook",
+    ]);
+    let auto = render(&auto_args);
     kind(&auto, "ServiceMonitor", "workload-update-guard-watch");
     kind(&auto, "PrometheusRule", "workload-update-guard-watch");
     let mut off_args = served.to_vec();

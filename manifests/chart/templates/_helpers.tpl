@@ -198,3 +198,24 @@ its target (a ServiceMonitor's default), which the guard-down alert reads. */}}
 {{- define "wug.metricsName" -}}
 {{- printf "%s-metrics" (include "wug.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
+
+{{/*
+The alerts' runbooks: `metrics.prometheusRule.runbookBase`, else, when the image is the
+release's (ghcr.io/OWNER/NAME of Chart.yaml's `home`, as `hack/chart.sh where` derives it), this
+version's docs/troubleshooting.md at `home` (main's for a `-dev` build, whose pages describe it).
+An image from anywhere else may be an air-gapped cluster's copy, where github.com cannot be
+reached: refused rather than a link that does not open in the night.
+*/}}
+{{- define "wug.runbookBase" -}}
+{{- $home := .Chart.Home | default "" -}}
+{{- $owner := regexReplaceAll "^https://github\\.com/([^/]+)/[^/]+$" $home "${1}" | lower -}}
+{{- $released := printf "ghcr.io/%s/%s" $owner .Chart.Name -}}
+{{- $tree := ternary "main" (printf "v%s" .Chart.AppVersion) (contains "-" .Chart.AppVersion) -}}
+{{- if .Values.metrics.prometheusRule.runbookBase -}}
+{{- .Values.metrics.prometheusRule.runbookBase -}}
+{{- else if and (ne $owner $home) (eq .Values.image.repository $released) -}}
+{{- printf "%s/blob/%s/docs/troubleshooting.md" $home $tree -}}
+{{- else -}}
+{{- fail (printf "metrics.prometheusRule.runbookBase is empty and the image %s is not the release's %s: github.com may be out of reach from here, so the alerts' runbooks need a copy of docs/troubleshooting.md your operators can open: --set metrics.prometheusRule.runbookBase=URL (where github.com is reachable: %s/blob/%s/docs/troubleshooting.md), or metrics.prometheusRule.enabled=false" .Values.image.repository $released $home $tree) -}}
+{{- end -}}
+{{- end -}}

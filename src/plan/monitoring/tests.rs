@@ -123,7 +123,7 @@ fn the_warning_names_the_error_and_the_way_out() {
         "harvester-system/kubevirt",
         "[\"LiveMigrate\"]",
         "failed: HTTP 403 Forbidden",
-        "annotate upgrade hvst-upgrade-x workload-update-guard.harvesterhci.io/allow-unprotected=true",
+        "annotate upgrades.harvesterhci.io hvst-upgrade-x workload-update-guard.harvesterhci.io/allow-unprotected=true",
         "accept the migrations",
     ] {
         assert!(held.message.contains(words), "{words}: {}", held.message);
@@ -193,7 +193,7 @@ fn status_says_held_by_the_policy_or_unprotected_first() {
         "HELD BY THE POLICY: Harvester Upgrade hvst-upgrade-x to v1.7.1",
         "[\"LiveMigrate\"]",
         "holds it before NodesPrepared",
-        &format!("annotate upgrade hvst-upgrade-x {ALLOW_UNPROTECTED}=true"),
+        &format!("annotate upgrades.harvesterhci.io hvst-upgrade-x {ALLOW_UNPROTECTED}=true"),
     ] {
         assert!(v.contains(words), "{words:?} in {v}");
     }
@@ -276,4 +276,26 @@ fn a_deploy_waiting_on_a_claim_is_a_gauge_and_a_warning_naming_the_manager() {
     applied["status"]["conditions"][0] = json!({"type": "Ready", "status": "True"});
     applied["status"]["summary"]["ready"] = json!(1);
     assert_eq!(blocked_deploy_warning(&kv, &applied, false), None);
+}
+
+/// Updates turned on mid-upgrade: the Warning's command runs as printed (the latest Upgrade's
+/// namespace and name); for the add-on's plan, which has no accept annotation, it says so.
+#[test]
+fn the_turned_on_warning_names_a_command_that_runs_as_printed() {
+    let u = upgrade("v1.7.1", "UpgradingNodes", true, false);
+    let said = turned_on_during_upgrade("set by kubectl-edit", &key_of(&u), Some(&u));
+    assert!(
+        said.ends_with(
+            "To accept this upgrade's migrations: kubectl -n harvester-system annotate \
+             upgrades.harvesterhci.io hvst-upgrade-x \
+             workload-update-guard.harvesterhci.io/allow-unprotected=true"
+        ),
+        "{said}"
+    );
+    let plan = turned_on_during_upgrade("set by kubectl-edit", "UpgradePlan p1", Some(&u));
+    assert!(
+        plan.ends_with("no accept annotation: the guard restores at its end"),
+        "{plan}"
+    );
+    assert!(!plan.contains("annotate upgrades"), "{plan}");
 }
