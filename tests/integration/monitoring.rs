@@ -85,7 +85,7 @@ fn monitoring_crds() {
     static DONE: OnceLock<()> = OnceLock::new();
     DONE.get_or_init(|| {
         let dir = PathBuf::from(promtool_script(&["crds"]));
-        for crd in ["servicemonitors", "prometheusrules"] {
+        for crd in ["servicemonitors", "prometheusrules", "alertmanagerconfigs"] {
             let file = dir.join(format!("monitoring.coreos.com_{crd}.yaml"));
             kubectl_ok(&[
                 "apply",
@@ -123,11 +123,28 @@ const BOTH_ON: &[&str] = &[
     "metrics.serviceMonitor.enabled=true,metrics.prometheusRule.enabled=true,metrics.prometheusRule.runbookBase=https://example.test/runbook",
 ];
 
-/// The chart's PrometheusRule (both values on), as JSON.
+/// `hack/chart.sh where WHAT`: the release's address of that kind, from the chart's `home`.
+fn chart_where(what: &str) -> String {
+    let out = Command::new("bash")
+        .arg(repo_root().join("hack/chart.sh"))
+        .args(["where", what])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// The chart's PrometheusRule (on, with the release's image: the runbooks default), as JSON.
 fn prometheus_rule() -> Value {
     monitoring_crds();
+    let released = format!("image.repository={}", chart_where("image"));
     kind(
-        &render(BOTH_ON),
+        &render(&[
+            "--set",
+            "metrics.prometheusRule.enabled=true",
+            "--set",
+            &released,
+        ]),
         "PrometheusRule",
         "workload-update-guard-watch",
     )
@@ -140,16 +157,7 @@ fn prometheus_rule() -> Value {
 #[test]
 fn the_runbooks_default_to_the_releases_own_pages() {
     monitoring_crds();
-    let where_ = |what: &str| {
-        let out = Command::new("bash")
-            .arg(repo_root().join("hack/chart.sh"))
-            .args(["where", what])
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{out:?}");
-        String::from_utf8(out.stdout).unwrap().trim().to_string()
-    };
-    let released = format!("image.repository={}", where_("image"));
+    let released = format!("image.repository={}", chart_where("image"));
     let rule_on = "metrics.prometheusRule.enabled=true";
     let refused = crate::chart::helm_template_of(
         &repo_root().join("manifests/chart"),
@@ -202,7 +210,7 @@ fn the_runbooks_default_to_the_releases_own_pages() {
             })
             .collect()
     };
-    let base = format!("{}/blob", where_("home"));
+    let base = format!("{}/blob", chart_where("home"));
     for (version, tree) in [("9.9.9", "v9.9.9"), ("9.10.0-dev", "main")] {
         let urls = urls(version);
         assert_eq!(urls.len(), 6, "{urls:?}");
@@ -268,6 +276,119 @@ fn the_alerts_pass_promtool_check_and_their_unit_tests() {
             tests.contains(&format!("alertname: {name}")),
             "{name} has no unit test"
         );
+    }
+}
+
+/// docs/monitoring.md's "Routing for the night", its values as the page gives them: the
+/// AlertmanagerConfig passes the API server's validation against the operator's own CRD, and
+/// each alert the chart renders routes through it (with the `namespace` matcher the operator's
+/// default strategy adds) as the page says: the critical one to `page`, the warnings to
+/// `notify`, nothing else at all.
+#[tokio::test]
+async fn the_alerts_route_as_the_page_says_only_the_critical_one_pages() {
+    let _turn = APPLY.lock().await;
+    ensure_namespaces();
+    monitoring_crds();
+    let page = std::fs::read_to_string(repo_root().join("docs/monitoring.md")).unwrap();
+    let section = page.split("### Routing for the night").nth(1).unwrap();
+    let values = section
+        .split("```yaml\n")
+        .nth(1)
+        .unwrap()
+        .split("```")
+        .next()
+        .unwrap();
+    let dir = tempfile_dir();
+    let file = dir.join("values.yaml");
+    std::fs::write(&file, values).unwrap();
+    let args = [BOTH_ON[0], BOTH_ON[1], "-f", file.to_str().unwrap()];
+
+    let mut apply = control_plane().kubectl();
+    apply.args(["apply", "--dry-run=server", "-f", "-"]);
+    let out = pipe(apply, &template_yaml(&args));
+    let applied = "alertmanagerconfig.monitoring.coreos.com/workload-update-guard-watch";
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with(applied) && l.ends_with("(server dry run)")),
+        "{out}"
+    );
+
+    let objects = render(&args);
+    let config = kind(
+        &objects,
+        "AlertmanagerConfig",
+        "workload-update-guard-watch",
+    );
+    let namespace = config["metadata"]["namespace"].as_str().unwrap();
+    assert_eq!(namespace, RELEASE_NS);
+    let matches = |route: &Value, labels: &Value| {
+        route["matchers"].as_array().unwrap().iter().all(|m| {
+            let value = labels[m["name"].as_str().unwrap()].as_str().unwrap_or("");
+            let want = m["value"].as_str().unwrap();
+            match m["matchType"].as_str().unwrap() {
+                "=" => value == want,
+                "=~" => regex_full_match(want, value),
+                other => panic!("matchType {other}"),
+            }
+        })
+    };
+    // Alertmanager's routing: the top route (with the operator's namespace matcher), then the
+    // first child route that matches, else the top route's receiver.
+    let route_of = |labels: &Value| -> Option<String> {
+        let top = &config["spec"]["route"];
+        if labels["namespace"] != namespace || !matches(top, labels) {
+            return None;
+        }
+        let child = top["routes"].as_array().unwrap().iter();
+        let receiver = child.clone().find(|r| matches(r, labels)).unwrap_or(top)["receiver"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        Some(receiver)
+    };
+    let rules = prometheus_rule()["spec"]["groups"][0]["rules"].clone();
+    let mut paged = vec![];
+    for r in rules.as_array().unwrap() {
+        let mut labels = r["labels"].clone();
+        labels["alertname"] = r["alert"].clone();
+        labels["namespace"] = json!(RELEASE_NS);
+        let to = route_of(&labels).unwrap_or_else(|| panic!("{labels} routed nowhere"));
+        match labels["severity"].as_str().unwrap() {
+            "critical" => {
+                assert_eq!(to, "on-call", "{labels}");
+                paged.push(labels["alertname"].clone());
+            }
+            _ => assert_eq!(to, "team-mail", "{labels}"),
+        }
+    }
+    assert_eq!(paged, [json!("WorkloadUpdateGuardUpgradeUnprotected")]);
+    let others = [
+        json!({"alertname": "KubeNodeNotReady", "severity": "critical", "namespace": RELEASE_NS}),
+        json!({"alertname": "WorkloadUpdateGuardUpgradeUnprotected", "severity": "critical",
+               "namespace": "elsewhere"}),
+    ];
+    for labels in others {
+        assert_eq!(route_of(&labels), None, "{labels}");
+    }
+    let refused = crate::chart::render_refused(&[
+        "--set",
+        "metrics.alertmanagerConfig.enabled=true,metrics.alertmanagerConfig.page=on-call",
+    ]);
+    assert!(
+        refused.contains("metrics.alertmanagerConfig.page is \"on-call\""),
+        "{refused}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A regular expression of Alertmanager's matchers (anchored, as Alertmanager anchors them), for
+/// the one form the chart uses: a literal prefix then `.+`.
+fn regex_full_match(pattern: &str, value: &str) -> bool {
+    match pattern.strip_suffix(".+") {
+        Some(prefix) if !prefix.contains(['.', '*', '+', '(', '[', '|']) => {
+            value.len() > prefix.len() && value.starts_with(prefix)
+        }
+        _ => panic!("the test reads only `literal.+` patterns, not {pattern}"),
     }
 }
 
