@@ -35,7 +35,8 @@
 - `--self-test` (run first by every run): each of the last three checks finds a planted example.
 
 Usage: hack/docs_check.py [KUBECTL]   (default: $KUBECTL, else the pinned kubectl of
-hack/control-plane.sh, else one on PATH). Run by hack/lint.sh, so by hack/test.sh; exit 1 on a
+hack/control-plane.sh, else one on PATH; `none`: as on a fresh clone without one, as WUG_BIN=none
+is without a build). Run by hack/lint.sh, so by hack/test.sh; exit 1 on a
 finding. On a fresh clone (no kubectl, no build) it checks all the rest and says, in its last
 line, what it could not check.
 """
@@ -217,7 +218,7 @@ def find_kubectl():
     Job contract is then said not checked, and the rest is)."""
     given = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("KUBECTL")
     if given:
-        return given
+        return None if given == "none" else given
     bin_dir = subprocess.run(["bash", str(ROOT / "hack/control-plane.sh"), "bin-dir"],
                              capture_output=True, text=True).stdout.strip()
     pinned = pathlib.Path(bin_dir, "kubectl") if bin_dir else None
@@ -228,6 +229,8 @@ def find_kubectl():
 
 def binary():
     """The built binary whose --help is checked, if any."""
+    if os.environ.get("WUG_BIN") == "none":
+        return None
     for candidate in (os.environ.get("WUG_BIN"), ROOT / "target/release/workload-update-guard",
                       ROOT / "target/debug/workload-update-guard"):
         if candidate and pathlib.Path(candidate).is_file():
@@ -858,7 +861,7 @@ def main():
     if problems:
         sys.exit(1)
     print(f"docs_check: ok (the operator's pages {words} words of {WORD_BUDGET}; defined once: "
-          f"{'; '.join(d for d in defined if d)}; {len(codes)} exit codes and "
+          f"{'; '.join(d for d in defined if d)}; {len(codes)} exit codes; "
           f"{jobs_checked}; {helped}; {links} links resolve; "
           f"{runbooks} README rows link to runbooks; {chart_anchors} runbook anchors in the chart; "
           f"{commands} hack/job.sh and hack/chart.sh commands parse; {helm} helm install/upgrade commands name "

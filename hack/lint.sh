@@ -70,6 +70,10 @@ echo "lint: actionlint $ACTIONLINT_VERSION on .github/workflows/ (with shellchec
 
 echo "lint: the docs against the code and the manifests (hack/docs_check.py)"
 python3 "$REPO_ROOT/hack/docs_check.py" "$KUBECTL"
+echo "lint: the same as on a fresh clone (no kubectl, no build): the rest checked, the two said not"
+fresh="$(KUBECTL=none WUG_BIN=none python3 "$REPO_ROOT/hack/docs_check.py")"
+[[ "$fresh" == *"NOT CHECKED: the Job contract"*"NOT CHECKED: --help"* ]] \
+  || { echo "lint: hack/docs_check.py without kubectl or a build did not say what it left: $fresh" >&2; exit 1; }
 
 echo "lint: the chart (hack/chart.sh lint: helm lint --strict, and Chart.yaml's versions are Cargo.toml's)"
 bash "$REPO_ROOT/hack/chart.sh" lint
