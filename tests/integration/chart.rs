@@ -936,3 +936,99 @@ fn the_addon_installs_this_chart_at_this_version() {
         )
     );
 }
+
+/// The README's install "from the release", as it is written: the chart fetched by Helm from a
+/// chart repository (`hack/chart.sh package`, served on loopback, standing for the release's
+/// GitHub Pages) at the README's `--repo "$(bash hack/chart.sh where charts)"`, the image at
+/// `$(bash hack/chart.sh where image)` pinned by tag and digest. `helm template` in place of
+/// `helm install` (no cluster here; the e2e suite installs from a repository on a real node).
+#[test]
+fn the_readmes_install_from_the_release_fetches_the_chart_and_pins_the_image() {
+    let readme = std::fs::read_to_string(repo_root().join("README.md")).unwrap();
+    let command = readme
+        .split("```sh\n")
+        .map(|b| b.split("```").next().unwrap())
+        .find(|b| b.contains("--repo"))
+        .expect("README: an install with --repo");
+    let command: String = command
+        .lines()
+        .take_while(|l| !l.starts_with("kubectl"))
+        .map(|l| l.trim_end_matches('\\').trim())
+        .collect::<Vec<_>>()
+        .join(" ");
+
+    let dir = tempfile_dir();
+    let served = dir.join("charts");
+    let package = Command::new("bash")
+        .arg(repo_root().join("hack/chart.sh"))
+        .args(["package", served.to_str().unwrap()])
+        .env("HELM", helm_bin())
+        .output()
+        .unwrap();
+    assert!(package.status.success(), "{package:?}");
+    let port = free_port();
+    let mut server = Command::new("python3")
+        .args([
+            "-m",
+            "http.server",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+        ])
+        .arg("--directory")
+        .arg(&served)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let url = format!("http://127.0.0.1:{port}");
+    let image = {
+        let out = Command::new("bash")
+            .arg(repo_root().join("hack/chart.sh"))
+            .args(["where", "image"])
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    };
+    let version = env!("CARGO_PKG_VERSION");
+    let digest = format!("sha256:{}", "a".repeat(64));
+    let command = command
+        .replace("\"$(bash hack/chart.sh where charts)\"", &url)
+        .replace("\"$(bash hack/chart.sh where image)\"", &image)
+        .replace("sha256:DIGEST", &digest)
+        .replace("VERSION", version);
+    let words: Vec<&str> = command.split_whitespace().collect();
+    assert_eq!(words[..2], ["helm", "install"], "{command}");
+
+    let start = std::time::Instant::now();
+    let rendered = loop {
+        let out = Command::new(helm_bin())
+            .arg("template")
+            .args(&words[2..])
+            .args(["--api-versions", SERVED_VAP])
+            .env("HELM_CONFIG_HOME", dir.join("config"))
+            .env("HELM_CACHE_HOME", dir.join("cache"))
+            .env("HELM_DATA_HOME", dir.join("data"))
+            .output()
+            .unwrap();
+        // The server may not listen yet.
+        if out.status.success() || start.elapsed().as_secs() > 10 {
+            break out;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    let _ = server.kill();
+    let _ = server.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        rendered.status.success(),
+        "{command}: {}",
+        String::from_utf8_lossy(&rendered.stderr)
+    );
+    let objects = yaml_objects(&String::from_utf8(rendered.stdout).unwrap());
+    let d = deployment(&objects);
+    assert_eq!(
+        d["spec"]["template"]["spec"]["containers"][0]["image"],
+        format!("{image}:{version}@{digest}")
+    );
+}
