@@ -50,8 +50,9 @@ problems = []
 
 # The operator's pages together, in words (`wc -w`'s count): a means to keep them short, not
 # the measure. 8000 until the upgrade's record added its Events, metrics and runbook (164 words
-# after trimming them).
-WORD_BUDGET = 8200
+# after trimming them); 8370 with the air-gapped path through a file and the chart from an OCI
+# registry (docs/chart.md, 163 words).
+WORD_BUDGET = 8370
 # Not operator pages: the why, and how it is tested (each may be long).
 NOT_BUDGETED = {"docs/design.md", "docs/testing.md"}
 # Pages another change adds: links to them are checked once they exist.
