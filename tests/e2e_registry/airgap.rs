@@ -10,19 +10,23 @@
 //! - the operator's `helm install oci://…/workload-update-guard --version` (Helm 4): the pod
 //!   runs the released digest, and the one command the doc gives to show it prints it;
 //! - Harvester's add-on. Its Addon becomes a HelmChart with `spec.chart`, `spec.repo`,
-//!   `spec.version` copied (harvester/harvester `pkg/controller/master/addon/common.go`,
-//!   `deployHelmChart`); with `spec.repo` empty, the helm-controller gives the chart as is to
-//!   klipper-helm's Job (k3s-io/helm-controller v0.16.1 to v0.17.7 `pkg/controllers/chart/chart.go`,
-//!   `job`: `CHART` is `NAME/CHART` only with a repo), whose entry script adds no repository for
-//!   it and runs `helm install --version VERSION NAME oci://…` with the valuesContent as
-//!   `--values` (k3s-io/klipper-helm `entry`, v0.9.18 and v0.13.3: `helm_repo_init`,
-//!   `helm_update`). Nothing of the Addon sets the Job's CA (`repoCA`), login
-//!   (`dockerRegistrySecret`) or `plainHTTP`: its helm trusts the CAs of `SSL_CERT_FILE` (the
-//!   entry sets it to the service account's CA) and of the image's `/etc/ssl/certs`. Modelled
-//!   here with the pinned Helm 3 (klipper-helm v0.9 ships Helm 3): refused with a CA it does not
-//!   trust (the registry's CA a private one, as most sites'), installed with the registry's CA as
-//!   `SSL_CERT_FILE`, and uninstalled as the entry's `delete` does (`helm uninstall --wait`, the
-//!   hook pulling from the site's registry).
+//!   `spec.version` and the values copied, nothing else (harvester/harvester v1.7.1 and master
+//!   3d63c2a, `pkg/controller/master/addon/common.go` `deployHelmChart`, `addon_processing.go`
+//!   on an update); its CRD requires `repo` but takes `""`
+//!   (`deploy/charts/harvester-crd/templates/harvesterhci.io_addons.yaml`). With `spec.repo`
+//!   empty the helm-controller hands `spec.chart` as is to klipper-helm's Job
+//!   (k3s-io/helm-controller v0.15.0 to v0.17.7, `pkg/controllers/chart/chart.go` `job`: `CHART`
+//!   is `NAME/CHART` only with a repo; `args`: `install --version VERSION`), whose entry script
+//!   adds no repository for it and runs `helm install --version VERSION NAME oci://…` with the
+//!   valuesContent as `--values` (k3s-io/klipper-helm `entry`, v0.9.18 with Helm v3.20.2 and
+//!   v0.13.3 with Helm v4.1.4: `helm_repo_init`, `helm_update`; the `delete` is `helm uninstall
+//!   --wait`). Nothing of the Addon sets the Job's CA (`repoCA`, `repoCAConfigMap`), login
+//!   (`dockerRegistrySecret`) or `plainHTTP`: its helm pulls anonymously, over TLS, trusting the
+//!   CAs of `SSL_CERT_FILE` (the entry sets it to the service account's CA) and of the image's
+//!   `/etc/ssl/certs` (the public ones). Modelled here with the pinned Helm 3: refused with a CA
+//!   it does not trust (a private CA, as most sites' registries have), installed with the
+//!   registry's CA as `SSL_CERT_FILE` (standing for a public CA's certificate), and uninstalled as
+//!   the entry's `delete` (the hook's pod on the site registry's image).
 
 use std::path::Path;
 use std::process::Command;
