@@ -10,8 +10,16 @@
 #   hack/chart.sh where [WHAT]         where a release puts what (all, or one of home, image,
 #                                      charts, oci, runbooks): each derived from the one home of
 #                                      the project's address, Chart.yaml's `home`
+#   hack/chart.sh push DIR oci://REGISTRY/PATH [ARGS...]
+#                                      DIR/workload-update-guard-VERSION.tgz (package's) pushed
+#                                      by `helm push` (Helm 3.8+: an OCI registry as the chart's
+#                                      home), ARGS passed on (--ca-file FILE); prints
+#                                      REGISTRY/PATH/workload-update-guard:VERSION@sha256:DIGEST.
+#                                      A login: `helm registry login REGISTRY` first.
 #
 # Serve DIR with any HTTP server; the Addon's spec.repo (or `helm repo add NAME URL`) is its URL.
+# Or install from the registry: `helm install NAME oci://REGISTRY/PATH/workload-update-guard
+# --version VERSION` (docs/chart.md, "Air-gapped: the release through a file").
 # Helm 3 or 4: HELM if set, else a `helm` on PATH (yours, air-gapped too), else hack/helm.sh's
 # cached build; none is built unasked (`bash hack/helm.sh build` builds the pinned one).
 set -euo pipefail
@@ -95,11 +103,25 @@ case "$cmd" in
     "$helm" "${index[@]}"
     echo "chart: $dir/index.yaml and $dir/workload-update-guard-$(chart_version).tgz: serve $dir over HTTP(S)" >&2
     ;;
+  push)
+    dir="${1:?usage: hack/chart.sh push DIR oci://REGISTRY/PATH [ARGS...]}"
+    dest="${2:?usage: hack/chart.sh push DIR oci://REGISTRY/PATH [ARGS...]}"
+    [[ "$dest" == oci://* ]] || die "push: the destination is oci://REGISTRY/PATH, not '$dest'"
+    check_versions
+    tgz="$dir/workload-update-guard-$(chart_version).tgz"
+    [[ -f "$tgz" ]] || die "push: no $tgz: hack/chart.sh package $dir first"
+    # Helm 4 says "Pushed: REF" and "Digest: sha256:..." on stdout, Helm 3 on stderr.
+    said="$("$(helm_bin)" push "$tgz" "$dest" "${@:3}" 2>&1)" || die "helm push $tgz $dest: $said"
+    ref="$(sed -n 's/^Pushed: *//p' <<<"$said")" digest="$(sed -n 's/^Digest: *//p' <<<"$said")"
+    [[ -n "$ref" && "$digest" == sha256:* ]] || die "helm push said no reference and digest: $said"
+    echo "chart: pushed $tgz to $dest" >&2
+    echo "$ref@$digest"
+    ;;
   where)
     where "$@"
     ;;
   *)
-    echo "usage: hack/chart.sh lint | template [ARGS...] | package DIR [URL] | where [WHAT]" >&2
+    echo "usage: hack/chart.sh lint | template [ARGS...] | package DIR [URL] | push DIR oci://REGISTRY/PATH [ARGS...] | where [WHAT]" >&2
     exit 2
     ;;
 esac

@@ -54,9 +54,10 @@ problems = []
 
 # The operator's pages together, in words (`wc -w`'s count): a means to keep them short, not
 # the measure. 8000 until the upgrade's record added its Events, metrics and runbook (164 words
-# after trimming them); 9000 with the add-on's runbook, the alerts' routing and labels, the
-# release's addresses (the answers five situations tried as a new user would lacked).
-WORD_BUDGET = 9000
+# after trimming them); 9400 with the air-gapped path through a file, the add-on's runbook, the
+# alerts' routing and labels, the release's addresses and the image's verification (answers five
+# situations tried as a new user would lacked).
+WORD_BUDGET = 9400
 # Not operator pages: the why, and how it is tested (each may be long).
 NOT_BUDGETED = {"docs/design.md", "docs/testing.md"}
 # Pages another change adds: links to them are checked once they exist.

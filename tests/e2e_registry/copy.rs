@@ -5,7 +5,6 @@
 //! second by that digest with a pull secret, as chart.md's "A registry that needs a login" does:
 //! the pod runs the copied image, its `imageID` the released digest.
 
-use std::process::{Command, Output};
 use std::time::Instant;
 
 use crate::node::*;
@@ -18,16 +17,6 @@ const PASSWORD: &str = "copy-me-4Hd";
 const SECRET: &str = "wug-mirror-login";
 /// The site's registry beside the tests' usual one (port 5000), on the same address.
 const SITE_PORT: u16 = 5001;
-
-/// `skopeo ARGS`, failing the test with what to install when skopeo is missing.
-fn skopeo(args: &[&str]) -> Output {
-    Command::new("skopeo")
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| {
-            panic!("skopeo: {e}: install it (Debian's skopeo; hack/packages.txt, group test)")
-        })
-}
 
 #[test]
 fn the_released_image_copied_by_digest_into_a_registry_with_a_login_runs_the_chart() {

@@ -6,6 +6,7 @@
 //! and takes it down when it ends. Like `tests/e2e`, it FAILS if the node cannot be built or
 //! started.
 
+mod airgap;
 mod copy;
 mod login;
 #[allow(dead_code)]

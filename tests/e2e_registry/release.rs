@@ -1,6 +1,8 @@
 //! The chart's release on the registry tests' node, shared by its tests: Helm 4 with a home of
 //! its own, the guard's newest pod, the kubelet's events about it, and the cleanup.
 
+use std::process::{Command, Output};
+
 use serde_json::Value;
 
 use crate::node::*;
@@ -99,4 +101,14 @@ pub fn create_pull_secret(name: &str, server: &str, user: &str, password: &str) 
         &format!("--docker-username={user}"),
         &format!("--docker-password={password}"),
     ]);
+}
+
+/// `skopeo ARGS`, failing the test with what to install when skopeo is missing.
+pub fn skopeo(args: &[&str]) -> Output {
+    Command::new("skopeo")
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("skopeo: {e}: install it (Debian's skopeo; hack/packages.txt, group test)")
+        })
 }

@@ -765,8 +765,21 @@ pub fn helm_in(home: &Path, kubeconfig: &Path, args: &[&str]) -> (bool, String) 
 
 /// [`helm_in`] with the Helm CLI `bin` ([`helm_bin`], [`helm3_bin`]).
 pub fn helm_with(bin: &Path, home: &Path, kubeconfig: &Path, args: &[&str]) -> (bool, String) {
+    helm_with_env(bin, home, kubeconfig, &[], args)
+}
+
+/// [`helm_with`] with more variables (`SSL_CERT_FILE`: the CAs it trusts, as a Job's helm is
+/// given them).
+pub fn helm_with_env(
+    bin: &Path,
+    home: &Path,
+    kubeconfig: &Path,
+    env: &[(&str, &str)],
+    args: &[&str],
+) -> (bool, String) {
     let out = Command::new(bin)
         .args(args)
+        .envs(env.iter().copied())
         .env("KUBECONFIG", kubeconfig)
         .env("HELM_CONFIG_HOME", home.join("config"))
         .env("HELM_CACHE_HOME", home.join("cache"))
