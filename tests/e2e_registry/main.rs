@@ -14,5 +14,6 @@ mod node;
 mod pinned;
 mod registry;
 mod release;
+mod signed;
 #[path = "../support/mod.rs"]
 mod support;
