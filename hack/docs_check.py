@@ -55,8 +55,9 @@ problems = []
 # The operator's pages together, in words (`wc -w`'s count): a means to keep them short, not
 # the measure. 8000 until the upgrade's record added its Events, metrics and runbook (164 words
 # after trimming them); 9000 with the add-on's runbook, the alerts' routing and labels, the
-# release's addresses (the answers five situations tried as a new user would lacked).
-WORD_BUDGET = 9000
+# release's addresses (the answers five situations tried as a new user would lacked); 9150 with
+# the image's verification (chart.md's "Verifying the image", 142 words with the README's link).
+WORD_BUDGET = 9150
 # Not operator pages: the why, and how it is tested (each may be long).
 NOT_BUDGETED = {"docs/design.md", "docs/testing.md"}
 # Pages another change adds: links to them are checked once they exist.
