@@ -139,6 +139,7 @@ go_for() {
     registry) [[ "${REGISTRY_VERSION:-v3.1.2}" != v3.1.2 ]] || echo 1.26.0 ;;
     actionlint) [[ "${ACTIONLINT_VERSION:-v1.7.12}" != v1.7.12 ]] || echo 1.25.0 ;; # its go.mod
     promtool) [[ "${PROMETHEUS_VERSION:-v0.316.0}" != v0.316.0 ]] || echo 1.26.7 ;; # its go.mod
+    cosign) [[ "${COSIGN_VERSION:-v3.1.3}" != v3.1.3 ]] || echo 1.26.0 ;; # its go.mod
     kubevirt:*) echo 1.24.0 ;; # kubevirt.io/kubevirt v1.7.0's and v1.8.4's go.mod (v1.6.0: 1.23.0)
   esac
 }
@@ -156,7 +157,7 @@ setup_go_at_least() {
 }
 
 # setup_go THING...: Go for the things that are not built yet (cp:VERSION, node:VERSION, helm,
-# registry, actionlint, promtool).
+# registry, actionlint, promtool, cosign).
 setup_go() {
   local t v d b m min="" todo=() built
   for t in "$@"; do
@@ -184,10 +185,13 @@ setup_go() {
       promtool)
         [[ -x "$(bash "$SETUP_ROOT/hack/promtool.sh" path)" ]] \
           || { built=0; todo+=("promtool ${PROMETHEUS_VERSION:-v0.316.0}"); } ;;
+      cosign)
+        [[ -x "$(bash "$SETUP_ROOT/hack/cosign.sh" path)" ]] \
+          || { built=0; todo+=("cosign ${COSIGN_VERSION:-v3.1.3}"); } ;;
       kubevirt:*)
         [[ -x "$(KUBEVIRT_VERSION="$v" bash "$SETUP_ROOT/hack/kubevirt.sh" bin 2>/dev/null)" ]] \
           || { built=0; todo+=("KubeVirt's virt-controller $v"); } ;;
-      *) setup_die "setup_go: unknown thing $t (cp:VERSION, node:VERSION, kubevirt:VERSION, helm, helm3, registry, actionlint or promtool)" ;;
+      *) setup_die "setup_go: unknown thing $t (cp:VERSION, node:VERSION, kubevirt:VERSION, helm, helm3, registry, actionlint, promtool or cosign)" ;;
     esac
     (( built )) && continue
     m="$(go_for "$t")"

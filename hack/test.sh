@@ -142,7 +142,7 @@ trap 'if [[ -n "${beside_pid:-}" ]] && kill -0 "$beside_pid" 2>/dev/null; then w
 builds=()
 for v in "$primary" "${versions[@]}" "${upgrade_versions[@]}"; do builds+=("cp:$v"); done
 for v in "${kubevirt_versions[@]}"; do builds+=("kubevirt:$v"); done
-setup_go "${builds[@]}" "node:$primary" helm helm3 registry actionlint promtool
+setup_go "${builds[@]}" "node:$primary" helm helm3 registry actionlint promtool cosign
 # build_version V: Kubernetes V built (cached by version; hack/control-plane.sh waits for a build
 # of V already running); a version that cannot be built is reported, and its suites fail too.
 declare -A built=()
@@ -189,6 +189,10 @@ times+=("the previous release's image and chart: $((SECONDS - start)) s")
 # The end-to-end suites (the node, the registry) run beside all the others: they wait mostly on
 # the kubelet and containerd, the others on their own API servers, so that the two share the 2
 # cores instead of taking turns (the run is their sum otherwise), and they are the longest.
+# cosign, which the signing test signs and verifies the pushed image with
+# (tests/e2e_registry/signed.rs), is not built here: that test, one of the last, builds it or
+# waits for the build under way (.ci/run's Go chain) or reuses it (hack/cosign.sh, its lock), so
+# that no suite here waits for it.
 rm -f target/e2e-figures.txt
 suite_beside "e2e on $primary" cargo test --no-fail-fast --test e2e --test e2e_registry
 # The first suites' other Kubernetes versions (the upgrade pair's), and promtool, which checks

@@ -15,5 +15,6 @@ mod node;
 mod pinned;
 mod registry;
 mod release;
+mod signed;
 #[path = "../support/mod.rs"]
 mod support;
