@@ -187,7 +187,7 @@ pub fn still_needed(
     addon: bool,
     objects: &Objects,
 ) -> Retirement {
-    let under_way = running(upgrade, plans).map(|(_, d)| d);
+    let under_way = running(upgrade, plans).map(|n| n.words);
     retirement(&Facts {
         current,
         on_offer,

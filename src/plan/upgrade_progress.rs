@@ -161,23 +161,43 @@ pub fn plans(plans: &[Value], exempt: Option<&str>) -> Vec<PlanView> {
         .collect()
 }
 
-/// Harvester's latest Upgrade first, then the plans, as (key, words): those that `upgrade_if`
-/// and `plan_if` take.
+/// An upgrade, Harvester's or the add-on's, as the guard names it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Named {
+    /// What the guard remembers it by: `Upgrade NAMESPACE/NAME` or `UpgradePlan NAME`.
+    pub key: String,
+    /// For messages: its kind, name, target and state.
+    pub words: String,
+    /// The release it goes to.
+    pub to: String,
+    pub created: Option<Timestamp>,
+}
+
+/// Harvester's latest Upgrade first, then the plans: those that `upgrade_if` and `plan_if` take.
 pub fn each<'a>(
     upgrade: Option<&'a Upgrade>,
     plans: &'a [PlanView],
     upgrade_if: impl Fn(&Upgrade) -> bool,
     plan_if: impl Fn(&PlanView) -> bool + 'a,
-) -> impl Iterator<Item = (String, String)> + 'a {
-    let upgrade = upgrade.filter(|u| upgrade_if(u));
-    let plans = plans.iter().filter(move |p| plan_if(p));
-    (upgrade.map(|u| (key_of(u), u.describe())).into_iter())
-        .chain(plans.map(|p| (plan_key(&p.name), p.describe())))
+) -> impl Iterator<Item = Named> + 'a {
+    let upgrade = upgrade.filter(|u| upgrade_if(u)).map(|u| Named {
+        key: key_of(u),
+        words: u.describe(),
+        to: u.version.clone(),
+        created: u.created,
+    });
+    let plans = plans.iter().filter(move |p| plan_if(p)).map(|p| Named {
+        key: plan_key(&p.name),
+        words: p.describe(),
+        to: p.version.clone(),
+        created: p.created,
+    });
+    upgrade.into_iter().chain(plans)
 }
 
 pub fn under_way(upgrade: Option<&Upgrade>, plans: &[PlanView]) -> Vec<String> {
     let running = each(upgrade, plans, upgrade_under_way, PlanView::under_way);
-    running.map(|(_, d)| d).collect()
+    running.map(|n| n.words).collect()
 }
 
 /// Whether `post` must wait before it restores, and for what: while an upgrade is under way
@@ -207,7 +227,8 @@ pub fn cleanup_wait(upgrade: Option<&Upgrade>, ours: bool) -> Option<String> {
     ))
 }
 
-pub fn running(upgrade: Option<&Upgrade>, plans: &[PlanView]) -> Option<(String, String)> {
+/// The upgrade under way, Harvester's first.
+pub fn running(upgrade: Option<&Upgrade>, plans: &[PlanView]) -> Option<Named> {
     each(upgrade, plans, upgrade_under_way, PlanView::under_way).next()
 }
 
@@ -254,7 +275,7 @@ pub fn awaited_since(u: &Upgrade, since: Timestamp) -> bool {
 pub fn begun(upgrade: Option<&Upgrade>, plans: &[PlanView], since: Timestamp) -> Option<String> {
     let plan_awaits = move |p: &PlanView| awaits(p.created, p.under_way(), p.ended, since);
     let mut begun = each(upgrade, plans, |u| awaited_since(u, since), plan_awaits);
-    begun.next().map(|(_, d)| d)
+    begun.next().map(|n| n.words)
 }
 
 /// After a failed upgrade (or one deleted without having succeeded) to a release that does

@@ -54,7 +54,7 @@ impl Memory {
     fn set_aside_ended(&mut self, upgrade: Option<&Upgrade>, plans: &[PlanView]) {
         let now_under_way: Vec<String> =
             each(upgrade, plans, upgrade_under_way, PlanView::under_way)
-                .map(|(key, _)| key)
+                .map(|n| n.key)
                 .collect();
         let (still, ended) = self
             .suspended_for
@@ -253,9 +253,12 @@ pub fn answer_turned_on(
         .filter(suspended_by_us)
         .and_then(turned_on);
     match (on, &decision, running(upgrade, plans)) {
-        (Some(on), Decision::Wait(_) | Decision::Suspend { .. }, Some((upgrade, d))) => {
-            let why = format!("{on} while {d} is under way");
-            Decision::Resuspend { upgrade, why }
+        (Some(on), Decision::Wait(_) | Decision::Suspend { .. }, Some(running)) => {
+            let why = format!("{on} while {} is under way", running.words);
+            Decision::Resuspend {
+                upgrade: running.key,
+                why,
+            }
         }
         _ => decision,
     }
@@ -265,8 +268,8 @@ pub fn answer_turned_on(
 /// succeeded, while `pre` still waited for Fleet): begun all the same, in words.
 fn ran_pre_for(upgrade: Option<&Upgrade>, plans: &[PlanView], memory: &Memory) -> Option<String> {
     let mut all = each(upgrade, plans, |_| true, |_| true);
-    all.find(|(key, _)| memory.suspended_for.contains(key))
-        .map(|(_, d)| d)
+    all.find(|n| memory.suspended_for.contains(&n.key))
+        .map(|n| n.words)
 }
 
 /// The decision. `suspends`: the resident guard (the armed `post` only restores); `ours`: a
@@ -284,12 +287,12 @@ pub fn decide(
     let accepted = upgrade.is_some_and(|u| upgrade_under_way(u) && u.allow_unprotected);
     if suspends
         && !accepted
-        && let Some((key, describe)) = &under_way
-        && !memory.ran_pre(key)
+        && let Some(running) = &under_way
+        && !memory.ran_pre(&running.key)
     {
         return Decision::Suspend {
-            upgrade: key.clone(),
-            describe: describe.clone(),
+            upgrade: running.key.clone(),
+            describe: running.words.clone(),
         };
     }
     if !ours {
@@ -297,8 +300,10 @@ pub fn decide(
         memory.set_aside_ended(upgrade, plans);
         return match (&under_way, suspends) {
             (_, false) => Decision::Restore(Restore::NothingLeft),
-            (Some((_, d)), true) if accepted => Decision::Wait(Wait::Accepted(d.clone())),
-            (Some((_, d)), true) => Decision::Wait(Wait::StandAside(d.clone())),
+            (Some(running), true) if accepted => {
+                Decision::Wait(Wait::Accepted(running.words.clone()))
+            }
+            (Some(running), true) => Decision::Wait(Wait::StandAside(running.words.clone())),
             (None, true) => Decision::Wait(Wait::Idle),
         };
     }

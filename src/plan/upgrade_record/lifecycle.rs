@@ -12,7 +12,9 @@ use crate::plan::fields::KubeVirtRead;
 use crate::plan::harvester_upgrade::{Backup, Upgrade};
 use crate::plan::ownership::owners;
 use crate::plan::records::methods_as_they_are;
-use crate::plan::upgrade_progress::{ENDED, PlanView, key_of, plan_key, upgrade_under_way};
+use crate::plan::upgrade_progress::{
+    ENDED, PlanView, each, key_of, plan_key, running, upgrade_under_way,
+};
 
 /// An upgrade under way, as a record begins it.
 #[derive(Debug, Clone, PartialEq)]
@@ -28,37 +30,23 @@ pub fn under_way(
     plans: &[PlanView],
     now: Timestamp,
 ) -> Option<UnderWay> {
-    let upgrade = upgrade.filter(|u| upgrade_under_way(u)).map(|u| UnderWay {
-        key: key_of(u),
-        to: u.version.clone(),
-        started: u.created.unwrap_or(now),
-    });
-    let plan = || {
-        let p = plans.iter().find(|p| p.under_way())?;
-        Some(UnderWay {
-            key: plan_key(&p.name),
-            to: p.version.clone(),
-            started: p.created.unwrap_or(now),
-        })
-    };
-    upgrade.or_else(plan)
+    running(upgrade, plans).map(|n| UnderWay {
+        key: n.key,
+        to: n.to,
+        started: n.created.unwrap_or(now),
+    })
 }
 
 /// The upgrade that ended last, for a record made after it (a Job's `post`): Harvester's latest
 /// Upgrade, else the add-on's plan created last.
 pub fn last_ended(upgrade: Option<&Upgrade>, plans: &[PlanView]) -> Option<UnderWay> {
-    if let Some(u) = upgrade.filter(|u| !upgrade_under_way(u)) {
-        let started = u.created?;
-        let (key, to) = (key_of(u), u.version.clone());
-        return Some(UnderWay { key, to, started });
-    }
-    let ended = plans.iter().filter(|p| !p.under_way());
-    let p = ended.max_by_key(|p| p.created)?;
-    let (key, to) = (plan_key(&p.name), p.version.clone());
+    let harvesters = each(upgrade, &[], |u| !upgrade_under_way(u), |_| false).next();
+    let plans = || each(None, plans, |_| false, |p| !p.under_way()).max_by_key(|n| n.created);
+    let n = harvesters.or_else(plans)?;
     Some(UnderWay {
-        key,
-        to,
-        started: p.created?,
+        key: n.key,
+        to: n.to,
+        started: n.created?,
     })
 }
 
