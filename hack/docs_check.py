@@ -6,8 +6,8 @@
   reads one short page and the runbook of the hour, not every page;
 - each variable (the table of --help, src/config/help.txt, which src/config.rs reads; its row in
   docs/configuration.md gives the same default), exit code (src/error.rs `mod exit`), Event reason
-  (src/warnings.rs), metric and alert (the chart's PrometheusRule, the code, and METRICS and
-  ALERTS below) is defined once: one table row whose first cell names it, on the page that
+  (src/warnings.rs), metric (those src/metrics.rs registers, and any full name the code and chart
+  mention) and alert (the chart's PrometheusRule and ALERTS below) is defined once: one table row whose first cell names it, on the page that
   defines its kind (DEFINED_IN), and on no other operator page; the README links to each such
   page. The exit-code table's Job column says what the Jobs' podFailurePolicy does with the code;
 - every row of the README's "When something goes wrong" table links to a runbook
@@ -32,7 +32,8 @@
 - `status`'s verdicts (VERDICTS, each the start of a string of src/) are all named in
   docs/configuration.md's "`status`'s report"; a paragraph of another page that names four or
   more names them all (else two pages disagree on what `status` may say: point there instead);
-- `--self-test` (run first by every run): each of the last three checks finds a planted example.
+- `--self-test` (run first by every run): each check that reads text finds its planted example (the metrics
+  registered, helm commands, verdicts, addresses, printed commands, the add-on's phases, job.sh usage).
 
 Usage: hack/docs_check.py [KUBECTL]   (default: $KUBECTL, else the pinned kubectl of
 hack/control-plane.sh, else one on PATH; `none`: as on a fresh clone without one, as WUG_BIN=none
@@ -70,13 +71,11 @@ DEFINED_IN = {
     "metric": "docs/monitoring.md",
     "alert": "docs/monitoring.md",
 }
-# The resident guard's metrics and alerts, as the alerts' runbooks name them; the code's and the
-# chart's own are added to these when they are there.
-METRICS = ["workload_update_guard_suspension_in_place", "workload_update_guard_upgrade_unprotected",
-           "workload_update_guard_upgrade_held", "workload_update_guard_hold_after_failed_upgrade",
-           "workload_update_guard_no_longer_needed",
-           "workload_update_guard_last_successful_read_timestamp_seconds",
-           "workload_update_guard_acts_total", "workload_update_guard_build_info"]
+# The resident guard's alerts, as their runbooks name them; the chart's own are added to these
+# when they are there. The metrics are read from where the code registers them (src/metrics.rs).
+METRICS_SOURCE = "src/metrics.rs"
+# prometheus-client's suffix for a counter: `registry.register("acts", …)` serves `acts_total`.
+COUNTERS = ["acts"]
 ALERTS = ["WorkloadUpdateGuardUpgradeUnprotected", "WorkloadUpdateGuardUpgradeHeld",
           "WorkloadUpdateGuardReadsFailing", "WorkloadUpdateGuardHoldAfterFailedUpgrade",
           "WorkloadUpdateGuardDown"]
@@ -325,9 +324,19 @@ def chart_texts():
     return {p: p.read_text() for p in sorted((ROOT / "manifests/chart").rglob("*.yaml"))}
 
 
+def registered_metrics(src):
+    """The metrics a registry serves, by their full names: each `gauge("name", …)` or
+    `registry.register("name", …)` under the registry's PREFIX, a counter with `_total`."""
+    prefix = re.search(r'pub const PREFIX: &str = "([a-z_]+)";', src).group(1)
+    registered = re.findall(r'(?:gauge|register)\(\s*"([a-z_]+)"', src)
+    return [f"{prefix}_{m}" + ("_total" if m in COUNTERS else "") for m in registered]
+
+
 def metrics_and_alerts():
-    """The documented metrics and alerts: METRICS and ALERTS, and what the code and chart name."""
-    metrics, alerts = list(METRICS), list(ALERTS)
+    """The metrics the code registers, every full name the code and the chart mention, and the
+    alerts: ALERTS and the chart's own."""
+    metrics = registered_metrics((ROOT / METRICS_SOURCE).read_text())
+    alerts = list(ALERTS)
     sources = [p.read_text() for p in sorted((ROOT / "src").rglob("*.rs"))] + list(chart_texts().values())
     for text in sources:
         for m in re.findall(r"\b(workload_update_guard_[a-z_]+)", text):
@@ -687,6 +696,11 @@ def self_test():
     if [n for n, _ in verdict_problems(lists)] != [1]:
         problems.append(f"self-test: the verdicts check found {verdict_problems(lists)} in its planted "
                         f"example, not the paragraph of line 1")
+    planted = ('pub const PREFIX: &str = "wug";\nlet g = gauge(\n    "held",\n    "1 while held",\n);\n'
+               'registry.register("acts", help, acts.clone());\nregistry.register(\n    "build_info",\n')
+    if registered_metrics(planted) != ["wug_held", "wug_acts_total", "wug_build_info"]:
+        problems.append(f"self-test: the metrics read {registered_metrics(planted)} from their planted "
+                        f"registry, not wug_held, wug_acts_total, wug_build_info")
     planted = ("`ghcr.io/OWNER/workload-update-guard`\nhttps://harvester.github.io/workload-update-guard\n"
                "oci://ghcr.io/someone/charts/workload-update-guard\n")
     if [n for n, _ in address_problems(planted, "harvester")] != [1, 3]:
