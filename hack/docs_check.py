@@ -32,8 +32,9 @@
 - `status`'s verdicts (VERDICTS, each the start of a string of src/) are all named in
   docs/configuration.md's "`status`'s report"; a paragraph of another page that names four or
   more names them all (else two pages disagree on what `status` may say: point there instead);
-- `--self-test` (run first by every run): each check that reads text finds its planted example (the metrics
-  registered, helm commands, verdicts, addresses, printed commands, the add-on's phases, job.sh usage).
+- `--self-test` (run first by every run): each check that reads text finds its planted example
+  (the metrics registered, helm commands, verdicts, addresses, printed commands, the add-on's
+  phases, job.sh usage).
 
 Usage: hack/docs_check.py [KUBECTL]   (default: $KUBECTL, else the pinned kubectl of
 hack/control-plane.sh, else one on PATH; `none`: as on a fresh clone without one, as WUG_BIN=none
