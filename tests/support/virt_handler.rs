@@ -132,10 +132,15 @@ async fn pass(
                 == Some(&uid)
         });
         if let Some(target) = target {
-            let running =
-                target.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+            // Only a pod not yet started: the kubelet never runs a Failed pod again. A failed
+            // copy's target is still listed here until virt-controller marks its migration
+            // Failed; set Running again (a loaded machine, once), it counted as a VMI's second
+            // active pod, and KubeVirt's evacuation waits while there is one
+            // (`evacuation.go`, `VMIActivePodsCount(vmi, …) > 1`, v1.6.0): no retry, ever.
+            let phase = target.status.as_ref().and_then(|s| s.phase.as_deref());
+            let pending = matches!(phase, None | Some("Pending"));
             let bound = target.spec.as_ref().and_then(|s| s.node_name.clone());
-            if !running {
+            if pending {
                 let node = match bound {
                     Some(node) => node,
                     None => match least_loaded(&node_list, &pod_list, source_node) {
